@@ -1,0 +1,86 @@
+"""Benchmark: capacity and power of every configuration with n_P + n_D <= 256.
+
+Evaluates all 32,640 configurations on the azure-conv-2023 preset (Qwen3-32B, H200)
+with the vectorised core, beside a per-configuration scipy ``brentq`` loop on the
+memory balance measured in the same run, and prints configurations per second and
+the largest relative difference of ``B*`` between the two.
+
+    python benchmarks/bench_capacity.py [--max-gpus 256] [--repeat 50] [--workload W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from scipy.optimize import brentq
+
+from model.capacity import Coefficients, candidate_configs, evaluate, solve_batch
+from model.operations import SpecRequest, resolve_spec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-gpus", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--workload", default="azure-conv-2023")
+    ap.add_argument("--brentq-sample", type=int, default=0, help="0: every configuration")
+    a = ap.parse_args()
+
+    spec = resolve_spec(SpecRequest(workload=a.workload))
+    c = Coefficients.of(spec)
+    n_p, n_d = candidate_configs(a.max_gpus)
+    n = len(n_p)
+    print(f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), workload {a.workload}")
+
+    evaluate(c, n_p, n_d)  # warm-up
+    times = []
+    for _ in range(a.repeat):
+        t0 = time.perf_counter()
+        r = evaluate(c, n_p, n_d)
+        times.append(time.perf_counter() - t0)
+    t_full = statistics.median(times)
+    root_times = []
+    for _ in range(a.repeat):
+        t0 = time.perf_counter()
+        b, passes = solve_batch(c, n_p, n_d)
+        root_times.append(time.perf_counter() - t0)
+    t_root = statistics.median(root_times)
+    print(
+        f"vectorised evaluate (capacity + power): median {t_full * 1e3:.2f} ms, "
+        f"{n / t_full:,.0f} configs/s (best {min(times) * 1e3:.2f} ms)"
+    )
+    print(
+        f"  of which the root B*: median {t_root * 1e3:.2f} ms in {passes} array passes, "
+        f"{n / t_root:,.0f} configs/s"
+    )
+
+    idx = np.arange(n)
+    if a.brentq_sample:
+        idx = np.random.default_rng(0).choice(n, size=min(a.brentq_sample, n), replace=False)
+    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
+    ref = np.empty(len(idx))
+    t0 = time.perf_counter()
+    for j, i in enumerate(idx):
+        npi, ndi = n_p[i], n_d[i]
+
+        def f(x: float, npi: int = npi, ndi: int = ndi) -> float:
+            return float(c.memory_balance(x, npi, ndi))
+
+        ref[j] = brentq(f, 0.0, hi[i] * (1 - 1e-15), xtol=1e-300, rtol=1e-12, maxiter=500)
+    t_brent = time.perf_counter() - t0
+    rel = np.abs(r.batch[idx] - ref) / ref
+    print(
+        f"scipy brentq loop: {len(idx):,} configurations in {t_brent:.2f} s, "
+        f"{len(idx) / t_brent:,.0f} configs/s"
+    )
+    print(f"speed-up over brentq: {(t_brent / len(idx)) / (t_full / n):,.0f}x")
+    print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
+    fb = np.abs(c.memory_balance(r.batch, n_p, n_d)) / c.kv_usable_tokens
+    print(f"max |f(B*)| / (C_tok - U): {fb.max():.2e}")
+
+
+if __name__ == "__main__":
+    main()

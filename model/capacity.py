@@ -1,0 +1,468 @@
+"""Capacity and power of PD-disaggregated configurations (SPEC sections 2.2 to 2.6).
+
+Everything here is vectorised over arrays of configurations ``(n_P, n_D)``: one call
+evaluates thousands of configurations in a few array passes. The per-deployment
+scalars (``a_P``, ``b_P``, ``alpha``, ``g``, the KV pool, the prefill moments) are
+computed once by :class:`Coefficients`.
+
+Choices this module makes where SPEC leaves room (also listed in README.md):
+
+* ``tensor_parallel`` (GPUs per instance, default 1) scales peak FLOP/s, bandwidth,
+  memory and every power value of an instance linearly (ideal scaling).
+* Decode weight traffic is ``weight_bytes`` (SPEC 2.3: "use weight_bytes in general");
+  the prefill FLOP count is ``2 N l_in + c_a L d l_in^2`` with ``N`` the parameter count.
+* A workload "does not fit" when the KV pool is not positive, or when its longest
+  request (``max(l_in + l_out)``) plus the ``R`` reserved tokens exceeds the usable
+  pool ``C_tok - U``.
+* The memory balance is solved in the batch variable ``B`` after clearing the two
+  positive denominators (the paper's cubic, restricted to its bracket); see
+  :func:`solve_batch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack
+from model.errors import DoesNotFitError, InputError
+from model.workload import Workload
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: Relative tolerance on the operating batch ``B*`` (SPEC 2.5 asks for 1e-9).
+ROOT_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One deployment's inputs: model, GPU, calibration, serving stack and workload."""
+
+    model: ModelArch
+    gpu: GpuSpec
+    calibration: Calibration
+    workload: Workload
+    serving: ServingStack = field(default_factory=ServingStack)
+
+    def coefficients(self) -> Coefficients:
+        return Coefficients.of(self)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able summary of the inputs (for outputs and cache keys)."""
+        from dataclasses import asdict
+
+        return {
+            "model": asdict(self.model),
+            "gpu": asdict(self.gpu),
+            "calibration": asdict(self.calibration),
+            "workload": self.workload.to_dict(),
+            "serving": asdict(self.serving),
+        }
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Per-deployment scalars of SPEC 2.2-2.6, in SI units."""
+
+    a_p_s_per_token: float  # a_P = 2N / (pi MFU)
+    b_p_s_per_token2: float  # b_P = c_a L d / (pi MFU)
+    t_prefill_mean_s: float  # E[t_P]
+    t_prefill_scv: float  # c_s^2 = Var(t_P) / E[t_P]^2
+    t_prefill_reserve_token_s: float  # E[t_P (l_in + R)]  (token-seconds)
+    alpha_s: float  # decode time per iteration at B = 0
+    g_s_per_request: float  # decode time per iteration per active request
+    kv_bytes_per_token: float
+    kv_pool_tokens: int  # C_tok
+    kv_usable_tokens: float  # C_tok - U
+    ctx_tokens: float  # residence-corrected active context (nan if no decode work)
+    reserved_tokens: int  # R
+    mean_in_tokens: float  # E[l_in]
+    out_iterations: float  # E[l_out - 1]
+    random_dispatch: bool
+    # power ramps, per instance (tensor parallel already applied)
+    p0_prefill_w: float
+    gamma_prefill_w: float
+    psat_prefill_w: float
+    p0_decode_w: float
+    gamma_decode_w: float
+    psat_decode_w: float
+    p_idle_w: float
+    gpus_per_instance: int
+
+    @property
+    def mu_prefill_rps(self) -> float:
+        """One prefill instance's capacity ``mu_P = 1/E[t_P]`` (req/s), SPEC 2.2."""
+        return 1.0 / self.t_prefill_mean_s
+
+    @property
+    def has_decode_work(self) -> bool:
+        return self.out_iterations > 0.0
+
+    @property
+    def batch_max(self) -> float:
+        """``B_max = (C_tok - U)/(ctx + R)``: the batch that fills the pool alone."""
+        if not self.has_decode_work:
+            return 0.0
+        return self.kv_usable_tokens / (self.ctx_tokens + self.reserved_tokens)
+
+    @classmethod
+    def of(cls, spec: DeploymentSpec) -> Coefficients:
+        m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
+        tp = st.tensor_parallel
+        flops = hw.flops_per_s * tp * cal.mfu
+        bw = hw.mem_bw_bytes_per_s * tp * cal.mbu
+        mem = hw.mem_bytes * tp
+        kappa = m.kv_bytes_per_token
+
+        if st.kv_pool_tokens is not None:
+            pool = int(st.kv_pool_tokens)
+        else:
+            free = st.mem_fraction * mem - m.weight_bytes
+            if free <= 0:
+                raise DoesNotFitError(
+                    "model",
+                    f"{m.name} weights ({m.weight_bytes / 1e9:.1f} GB) do not fit in "
+                    f"{st.mem_fraction:g} x {mem / 1e9:.1f} GB of {hw.name} x{tp}: KV pool "
+                    f"would be {free / 1e9:.1f} GB; use more tensor parallelism or a larger GPU",
+                )
+            pool = math.floor(free / kappa)
+        if pool <= 0:
+            raise DoesNotFitError("model", f"KV pool of {m.name} on {hw.name} is empty")
+        usable = pool * (1.0 - st.unused_fraction)
+        longest = w.max_tokens + st.reserved_tokens
+        if longest > usable:
+            raise DoesNotFitError(
+                "workload",
+                f"the longest request needs {longest:,.0f} tokens (l_in + l_out + R) but "
+                f"the usable KV pool of {m.name} on {hw.name} holds {usable:,.0f}",
+            )
+
+        a_p = 2.0 * m.params / flops
+        b_p = cal.c_attn * m.layers * m.attn_width / flops
+        e1, e2, e3, e4 = w.mean_in, w.e_in2, w.e_in3, w.e_in4
+        t_mean = a_p * e1 + b_p * e2
+        t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
+        scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
+        reserve = a_p * e2 + b_p * e3 + st.reserved_tokens * t_mean
+
+        iters = w.e_out_m1
+        ctx = w.ctx_tokens if iters > 0 else math.nan
+        alpha = m.weight_bytes / bw + cal.t_iter_s
+        g = (kappa * ctx / bw + cal.t_req_s) if iters > 0 else math.nan
+        return cls(
+            a_p_s_per_token=a_p,
+            b_p_s_per_token2=b_p,
+            t_prefill_mean_s=t_mean,
+            t_prefill_scv=scv,
+            t_prefill_reserve_token_s=reserve,
+            alpha_s=alpha,
+            g_s_per_request=g,
+            kv_bytes_per_token=kappa,
+            kv_pool_tokens=pool,
+            kv_usable_tokens=usable,
+            ctx_tokens=ctx,
+            reserved_tokens=st.reserved_tokens,
+            mean_in_tokens=e1,
+            out_iterations=iters,
+            random_dispatch=st.dispatch == "random",
+            p0_prefill_w=cal.p0_prefill_w * tp,
+            gamma_prefill_w=cal.gamma_prefill_w * tp,
+            psat_prefill_w=cal.psat_prefill_w * tp,
+            p0_decode_w=cal.p0_decode_w * tp,
+            gamma_decode_w=cal.gamma_decode_w * tp,
+            psat_decode_w=cal.psat_decode_w * tp,
+            p_idle_w=cal.p_idle_w,
+            gpus_per_instance=tp,
+        )
+
+    # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------
+
+    def decode_rate_rps(self, batch: ArrayLike) -> FloatArray:
+        """``lambda_D(B) = B / (E[l_out-1] (alpha + g B))`` (req/s per decode instance)."""
+        b = np.asarray(batch, dtype=float)
+        return b / (self.out_iterations * (self.alpha_s + self.g_s_per_request * b))
+
+    def arrival_scv(self, n_p: ArrayLike) -> FloatArray:
+        """``scv_arr``: 1/n_P for round-robin dispatch, 1 for random (SPEC 2.5)."""
+        n = np.asarray(n_p, dtype=float)
+        return np.ones_like(n) if self.random_dispatch else 1.0 / n
+
+    def batch_rho(self, n_p: ArrayLike, n_d: ArrayLike) -> FloatArray:
+        """``B_rho``, the batch at which prefill utilisation reaches 1 (inf if never)."""
+        x = np.asarray(n_p, float) * self.mu_prefill_rps / np.asarray(n_d, float)
+        den = 1.0 - x * self.out_iterations * self.g_s_per_request
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, x * self.out_iterations * self.alpha_s / den, np.inf)
+
+    def memory_balance(self, batch: ArrayLike, n_p: ArrayLike, n_d: ArrayLike) -> FloatArray:
+        """``f(B)`` of SPEC 2.5 in tokens (inf at or beyond ``B_rho``)."""
+        b = np.asarray(batch, dtype=float)
+        lam = self.decode_rate_rps(b)
+        rho = lam * np.asarray(n_d, float) / (np.asarray(n_p, float) * self.mu_prefill_rps)
+        kw = (self.arrival_scv(n_p) + self.t_prefill_scv) / 2.0 * self.t_prefill_mean_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wait = np.where(rho < 1.0, rho / (1.0 - rho) * kw, np.inf)
+            reservations = lam * (
+                wait * (self.mean_in_tokens + self.reserved_tokens) + self.t_prefill_reserve_token_s
+            )
+        return b * (self.ctx_tokens + self.reserved_tokens) + reservations - self.kv_usable_tokens
+
+
+def _cubic_coefficients(
+    c: Coefficients, n_p: FloatArray, n_d: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Coefficients of ``h(B) = E(B) D(B) f(B)``, a cubic in ``B``.
+
+    With ``E(B) = e1 (alpha + g B)`` (so ``lambda_D = B/E``), ``x = n_P mu_P / n_D`` and
+    ``D(B) = x E(B) - B`` (so ``rho/(1-rho) = B/D``), the balance is
+    ``f = m1 B + m0 + (B/E)(K B/D + T)`` with ``m1 = ctx + R``, ``m0 = -(C_tok - U)``,
+    ``K = (scv_arr + c_s^2)/2 E[t_P] (E[l_in] + R)`` and ``T = E[t_P (l_in + R)]``.
+    ``E`` and ``D`` are positive on ``(0, B_rho)``, so ``h`` and ``f`` share their sign
+    there and ``h = (m1 B + m0) E D + K B^2 + T B D`` has the same single root.
+    """
+    it = c.out_iterations
+    e0, ee = it * c.alpha_s, it * c.g_s_per_request
+    x = n_p * (c.mu_prefill_rps / n_d)
+    d0, d1 = x * e0, x * ee - 1.0
+    m1, m0 = c.ctx_tokens + c.reserved_tokens, -c.kv_usable_tokens
+    scv_arr = 1.0 if c.random_dispatch else 1.0 / n_p
+    k = (scv_arr + c.t_prefill_scv) * (
+        0.5 * c.t_prefill_mean_s * (c.mean_in_tokens + c.reserved_tokens)
+    )
+    t = c.t_prefill_reserve_token_s
+    em0, em1, em2 = e0 * m0, e0 * m1 + ee * m0, ee * m1
+    c0 = em0 * d0
+    c1 = em1 * d0 + em0 * d1 + t * d0
+    c2 = em2 * d0 + em1 * d1 + k + t * d1
+    c3 = em2 * d1
+    return c0, c1, c2, c3
+
+
+def _start_batch(c: Coefficients, upper: FloatArray) -> FloatArray:
+    """Start point: the root ``B0`` of the balance without prefill queueing (``W = 0``).
+
+    Dropping the Kingman term leaves ``(m1 B + m0) E(B) + T B = 0``, a quadratic with
+    one positive root, independent of the configuration. Since the wait only adds
+    reservations, ``B* <= B0``; the start is ``min(B0, upper)``.
+    """
+    it = c.out_iterations
+    e0, ee = it * c.alpha_s, it * c.g_s_per_request
+    m1, m0 = c.ctx_tokens + c.reserved_tokens, -c.kv_usable_tokens
+    qa, qb, qc = m1 * ee, m1 * e0 + m0 * ee + c.t_prefill_reserve_token_s, m0 * e0
+    b0 = (2.0 * -qc) / (qb + math.sqrt(qb * qb - 4.0 * qa * qc))  # stable form, qc < 0
+    return np.minimum(b0, upper)
+
+
+def solve_batch(
+    c: Coefficients, n_p: ArrayLike, n_d: ArrayLike, rtol: float = ROOT_RTOL, max_iter: int = 100
+) -> tuple[FloatArray, int]:
+    """Operating batch ``B*``: the root of ``f`` in ``(0, min(B_max, B_rho))`` (SPEC 2.5).
+
+    Vectorised, bracketed Halley iteration on the cubic ``h`` of
+    :func:`_cubic_coefficients` (a polynomial: no pole, cheap exact derivatives). The
+    bracket ``[lo, hi]`` starts at ``[0, min(B_max, B_rho)]``, where
+    ``h(lo) < 0 < h(hi)``, and shrinks with the sign of ``h`` at every iterate; a step
+    that leaves the bracket is replaced by bisection, so convergence is guaranteed.
+    The start is :func:`_start_batch`. Halley's error after a step is of the order of
+    the step cubed, so an element stops once its relative step is below
+    ``rtol ** (2/3) / 10`` (about 1e-7 for ``rtol = 1e-9``): its error is then far
+    below ``rtol``. Converged elements leave the working set, so late passes touch only
+    the few slow ones. Returns ``(B*, passes)``.
+    """
+    n_p = np.asarray(n_p, dtype=float)
+    n_d = np.asarray(n_d, dtype=float)
+    c0, c1, c2, c3 = _cubic_coefficients(c, n_p, n_d)
+    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
+    lo = np.zeros_like(hi)
+    b = _start_batch(c, hi)
+    out = b.copy()
+    idx = np.arange(b.shape[0])
+    step_tol = rtol ** (2.0 / 3.0) / 10.0
+    passes = 0
+    while idx.size and passes < max_iter:
+        passes += 1
+        h = ((c3 * b + c2) * b + c1) * b + c0
+        dh = (3.0 * c3 * b + 2.0 * c2) * b + c1
+        d2h = 6.0 * c3 * b + 2.0 * c2
+        neg = h < 0.0
+        lo = np.where(neg, b, lo)
+        hi = np.where(neg, hi, b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nb = b - (2.0 * h * dh) / (2.0 * dh * dh - h * d2h)
+        nb = np.where((nb >= lo) & (nb <= hi), nb, 0.5 * (lo + hi))
+        done = np.abs(nb - b) <= step_tol * nb
+        out[idx] = nb
+        if done.any():
+            keep = ~done
+            idx, b, lo, hi = idx[keep], nb[keep], lo[keep], hi[keep]
+            c0, c1, c2, c3 = c0[keep], c1[keep], c2[keep], c3[keep]
+        else:
+            b = nb
+    return out, passes
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Capacity and power of an array of configurations (SPEC 2.5, 2.6)."""
+
+    n_p: IntArray
+    n_d: IntArray
+    gpus: IntArray
+    capacity_rps: FloatArray  # mu
+    mu_p_rps: FloatArray  # per prefill instance
+    mu_d_rps: FloatArray  # per decode instance, with the coupling (inf if no decode work)
+    mu_d_max_rps: FloatArray  # per decode instance, pool without reservations
+    batch: FloatArray  # B*
+    rho_star: FloatArray  # prefill utilisation at capacity
+    prefill_bound: NDArray[np.bool_]  # uncoupled bottleneck is prefill
+    power_w: FloatArray  # P(mu), or P at the given load
+    power_idle_w: FloatArray  # P(0)
+    power_sat_w: FloatArray  # every instance saturated
+    load_rps: FloatArray  # load at which power_w is given
+    coefficients: Coefficients
+    root_passes: int
+
+    def __len__(self) -> int:
+        return int(self.n_p.shape[0])
+
+    def record(self, i: int) -> dict[str, Any]:
+        """One configuration as the JSON record of SPEC 6.1."""
+        c = self.coefficients
+
+        def num(v: float) -> float | None:
+            return float(v) if math.isfinite(v) else None
+
+        return {
+            "n_p": int(self.n_p[i]),
+            "n_d": int(self.n_d[i]),
+            "gpus": int(self.gpus[i]),
+            "capacity_rps": float(self.capacity_rps[i]),
+            "power_w": float(self.power_w[i]),
+            "load_rps": float(self.load_rps[i]),
+            "mu_p_rps": num(self.mu_p_rps[i]),
+            "mu_d_rps": num(self.mu_d_rps[i]),
+            "mu_d_max_rps": num(self.mu_d_max_rps[i]),
+            "batch": num(self.batch[i]),
+            "ctx_tokens": num(c.ctx_tokens),
+            "kv_pool_tokens": int(c.kv_pool_tokens),
+            "rho_star": num(self.rho_star[i]),
+            "bottleneck": "prefill" if self.prefill_bound[i] else "decode",
+            "power_idle_w": float(self.power_idle_w[i]),
+            "power_saturated_w": float(self.power_sat_w[i]),
+        }
+
+
+def instance_power_w(p0_w: float, gamma_w: float, psat_w: float, x: ArrayLike) -> FloatArray:
+    """Capped ramp ``p_s(x) = min(p0_s + gamma_s x, psat_s)`` (W), SPEC 2.6."""
+    return np.minimum(p0_w + gamma_w * np.asarray(x, dtype=float), psat_w)
+
+
+def config_power_w(
+    c: Coefficients,
+    n_p: ArrayLike,
+    n_d: ArrayLike,
+    mu_p_total: ArrayLike,
+    mu_d_max_total: ArrayLike,
+    load_rps: ArrayLike,
+) -> FloatArray:
+    """``P(n_P, n_D, lambda) = n_P p_P(lambda/(n_P mu_P)) + n_D p_D(lambda/(n_D mu_D_max))``.
+
+    ``mu_p_total = n_P mu_P`` and ``mu_d_max_total = n_D mu_D_max`` (req/s); an absent
+    phase (``n = 0``) contributes nothing; an infinite ``mu_D_max`` (no decode work)
+    leaves decode instances at ``p0_D``. ``load_rps`` must already be capped at ``mu``.
+    """
+    npf = np.asarray(n_p, dtype=float)
+    ndf = np.asarray(n_d, dtype=float)
+    lam = np.asarray(load_rps, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xp = np.where(npf > 0, lam / np.asarray(mu_p_total, float), 0.0)
+        xd = np.where(ndf > 0, lam / np.asarray(mu_d_max_total, float), 0.0)
+    pp = instance_power_w(c.p0_prefill_w, c.gamma_prefill_w, c.psat_prefill_w, xp)
+    pd = instance_power_w(c.p0_decode_w, c.gamma_decode_w, c.psat_decode_w, xd)
+    return npf * pp + ndf * pd
+
+
+def evaluate(
+    spec: DeploymentSpec | Coefficients,
+    n_p: ArrayLike,
+    n_d: ArrayLike,
+    load_rps: ArrayLike | None = None,
+) -> CapacityResult:
+    """Capacity ``mu`` and power of every configuration ``(n_p[i], n_d[i])`` in one pass.
+
+    ``load_rps`` (scalar or per configuration) gives power at that served load, capped at
+    capacity (SPEC 2.6: an offered load above ``mu`` is served at ``mu``); by default
+    power is at capacity. ``n_P = 0`` or ``n_D = 0`` gives capacity 0.
+    """
+    c = spec if isinstance(spec, Coefficients) else Coefficients.of(spec)
+    npi = np.atleast_1d(np.asarray(n_p)).astype(np.int64)
+    ndi = np.atleast_1d(np.asarray(n_d)).astype(np.int64)
+    npi, ndi = np.broadcast_arrays(npi, ndi)
+    if npi.size and (npi.min() < 0 or ndi.min() < 0):
+        raise InputError("n_p" if npi.min() < 0 else "n_d", "instance counts must be >= 0")
+    both = (npi > 0) & (ndi > 0)
+    npf = npi.astype(float)
+    ndf = ndi.astype(float)
+    mu_p = np.full(npf.shape, c.mu_prefill_rps)
+    passes = 0
+    if c.has_decode_work:
+        batch = np.zeros(npf.shape)
+        if both.any():
+            b, passes = solve_batch(c, npf[both], ndf[both])
+            batch[both] = b
+        mu_d = c.decode_rate_rps(batch)
+        mu_d_max = np.full(npf.shape, float(c.decode_rate_rps(c.batch_max)))
+    else:  # every request has l_out = 1: no decode work (SPEC 2.5 edge case)
+        batch = np.zeros(npf.shape)
+        mu_d = np.full(npf.shape, np.inf)
+        mu_d_max = np.full(npf.shape, np.inf)
+    prefill_total = npf * mu_p
+    with np.errstate(invalid="ignore"):
+        decode_total = np.where(ndf > 0, ndf * mu_d, 0.0)
+        decode_max_total = np.where(ndf > 0, ndf * mu_d_max, 0.0)
+    capacity = np.where(both, np.minimum(prefill_total, decode_total), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho_star = np.where(both, capacity / prefill_total, 0.0)
+    prefill_bound = prefill_total < decode_max_total
+    load = capacity if load_rps is None else np.minimum(np.asarray(load_rps, float), capacity)
+    load = np.broadcast_to(load, capacity.shape).astype(float)
+    if np.any(load < 0) or not np.all(np.isfinite(load)):
+        raise InputError("load_rps", "served load must be finite and >= 0")
+    power = config_power_w(c, npf, ndf, prefill_total, decode_max_total, load)
+    power_idle = npf * c.p0_prefill_w + ndf * c.p0_decode_w
+    power_sat = npf * c.psat_prefill_w + ndf * c.psat_decode_w
+    return CapacityResult(
+        n_p=npi,
+        n_d=ndi,
+        gpus=(npi + ndi) * c.gpus_per_instance,
+        capacity_rps=capacity,
+        mu_p_rps=mu_p,
+        mu_d_rps=mu_d,
+        mu_d_max_rps=mu_d_max,
+        batch=batch,
+        rho_star=rho_star,
+        prefill_bound=prefill_bound,
+        power_w=power,
+        power_idle_w=power_idle,
+        power_sat_w=power_sat,
+        load_rps=load,
+        coefficients=c,
+        root_passes=passes,
+    )
+
+
+def candidate_configs(max_gpus: int, gpus_per_instance: int = 1) -> tuple[IntArray, IntArray]:
+    """Every ``(n_P, n_D)`` with ``n_P, n_D >= 1`` and ``(n_P + n_D) x tp <= max_gpus``."""
+    if max_gpus < 2 * gpus_per_instance:
+        raise InputError(
+            "max_gpus", f"must be at least {2 * gpus_per_instance} (one prefill and one decode)"
+        )
+    total = max_gpus // gpus_per_instance
+    n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
+    keep = (n_p + n_d) <= total
+    return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)

@@ -1,0 +1,616 @@
+"""Built-in catalog of models, GPUs and calibrations, and the user overrides on top.
+
+The catalog is three data files shipped with the package (``model/data/*.json``):
+
+* ``models.json``: architecture of each model (SPEC 2.1), from its public
+  Hugging Face ``config.json``;
+* ``gpus.json``: per-GPU peak dense BF16 compute, HBM bandwidth, memory and TDP,
+  in vendor units (TFLOP/s, TB/s, decimal GB, W), converted to SI once at load;
+* ``calibrations.json``: measured calibration sets (SPEC 2.1, paper Tab. 3) per
+  (model, GPU) pair, with times in milliseconds, converted to seconds at load.
+
+A (model, GPU) pair without an explicit calibration gets an ESTIMATED one
+(``measured=False``) from the rule in :func:`load_calibration`.
+
+Users adjust any input with overrides: a JSON or TOML file with the sections
+``model``, ``gpu``, ``calibration`` and ``serving`` (:func:`load_override_file`),
+or ``SECTION.FIELD=VALUE`` flags (:func:`parse_set_flags`), applied with
+:func:`apply_overrides`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import InputError, NotFoundError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
+
+DISPATCH_MODES = ("round_robin", "random")
+OVERRIDE_SECTIONS = ("model", "gpu", "calibration", "serving")
+
+
+# --------------------------------------------------------------------------
+# Validation helpers
+
+
+def _finite(field: str, value: object) -> float:
+    """Return `value` as a float; InputError naming `field` unless a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(field, f"must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise InputError(field, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(field: str, value: object) -> int:
+    """Return `value` if it is an int (not a bool); InputError naming `field` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(field, f"must be an integer, got {value!r}")
+    return value
+
+
+def _positive(field: str, value: float) -> None:
+    if not value > 0:
+        raise InputError(field, f"must be > 0, got {value!r}")
+
+
+def _non_negative(field: str, value: float) -> None:
+    if not value >= 0:
+        raise InputError(field, f"must be >= 0, got {value!r}")
+
+
+def _fraction(field: str, value: float) -> None:
+    """0 < value <= 1."""
+    if not 0 < value <= 1:
+        raise InputError(field, f"must be in (0, 1], got {value!r}")
+
+
+def _set_floats(obj: object, names: tuple[str, ...]) -> None:
+    """Check that each named field of a frozen dataclass is finite and store it as float."""
+    for name in names:
+        object.__setattr__(obj, name, _finite(name, getattr(obj, name)))
+
+
+def _check_str(field: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise InputError(field, f"must be a string, got {value!r}")
+
+
+# --------------------------------------------------------------------------
+# Input dataclasses
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Model architecture (SPEC 2.1).
+
+    `params` is the parameter count N; `layers` L; `n_heads`, `n_kv_heads` and
+    `head_dim` the query heads, KV heads (h_kv) and head dimension (d_head);
+    `bytes_per_param` the weight dtype size (2 for bf16) and `kv_bytes_per_elem`
+    the KV-cache dtype size (2 for bf16).
+    """
+
+    name: str
+    params: float
+    layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    bytes_per_param: float = 2.0
+    kv_bytes_per_elem: float = 2.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_str("name", self.name)
+        _check_str("source", self.source)
+        _set_floats(self, ("params", "bytes_per_param", "kv_bytes_per_elem"))
+        _positive("params", self.params)
+        _positive("bytes_per_param", self.bytes_per_param)
+        _positive("kv_bytes_per_elem", self.kv_bytes_per_elem)
+        for name in ("layers", "n_heads", "n_kv_heads", "head_dim"):
+            _positive(name, _integer(name, getattr(self, name)))
+        if self.n_heads % self.n_kv_heads != 0:
+            raise InputError(
+                "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
+            )
+
+    @property
+    def attn_width(self) -> int:
+        """Attention width d = n_heads * head_dim (SPEC 2.1; not the hidden size)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes per token kappa = 2 (K, V) * kv_bytes_per_elem * L * h_kv * d_head (B/token).
+
+        SPEC 2.1: 262,144 B/token for Qwen3-32B.
+        """
+        return 2.0 * self.kv_bytes_per_elem * self.layers * self.n_kv_heads * self.head_dim
+
+    @property
+    def weight_bytes(self) -> float:
+        """Weight bytes = N * bytes_per_param (B); 2N for bf16 (SPEC 2.3)."""
+        return self.params * self.bytes_per_param
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU in SI units (SPEC 2.1): peak dense BF16 `flops_per_s` (pi, FLOP/s),
+    HBM bandwidth `mem_bw_bytes_per_s` (beta, B/s), memory `mem_bytes` (M, B) and
+    board power `tdp_w` (W)."""
+
+    name: str
+    flops_per_s: float
+    mem_bw_bytes_per_s: float
+    mem_bytes: float
+    tdp_w: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_str("name", self.name)
+        _check_str("source", self.source)
+        names = ("flops_per_s", "mem_bw_bytes_per_s", "mem_bytes", "tdp_w")
+        _set_floats(self, names)
+        for name in names:
+            _positive(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Calibration of one (model, GPU, serving stack) combination (SPEC 2.1, paper Tab. 3).
+
+    `mfu`, `mbu`: achieved fractions of peak compute (prefill) and bandwidth
+    (decode); `c_attn`: attention FLOP coefficient c_a; `t_iter_s`, `t_req_s`:
+    decode per-iteration and per-request-per-iteration overheads (s); power
+    ramps p(x) = min(p0 + gamma x, psat) per phase (W, SPEC 2.6); `p_idle_w`: a
+    GPU that runs no instance (W). `measured` says whether the set was measured
+    or estimated; `source` says where it comes from.
+    """
+
+    mfu: float
+    mbu: float
+    c_attn: float
+    t_iter_s: float
+    t_req_s: float
+    p0_prefill_w: float
+    gamma_prefill_w: float
+    psat_prefill_w: float
+    p0_decode_w: float
+    gamma_decode_w: float
+    psat_decode_w: float
+    p_idle_w: float
+    measured: bool
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _set_floats(self, _CALIBRATION_NUMBERS)
+        _fraction("mfu", self.mfu)
+        _fraction("mbu", self.mbu)
+        for name in _CALIBRATION_NUMBERS[2:]:
+            _non_negative(name, getattr(self, name))
+        for phase in ("prefill", "decode"):
+            p0 = getattr(self, f"p0_{phase}_w")
+            if getattr(self, f"psat_{phase}_w") < p0:
+                raise InputError(f"psat_{phase}_w", f"must be >= p0_{phase}_w ({p0:g})")
+        if not isinstance(self.measured, bool):
+            raise InputError("measured", f"must be true or false, got {self.measured!r}")
+        _check_str("source", self.source)
+
+
+_CALIBRATION_NUMBERS = (
+    "mfu",
+    "mbu",
+    "c_attn",
+    "t_iter_s",
+    "t_req_s",
+    "p0_prefill_w",
+    "gamma_prefill_w",
+    "psat_prefill_w",
+    "p0_decode_w",
+    "gamma_decode_w",
+    "psat_decode_w",
+    "p_idle_w",
+)
+_CALIBRATION_POWERS = _CALIBRATION_NUMBERS[5:]
+
+
+@dataclass(frozen=True)
+class ServingStack:
+    """Serving-stack settings of a deployment (SPEC 2.1, 2.5).
+
+    KV pool C_tok = floor((mem_fraction * M - weight_bytes) / kappa) tokens unless
+    `kv_pool_tokens` is set (from the engine log, e.g. SGLang's
+    ``max_total_num_tokens``); `reserved_tokens` is R; `unused_fraction` is u
+    (U = u * C_tok); `dispatch` is the router policy; `tensor_parallel` is the
+    number of GPUs per instance (flops, bandwidth, memory and power scale ideally).
+    """
+
+    mem_fraction: float = 0.90
+    reserved_tokens: int = 512
+    unused_fraction: float = 0.0
+    kv_pool_tokens: int | None = None
+    dispatch: str = "round_robin"
+    tensor_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        _set_floats(self, ("mem_fraction", "unused_fraction"))
+        _fraction("mem_fraction", self.mem_fraction)
+        _non_negative("reserved_tokens", _integer("reserved_tokens", self.reserved_tokens))
+        if not 0 <= self.unused_fraction < 1:
+            raise InputError("unused_fraction", f"must be in [0, 1), got {self.unused_fraction!r}")
+        if self.kv_pool_tokens is not None:
+            _positive("kv_pool_tokens", _integer("kv_pool_tokens", self.kv_pool_tokens))
+        if self.dispatch not in DISPATCH_MODES:
+            raise InputError(
+                "dispatch", f"must be one of {', '.join(DISPATCH_MODES)}, got {self.dispatch!r}"
+            )
+        if _integer("tensor_parallel", self.tensor_parallel) < 1:
+            raise InputError("tensor_parallel", f"must be >= 1, got {self.tensor_parallel!r}")
+
+
+_SECTION_TYPES: dict[str, type[Any]] = {
+    "model": ModelArch,
+    "gpu": GpuSpec,
+    "calibration": Calibration,
+    "serving": ServingStack,
+}
+
+
+# --------------------------------------------------------------------------
+# Data files
+
+
+def _read_data(filename: str) -> Any:
+    text = (resources.files(__package__ or "model") / "data" / filename).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _scaled(value: object, scale: str, field: str) -> float:
+    """Vendor unit -> SI: value * scale, computed in decimal so that 2.039 TB/s is 2.039e12 B/s."""
+    number = _finite(field, value)
+    return float(Decimal(repr(number)) * Decimal(scale))
+
+
+def _check_keys(
+    where: str, entry: object, required: set[str], optional: set[str]
+) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise InputError(where, "must be an object")
+    unknown = set(entry) - required - optional
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key in catalog data")
+    missing = required - set(entry)
+    if missing:
+        raise InputError(f"{where}.{sorted(missing)[0]}", "missing in catalog data")
+    return entry
+
+
+def _catalog_error(where: str, error: InputError) -> InputError:
+    return InputError(f"{where}.{error.field}", error.reason)
+
+
+_MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
+_MODEL_OPTIONAL = {"bytes_per_param", "kv_bytes_per_elem", "source"}
+_GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
+
+
+@functools.cache
+def _models() -> Mapping[str, ModelArch]:
+    catalog: dict[str, ModelArch] = {}
+    for name, entry in _read_data("models.json").items():
+        where = f"models.json:{name}"
+        _check_keys(where, entry, _MODEL_KEYS, _MODEL_OPTIONAL)
+        try:
+            catalog[name] = ModelArch(name=name, **entry)
+        except InputError as error:
+            raise _catalog_error(where, error) from None
+    return types.MappingProxyType(catalog)
+
+
+@functools.cache
+def _gpus() -> Mapping[str, GpuSpec]:
+    catalog: dict[str, GpuSpec] = {}
+    for name, entry in _read_data("gpus.json").items():
+        where = f"gpus.json:{name}"
+        _check_keys(where, entry, _GPU_KEYS, {"source"})
+        try:
+            catalog[name] = GpuSpec(
+                name=name,
+                flops_per_s=_scaled(entry["bf16_dense_tflops"], "1e12", "bf16_dense_tflops"),
+                mem_bw_bytes_per_s=_scaled(entry["mem_bw_tb_per_s"], "1e12", "mem_bw_tb_per_s"),
+                mem_bytes=_scaled(entry["mem_gb"], "1e9", "mem_gb"),
+                tdp_w=_finite("tdp_w", entry["tdp_w"]),
+                source=entry.get("source", ""),
+            )
+        except InputError as error:
+            raise _catalog_error(where, error) from None
+    return types.MappingProxyType(catalog)
+
+
+_CAL_TIME_KEYS = {"t_iter_ms": "t_iter_s", "t_req_ms": "t_req_s"}
+_CAL_VALUE_KEYS = {"mfu", "mbu", "c_attn", *_CAL_TIME_KEYS, *_CALIBRATION_POWERS}
+
+
+@dataclass(frozen=True)
+class _CalibrationData:
+    reference: tuple[str, str]
+    pairs: Mapping[tuple[str, str], Mapping[str, object]]  # SI field name -> value
+
+
+@functools.cache
+def _calibration_data() -> _CalibrationData:
+    raw = _read_data("calibrations.json")
+    _check_keys("calibrations.json", raw, {"reference", "pairs"}, set())
+    ref = _check_keys("calibrations.json:reference", raw["reference"], {"model", "gpu"}, set())
+    pairs: dict[tuple[str, str], Mapping[str, object]] = {}
+    for i, entry in enumerate(raw["pairs"]):
+        where = f"calibrations.json:pairs[{i}]"
+        _check_keys(where, entry, {"model", "gpu", "source"}, {"measured", *_CAL_VALUE_KEYS})
+        for key in ("model", "gpu"):
+            known = _models() if key == "model" else _gpus()
+            if entry[key] not in known:
+                raise NotFoundError(key, entry[key], known)
+        values: dict[str, object] = {"measured": entry.get("measured", False)}
+        values["source"] = entry["source"]
+        for key in _CAL_VALUE_KEYS & set(entry):
+            if key in _CAL_TIME_KEYS:
+                values[_CAL_TIME_KEYS[key]] = _scaled(entry[key], "1e-3", f"{where}.{key}")
+            else:
+                values[key] = entry[key]
+        pairs[(entry["model"], entry["gpu"])] = types.MappingProxyType(values)
+    reference = (ref["model"], ref["gpu"])
+    if reference not in pairs:
+        raise InputError("calibrations.json:reference", f"no calibration for {reference}")
+    missing = set(_CALIBRATION_NUMBERS) - set(pairs[reference])
+    if missing:
+        raise InputError(f"calibrations.json:reference.{sorted(missing)[0]}", "missing")
+    return _CalibrationData(reference=reference, pairs=types.MappingProxyType(pairs))
+
+
+def _key(field: str, name: object) -> str:
+    if not isinstance(name, str):
+        raise InputError(field, f"must be a name, got {name!r}")
+    return name.strip().lower()
+
+
+# --------------------------------------------------------------------------
+# Public look-ups
+
+
+def list_models() -> list[str]:
+    """Names of the built-in models."""
+    return sorted(_models())
+
+
+def list_gpus() -> list[str]:
+    """Names of the built-in GPUs."""
+    return sorted(_gpus())
+
+
+def load_model(name: str) -> ModelArch:
+    """The built-in model `name`; NotFoundError("model", ...) listing known names if unknown."""
+    models = _models()
+    key = _key("model", name)
+    if key not in models:
+        raise NotFoundError("model", name, models)
+    return models[key]
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """The built-in GPU `name` in SI units; NotFoundError("gpu", ...) if unknown."""
+    gpus = _gpus()
+    key = _key("gpu", name)
+    if key not in gpus:
+        raise NotFoundError("gpu", name, gpus)
+    return gpus[key]
+
+
+def load_calibration(model: str, gpu: str) -> Calibration:
+    """Calibration for `model` on `gpu`.
+
+    An explicit entry of ``calibrations.json`` for the pair wins. Any other pair
+    gets an ESTIMATED set (``measured=False``) from the measured reference set
+    (Qwen3-32B on H200, SPEC 2.1):
+
+    * mfu, mbu, c_attn, t_iter_s, t_req_s are copied unchanged;
+    * every power value (p0, gamma, psat of both phases, p_idle) is scaled by
+      tdp_w(gpu) / tdp_w(reference gpu).
+
+    An explicit entry may give only some fields; the others follow the rule.
+    """
+    return _calibration(load_model(model).name, load_gpu(gpu).name)
+
+
+@functools.cache
+def _calibration(model: str, gpu: str) -> Calibration:
+    data = _calibration_data()
+    ref_model, ref_gpu = data.reference
+    reference = data.pairs[data.reference]
+    ratio_num, ratio_den = load_gpu(gpu).tdp_w, load_gpu(ref_gpu).tdp_w
+    values: dict[str, object] = {name: reference[name] for name in _CALIBRATION_NUMBERS}
+    for name in _CALIBRATION_POWERS:
+        values[name] = _finite(name, reference[name]) * ratio_num / ratio_den
+    values["measured"] = False
+    values["source"] = (
+        f"ESTIMATED for {model} on {gpu}, not measured: mfu, mbu, c_attn, t_iter, t_req "
+        f"copied from the measured {ref_model} on {ref_gpu} set ({reference['source']}); "
+        f"power values (p0, gamma, psat of both phases, p_idle) scaled by "
+        f"tdp_w({gpu})/tdp_w({ref_gpu}) = {ratio_num:g} W / {ratio_den:g} W"
+    )
+    explicit = data.pairs.get((model, gpu))
+    if explicit is not None:
+        values.update(explicit)
+    try:
+        return Calibration(**values)  # type: ignore[arg-type]
+    except InputError as error:
+        raise _catalog_error(f"calibrations.json:{model}/{gpu}", error) from None
+
+
+def catalog_summary() -> dict[str, Any]:
+    """JSON-able summary of the catalog (for GET /v1/catalog), in SI units."""
+    models = {
+        name: {
+            **dataclasses.asdict(arch),
+            "attn_width": arch.attn_width,
+            "kv_bytes_per_token": arch.kv_bytes_per_token,
+            "weight_bytes": arch.weight_bytes,
+        }
+        for name, arch in sorted(_models().items())
+    }
+    gpus = {name: dataclasses.asdict(spec) for name, spec in sorted(_gpus().items())}
+    calibrations = []
+    for model in list_models():
+        for gpu in list_gpus():
+            cal = load_calibration(model, gpu)
+            calibrations.append(
+                {"model": model, "gpu": gpu, "measured": cal.measured, "source": cal.source}
+            )
+    return {"models": models, "gpus": gpus, "calibrations": calibrations}
+
+
+# --------------------------------------------------------------------------
+# Overrides
+
+
+def _field_names(cls: type[Any]) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _unknown_field(section: str, key: str, cls: type[Any]) -> InputError:
+    return InputError(f"{section}.{key}", f"unknown field; known: {', '.join(_field_names(cls))}")
+
+
+def _coerce(field: str, hint: Any, value: object) -> object:
+    """Convert an override value to the field's declared type, or raise InputError."""
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(field, inner, value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise InputError(field, f"must be true or false, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise InputError(field, f"must be a string, got {value!r}")
+    if hint is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise InputError(field, f"must be a number, got {value!r}") from None
+        return _finite(field, value)
+    if hint is int:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise InputError(field, f"must be an integer, got {value!r}") from None
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)
+        return _integer(field, value)
+    raise InputError(field, f"cannot be overridden (type {hint!r})")
+
+
+def apply_overrides(obj: T, values: Mapping[str, object], section: str) -> T:
+    """A copy of the dataclass `obj` with `values` replaced, converted and validated.
+
+    Errors name the field as ``section.field``: an unknown field lists the known
+    ones; a value of the wrong type, out of range or not finite says why.
+    """
+    cls = type(obj)
+    hints = typing.get_type_hints(cls)
+    names = set(_field_names(cls))
+    changes: dict[str, object] = {}
+    for key, value in values.items():
+        if key not in names:
+            raise _unknown_field(section, key, cls)
+        changes[key] = _coerce(f"{section}.{key}", hints[key], value)
+    try:
+        return dataclasses.replace(obj, **changes)
+    except InputError as error:
+        raise InputError(f"{section}.{error.field}", error.reason) from None
+
+
+def _check_sections(raw: object, where: str) -> dict[str, dict[str, object]]:
+    if not isinstance(raw, dict):
+        raise InputError(where, "must be an object with sections " + ", ".join(OVERRIDE_SECTIONS))
+    result: dict[str, dict[str, object]] = {}
+    for section, values in raw.items():
+        if section not in _SECTION_TYPES:
+            raise InputError(
+                str(section), f"unknown override section; known: {', '.join(OVERRIDE_SECTIONS)}"
+            )
+        if not isinstance(values, dict):
+            raise InputError(section, "must be a table/object of field = value")
+        names = set(_field_names(_SECTION_TYPES[section]))
+        for key in values:
+            if key not in names:
+                raise _unknown_field(section, str(key), _SECTION_TYPES[section])
+        result[section] = dict(values)
+    return result
+
+
+def load_override_file(path: str) -> dict[str, dict[str, object]]:
+    """Read overrides from a ``.json`` or ``.toml`` file.
+
+    The file holds optional sections ``model``, ``gpu``, ``calibration`` and
+    ``serving``, each mapping field names (as in the dataclasses, SI units) to
+    values, e.g. ``[calibration] mfu = 0.6``. Returns ``{section: {field: value}}``.
+    """
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise InputError("override_file", f"must end in .json or .toml, got {file.name!r}")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError("override_file", f"cannot read {path}: {error.strerror}") from None
+    try:
+        raw = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise InputError("override_file", f"cannot parse {file.name}: {error}") from None
+    return _check_sections(raw, "override_file")
+
+
+def parse_set_flags(items: list[str]) -> dict[str, dict[str, object]]:
+    """Parse ``SECTION.FIELD=VALUE`` flags into ``{section: {field: value}}``.
+
+    The value is parsed as JSON (``0.6``, ``200000``, ``true``, ``null``) and
+    kept as a string when that fails (``serving.dispatch=random``). A later
+    flag for the same field wins.
+    """
+    result: dict[str, dict[str, object]] = {}
+    for item in items:
+        target, sep, text = item.partition("=")
+        section, dot, key = target.strip().partition(".")
+        if not sep or not dot or not key or "." in key:
+            raise InputError("set", f"expected SECTION.FIELD=VALUE, got {item!r}")
+        value: object
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        result.setdefault(section, {})[key] = value
+    return _check_sections(result, "set")

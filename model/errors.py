@@ -1,0 +1,35 @@
+"""Typed errors raised by the analytical core.
+
+Every error names the input field at fault and the reason, so that the CLI can
+print it and the HTTP service can map it to an RFC 9457 problem response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PdwattError(Exception):
+    """Base class of every error pdwatt raises on purpose."""
+
+
+class InputError(PdwattError, ValueError):
+    """An input value is invalid: `field` names it, `reason` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+class NotFoundError(InputError):
+    """A name (model, GPU, workload preset) is not in the catalog."""
+
+    def __init__(self, field: str, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(field, f"unknown {field} {name!r}; known: {', '.join(self.known)}")
+
+
+class DoesNotFitError(InputError):
+    """The model and its KV-cache pool do not fit on the GPU memory."""

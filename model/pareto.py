@@ -1,0 +1,147 @@
+"""Capacity-power Pareto front and selections on it (SPEC 2.7).
+
+Choices where SPEC leaves room:
+
+* Two configurations with exactly equal ``(mu, P)`` do not dominate each other, so
+  both stay on the front (SPEC: "one strict").
+* Ties in a selection (equal power) go to the larger capacity, then fewer GPUs.
+* epsilon-Pareto agreement: the 400 required rates are log-spaced from the smallest
+  to the largest rate that both fronts can serve with the headroom (below the
+  smallest capacity both select their least-power point, which is still compared).
+  A selection agrees when both pick the same ``(n_P, n_D)`` or when
+  ``|P_a - P_b| <= epsilon * P_b``, the second front being the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from model.errors import InputError
+
+
+def pareto_mask(capacity_rps: ArrayLike, power_w: ArrayLike) -> NDArray[np.bool_]:
+    """True where no other point has ``mu' >= mu`` and ``P' <= P`` with one strict.
+
+    O(n log n): sort by capacity (descending) then power (ascending); a point is
+    dominated iff some point of strictly larger capacity has power ``<= P``, or a point
+    of equal capacity has strictly smaller power.
+    """
+    mu = np.asarray(capacity_rps, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    n = mu.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((p, -mu))
+    mu_s, p_s = mu[order], p[order]
+    prefix_min = np.empty(n)
+    prefix_min[0] = np.inf
+    np.minimum.accumulate(p_s[:-1], out=prefix_min[1:])
+    new_group = np.empty(n, dtype=bool)
+    new_group[0] = True
+    new_group[1:] = mu_s[1:] != mu_s[:-1]
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    dominated = (prefix_min[group_start] <= p_s) | (p_s[group_start] < p_s)
+    mask = np.empty(n, dtype=bool)
+    mask[order] = ~dominated
+    return mask
+
+
+def front_indices(capacity_rps: ArrayLike, power_w: ArrayLike) -> NDArray[np.int64]:
+    """Indices of the front, ordered by capacity (ascending), then power."""
+    mu = np.asarray(capacity_rps, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    idx = np.flatnonzero(pareto_mask(mu, p))
+    return idx[np.lexsort((p[idx], mu[idx]))].astype(np.int64)
+
+
+def _check_headroom(headroom: float) -> None:
+    if not (0.0 < headroom <= 1.0):
+        raise InputError("headroom", "must be in (0, 1]")
+
+
+def min_power_index(
+    capacity_rps: ArrayLike,
+    power_w: ArrayLike,
+    required_rps: float,
+    headroom: float = 1.0,
+    gpus: ArrayLike | None = None,
+) -> int | None:
+    """Least-power point with ``headroom * mu >= required_rps``; None if none qualifies."""
+    _check_headroom(headroom)
+    if not np.isfinite(required_rps) or required_rps < 0:
+        raise InputError("required_rps", "must be finite and >= 0")
+    mu = np.asarray(capacity_rps, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    ok = np.flatnonzero(headroom * mu >= required_rps)
+    if ok.size == 0:
+        return None
+    g = np.zeros_like(mu) if gpus is None else np.asarray(gpus, dtype=float)
+    best = np.lexsort((g[ok], -mu[ok], p[ok]))[0]
+    return int(ok[best])
+
+
+def max_capacity_index(capacity_rps: ArrayLike, power_w: ArrayLike, budget_w: float) -> int | None:
+    """Largest-capacity point with ``P <= budget_w``; None if none qualifies."""
+    if not np.isfinite(budget_w) or budget_w < 0:
+        raise InputError("budget_w", "must be finite and >= 0")
+    mu = np.asarray(capacity_rps, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    ok = np.flatnonzero(p <= budget_w)
+    if ok.size == 0:
+        return None
+    best = np.lexsort((p[ok], -mu[ok]))[0]
+    return int(ok[best])
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Result of :func:`eps_pareto_agreement`."""
+
+    share: float  # fraction of required rates where the selections agree
+    required_rps: NDArray[np.float64]
+    agree: NDArray[np.bool_]
+    power_a_w: NDArray[np.float64]
+    power_b_w: NDArray[np.float64]
+
+
+def eps_pareto_agreement(
+    front_a: tuple[ArrayLike, ArrayLike, ArrayLike],
+    front_b: tuple[ArrayLike, ArrayLike, ArrayLike],
+    epsilon: float = 0.03,
+    n_rates: int = 400,
+    headroom: float = 1.0,
+) -> Agreement:
+    """Share of ``n_rates`` log-spaced required rates where two fronts agree (SPEC 2.7).
+
+    Each front is ``(capacity_rps, power_w, config_ids)``; ``config_ids`` identify
+    configurations across the two (e.g. ``n_P * 100000 + n_D``). See the module
+    docstring for the range of rates and the agreement rule.
+    """
+    _check_headroom(headroom)
+    if not (epsilon >= 0):
+        raise InputError("epsilon", "must be >= 0")
+    if n_rates < 2:
+        raise InputError("n_rates", "must be >= 2")
+    mu_a, p_a, id_a = (np.asarray(v) for v in front_a)
+    mu_b, p_b, id_b = (np.asarray(v) for v in front_b)
+    if mu_a.size == 0 or mu_b.size == 0:
+        raise InputError("front", "both fronts need at least one point")
+    lo = min(mu_a.min(), mu_b.min()) * headroom
+    hi = min(mu_a.max(), mu_b.max()) * headroom
+    if not (lo > 0):
+        raise InputError("front", "capacities must be positive")
+    rates = np.geomspace(lo, hi, n_rates) if hi > lo else np.full(n_rates, lo)
+    agree = np.zeros(n_rates, dtype=bool)
+    pa = np.zeros(n_rates)
+    pb = np.zeros(n_rates)
+    for i, r in enumerate(rates):
+        ia = min_power_index(mu_a, p_a, r, headroom)
+        ib = min_power_index(mu_b, p_b, r, headroom)
+        if ia is None or ib is None:  # cannot happen inside the range; guard rounding
+            continue
+        pa[i], pb[i] = p_a[ia], p_b[ib]
+        agree[i] = id_a[ia] == id_b[ib] or abs(pa[i] - pb[i]) <= epsilon * pb[i]
+    return Agreement(float(agree.mean()), rates, agree, pa, pb)

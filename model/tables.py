@@ -1,0 +1,133 @@
+"""Per-configuration piecewise tables (SPEC 3), cached by a hash of their inputs.
+
+For every candidate ``(n_P, n_D)`` the table keeps capacity, the per-instance rates,
+``B*``, ``P(mu)``, ``P(0)`` and the breakpoints of the concave piecewise-linear power
+curve ``P(lambda)`` on ``[0, mu]``: ``0``, the loads where a ramp saturates (only those
+strictly inside ``(0, mu)``), and ``mu``, with the power at each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from model.capacity import CapacityResult, DeploymentSpec, config_power_w, evaluate
+
+#: Most tables kept in memory (least recently used are dropped first).
+CACHE_SIZE = 128
+
+
+@dataclass(frozen=True)
+class ConfigTable:
+    """The piecewise table of SPEC 3 for one deployment and workload."""
+
+    key: str  # sha256 of the inputs
+    result: CapacityResult
+    bp_load_rps: NDArray[np.float64]  # (n, 4): breakpoint loads, NaN-padded
+    bp_power_w: NDArray[np.float64]  # (n, 4): power at each breakpoint, NaN-padded
+    bp_count: NDArray[np.int64]  # number of breakpoints per configuration (>= 1)
+
+    def __len__(self) -> int:
+        return len(self.result)
+
+    def breakpoints(self, i: int) -> tuple[list[float], list[float]]:
+        """Sorted loads (req/s) and powers (W) of configuration ``i``."""
+        k = int(self.bp_count[i])
+        return self.bp_load_rps[i, :k].tolist(), self.bp_power_w[i, :k].tolist()
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for i in range(len(self)):
+            rec = self.result.record(i)
+            loads, powers = self.breakpoints(i)
+            rec["breakpoints"] = [{"load_rps": a, "power_w": b} for a, b in zip(loads, powers, strict=False)]
+            out.append(rec)
+        return out
+
+
+def _breakpoints(
+    r: CapacityResult,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    c = r.coefficients
+    npf = r.n_p.astype(float)
+    ndf = r.n_d.astype(float)
+    mu = r.capacity_rps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sat_p = np.where(
+            c.gamma_prefill_w > 0,
+            (c.psat_prefill_w - c.p0_prefill_w) / c.gamma_prefill_w * npf * r.mu_p_rps,
+            np.inf,
+        )
+        sat_d = np.where(
+            c.gamma_decode_w > 0,
+            (c.psat_decode_w - c.p0_decode_w) / c.gamma_decode_w * ndf * r.mu_d_max_rps,
+            np.inf,
+        )
+    inner = np.stack([np.minimum(sat_p, sat_d), np.maximum(sat_p, sat_d)], axis=1)
+    inner = np.where((inner > 0) & (inner < mu[:, None]), inner, np.nan)
+    loads = np.column_stack([np.zeros_like(mu), inner, mu])
+    # push NaNs (absent breakpoints) and a duplicate mu == 0 to the end of each row
+    loads[:, 3] = np.where(mu > 0, mu, np.nan)
+    order = np.argsort(np.where(np.isnan(loads), np.inf, loads), axis=1, kind="stable")
+    loads = np.take_along_axis(loads, order, axis=1)
+    count = np.sum(~np.isnan(loads), axis=1).astype(np.int64)
+    safe = np.nan_to_num(loads, nan=0.0)
+    powers = config_power_w(
+        c,
+        npf[:, None],
+        ndf[:, None],
+        (npf * r.mu_p_rps)[:, None],
+        np.where(ndf > 0, ndf * r.mu_d_max_rps, 0.0)[:, None],
+        safe,
+    )
+    powers = np.where(np.isnan(loads), np.nan, powers)
+    return loads, powers, count
+
+
+def table_key(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> str:
+    """sha256 of the deployment's inputs and the candidate list."""
+    h = hashlib.sha256()
+    h.update(json.dumps(spec.describe(), sort_keys=True, default=str).encode())
+    h.update(np.ascontiguousarray(np.asarray(n_p, dtype=np.int64)).tobytes())
+    h.update(b"|")
+    h.update(np.ascontiguousarray(np.asarray(n_d, dtype=np.int64)).tobytes())
+    return h.hexdigest()
+
+
+_cache: OrderedDict[str, ConfigTable] = OrderedDict()
+_lock = threading.Lock()
+
+
+def build_table(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> ConfigTable:
+    """The table for the candidates ``(n_p[i], n_d[i])``; cached by :func:`table_key`."""
+    key = table_key(spec, n_p, n_d)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    result = evaluate(spec, n_p, n_d)
+    loads, powers, count = _breakpoints(result)
+    table = ConfigTable(key, result, loads, powers, count)
+    with _lock:
+        _cache[key] = table
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return table
+
+
+def cache_info() -> dict[str, int]:
+    with _lock:
+        return {"entries": len(_cache), "max_entries": CACHE_SIZE}
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,441 @@
+"""Tests of the built-in catalog and of user overrides (SPEC 2.1, 2.5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from model.catalog import (
+    Calibration,
+    GpuSpec,
+    ModelArch,
+    ServingStack,
+    apply_overrides,
+    catalog_summary,
+    list_gpus,
+    list_models,
+    load_calibration,
+    load_gpu,
+    load_model,
+    load_override_file,
+    parse_set_flags,
+)
+from model.errors import InputError, NotFoundError
+
+# SPEC 2.1, calibration table (paper Tab. 3, H200 + SGLang 0.5.9, Qwen3-32B), in SI units.
+PAPER_TAB3 = {
+    "mfu": 0.67,
+    "mbu": 0.77,
+    "c_attn": 2.17,
+    "t_iter_s": 1.00e-3,
+    "t_req_s": 0.062e-3,
+    "p0_prefill_w": 133.0,
+    "gamma_prefill_w": 566.0,
+    "psat_prefill_w": 692.0,
+    "p0_decode_w": 448.0,
+    "gamma_decode_w": 458.0,
+    "psat_decode_w": 678.0,
+    "p_idle_w": 120.0,
+}
+POWER_FIELDS = [name for name in PAPER_TAB3 if name.endswith("_w")]
+RATE_FIELDS = [name for name in PAPER_TAB3 if not name.endswith("_w")]
+
+
+# ---------------------------------------------------------------------------
+# Models
+
+
+def test_qwen3_32b_matches_spec_table():
+    # SPEC 2.1: N = 32.8e9, L = 64, d = 64*128 = 8192, h_kv = 8, d_head = 128, bf16,
+    # kappa = 2 * 2 * 64 * 8 * 128 = 262,144 B/token.
+    arch = load_model("qwen3-32b")
+    assert arch.params == 32.8e9
+    assert (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim) == (64, 64, 8, 128)
+    assert arch.attn_width == 8192
+    assert arch.kv_bytes_per_token == 262_144
+    assert arch.weight_bytes == pytest.approx(65.6e9, rel=1e-12)
+
+
+# (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim) from each
+# model's Hugging Face config.json; head_dim = hidden_size / num_attention_heads for
+# Llama (4096/32, 8192/64); Mistral-Small-24B-Instruct-2501 gives head_dim = 128 itself.
+HF_CONFIGS = {
+    "qwen3-32b": (64, 64, 8, 128),
+    "qwen3-14b": (40, 40, 8, 128),
+    "qwen3-8b": (36, 32, 8, 128),
+    "llama-3.1-8b": (32, 32, 8, 128),
+    "llama-3.1-70b": (80, 64, 8, 128),
+    "mistral-small-24b": (40, 32, 8, 128),
+}
+
+
+def test_catalog_lists_exactly_the_documented_models():
+    assert list_models() == sorted(HF_CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_model_architecture_matches_hf_config(name):
+    arch = load_model(name)
+    assert (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim) == HF_CONFIGS[name]
+    assert arch.bytes_per_param == 2.0 and arch.kv_bytes_per_elem == 2.0  # bf16
+    assert "config.json" in arch.source
+
+
+def test_attention_width_is_not_hidden_size_for_mistral_small():
+    # Mistral-Small-24B config.json: hidden_size 5120, 32 heads of head_dim 128 -> d = 4096.
+    arch = load_model("mistral-small-24b")
+    assert arch.attn_width == 4096
+    assert arch.kv_bytes_per_token == 2 * 2 * 40 * 8 * 128
+
+
+def test_model_lookup_ignores_case_and_spaces():
+    assert load_model(" Qwen3-32B ") == load_model("qwen3-32b")
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(NotFoundError) as info:
+        load_model("gpt-5")
+    assert info.value.field == "model"
+    assert info.value.known == list_models()
+    assert "qwen3-32b" in str(info.value)
+
+
+def test_unknown_gpu_lists_known_names():
+    with pytest.raises(NotFoundError) as info:
+        load_gpu("tpu-v5")
+    assert info.value.field == "gpu"
+    assert info.value.known == ["a100-80gb", "b200", "h100-sxm", "h200"]
+
+
+# ---------------------------------------------------------------------------
+# GPUs
+
+
+def test_h200_in_si_units():
+    # SPEC 2.1: pi = 989e12 FLOP/s, beta = 4.8e12 B/s, M = 141e9 B; NVIDIA H200 SXM TDP 700 W.
+    gpu = load_gpu("h200")
+    assert gpu.flops_per_s == 989e12
+    assert gpu.mem_bw_bytes_per_s == 4.8e12
+    assert gpu.mem_bytes == 141e9
+    assert gpu.tdp_w == 700.0
+
+
+@pytest.mark.parametrize(
+    ("name", "flops", "bandwidth", "memory", "tdp"),
+    [
+        # NVIDIA datasheets: A100 80GB SXM, H100 SXM, HGX B200 (per GPU, 1,000 W).
+        ("a100-80gb", 312e12, 2.039e12, 80e9, 400.0),
+        ("h100-sxm", 989e12, 3.35e12, 80e9, 700.0),
+        ("b200", 2250e12, 8e12, 180e9, 1000.0),
+    ],
+)
+def test_vendor_units_converted_once_to_si(name, flops, bandwidth, memory, tdp):
+    gpu = load_gpu(name)
+    assert (gpu.flops_per_s, gpu.mem_bw_bytes_per_s, gpu.mem_bytes, gpu.tdp_w) == (
+        flops,
+        bandwidth,
+        memory,
+        tdp,
+    )
+    assert "NVIDIA" in gpu.source
+
+
+# ---------------------------------------------------------------------------
+# Calibrations
+
+
+def test_measured_calibration_equals_paper_table():
+    cal = load_calibration("qwen3-32b", "h200")
+    assert cal.measured is True
+    for name, value in PAPER_TAB3.items():
+        assert getattr(cal, name) == pytest.approx(value, rel=1e-12), name
+    assert cal.source == "paper Tab. 3 (H200 + SGLang 0.5.9, Qwen3-32B)"
+
+
+def test_estimated_calibration_scales_power_by_tdp_ratio():
+    # Rule: rates copied from the measured set, power scaled by TDP(B200)/TDP(H200) = 1000/700.
+    cal = load_calibration("qwen3-8b", "b200")
+    assert cal.measured is False
+    for name in RATE_FIELDS:
+        assert getattr(cal, name) == pytest.approx(PAPER_TAB3[name], rel=1e-12), name
+    for name in POWER_FIELDS:
+        assert getattr(cal, name) == pytest.approx(PAPER_TAB3[name] * 1000 / 700), name
+    assert cal.p0_prefill_w == pytest.approx(190.0)  # 133 * 10/7
+    assert "ESTIMATED" in cal.source and "1000 W / 700 W" in cal.source
+
+
+def test_estimated_calibration_on_reference_gpu_keeps_power():
+    cal = load_calibration("llama-3.1-70b", "h200")
+    assert cal.measured is False
+    assert dataclasses.replace(cal, measured=True, source="") == dataclasses.replace(
+        load_calibration("qwen3-32b", "h200"), source=""
+    )
+
+
+def test_estimated_calibration_scales_down_for_a100():
+    cal = load_calibration("qwen3-14b", "a100-80gb")
+    assert cal.p_idle_w == pytest.approx(120.0 * 400 / 700)
+    assert cal.psat_decode_w == pytest.approx(678.0 * 400 / 700)
+
+
+def test_calibration_for_unknown_pair_names_the_unknown_part():
+    with pytest.raises(NotFoundError) as info:
+        load_calibration("qwen3-32b", "mi300x")
+    assert info.value.field == "gpu"
+
+
+def test_catalog_summary_is_json_and_covers_every_pair():
+    summary = catalog_summary()
+    json.dumps(summary)  # JSON-able
+    assert sorted(summary["models"]) == list_models()
+    assert sorted(summary["gpus"]) == list_gpus()
+    assert summary["models"]["qwen3-32b"]["kv_bytes_per_token"] == 262_144
+    assert summary["gpus"]["h200"]["mem_bytes"] == 141e9
+    pairs = summary["calibrations"]
+    assert len(pairs) == len(list_models()) * len(list_gpus())
+    measured = [(p["model"], p["gpu"]) for p in pairs if p["measured"]]
+    assert measured == [("qwen3-32b", "h200")]
+    assert all(set(p) == {"model", "gpu", "measured", "source"} and p["source"] for p in pairs)
+
+
+# ---------------------------------------------------------------------------
+# Serving stack
+
+
+def test_serving_stack_defaults_follow_spec():
+    # SPEC 2.1 [fixed here]: f_mem = 0.90, R = 512, u = 0; SPEC 2.1 dispatch round-robin.
+    stack = ServingStack()
+    assert stack.mem_fraction == 0.90
+    assert stack.reserved_tokens == 512
+    assert stack.unused_fraction == 0.0
+    assert stack.kv_pool_tokens is None
+    assert stack.dispatch == "round_robin"
+    assert stack.tensor_parallel == 1
+
+
+# ---------------------------------------------------------------------------
+# Validation of directly built inputs
+
+
+def _arch(**changes):
+    base = {
+        "name": "m",
+        "params": 1e9,
+        "layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "head_dim": 8,
+    }
+    return ModelArch(**{**base, **changes})
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: _arch(params=0), "params"),
+        (lambda: _arch(layers=0), "layers"),
+        (lambda: _arch(n_kv_heads=3), "n_kv_heads"),
+        (lambda: _arch(head_dim=2.5), "head_dim"),
+        (lambda: _arch(params=math.inf), "params"),
+        (lambda: GpuSpec("g", math.nan, 1.0, 1.0, 1.0), "flops_per_s"),
+        (lambda: GpuSpec("g", 1.0, 1.0, -1.0, 1.0), "mem_bytes"),
+        (lambda: dataclasses.replace(load_calibration("qwen3-32b", "h200"), mbu=0.0), "mbu"),
+        (
+            lambda: dataclasses.replace(load_calibration("qwen3-32b", "h200"), psat_decode_w=400.0),
+            "psat_decode_w",
+        ),
+        (
+            lambda: dataclasses.replace(load_calibration("qwen3-32b", "h200"), t_req_s=-1e-3),
+            "t_req_s",
+        ),
+        (lambda: ServingStack(mem_fraction=1.5), "mem_fraction"),
+        (lambda: ServingStack(unused_fraction=1.0), "unused_fraction"),
+        (lambda: ServingStack(reserved_tokens=-1), "reserved_tokens"),
+        (lambda: ServingStack(kv_pool_tokens=0), "kv_pool_tokens"),
+        (lambda: ServingStack(dispatch="least_loaded"), "dispatch"),
+        (lambda: ServingStack(tensor_parallel=0), "tensor_parallel"),
+    ],
+)
+def test_invalid_input_raises_input_error_naming_field(build, field):
+    with pytest.raises(InputError) as info:
+        build()
+    assert info.value.field == field
+
+
+def test_calibration_rejects_non_bool_measured():
+    with pytest.raises(InputError) as info:
+        Calibration(**PAPER_TAB3, measured="yes")  # type: ignore[arg-type]
+    assert info.value.field == "measured"
+
+
+# ---------------------------------------------------------------------------
+# Overrides
+
+
+def test_apply_overrides_returns_validated_copy():
+    cal = load_calibration("qwen3-32b", "h200")
+    new = apply_overrides(cal, {"mfu": 0.6, "t_iter_s": 2e-3}, "calibration")
+    assert (new.mfu, new.t_iter_s) == (0.6, 2e-3)
+    assert new.mbu == cal.mbu
+    assert cal.mfu == 0.67  # the catalog entry is untouched
+    assert load_calibration("qwen3-32b", "h200").mfu == 0.67
+
+
+def test_apply_overrides_converts_integral_float_to_int():
+    stack = apply_overrides(ServingStack(), {"kv_pool_tokens": 2e5}, "serving")
+    assert stack.kv_pool_tokens == 200_000 and isinstance(stack.kv_pool_tokens, int)
+    assert apply_overrides(stack, {"kv_pool_tokens": None}, "serving").kv_pool_tokens is None
+
+
+def test_overrides_from_toml_file(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(
+        "[calibration]\nmfu = 0.6\np_idle_w = 0\n\n"
+        '[serving]\nkv_pool_tokens = 200000\ndispatch = "random"\n\n'
+        "[gpu]\nmem_bytes = 144e9\n",
+        encoding="utf-8",
+    )
+    overrides = load_override_file(str(path))
+    assert overrides == {
+        "calibration": {"mfu": 0.6, "p_idle_w": 0},
+        "serving": {"kv_pool_tokens": 200000, "dispatch": "random"},
+        "gpu": {"mem_bytes": 144e9},
+    }
+    cal = apply_overrides(
+        load_calibration("qwen3-32b", "h200"), overrides["calibration"], "calibration"
+    )
+    stack = apply_overrides(ServingStack(), overrides["serving"], "serving")
+    gpu = apply_overrides(load_gpu("h200"), overrides["gpu"], "gpu")
+    assert (cal.mfu, cal.p_idle_w) == (0.6, 0.0)
+    assert (stack.kv_pool_tokens, stack.dispatch) == (200000, "random")
+    assert gpu.mem_bytes == 144e9
+
+
+def test_overrides_from_json_file(tmp_path):
+    path = tmp_path / "site.json"
+    path.write_text(
+        json.dumps(
+            {"model": {"params": 33e9, "bytes_per_param": 1}, "serving": {"mem_fraction": 0.85}}
+        ),
+        encoding="utf-8",
+    )
+    overrides = load_override_file(str(path))
+    arch = apply_overrides(load_model("qwen3-32b"), overrides["model"], "model")
+    stack = apply_overrides(ServingStack(), overrides["serving"], "serving")
+    assert arch.weight_bytes == 33e9  # fp8 weights: 1 byte per parameter
+    assert arch.kv_bytes_per_token == 262_144  # KV dtype unchanged
+    assert stack.mem_fraction == 0.85
+
+
+def test_overrides_from_set_flags():
+    overrides = parse_set_flags(
+        [
+            "calibration.mfu=0.6",
+            "serving.kv_pool_tokens=200000",
+            "serving.dispatch=random",
+            "calibration.measured=false",
+            "calibration.mfu=0.55",  # a later flag for the same field wins
+        ]
+    )
+    assert overrides == {
+        "calibration": {"mfu": 0.55, "measured": False},
+        "serving": {"kv_pool_tokens": 200000, "dispatch": "random"},
+    }
+    stack = apply_overrides(ServingStack(), overrides["serving"], "serving")
+    assert (stack.kv_pool_tokens, stack.dispatch) == (200000, "random")
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "field"),
+    [
+        ("calibration", {"mfu": 1.5}, "calibration.mfu"),
+        ("calibration", {"mfu": math.nan}, "calibration.mfu"),
+        ("calibration", {"mfu": "nan"}, "calibration.mfu"),
+        ("calibration", {"c_attn": math.inf}, "calibration.c_attn"),
+        ("calibration", {"measured": 1}, "calibration.measured"),
+        ("calibration", {"psat_prefill_w": 100.0}, "calibration.psat_prefill_w"),
+        ("model", {"layers": 2.5}, "model.layers"),
+        ("model", {"n_kv_heads": 7}, "model.n_kv_heads"),
+        ("serving", {"kv_pool_tokens": 0}, "serving.kv_pool_tokens"),
+        ("serving", {"dispatch": "fifo"}, "serving.dispatch"),
+        ("serving", {"tensor_parallel": True}, "serving.tensor_parallel"),
+    ],
+)
+def test_invalid_override_names_the_field(section, values, field):
+    targets = {
+        "calibration": load_calibration("qwen3-32b", "h200"),
+        "model": load_model("qwen3-32b"),
+        "serving": ServingStack(),
+    }
+    with pytest.raises(InputError) as info:
+        apply_overrides(targets[section], values, section)
+    assert info.value.field == field
+
+
+def test_unknown_override_field_lists_known_fields():
+    with pytest.raises(InputError) as info:
+        apply_overrides(load_calibration("qwen3-32b", "h200"), {"mfu_prefill": 0.5}, "calibration")
+    assert info.value.field == "calibration.mfu_prefill"
+    assert "unknown field; known:" in info.value.reason and "mfu" in info.value.reason
+
+
+def test_nan_from_set_flag_is_rejected_on_apply():
+    for text in ("NaN", "nan", "Infinity"):
+        overrides = parse_set_flags([f"calibration.mbu={text}"])
+        with pytest.raises(InputError) as info:
+            apply_overrides(
+                load_calibration("qwen3-32b", "h200"), overrides["calibration"], "calibration"
+            )
+        assert info.value.field == "calibration.mbu"
+
+
+@pytest.mark.parametrize(
+    ("items", "field"),
+    [
+        (["calibration.mfu"], "set"),
+        (["mfu=0.5"], "set"),
+        (["calibration.mfu.x=0.5"], "set"),
+        (["hardware.mfu=0.5"], "hardware"),
+        (["serving.pool=1"], "serving.pool"),
+    ],
+)
+def test_malformed_set_flags(items, field):
+    with pytest.raises(InputError) as info:
+        parse_set_flags(items)
+    assert info.value.field == field
+
+
+def test_override_file_with_unknown_section_or_field(tmp_path):
+    bad_section = tmp_path / "a.toml"
+    bad_section.write_text("[hardware]\nmfu = 0.5\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_override_file(str(bad_section))
+    assert info.value.field == "hardware"
+    assert "calibration" in info.value.reason
+
+    bad_field = tmp_path / "b.json"
+    bad_field.write_text('{"gpu": {"tflops": 1000}}', encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_override_file(str(bad_field))
+    assert info.value.field == "gpu.tflops"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("a.yaml", "calibration: {}"), ("b.toml", "[calibration\n"), ("c.json", "[1, 2]")],
+)
+def test_override_file_bad_format(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_override_file(str(path))
+    assert info.value.field == "override_file"
+
+
+def test_override_file_missing(tmp_path):
+    with pytest.raises(InputError) as info:
+        load_override_file(str(tmp_path / "absent.toml"))
+    assert info.value.field == "override_file"
