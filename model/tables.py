@@ -47,7 +47,9 @@ class ConfigTable:
         for i in range(len(self)):
             rec = self.result.record(i)
             loads, powers = self.breakpoints(i)
-            rec["breakpoints"] = [{"load_rps": a, "power_w": b} for a, b in zip(loads, powers, strict=False)]
+            rec["breakpoints"] = [
+                {"load_rps": a, "power_w": b} for a, b in zip(loads, powers, strict=True)
+            ]
             out.append(rec)
         return out
 
