@@ -1,0 +1,234 @@
+"""Numbers of a schedule problem: tables per deployment and per-period parameters.
+
+Built once from a validated :class:`~formulation.problem.ScheduleProblem`; every
+solver (compact MILP, decomposition, baselines) and the independent pricing of a
+schedule read only this.
+
+Units: power in W, loads in req/s, money in USD; ``cost_usd_per_w[t]`` is the cost
+of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
+``dt_h * PUE * (price / 1e6 + carbon_g_per_kwh * carbon_price / 1e9)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.problem import DeploymentInput, ScheduleProblem, validate
+from model.capacity import Coefficients, DeploymentSpec
+from model.errors import InputError, PdwattError
+from model.operations import SpecRequest, resolve_spec
+from model.tables import ConfigTable, build_table
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class DeploymentData:
+    """One deployment's candidates (index 0 is "off") and per-period numbers."""
+
+    name: str
+    pool: str
+    spec: DeploymentSpec
+    table: ConfigTable  # candidates 1..K-1 (off excluded)
+    n_p: IntArray  # (K,)
+    n_d: IntArray
+    gpus: IntArray
+    capacity_rps: FloatArray  # (K,) 0 for off
+    bp_load_rps: FloatArray  # (K, 4) NaN-padded breakpoints of P(lambda) on [0, mu]
+    bp_power_w: FloatArray
+    bp_count: IntArray
+    demand_rps: FloatArray  # (T,)
+    smax_rps: FloatArray  # (T, K): min(demand, headroom * mu)
+    unserved_usd_per_rps: FloatArray  # (T,): value of one req/s unserved through a period
+    initial: int  # candidate index of the initial state
+    off_allowed: bool  # False when min_n_p or min_n_d >= 1
+    headroom: float
+    measured_calibration: bool
+
+    @property
+    def n_configs(self) -> int:
+        return int(self.n_p.shape[0])
+
+    @property
+    def allowed(self) -> NDArray[np.bool_]:
+        """Candidates this deployment may run (off only if its bounds allow it)."""
+        ok = np.ones(self.n_configs, dtype=bool)
+        ok[0] = self.off_allowed
+        return ok
+
+    def power_w(self, k: int | IntArray, load_rps: float | FloatArray) -> FloatArray:
+        """IT power of configuration(s) ``k`` at served load(s), exact piecewise-linear."""
+        k_arr = np.atleast_1d(np.asarray(k))
+        s_arr = np.broadcast_to(np.asarray(load_rps, dtype=float), k_arr.shape)
+        out = np.empty(k_arr.shape)
+        for i, (kk, s) in enumerate(zip(k_arr.ravel(), s_arr.ravel(), strict=True)):
+            c = int(self.bp_count[kk])
+            out.flat[i] = np.interp(s, self.bp_load_rps[kk, :c], self.bp_power_w[kk, :c])
+        return out
+
+    def curve(self, t: int, k: int) -> tuple[list[float], list[float]]:
+        """Breakpoints of ``P_k`` clipped to ``[0, smax[t, k]]`` (loads, powers)."""
+        c = int(self.bp_count[k])
+        loads = self.bp_load_rps[k, :c]
+        powers = self.bp_power_w[k, :c]
+        smax = float(self.smax_rps[t, k])
+        keep = loads < smax
+        xs = loads[keep].tolist()
+        ys = powers[keep].tolist()
+        if smax > 0:
+            xs.append(smax)
+            ys.append(float(np.interp(smax, loads, powers)))
+        if not xs:
+            xs, ys = [0.0], [float(powers[0])]
+        return xs, ys
+
+
+@dataclass(frozen=True)
+class ScheduleData:
+    problem: ScheduleProblem
+    n_periods: int
+    period_hours: float
+    deployments: tuple[DeploymentData, ...]
+    pools: tuple[str, ...]
+    pool_gpus: IntArray  # (G,)
+    pool_of: IntArray  # (M,) pool index of each deployment
+    pue: float
+    idle_gpu_power_w: float
+    power_cap_w: FloatArray  # (T,) site power (after PUE)
+    cost_usd_per_w: FloatArray  # (T,)
+    price_usd_per_mwh: FloatArray
+    carbon_g_per_kwh: FloatArray
+    carbon_price_usd_per_tonne: float
+    start_cost_usd: float
+    stop_cost_usd: float
+    max_changes: int | None
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.pool_gpus.sum())
+
+    @property
+    def it_cap_w(self) -> FloatArray:
+        """IT power allowed per period: ``cap / PUE``."""
+        return self.power_cap_w / self.pue
+
+    @property
+    def idle_site_it_w(self) -> float:
+        """IT power of the site with every GPU idle."""
+        return self.idle_gpu_power_w * self.total_gpus
+
+
+def _candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
+    top = d.max_gpus // tp
+    hi_p = top if d.max_n_p is None else min(d.max_n_p, top)
+    hi_d = top if d.max_n_d is None else min(d.max_n_d, top)
+    pp, dd = np.meshgrid(
+        np.arange(max(1, d.min_n_p), hi_p + 1),
+        np.arange(max(1, d.min_n_d), hi_d + 1),
+        indexing="ij",
+    )
+    keep = (pp + dd) <= top
+    return pp[keep].astype(np.int64), dd[keep].astype(np.int64)
+
+
+def _deployment(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentData:
+    at = f"deployments[{i}]"
+    try:
+        spec = resolve_spec(SpecRequest(d.model, d.gpu, d.workload, d.overrides))
+        Coefficients.of(spec)
+    except InputError as e:
+        raise InputError(f"{at}.{e.field}", e.reason) from e
+    except PdwattError as e:  # pragma: no cover - every core error is an InputError
+        raise InputError(at, str(e)) from e
+    tp = spec.serving.tensor_parallel
+    cp, cd = _candidates(d, tp)
+    off_allowed = d.min_n_p == 0 and d.min_n_d == 0
+    if cp.size == 0 and not off_allowed:
+        raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
+    table = build_table(spec, cp, cd)
+    r = table.result
+    n_p = np.concatenate([[0], cp]).astype(np.int64)
+    n_d = np.concatenate([[0], cd]).astype(np.int64)
+    gpus = (n_p + n_d) * tp
+    cap = np.concatenate([[0.0], r.capacity_rps])
+    bl = np.vstack([[0.0, np.nan, np.nan, np.nan], table.bp_load_rps])
+    bp = np.vstack([[0.0, np.nan, np.nan, np.nan], table.bp_power_w])
+    bc = np.concatenate([[1], table.bp_count]).astype(np.int64)
+    demand = np.asarray(d.demand_rps, dtype=float)
+    smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
+    init = 0
+    if d.initial_n_p or d.initial_n_d:
+        hit = np.flatnonzero((n_p == d.initial_n_p) & (n_d == d.initial_n_d))
+        if hit.size == 0:
+            raise InputError(
+                f"{at}.initial",
+                f"({d.initial_n_p}, {d.initial_n_d}) is not a candidate: it breaks the "
+                f"bounds or max_gpus = {d.max_gpus}",
+            )
+        init = int(hit[0])
+    unserved = d.unserved_penalty_usd_per_request * 3600.0 * p.period_hours * np.ones(len(demand))
+    data = DeploymentData(
+        name=d.name,
+        pool=d.gpu,
+        spec=spec,
+        table=table,
+        n_p=n_p,
+        n_d=n_d,
+        gpus=gpus,
+        capacity_rps=cap,
+        bp_load_rps=bl,
+        bp_power_w=bp,
+        bp_count=bc,
+        demand_rps=demand,
+        smax_rps=smax,
+        unserved_usd_per_rps=unserved,
+        initial=init,
+        off_allowed=off_allowed,
+        headroom=d.headroom,
+        measured_calibration=bool(spec.calibration.measured),
+    )
+    return data
+
+
+def build_data(p: ScheduleProblem) -> ScheduleData:
+    """Validate ``p`` and compute every table it needs (cached by the core)."""
+    validate(p)
+    deps = tuple(_deployment(i, d, p) for i, d in enumerate(p.deployments))
+    pools = tuple(sorted(p.site.gpu_inventory))
+    pool_gpus = np.array([p.site.gpu_inventory[g] for g in pools], dtype=np.int64)
+    pool_of = np.array([pools.index(d.gpu) for d in p.deployments], dtype=np.int64)
+    for i, (d, dd) in enumerate(zip(p.deployments, deps, strict=True)):
+        if dd.gpus[dd.initial] > p.site.gpu_inventory[d.gpu]:
+            raise InputError(
+                f"deployments[{i}].initial",
+                f"uses {dd.gpus[dd.initial]} GPUs but site.gpu_inventory.{d.gpu} has "
+                f"{p.site.gpu_inventory[d.gpu]}",
+            )
+    dt = p.period_hours
+    price = np.asarray(p.grid.price_usd_per_mwh, dtype=float)
+    carbon = np.asarray(p.grid.carbon_g_per_kwh, dtype=float)
+    cprice = p.site.carbon_price_usd_per_tonne
+    cost_per_w = dt * p.site.pue * (price / 1e6 + carbon * cprice / 1e9)
+    return ScheduleData(
+        problem=p,
+        n_periods=p.n_periods,
+        period_hours=dt,
+        deployments=deps,
+        pools=pools,
+        pool_gpus=pool_gpus,
+        pool_of=pool_of,
+        pue=p.site.pue,
+        idle_gpu_power_w=p.site.idle_gpu_power_w,
+        power_cap_w=np.asarray(p.grid.power_cap_w, dtype=float),
+        cost_usd_per_w=cost_per_w,
+        price_usd_per_mwh=price,
+        carbon_g_per_kwh=carbon,
+        carbon_price_usd_per_tonne=cprice,
+        start_cost_usd=p.transitions.start_cost_usd,
+        stop_cost_usd=p.transitions.stop_cost_usd,
+        max_changes=p.transitions.max_instance_changes_per_period,
+    )

@@ -1,0 +1,385 @@
+"""The compact schedule MILP (SPEC 4) in Pyomo, solved with HiGHS.
+
+Sets: deployments ``m``, periods ``t``, allowed configurations ``k`` of ``(m, t)``
+("off" is index 0) and the segments ``j`` of each configuration's power curve clipped
+to ``[0, smax[m,t,k]]``.
+
+Variables:
+
+* ``run_config[m,t,k]`` binary: configuration ``k`` runs in period ``t``;
+* ``seg_load[m,t,k,j] >= 0``: load served on segment ``j`` (req/s); the served rate is
+  ``served[m,t] = sum_{k,j} seg_load``;
+* ``seg_full[m,t,k,j]`` binary for every segment but the last: segment ``j`` is full,
+  which allows load on ``j+1``. The power curve is concave, so without these the LP
+  would fill the cheaper, later segments first; with them the incremental (delta)
+  representation is exact: ``P = P_k(0) run + sum_j slope_j seg_load_j``;
+* ``starts/stops[m,t,phase] >= 0``: instances started/stopped (their costs are >= 0,
+  so they settle at the positive and negative parts of the change).
+
+Constraints: one configuration per ``(m, t)``; segment chain; site power
+``PUE (sum_m P_m + p_idle idle GPUs) <= cap``; GPU inventory per pool; start/stop
+balance; optional per-period change limit. Objective: energy and carbon cost of site
+power, value of unserved demand, start and stop costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+from numpy.typing import NDArray
+
+from formulation.data import ScheduleData
+from formulation.evaluate import Schedule
+
+log = logging.getLogger(__name__)
+
+Allowed = Sequence[Sequence[Sequence[int]]]  # [m][t] -> config indices
+
+
+def all_allowed(data: ScheduleData) -> list[list[list[int]]]:
+    """Every candidate of every deployment in every period."""
+    out = []
+    for d in data.deployments:
+        ks = np.flatnonzero(d.allowed).tolist()
+        out.append([ks for _ in range(data.n_periods)])
+    return out
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _sets_and_params(m: pyo.ConcreteModel, data: ScheduleData, allowed: Allowed) -> None:
+    """Index sets and the per-(m,t,k) curve data; the only builder that reads ``data``."""
+    m.deployments = pyo.RangeSet(0, len(data.deployments) - 1)
+    m.periods = pyo.RangeSet(0, data.n_periods - 1)
+    m.pools = pyo.RangeSet(0, len(data.pools) - 1)
+    mtk = [
+        (i, t, k) for i in range(len(allowed)) for t in range(data.n_periods) for k in allowed[i][t]
+    ]
+    m.configs = pyo.Set(initialize=mtk, dimen=3, ordered=True)
+    seg_index = []
+    slope: dict[tuple[int, int, int, int], float] = {}
+    length: dict[tuple[int, int, int, int], float] = {}
+    p0: dict[tuple[int, int, int], float] = {}
+    for i, t, k in mtk:
+        d = data.deployments[i]
+        xs, ys = d.curve(t, k)
+        p0[i, t, k] = ys[0]
+        pieces = [(xs[j], xs[j + 1], ys[j], ys[j + 1]) for j in range(len(xs) - 1)]
+        for j, (x0, x1, y0, y1) in enumerate(p for p in pieces if p[1] > p[0]):
+            key = (i, t, k, j)
+            seg_index.append(key)
+            slope[key] = (y1 - y0) / (x1 - x0)
+            length[key] = x1 - x0
+    m.segments = pyo.Set(initialize=seg_index, dimen=4, ordered=True)
+    last = {}
+    for key in seg_index:
+        last[key[:3]] = max(last.get(key[:3], -1), key[3])
+    m.chained = pyo.Set(
+        initialize=[s for s in seg_index if s[3] < last[s[:3]]], dimen=4, ordered=True
+    )
+    m._data = data
+    m._p0 = p0
+    m._slope = slope
+    m._length = length
+    m._last = last
+    m._allowed = allowed
+
+
+def _variables(m: pyo.ConcreteModel) -> None:
+    m.run_config = pyo.Var(m.configs, domain=pyo.Binary)
+    m.seg_load = pyo.Var(m.segments, domain=pyo.NonNegativeReals)
+    m.seg_full = pyo.Var(m.chained, domain=pyo.Binary)
+    phase = [0, 1]
+    m.phases = pyo.Set(initialize=phase)
+    m.starts = pyo.Var(m.deployments, m.periods, m.phases, domain=pyo.NonNegativeReals)
+    m.stops = pyo.Var(m.deployments, m.periods, m.phases, domain=pyo.NonNegativeReals)
+
+
+def _expressions(m: pyo.ConcreteModel) -> None:
+    data: ScheduleData = m._data
+    by_mt: dict[tuple[int, int], list[int]] = {}
+    for i, t, k in m.configs:
+        by_mt.setdefault((i, t), []).append(k)
+    segs_of: dict[tuple[int, int, int], list[int]] = {}
+    for i, t, k, j in m.segments:
+        segs_of.setdefault((i, t, k), []).append(j)
+    m._by_mt = by_mt
+    m._segs_of = segs_of
+
+    def it_power(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+        return sum(
+            mm._p0[i, t, k] * mm.run_config[i, t, k]
+            + sum(
+                mm._slope[i, t, k, j] * mm.seg_load[i, t, k, j] for j in segs_of.get((i, t, k), [])
+            )
+            for k in by_mt[i, t]
+        )
+
+    def served(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+        return sum(mm.seg_load[i, t, k, j] for k in by_mt[i, t] for j in segs_of.get((i, t, k), []))
+
+    def count(phase: int):  # noqa: ANN202
+        def rule(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+            d = data.deployments[i]
+            arr = d.n_p if phase == 0 else d.n_d
+            return sum(int(arr[k]) * mm.run_config[i, t, k] for k in by_mt[i, t])
+
+        return rule
+
+    def gpus(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+        d = data.deployments[i]
+        return sum(int(d.gpus[k]) * mm.run_config[i, t, k] for k in by_mt[i, t])
+
+    m.it_power_w = pyo.Expression(m.deployments, m.periods, rule=it_power)
+    m.served_rps = pyo.Expression(m.deployments, m.periods, rule=served)
+    m.n_prefill = pyo.Expression(m.deployments, m.periods, rule=count(0))
+    m.n_decode = pyo.Expression(m.deployments, m.periods, rule=count(1))
+    m.gpus_used = pyo.Expression(m.deployments, m.periods, rule=gpus)
+
+
+def _choice_constraints(m: pyo.ConcreteModel) -> None:
+    """``sum_k run_config[m,t,k] = 1``."""
+
+    def one(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+        return sum(mm.run_config[i, t, k] for k in mm._by_mt[i, t]) == 1
+
+    m.one_config_per_period = pyo.Constraint(m.deployments, m.periods, rule=one)
+
+
+def _segment_constraints(m: pyo.ConcreteModel) -> None:
+    """Delta method: ``seg_load_0 <= len_0 run``; ``seg_load_j >= len_j full_j``;
+    ``seg_load_{j+1} <= len_{j+1} full_j``; ``full_j <= run`` is implied."""
+
+    def upper(mm: pyo.ConcreteModel, i: int, t: int, k: int, j: int) -> pyo.Expression:
+        gate = mm.run_config[i, t, k] if j == 0 else mm.seg_full[i, t, k, j - 1]
+        return mm.seg_load[i, t, k, j] <= mm._length[i, t, k, j] * gate
+
+    def lower(mm: pyo.ConcreteModel, i: int, t: int, k: int, j: int) -> pyo.Expression:
+        return mm.seg_load[i, t, k, j] >= mm._length[i, t, k, j] * mm.seg_full[i, t, k, j]
+
+    m.segment_gated = pyo.Constraint(m.segments, rule=upper)
+    m.segment_filled_in_order = pyo.Constraint(m.chained, rule=lower)
+
+
+def _site_constraints(m: pyo.ConcreteModel) -> None:
+    """Site power within the cap; GPUs within the inventory of each pool."""
+    data: ScheduleData = m._data
+    idle = data.idle_gpu_power_w
+
+    def cap(mm: pyo.ConcreteModel, t: int) -> pyo.Expression:
+        it = sum(mm.it_power_w[i, t] - idle * mm.gpus_used[i, t] for i in mm.deployments)
+        return data.pue * (it + idle * data.total_gpus) <= float(data.power_cap_w[t])
+
+    def inventory(mm: pyo.ConcreteModel, g: int, t: int) -> pyo.Expression:
+        members = [i for i in mm.deployments if data.pool_of[i] == g]
+        if not members:
+            return pyo.Constraint.Skip
+        return sum(mm.gpus_used[i, t] for i in members) <= int(data.pool_gpus[g])
+
+    m.site_power_within_cap = pyo.Constraint(m.periods, rule=cap)
+    m.gpus_within_inventory = pyo.Constraint(m.pools, m.periods, rule=inventory)
+
+
+def _transition_constraints(m: pyo.ConcreteModel) -> None:
+    """``starts - stops = n_t - n_{t-1}`` per phase (``n_{-1}`` = initial); limits."""
+    data: ScheduleData = m._data
+
+    def balance(mm: pyo.ConcreteModel, i: int, t: int, ph: int) -> pyo.Expression:
+        d = data.deployments[i]
+        cur = mm.n_prefill[i, t] if ph == 0 else mm.n_decode[i, t]
+        if t == 0:
+            prev = int((d.n_p if ph == 0 else d.n_d)[d.initial])
+        else:
+            prev = mm.n_prefill[i, t - 1] if ph == 0 else mm.n_decode[i, t - 1]
+        return mm.starts[i, t, ph] - mm.stops[i, t, ph] == cur - prev
+
+    m.instance_balance = pyo.Constraint(m.deployments, m.periods, m.phases, rule=balance)
+    if data.max_changes is not None:
+        lim = data.max_changes
+
+        def limit(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+            return sum(mm.starts[i, t, ph] + mm.stops[i, t, ph] for ph in mm.phases) <= lim
+
+        m.changes_within_limit = pyo.Constraint(m.deployments, m.periods, rule=limit)
+
+
+def _objective(m: pyo.ConcreteModel) -> None:
+    """Energy + carbon cost of site power, unserved value, start and stop costs."""
+    data: ScheduleData = m._data
+    idle = data.idle_gpu_power_w
+    const = float(np.sum(data.cost_usd_per_w) * idle * data.total_gpus)
+    unserved_const = 0.0
+    for d in data.deployments:
+        unserved_const += float(np.sum(d.demand_rps * d.unserved_usd_per_rps))
+    energy = sum(
+        float(data.cost_usd_per_w[t]) * (m.it_power_w[i, t] - idle * m.gpus_used[i, t])
+        for i in m.deployments
+        for t in m.periods
+    )
+    unserved = -sum(
+        float(data.deployments[i].unserved_usd_per_rps[t]) * m.served_rps[i, t]
+        for i in m.deployments
+        for t in m.periods
+    )
+    trans = sum(
+        data.start_cost_usd * m.starts[i, t, ph] + data.stop_cost_usd * m.stops[i, t, ph]
+        for i in m.deployments
+        for t in m.periods
+        for ph in m.phases
+    )
+    m.total_cost_usd = pyo.Objective(
+        expr=const + unserved_const + energy + unserved + trans, sense=pyo.minimize
+    )
+
+
+def build_model(data: ScheduleData, allowed: Allowed | None = None) -> pyo.ConcreteModel:
+    """The compact MILP over ``allowed[m][t]`` configurations (default: all)."""
+    m = pyo.ConcreteModel(name="pdwatt_schedule")
+    _sets_and_params(m, data, allowed if allowed is not None else all_allowed(data))
+    _variables(m)
+    _expressions(m)
+    _choice_constraints(m)
+    _segment_constraints(m)
+    _site_constraints(m)
+    _transition_constraints(m)
+    _objective(m)
+    return m
+
+
+# --------------------------------------------------------------------------- solving
+
+
+@dataclass
+class MilpResult:
+    status: str  # optimal | time_limit | infeasible | error
+    schedule: Schedule | None
+    objective_usd: float | None
+    bound_usd: float | None
+    mip_gap: float | None
+    build_s: float
+    solve_s: float
+    n_binaries: int
+    termination: str
+
+
+def set_start(m: pyo.ConcreteModel, sched: Schedule) -> None:
+    """Load a schedule into the model's variables as a MIP start."""
+    data: ScheduleData = m._data
+    for v in m.run_config.values():
+        v.set_value(0)
+    for v in m.seg_load.values():
+        v.set_value(0.0)
+    for v in m.seg_full.values():
+        v.set_value(0)
+    for i, d in enumerate(data.deployments):
+        for t in range(data.n_periods):
+            k = int(sched.config[i, t])
+            if (i, t, k) not in m.run_config:
+                return
+            m.run_config[i, t, k].set_value(1)
+            s = float(sched.served_rps[i, t])
+            for j in m._segs_of.get((i, t, k), []):
+                take = min(s, m._length[i, t, k, j])
+                m.seg_load[i, t, k, j].set_value(take)
+                if (i, t, k, j) in m.seg_full:
+                    m.seg_full[i, t, k, j].set_value(
+                        1 if take >= m._length[i, t, k, j] - 1e-12 else 0
+                    )
+                s -= take
+            for ph, arr in ((0, d.n_p), (1, d.n_d)):
+                prev = int(arr[d.initial]) if t == 0 else int(arr[sched.config[i, t - 1]])
+                cur = int(arr[k])
+                m.starts[i, t, ph].set_value(max(cur - prev, 0))
+                m.stops[i, t, ph].set_value(max(prev - cur, 0))
+
+
+def extract(m: pyo.ConcreteModel) -> Schedule:
+    data: ScheduleData = m._data
+    M, T = len(data.deployments), data.n_periods
+    cfg = np.zeros((M, T), dtype=np.int64)
+    served = np.zeros((M, T))
+    for (i, t, k), v in m.run_config.items():
+        if v.value is not None and v.value > 0.5:
+            cfg[i, t] = k
+    for (i, t, k, j), v in m.seg_load.items():
+        if cfg[i, t] == k and v.value is not None:
+            served[i, t] += max(float(v.value), 0.0)
+    for i, d in enumerate(data.deployments):
+        served[i] = np.minimum(served[i], d.smax_rps[np.arange(T), cfg[i]])
+    return Schedule(cfg, served)
+
+
+def solve_model(
+    m: pyo.ConcreteModel,
+    time_limit_s: float,
+    mip_gap: float,
+    threads: int | None = None,
+    start: Schedule | None = None,
+    build_s: float = 0.0,
+) -> MilpResult:
+    """Solve with HiGHS (appsi interface), optionally from a MIP start."""
+    from pyomo.contrib.appsi.base import TerminationCondition as TC
+    from pyomo.contrib.appsi.solvers.highs import Highs
+
+    opt = Highs()
+    opt.config.time_limit = max(time_limit_s, 0.01)
+    opt.config.mip_gap = mip_gap
+    opt.config.load_solution = False
+    opt.config.stream_solver = False
+    opts = {"mip_abs_gap": 1e-9}
+    if threads:
+        opts["threads"] = threads
+    opt.highs_options = opts
+    if start is not None:
+        set_start(m, start)
+        opt.config.warmstart = True
+    n_bin = sum(1 for v in m.component_data_objects(pyo.Var) if v.is_binary())
+    t0 = time.perf_counter()
+    res = opt.solve(m)
+    solve_s = time.perf_counter() - t0
+    tc = res.termination_condition
+    term = str(tc).split(".")[-1]
+    best = res.best_feasible_objective
+    bound = res.best_objective_bound
+    has_sol = best is not None and math.isfinite(best)
+    if tc == TC.infeasible:
+        return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
+    if has_sol:
+        res.solution_loader.load_vars()
+        sched = extract(m)
+    else:
+        sched = None
+    gap = None
+    if has_sol and bound is not None and math.isfinite(bound):
+        gap = max(0.0, (best - bound) / max(abs(best), 1e-9))
+    if tc == TC.optimal:
+        status = "optimal"
+    elif tc in (TC.maxTimeLimit, TC.interrupted, TC.maxIterations):
+        status = "time_limit"
+    else:
+        status = "error" if not has_sol else "time_limit"
+    return MilpResult(
+        status, sched, best if has_sol else None, bound, gap, build_s, solve_s, n_bin, term
+    )
+
+
+def solve_compact(
+    data: ScheduleData,
+    time_limit_s: float,
+    mip_gap: float,
+    threads: int | None = None,
+    allowed: Allowed | None = None,
+    start: Schedule | None = None,
+) -> MilpResult:
+    t0 = time.perf_counter()
+    m = build_model(data, allowed)
+    build_s = time.perf_counter() - t0
+    log.info("compact MILP built in %.2f s", build_s)
+    return solve_model(m, time_limit_s, mip_gap, threads, start, build_s)

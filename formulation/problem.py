@@ -1,0 +1,343 @@
+"""The site scheduling problem of SPEC 4, as validated frozen dataclasses.
+
+The HTTP and CLI layers parse the request body of SPEC 6.1 into these; everything
+here is checked again before any model is built, and every error names the field
+(``deployments[1].demand_rps[7]``) and the reason.
+
+Choices where SPEC is silent:
+
+* ``max_instance_changes_per_period`` limits, per deployment and period, the number of
+  instances started plus stopped over both phases: ``|dn_P| + |dn_D| <= limit``.
+* A deployment's candidates are "off" ``(0, 0)`` and every ``(n_P, n_D)`` with both
+  ``>= 1`` within its bounds and ``max_gpus``; a phase alone has no capacity, so
+  ``(n, 0)`` and ``(0, n)`` are never candidates.
+* Energy prices must be >= 0: with a non-negative price of energy, cost is concave in
+  the served load of a configuration, which the decomposition relies on (negative
+  prices are refused with a clear error rather than solved approximately).
+* ``initial`` defaults to off; it must be a candidate (within bounds and
+  ``max_gpus``), or be off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from model.errors import InputError
+
+MAX_PERIODS = 2016  # two weeks of 10-minute periods
+MAX_DEPLOYMENTS = 64
+
+
+class Method(str, Enum):
+    """How the schedule MILP is solved (see formulation.solve)."""
+
+    AUTO = "auto"  # decomposition, then the restricted compact MILP
+    COMPACT = "compact"  # the compact MILP over every candidate, as one HiGHS solve
+
+
+@dataclass(frozen=True)
+class DeploymentInput:
+    name: str
+    model: str
+    gpu: str
+    workload: str
+    demand_rps: tuple[float, ...]
+    unserved_penalty_usd_per_request: float = 0.01
+    headroom: float = 1.0
+    max_gpus: int = 16
+    min_n_p: int = 0
+    max_n_p: int | None = None
+    min_n_d: int = 0
+    max_n_d: int | None = None
+    initial_n_p: int = 0
+    initial_n_d: int = 0
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SiteInput:
+    gpu_inventory: Mapping[str, int]
+    pue: float = 1.0
+    idle_gpu_power_w: float = 120.0
+    carbon_price_usd_per_tonne: float = 0.0
+
+
+@dataclass(frozen=True)
+class GridInput:
+    power_cap_w: tuple[float, ...]
+    price_usd_per_mwh: tuple[float, ...]
+    carbon_g_per_kwh: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class TransitionInput:
+    start_cost_usd: float = 0.0
+    stop_cost_usd: float = 0.0
+    max_instance_changes_per_period: int | None = None
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    time_limit_s: float = 30.0
+    mip_gap: float = 1e-3
+    threads: int | None = None
+    method: Method = Method.AUTO
+
+
+@dataclass(frozen=True)
+class ScheduleProblem:
+    period_minutes: float
+    site: SiteInput
+    deployments: tuple[DeploymentInput, ...]
+    grid: GridInput
+    transitions: TransitionInput = field(default_factory=TransitionInput)
+    solver: SolverOptions = field(default_factory=SolverOptions)
+
+    @property
+    def n_periods(self) -> int:
+        return len(self.deployments[0].demand_rps)
+
+    @property
+    def period_hours(self) -> float:
+        return self.period_minutes / 60.0
+
+
+def _finite(path: str, v: float, lo: float | None = None, hi: float | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise InputError(path, f"must be a finite number, got {v!r}")
+    if lo is not None and v < lo:
+        raise InputError(path, f"must be >= {lo:g}, got {v:g}")
+    if hi is not None and v > hi:
+        raise InputError(path, f"must be <= {hi:g}, got {v:g}")
+
+
+def _int(path: str, v: Any, lo: int = 0) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputError(path, f"must be an integer, got {v!r}")
+    if v < lo:
+        raise InputError(path, f"must be >= {lo}, got {v}")
+
+
+def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[float, ...]:
+    """A constant or a per-period series, as ``n`` values (lengths must agree)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _finite(path, value)
+        return (float(value),) * n
+    vals = tuple(value)
+    if len(vals) != n:
+        raise InputError(path, f"has {len(vals)} values but the horizon has {n} periods")
+    for i, v in enumerate(vals):
+        _finite(f"{path}[{i}]", v)
+    return tuple(float(v) for v in vals)
+
+
+def validate(p: ScheduleProblem) -> None:
+    """Every check that does not need the catalog; raises InputError naming the field."""
+    _finite("period_minutes", p.period_minutes, 1e-3, 24 * 60)
+    if not p.deployments:
+        raise InputError("deployments", "at least one deployment is required")
+    if len(p.deployments) > MAX_DEPLOYMENTS:
+        raise InputError("deployments", f"at most {MAX_DEPLOYMENTS} deployments")
+    n = len(p.deployments[0].demand_rps)
+    if n == 0:
+        raise InputError("deployments[0].demand_rps", "needs at least one period")
+    if n > MAX_PERIODS:
+        raise InputError("deployments[0].demand_rps", f"at most {MAX_PERIODS} periods")
+    s = p.site
+    if not s.gpu_inventory:
+        raise InputError("site.gpu_inventory", "needs at least one GPU type")
+    for g, cnt in s.gpu_inventory.items():
+        _int(f"site.gpu_inventory.{g}", cnt, 0)
+    _finite("site.pue", s.pue, 1.0, 5.0)
+    _finite("site.idle_gpu_power_w", s.idle_gpu_power_w, 0.0, 1e5)
+    _finite("site.carbon_price_usd_per_tonne", s.carbon_price_usd_per_tonne, 0.0, 1e5)
+    names: set[str] = set()
+    for i, d in enumerate(p.deployments):
+        at = f"deployments[{i}]"
+        if not d.name or d.name in names:
+            raise InputError(f"{at}.name", f"must be non-empty and unique, got {d.name!r}")
+        names.add(d.name)
+        if len(d.demand_rps) != n:
+            raise InputError(
+                f"{at}.demand_rps",
+                f"has {len(d.demand_rps)} periods but deployments[0] has {n}",
+            )
+        for t, v in enumerate(d.demand_rps):
+            _finite(f"{at}.demand_rps[{t}]", v, 0.0)
+        if d.gpu not in s.gpu_inventory:
+            raise InputError(
+                f"{at}.gpu",
+                f"GPU type {d.gpu!r} is not in site.gpu_inventory "
+                f"({', '.join(sorted(s.gpu_inventory))})",
+            )
+        _finite(f"{at}.unserved_penalty_usd_per_request", d.unserved_penalty_usd_per_request, 0.0)
+        _finite(f"{at}.headroom", d.headroom, 1e-6, 1.0)
+        _int(f"{at}.max_gpus", d.max_gpus, 0)
+        for fld in ("min_n_p", "min_n_d", "initial_n_p", "initial_n_d"):
+            _int(f"{at}.{fld}", getattr(d, fld), 0)
+        for fld, lo_fld in (("max_n_p", "min_n_p"), ("max_n_d", "min_n_d")):
+            v = getattr(d, fld)
+            if v is not None:
+                _int(f"{at}.{fld}", v, 0)
+                if v < getattr(d, lo_fld):
+                    raise InputError(f"{at}.{fld}", f"must be >= {lo_fld}")
+        if (d.initial_n_p == 0) != (d.initial_n_d == 0):
+            raise InputError(
+                f"{at}.initial",
+                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
+            )
+    grid = p.grid
+    for fld in ("power_cap_w", "price_usd_per_mwh", "carbon_g_per_kwh"):
+        vals = getattr(grid, fld)
+        if len(vals) != n:
+            raise InputError(f"grid.{fld}", f"has {len(vals)} values, horizon has {n}")
+    for t in range(n):
+        _finite(f"grid.power_cap_w[{t}]", grid.power_cap_w[t], 0.0)
+        _finite(f"grid.price_usd_per_mwh[{t}]", grid.price_usd_per_mwh[t], 0.0, 1e5)
+        _finite(f"grid.carbon_g_per_kwh[{t}]", grid.carbon_g_per_kwh[t], 0.0, 1e5)
+    tr = p.transitions
+    _finite("transitions.start_cost_usd", tr.start_cost_usd, 0.0)
+    _finite("transitions.stop_cost_usd", tr.stop_cost_usd, 0.0)
+    if tr.max_instance_changes_per_period is not None:
+        _int("transitions.max_instance_changes_per_period", tr.max_instance_changes_per_period, 0)
+    so = p.solver
+    _finite("solver.time_limit_s", so.time_limit_s, 0.01, 86400.0)
+    _finite("solver.mip_gap", so.mip_gap, 0.0, 1.0)
+    if so.threads is not None:
+        _int("solver.threads", so.threads, 1)
+
+
+_TOP_KEYS = {"period_minutes", "site", "deployments", "grid", "transitions", "solver"}
+_DEP_KEYS = {
+    "name", "model", "gpu", "workload", "demand_rps", "unserved_penalty_usd_per_request",
+    "headroom", "max_gpus", "bounds", "initial", "overrides",
+}
+
+
+def _obj(path: str, v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise InputError(path, f"must be an object, got {type(v).__name__}")
+    return v
+
+
+def _no_unknown(path: str, obj: Mapping[str, Any], known: set[str]) -> None:
+    extra = sorted(set(obj) - known)
+    if extra:
+        where = f"{path}." if path else ""
+        raise InputError(f"{where}{extra[0]}", f"unknown field; known: {', '.join(sorted(known))}")
+
+
+def _req(path: str, obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise InputError(f"{path}.{key}" if path else key, "is required")
+    return obj[key]
+
+
+def _num_list(path: str, v: Any) -> tuple[float, ...]:
+    if isinstance(v, str | bytes) or not isinstance(v, Sequence):
+        raise InputError(path, "must be a list of numbers")
+    for i, x in enumerate(v):
+        _finite(f"{path}[{i}]", x)
+    return tuple(float(x) for x in v)
+
+
+def problem_from_dict(body: Any) -> ScheduleProblem:
+    """Parse and validate a schedule request body (SPEC 6.1). Unknown fields are errors."""
+    body = _obj("body", body)
+    _no_unknown("", body, _TOP_KEYS)
+    deps_raw = _req("", body, "deployments")
+    if not isinstance(deps_raw, Sequence) or isinstance(deps_raw, str | bytes) or not deps_raw:
+        raise InputError("deployments", "must be a non-empty list")
+    deps = []
+    for i, dr in enumerate(deps_raw):
+        at = f"deployments[{i}]"
+        dr = _obj(at, dr)
+        _no_unknown(at, dr, _DEP_KEYS)
+        for key in ("name", "model", "gpu", "workload"):
+            if not isinstance(_req(at, dr, key), str):
+                raise InputError(f"{at}.{key}", "must be a string")
+        bounds = _obj(f"{at}.bounds", dr.get("bounds", {}))
+        _no_unknown(f"{at}.bounds", bounds, {"min_n_p", "max_n_p", "min_n_d", "max_n_d"})
+        init = _obj(f"{at}.initial", dr.get("initial", {"n_p": 0, "n_d": 0}))
+        _no_unknown(f"{at}.initial", init, {"n_p", "n_d"})
+        overrides = _obj(f"{at}.overrides", dr.get("overrides", {}))
+        deps.append(
+            DeploymentInput(
+                name=dr["name"],
+                model=dr["model"],
+                gpu=dr["gpu"],
+                workload=dr["workload"],
+                demand_rps=_num_list(f"{at}.demand_rps", _req(at, dr, "demand_rps")),
+                unserved_penalty_usd_per_request=dr.get("unserved_penalty_usd_per_request", 0.01),
+                headroom=dr.get("headroom", 1.0),
+                max_gpus=dr.get("max_gpus", 16),
+                min_n_p=bounds.get("min_n_p", 0),
+                max_n_p=bounds.get("max_n_p"),
+                min_n_d=bounds.get("min_n_d", 0),
+                max_n_d=bounds.get("max_n_d"),
+                initial_n_p=init.get("n_p", 0),
+                initial_n_d=init.get("n_d", 0),
+                overrides={k: dict(_obj(f"{at}.overrides.{k}", v)) for k, v in overrides.items()},
+            )
+        )
+    n = len(deps[0].demand_rps)
+    site_raw = _obj("site", _req("", body, "site"))
+    _no_unknown(
+        "site", site_raw, {"gpu_inventory", "pue", "idle_gpu_power_w", "carbon_price_usd_per_tonne"}
+    )
+    inv = _obj("site.gpu_inventory", _req("site", site_raw, "gpu_inventory"))
+    site = SiteInput(
+        gpu_inventory=dict(inv),
+        pue=site_raw.get("pue", 1.0),
+        idle_gpu_power_w=site_raw.get("idle_gpu_power_w", 120.0),
+        carbon_price_usd_per_tonne=site_raw.get("carbon_price_usd_per_tonne", 0.0),
+    )
+    grid_raw = _obj("grid", body.get("grid", {}))
+    _no_unknown("grid", grid_raw, {"power_cap_w", "price_usd_per_mwh", "carbon_g_per_kwh"})
+    if "power_cap_w" not in grid_raw:
+        raise InputError("grid.power_cap_w", "is required (a number or one value per period)")
+    grid = GridInput(
+        power_cap_w=expand_series("grid.power_cap_w", grid_raw["power_cap_w"], n),
+        price_usd_per_mwh=expand_series(
+            "grid.price_usd_per_mwh", grid_raw.get("price_usd_per_mwh", 0.0), n
+        ),
+        carbon_g_per_kwh=expand_series(
+            "grid.carbon_g_per_kwh", grid_raw.get("carbon_g_per_kwh", 0.0), n
+        ),
+    )
+    tr_raw = _obj("transitions", body.get("transitions", {}))
+    _no_unknown(
+        "transitions",
+        tr_raw,
+        {"start_cost_usd", "stop_cost_usd", "max_instance_changes_per_period"},
+    )
+    tr = TransitionInput(
+        start_cost_usd=tr_raw.get("start_cost_usd", 0.0),
+        stop_cost_usd=tr_raw.get("stop_cost_usd", 0.0),
+        max_instance_changes_per_period=tr_raw.get("max_instance_changes_per_period"),
+    )
+    so_raw = _obj("solver", body.get("solver", {}))
+    _no_unknown("solver", so_raw, {"time_limit_s", "mip_gap", "threads", "method"})
+    method = so_raw.get("method", "auto")
+    if method not in {m.value for m in Method}:
+        raise InputError("solver.method", f"must be one of {[m.value for m in Method]}")
+    so = SolverOptions(
+        time_limit_s=so_raw.get("time_limit_s", 30.0),
+        mip_gap=so_raw.get("mip_gap", 1e-3),
+        threads=so_raw.get("threads"),
+        method=Method(method),
+    )
+    prob = ScheduleProblem(
+        period_minutes=_req("", body, "period_minutes"),
+        site=site,
+        deployments=tuple(deps),
+        grid=grid,
+        transitions=tr,
+        solver=so,
+    )
+    validate(prob)
+    return prob

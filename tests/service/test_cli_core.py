@@ -1,0 +1,243 @@
+"""The `pdwatt capacity` and `pdwatt front` commands (SPEC 6.1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+
+# SPEC 2.1-2.3 by hand for Qwen3-32B on H200, fixed:4096:256.
+A_P = 2 * 32.8e9 / (989e12 * 0.67)
+B_P = 2.17 * 64 * 8192 / (989e12 * 0.67)
+MU_P = 1 / (A_P * 4096 + B_P * 4096**2)
+ALPHA = 65.6e9 / (4.8e12 * 0.77) + 1e-3
+G = 262144 * 4224 / (4.8e12 * 0.77) + 0.062e-3
+B_MAX = 233_840 / (4224 + 512)
+MU_D_MAX = B_MAX / (255 * (ALPHA + G * B_MAX))
+
+CAPACITY = [
+    "capacity",
+    "--model",
+    "qwen3-32b",
+    "--gpu",
+    "h200",
+    "--workload",
+    "fixed:4096:256",
+    "--np",
+    "3",
+    "--nd",
+    "1",
+    "--json",
+]
+FLOAT_KEYS = (
+    "capacity_rps",
+    "power_w",
+    "mu_p_rps",
+    "mu_d_rps",
+    "mu_d_max_rps",
+    "batch",
+    "ctx_tokens",
+)
+
+
+def run(capsys, argv):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, argv):
+    code, out, err = run(capsys, argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_capacity_json_has_the_contract_keys(capsys):
+    rep = run_json(capsys, CAPACITY)
+    assert type(rep["n_p"]) is int and rep["n_p"] == 3
+    assert type(rep["n_d"]) is int and rep["n_d"] == 1
+    for key in FLOAT_KEYS:
+        assert type(rep[key]) is float, key
+    assert type(rep["kv_pool_tokens"]) is int
+    assert rep["kv_pool_tokens"] == 233_840  # SPEC 2.1
+    assert rep["ctx_tokens"] == 4224.0  # SPEC 2.4, fixed lengths
+    assert rep["mu_p_rps"] == pytest.approx(MU_P, rel=1e-12)
+    assert rep["mu_d_max_rps"] == pytest.approx(MU_D_MAX, rel=1e-12)
+    assert rep["calibration"]["measured"] is True
+    # SPEC 2.5: n_D mu_D < n_P mu_P, so capacity = n_D mu_D
+    assert rep["capacity_rps"] == pytest.approx(rep["mu_d_rps"], rel=1e-12)
+    assert rep["capacity_rps"] < 3 * MU_P
+    # SPEC 2.6: power at capacity
+    mu = rep["capacity_rps"]
+    expected = 3 * min(133 + 566 * mu / (3 * MU_P), 692) + min(448 + 458 * mu / MU_D_MAX, 678)
+    assert rep["power_w"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_capacity_at_a_given_load(capsys):
+    at_cap = run_json(capsys, CAPACITY)
+    at_one = run_json(capsys, [*CAPACITY, "--load", "1"])
+    assert at_one["power_w"] < at_cap["power_w"]
+    assert at_one["capacity_rps"] == at_cap["capacity_rps"]
+    # SPEC 2.6 at lambda = 1 req/s
+    expected = 3 * min(133 + 566 / (3 * MU_P), 692) + min(448 + 458 / MU_D_MAX, 678)
+    assert at_one["power_w"] == pytest.approx(expected, rel=1e-12)
+    # a load above capacity is served at capacity
+    over = run_json(capsys, [*CAPACITY, "--load", "1000"])
+    assert over["power_w"] == at_cap["power_w"]
+
+
+def test_capacity_human_output(capsys):
+    code, out, _ = run(capsys, CAPACITY[:-1])
+    assert code == 0
+    assert "3P1D" in out and "capacity" in out and "measured" in out
+
+
+def test_capacity_without_decode_work_is_valid_json(capsys):
+    rep = run_json(
+        capsys, ["capacity", "--workload", "fixed:512:1", "--np", "2", "--nd", "1", "--json"]
+    )
+    mu_p = 1 / (A_P * 512 + B_P * 512**2)
+    assert rep["capacity_rps"] == pytest.approx(2 * mu_p, rel=1e-12)
+    assert rep["mu_d_rps"] is None and rep["mu_d_max_rps"] is None  # infinite: no decode work
+
+
+def test_front_json(capsys):
+    rep = run_json(capsys, ["front", "--max-gpus", "8", "--json"])
+    configs, front = rep["configs"], rep["front"]
+    assert len(configs) == 28  # n_P, n_D >= 1, n_P + n_D <= 8: 1 + 2 + ... + 7
+    assert {(c["n_p"], c["n_d"]) for c in configs} == {
+        (p, d) for p in range(1, 8) for d in range(1, 8) if p + d <= 8
+    }
+    assert front
+    caps = [c["capacity_rps"] for c in front]
+    assert caps == sorted(caps)
+    for c in front:
+        assert c in configs
+        # SPEC 2.7: no configuration dominates a front point
+        assert not any(
+            o["capacity_rps"] >= c["capacity_rps"]
+            and o["power_w"] <= c["power_w"]
+            and (o["capacity_rps"] > c["capacity_rps"] or o["power_w"] < c["power_w"])
+            for o in configs
+        )
+    # every configuration off the front is dominated by one on it
+    on_front = {(c["n_p"], c["n_d"]) for c in front}
+    for o in configs:
+        if (o["n_p"], o["n_d"]) not in on_front:
+            assert any(
+                c["capacity_rps"] >= o["capacity_rps"] and c["power_w"] <= o["power_w"]
+                for c in front
+            )
+
+
+def test_front_selections(capsys):
+    rep = run_json(
+        capsys, ["front", "--max-gpus", "8", "--required-rps", "3", "--budget-w", "4000", "--json"]
+    )
+    front = rep["front"]
+    chosen = rep["min_power_for_rate"]["config"]
+    ok = [c for c in front if c["capacity_rps"] >= 3]
+    assert chosen == min(ok, key=lambda c: c["power_w"])
+    best = rep["max_capacity_under_budget"]["config"]
+    within = [c for c in front if c["power_w"] <= 4000]
+    assert best == max(within, key=lambda c: c["capacity_rps"])
+
+
+def test_front_plot_writes_a_png(capsys, tmp_path):
+    target = tmp_path / "front.png"
+    code, out, err = run(capsys, ["front", "--max-gpus", "8", "--plot", str(target)])
+    assert code == 0, err
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "chart written" in out
+
+
+def test_estimated_calibration_is_flagged(capsys):
+    rep = run_json(
+        capsys,
+        [
+            "capacity",
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "b200",
+            "--workload",
+            "fixed:1024:256",
+            "--np",
+            "1",
+            "--nd",
+            "1",
+            "--json",
+        ],
+    )
+    assert rep["calibration"]["measured"] is False
+    assert rep["capacity_rps"] > 0
+
+
+def test_unknown_model_is_an_input_error(capsys):
+    code, out, err = run(capsys, ["capacity", "--model", "no-such-model", "--np", "1", "--nd", "1"])
+    assert code == 2
+    assert out == ""
+    assert "model" in err
+    for known in ("qwen3-32b", "llama-3.1-70b", "mistral-small-24b"):
+        assert known in err
+
+
+def test_bad_set_field_names_the_field(capsys):
+    argv = [*CAPACITY, "--set", "calibration.not_a_field=1"]
+    code, out, err = run(capsys, argv)
+    assert code == 2
+    assert out == ""
+    assert "not_a_field" in err
+
+
+def test_missing_trace_file(capsys, tmp_path):
+    missing = tmp_path / "absent.csv"
+    code, _, err = run(
+        capsys, ["capacity", "--workload", f"trace:{missing}", "--np", "1", "--nd", "1", "--json"]
+    )
+    assert code == 2
+    assert "trace" in err and "absent.csv" in err
+
+
+def test_model_that_does_not_fit_is_reported(capsys):
+    code, _, err = run(
+        capsys, ["capacity", "--model", "llama-3.1-70b", "--np", "1", "--nd", "1", "--json"]
+    )
+    assert code == 2
+    assert "model" in err
+    rep = run_json(
+        capsys,
+        [
+            "capacity",
+            "--model",
+            "llama-3.1-70b",
+            "--set",
+            "serving.tensor_parallel=2",
+            "--np",
+            "1",
+            "--nd",
+            "1",
+            "--json",
+        ],
+    )
+    assert rep["gpus"] == 4
+    assert rep["calibration"]["overridden"] is True
+
+
+def test_console_script_prints_json():
+    script = shutil.which("pdwatt", path=str(Path(sys.executable).parent))
+    cmd = [script] if script else [sys.executable, "-m", "service.cli"]
+    proc = subprocess.run(
+        [*cmd, *CAPACITY], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["n_p"] == 3 and rep["n_d"] == 1
+    assert rep["kv_pool_tokens"] == 233_840
+    assert rep["mu_p_rps"] == pytest.approx(MU_P, rel=1e-12)
