@@ -211,7 +211,7 @@ def build_data(p: ScheduleProblem) -> ScheduleData:
     dt = p.period_hours
     price = np.asarray(p.grid.price_usd_per_mwh, dtype=float)
     carbon = np.asarray(p.grid.carbon_g_per_kwh, dtype=float)
-    cprice = p.site.carbon_price_usd_per_tonne
+    cprice = float(p.site.carbon_price_usd_per_tonne)
     cost_per_w = dt * p.site.pue * (price / 1e6 + carbon * cprice / 1e9)
     return ScheduleData(
         problem=p,
@@ -221,14 +221,14 @@ def build_data(p: ScheduleProblem) -> ScheduleData:
         pools=pools,
         pool_gpus=pool_gpus,
         pool_of=pool_of,
-        pue=p.site.pue,
-        idle_gpu_power_w=p.site.idle_gpu_power_w,
+        pue=float(p.site.pue),
+        idle_gpu_power_w=float(p.site.idle_gpu_power_w),
         power_cap_w=np.asarray(p.grid.power_cap_w, dtype=float),
         cost_usd_per_w=cost_per_w,
         price_usd_per_mwh=price,
         carbon_g_per_kwh=carbon,
         carbon_price_usd_per_tonne=cprice,
-        start_cost_usd=p.transitions.start_cost_usd,
-        stop_cost_usd=p.transitions.stop_cost_usd,
+        start_cost_usd=float(p.transitions.start_cost_usd),
+        stop_cost_usd=float(p.transitions.stop_cost_usd),
         max_changes=p.transitions.max_instance_changes_per_period,
     )

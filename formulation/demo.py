@@ -14,7 +14,7 @@ from typing import Any
 
 PERIOD_MINUTES = 15
 N_PERIODS = 96
-NORMAL_CAP_W = 40_000.0
+NORMAL_CAP_W = 32_000.0
 DR_START_H, DR_END_H, DR_CUT = 17.0, 20.0, 0.25
 
 
@@ -29,7 +29,7 @@ def _series(f: Any) -> list[float]:
 
 def demo_request() -> dict[str, Any]:
     """The demo as a schedule request body (SPEC 6.1), plain JSON."""
-    chat = _series(lambda h: 14 + 38 * _bump(h, 13.5, 3.5) + 30 * _bump(h, 20.0, 2.0))
+    chat = _series(lambda h: 14 + 38 * _bump(h, 13.5, 3.5) + 36 * _bump(h, 18.5, 2.0))
     code = _series(lambda h: 3 + 30 * _bump(h, 11.0, 2.5) + 22 * _bump(h, 15.5, 2.0))
     long_ctx = _series(lambda h: 0.6 + 2.0 * _bump(h, 14.0, 4.0) + 1.4 * _bump(h, 19.5, 1.5))
     price = _series(

@@ -1,0 +1,126 @@
+"""Baselines priced beside every schedule (SPEC 4).
+
+* static peak: each deployment runs, for the whole horizon, the least-power
+  configuration whose ``headroom * mu`` covers its peak demand (its largest-capacity
+  configuration if none does); served loads are the exact cost-minimising ones under
+  the cap in each period (:func:`formulation.evaluate.best_served`).
+* greedy: every period on its own, the configurations and served loads that minimise
+  that period's cost under the cap and inventory, ignoring transitions. Where the
+  deployments' individual optima fit the site they are the period's optimum; where
+  they do not, the one-period problem is solved exactly with the compact MILP.
+
+Both are priced with the same objective as the schedule (transitions included), with
+their cap, inventory and transition-limit violations counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from formulation.data import ScheduleData
+from formulation.dp import deployment_grid, stage_costs
+from formulation.evaluate import Priced, Schedule, best_served, price_schedule
+
+MAX_ENUMERATED = 12
+
+
+def _served_fixed(data: ScheduleData, cfg: np.ndarray) -> np.ndarray:
+    """Cost-minimising served loads for fixed configurations, period by period."""
+    M, T = cfg.shape
+    served = np.zeros((M, T))
+    for t in range(T):
+        ks = cfg[:, t]
+        own = np.zeros(M)
+        power = 0.0
+        for m, d in enumerate(data.deployments):
+            k = int(ks[m])
+            smax = float(d.smax_rps[t, k])
+            p0 = float(d.power_w(k, 0.0)[0])
+            p1 = float(d.power_w(k, smax)[0])
+            cw, u = float(data.cost_usd_per_w[t]), float(d.unserved_usd_per_rps[t])
+            full = cw * p1 - u * smax < cw * p0
+            own[m] = smax if full else 0.0
+            power += p1 if full else p0
+        used = np.zeros(len(data.pools), dtype=np.int64)
+        for m, d in enumerate(data.deployments):
+            used[data.pool_of[m]] += d.gpus[ks[m]]
+        idle = data.idle_gpu_power_w * float(np.maximum(data.pool_gpus - used, 0).sum())
+        if power + idle <= float(data.it_cap_w[t]) or M > MAX_ENUMERATED:
+            served[:, t] = own
+        else:
+            served[:, t], _ = best_served(data, t, ks)
+    return served
+
+
+def static_peak(data: ScheduleData) -> Priced:
+    cfg = np.zeros((len(data.deployments), data.n_periods), dtype=np.int64)
+    for m, d in enumerate(data.deployments):
+        peak = float(d.demand_rps.max())
+        ok = d.allowed.copy()
+        covers = ok & (d.headroom * d.capacity_rps >= peak)
+        p_at_cap = np.array([d.bp_power_w[k, int(d.bp_count[k]) - 1] for k in range(d.n_configs)])
+        if covers.any():
+            idx = np.flatnonzero(covers)
+            k = int(idx[np.lexsort((d.gpus[idx], -d.capacity_rps[idx], p_at_cap[idx]))[0]])
+        else:
+            idx = np.flatnonzero(ok)
+            k = int(idx[np.lexsort((p_at_cap[idx], -d.capacity_rps[idx]))[0]])
+        cfg[m, :] = k
+    return price_schedule(data, Schedule(cfg, _served_fixed(data, cfg)))
+
+
+def slice_period(data: ScheduleData, t: int) -> ScheduleData:
+    """One period of ``data`` alone, with transitions free and unlimited."""
+    deps = tuple(
+        dataclasses.replace(
+            d,
+            demand_rps=d.demand_rps[t : t + 1],
+            smax_rps=d.smax_rps[t : t + 1],
+            unserved_usd_per_rps=d.unserved_usd_per_rps[t : t + 1],
+        )
+        for d in data.deployments
+    )
+    return dataclasses.replace(
+        data,
+        n_periods=1,
+        deployments=deps,
+        power_cap_w=data.power_cap_w[t : t + 1],
+        cost_usd_per_w=data.cost_usd_per_w[t : t + 1],
+        price_usd_per_mwh=data.price_usd_per_mwh[t : t + 1],
+        carbon_g_per_kwh=data.carbon_g_per_kwh[t : t + 1],
+        start_cost_usd=0.0,
+        stop_cost_usd=0.0,
+        max_changes=None,
+    )
+
+
+def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
+    from formulation.milp import solve_compact
+
+    M, T = len(data.deployments), data.n_periods
+    cfg = np.zeros((M, T), dtype=np.int64)
+    served = np.zeros((M, T))
+    zero_pi = np.zeros(T)
+    for m, d in enumerate(data.deployments):
+        g = deployment_grid(data, d)
+        cost, full = stage_costs(data, d, g, zero_pi, np.zeros(T))
+        cfg[m] = np.argmin(cost, axis=1)
+        served[m] = np.where(full[np.arange(T), cfg[m]], d.smax_rps[np.arange(T), cfg[m]], 0.0)
+    first = price_schedule(data, Schedule(cfg, served))
+    bad = sorted(set(first.cap_violations) | set(first.inventory_violations))
+    per_period_limit = max(time_limit_s / max(len(bad), 1), 0.5)
+    for t in bad:
+        sub = slice_period(data, t)
+        r = solve_compact(sub, per_period_limit, 1e-6, threads=1)
+        if r.schedule is None:  # the period is infeasible even alone: least power
+            for m, d in enumerate(data.deployments):
+                ok = np.flatnonzero(d.allowed)
+                p0 = d.bp_power_w[ok, 0] - data.idle_gpu_power_w * d.gpus[ok]
+                cfg[m, t] = int(ok[np.argmin(p0)])
+                served[m, t] = 0.0
+            continue
+        cfg[:, t] = r.schedule.config[:, 0]
+        served[:, t] = r.schedule.served_rps[:, 0]
+    return price_schedule(data, Schedule(cfg, served))

@@ -1,0 +1,332 @@
+"""Dantzig-Wolfe decomposition of the schedule MILP: a proven lower bound and the
+configurations worth keeping.
+
+Deployments are coupled only by the per-period site cap and the GPU inventories.
+Relaxing those with prices gives one exact dynamic program per deployment
+(:mod:`formulation.dp`). Column generation finds the prices: the master LP chooses a
+convex combination of whole-horizon schedules ("columns") per deployment within the
+cap and inventory; its duals price the next DP; the DPs return new columns.
+
+Whatever the prices ``pi >= 0`` (per IT watt and period) and ``sigma >= 0`` (per GPU
+and period), the Lagrangian value
+
+    L(pi, sigma) = sum_m DP_m(pi, sigma) - sum_t pi_t (cap_t / PUE - p_idle G)
+                   - sum_{g,t} sigma_{g,t} G_g + sum_t cw_t p_idle G
+
+is a lower bound on the MILP optimum (weak duality); the best one seen is reported.
+At convergence it equals the master LP value (the Dantzig-Wolfe bound).
+
+The master LP is solved with highspy directly: it is re-solved after every round of
+new columns, and adding a column to a live HiGHS model is far cheaper than rebuilding
+a Pyomo model each time. The integer problem itself is built in Pyomo
+(:mod:`formulation.milp`).
+
+Dual smoothing (Wentges): the DPs are priced at ``alpha * best + (1 - alpha) * LP``
+duals, which damps the oscillation of the LP duals; mispricing (no improving column at
+the smoothed point) falls back to the LP duals.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.data import ScheduleData
+from formulation.dp import DeploymentGrid, DpResult, deployment_grid, solve_dp
+from formulation.evaluate import Schedule, transitions
+
+log = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass
+class Column:
+    deployment: int
+    config: IntArray  # (T,)
+    served_rps: FloatArray  # (T,)
+    cost_usd: float  # true cost (energy of IT power net of idle credit, unserved, transitions)
+    pnet_w: FloatArray  # (T,) IT power minus the idle power of the GPUs it uses
+    gpus: IntArray  # (T,)
+
+
+@dataclass
+class DecompositionResult:
+    lower_bound_usd: float
+    lp_value_usd: float
+    columns: list[Column]
+    weights: FloatArray  # LP weight of each column
+    iterations: int
+    seconds: float
+    converged: bool
+    lp_slack_periods: list[int] = field(default_factory=list)  # cap needs slack in the LP
+    lp_inventory_slack: list[tuple[int, int]] = field(default_factory=list)
+    prices_w: FloatArray | None = None  # pi of the best bound, per IT watt and period
+    prices_gpu: FloatArray | None = None  # sigma of the best bound, (G, T)
+
+
+def site_constant_usd(data: ScheduleData) -> float:
+    """Energy cost of the whole site idle (added to every deployment's net cost)."""
+    return float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
+
+
+def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatArray) -> Column:
+    d = data.deployments[m]
+    t_idx = np.arange(data.n_periods)
+    p = d.power_w(sched_cfg, served)
+    gpus = d.gpus[sched_cfg]
+    pnet = p - data.idle_gpu_power_w * gpus
+    starts, stops = transitions(d, sched_cfg)
+    cost = float(
+        np.sum(data.cost_usd_per_w * pnet)
+        + np.sum(d.unserved_usd_per_rps * (d.demand_rps - served))
+        + data.start_cost_usd * starts.sum()
+        + data.stop_cost_usd * stops.sum()
+    )
+    del t_idx
+    return Column(m, sched_cfg.copy(), served.copy(), cost, pnet, gpus.astype(np.int64))
+
+
+def column_from_dp(data: ScheduleData, m: int, r: DpResult) -> Column:
+    d = data.deployments[m]
+    served = np.where(r.full, d.smax_rps[np.arange(data.n_periods), r.config], 0.0)
+    return make_column(data, m, r.config, served)
+
+
+class Master:
+    """The restricted master LP in a live HiGHS model."""
+
+    def __init__(self, data: ScheduleData) -> None:
+        self.data = data
+        T, G, M = data.n_periods, len(data.pools), len(data.deployments)
+        self.T, self.G, self.M = T, G, M
+        self.h = highspy.Highs()
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("presolve", "off")
+        inf = highspy.kHighsInf
+        # rows: convexity (M, == 1), cap (T, <= rhs), inventory (G*T, <= G_g)
+        self.cap_rhs = data.it_cap_w - data.idle_site_it_w
+        lower = np.concatenate([np.ones(M), np.full(T + G * T, -inf)])
+        upper = np.concatenate([np.ones(M), self.cap_rhs, np.repeat(data.pool_gpus, T)])
+        self.h.addRows(len(lower), lower, upper, 0, np.array([0]), np.array([], dtype=np.int32), np.array([]))
+        # slack columns with a large price keep the LP feasible; positive slack at the
+        # optimum means the LP relaxation (hence the MILP) is infeasible there.
+        self.big = 1e3 * (float(np.max(data.cost_usd_per_w)) + 1.0)
+        for t in range(T):
+            self.h.addCol(self.big, 0.0, inf, 1, np.array([M + t], dtype=np.int32), np.array([-1.0]))
+        for r in range(G * T):
+            self.h.addCol(self.big * 1e3, 0.0, inf, 1, np.array([M + T + r], dtype=np.int32), np.array([-1.0]))
+        self.n_slack = T + G * T
+        self.columns: list[Column] = []
+        self.keys: set[tuple[int, bytes, bytes]] = set()
+
+    def add(self, col: Column) -> bool:
+        key = (col.deployment, col.config.tobytes(), np.round(col.served_rps, 9).tobytes())
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        T, M = self.T, self.M
+        g = int(self.data.pool_of[col.deployment])
+        rows = [col.deployment]
+        vals = [1.0]
+        nz = np.flatnonzero(col.pnet_w)
+        rows += (M + nz).tolist()
+        vals += col.pnet_w[nz].tolist()
+        gz = np.flatnonzero(col.gpus)
+        rows += (M + T + g * T + gz).tolist()
+        vals += col.gpus[gz].astype(float).tolist()
+        self.h.addCol(
+            col.cost_usd, 0.0, highspy.kHighsInf, len(rows), np.array(rows, dtype=np.int32), np.array(vals)
+        )
+        self.columns.append(col)
+        return True
+
+    def solve(self) -> tuple[float, FloatArray, FloatArray, FloatArray, FloatArray]:
+        self.h.run()
+        sol = self.h.getSolution()
+        info = self.h.getInfo()
+        duals = np.asarray(sol.row_dual)
+        x = np.asarray(sol.col_value)
+        M, T, G = self.M, self.T, self.G
+        kappa = duals[:M]
+        pi = np.maximum(-duals[M : M + T], 0.0)
+        sigma = np.maximum(-duals[M + T :], 0.0).reshape(G, T)
+        return float(info.objective_function_value), kappa, pi, sigma, x
+
+
+def lagrangian_bound(
+    data: ScheduleData, dp_values: list[float], pi: FloatArray, sigma: FloatArray
+) -> float:
+    rhs = data.it_cap_w - data.idle_site_it_w
+    return (
+        float(sum(dp_values))
+        - float(np.dot(pi, rhs))
+        - float(np.sum(sigma * data.pool_gpus[:, None]))
+        + site_constant_usd(data)
+    )
+
+
+def decompose(
+    data: ScheduleData,
+    time_limit_s: float,
+    extra_columns: list[Column] | None = None,
+    max_iter: int = 500,
+    rel_tol: float = 1e-7,
+    smoothing: float = 0.5,
+    progress: Callable[[str], None] | None = None,
+) -> DecompositionResult:
+    """Column generation to the Dantzig-Wolfe bound (or the time limit)."""
+    t0 = time.perf_counter()
+    T, G, M = data.n_periods, len(data.pools), len(data.deployments)
+    grids: list[DeploymentGrid] = [deployment_grid(data, d) for d in data.deployments]
+    master = Master(data)
+    zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
+    high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
+    for m, d in enumerate(data.deployments):
+        g = int(data.pool_of[m])
+        for pi in (zero_pi, high_pi):
+            r = solve_dp(data, d, grids[m], pi, zero_sigma[g])
+            master.add(column_from_dp(data, m, r))
+    for col in extra_columns or []:
+        master.add(col)
+    best_lb = -np.inf
+    best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
+    lp = np.inf
+    it = 0
+    converged = False
+    x = np.zeros(0)
+    while it < max_iter:
+        it += 1
+        lp, kappa, pi_lp, sigma_lp, x = master.solve()
+        added = 0
+        for attempt in (0, 1):
+            if attempt == 0 and np.isfinite(best_lb) and smoothing > 0:
+                pi = smoothing * best_pi + (1 - smoothing) * pi_lp
+                sigma = smoothing * best_sigma + (1 - smoothing) * sigma_lp
+            elif attempt == 0:
+                continue
+            else:
+                pi, sigma = pi_lp, sigma_lp
+            values = []
+            new_cols = []
+            for m, d in enumerate(data.deployments):
+                g = int(data.pool_of[m])
+                r = solve_dp(data, d, grids[m], pi, sigma[g])
+                values.append(r.value)
+                new_cols.append(column_from_dp(data, m, r))
+            lb = lagrangian_bound(data, values, pi, sigma)
+            if lb > best_lb:
+                best_lb, best_pi, best_sigma = lb, pi.copy(), sigma.copy()
+            added = sum(master.add(c) for c in new_cols)
+            if added:
+                break
+        lp_total = lp + site_constant_usd(data)
+        scale = max(abs(lp_total), 1.0)
+        if progress is not None:
+            progress(
+                f"decomposition: round {it}, LP {lp_total:.4f}, bound {best_lb:.4f}, "
+                f"columns {len(master.columns)}"
+            )
+        if added == 0 or (lp_total - best_lb) <= rel_tol * scale:
+            converged = True
+            break
+        if time.perf_counter() - t0 > time_limit_s:
+            break
+    n_slack = master.n_slack
+    slack = x[:n_slack] if x.size else np.zeros(n_slack)
+    weights = np.zeros(len(master.columns))
+    if x.size:
+        weights[: x.size - n_slack] = x[n_slack:]
+    cap_slack = [int(t) for t in np.flatnonzero(slack[:T] > 1e-6)]
+    inv_slack = [(int(r // T), int(r % T)) for r in np.flatnonzero(slack[T:] > 1e-9)]
+    return DecompositionResult(
+        lower_bound_usd=float(best_lb),
+        lp_value_usd=float(lp + site_constant_usd(data)),
+        columns=master.columns,
+        weights=np.asarray(weights),
+        iterations=it,
+        seconds=time.perf_counter() - t0,
+        converged=converged,
+        lp_slack_periods=cap_slack,
+        lp_inventory_slack=inv_slack,
+        prices_w=best_pi,
+        prices_gpu=best_sigma,
+    )
+
+
+def column_configs(
+    data: ScheduleData, res: DecompositionResult, neighbours: int = 1
+) -> list[list[list[int]]]:
+    """Configurations to keep per (deployment, period): those of every generated column
+    there, plus their neighbours within ``neighbours`` instances in each phase."""
+    keep: list[list[set[int]]] = [
+        [set() for _ in range(data.n_periods)] for _ in data.deployments
+    ]
+    for col in res.columns:
+        for t, k in enumerate(col.config):
+            keep[col.deployment][t].add(int(k))
+    out = []
+    for m, d in enumerate(data.deployments):
+        lookup = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(d.n_p, d.n_d, strict=True))}
+        allowed = d.allowed
+        rows = []
+        for t in range(data.n_periods):
+            s = set(keep[m][t])
+            for k in list(s):
+                for dp in range(-neighbours, neighbours + 1):
+                    for dd in range(-neighbours, neighbours + 1):
+                        j = lookup.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dd))
+                        if j is not None:
+                            s.add(j)
+            if allowed[0]:
+                s.add(0)
+            rows.append(sorted(k for k in s if allowed[k]))
+        out.append(rows)
+    return out
+
+
+def schedule_of_columns(data: ScheduleData, cols: list[Column]) -> Schedule:
+    cfg = np.stack([c.config for c in cols])
+    served = np.stack([c.served_rps for c in cols])
+    return Schedule(cfg, served)
+
+
+def lagrangian_keep(
+    data: ScheduleData, res: DecompositionResult, upper_bound_usd: float
+) -> tuple[list[list[list[int]]], int, int]:
+    """Configurations that can still be in a schedule cheaper than ``upper_bound_usd``.
+
+    At the best prices, the Lagrangian of every schedule that runs ``k`` at ``t`` for
+    deployment ``m`` is at least ``L - DP_m + through_m(t, k)``, where ``through`` is
+    the best priced path through ``(t, k)`` (forward plus backward DP values). Where
+    that bound exceeds the incumbent, no better schedule uses ``(m, t, k)``: removing
+    it is safe, and the MILP over the survivors has the same optimum as the full one
+    (or the incumbent is optimal). Returns ``(allowed, kept, total)``.
+    """
+    from formulation.dp import backward_values, shortest_path, stage_costs
+
+    assert res.prices_w is not None and res.prices_gpu is not None
+    lb = res.lower_bound_usd
+    slack_tol = 1e-9 * max(abs(upper_bound_usd), 1.0)
+    out = []
+    kept = total = 0
+    for m, d in enumerate(data.deployments):
+        g = deployment_grid(data, d)
+        stage, _ = stage_costs(data, d, g, res.prices_w, res.prices_gpu[int(data.pool_of[m])])
+        best, _, fwd = shortest_path(data, d, g, stage)
+        back = backward_values(data, d, g, stage)
+        through = fwd + back
+        ok = (lb - best + through) <= upper_bound_usd + slack_tol
+        ok &= d.allowed[None, :]
+        rows = [np.flatnonzero(ok[t]).tolist() for t in range(data.n_periods)]
+        kept += int(ok.sum())
+        total += int(d.allowed.sum()) * data.n_periods
+        out.append(rows)
+    return out, kept, total

@@ -1,0 +1,278 @@
+"""``pdwatt simulate`` and the SLO options of ``pdwatt front`` (a thin shell over
+:mod:`model.simulator`).
+
+``register(subparsers)`` adds the ``simulate`` sub-command::
+
+    pdwatt simulate --model M --gpu G --workload W --np 3 --nd 1 --rate 5 [--seeds 3] --json
+    pdwatt simulate ... --find-capacity [--seeds 3] [--requests N] --json
+    pdwatt simulate --workload trace:FILE.csv ... --trace-arrivals [--rate R] --json
+
+``add_slo_args(front_parser)`` adds ``--ttft-p99 S``, ``--tpot-p99 S`` and
+``--at-load FRACTION`` to ``pdwatt front``; ``apply_slo(report, args)`` then keeps
+only the configurations whose simulated p99 latencies meet the targets at that
+fraction of their capacity (and returns the report unchanged when no target is set).
+
+The simulator needs per-request lengths: fixed workloads have them; a trace preset
+reads its public trace from the directory named by ``PDWATT_DATA_DIR``; otherwise
+pass ``trace:PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from model.capacity import DeploymentSpec
+from model.catalog import load_override_file, parse_set_flags
+from model.errors import InputError
+from model.operations import SpecRequest, resolve_spec
+from model.simulator import (
+    SimTiming,
+    capacity_search_report,
+    default_requests,
+    resolve_samples,
+    simulate_report,
+    slo_front,
+)
+
+
+def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    """The deployment options, as in the other sub-commands."""
+    p.add_argument("--model", default="qwen3-32b", help="model name (default: qwen3-32b)")
+    p.add_argument("--gpu", default="h200", help="GPU name (default: h200)")
+    p.add_argument(
+        "--workload",
+        default="azure-conv-2023",
+        help="fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
+        "(CSV or Mooncake JSONL) (default: azure-conv-2023)",
+    )
+    p.add_argument(
+        "--override",
+        metavar="FILE",
+        help="JSON or TOML file with sections model/gpu/calibration/serving overriding fields",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one field, e.g. --set serving.kv_pool_tokens=200000",
+    )
+    p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
+    p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
+
+
+def _spec_from_args(a: argparse.Namespace) -> DeploymentSpec:
+    overrides: dict[str, dict[str, Any]] = {}
+    if getattr(a, "override", None):
+        for sec, vals in load_override_file(a.override).items():
+            overrides.setdefault(sec, {}).update(vals)
+    for sec, vals in parse_set_flags(getattr(a, "sets", None) or []).items():
+        overrides.setdefault(sec, {}).update(vals)
+    if getattr(a, "dispatch", None):
+        overrides.setdefault("serving", {})["dispatch"] = a.dispatch
+    req = SpecRequest(
+        model=a.model or "qwen3-32b",
+        gpu=a.gpu or "h200",
+        workload=a.workload or "azure-conv-2023",
+        overrides=overrides,
+    )
+    return resolve_spec(req)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``simulate`` sub-command to an ``add_subparsers()`` object."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="discrete-event simulation of one (n_P, n_D) configuration: "
+        "latency at a rate, or the simulated capacity",
+    )
+    _add_spec_args(p)
+    p.add_argument("--np", type=int, required=True, help="prefill instances")
+    p.add_argument("--nd", type=int, required=True, help="decode instances")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--rate", type=float, help="Poisson arrival rate (req/s)")
+    mode.add_argument(
+        "--find-capacity",
+        action="store_true",
+        help="search the largest stable arrival rate (saturated throughput, checked open-loop)",
+    )
+    p.add_argument(
+        "--trace-arrivals",
+        action="store_true",
+        help="replay the trace's own arrival times (rescaled to --rate if given)",
+    )
+    p.add_argument("--seeds", type=int, default=3, help="independent runs (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="simulated seconds per run at a given rate, the second half measured (default: "
+        "long enough for --requests arrivals in the measured half); with --find-capacity, "
+        "the horizon of the open-loop check runs",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        help="requests measured per seed (default: 4000 at a rate; for --find-capacity "
+        "twice the trace's rows, between 4000 and 40000)",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="with --find-capacity: skip the open-loop check at +-5%% of the estimate",
+    )
+    p.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(a: argparse.Namespace) -> dict[str, Any]:
+    """Run ``pdwatt simulate``; print a summary unless ``--json``; return the report."""
+    if a.rate is None and not a.find_capacity and not a.trace_arrivals:
+        raise InputError("rate", "give --rate R, --find-capacity or --trace-arrivals")
+    if a.find_capacity and a.trace_arrivals:
+        raise InputError("trace_arrivals", "cannot be combined with --find-capacity")
+    if a.seeds < 1:
+        raise InputError("seeds", "must be >= 1")
+    if a.requests is not None and a.requests < 1:
+        raise InputError("requests", "must be >= 1")
+    spec = _spec_from_args(a)
+    samples = resolve_samples(a.workload or spec.workload)
+    if a.find_capacity:
+        rep = capacity_search_report(
+            spec,
+            samples,
+            a.np,
+            a.nd,
+            seeds=a.seeds,
+            first_seed=a.seed,
+            requests=a.requests or default_requests(samples),
+            check_margin=None if a.no_check else 0.05,
+            check_duration_s=a.duration,
+        )
+    else:
+        rep = simulate_report(
+            spec,
+            samples,
+            a.np,
+            a.nd,
+            a.rate,
+            seeds=a.seeds,
+            first_seed=a.seed,
+            requests=a.requests or 4000,
+            duration_s=a.duration,
+            replay=a.trace_arrivals,
+        )
+    if not a.json:
+        print(_summary(rep))
+    return rep
+
+
+def _f(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if not math.isfinite(v) else f"{v:,.{nd}f}"
+    return str(v)
+
+
+def _summary(rep: dict[str, Any]) -> str:
+    head = (
+        f"{rep['model']} on {rep['gpu']}, workload {rep['workload']} "
+        f"({rep['samples']['count']:,} samples): {rep['n_p']}P{rep['n_d']}D, "
+        f"{rep['seeds']} seed(s), simulated"
+    )
+    lines = [head]
+    if rep["mode"] == "find_capacity":
+        lines.append(
+            f"  capacity            {_f(rep['capacity_rps'])} req/s "
+            f"(95% CI +- {_f(rep['capacity_ci95_rps'])})"
+        )
+        chk = rep.get("check")
+        if chk:
+            verdict = "passed" if chk["passed"] else "FAILED"
+            lines.append(
+                f"  open-loop check     {verdict}: stable at {_f(chk['lower_rps'])} req/s "
+                f"= {chk['lower_stable']}, at {_f(chk['upper_rps'])} req/s = "
+                f"{chk['upper_stable']}"
+            )
+            lines.append(f"  latency at          {_f(rep['latency_at_rps'])} req/s")
+        stats = rep["at_capacity"]
+        lines.append(f"  mean batch at cap.  {_f(stats['mean_batch'], 1)}")
+    else:
+        lines.append(
+            f"  offered / served    {_f(rep['rate_rps'])} / {_f(rep['throughput_rps'])} req/s "
+            f"({'stable' if rep['stable'] else 'NOT stable'})"
+        )
+        lines.append(f"  mean decode batch   {_f(rep['mean_batch'], 1)}")
+        pool = rep["kv_pool"]
+        lines.append(
+            f"  KV pool             active {_f(pool['active_frac'])}, prefill-reserved "
+            f"{_f(pool['prefill_reserved_frac'])}, free {_f(pool['free_frac'])}"
+        )
+        q = rep["queues"]
+        lines.append(
+            f"  queues (mean)       admission {_f(q['admission_mean'], 2)}, "
+            f"prefill {_f(q['prefill_mean'], 2)}"
+        )
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+        if key in rep:
+            v = rep[key]
+            lines.append(
+                f"  {label} p50/p90/p99   {_f(v['p50'], 4)} / {_f(v['p90'], 4)} / "
+                f"{_f(v['p99'], 4)} s"
+            )
+    return "\n".join(lines)
+
+
+def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
+    """Add the latency-SLO options to the ``front`` sub-command's parser."""
+    g = front_parser.add_argument_group(
+        "latency SLOs (simulated; needs per-request lengths, see pdwatt simulate)"
+    )
+    g.add_argument("--ttft-p99", type=float, metavar="S", help="p99 time to first token (s)")
+    g.add_argument("--tpot-p99", type=float, metavar="S", help="p99 time per output token (s)")
+    g.add_argument(
+        "--at-load",
+        type=float,
+        default=0.8,
+        metavar="FRACTION",
+        help="check the SLOs at this fraction of each configuration's capacity (default 0.8)",
+    )
+    g.add_argument("--slo-seeds", type=int, default=2, help="seeds per SLO check (default 2)")
+    g.add_argument(
+        "--slo-requests",
+        type=int,
+        default=4000,
+        help="requests measured per seed in an SLO check (default 4000)",
+    )
+
+
+def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The front report restricted to configurations meeting the SLOs (``slo`` added).
+
+    Returns `report` itself when neither ``--ttft-p99`` nor ``--tpot-p99`` is given.
+    """
+    ttft = getattr(args, "ttft_p99", None)
+    tpot = getattr(args, "tpot_p99", None)
+    if ttft is None and tpot is None:
+        return report
+    spec = _spec_from_args(args)
+    samples = resolve_samples(args.workload or spec.workload)
+    if args.slo_seeds < 1:
+        raise InputError("slo_seeds", "must be >= 1")
+    if args.slo_requests < 1:
+        raise InputError("slo_requests", "must be >= 1")
+    return slo_front(
+        report,
+        SimTiming.of(spec),
+        samples,
+        ttft_p99_s=ttft,
+        tpot_p99_s=tpot,
+        at_load=args.at_load,
+        seeds=args.slo_seeds,
+        requests=args.slo_requests,
+        dispatch=spec.serving.dispatch,
+    )
