@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from formulation.data import ScheduleData
+from formulation.data import ScheduleData, take_periods
 from formulation.dp import deployment_grid, stage_costs
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 
@@ -71,28 +71,10 @@ def static_peak(data: ScheduleData) -> Priced:
     return price_schedule(data, Schedule(cfg, _served_fixed(data, cfg)))
 
 
-def slice_period(data: ScheduleData, t: int) -> ScheduleData:
-    """One period of ``data`` alone, with transitions free and unlimited."""
-    deps = tuple(
-        dataclasses.replace(
-            d,
-            demand_rps=d.demand_rps[t : t + 1],
-            smax_rps=d.smax_rps[t : t + 1],
-            unserved_usd_per_rps=d.unserved_usd_per_rps[t : t + 1],
-        )
-        for d in data.deployments
-    )
+def periods_alone(data: ScheduleData, idx: np.ndarray) -> ScheduleData:
+    """The periods ``idx`` with transitions free and unlimited: independent periods."""
     return dataclasses.replace(
-        data,
-        n_periods=1,
-        deployments=deps,
-        power_cap_w=data.power_cap_w[t : t + 1],
-        cost_usd_per_w=data.cost_usd_per_w[t : t + 1],
-        price_usd_per_mwh=data.price_usd_per_mwh[t : t + 1],
-        carbon_g_per_kwh=data.carbon_g_per_kwh[t : t + 1],
-        start_cost_usd=0.0,
-        stop_cost_usd=0.0,
-        max_changes=None,
+        take_periods(data, idx), start_cost_usd=0.0, stop_cost_usd=0.0, max_changes=None
     )
 
 
@@ -109,18 +91,13 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
         cfg[m] = np.argmin(cost, axis=1)
         served[m] = np.where(full[np.arange(T), cfg[m]], d.smax_rps[np.arange(T), cfg[m]], 0.0)
     first = price_schedule(data, Schedule(cfg, served))
-    bad = sorted(set(first.cap_violations) | set(first.inventory_violations))
-    per_period_limit = max(time_limit_s / max(len(bad), 1), 0.5)
-    for t in bad:
-        sub = slice_period(data, t)
-        r = solve_compact(sub, per_period_limit, 1e-6, threads=1)
-        if r.schedule is None:  # the period is infeasible even alone: least power
-            for m, d in enumerate(data.deployments):
-                ok = np.flatnonzero(d.allowed)
-                p0 = d.bp_power_w[ok, 0] - data.idle_gpu_power_w * d.gpus[ok]
-                cfg[m, t] = int(ok[np.argmin(p0)])
-                served[m, t] = 0.0
-            continue
-        cfg[:, t] = r.schedule.config[:, 0]
-        served[:, t] = r.schedule.served_rps[:, 0]
+    bad = np.array(
+        sorted(set(first.cap_violations) | set(first.inventory_violations)), dtype=np.int64
+    )
+    if bad.size:
+        # the periods are independent once transitions are ignored: one MILP for all
+        r = solve_compact(periods_alone(data, bad), time_limit_s, 1e-4)
+        if r.schedule is not None:
+            cfg[:, bad] = r.schedule.config
+            served[:, bad] = r.schedule.served_rps
     return price_schedule(data, Schedule(cfg, served))

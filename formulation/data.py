@@ -232,3 +232,33 @@ def build_data(p: ScheduleProblem) -> ScheduleData:
         stop_cost_usd=float(p.transitions.stop_cost_usd),
         max_changes=p.transitions.max_instance_changes_per_period,
     )
+
+
+def slice_periods(data: ScheduleData, start: int, stop: int) -> ScheduleData:
+    """Periods ``start..stop-1`` of ``data`` as a problem of their own (same initial
+    states, transition costs and limits; callers handle the boundary)."""
+    return take_periods(data, np.arange(start, stop))
+
+
+def take_periods(data: ScheduleData, idx: NDArray[np.int64]) -> ScheduleData:
+    """The periods ``idx`` of ``data``, in that order, as a problem of their own."""
+    import dataclasses
+
+    deps = tuple(
+        dataclasses.replace(
+            d,
+            demand_rps=d.demand_rps[idx],
+            smax_rps=d.smax_rps[idx],
+            unserved_usd_per_rps=d.unserved_usd_per_rps[idx],
+        )
+        for d in data.deployments
+    )
+    return dataclasses.replace(
+        data,
+        n_periods=int(len(idx)),
+        deployments=deps,
+        power_cap_w=data.power_cap_w[idx],
+        cost_usd_per_w=data.cost_usd_per_w[idx],
+        price_usd_per_mwh=data.price_usd_per_mwh[idx],
+        carbon_g_per_kwh=data.carbon_g_per_kwh[idx],
+    )

@@ -115,14 +115,20 @@ class Master:
         self.cap_rhs = data.it_cap_w - data.idle_site_it_w
         lower = np.concatenate([np.ones(M), np.full(T + G * T, -inf)])
         upper = np.concatenate([np.ones(M), self.cap_rhs, np.repeat(data.pool_gpus, T)])
-        self.h.addRows(len(lower), lower, upper, 0, np.array([0]), np.array([], dtype=np.int32), np.array([]))
+        self.h.addRows(
+            len(lower), lower, upper, 0, np.array([0]), np.array([], dtype=np.int32), np.array([])
+        )
         # slack columns with a large price keep the LP feasible; positive slack at the
         # optimum means the LP relaxation (hence the MILP) is infeasible there.
         self.big = 1e3 * (float(np.max(data.cost_usd_per_w)) + 1.0)
         for t in range(T):
-            self.h.addCol(self.big, 0.0, inf, 1, np.array([M + t], dtype=np.int32), np.array([-1.0]))
+            self.h.addCol(
+                self.big, 0.0, inf, 1, np.array([M + t], dtype=np.int32), np.array([-1.0])
+            )
         for r in range(G * T):
-            self.h.addCol(self.big * 1e3, 0.0, inf, 1, np.array([M + T + r], dtype=np.int32), np.array([-1.0]))
+            self.h.addCol(
+                self.big * 1e3, 0.0, inf, 1, np.array([M + T + r], dtype=np.int32), np.array([-1.0])
+            )
         self.n_slack = T + G * T
         self.columns: list[Column] = []
         self.keys: set[tuple[int, bytes, bytes]] = set()
@@ -143,7 +149,12 @@ class Master:
         rows += (M + T + g * T + gz).tolist()
         vals += col.gpus[gz].astype(float).tolist()
         self.h.addCol(
-            col.cost_usd, 0.0, highspy.kHighsInf, len(rows), np.array(rows, dtype=np.int32), np.array(vals)
+            col.cost_usd,
+            0.0,
+            highspy.kHighsInf,
+            len(rows),
+            np.array(rows, dtype=np.int32),
+            np.array(vals),
         )
         self.columns.append(col)
         return True
@@ -266,9 +277,7 @@ def column_configs(
 ) -> list[list[list[int]]]:
     """Configurations to keep per (deployment, period): those of every generated column
     there, plus their neighbours within ``neighbours`` instances in each phase."""
-    keep: list[list[set[int]]] = [
-        [set() for _ in range(data.n_periods)] for _ in data.deployments
-    ]
+    keep: list[list[set[int]]] = [[set() for _ in range(data.n_periods)] for _ in data.deployments]
     for col in res.columns:
         for t, k in enumerate(col.config):
             keep[col.deployment][t].add(int(k))

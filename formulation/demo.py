@@ -33,7 +33,9 @@ def demo_request() -> dict[str, Any]:
     code = _series(lambda h: 3 + 30 * _bump(h, 11.0, 2.5) + 22 * _bump(h, 15.5, 2.0))
     long_ctx = _series(lambda h: 0.6 + 2.0 * _bump(h, 14.0, 4.0) + 1.4 * _bump(h, 19.5, 1.5))
     price = _series(
-        lambda h: 45 + 35 * _bump(h, 8.0, 1.5) - 15 * _bump(h, 13.0, 2.0) + 110 * _bump(h, 18.5, 1.5)
+        lambda h: (
+            45 + 35 * _bump(h, 8.0, 1.5) - 15 * _bump(h, 13.0, 2.0) + 110 * _bump(h, 18.5, 1.5)
+        )
     )
     carbon = _series(lambda h: 380 - 140 * _bump(h, 13.0, 3.0) + 60 * _bump(h, 19.0, 2.0))
     cap = [

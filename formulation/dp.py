@@ -82,9 +82,10 @@ def _dt_axis(v: FloatArray, axis: int, c_up: float, c_down: float) -> FloatArray
     shape[axis] = n
     idx = np.arange(n, dtype=float).reshape(shape)
     fwd = np.minimum.accumulate(v - c_up * idx, axis=axis) + c_up * idx
-    rev = np.flip(
-        np.minimum.accumulate(np.flip(v + c_down * idx, axis=axis), axis=axis), axis=axis
-    ) - c_down * idx
+    rev = (
+        np.flip(np.minimum.accumulate(np.flip(v + c_down * idx, axis=axis), axis=axis), axis=axis)
+        - c_down * idx
+    )
     return np.minimum(fwd, rev)
 
 

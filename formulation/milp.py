@@ -194,6 +194,8 @@ def _transition_constraints(m: pyo.ConcreteModel) -> None:
     def balance(mm: pyo.ConcreteModel, i: int, t: int, ph: int) -> pyo.Expression:
         d = data.deployments[i]
         cur = mm.n_prefill[i, t] if ph == 0 else mm.n_decode[i, t]
+        if t == 0 and mm._entry is not None:
+            return pyo.Constraint.Skip  # priced by the entry cost
         if t == 0:
             prev = int((d.n_p if ph == 0 else d.n_d)[d.initial])
         else:
@@ -205,6 +207,8 @@ def _transition_constraints(m: pyo.ConcreteModel) -> None:
         lim = data.max_changes
 
         def limit(mm: pyo.ConcreteModel, i: int, t: int) -> pyo.Expression:
+            if t == 0 and mm._entry is not None:
+                return pyo.Constraint.Skip
             return sum(mm.starts[i, t, ph] + mm.stops[i, t, ph] for ph in mm.phases) <= lim
 
         m.changes_within_limit = pyo.Constraint(m.deployments, m.periods, rule=limit)
@@ -234,15 +238,47 @@ def _objective(m: pyo.ConcreteModel) -> None:
         for t in m.periods
         for ph in m.phases
     )
+    boundary = 0.0
+    last = data.n_periods - 1
+    if m._entry is not None:
+        boundary += sum(
+            float(m._entry[i][k]) * m.run_config[i, 0, k] for i, t, k in m.configs if t == 0
+        )
+    if m._exit is not None:
+        boundary += sum(
+            float(m._exit[i][k]) * m.run_config[i, last, k] for i, t, k in m.configs if t == last
+        )
     m.total_cost_usd = pyo.Objective(
-        expr=const + unserved_const + energy + unserved + trans, sense=pyo.minimize
+        expr=const + unserved_const + energy + unserved + trans + boundary, sense=pyo.minimize
     )
 
 
-def build_model(data: ScheduleData, allowed: Allowed | None = None) -> pyo.ConcreteModel:
-    """The compact MILP over ``allowed[m][t]`` configurations (default: all)."""
+def build_model(
+    data: ScheduleData,
+    allowed: Allowed | None = None,
+    entry_cost: Sequence[np.ndarray] | None = None,
+    exit_cost: Sequence[np.ndarray] | None = None,
+) -> pyo.ConcreteModel:
+    """The compact MILP over ``allowed[m][t]`` configurations (default: all).
+
+    ``entry_cost[m][k]`` (optional) replaces the transition from the initial state in
+    the first period by a cost of entering configuration ``k`` (inf: unreachable), and
+    ``exit_cost[m][k]`` adds a cost of leaving the last period in ``k``: a window of a
+    longer horizon whose outside periods are solved by dynamic programming.
+    """
     m = pyo.ConcreteModel(name="pdwatt_schedule")
-    _sets_and_params(m, data, allowed if allowed is not None else all_allowed(data))
+    allowed = allowed if allowed is not None else all_allowed(data)
+    if entry_cost is not None:
+        allowed = [
+            [
+                [k for k in rows[t] if t > 0 or np.isfinite(entry_cost[i][k])]
+                for t in range(len(rows))
+            ]
+            for i, rows in enumerate(allowed)
+        ]
+    m._entry = entry_cost
+    m._exit = exit_cost
+    _sets_and_params(m, data, allowed)
     _variables(m)
     _expressions(m)
     _choice_constraints(m)
@@ -294,6 +330,8 @@ def set_start(m: pyo.ConcreteModel, sched: Schedule) -> None:
                     )
                 s -= take
             for ph, arr in ((0, d.n_p), (1, d.n_d)):
+                if t == 0 and m._entry is not None:
+                    continue
                 prev = int(arr[d.initial]) if t == 0 else int(arr[sched.config[i, t - 1]])
                 cur = int(arr[k])
                 m.starts[i, t, ph].set_value(max(cur - prev, 0))
@@ -377,9 +415,11 @@ def solve_compact(
     threads: int | None = None,
     allowed: Allowed | None = None,
     start: Schedule | None = None,
+    entry_cost: Sequence[np.ndarray] | None = None,
+    exit_cost: Sequence[np.ndarray] | None = None,
 ) -> MilpResult:
     t0 = time.perf_counter()
-    m = build_model(data, allowed)
+    m = build_model(data, allowed, entry_cost, exit_cost)
     build_s = time.perf_counter() - t0
     log.info("compact MILP built in %.2f s", build_s)
     return solve_model(m, time_limit_s, mip_gap, threads, start, build_s)

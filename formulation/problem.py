@@ -213,8 +213,17 @@ def validate(p: ScheduleProblem) -> None:
 
 _TOP_KEYS = {"period_minutes", "site", "deployments", "grid", "transitions", "solver"}
 _DEP_KEYS = {
-    "name", "model", "gpu", "workload", "demand_rps", "unserved_penalty_usd_per_request",
-    "headroom", "max_gpus", "bounds", "initial", "overrides",
+    "name",
+    "model",
+    "gpu",
+    "workload",
+    "demand_rps",
+    "unserved_penalty_usd_per_request",
+    "headroom",
+    "max_gpus",
+    "bounds",
+    "initial",
+    "overrides",
 }
 
 

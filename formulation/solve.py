@@ -39,6 +39,7 @@ from formulation.decomposition import (
 )
 from formulation.dp import deployment_grid
 from formulation.heuristics import coordinate_descent
+from formulation.window import solve_windowed
 from formulation.evaluate import Priced, price_schedule
 from formulation.milp import solve_compact
 from formulation.problem import Method, ScheduleProblem
@@ -110,7 +111,9 @@ def check_feasible_before(data: ScheduleData) -> None:
                 )
 
 
-def _infeasible_after(data: ScheduleData, cap_periods: list[int], inv: list[tuple[int, int]]) -> InfeasibleError:
+def _infeasible_after(
+    data: ScheduleData, cap_periods: list[int], inv: list[tuple[int, int]]
+) -> InfeasibleError:
     conflicts: list[dict[str, Any]] = [
         {
             "period": t,
@@ -122,8 +125,7 @@ def _infeasible_after(data: ScheduleData, cap_periods: list[int], inv: list[tupl
         for t in cap_periods
     ]
     conflicts += [
-        {"period": t, "constraint": "gpus_within_inventory", "pool": data.pools[g]}
-        for g, t in inv
+        {"period": t, "constraint": "gpus_within_inventory", "pool": data.pools[g]} for g, t in inv
     ]
     first = cap_periods[0] if cap_periods else inv[0][1]
     return InfeasibleError(
@@ -149,7 +151,13 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
 
     if opts.method == Method.COMPACT:
         say("compact MILP over every candidate")
-        r = solve_compact(data, left(), opts.mip_gap, opts.threads, start=incumbent.schedule if incumbent else None)
+        r = solve_compact(
+            data,
+            left(),
+            opts.mip_gap,
+            opts.threads,
+            start=incumbent.schedule if incumbent else None,
+        )
         if r.status == "infeasible":
             raise InfeasibleError("HiGHS proved the problem infeasible", [])
         best = price_schedule(data, r.schedule) if r.schedule is not None else incumbent
@@ -197,24 +205,18 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
     if gap > opts.mip_gap and left() > 0.5:
         allowed, kept, total = lagrangian_keep(data, dec, best.objective_usd)
         stats.update(choices_kept=kept, choices_total=total)
-        say(f"exact MILP over {kept} of {total} choices that can still beat the incumbent")
-        r = solve_compact(
-            data, max(left(), 0.5), opts.mip_gap, opts.threads, allowed, start=best.schedule
+        say(f"Lagrangian pruning kept {kept} of {total} (deployment, period, config) choices")
+        w = solve_windowed(
+            data, grids, max(left(), 0.5), opts.mip_gap, opts.threads, best, allowed, say
         )
-        stats.update(
-            binaries=r.n_binaries,
-            milp_build_s=round(r.build_s, 3),
-            milp_solve_s=round(r.solve_s, 3),
-            milp_status=r.status,
-        )
-        if r.schedule is not None:
-            cand = price_schedule(data, r.schedule)
-            if cand.violation_free and cand.objective_usd < best.objective_usd:
-                best = cand
-        if r.status == "infeasible":
-            lb = best.objective_usd  # nothing that can beat the incumbent exists
-        elif r.bound_usd is not None and np.isfinite(r.bound_usd):
-            lb = max(lb, min(best.objective_usd, r.bound_usd))
+        stats["windows"] = w.stats.get("windows", [])
+        if w.priced is not None and w.priced.violation_free:
+            if w.priced.objective_usd < best.objective_usd:
+                best = w.priced
+        if np.isfinite(w.lower_bound_usd):
+            # the window problem is a relaxation of the problem over the kept choices,
+            # whose optimum is the full optimum unless the incumbent is already optimal
+            lb = max(lb, min(best.objective_usd, w.lower_bound_usd))
     return _finish(data, best, lb, base, t0, opts.mip_gap, stats)
 
 

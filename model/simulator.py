@@ -412,13 +412,17 @@ class SimResult:
     tpot_s: NDArray[np.float64]
     completion_times_s: NDArray[np.float64]  # sorted, of the completions in the window
     incomplete: int
-    mean_batch: float
+    mean_batch: float  # time average (idle time counts as 0)
     mean_active_ctx_tokens: float  # time-weighted mean context of an active request
+    iteration_mean_batch: float  # mean batch size per decode iteration
+    iteration_mean_ctx_tokens: float  # mean attended tokens per request-iteration
+    iteration_mean_s: float  # mean decode iteration time
+    decode_busy_frac: float  # share of time a decode instance runs iterations
     kv_active_frac: float
     kv_prefill_frac: float
     kv_free_frac: float
     kv_headroom_frac: float
-    kv_peak_tokens: int  # max over the run and instances of allocated tokens
+    kv_peak_tokens: int  # max of allocated tokens (a step counts at its last iteration)
     admission_queue_mean: float | None  # None when saturated (unbounded)
     prefill_queue_mean: float
     prefill_utilisation: float
@@ -472,6 +476,7 @@ class _Decode:
         "busy",
         "t0",
         "kv0",
+        "pre0",
         "a1",
         "cn",
         "k",
@@ -481,6 +486,10 @@ class _Decode:
         "area_pre",
         "area_q",
         "area_infl",
+        "area_busy",
+        "iters",
+        "tokens",
+        "ctx_sum",
         "t_last",
         "created",
     )
@@ -498,6 +507,7 @@ class _Decode:
         self.busy = False  # a step is running
         self.t0 = 0.0  # running step: start time
         self.kv0 = 0  # running step: kv at its start
+        self.pre0 = 0  # running step: prealloc at its start (it can only fall during a step)
         self.a1 = 0.0  # running step: t_k = a1 + cn * k
         self.cn = 0.0
         self.k = 0  # running step: planned iterations
@@ -507,6 +517,10 @@ class _Decode:
         self.area_pre = 0.0
         self.area_q = 0.0
         self.area_infl = 0.0
+        self.area_busy = 0.0  # time with a step running
+        self.iters = 0  # iterations completed
+        self.tokens = 0  # sum over iterations of the batch size (decode tokens)
+        self.ctx_sum = 0  # sum over iterations of the attended tokens S
         self.t_last = 0.0
         self.created = 0  # saturated mode: requests created for this instance
 
@@ -579,7 +593,8 @@ def simulate(
     order, tuples ``(kind, t, ...)``: ``("admit" | "refuse", t, rid, d, kv_active,
     kv_prefill, in_flight, size)`` before the decision, ``("prefill", t, rid, p)``,
     ``("join", t, rid, d)``, ``("step", t, d, batch, kv_active, iterations,
-    kv_prefill)`` at a step's start, ``("retract", t, rid, d)`` and ``("done", t,
+    kv_prefill)`` at a step's start (iterations planned), ``("step_end", t, d,
+    iterations)`` (iterations run), ``("retract", t, rid, d)`` and ``("done", t,
     rid, d)``.
     """
     _check_config(n_p, n_d, dispatch)
@@ -863,8 +878,18 @@ class _Engine:
             nonlocal peak
             if dec.busy:
                 k, n = dec.k, dec.n
-                dec.area_n += n * _step_time(dec.a1, dec.cn, k)
+                top = dec.kv0 + k * n + dec.pre0
+                if top > peak:
+                    peak = top
+                if log is not None:
+                    log.append(("step_end", t, d, k))
+                t_step = _step_time(dec.a1, dec.cn, k)
+                dec.area_busy += t_step
+                dec.area_n += n * t_step
                 dec.area_kv += _kv_area(dec.a1, dec.cn, n, dec.kv0, k)
+                dec.iters += k
+                dec.tokens += k * n
+                dec.ctx_sum += k * dec.kv0 + n * (k * (k + 1) // 2)
                 dec.it += k
                 dec.kv = dec.kv0 + k * n
                 dec.busy = False
@@ -901,10 +926,8 @@ class _Engine:
                 cn = c_kv * n
                 dec.busy = True
                 dec.t0, dec.kv0, dec.a1, dec.cn, dec.k = t, kv0, a1, cn, k
+                dec.pre0 = dec.prealloc
                 dec.ver += 1
-                top = kv0 + k * n + dec.prealloc
-                if top > peak:
-                    peak = top
                 if log is not None:
                     log.append(("step", t, d, n, kv0, k, dec.prealloc))
                 push(t + _step_time(a1, cn, k), _STEP_END, d, dec.ver)
@@ -941,15 +964,24 @@ class _Engine:
 
         def snapshot(t: float) -> None:
             s = {"t": t, **counters, "n": 0.0, "kv": 0.0, "pre": 0.0, "q": 0.0, "infl": 0.0}
+            s.update({"dbusy": 0.0, "iters": 0, "tokens": 0, "ctx": 0})
             for dec in decs:
                 touch(dec, t)
                 s["pre"] += dec.area_pre
                 s["q"] += dec.area_q
                 s["infl"] += dec.area_infl
                 an, akv = dec.area_n, dec.area_kv
+                s["dbusy"] += dec.area_busy
+                s["iters"] += dec.iters
+                s["tokens"] += dec.tokens
+                s["ctx"] += dec.ctx_sum
                 if dec.busy:
                     dt = t - dec.t0
                     j = _iterations_done(dec.a1, dec.cn, dt, dec.k)
+                    s["dbusy"] += dt
+                    s["iters"] += j
+                    s["tokens"] += j * dec.n
+                    s["ctx"] += j * dec.kv0 + dec.n * (j * (j + 1) // 2)
                     an += dec.n * dt
                     akv += _kv_area(dec.a1, dec.cn, dec.n, dec.kv0, j)
                     akv += (dt - _step_time(dec.a1, dec.cn, j)) * (dec.kv0 + (j + 1) * dec.n)
@@ -1122,6 +1154,8 @@ class _Engine:
             return float(x.mean()) if x.size else math.nan
 
         area_n = b["n"] - a["n"]
+        iters = b["iters"] - a["iters"]
+        tokens = b["tokens"] - a["tokens"]
         completed = b["completed"] - a["completed"]
         arrived = int(b["arrived"] - a["arrived"]) if not self.saturated else int(completed)
         return SimResult(
@@ -1144,6 +1178,10 @@ class _Engine:
             incomplete=int((sel & ~np.isfinite(r_done)).sum()) if not self.saturated else 0,
             mean_batch=avg("n", n_d),
             mean_active_ctx_tokens=(b["kv"] - a["kv"]) / area_n if area_n > 0 else math.nan,
+            iteration_mean_batch=tokens / iters if iters else math.nan,
+            iteration_mean_ctx_tokens=(b["ctx"] - a["ctx"]) / tokens if tokens else math.nan,
+            iteration_mean_s=(b["dbusy"] - a["dbusy"]) / iters if iters else math.nan,
+            decode_busy_frac=avg("dbusy", n_d),
             kv_active_frac=avg("kv", n_d * pool),
             kv_prefill_frac=avg("pre", n_d * pool),
             kv_free_frac=1.0 - avg("kv", n_d * pool) - avg("pre", n_d * pool),

@@ -54,3 +54,88 @@ def front_chart(report: Mapping[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt schedule") -> None:
+    """Site power vs cap (with price), instances per deployment, served vs demand."""
+    periods: Sequence[Mapping[str, Any]] = resp["periods"]
+    hours = [p["start_minute"] / 60.0 for p in periods]
+    step = (hours[1] - hours[0]) if len(hours) > 1 else 1.0
+    edges = [*hours, hours[-1] + step]
+    names = list(periods[0]["deployments"])
+    colours = [
+        "#1f77b4",
+        "#d1495b",
+        "#2a9d8f",
+        "#e9c46a",
+        "#6d597a",
+        "#8d99ae",
+        "#f4a261",
+        "#264653",
+    ]
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), dpi=110, sharex=True)
+    ax = axes[0]
+    ax.stairs(
+        [p["power_w"] / 1e3 for p in periods], edges, color="#333333", lw=1.6, label="site power"
+    )
+    ax.stairs(
+        [p["power_cap_w"] / 1e3 for p in periods],
+        edges,
+        color="#d1495b",
+        lw=1.2,
+        ls="--",
+        label="power cap",
+    )
+    ax.set_ylabel("kW")
+    tw = ax.twinx()
+    tw.stairs([p["price_usd_per_mwh"] for p in periods], edges, baseline=None, color="#999999", lw=0.8, alpha=0.7)
+    tw.set_ylabel("price ($/MWh)", color="#777777")
+    ax.legend(loc="upper left", fontsize=8)
+    tot = resp["totals"]
+    ax.set_title(
+        f"{title}: {resp['status']}, gap {100 * resp['mip_gap']:.2f}%, objective "
+        f"${resp['objective_usd']:.2f}, energy {tot['energy_kwh']:.0f} kWh, "
+        f"unserved {tot['unserved_requests']:.0f} req",
+        fontsize=9,
+    )
+    ax = axes[1]
+    for i, n in enumerate(names):
+        c = colours[i % len(colours)]
+        ax.stairs(
+            [p["deployments"][n]["n_p"] for p in periods],
+            edges,
+            color=c,
+            lw=1.4,
+            label=f"{n} prefill",
+        )
+        ax.stairs(
+            [p["deployments"][n]["n_d"] for p in periods],
+            edges,
+            color=c,
+            lw=1.0,
+            ls=":",
+            label=f"{n} decode",
+        )
+    ax.set_ylabel("instances")
+    ax.legend(loc="upper left", fontsize=7, ncol=len(names))
+    ax = axes[2]
+    for i, n in enumerate(names):
+        c = colours[i % len(colours)]
+        ax.stairs(
+            [p["deployments"][n]["demand_rps"] for p in periods], edges, color=c, lw=0.8, ls="--"
+        )
+        ax.stairs(
+            [p["deployments"][n]["served_rps"] for p in periods],
+            edges,
+            color=c,
+            lw=1.4,
+            label=f"{n} served",
+        )
+    ax.set_ylabel("req/s (dashed: demand)")
+    ax.set_xlabel("hour")
+    ax.legend(loc="upper left", fontsize=7, ncol=len(names))
+    for a in axes:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

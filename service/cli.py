@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)
 
+    from service import cli_plan
+
+    cli_plan.register(sub)
     return p
 
 

@@ -46,10 +46,12 @@ TIMING = SimTiming(
 
 
 def _mixed_samples(n: int = 400, seed: int = 1) -> Samples:
-    """Lengths with long outputs (many beyond R = 64), so that retractions happen."""
+    """Lengths with long outputs (most beyond R = 64, so that retractions happen) and
+    some single-token outputs (finished by prefill)."""
     rng = np.random.default_rng(seed)
     l_in = rng.integers(50, 3000, n)
     l_out = rng.integers(1, 600, n)
+    l_out[::20] = 1
     return Samples(l_in, l_out, name="mixed")
 
 
@@ -184,9 +186,14 @@ def test_pool_occupancy_never_exceeds_pool(drained: SimResult) -> None:
     reserved: dict[int, set[int]] = defaultdict(set)  # admitted, not yet decoding
     batch: dict[int, set[int]] = defaultdict(set)
     parked: dict[int, int] = {}  # retracted request -> tokens it held
+    started: dict[int, tuple[int, int, int]] = {}  # running step per instance
     peak = 0
     for e in r.log:
         kind, d = e[0], e[3]
+        if kind in ("admit", "join", "retract") or (kind == "done" and e[2] in alloc):
+            # the batch and the admissions change only at iteration boundaries
+            # (a single-token request may finish in prefill while a step runs)
+            assert d not in started or (kind == "done" and e[2] in reserved[d])
         if kind == "admit":
             rid, size = e[2], e[7]
             if rid in parked:  # resumes straight into the batch with its context
@@ -205,14 +212,17 @@ def test_pool_occupancy_never_exceeds_pool(drained: SimResult) -> None:
             reserved[d].discard(e[2])
             batch[d].discard(e[2])
             alloc.pop(e[2])
-        elif kind == "step":
+        elif kind == "step":  # start: the planned iterations must fit
             d, n, kv0, k, pre = e[2], e[3], e[4], e[5], e[6]
             assert n == len(batch[d])
             assert kv0 == sum(alloc[x] for x in batch[d])
             assert pre == sum(alloc[x] for x in reserved[d])
-            top = kv0 + k * n + pre  # the step's last iteration allocates the most
-            assert top <= TIMING.kv_usable_tokens
-            peak = max(peak, top)
+            assert kv0 + k * n + pre <= TIMING.kv_usable_tokens
+            started[d] = (kv0, n, pre)
+        elif kind == "step_end":  # every member gained one token per iteration run
+            d, k = e[2], e[3]
+            kv0, n, pre = started.pop(d)
+            peak = max(peak, kv0 + k * n + pre)  # the last iteration allocates the most
             for x in batch[d]:
                 alloc[x] += k
     assert not alloc and not parked  # drained: every token released

@@ -1,0 +1,125 @@
+"""The schedule response of SPEC 6.1, as plain JSON-able data, and its CSV table."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import numpy as np
+
+from formulation.evaluate import Priced
+from formulation.solve import Outcome
+
+
+def _totals(p: Priced) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, float | np.floating) else v) for k, v in p.totals.items()}
+
+
+def _baseline(p: Priced, best: Priced) -> dict[str, Any]:
+    out = _totals(p)
+    out.update(p.violations())
+    saving = p.objective_usd - best.objective_usd
+    out["savings_usd"] = saving
+    out["savings_pct"] = 100.0 * saving / p.objective_usd if p.objective_usd else 0.0
+    out["energy_savings_kwh"] = p.totals["energy_kwh"] - best.totals["energy_kwh"]
+    return out
+
+
+def response(o: Outcome) -> dict[str, Any]:
+    """SPEC 6.1 schedule response (extended with bounds, savings and solver statistics)."""
+    data, p = o.data, o.priced
+    sched = p.schedule
+    periods = []
+    for t in range(data.n_periods):
+        deps = {}
+        for m, d in enumerate(data.deployments):
+            k = int(sched.config[m, t])
+            deps[d.name] = {
+                "n_p": int(d.n_p[k]),
+                "n_d": int(d.n_d[k]),
+                "gpus": int(d.gpus[k]),
+                "demand_rps": float(d.demand_rps[t]),
+                "served_rps": float(sched.served_rps[m, t]),
+                "capacity_rps": float(d.capacity_rps[k]),
+                "power_w": float(p.it_power_w[m, t]),
+                "instances_started": int(p.starts[m, t]),
+                "instances_stopped": int(p.stops[m, t]),
+            }
+        periods.append(
+            {
+                "index": t,
+                "start_minute": t * data.problem.period_minutes,
+                "power_w": float(p.site_power_w[t]),
+                "power_cap_w": float(data.power_cap_w[t]),
+                "price_usd_per_mwh": float(data.price_usd_per_mwh[t]),
+                "carbon_g_per_kwh": float(data.carbon_g_per_kwh[t]),
+                "idle_gpus": int((data.pool_gpus - p.gpus_used[:, t]).sum()),
+                "deployments": deps,
+            }
+        )
+    return {
+        "status": o.status,
+        "mip_gap": float(o.mip_gap),
+        "lower_bound_usd": float(o.lower_bound_usd),
+        "solve_time_s": float(o.solve_time_s),
+        "objective_usd": float(p.objective_usd),
+        "periods": periods,
+        "totals": _totals(p),
+        "baselines": {name: _baseline(b, p) for name, b in o.baselines.items()},
+        "deployments": [
+            {
+                "name": d.name,
+                "model": d.spec.model.name,
+                "gpu": d.spec.gpu.name,
+                "workload": d.spec.workload.name,
+                "calibration_measured": d.measured_calibration,
+                "candidates": d.n_configs,
+            }
+            for d in data.deployments
+        ],
+        "solver": {k: v for k, v in o.stats.items()},
+    }
+
+
+def to_csv(resp: dict[str, Any]) -> str:
+    """One row per (period, deployment)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(
+        [
+            "period",
+            "start_minute",
+            "site_power_w",
+            "power_cap_w",
+            "price_usd_per_mwh",
+            "deployment",
+            "n_p",
+            "n_d",
+            "gpus",
+            "demand_rps",
+            "served_rps",
+            "capacity_rps",
+            "deployment_power_w",
+        ]
+    )
+    for per in resp["periods"]:
+        for name, d in per["deployments"].items():
+            w.writerow(
+                [
+                    per["index"],
+                    per["start_minute"],
+                    f"{per['power_w']:.3f}",
+                    f"{per['power_cap_w']:.3f}",
+                    f"{per['price_usd_per_mwh']:.4f}",
+                    name,
+                    d["n_p"],
+                    d["n_d"],
+                    d["gpus"],
+                    f"{d['demand_rps']:.6f}",
+                    f"{d['served_rps']:.6f}",
+                    f"{d['capacity_rps']:.6f}",
+                    f"{d['power_w']:.3f}",
+                ]
+            )
+    return buf.getvalue()

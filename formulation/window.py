@@ -1,0 +1,180 @@
+"""Exact solve by lazy coupling: the MILP only where the site constraints bind.
+
+Relax the site cap and the GPU inventory in every period outside a window ``W``.
+The relaxed problem is exact dynamic programming outside ``W`` (each deployment on its
+own, as in :mod:`formulation.dp` at zero prices) and the compact MILP inside ``W``,
+joined by two cost vectors per deployment: the least cost of reaching each
+configuration at the window's first period (forward DP, transition included) and the
+least cost of finishing the horizon from each configuration at its last period
+(backward DP). Its optimum is a lower bound on the full problem (a relaxation), and
+when the assembled schedule also meets the constraints outside ``W`` it is optimal
+for the full problem. Otherwise the periods it breaks join ``W`` and the window
+grows (row generation over periods). ``W`` starts as the span of the periods where
+the deployments' independent optima break the site constraints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.data import ScheduleData, slice_periods
+from formulation.dp import (
+    DeploymentGrid,
+    _reach,
+    _step_cost,
+    backward_values,
+    shortest_path,
+    stage_costs,
+)
+from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.milp import Allowed, solve_compact
+
+IntArray = NDArray[np.int64]
+
+
+@dataclass
+class WindowResult:
+    priced: Priced | None  # best violation-free schedule found (None if none)
+    lower_bound_usd: float
+    proven: bool  # the relaxed MILP was solved to its gap and its schedule is feasible
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _uncoupled(data: ScheduleData, grids: list[DeploymentGrid]) -> tuple[list[Any], Schedule]:
+    """Each deployment's own optimum (zero prices) with its DP tables."""
+    T = data.n_periods
+    zero = np.zeros(T)
+    tabs = []
+    cfg = np.zeros((len(data.deployments), T), dtype=np.int64)
+    served = np.zeros((len(data.deployments), T))
+    for m, d in enumerate(data.deployments):
+        stage, full = stage_costs(data, d, grids[m], zero, zero)
+        _, path, fwd = shortest_path(data, d, grids[m], stage)
+        back = backward_values(data, d, grids[m], stage)
+        tabs.append((stage, full, fwd, back))
+        cfg[m] = path
+        served[m] = np.where(full[np.arange(T), path], d.smax_rps[np.arange(T), path], 0.0)
+    return tabs, Schedule(cfg, served)
+
+
+def _assemble(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    tabs: list[Any],
+    a: int,
+    b: int,
+    inner: Schedule,
+) -> Schedule:
+    """Window schedule plus the DP paths before and after it."""
+    T = data.n_periods
+    M = len(data.deployments)
+    cfg = np.zeros((M, T), dtype=np.int64)
+    served = np.zeros((M, T))
+    cfg[:, a:b] = inner.config
+    served[:, a:b] = inner.served_rps
+    for m, d in enumerate(data.deployments):
+        stage, full, fwd, back = tabs[m]
+        g = grids[m]
+        k = int(cfg[m, a])
+        for t in range(a - 1, -1, -1):  # backtrack the forward DP into the window
+            k = int(np.argmin(fwd[t] + _step_cost(data, d, g, k)))
+            cfg[m, t] = k
+        k = int(cfg[m, b - 1])
+        for t in range(b, T):  # follow the backward DP out of the window
+            step = _step_from(data, d, g, k)
+            k = int(np.argmin(step + stage[t] + back[t]))
+            cfg[m, t] = k
+        outside = np.r_[0:a, b:T].astype(np.int64)
+        ks = cfg[m, outside]
+        served[m, outside] = np.where(full[outside, ks], d.smax_rps[outside, ks], 0.0)
+    return Schedule(cfg, served)
+
+
+def _step_from(data: ScheduleData, d: Any, g: DeploymentGrid, k: int) -> np.ndarray:
+    """Cost of moving from ``k`` to each candidate."""
+    if g.trans is not None:
+        return g.trans[k, :]
+    dp = d.n_p - d.n_p[k]
+    dd = d.n_d - d.n_d[k]
+    up = np.maximum(dp, 0) + np.maximum(dd, 0)
+    down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
+    return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
+
+
+def solve_windowed(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    time_limit_s: float,
+    mip_gap: float,
+    threads: int | None = None,
+    incumbent: Priced | None = None,
+    allowed: Allowed | None = None,
+    progress: Callable[[str], None] | None = None,
+    pad: int = 1,
+) -> WindowResult:
+    """See the module docstring. ``allowed`` (optional) restricts the window MILP to
+    choices known to be safe to keep (e.g. Lagrangian pruning against ``incumbent``)."""
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    T = data.n_periods
+    tabs, free = _uncoupled(data, grids)
+    first = price_schedule(data, free)
+    stats: dict[str, Any] = {"windows": []}
+    best = incumbent
+    if first.violation_free:
+        stats["windows"].append({"periods": 0})
+        return WindowResult(first, first.objective_usd, True, stats)
+    broken = set(first.cap_violations) | set(first.inventory_violations)
+    lb = -np.inf
+    while True:
+        a = max(min(broken) - pad, 0)
+        b = min(max(broken) + 1 + pad, T)
+        sub = slice_periods(data, a, b)
+        entry = None
+        if a > 0:
+            entry = [
+                _reach(data, d, grids[m], tabs[m][2][a - 1], True)
+                for m, d in enumerate(data.deployments)
+            ]
+        exit_ = [tabs[m][3][b - 1] for m in range(len(data.deployments))] if b < T else None
+        sub_allowed = None if allowed is None else [rows[a:b] for rows in allowed]
+        start = None
+        if best is not None:
+            start = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
+        left = time_limit_s - (time.perf_counter() - t0)
+        say(f"window MILP over periods {a}..{b - 1}")
+        r = solve_compact(sub, max(left, 0.5), mip_gap, threads, sub_allowed, start, entry, exit_)
+        outside_const = float(
+            (np.sum(data.cost_usd_per_w) - np.sum(sub.cost_usd_per_w))
+            * data.idle_gpu_power_w
+            * data.total_gpus
+        )
+        stats["windows"].append(
+            {
+                "first": a,
+                "last": b - 1,
+                "binaries": r.n_binaries,
+                "build_s": round(r.build_s, 3),
+                "solve_s": round(r.solve_s, 3),
+                "status": r.status,
+            }
+        )
+        if r.bound_usd is not None and np.isfinite(r.bound_usd):
+            lb = max(lb, r.bound_usd + outside_const)
+        if r.schedule is None:
+            return WindowResult(best, lb, False, stats)
+        full = price_schedule(data, _assemble(data, grids, tabs, a, b, r.schedule))
+        if full.violation_free:
+            if best is None or full.objective_usd < best.objective_usd:
+                best = full
+            return WindowResult(best, lb, r.status == "optimal", stats)
+        new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
+        if not new or time.perf_counter() - t0 > time_limit_s:
+            return WindowResult(best, lb, False, stats)
+        broken |= new

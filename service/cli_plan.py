@@ -1,0 +1,153 @@
+"""``pdwatt plan``: solve a site schedule from a request file or the built-in demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from formulation.demo import demo_request
+from formulation.problem import problem_from_dict
+from model.errors import InputError
+
+
+class Progress:
+    """Prints each phase and, while a phase runs long, the elapsed time (to stderr)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self) -> Progress:
+        if not self.quiet:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(5.0):
+            print(f"  ... {time.perf_counter() - self.t0:5.1f} s  {self.last}", file=sys.stderr)
+
+    def __call__(self, msg: str) -> None:
+        self.last = msg
+        if not self.quiet and not msg.startswith("decomposition: round"):
+            print(f"[{time.perf_counter() - self.t0:5.1f} s] {msg}", file=sys.stderr)
+
+
+def load_body(a: argparse.Namespace) -> dict[str, Any]:
+    if a.demo:
+        body = demo_request()
+        if a.time_limit is not None:
+            body["solver"]["time_limit_s"] = a.time_limit
+        return body
+    if not a.file:
+        raise InputError("FILE", "give a schedule request file (JSON) or --demo")
+    try:
+        with open(a.file, encoding="utf-8") as fh:
+            body = json.load(fh)
+    except OSError as e:
+        raise InputError("FILE", f"cannot read {a.file}: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise InputError("FILE", f"{a.file} is not valid JSON: line {e.lineno}: {e.msg}") from e
+    if a.time_limit is not None and isinstance(body, dict):
+        body.setdefault("solver", {})["time_limit_s"] = a.time_limit
+    return body
+
+
+def print_summary(resp: dict[str, Any]) -> None:
+    tot = resp["totals"]
+    print(
+        f"status {resp['status']}: objective ${resp['objective_usd']:.2f}, proven gap "
+        f"{100 * resp['mip_gap']:.3f}% (lower bound ${resp['lower_bound_usd']:.2f}), "
+        f"solved in {resp['solve_time_s']:.1f} s"
+    )
+    for d in resp["deployments"]:
+        if not d["calibration_measured"]:
+            print(f"note: {d['name']} uses an ESTIMATED calibration for {d['model']} on {d['gpu']}")
+    rows = [("schedule", tot, None)] + [(k, v, v) for k, v in resp["baselines"].items()]
+    hdr = f"{'':12} {'objective $':>12} {'energy kWh':>11} {'cost $':>9} {'carbon kg':>10} {'unserved req':>13} {'unserved $':>11} {'trans. $':>9} {'viol.':>6} {'saving':>8}"
+    print(hdr)
+    for name, t, b in rows:
+        viol = (
+            "-"
+            if b is None
+            else str(b["cap_violations"] + b["limit_violations"] + b["inventory_violations"])
+        )
+        save = "" if b is None else f"{b['savings_pct']:.1f}%"
+        print(
+            f"{name:12} {t['objective_usd']:12.2f} {t['energy_kwh']:11.1f} {t['cost_usd']:9.2f} "
+            f"{t['carbon_kg']:10.1f} {t['unserved_requests']:13.0f} {t['unserved_value_usd']:11.2f} "
+            f"{t['transition_cost_usd']:9.2f} {viol:>6} {save:>8}"
+        )
+    print("(viol.: periods breaking the cap, the inventory or the transition limits)")
+    names = [d["name"] for d in resp["deployments"]]
+    print("\nper deployment, every 2 hours: n_P/n_D, served/demand req/s")
+    periods = resp["periods"]
+    stride = (
+        max(1, round(120 / max(periods[1]["start_minute"] - periods[0]["start_minute"], 1e-9)))
+        if len(periods) > 1
+        else 1
+    )
+    print(f"{'time':>6} {'site kW':>8} {'cap kW':>7}  " + "  ".join(f"{n:>22}" for n in names))
+    for p in periods[::stride]:
+        h = p["start_minute"] / 60.0
+        cells = []
+        for n in names:
+            d = p["deployments"][n]
+            cells.append(
+                f"{d['n_p']:>2}P{d['n_d']:<2} {d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
+            )
+        print(
+            f"{int(h):02d}:{int(round((h % 1) * 60)):02d} {p['power_w'] / 1e3:8.1f} {p['power_cap_w'] / 1e3:7.1f}  "
+            + "  ".join(f"{c:>22}" for c in cells)
+        )
+
+
+def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
+    from formulation.results import response, to_csv
+    from formulation.solve import solve
+
+    body = load_body(a)
+    problem = problem_from_dict(body)
+    with Progress(quiet=a.json and not a.progress) as prog:
+        outcome = solve(problem, prog)
+    resp = response(outcome)
+    if a.csv:
+        with open(a.csv, "w", encoding="utf-8") as fh:
+            fh.write(to_csv(resp))
+    plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
+    if plot:
+        from service.charts import schedule_chart
+
+        schedule_chart(resp, plot, "pdwatt demo site" if a.demo else "pdwatt schedule")
+    if not a.json:
+        print_summary(resp)
+        if a.csv:
+            print(f"per-period table written to {a.csv}")
+        if plot:
+            print(f"chart written to {plot}")
+    return resp
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "plan", help="schedule (n_P, n_D) per deployment and period under a site cap"
+    )
+    p.add_argument("file", nargs="?", help="schedule request (the body of POST /v1/schedule)")
+    p.add_argument("--demo", action="store_true", help="the built-in example site and day")
+    p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
+    p.add_argument("--csv", metavar="OUT.csv", help="write the per-period table")
+    p.add_argument(
+        "--plot", metavar="OUT.png", help="draw the schedule (default for --demo: pdwatt-demo.png)"
+    )
+    p.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
+    p.add_argument("--progress", action="store_true", help="show progress also with --json")
+    p.set_defaults(func=cmd_plan)
