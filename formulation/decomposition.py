@@ -195,7 +195,7 @@ def decompose(
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or the time limit)."""
     t0 = time.perf_counter()
-    T, G, M = data.n_periods, len(data.pools), len(data.deployments)
+    T, G = data.n_periods, len(data.pools)
     grids: list[DeploymentGrid] = [deployment_grid(data, d) for d in data.deployments]
     master = Master(data)
     zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))

@@ -101,8 +101,8 @@ def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
         it[m] = d.power_w(ks, s_c)
         starts[m], stops[m] = transitions(d, ks)
         if data.max_changes is not None:
-            for t in np.flatnonzero(starts[m] + stops[m] > data.max_changes):
-                limit_viol.append((m, int(t)))
+            for tt in np.flatnonzero(starts[m] + stops[m] > data.max_changes):
+                limit_viol.append((m, int(tt)))
         gpus[data.pool_of[m]] += d.gpus[ks]
         unserved = np.maximum(d.demand_rps - s_c, 0.0)
         unserved_usd += float(np.sum(unserved * d.unserved_usd_per_rps))
@@ -202,16 +202,16 @@ def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, b
         i = int(np.flatnonzero(ok)[np.argmin(cost[ok])])
         best_cost = float(cost[i])
         best = np.where(full[i], smax, 0.0)
-    for i in np.flatnonzero(power <= budget + tol):
-        for f in np.flatnonzero(~full[i]):
-            room = budget - (power[i] - p0[f])
+    for ii in np.flatnonzero(power <= budget + tol):
+        for f in np.flatnonzero(~full[ii]):
+            room = budget - (power[ii] - p0[f])
             s_f = _max_load_within(deps[f], t, int(ks[f]), room)
             if s_f <= 0:
                 continue
             p_f = float(deps[f].power_w(ks[f], s_f)[0])
-            c = cost[i] - cw * p0[f] + cw * p_f - u[f] * s_f
+            c = cost[ii] - cw * p0[f] + cw * p_f - u[f] * s_f
             if c < best_cost - 1e-12:
                 best_cost = c
-                best = np.where(full[i], smax, 0.0)
+                best = np.where(full[ii], smax, 0.0)
                 best[f] = s_f
     return best, True

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyomo.environ as pyo
-from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
@@ -78,7 +77,7 @@ def _sets_and_params(m: pyo.ConcreteModel, data: ScheduleData, allowed: Allowed)
             slope[key] = (y1 - y0) / (x1 - x0)
             length[key] = x1 - x0
     m.segments = pyo.Set(initialize=seg_index, dimen=4, ordered=True)
-    last = {}
+    last: dict[tuple[int, int, int], int] = {}
     for key in seg_index:
         last[key[:3]] = max(last.get(key[:3], -1), key[3])
     m.chained = pyo.Set(
@@ -346,7 +345,7 @@ def extract(m: pyo.ConcreteModel) -> Schedule:
     for (i, t, k), v in m.run_config.items():
         if v.value is not None and v.value > 0.5:
             cfg[i, t] = k
-    for (i, t, k, j), v in m.seg_load.items():
+    for (i, t, k, _j), v in m.seg_load.items():
         if cfg[i, t] == k and v.value is not None:
             served[i, t] += max(float(v.value), 0.0)
     for i, d in enumerate(data.deployments):

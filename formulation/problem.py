@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from model.errors import InputError
@@ -32,7 +32,7 @@ MAX_PERIODS = 2016  # two weeks of 10-minute periods
 MAX_DEPLOYMENTS = 64
 
 
-class Method(str, Enum):
+class Method(StrEnum):
     """How the schedule MILP is solved (see formulation.solve)."""
 
     AUTO = "auto"  # decomposition, then the restricted compact MILP
@@ -127,6 +127,8 @@ def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[fl
     if isinstance(value, int | float) and not isinstance(value, bool):
         _finite(path, value)
         return (float(value),) * n
+    if isinstance(value, str | bytes | bool) or not isinstance(value, Sequence):
+        raise InputError(path, "must be a number or a list with one value per period")
     vals = tuple(value)
     if len(vals) != n:
         raise InputError(path, f"has {len(vals)} values but the horizon has {n} periods")

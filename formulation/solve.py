@@ -38,11 +38,11 @@ from formulation.decomposition import (
     schedule_of_columns,
 )
 from formulation.dp import deployment_grid
-from formulation.heuristics import coordinate_descent
-from formulation.window import solve_windowed
 from formulation.evaluate import Priced, price_schedule
+from formulation.heuristics import coordinate_descent
 from formulation.milp import solve_compact
 from formulation.problem import Method, ScheduleProblem
+from formulation.window import solve_windowed
 from model.errors import PdwattError
 
 log = logging.getLogger(__name__)
@@ -210,9 +210,12 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
             data, grids, max(left(), 0.5), opts.mip_gap, opts.threads, best, allowed, say
         )
         stats["windows"] = w.stats.get("windows", [])
-        if w.priced is not None and w.priced.violation_free:
-            if w.priced.objective_usd < best.objective_usd:
-                best = w.priced
+        if (
+            w.priced is not None
+            and w.priced.violation_free
+            and w.priced.objective_usd < best.objective_usd
+        ):
+            best = w.priced
         if np.isfinite(w.lower_bound_usd):
             # the window problem is a relaxation of the problem over the kept choices,
             # whose optimum is the full optimum unless the incumbent is already optimal

@@ -56,6 +56,11 @@ def front_chart(report: Mapping[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _stairs(ax: Any, values: Sequence[float], edges: Sequence[float], **kw: Any) -> None:
+    """A step line without the drop to zero at both ends."""
+    ax.stairs(values, edges, baseline=None, **kw)
+
+
 def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt schedule") -> None:
     """Site power vs cap (with price), instances per deployment, served vs demand."""
     periods: Sequence[Mapping[str, Any]] = resp["periods"]
@@ -75,10 +80,16 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     ]
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), dpi=110, sharex=True)
     ax = axes[0]
-    ax.stairs(
-        [p["power_w"] / 1e3 for p in periods], edges, color="#333333", lw=1.6, label="site power"
+    _stairs(
+        ax,
+        [p["power_w"] / 1e3 for p in periods],
+        edges,
+        color="#333333",
+        lw=1.6,
+        label="site power",
     )
-    ax.stairs(
+    _stairs(
+        ax,
         [p["power_cap_w"] / 1e3 for p in periods],
         edges,
         color="#d1495b",
@@ -88,7 +99,9 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     )
     ax.set_ylabel("kW")
     tw = ax.twinx()
-    tw.stairs([p["price_usd_per_mwh"] for p in periods], edges, baseline=None, color="#999999", lw=0.8, alpha=0.7)
+    _stairs(
+        tw, [p["price_usd_per_mwh"] for p in periods], edges, color="#999999", lw=0.8, alpha=0.7
+    )
     tw.set_ylabel("price ($/MWh)", color="#777777")
     ax.legend(loc="upper left", fontsize=8)
     tot = resp["totals"]
@@ -101,14 +114,16 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     ax = axes[1]
     for i, n in enumerate(names):
         c = colours[i % len(colours)]
-        ax.stairs(
+        _stairs(
+            ax,
             [p["deployments"][n]["n_p"] for p in periods],
             edges,
             color=c,
             lw=1.4,
             label=f"{n} prefill",
         )
-        ax.stairs(
+        _stairs(
+            ax,
             [p["deployments"][n]["n_d"] for p in periods],
             edges,
             color=c,
@@ -121,10 +136,16 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     ax = axes[2]
     for i, n in enumerate(names):
         c = colours[i % len(colours)]
-        ax.stairs(
-            [p["deployments"][n]["demand_rps"] for p in periods], edges, color=c, lw=0.8, ls="--"
+        _stairs(
+            ax,
+            [p["deployments"][n]["demand_rps"] for p in periods],
+            edges,
+            color=c,
+            lw=0.8,
+            ls="--",
         )
-        ax.stairs(
+        _stairs(
+            ax,
             [p["deployments"][n]["served_rps"] for p in periods],
             edges,
             color=c,

@@ -73,7 +73,10 @@ def print_summary(resp: dict[str, Any]) -> None:
         if not d["calibration_measured"]:
             print(f"note: {d['name']} uses an ESTIMATED calibration for {d['model']} on {d['gpu']}")
     rows = [("schedule", tot, None)] + [(k, v, v) for k, v in resp["baselines"].items()]
-    hdr = f"{'':12} {'objective $':>12} {'energy kWh':>11} {'cost $':>9} {'carbon kg':>10} {'unserved req':>13} {'unserved $':>11} {'trans. $':>9} {'viol.':>6} {'saving':>8}"
+    hdr = (
+        f"{'':12} {'objective $':>12} {'energy kWh':>11} {'cost $':>9} {'carbon kg':>10} "
+        f"{'unserved req':>13} {'unserved $':>11} {'trans. $':>9} {'viol.':>6} {'saving':>8}"
+    )
     print(hdr)
     for name, t, b in rows:
         viol = (
@@ -84,8 +87,8 @@ def print_summary(resp: dict[str, Any]) -> None:
         save = "" if b is None else f"{b['savings_pct']:.1f}%"
         print(
             f"{name:12} {t['objective_usd']:12.2f} {t['energy_kwh']:11.1f} {t['cost_usd']:9.2f} "
-            f"{t['carbon_kg']:10.1f} {t['unserved_requests']:13.0f} {t['unserved_value_usd']:11.2f} "
-            f"{t['transition_cost_usd']:9.2f} {viol:>6} {save:>8}"
+            f"{t['carbon_kg']:10.1f} {t['unserved_requests']:13.0f} "
+            f"{t['unserved_value_usd']:11.2f} {t['transition_cost_usd']:9.2f} {viol:>6} {save:>8}"
         )
     print("(viol.: periods breaking the cap, the inventory or the transition limits)")
     names = [d["name"] for d in resp["deployments"]]
@@ -103,11 +106,11 @@ def print_summary(resp: dict[str, Any]) -> None:
         for n in names:
             d = p["deployments"][n]
             cells.append(
-                f"{d['n_p']:>2}P{d['n_d']:<2} {d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
+                f"{d['n_p']:>2}P{d['n_d']:<2}D {d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
             )
         print(
-            f"{int(h):02d}:{int(round((h % 1) * 60)):02d} {p['power_w'] / 1e3:8.1f} {p['power_cap_w'] / 1e3:7.1f}  "
-            + "  ".join(f"{c:>22}" for c in cells)
+            f"{int(h):02d}:{int(round((h % 1) * 60)):02d} {p['power_w'] / 1e3:8.1f} "
+            f"{p['power_cap_w'] / 1e3:7.1f}  " + "  ".join(f"{c:>22}" for c in cells)
         )
 
 
