@@ -57,6 +57,9 @@ class InfeasibleError(PdwattError):
         self.conflicts = conflicts
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[object, ...]:  # picklable across worker processes
+        return (InfeasibleError, (str(self), self.conflicts))
+
 
 @dataclass
 class Outcome:

@@ -21,6 +21,9 @@ class InputError(PdwattError, ValueError):
         self.reason = reason
         super().__init__(f"{field}: {reason}")
 
+    def __reduce__(self) -> tuple[object, ...]:  # picklable across worker processes
+        return (_rebuild, (type(self), self.__dict__, str(self)))
+
 
 class NotFoundError(InputError):
     """A name (model, GPU, workload preset) is not in the catalog."""
@@ -33,3 +36,10 @@ class NotFoundError(InputError):
 
 class DoesNotFitError(InputError):
     """The model and its KV-cache pool do not fit on the GPU memory."""
+
+
+def _rebuild(cls: type, state: dict[str, object], message: str) -> Exception:
+    err: Exception = Exception.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err

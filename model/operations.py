@@ -22,7 +22,7 @@ from model.catalog import (
 )
 from model.errors import InputError
 from model.pareto import front_indices, max_capacity_index, min_power_index
-from model.workload import parse_workload
+from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
 
@@ -35,6 +35,7 @@ class SpecRequest:
     gpu: str = "h200"
     workload: str = "azure-conv-2023"
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    moments: Mapping[str, Any] | None = None  # explicit workload moments (replace `workload`)
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -51,7 +52,10 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
     if ov.get("calibration"):
         cal = apply_overrides(cal, ov["calibration"], "calibration")
     serving = apply_overrides(ServingStack(), ov.get("serving", {}), "serving")
-    workload = parse_workload(req.workload)
+    if req.moments is not None:
+        workload = Workload.from_dict(req.moments)
+    else:
+        workload = parse_workload(req.workload)
     return DeploymentSpec(model, gpu, cal, workload, serving)
 
 

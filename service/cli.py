@@ -201,7 +201,31 @@ def build_parser() -> argparse.ArgumentParser:
     from service import cli_plan
 
     cli_plan.register(sub)
+
+    sv = sub.add_parser("serve", help="run the HTTP service (OpenAPI docs at /docs)")
+    sv.add_argument("--host", help="bind address (default: PDWATT_HOST or 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="port (default: PDWATT_PORT or 8000)")
+    sv.add_argument("--workers", type=int, help="concurrent solves (default: PDWATT_WORKERS or 2)")
+    sv.set_defaults(func=cmd_serve)
     return p
+
+
+def cmd_serve(a: argparse.Namespace) -> None:
+    import os
+
+    import uvicorn
+
+    from service.settings import get_settings
+
+    if a.workers is not None:
+        os.environ["PDWATT_WORKERS"] = str(a.workers)
+    settings = get_settings()
+    host = a.host or settings.host
+    port = a.port or settings.port
+    print(
+        f"pdwatt service on http://{host}:{port} (docs: http://{host}:{port}/docs)", file=sys.stderr
+    )
+    uvicorn.run("service.main:app", host=host, port=port, log_level="info")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

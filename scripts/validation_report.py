@@ -1,0 +1,616 @@
+"""Validate the analytical core against the discrete-event simulator.
+
+Usage:
+
+    python scripts/validation_report.py [--out-dir docs] [--max-n 8] [--seeds 3]
+                                        [--workers 2] [--cache FILE.json]
+
+For Qwen3-32B on H200 and every configuration ``1 <= n_P, n_D <= max_n`` (64 by
+default), over the workloads fixed 1024/4096/8192 x 256, azure-conv-2023,
+azure-code-2023 and mooncake, it compares the analytical capacity (SPEC 2.5) with
+the simulated one (:func:`model.simulator.find_capacity`: saturated throughput over
+``seeds`` seeds, 95% CI by batch means, checked open-loop at +-5%), the
+capacity-power fronts (eps-Pareto agreement, 3%, 400 log-spaced demands) and, where
+they differ by more than 3%, names the assumption of the analytical model that is
+responsible, from the simulator's diagnostics. It writes ``docs/validation.md`` and
+``docs/validation.png``.
+
+The trace presets need their trace files (``$PDWATT_DATA_DIR``, see
+``model/simulator.py``). ``--cache`` keeps the simulated results in a JSON file and
+reuses them when the settings match (to redo the report without simulating again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checkout
+    sys.path.insert(0, str(REPO_ROOT))
+
+import numpy as np  # noqa: E402
+
+from model.capacity import Coefficients, evaluate, instance_power_w  # noqa: E402
+from model.operations import SpecRequest, resolve_spec  # noqa: E402
+from model.pareto import eps_pareto_agreement, front_indices  # noqa: E402
+from model.simulator import (  # noqa: E402
+    SimTiming,
+    default_requests,
+    find_capacity,
+    resolve_samples,
+    simulate,
+)
+
+WORKLOADS = (
+    "fixed:1024:256",
+    "fixed:4096:256",
+    "fixed:8192:256",
+    "azure-conv-2023",
+    "azure-code-2023",
+    "mooncake",
+)
+MODEL, GPU = "qwen3-32b", "h200"
+TOL = 0.03  # the agreement SPEC 2.7 asks for
+CHECK_MARGIN = 0.05
+
+
+# ---- simulation (one task per configuration) ------------------------------------------
+
+
+def _simulate_config(task: tuple[str, int, int, int, int]) -> dict[str, Any]:
+    workload, n_p, n_d, seeds, requests = task
+    spec = resolve_spec(SpecRequest(model=MODEL, gpu=GPU, workload=workload))
+    timing = SimTiming.of(spec)
+    samples = resolve_samples(workload)
+    t0 = time.perf_counter()
+    est = find_capacity(
+        timing, samples, n_p, n_d, seeds=seeds, requests=requests, check_margin=CHECK_MARGIN
+    )
+    runs = est.runs
+
+    def mean(attr: str) -> float:
+        return float(np.mean([getattr(r, attr) for r in runs]))
+
+    return {
+        "workload": workload,
+        "n_p": n_p,
+        "n_d": n_d,
+        "capacity_rps": est.capacity_rps,
+        "ci95_rps": est.ci95_rps,
+        "check_passed": bool(est.check_passed),
+        "lower_share": sum(r.completed for r in est.lower) / sum(r.arrived for r in est.lower),
+        "upper_share": sum(r.completed for r in est.upper) / sum(r.arrived for r in est.upper),
+        "prefill_util": mean("prefill_utilisation"),
+        "batch_time": mean("mean_batch"),
+        "batch_iter": mean("iteration_mean_batch"),
+        "ctx_iter": mean("iteration_mean_ctx_tokens"),
+        "ctx_time": mean("mean_active_ctx_tokens"),
+        "kv_active": mean("kv_active_frac"),
+        "kv_prefill": mean("kv_prefill_frac"),
+        "kv_headroom": mean("kv_headroom_frac"),
+        "decode_busy": mean("decode_busy_frac"),
+        "retractions": int(sum(r.retractions for r in runs)),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _decode_only_rps(workload: str, seeds: int, requests: int) -> float:
+    """Simulated ``mu_D_max``: one decode instance fed without prefill time (t_P = 0),
+    saturated: the pool holds active requests only (for the power of the sim front)."""
+    spec = resolve_spec(SpecRequest(model=MODEL, gpu=GPU, workload=workload))
+    timing = replace(SimTiming.of(spec), a_p_s_per_token=0.0, b_p_s_per_token2=0.0)
+    samples = resolve_samples(workload)
+    runs = [
+        simulate(timing, samples, 1, 1, math.inf, requests=requests, warmup_fraction=0.25, seed=s)
+        for s in range(seeds)
+    ]
+    return sum(r.completed for r in runs) / sum(r.window_s for r in runs)
+
+
+def run_simulations(
+    workloads: Sequence[str], max_n: int, seeds: int, workers: int
+) -> dict[str, Any]:
+    tasks = []
+    for w in workloads:
+        n_req = default_requests(resolve_samples(w))
+        for n_p in range(1, max_n + 1):
+            for n_d in range(1, max_n + 1):
+                tasks.append((w, n_p, n_d, seeds, n_req))
+    t0 = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for i, res in enumerate(pool.map(_simulate_config, tasks, chunksize=4), start=1):
+            results.append(res)
+            if i % 32 == 0 or i == len(tasks):
+                print(f"  {i}/{len(tasks)} configurations, {time.perf_counter() - t0:.0f} s")
+        decode_only = dict(
+            zip(
+                workloads,
+                pool.map(
+                    _decode_only_rps,
+                    workloads,
+                    [seeds] * len(workloads),
+                    [default_requests(resolve_samples(w)) for w in workloads],
+                ),
+                strict=True,
+            )
+        )
+    return {
+        "settings": {"max_n": max_n, "seeds": seeds, "workloads": list(workloads)},
+        "requests": {w: default_requests(resolve_samples(w)) for w in workloads},
+        "results": results,
+        "decode_only_rps": decode_only,
+        "wall_s": time.perf_counter() - t0,
+        "workers": workers,
+    }
+
+
+# ---- comparison --------------------------------------------------------------------------
+
+
+def compare(sim: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for w in sim["settings"]["workloads"]:
+        rows = sorted(
+            (r for r in sim["results"] if r["workload"] == w), key=lambda r: (r["n_p"], r["n_d"])
+        )
+        spec = resolve_spec(SpecRequest(model=MODEL, gpu=GPU, workload=w))
+        c = Coefficients.of(spec)
+        n_p = np.array([r["n_p"] for r in rows])
+        n_d = np.array([r["n_d"] for r in rows])
+        an = evaluate(spec, n_p, n_d)
+        mu_sim = np.array([r["capacity_rps"] for r in rows])
+        err = an.capacity_rps / mu_sim - 1.0
+        # power of the simulated configurations with the same power model (SPEC 2.6):
+        # prefill load share mu/(n_P mu_P), decode share mu/(n_D mu_D_max,sim)
+        samples = resolve_samples(w)
+        timing = SimTiming.of(spec)
+        mu_p = 1.0 / float(np.mean(timing.t_prefill_s(samples.l_in)))
+        mu_dmax = sim["decode_only_rps"][w]
+        p_sim = n_p * instance_power_w(
+            c.p0_prefill_w, c.gamma_prefill_w, c.psat_prefill_w, mu_sim / (n_p * mu_p)
+        ) + n_d * instance_power_w(
+            c.p0_decode_w, c.gamma_decode_w, c.psat_decode_w, mu_sim / (n_d * mu_dmax)
+        )
+        ids = n_p * 1000 + n_d
+        fa = front_indices(an.capacity_rps, an.power_w)
+        fs = front_indices(mu_sim, p_sim)
+        agr = eps_pareto_agreement(
+            (an.capacity_rps[fa], an.power_w[fa], ids[fa]),
+            (mu_sim[fs], p_sim[fs], ids[fs]),
+            epsilon=TOL,
+        )
+        slack = 1.0 - np.array([r["kv_active"] + r["kv_prefill"] + r["kv_headroom"] for r in rows])
+        util = np.array([r["prefill_util"] for r in rows])
+        causes = [
+            _cause(float(e), float(u), float(rho), float(s))
+            for e, u, rho, s in zip(err, util, an.rho_star, slack, strict=True)
+        ]
+        out[w] = {
+            "rows": rows,
+            "n_p": n_p,
+            "n_d": n_d,
+            "an": an,
+            "mu_sim": mu_sim,
+            "p_sim": p_sim,
+            "err": err,
+            "slack": slack,
+            "util": util,
+            "causes": causes,
+            "front_an": fa,
+            "front_sim": fs,
+            "agreement": agr,
+            "ctx_an": c.ctx_tokens,
+            "scv": c.t_prefill_scv,
+            "mu_p": mu_p,
+            "mu_dmax_sim": mu_dmax,
+            "mu_dmax_an": float(an.mu_d_max_rps[0]),
+            "ci_rel": np.array([r["ci95_rps"] for r in rows]) / mu_sim,
+            "checks": sum(r["check_passed"] for r in rows),
+            "nonmonotone": _nonmonotone(rows),
+        }
+    return out
+
+
+def _cause(err: float, util: float, rho_star: float, slack: float) -> str:
+    """Which assumption explains a disagreement above 3% (see the report's legend)."""
+    if abs(err) <= TOL:
+        return ""
+    if err < 0 and util - rho_star >= 0.02:
+        return "K"
+    if err > 0 and slack >= 0.02:
+        return "F"
+    return "M"
+
+
+def _nonmonotone(rows: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
+    """Pairs where adding one instance lowers the simulated capacity beyond both CIs."""
+    by = {(r["n_p"], r["n_d"]): r for r in rows}
+    out = []
+    for (n_p, n_d), r in by.items():
+        for nxt in ((n_p + 1, n_d), (n_p, n_d + 1)):
+            q = by.get(nxt)
+            if q and q["capacity_rps"] + q["ci95_rps"] < r["capacity_rps"] - r["ci95_rps"]:
+                drop = q["capacity_rps"] / r["capacity_rps"] - 1.0
+                out.append((f"{n_p}P{n_d}D", f"{nxt[0]}P{nxt[1]}D", drop))
+    return out
+
+
+# ---- outputs -------------------------------------------------------------------------
+
+
+def _pct(x: float, nd: int = 1) -> str:
+    return f"{x * 100:+.{nd}f}%"
+
+
+def chart(cmp: dict[str, Any], path: Path, max_n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(cmp)
+    fig = plt.figure(figsize=(15, 14), dpi=110)
+    grid = fig.add_gridspec(
+        3, 3, height_ratios=[1, 1, 0.9], hspace=0.3, wspace=0.25, top=0.94, bottom=0.05
+    )
+    lim = 0.15
+    im = None
+    for k, w in enumerate(names):
+        ax = fig.add_subplot(grid[k // 3, k % 3])
+        d = cmp[w]
+        mat = np.full((max_n, max_n), np.nan)
+        for n_p, n_d, e in zip(d["n_p"], d["n_d"], d["err"], strict=True):
+            mat[n_p - 1, n_d - 1] = e
+        im = ax.imshow(mat, origin="lower", cmap="RdBu_r", vmin=-lim, vmax=lim)
+        for i in range(max_n):
+            for j in range(max_n):
+                v = mat[i, j]
+                if np.isfinite(v):
+                    ax.text(
+                        j,
+                        i,
+                        f"{v * 100:.0f}" if abs(v) >= 0.005 else "0",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        fontweight="bold" if abs(v) > TOL else "normal",
+                        color="white" if abs(v) > 0.09 else "black",
+                    )
+        ax.set_xticks(range(max_n), [str(n) for n in range(1, max_n + 1)])
+        ax.set_yticks(range(max_n), [str(n) for n in range(1, max_n + 1)])
+        ax.set_xlabel("n_D")
+        ax.set_ylabel("n_P")
+        med = np.median(np.abs(d["err"]))
+        ax.set_title(
+            f"{w}: median |err| {med * 100:.1f}%, eps-Pareto {d['agreement'].share * 100:.0f}%",
+            fontsize=9,
+        )
+    if im is not None:
+        cb = fig.colorbar(im, ax=fig.axes, shrink=0.5, location="right", pad=0.02)
+        cb.set_label("analytic / simulated capacity - 1")
+    ax = fig.add_subplot(grid[2, 0:2])
+    ax.axhspan(-TOL * 100, TOL * 100, color="0.88", zorder=0, label="+-3%")
+    ax.axhline(0.0, color="k", lw=0.8, zorder=1)
+    for w in names:
+        d = cmp[w]
+        ax.errorbar(
+            d["mu_sim"],
+            d["err"] * 100,
+            yerr=d["ci_rel"] * 100,
+            fmt="o",
+            ms=3,
+            lw=0.6,
+            label=w,
+            zorder=2,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("simulated capacity (req/s)")
+    ax.set_ylabel("analytical / simulated - 1 (%)")
+    ax.set_title(
+        f"all {sum(len(cmp[w]['err']) for w in names)} configurations "
+        "(bars: 95% CI of the simulation)",
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    worst = max(names, key=lambda w: float(np.median(np.abs(cmp[w]["err"]))))
+    ax = fig.add_subplot(grid[2, 2])
+    d = cmp[worst]
+    for label, mu, p, f, style in (
+        ("analytical", d["an"].capacity_rps, d["an"].power_w, d["front_an"], "o-"),
+        ("simulated", d["mu_sim"], d["p_sim"], d["front_sim"], "s--"),
+    ):
+        ax.scatter(mu, p / 1e3, s=6, alpha=0.35)
+        ax.plot(mu[f], p[f] / 1e3, style, ms=4, lw=1.2, label=f"{label} front")
+    ax.set_xlabel("capacity (req/s)")
+    ax.set_ylabel("power at capacity (kW)")
+    ax.set_title(f"capacity-power fronts, {worst}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle(
+        f"Analytical vs simulated capacity, {MODEL} on {GPU}, 1 <= n_P, n_D <= {max_n}",
+        fontsize=12,
+        y=0.985,
+    )
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def report(sim: dict[str, Any], cmp: dict[str, Any], path: Path, png_name: str) -> None:
+    s = sim["settings"]
+    names = list(cmp)
+    all_err = np.concatenate([cmp[w]["err"] for w in names])
+    all_abs = np.abs(all_err)
+    worst_w, worst_i = max(
+        ((w, int(np.argmax(np.abs(cmp[w]["err"])))) for w in names),
+        key=lambda wi: abs(cmp[wi[0]]["err"][wi[1]]),
+    )
+    worst = cmp[worst_w]
+    ci_all = np.concatenate([cmp[w]["ci_rel"] for w in names])
+    n_cfg = len(all_err)
+    checks = sum(cmp[w]["checks"] for w in names)
+    lines: list[str] = []
+    add = lines.append
+    add("# Validation: analytical capacity vs discrete-event simulation")
+    add("")
+    add(
+        f"Generated by `python scripts/validation_report.py` ({MODEL} on {GPU}, measured "
+        f"calibration; every configuration with 1 <= n_P, n_D <= {s['max_n']}: {n_cfg} "
+        f"configuration-workload pairs). Chart: [{png_name}]({png_name})."
+    )
+    add("")
+    add("## Summary")
+    add("")
+    worst_err = _pct(float(worst["err"][worst_i]))
+    add(
+        f"* Capacity error (analytical / simulated - 1) over all {n_cfg} pairs: **median "
+        f"|error| {np.median(all_abs) * 100:.2f}%**, **worst {worst_err}** "
+        f"({worst_w}, {worst['n_p'][worst_i]}P{worst['n_d'][worst_i]}D); "
+        f"{int((all_abs <= TOL).sum())} of {n_cfg} within 3%."
+    )
+    add(
+        "* eps-Pareto agreement (3%, 400 log-spaced demands, SPEC 2.7): "
+        + ", ".join(f"{w} **{cmp[w]['agreement'].share * 100:.0f}%**" for w in names)
+        + "."
+    )
+    add(
+        f"* Simulation precision: 95% confidence half-width of the simulated capacity, median "
+        f"{np.median(ci_all) * 100:.2f}%, largest {ci_all.max() * 100:.2f}% of the capacity "
+        f"(fixed workloads are deterministic under saturation: their half-width is the "
+        f"completion-time jitter only). The open-loop stability check (stable at 95% of the "
+        f"estimate, unstable at 105%) passed for {checks} of {n_cfg}."
+    )
+    add("")
+    add(
+        "| workload | median \\|err\\| | worst err (config) | within 3% | eps-Pareto | "
+        "sim CI95 (median) | check passed |"
+    )
+    add("|---|---|---|---|---|---|---|")
+    for w in names:
+        d = cmp[w]
+        i = int(np.argmax(np.abs(d["err"])))
+        add(
+            f"| {w} | {np.median(np.abs(d['err'])) * 100:.2f}% | {_pct(float(d['err'][i]))} "
+            f"({d['n_p'][i]}P{d['n_d'][i]}D) | {int((np.abs(d['err']) <= TOL).sum())}/"
+            f"{len(d['err'])} | {d['agreement'].share * 100:.0f}% | "
+            f"{np.median(d['ci_rel']) * 100:.2f}% | {d['checks']}/{len(d['err'])} |"
+        )
+    add("")
+    _method(add, sim)
+    _attribution(add, cmp)
+    add("## Error tables")
+    add("")
+    add(
+        "Analytical / simulated capacity - 1, in percent; rows n_P, columns n_D. Letters "
+        "mark |error| > 3% and name the assumption responsible (K, F, M: see above)."
+    )
+    for w in names:
+        d = cmp[w]
+        add("")
+        add(
+            f"### {w}  (ctx = {d['ctx_an']:,.0f} tokens, c_s^2 of t_P = {d['scv']:.2f}, "
+            f"mu_P = {d['mu_p']:.3f} req/s)"
+        )
+        add("")
+        n = s["max_n"]
+        add("| n_P \\ n_D | " + " | ".join(str(j) for j in range(1, n + 1)) + " |")
+        add("|---" * (n + 1) + "|")
+        cell: dict[tuple[int, int], str] = {}
+        for n_p, n_d, e, cause in zip(d["n_p"], d["n_d"], d["err"], d["causes"], strict=True):
+            cell[(int(n_p), int(n_d))] = f"{e * 100:+.1f}" + (f" {cause}" if cause else "")
+        for i in range(1, n + 1):
+            add(f"| **{i}** | " + " | ".join(cell.get((i, j), "") for j in range(1, n + 1)) + " |")
+    add("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _method(add: Any, sim: dict[str, Any]) -> None:
+    s = sim["settings"]
+    req = sim["requests"]
+    add("## Method")
+    add("")
+    add(
+        "* **Analytical**: `model.capacity.evaluate` (SPEC 2.2-2.6), capacity `mu` and "
+        "power `P(mu)` of each configuration."
+    )
+    add(
+        "* **Simulated**: `model.simulator.find_capacity` (an independent discrete-event "
+        "simulator sharing only the primitive timing t_P(l_in) and t_D of the actual batch): "
+        "saturated throughput with every decode admission queue unbounded, "
+        f"{s['seeds']} seeds, measured over "
+        + ", ".join(f"{n:,} ({w})" for w, n in req.items())
+        + " completions per seed after a warm-up of a third as many; 95% CI by batch means; "
+        "then an open-loop check with Poisson arrivals at 95% and 105% of the estimate "
+        "(stable = completions >= 98% of arrivals over the second half of the horizon). "
+        "Trace workloads draw (l_in, l_out) from every row of the public trace, cycling "
+        "through random permutations, so each window holds the trace's length mix."
+    )
+    add(
+        "* **Power of the simulated configurations**: the same power model (SPEC 2.6) at the "
+        "simulated capacity, with the prefill share mu/(n_P mu_P) and the decode share "
+        "mu/(n_D mu_D_max,sim), where mu_D_max,sim is simulated (one decode instance fed "
+        "with zero prefill time, saturated). The eps-Pareto agreement compares the "
+        "analytical front with the simulated one as reference: a demand agrees when both "
+        "pick the same configuration or powers within 3% (`model.pareto.eps_pareto_agreement`)."
+    )
+    add(
+        f"* Run: {len(sim['results'])} capacity searches and {len(s['workloads'])} decode-only "
+        f"runs in {sim['wall_s'] / 60:.1f} min on {sim['workers']} worker processes "
+        f"({platform.python_implementation()} {platform.python_version()}). The full set was "
+        "affordable, so no subset was taken."
+    )
+    add("")
+
+
+def _attribution(add: Any, cmp: dict[str, Any]) -> None:
+    names = list(cmp)
+    flagged = {w: [i for i, c in enumerate(cmp[w]["causes"]) if c] for w in names}
+    n_flag = sum(len(v) for v in flagged.values())
+    counts = {k: sum(cmp[w]["causes"].count(k) for w in names) for k in "KFM"}
+    add("## Where they differ by more than 3%, and why")
+    add("")
+    add(
+        f"{n_flag} pairs differ by more than 3% (K: {counts['K']}, F: {counts['F']}, M: "
+        f"{counts['M']}). Each is assigned to one assumption of the analytical model from "
+        "the simulator's own measurements at capacity:"
+    )
+    add("")
+    add(
+        "* **K - Kingman queue charged to the pool (SPEC 2.5).** The memory balance "
+        "reserves `l_in + R` tokens for every request waiting for prefill, for a wait "
+        "given by Kingman's formula, which grows like rho/(1-rho) and with c_s^2. Near "
+        "rho = 1 these reservations would exceed the pool, so the model stops at "
+        "rho* < 1. In the simulated system (SGLang's PD admission) a request that does "
+        "not fit waits in the decode admission queue, which holds no KV memory: the "
+        "prefill queue is capped by the pool instead of growing with Kingman's wait, and "
+        "prefill can run at utilisation close to 1. Signature: simulated prefill "
+        "utilisation at least 0.02 above rho*, model below simulation. It is largest for "
+        "workloads with very variable prefill times (c_s^2 of t_P) and where the pool is "
+        "mostly reservations (n_P mu_P close to n_D mu_D_max)."
+    )
+    add(
+        "* **F - fluid pool (SPEC 2.5 balance taken with equality).** The balance fills "
+        "the usable pool exactly with average holdings. The simulated admission is strict "
+        "FIFO and admits a request only when its whole `l_in + R` fits, so while a large "
+        "request waits at the head, part of the pool stays uncommitted (discreteness and "
+        "head-of-line blocking). Signature: decode-bound, model above simulation, "
+        "time-average uncommitted pool share >= 2%."
+    )
+    add(
+        "* **M - mean-field decode batch (SPEC 2.3).** `lambda_D(B) = B / (E[l_out-1] "
+        "t_D(B))` evaluates the iteration time at the time-average batch and treats the "
+        "pool's R reserve as a flat margin; the simulated batch fluctuates (cohorts of "
+        "equal requests admitted and finished together) and contexts grow after admission, "
+        "so the time-average batch, the per-iteration batch and the committed pool differ "
+        "from the fluid values."
+    )
+    add("")
+    add(
+        "The residence correction (SPEC 2.4) is confirmed: the simulated mean context per "
+        "decode iteration matches `ctx` to "
+        + ", ".join(f"{_pct(_ctx_ratio(cmp[w]) - 1, 2)} ({w})" for w in names)
+        + " (the time-weighted context is higher, since iterations with long contexts last "
+        "longer; the capacity depends on the per-iteration one)."
+    )
+    add("")
+    if n_flag:
+        add(
+            "| workload | config | analytical | simulated | error | rho* | sim prefill util | "
+            "uncommitted pool | cause |"
+        )
+        add("|---|---|---|---|---|---|---|---|---|")
+        for w in names:
+            d = cmp[w]
+            for i in flagged[w]:
+                add(
+                    f"| {w} | {d['n_p'][i]}P{d['n_d'][i]}D | {d['an'].capacity_rps[i]:.3f} | "
+                    f"{d['mu_sim'][i]:.3f} | {_pct(float(d['err'][i]))} | "
+                    f"{d['an'].rho_star[i]:.3f} | {d['util'][i]:.3f} | "
+                    f"{d['slack'][i] * 100:.1f}% | {d['causes'][i]} |"
+                )
+        add("")
+    notes = [(w, cmp[w]["nonmonotone"]) for w in names if cmp[w]["nonmonotone"]]
+    add("### Other findings")
+    add("")
+    if notes:
+        add(
+            "* **Capacity can fall when an instance is added** (simulation only; the model is "
+            "monotone). Pairs where one more instance lowers the simulated capacity beyond "
+            "both confidence intervals: "
+            + "; ".join(
+                f"{w}: "
+                + ", ".join(f"{a} -> {b} ({_pct(x)})" for a, b, x in _largest(v, 6))
+                + (f" and {len(v) - 6} more" if len(v) > 6 else "")
+                for w, v in notes
+            )
+            + ". With round-robin dispatch and n_P = n_D every decode instance is paired "
+            "with one prefill instance; otherwise each decode pool feeds several prefill "
+            "queues, and a long prefill on one instance fills the pools with reservations "
+            "for it while another prefill instance starves. The model treats prefill "
+            "instances as independent (each sees lambda/n_P) and misses this coupling."
+        )
+    else:
+        add("* Adding an instance never lowered the simulated capacity beyond the CIs.")
+    dmax = ", ".join(f"{w} {_pct(cmp[w]['mu_dmax_an'] / cmp[w]['mu_dmax_sim'] - 1)}" for w in names)
+    add(
+        "* Decode capacity without reservations (mu_D_max, used by the power model), "
+        f"analytical vs simulated: {dmax}."
+    )
+    retr = sum(r["retractions"] for w in names for r in cmp[w]["rows"])
+    add(f"* Retractions (outputs outgrowing the R reserve) in the saturated runs: {retr}.")
+    add("")
+
+
+def _ctx_ratio(d: dict[str, Any]) -> float:
+    """Median over configurations of simulated per-iteration context / analytical ctx."""
+    return float(np.median([r["ctx_iter"] for r in d["rows"]])) / d["ctx_an"]
+
+
+def _largest(drops: list[tuple[str, str, float]], k: int) -> list[tuple[str, str, float]]:
+    return sorted(drops, key=lambda t: t[2])[:k]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", type=Path, default=REPO_ROOT / "docs")
+    ap.add_argument("--max-n", type=int, default=8)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--cache", type=Path, help="JSON file of simulated results to reuse")
+    a = ap.parse_args()
+
+    settings = {"max_n": a.max_n, "seeds": a.seeds, "workloads": a.workloads}
+    sim: dict[str, Any] | None = None
+    if a.cache and a.cache.is_file():
+        cached = json.loads(a.cache.read_text(encoding="utf-8"))
+        if cached.get("settings") == settings:
+            sim = cached
+            print(f"reusing simulated results from {a.cache.name}")
+    if sim is None:
+        print(f"simulating {len(a.workloads) * a.max_n**2} configurations ...")
+        sim = run_simulations(a.workloads, a.max_n, a.seeds, a.workers)
+        if a.cache:
+            a.cache.write_text(json.dumps(sim), encoding="utf-8")
+    cmp = compare(sim)
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    png = a.out_dir / "validation.png"
+    chart(cmp, png, a.max_n)
+    report(sim, cmp, a.out_dir / "validation.md", png.name)
+    print(f"wrote {a.out_dir / 'validation.md'} and {png}")
+
+
+if __name__ == "__main__":
+    main()

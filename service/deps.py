@@ -1,0 +1,42 @@
+"""Dependencies shared by the routers (``Annotated`` aliases)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request
+
+from service.pool import SolvePool
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_pool(request: Request) -> SolvePool:
+    pool: SolvePool = request.app.state.pool
+    return pool
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PoolDep = Annotated[SolvePool, Depends(get_pool)]
+
+
+def require_api_key(
+    settings: SettingsDep, x_api_key: Annotated[str | None, Header()] = None
+) -> None:
+    """When PDWATT_API_KEY is set, every POST needs the header ``X-API-Key``."""
+    if settings.api_key is None:
+        return
+    if x_api_key is None or not hmac.compare_digest(x_api_key, settings.api_key):
+        raise HTTPException(
+            status_code=401,
+            detail="missing or wrong X-API-Key header",
+            headers={"WWW-Authenticate": "ApiKey"},
+        )
+
+
+ApiKey = Depends(require_api_key)

@@ -1,0 +1,122 @@
+"""The FastAPI application: ``uvicorn service.main:app`` or ``pdwatt serve``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from service import errors
+from service.metrics import request_seconds, requests_total
+from service.pool import SolvePool
+from service.routers import catalog, core, health, schedule
+from service.settings import Settings, get_settings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class BodyLimit:
+    """Refuses bodies larger than ``limit`` bytes (413), declared or streamed."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _too_large(send, self.limit)
+            return
+        # buffer the body (bounded), then replay it to the application
+        chunks: list[Message] = []
+        seen = 0
+        while True:
+            msg = await receive()
+            chunks.append(msg)
+            if msg["type"] != "http.request":
+                break
+            seen += len(msg.get("body", b""))
+            if seen > self.limit:
+                await _too_large(send, self.limit)
+                return
+            if not msg.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            if chunks:
+                return chunks.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    import json
+
+    body = json.dumps(
+        {
+            "type": "about:blank",
+            "title": "Content Too Large",
+            "status": 413,
+            "detail": f"request body larger than {limit} bytes",
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.pool.shutdown()
+
+    app = FastAPI(
+        title="pdwatt",
+        version="0.1.0",
+        description="Power-aware provisioning of prefill/decode disaggregated LLM inference: "
+        "capacity, power and Pareto fronts per configuration, and site schedules under "
+        "power caps and grid signals. Errors are RFC 9457 problem details.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.pool = SolvePool(settings.workers)
+    errors.install(app)
+    for r in (core.router, schedule.router, catalog.router, health.router):
+        app.include_router(r)
+
+    @app.middleware("http")
+    async def observe(request: Any, call_next: Any) -> Any:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        request_seconds.labels(path).observe(time.perf_counter() - t0)
+        requests_total.labels(path, request.method, str(response.status_code)).inc()
+        return response
+
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,35 @@
+"""POST /v1/capacity and POST /v1/front: the analytical core (same JSON as the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from model.errors import InputError
+from service import work
+from service.deps import ApiKey, SettingsDep
+from service.schemas import (
+    CapacityRequest,
+    CapacityResponse,
+    FrontRequest,
+    FrontResponse,
+    dump,
+)
+
+router = APIRouter(prefix="/v1", tags=["core"], dependencies=[ApiKey])
+
+
+@router.post("/capacity", response_model=CapacityResponse)
+async def capacity(req: CapacityRequest) -> dict[str, Any]:
+    """Capacity (req/s) and power (W) of one (n_P, n_D) configuration (SPEC 2)."""
+    return await run_in_threadpool(work.capacity, dump(req))
+
+
+@router.post("/front", response_model=FrontResponse)
+async def front(req: FrontRequest, settings: SettingsDep) -> dict[str, Any]:
+    """Every configuration with n_P + n_D <= max_gpus and the capacity-power Pareto front."""
+    if req.max_gpus > settings.max_front_gpus:
+        raise InputError("max_gpus", f"must be <= {settings.max_front_gpus} on this server")
+    return await run_in_threadpool(work.front, dump(req))

@@ -1,0 +1,82 @@
+"""POST /v1/schedule: a site schedule from a demand forecast (SPEC 4, 6.1)."""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import JSONResponse
+
+from model.errors import InputError
+from service import work
+from service.deps import ApiKey, PoolDep, SettingsDep
+from service.metrics import solve_seconds, solver_outcomes_total
+from service.pool import PoolFull
+from service.schemas import ScheduleRequest, ScheduleResponse, dump
+from service.settings import Settings
+
+router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[ApiKey])
+
+
+def _limits(req: ScheduleRequest, s: Settings) -> None:
+    if len(req.deployments) > s.max_deployments:
+        raise InputError("deployments", f"at most {s.max_deployments} deployments on this server")
+    n = len(req.deployments[0].demand_rps)
+    if n > s.max_periods:
+        raise InputError("deployments[0].demand_rps", f"at most {s.max_periods} periods")
+    gpus = sum(req.site.gpu_inventory.values())
+    if gpus > s.max_site_gpus:
+        raise InputError("site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
+    if req.solver.time_limit_s > s.max_time_limit_s:
+        raise InputError("solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server")
+
+
+def _png(resp: dict[str, Any]) -> bytes:
+    from service.charts import schedule_chart
+
+    buf = io.BytesIO()
+    schedule_chart(resp, buf)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+@router.post(
+    "/schedule",
+    response_model=ScheduleResponse,
+    responses={
+        200: {"content": {"text/csv": {}, "image/png": {}}},
+        422: {"description": "invalid or infeasible (problem details)"},
+        429: {"description": "every solver worker is busy (Retry-After)"},
+    },
+)
+async def schedule(
+    req: ScheduleRequest,
+    settings: SettingsDep,
+    pool: PoolDep,
+    format: Literal["json", "csv", "png"] = Query("json", description="response format"),  # noqa: A002
+) -> Any:
+    """Choose (n_P, n_D) per deployment and period under the site cap; with baselines.
+
+    A solve that reaches its time limit is not an error: 200 with status `time_limit`
+    and the proven gap.
+    """
+    _limits(req, settings)
+    t0 = time.perf_counter()
+    try:
+        resp = await pool.run(work.schedule, dump(req))
+    except PoolFull:
+        raise HTTPException(
+            status_code=429,
+            detail="every solver worker is busy; retry later",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        ) from None
+    solve_seconds.observe(time.perf_counter() - t0)
+    solver_outcomes_total.labels(resp["status"]).inc()
+    if format == "csv":
+        from formulation.results import to_csv
+
+        return Response(to_csv(resp), media_type="text/csv")
+    if format == "png":
+        return Response(_png(resp), media_type="image/png")
+    return JSONResponse(resp)

@@ -1,0 +1,29 @@
+"""Service settings, from the environment (prefix ``PDWATT_``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDWATT_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_key: str | None = Field(None, description="when set, every POST needs X-API-Key")
+    max_body_bytes: int = Field(4_000_000, ge=1024)
+    max_periods: int = Field(2016, ge=1)
+    max_deployments: int = Field(32, ge=1)
+    max_site_gpus: int = Field(20_000, ge=1)
+    max_front_gpus: int = Field(512, ge=2)
+    max_time_limit_s: float = Field(300.0, gt=0)
+    workers: int = Field(2, ge=1, le=64, description="concurrent solves (processes)")
+    retry_after_s: int = Field(5, ge=1)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()  # type: ignore[call-arg]  # values come from the environment

@@ -1,0 +1,65 @@
+"""The calls the service makes, as plain functions of JSON data.
+
+Run in worker processes for schedules (CPU-bound, seconds) and in threads for the
+core (milliseconds). Each returns exactly what ``pdwatt ... --json`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.errors import InputError
+from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+
+
+def _spec(body: dict[str, Any]) -> tuple[Any, bool]:
+    workload = body.get("workload", "azure-conv-2023")
+    if body.get("moments") is None and workload.split(":", 1)[0] in {"trace", "moments"}:
+        raise InputError(
+            "workload",
+            "files are not read over HTTP; use fixed:IN:OUT, a preset, or send `moments`",
+        )
+    req = SpecRequest(
+        model=body.get("model", "qwen3-32b"),
+        gpu=body.get("gpu", "h200"),
+        workload=workload,
+        overrides=body.get("overrides") or {},
+        moments=body.get("moments"),
+    )
+    return resolve_spec(req), bool(body.get("overrides"))
+
+
+def capacity(body: dict[str, Any]) -> dict[str, Any]:
+    spec, ov = _spec(body)
+    return capacity_report(spec, body["n_p"], body["n_d"], body.get("load_rps"), overridden=ov)
+
+
+def front(body: dict[str, Any]) -> dict[str, Any]:
+    spec, ov = _spec(body)
+    return front_report(
+        spec,
+        body.get("max_gpus", 16),
+        body.get("required_rps"),
+        body.get("headroom", 1.0),
+        body.get("budget_w"),
+        overridden=ov,
+    )
+
+
+def _check_schedule_workloads(body: dict[str, Any]) -> None:
+    for i, d in enumerate(body.get("deployments", [])):
+        w = d.get("workload", "")
+        if isinstance(w, str) and w.split(":", 1)[0] in {"trace", "moments"}:
+            raise InputError(
+                f"deployments[{i}].workload",
+                "files are not read over HTTP; use fixed:IN:OUT or a preset",
+            )
+
+
+def schedule(body: dict[str, Any]) -> dict[str, Any]:
+    from formulation.problem import problem_from_dict
+    from formulation.results import response
+    from formulation.solve import solve
+
+    _check_schedule_workloads(body)
+    return response(solve(problem_from_dict(body)))
