@@ -81,12 +81,14 @@ def _breakpoints(
     loads = np.take_along_axis(loads, order, axis=1)
     count = np.sum(~np.isnan(loads), axis=1).astype(np.int64)
     safe = np.nan_to_num(loads, nan=0.0)
+    with np.errstate(invalid="ignore"):  # 0 x inf for n_D = 0 with no decode work
+        decode_max_total = np.where(ndf > 0, ndf * r.mu_d_max_rps, 0.0)
     powers = config_power_w(
         c,
         npf[:, None],
         ndf[:, None],
         (npf * r.mu_p_rps)[:, None],
-        np.where(ndf > 0, ndf * r.mu_d_max_rps, 0.0)[:, None],
+        decode_max_total[:, None],
         safe,
     )
     powers = np.where(np.isnan(loads), np.nan, powers)
