@@ -7,7 +7,8 @@
 * greedy: every period on its own, the configurations and served loads that minimise
   that period's cost under the cap and inventory, ignoring transitions. Where the
   deployments' individual optima fit the site they are the period's optimum; where
-  they do not, the one-period problem is solved exactly with the compact MILP.
+  they do not, the one-period problem is solved exactly by Pareto enumeration
+  (:mod:`formulation.period`), or by the compact MILP when a GPU pool can bind.
 
 Both are priced with the same objective as the schedule (transitions included), with
 their cap, inventory and transition-limit violations counted.
@@ -22,6 +23,7 @@ import numpy as np
 from formulation.data import ScheduleData, take_periods
 from formulation.dp import deployment_grid, stage_costs
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
+from formulation.period import pool_can_bind, solve_period
 
 MAX_ENUMERATED = 12
 
@@ -94,10 +96,18 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
     bad = np.array(
         sorted(set(first.cap_violations) | set(first.inventory_violations)), dtype=np.int64
     )
-    if bad.size:
-        # the periods are independent once transitions are ignored: one MILP for all
-        r = solve_compact(periods_alone(data, bad), time_limit_s, 1e-4)
+    exact = [t for t in bad if not pool_can_bind(data, int(t))]
+    for t in exact:  # exact one-period optimum by Pareto enumeration
+        sol = solve_period(data, int(t))
+        if sol is not None:
+            cfg[:, t] = sol.config
+            served[:, t] = sol.served
+    rest = np.array([t for t in bad if t not in set(exact)], dtype=np.int64)
+    if rest.size:
+        # a GPU pool can bind: the periods are independent once transitions are
+        # ignored, so one MILP solves them all
+        r = solve_compact(periods_alone(data, rest), time_limit_s, 1e-4)
         if r.schedule is not None:
-            cfg[:, bad] = r.schedule.config
-            served[:, bad] = r.schedule.served_rps
+            cfg[:, rest] = r.schedule.config
+            served[:, rest] = r.schedule.served_rps
     return price_schedule(data, Schedule(cfg, served))

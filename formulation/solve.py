@@ -41,8 +41,9 @@ from formulation.dp import deployment_grid
 from formulation.evaluate import Priced, price_schedule
 from formulation.heuristics import coordinate_descent
 from formulation.milp import solve_compact
+from formulation.period import pool_can_bind
 from formulation.problem import Method, ScheduleProblem
-from formulation.window import solve_windowed
+from formulation.window import solve_guided, solve_windowed
 from model.errors import PdwattError
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,24 @@ def _infeasible_after(
     )
 
 
+def diagnose_infeasible(data: ScheduleData, fallback: str) -> InfeasibleError:
+    """Name the periods where even the LP relaxation cannot meet the site constraints
+    (transition limits from the initial state included); else a plain explanation."""
+    dec = decompose(data, 10.0)
+    if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
+        return _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
+    return InfeasibleError(
+        fallback,
+        [
+            {
+                "constraint": "integrality",
+                "reason": "the relaxation is feasible but no integer schedule was found; "
+                "raise solver.time_limit_s or relax transitions.max_instance_changes_per_period",
+            }
+        ],
+    )
+
+
 def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
@@ -162,16 +181,46 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
             start=incumbent.schedule if incumbent else None,
         )
         if r.status == "infeasible":
-            raise InfeasibleError("HiGHS proved the problem infeasible", [])
+            raise diagnose_infeasible(data, "HiGHS proved the problem infeasible")
         best = price_schedule(data, r.schedule) if r.schedule is not None else incumbent
         if best is None:
-            raise InfeasibleError("no feasible schedule found within the time limit", [])
+            raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
         if incumbent is not None and incumbent.objective_usd < best.objective_usd:
             best = incumbent
         lb = r.bound_usd if r.bound_usd is not None else -np.inf
         stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
         return _finish(data, best, lb, base, t0, opts.mip_gap, stats)
 
+    grids = [deployment_grid(data, d) for d in data.deployments]
+    if not any(pool_can_bind(data, t) for t in range(data.n_periods)):
+        g = solve_guided(data, grids, max(left(), 0.5), opts.mip_gap, opts.threads, incumbent, say)
+        stats["windows"] = g.stats.get("windows", [])
+        stats["lower_bound"] = "one-period optima with transitions relaxed in the window"
+        if "infeasible_period" in g.stats:
+            t = int(g.stats["infeasible_period"])
+            raise _infeasible_after(data, [t], [])
+        best = g.priced if g.priced is not None else incumbent
+        if best is None:
+            raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
+        if incumbent is not None and incumbent.objective_usd < best.objective_usd:
+            best = incumbent
+        return _finish(data, best, g.lower_bound_usd, base, t0, opts.mip_gap, stats)
+    return _solve_decomposed(data, grids, base, incumbent, clean, t0, left, say, stats)
+
+
+def _solve_decomposed(
+    data: ScheduleData,
+    grids: list[Any],
+    base: dict[str, Priced],
+    incumbent: Priced | None,
+    clean: list[Priced],
+    t0: float,
+    left: Callable[[], float],
+    say: Progress,
+    stats: dict[str, Any],
+) -> Outcome:
+    """When a GPU pool can bind: Dantzig-Wolfe bound, heuristics, pruned window MILP."""
+    opts = data.problem.solver
     say("decomposition: pricing deployments by dynamic programming")
     extra = []
     for p in clean:
@@ -183,11 +232,11 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
         decomposition_s=round(dec.seconds, 3),
         columns=len(dec.columns),
         lp_bound_usd=dec.lp_value_usd,
+        lower_bound="Dantzig-Wolfe (Lagrangian) bound",
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
     lb = dec.lower_bound_usd
-    grids = [deployment_grid(data, d) for d in data.deployments]
     starts = []
     rounded = []
     for m in range(len(data.deployments)):

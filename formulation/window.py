@@ -178,3 +178,149 @@ def solve_windowed(
         if not new or time.perf_counter() - t0 > time_limit_s:
             return WindowResult(best, lb, False, stats)
         broken |= new
+
+
+def _guided_allowed(
+    data: ScheduleData,
+    a: int,
+    b: int,
+    anchors: list[list[set[int]]],
+    radius: int,
+) -> list[list[list[int]]]:
+    """Per deployment and window period: the anchor configurations and every candidate
+    within ``radius`` instances of one in each phase, plus off."""
+    out = []
+    for m, d in enumerate(data.deployments):
+        pos = {(int(p), int(q)): i for i, (p, q) in enumerate(zip(d.n_p, d.n_d, strict=True))}
+        rows = []
+        for t in range(a, b):
+            keep: set[int] = set()
+            for k in anchors[m][t - a]:
+                for dp in range(-radius, radius + 1):
+                    for dq in range(-radius, radius + 1):
+                        j = pos.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dq))
+                        if j is not None:
+                            keep.add(j)
+            keep.add(0)
+            rows.append(sorted(k for k in keep if d.allowed[k]))
+        out.append(rows)
+    return out
+
+
+def solve_guided(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    time_limit_s: float,
+    mip_gap: float,
+    threads: int | None = None,
+    incumbent: Priced | None = None,
+    progress: Callable[[str], None] | None = None,
+    max_radius: int = 4,
+) -> WindowResult:
+    """Window solve guided by the exact one-period optima (see :mod:`formulation.period`).
+
+    Lower bound: exact DP before and after the window (caps ignored there, where they
+    do not bind), and inside it the sum of the exact one-period optima, which ignore
+    transitions: a relaxation of the full problem, hence a proven bound.
+
+    Schedules: the window MILP (transitions exact, entry and exit costs from the DP)
+    restricted to configurations within ``radius`` instances of the one-period optima,
+    of the DP path and of the incumbent; the radius grows until the gap closes or time
+    runs out. The restriction only limits which schedules are found, never the bound.
+    """
+    from formulation.period import solve_period
+
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    T, M = data.n_periods, len(data.deployments)
+    tabs, free = _uncoupled(data, grids)
+    first = price_schedule(data, free)
+    stats: dict[str, Any] = {"windows": []}
+    if first.violation_free:
+        stats["windows"].append({"periods": 0})
+        return WindowResult(first, first.objective_usd, True, stats)
+    best = incumbent
+    const = float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
+    broken = set(first.cap_violations) | set(first.inventory_violations)
+    lb = -np.inf
+    while True:
+        a, b = min(broken), max(broken) + 1
+        say(f"one-period optima for periods {a}..{b - 1} (transitions relaxed)")
+        sols = []
+        for t in range(a, b):
+            s = solve_period(data, t)
+            if s is None:
+                stats["infeasible_period"] = t
+                return WindowResult(best, lb, False, stats)
+            sols.append(s)
+        before = sum(float(np.min(tabs[m][2][a - 1])) for m in range(M)) if a > 0 else 0.0
+        after = (
+            sum(float(np.min(tabs[m][0][b] + tabs[m][3][b])) for m in range(M)) if b < T else 0.0
+        )
+        lb = max(lb, before + sum(s.cost_usd for s in sols) + after + const)
+        anchors: list[list[set[int]]] = [[set() for _ in range(a, b)] for _ in range(M)]
+        for i, s in enumerate(sols):
+            for m in range(M):
+                anchors[m][i].add(int(s.config[m]))
+                anchors[m][i].add(int(free.config[m, a + i]))
+                if best is not None:
+                    anchors[m][i].add(int(best.schedule.config[m, a + i]))
+        sub = slice_periods(data, a, b)
+        entry = None
+        if a > 0:
+            entry = [
+                _reach(data, d, grids[m], tabs[m][2][a - 1], True)
+                for m, d in enumerate(data.deployments)
+            ]
+        exit_ = [tabs[m][3][b - 1] for m in range(M)] if b < T else None
+        grown = False
+        outside_const = const - float(
+            np.sum(sub.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus
+        )
+        radii: list[int | None] = [*range(1, max_radius + 1), None]
+        for radius in radii:
+            left = time_limit_s - (time.perf_counter() - t0)
+            if left <= 0.2:
+                break
+            allowed = None if radius is None else _guided_allowed(data, a, b, anchors, radius)
+            n_choices = (
+                sum(int(d.allowed.sum()) for d in data.deployments) * (b - a)
+                if allowed is None
+                else sum(len(r) for rows in allowed for r in rows)
+            )
+            label = "all" if radius is None else f"radius {radius}"
+            say(f"window MILP, periods {a}..{b - 1}, {label}: {n_choices} choices")
+            start = None
+            if best is not None:
+                start = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
+            r = solve_compact(sub, left, mip_gap / 2, threads, allowed, start, entry, exit_)
+            stats["windows"].append(
+                {
+                    "first": a,
+                    "last": b - 1,
+                    "radius": radius,
+                    "choices": n_choices,
+                    "binaries": r.n_binaries,
+                    "build_s": round(r.build_s, 3),
+                    "solve_s": round(r.solve_s, 3),
+                    "status": r.status,
+                }
+            )
+            if radius is None and r.bound_usd is not None and np.isfinite(r.bound_usd):
+                # every candidate in the window, exact DP outside it, caps outside
+                # relaxed: a relaxation of the full problem, so its bound holds
+                lb = max(lb, r.bound_usd + outside_const)
+            if r.schedule is None:
+                continue
+            full = price_schedule(data, _assemble(data, grids, tabs, a, b, r.schedule))
+            new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
+            if new:
+                broken |= new
+                grown = True
+                break
+            if full.violation_free and (best is None or full.objective_usd < best.objective_usd):
+                best = full
+            if best is not None and (best.objective_usd - lb) <= mip_gap * abs(best.objective_usd):
+                return WindowResult(best, min(lb, best.objective_usd), True, stats)
+        if not grown or time.perf_counter() - t0 > time_limit_s:
+            return WindowResult(best, lb, False, stats)

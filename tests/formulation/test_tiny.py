@@ -224,7 +224,5 @@ def test_picks_the_cheapest_configuration_per_period(method: str) -> None:
     resp = plan(request([12.0, 9.0], 1e4, max_gpus=3, inventory=3, method=method))
     assert schedule(resp) == [(2, 1, pytest.approx(12.0)), (1, 1, pytest.approx(9.0))]
     site = [PUE * it_power_w(2, 1, 12.0), PUE * at9[(1, 1)]]
-    assert resp["objective_usd"] == pytest.approx(
-        sum(period_usd(w, 100.0) for w in site), rel=1e-9
-    )
+    assert resp["objective_usd"] == pytest.approx(sum(period_usd(w, 100.0) for w in site), rel=1e-9)
     assert resp["periods"][1]["idle_gpus"] == 1
