@@ -6,8 +6,9 @@ period ``t`` configuration ``k`` may serve any ``s`` with ``P_k(s) - p_idle gpus
 within the residual budget, and the best such ``s`` is ``0`` or the largest that fits
 (the cost is concave in ``s``). Sweeping the deployments until none improves is a
 block-coordinate descent whose objective never increases. Budget breaches are priced
-at a large penalty, so a sweep started from an infeasible schedule (the rounded LP
-solution) moves towards feasibility; only violation-free results are kept.
+and transition-limit breaches at a large penalty, so a sweep started from an
+infeasible schedule (the rounded LP solution, or the greedy baseline that ignores
+transitions) moves towards feasibility; only violation-free results are kept.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def coordinate_descent(
         p = price_schedule(data, s)
         excess = np.maximum(p.site_power_w - data.power_cap_w, 0.0).sum() / data.pue
         gpu_excess = np.maximum(p.gpus_used - data.pool_gpus[:, None], 0).sum()
-        return p.objective_usd + penalty * (excess + 1e3 * gpu_excess)
+        limits = len(p.limit_violations)
+        return p.objective_usd + penalty * (excess + 1e3 * gpu_excess + 1e3 * limits)
 
     current = penalised(sched)
     for _ in range(max_sweeps):

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from formulation.data import ScheduleData
-from formulation.heuristics import max_load_within
+from formulation.data import DeploymentData, ScheduleData
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -51,10 +50,58 @@ def _pareto(pnet: FloatArray, cost: FloatArray) -> IntArray:
     return order[keep].astype(np.int64)
 
 
+def curve_power(d: DeploymentData, ks: IntArray, s: FloatArray) -> FloatArray:
+    """``P_k(s)`` for configurations ``ks`` (last axis of ``s``), vectorised: the power at
+    zero load plus each segment's slope times the part of ``s`` that falls in it."""
+    xs = d.bp_load_rps[ks]
+    ys = d.bp_power_w[ks]
+    out = np.broadcast_to(ys[:, 0], s.shape).copy()
+    for j in range(3):
+        x0, x1 = xs[:, j], xs[:, j + 1]
+        valid = ~np.isnan(x1)
+        width = np.where(valid, x1 - x0, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(valid & (width > 0), (ys[:, j + 1] - ys[:, j]) / width, 0.0)
+        out += slope * np.clip(s - np.where(valid, x0, 0.0), 0.0, width)
+    return out
+
+
+def _inverse_power(d: DeploymentData, kk: IntArray, budget: FloatArray) -> FloatArray:
+    """Largest load with ``P_k(s) <= budget`` for pairs (config ``kk[i]``, ``budget[i]``),
+    given ``P_k(0) <= budget``."""
+    xs = d.bp_load_rps[kk]
+    ys = d.bp_power_w[kk]
+    out = np.zeros(kk.shape[0])
+    for j in range(3):
+        x0, x1, y0, y1 = xs[:, j], xs[:, j + 1], ys[:, j], ys[:, j + 1]
+        valid = ~np.isnan(x1) & (y0 <= budget)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(y1 > y0, (budget - y0) / (y1 - y0), 1.0)
+        cand = x0 + np.clip(frac, 0.0, 1.0) * (x1 - x0)
+        out = np.where(valid, np.maximum(out, cand), out)
+    return out
+
+
+def _pair_power(d: DeploymentData, kk: IntArray, s: FloatArray) -> FloatArray:
+    """``P_k(s)`` for pairs (config ``kk[i]``, load ``s[i]``)."""
+    xs = d.bp_load_rps[kk]
+    ys = d.bp_power_w[kk]
+    out = ys[:, 0].copy()
+    for j in range(3):
+        x0, x1 = xs[:, j], xs[:, j + 1]
+        valid = ~np.isnan(x1)
+        width = np.where(valid, x1 - x0, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(valid & (width > 0), (ys[:, j + 1] - ys[:, j]) / width, 0.0)
+        out += slope * np.clip(s - np.where(valid, x0, 0.0), 0.0, width)
+    return out
+
+
 def endpoint_options(
-    data: ScheduleData, m: int, t: int
+    data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
-    """Per allowed configuration: (pnet, cost, config, served) at s = 0 and s = smax."""
+    """Per allowed configuration: (pnet, cost, config, served) at s = 0 and s = smax;
+    ``offset[k]`` (optional) is added to the cost of running configuration ``k``."""
     d = data.deployments[m]
     ks = np.flatnonzero(d.allowed)
     idle = data.idle_gpu_power_w
@@ -63,17 +110,14 @@ def endpoint_options(
     lam = float(d.demand_rps[t])
     smax = d.smax_rps[t, ks]
     p0 = d.bp_power_w[ks, 0]
-    p1 = np.array(
-        [
-            np.interp(smax[i], d.bp_load_rps[k, : d.bp_count[k]], d.bp_power_w[k, : d.bp_count[k]])
-            for i, k in enumerate(ks)
-        ]
-    )
+    p1 = curve_power(d, ks, smax)
     g = d.gpus[ks] * idle
     pnet = np.concatenate([p0 - g, p1 - g])
     cost = cw * pnet + u * (lam - np.concatenate([np.zeros_like(smax), smax]))
     cfg = np.concatenate([ks, ks]).astype(np.int64)
     served = np.concatenate([np.zeros_like(smax), smax])
+    if offset is not None:
+        cost = cost + offset[cfg]
     return pnet, cost, cfg, served
 
 
@@ -107,15 +151,19 @@ def pool_can_bind(data: ScheduleData, t: int) -> bool:
     return False
 
 
-def solve_period(data: ScheduleData, t: int) -> PeriodSolution | None:
+def solve_period(
+    data: ScheduleData, t: int, offsets: list[FloatArray] | None = None
+) -> PeriodSolution | None:
     """Exact optimum of period ``t`` alone (transitions ignored); None if infeasible.
 
-    Raises ValueError if a GPU pool can bind in the period (not handled here)."""
+    ``offsets[m][k]`` (optional) is added to the cost of deployment ``m`` running
+    configuration ``k`` (Lagrange multipliers). Raises ValueError if a GPU pool can bind
+    in the period (not handled here)."""
     if pool_can_bind(data, t):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
     M = len(data.deployments)
     budget = float(data.it_cap_w[t]) - data.idle_site_it_w
-    opts = [endpoint_options(data, m, t) for m in range(M)]
+    opts = [endpoint_options(data, m, t, None if offsets is None else offsets[m]) for m in range(M)]
     pruned = []
     for pnet, cost, cfg, served in opts:
         keep = _pareto(pnet, cost)
@@ -156,32 +204,31 @@ def solve_period(data: ScheduleData, t: int) -> PeriodSolution | None:
         rest = combine(others, f_min) if others else empty
         if rest.pnet.size == 0:
             continue
-        # budget for the filler's power, per (rest point, config)
+        # budget for the filler's power, per (rest point, config); the filler is strictly
+        # inside its range only where P_k(0) <= room < P_k(smax) (elsewhere an endpoint
+        # option, already enumerated, is as good), so only those pairs are evaluated
+        smax_k = d.smax_rps[t, ks]
+        p0_k = d.bp_power_w[ks, 0]
+        p1_k = curve_power(d, ks, smax_k)
         room = budget - rest.pnet[:, None] + idle * d.gpus[ks][None, :]
-        full_room = np.full((room.shape[0], d.n_configs), -np.inf)
-        full_room[:, ks] = room
-        s_fit = max_load_within(d, full_room)[:, ks]
-        s = np.minimum(s_fit, d.smax_rps[t, ks][None, :])
-        feas = s_fit >= 0
-        p = np.empty_like(s)
-        for i, k in enumerate(ks):
-            c = int(d.bp_count[k])
-            p[:, i] = np.interp(np.maximum(s[:, i], 0.0), d.bp_load_rps[k, :c], d.bp_power_w[k, :c])
+        ri, ci = np.nonzero((room >= p0_k[None, :]) & (room < p1_k[None, :]))
+        if ri.size == 0:
+            continue
+        kk = ks[ci]
+        s = np.minimum(_inverse_power(d, kk, room[ri, ci]), smax_k[ci])
+        p = _pair_power(d, kk, s)
         u = float(d.unserved_usd_per_rps[t])
-        cost = (
-            rest.cost[:, None]
-            + cw * (p - idle * d.gpus[ks][None, :])
-            + u * (float(d.demand_rps[t]) - s)
-        )
-        cost = np.where(feas, cost, np.inf)
-        i, j = np.unravel_index(int(np.argmin(cost)), cost.shape)
-        if cost[i, j] < best_cost - 1e-12:
-            best_cost = float(cost[i, j])
+        cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
+        if offsets is not None:
+            cost = cost + offsets[f][kk]
+        q = int(np.argmin(cost))
+        if cost[q] < best_cost - 1e-12:
+            best_cost = float(cost[q])
             for o in others:
-                best_cfg[o] = pruned[o][2][rest.pick[i, o]]
-                best_srv[o] = pruned[o][3][rest.pick[i, o]]
-            best_cfg[f] = ks[j]
-            best_srv[f] = float(s[i, j])
+                best_cfg[o] = pruned[o][2][rest.pick[ri[q], o]]
+                best_srv[o] = pruned[o][3][rest.pick[ri[q], o]]
+            best_cfg[f] = kk[q]
+            best_srv[f] = float(s[q])
     if not np.isfinite(best_cost):
         return None
     return PeriodSolution(best_cost, best_cfg, best_srv)

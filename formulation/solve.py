@@ -193,9 +193,23 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
 
     grids = [deployment_grid(data, d) for d in data.deployments]
     if not any(pool_can_bind(data, t) for t in range(data.n_periods)):
-        g = solve_guided(data, grids, max(left(), 0.5), opts.mip_gap, opts.threads, incumbent, say)
+        g = solve_guided(
+            data,
+            grids,
+            max(left(), 0.5),
+            opts.mip_gap,
+            opts.threads,
+            incumbent,
+            say,
+            hints=[p.schedule for p in base.values()],
+        )
         stats["windows"] = g.stats.get("windows", [])
-        stats["lower_bound"] = "one-period optima with transitions relaxed in the window"
+        if "split_bound" in g.stats:
+            stats["split_bound"] = g.stats["split_bound"]
+        stats["lower_bound"] = (
+            "Lagrangian decomposition of the coupled window (one-period knapsacks x "
+            "per-deployment paths), exact DP outside it"
+        )
         if "infeasible_period" in g.stats:
             t = int(g.stats["infeasible_period"])
             raise _infeasible_after(data, [t], [])

@@ -34,6 +34,7 @@ from formulation.dp import (
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.milp import Allowed, solve_compact
+from formulation.split import split_bound
 
 IntArray = NDArray[np.int64]
 
@@ -180,6 +181,48 @@ def solve_windowed(
         broken |= new
 
 
+def _joint_states_schedule(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    tabs: list[Any],
+    a: int,
+    b: int,
+    sb: Any,
+    sols: list[Any],
+    best: Priced | None,
+    entry: list[np.ndarray] | None,
+    exit_: list[np.ndarray] | None,
+) -> Priced | None:
+    """The best transition-feasible sequence of cap-feasible joint period states: those
+    the decomposition's period copies chose, the one-period optima and the incumbent's."""
+    from formulation.split import joint_path, period_cost
+
+    states: list[list[tuple[tuple[int, ...], np.ndarray, float]]] = []
+    for i, t in enumerate(range(a, b)):
+        pool: dict[tuple[int, ...], tuple[np.ndarray, float]] = dict(
+            sb.states[i] if sb.states else {}
+        )
+        s = sols[i]
+        pool.setdefault(tuple(int(k) for k in s.config), (s.served, s.cost_usd))
+        if best is not None:
+            cfg = best.schedule.config[:, t]
+            srv = best.schedule.served_rps[:, t]
+            pool.setdefault(tuple(int(k) for k in cfg), (srv, period_cost(data, t, cfg, srv)))
+        states.append([(k, v[0], v[1]) for k, v in pool.items()])
+    found = joint_path(data, a, states, entry, exit_)
+    if found is None:
+        return None
+    _, picks = found
+    M = len(data.deployments)
+    cfg = np.zeros((M, b - a), dtype=np.int64)
+    srv = np.zeros((M, b - a))
+    for i, j in enumerate(picks):
+        cfg[:, i] = states[i][j][0]
+        srv[:, i] = states[i][j][1]
+    full = price_schedule(data, _assemble(data, grids, tabs, a, b, Schedule(cfg, srv)))
+    return full if full.violation_free else None
+
+
 def _guided_allowed(
     data: ScheduleData,
     a: int,
@@ -216,6 +259,7 @@ def solve_guided(
     incumbent: Priced | None = None,
     progress: Callable[[str], None] | None = None,
     max_radius: int = 4,
+    hints: list[Schedule] | None = None,
 ) -> WindowResult:
     """Window solve guided by the exact one-period optima (see :mod:`formulation.period`).
 
@@ -240,6 +284,13 @@ def solve_guided(
         stats["windows"].append({"periods": 0})
         return WindowResult(first, first.objective_usd, True, stats)
     best = incumbent
+    from formulation.heuristics import coordinate_descent
+
+    for h in [free, *(hints or [])]:
+        cd = coordinate_descent(data, grids, h, time_limit_s=max(0.05 * time_limit_s, 0.1))
+        if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
+            best = cd
+            say(f"repaired schedule by coordinate descent: ${best.objective_usd:.4f}")
     const = float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
     broken = set(first.cap_violations) | set(first.inventory_violations)
     lb = -np.inf
@@ -277,11 +328,72 @@ def solve_guided(
         outside_const = const - float(
             np.sum(sub.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus
         )
+        # first the decomposition bound (its period solutions give schedules and its
+        # hints enlarge the anchors), then window MILPs of growing radius
         radii: list[int | None] = [*range(1, max_radius + 1), None]
-        for radius in radii:
+        for step_i, radius in enumerate(radii):
             left = time_limit_s - (time.perf_counter() - t0)
             if left <= 0.2:
                 break
+            if step_i == 0:
+                gap_now = (
+                    np.inf
+                    if best is None
+                    else (best.objective_usd - lb) / max(abs(best.objective_usd), 1e-9)
+                )
+                if gap_now <= mip_gap:
+                    continue
+                mu = None
+                for round_i in range(3):
+                    say(f"Lagrangian decomposition bound over periods {a}..{b - 1}")
+                    target = best.objective_usd if best is not None else lb + abs(lb) * 0.005 + 1e-3
+                    sb = split_bound(
+                        data,
+                        grids,
+                        a,
+                        b,
+                        entry,
+                        exit_,
+                        const,
+                        target,
+                        time_limit_s=(0.25 if round_i == 0 else 0.15) * left,
+                        theta0=2.0,
+                        patience=10,
+                        mu0=mu,
+                    )
+                    mu = sb.mu
+                    stats.setdefault("split_bound", []).append(
+                        {
+                            "value_usd": sb.value_usd,
+                            "iterations": sb.iterations,
+                            "seconds": round(sb.seconds, 3),
+                        }
+                    )
+                    if np.isfinite(sb.value_usd):
+                        cap_ub = np.inf if best is None else best.objective_usd
+                        lb = max(lb, min(sb.value_usd, cap_ub))
+                    if sb.hints is not None:
+                        for m in range(M):
+                            for i in range(b - a):
+                                anchors[m][i] |= sb.hints[m][i]
+                    cand = _joint_states_schedule(
+                        data, grids, tabs, a, b, sb, sols, best, entry, exit_
+                    )
+                    improved = cand is not None and (
+                        best is None or cand.objective_usd < best.objective_usd - 1e-9
+                    )
+                    if improved:
+                        best = cand
+                        say(f"joint-state path over the window: ${best.objective_usd:.4f}")
+                    if best is not None and (best.objective_usd - lb) <= mip_gap * abs(
+                        best.objective_usd
+                    ):
+                        return WindowResult(best, lb, True, stats)
+                    if not improved and round_i > 0:
+                        break
+                left = time_limit_s - (time.perf_counter() - t0)
+                if left <= 0.2:
+                    break
             allowed = None if radius is None else _guided_allowed(data, a, b, anchors, radius)
             n_choices = (
                 sum(int(d.allowed.sum()) for d in data.deployments) * (b - a)

@@ -1,0 +1,232 @@
+"""Lagrangian decomposition (variable splitting) bound for a coupled window.
+
+Inside the window ``[a, b)`` each deployment's configuration is duplicated: a
+*period copy* ``y[m,t]`` that must fit the site cap and inventory with the other
+deployments (the one-period knapsack, solved exactly by :mod:`formulation.period`)
+and a *deployment copy* ``x[m,t]`` that must follow the transition rules (a shortest
+path, as in :mod:`formulation.dp`, with the exact DP costs before and after the
+window as entry and exit costs). Relaxing ``x = y`` with multipliers ``mu[m,t,k]``
+gives, for any ``mu``,
+
+    L(mu) = sum_t min_y [period cost_t(y) - sum_m mu[m,t,y_m]]
+          + sum_m min_x [entry + transitions + sum_t mu[m,t,x_t] + exit] + site constant
+
+a lower bound on the full problem (caps outside the window are relaxed too, which
+only lowers it). ``L(0)`` is the bound of :func:`formulation.window.solve_guided`;
+subgradient steps on ``mu`` (Polyak steps towards the incumbent) raise it by pricing
+the transition limits into the period problems. Both copies keep their integrality,
+so this bound is at least the better of the knapsack and the path relaxations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.data import ScheduleData
+from formulation.dp import DeploymentGrid, _reach, _step_cost
+from formulation.period import solve_period
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def path_with_boundary(
+    data: ScheduleData,
+    m: int,
+    g: DeploymentGrid,
+    entry: FloatArray | None,
+    stage: FloatArray,
+    exit_: FloatArray | None,
+) -> tuple[float, IntArray]:
+    """Least ``entry[k0] + sum stage[t, k_t] + transitions + exit[k_last]``; with no
+    ``entry`` the path starts from the deployment's initial state."""
+    d = data.deployments[m]
+    W, K = stage.shape
+    values = np.empty((W, K))
+    if entry is None:
+        prev = np.full(K, np.inf)
+        prev[d.initial] = 0.0
+        prev = _reach(data, d, g, prev, True)
+    else:
+        prev = entry
+    prev = prev + stage[0]
+    values[0] = prev
+    for t in range(1, W):
+        prev = _reach(data, d, g, prev, True) + stage[t]
+        values[t] = prev
+    final = values[-1] + (0.0 if exit_ is None else exit_)
+    k = int(np.argmin(final))
+    best = float(final[k])
+    path = np.empty(W, dtype=np.int64)
+    path[-1] = k
+    for t in range(W - 1, 0, -1):
+        k = int(np.argmin(values[t - 1] + _step_cost(data, d, g, k)))
+        path[t - 1] = k
+    return best, path
+
+
+@dataclass
+class SplitBound:
+    value_usd: float
+    iterations: int
+    seconds: float
+    # configurations either copy chose in the last iterations, per deployment and
+    # window period: where good schedules are likely to be
+    hints: list[list[set[int]]] | None = None
+    # per window period: joint configurations the period copy chose (each meets the cap
+    # and inventory) -> (served loads, true period cost)
+    states: list[dict[tuple[int, ...], tuple[FloatArray, float]]] | None = None
+    mu: list[FloatArray] | None = None  # multipliers of the best bound
+
+
+def split_bound(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    a: int,
+    b: int,
+    entry: list[FloatArray] | None,
+    exit_: list[FloatArray] | None,
+    constant_usd: float,
+    upper_bound_usd: float,
+    time_limit_s: float,
+    max_iter: int = 200,
+    theta0: float = 1.0,
+    patience: int = 5,
+    trace: list[float] | None = None,
+    mu0: list[FloatArray] | None = None,
+) -> SplitBound:
+    """Best ``L(mu)`` found by subgradient ascent within the time limit."""
+    t0 = time.perf_counter()
+    M = len(data.deployments)
+    W = b - a
+    mu = (
+        [x.copy() for x in mu0]
+        if mu0 is not None
+        else [np.zeros((W, d.n_configs)) for d in data.deployments]
+    )
+    best_mu = [x.copy() for x in mu]
+    best = -np.inf
+    hints: list[list[set[int]]] = [[set() for _ in range(W)] for _ in range(M)]
+    states: list[dict[tuple[int, ...], tuple[FloatArray, float]]] = [{} for _ in range(W)]
+    theta = theta0
+    stall = 0
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - reported
+        y = np.zeros((M, W), dtype=np.int64)
+        total = constant_usd
+        for i, t in enumerate(range(a, b)):
+            sol = solve_period(data, t, [-mu[m][i] for m in range(M)])
+            if sol is None:
+                return SplitBound(np.inf, it, time.perf_counter() - t0, hints, states, best_mu)
+            total += sol.cost_usd
+            y[:, i] = sol.config
+            key = tuple(int(k) for k in sol.config)
+            if key not in states[i]:
+                true_cost = sol.cost_usd + sum(float(mu[m][i, key[m]]) for m in range(M))
+                states[i][key] = (sol.served.copy(), true_cost)
+        x = np.zeros((M, W), dtype=np.int64)
+        for m in range(M):
+            v, path = path_with_boundary(
+                data,
+                m,
+                grids[m],
+                None if entry is None else entry[m],
+                mu[m],
+                None if exit_ is None else exit_[m],
+            )
+            total += v
+            x[m] = path
+        if total > best + 1e-12 * max(abs(best), 1.0) if np.isfinite(best) else True:
+            best, stall = total, 0
+            best_mu = [x.copy() for x in mu]
+        else:
+            stall += 1
+            if stall >= patience:
+                theta, stall = theta / 2, 0
+        if trace is not None:
+            trace.append(total)
+        if it > max_iter // 4 or time.perf_counter() - t0 > 0.5 * time_limit_s:
+            for m in range(M):
+                for i in range(W):
+                    hints[m][i].add(int(x[m, i]))
+                    hints[m][i].add(int(y[m, i]))
+        diff = x != y
+        norm2 = 2.0 * float(diff.sum())
+        if norm2 == 0 or time.perf_counter() - t0 > time_limit_s:
+            break  # x == y: the relaxation's solution is feasible for both copies
+        step = theta * max(upper_bound_usd - total, 1e-9 * abs(upper_bound_usd)) / norm2
+        for m in range(M):
+            for i in np.flatnonzero(diff[m]):
+                mu[m][i, x[m, i]] += step
+                mu[m][i, y[m, i]] -= step
+        if theta < 1e-4:
+            break
+    return SplitBound(float(best), it, time.perf_counter() - t0, hints, states, best_mu)
+
+
+def joint_path(
+    data: ScheduleData,
+    a: int,
+    states: list[list[tuple[tuple[int, ...], FloatArray, float]]],
+    entry: list[FloatArray] | None,
+    exit_: list[FloatArray] | None,
+) -> tuple[float, list[int]] | None:
+    """Best sequence of joint states over the window (exact transitions between them).
+
+    ``states[i]`` lists (configs, served, period cost) candidates for window period
+    ``i``; the cost of a sequence is entry + period costs + transitions + exit. Returns
+    (cost, chosen index per period) or None when no sequence meets the limits."""
+    from formulation.dp import transition_matrix
+
+    M = len(data.deployments)
+    trans = [transition_matrix(data, d) for d in data.deployments]
+    cfg0 = np.array([s[0] for s in states[0]], dtype=np.int64).reshape(-1, M)
+    val = np.array([s[2] for s in states[0]], dtype=float)
+    if entry is None:
+        for m, d in enumerate(data.deployments):
+            val = val + trans[m][d.initial, cfg0[:, m]]
+    else:
+        for m in range(M):
+            val = val + entry[m][cfg0[:, m]]
+    back: list[IntArray] = []
+    prev_cfg = cfg0
+    for i in range(1, len(states)):
+        cfg = np.array([s[0] for s in states[i]], dtype=np.int64).reshape(-1, M)
+        step = np.zeros((prev_cfg.shape[0], cfg.shape[0]))
+        for m in range(M):
+            step += trans[m][prev_cfg[:, m][:, None], cfg[:, m][None, :]]
+        tot = val[:, None] + step
+        arg = np.argmin(tot, axis=0)
+        val = tot[arg, np.arange(cfg.shape[0])] + np.array([s[2] for s in states[i]])
+        back.append(arg.astype(np.int64))
+        prev_cfg = cfg
+    if exit_ is not None:
+        for m in range(M):
+            val = val + exit_[m][prev_cfg[:, m]]
+    last = int(np.argmin(val))
+    if not np.isfinite(val[last]):
+        return None
+    picks = [last]
+    j = last
+    for arg in reversed(back):
+        j = int(arg[j])
+        picks.append(j)
+    return float(val[last]), list(reversed(picks))
+
+
+def period_cost(data: ScheduleData, t: int, cfg: IntArray, served: FloatArray) -> float:
+    """Cost of one period's decisions without the site's idle constant (the cost the
+    one-period problem minimises)."""
+    idle = data.idle_gpu_power_w
+    cw = float(data.cost_usd_per_w[t])
+    total = 0.0
+    for m, d in enumerate(data.deployments):
+        k = int(cfg[m])
+        p = float(d.power_w(k, float(served[m]))[0])
+        total += cw * (p - idle * float(d.gpus[k]))
+        total += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - float(served[m]))
+    return total
