@@ -160,9 +160,9 @@ def split_bound(
             break  # x == y: the relaxation's solution is feasible for both copies
         step = theta * max(upper_bound_usd - total, 1e-9 * abs(upper_bound_usd)) / norm2
         for m in range(M):
-            for i in np.flatnonzero(diff[m]):
-                mu[m][i, x[m, i]] += step
-                mu[m][i, y[m, i]] -= step
+            for q in np.flatnonzero(diff[m]):
+                mu[m][q, x[m, q]] += step
+                mu[m][q, y[m, q]] -= step
         if theta < 1e-4:
             break
     return SplitBound(float(best), it, time.perf_counter() - t0, hints, states, best_mu)

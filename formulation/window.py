@@ -382,9 +382,9 @@ def solve_guided(
                     improved = cand is not None and (
                         best is None or cand.objective_usd < best.objective_usd - 1e-9
                     )
-                    if improved:
+                    if improved and cand is not None:
                         best = cand
-                        say(f"joint-state path over the window: ${best.objective_usd:.4f}")
+                        say(f"joint-state path over the window: ${cand.objective_usd:.4f}")
                     if best is not None and (best.objective_usd - lb) <= mip_gap * abs(
                         best.objective_usd
                     ):
