@@ -23,7 +23,7 @@ import numpy as np
 from formulation.data import ScheduleData, take_periods
 from formulation.dp import deployment_grid, stage_costs
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
-from formulation.period import pool_can_bind, solve_period
+from formulation.period import enumeration_applies, solve_period
 
 MAX_ENUMERATED = 12
 
@@ -80,6 +80,25 @@ def periods_alone(data: ScheduleData, idx: np.ndarray) -> ScheduleData:
     )
 
 
+def _front_allowed(data: ScheduleData) -> list[list[list[int]]]:
+    """Per deployment: off and the configurations on its capacity-power front."""
+    from model.pareto import pareto_mask
+
+    out = []
+    for d in data.deployments:
+        p_cap = np.array([d.bp_power_w[k, int(d.bp_count[k]) - 1] for k in range(d.n_configs)])
+        ok = d.allowed.copy()
+        ok[0] = False
+        front = np.zeros(d.n_configs, dtype=bool)
+        idx = np.flatnonzero(ok)
+        front[idx[pareto_mask(d.capacity_rps[idx], p_cap[idx])]] = True
+        if d.allowed[0]:
+            front[0] = True
+        ks = np.flatnonzero(front).tolist()
+        out.append([ks for _ in range(data.n_periods)])
+    return out
+
+
 def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
     from formulation.milp import solve_compact
 
@@ -96,7 +115,7 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
     bad = np.array(
         sorted(set(first.cap_violations) | set(first.inventory_violations)), dtype=np.int64
     )
-    exact = [t for t in bad if not pool_can_bind(data, int(t))]
+    exact = [int(t) for t in bad] if enumeration_applies(data) else []
     for t in exact:  # exact one-period optimum by Pareto enumeration
         sol = solve_period(data, int(t))
         if sol is not None:
@@ -104,9 +123,13 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
             served[:, t] = sol.served
     rest = np.array([t for t in bad if t not in set(exact)], dtype=np.int64)
     if rest.size:
-        # a GPU pool can bind: the periods are independent once transitions are
-        # ignored, so one MILP solves them all
-        r = solve_compact(periods_alone(data, rest), time_limit_s, 1e-4)
+        # large sites, or a GPU pool can bind: the periods are independent once
+        # transitions are ignored, so one MILP solves them all; on large sites it is
+        # restricted to each deployment's capacity-power front (plus off), which keeps
+        # it small but may miss a better off-front mix: an approximation of greedy
+        sub = periods_alone(data, rest)
+        allowed = None if enumeration_applies(data) else _front_allowed(sub)
+        r = solve_compact(sub, time_limit_s, 1e-4, allowed=allowed)
         if r.schedule is not None:
             cfg[:, rest] = r.schedule.config
             served[:, rest] = r.schedule.served_rps

@@ -139,6 +139,22 @@ class PeriodSolution:
     served: FloatArray  # (M,)
 
 
+#: Sizes beyond which one-period enumeration is too slow to run per period (its work
+#: grows with deployments x candidates x Pareto partial sums); larger sites use the
+#: Dantzig-Wolfe path of formulation.solve instead.
+MAX_ENUM_DEPLOYMENTS = 6
+MAX_ENUM_CANDIDATES = 300
+
+
+def enumeration_applies(data: ScheduleData) -> bool:
+    """One-period enumeration is exact here and fast enough to use per period."""
+    return (
+        len(data.deployments) <= MAX_ENUM_DEPLOYMENTS
+        and max(d.n_configs for d in data.deployments) <= MAX_ENUM_CANDIDATES
+        and not any(pool_can_bind(data, t) for t in range(data.n_periods))
+    )
+
+
 def pool_can_bind(data: ScheduleData, t: int) -> bool:
     for g in range(len(data.pools)):
         most = sum(

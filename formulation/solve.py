@@ -41,7 +41,7 @@ from formulation.dp import deployment_grid
 from formulation.evaluate import Priced, price_schedule
 from formulation.heuristics import coordinate_descent
 from formulation.milp import solve_compact
-from formulation.period import pool_can_bind
+from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import solve_guided, solve_windowed
 from model.errors import PdwattError
@@ -192,7 +192,7 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
         return _finish(data, best, lb, base, t0, opts.mip_gap, stats)
 
     grids = [deployment_grid(data, d) for d in data.deployments]
-    if not any(pool_can_bind(data, t) for t in range(data.n_periods)):
+    if enumeration_applies(data):
         g = solve_guided(
             data,
             grids,

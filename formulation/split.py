@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, _reach, _step_cost
-from formulation.period import solve_period
+from formulation.period import PeriodSolution, solve_period
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -111,6 +111,9 @@ def split_bound(
     best_mu = [x.copy() for x in mu]
     best = -np.inf
     hints: list[list[set[int]]] = [[set() for _ in range(W)] for _ in range(M)]
+    # a period's problem changes only when one of its multipliers moved
+    cache: list[PeriodSolution | None] = [None] * W
+    dirty = [True] * W
     states: list[dict[tuple[int, ...], tuple[FloatArray, float]]] = [{} for _ in range(W)]
     theta = theta0
     stall = 0
@@ -119,7 +122,10 @@ def split_bound(
         y = np.zeros((M, W), dtype=np.int64)
         total = constant_usd
         for i, t in enumerate(range(a, b)):
-            sol = solve_period(data, t, [-mu[m][i] for m in range(M)])
+            if dirty[i] or cache[i] is None:
+                cache[i] = solve_period(data, t, [-mu[m][i] for m in range(M)])
+                dirty[i] = False
+            sol = cache[i]
             if sol is None:
                 return SplitBound(np.inf, it, time.perf_counter() - t0, hints, states, best_mu)
             total += sol.cost_usd
@@ -163,6 +169,7 @@ def split_bound(
             for q in np.flatnonzero(diff[m]):
                 mu[m][q, x[m, q]] += step
                 mu[m][q, y[m, q]] -= step
+                dirty[q] = True
         if theta < 1e-4:
             break
     return SplitBound(float(best), it, time.perf_counter() - t0, hints, states, best_mu)

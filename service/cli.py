@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -123,6 +124,9 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
     rep = front_report(
         spec, a.max_gpus, a.required_rps, a.headroom, a.budget_w, overridden=overridden
     )
+    from service import cli_simulate
+
+    rep = cli_simulate.apply_slo(rep, a)
     if a.plot:
         from service.charts import front_chart
 
@@ -147,6 +151,14 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             for c in rep["front"]
         ]
         print(_table(rows, ["config", "GPUs", "req/s", "W", "J/req", "rho*", "bottleneck"]))
+        if "slo" in rep:
+            slo = rep["slo"]
+            print(
+                f"latency targets (TTFT p99 <= {slo['ttft_p99_s']} s, TPOT p99 <= "
+                f"{slo['tpot_p99_s']} s at {slo['at_load']:g} x capacity, simulated): "
+                f"{slo['meeting']} of {slo['simulated']} simulated configurations meet them; "
+                "the front above keeps only those"
+            )
         for key, label in (
             ("min_power_for_rate", "least power for"),
             ("max_capacity_under_budget", "most capacity within"),
@@ -198,9 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)
 
-    from service import cli_plan
+    from service import cli_plan, cli_simulate
 
+    cli_simulate.add_slo_args(f)
+    cli_simulate.register(sub)
     cli_plan.register(sub)
+    from service import cli_dr
+
+    cli_dr.register(sub)
 
     sv = sub.add_parser("serve", help="run the HTTP service (OpenAPI docs at /docs)")
     sv.add_argument("--host", help="bind address (default: PDWATT_HOST or 127.0.0.1)")
@@ -225,7 +242,15 @@ def cmd_serve(a: argparse.Namespace) -> None:
     print(
         f"pdwatt service on http://{host}:{port} (docs: http://{host}:{port}/docs)", file=sys.stderr
     )
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler
+    # that was in place before it started; make that one a normal exit (status 0, atexit
+    # hooks run so the solver worker processes are joined) instead of death by signal.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     uvicorn.run("service.main:app", host=host, port=port, log_level="info")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

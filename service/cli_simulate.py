@@ -118,7 +118,7 @@ def register(subparsers: Any) -> None:
         "--requests",
         type=int,
         help="requests measured per seed (default: 4000 at a rate; for --find-capacity "
-        "twice the trace's rows, between 4000 and 40000)",
+        "twice the trace's rows, between 10000 and 40000)",
     )
     p.add_argument(
         "--no-check",

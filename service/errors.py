@@ -8,6 +8,7 @@ Nothing a client sends produces a stack trace or a bare 500.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,55 @@ from model.errors import InputError, NotFoundError, PdwattError
 log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
+
+# The body of every error response, for the OpenAPI document (self-contained: no $ref).
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "description": "each field at fault and why",
+            "items": {
+                "type": "object",
+                "required": ["field", "reason"],
+                "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
+            },
+        },
+        "known": {"type": "array", "items": {"type": "string"}, "description": "known names"},
+        "conflicts": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "infeasible: the periods and constraints responsible",
+        },
+    },
+}
+_PROBLEM_DOCS = {
+    401: "missing or wrong X-API-Key (only when the server has an API key)",
+    413: "request body larger than the server accepts",
+    422: "invalid request, unknown name, or infeasible problem",
+    429: "every solver worker is busy; retry after Retry-After seconds",
+}
+
+
+def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses, as RFC 9457 problem details."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        out[code] = {
+            "description": _PROBLEM_DOCS[code],
+            "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}},
+        }
+        if code == 429:
+            out[code]["headers"] = {
+                "Retry-After": {"description": "seconds", "schema": {"type": "integer"}}
+            }
+    return out
 
 
 def problem(
@@ -36,20 +86,34 @@ def problem(
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+# the member tags pydantic puts in the location of an error inside a union
+# (``float | list[float]``): not fields, so not named
+_UNION_TAG = re.compile(
+    r"^(constrained-)?(float|int|str|bool)$|^(list|dict|tuple|set|function-\w+)\[.*\]$"
+)
+
+
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [p for p in loc if p not in ("body", "query", "path")]
+    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
     out = ""
     for p in parts:
+        if isinstance(p, str) and _UNION_TAG.match(p):
+            continue
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "body"
+
+
+def _field_error(e: Any) -> dict[str, str]:
+    if e.get("type") == "json_invalid":  # loc is ("body", character offset), not a field
+        err = (e.get("ctx") or {}).get("error")
+        return {"field": "body", "reason": f"not valid JSON: {err}" if err else "not valid JSON"}
+    return {"field": _loc(e.get("loc", ())), "reason": e.get("msg", "")}
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"field": _loc(e.get("loc", ())), "reason": e.get("msg", "")} for e in exc.errors()
-        ]
+        errors = [_field_error(e) for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "reason": "invalid"}
         return problem(
             422,
@@ -96,6 +160,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # the framework could not parse the body (e.g. not UTF-8)
+            reason = str(exc.detail)
+            return problem(
+                422,
+                "Invalid request",
+                f"body: {reason}",
+                "/problems/validation",
+                errors=[{"field": "body", "reason": reason}],
+            )
         headers = dict(exc.headers) if exc.headers else None
         return problem(exc.status_code, _title(exc.status_code), str(exc.detail), headers=headers)
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from service import errors
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
-from service.routers import catalog, core, health, schedule
+from service.routers import catalog, core, dr, health, schedule, sites
 from service.settings import Settings, get_settings
 
 Scope = MutableMapping[str, Any]
@@ -102,7 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.pool = SolvePool(settings.workers)
     errors.install(app)
-    for r in (core.router, schedule.router, catalog.router, health.router):
+    for r in (core.router, schedule.router, catalog.router, health.router, sites.router, dr.router):
         app.include_router(r)
 
     @app.middleware("http")

@@ -130,7 +130,13 @@ class FrontResponse(BaseModel):
 # ---------------------------------------------------------------- schedule
 
 
-Series = float | Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1)]
+# Upper bounds far beyond any real site keep every total finite (a response with an
+# overflowed total cannot be written as JSON).
+Rate = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]  # req/s
+Usd = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+PowerW = Annotated[float, Field(le=1e10, allow_inf_nan=False)]  # lower bounds: problem.py
+PriceMWh = Annotated[float, Field(ge=-1e5, le=1e5, allow_inf_nan=False)]
+CarbonKWh = Annotated[float, Field(le=1e5, allow_inf_nan=False)]
 
 
 class Initial(Strict):
@@ -150,8 +156,8 @@ class DeploymentIn(Strict):
     model: Name
     gpu: Name
     workload: str = Field(max_length=64, description=WORKLOAD_DOC)
-    demand_rps: list[NonNeg] = Field(min_length=1)
-    unserved_penalty_usd_per_request: NonNeg = 0.01
+    demand_rps: list[Rate] = Field(min_length=1)
+    unserved_penalty_usd_per_request: Usd = 0.01
     headroom: float = Field(1.0, gt=0, le=1)
     max_gpus: int = Field(16, ge=0, le=512)
     bounds: Bounds = Bounds()
@@ -167,14 +173,14 @@ class SiteIn(Strict):
 
 
 class GridIn(Strict):
-    power_cap_w: Series
-    price_usd_per_mwh: Series = 0.0
-    carbon_g_per_kwh: Series = 0.0
+    power_cap_w: PowerW | Annotated[list[PowerW], Field(min_length=1)]
+    price_usd_per_mwh: PriceMWh | Annotated[list[PriceMWh], Field(min_length=1)] = 0.0
+    carbon_g_per_kwh: CarbonKWh | Annotated[list[CarbonKWh], Field(min_length=1)] = 0.0
 
 
 class TransitionsIn(Strict):
-    start_cost_usd: NonNeg = 0.0
-    stop_cost_usd: NonNeg = 0.0
+    start_cost_usd: Usd = 0.0
+    stop_cost_usd: Usd = 0.0
     max_instance_changes_per_period: int | None = Field(None, ge=0)
 
 

@@ -22,6 +22,7 @@ class Settings(BaseSettings):
     max_time_limit_s: float = Field(300.0, gt=0)
     workers: int = Field(2, ge=1, le=64, description="concurrent solves (processes)")
     retry_after_s: int = Field(5, ge=1)
+    database_url: str = "sqlite:///pdwatt.db"
 
 
 @lru_cache

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from model.errors import InputError
 from service import work
 from service.deps import ApiKey, SettingsDep
+from service.errors import problem_responses
 from service.schemas import (
     CapacityRequest,
     CapacityResponse,
@@ -18,7 +19,12 @@ from service.schemas import (
     dump,
 )
 
-router = APIRouter(prefix="/v1", tags=["core"], dependencies=[ApiKey])
+router = APIRouter(
+    prefix="/v1",
+    tags=["core"],
+    dependencies=[ApiKey],
+    responses=problem_responses(401, 413, 422),
+)
 
 
 @router.post("/capacity", response_model=CapacityResponse)

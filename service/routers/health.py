@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.deps import PoolDep
@@ -23,7 +24,7 @@ def readyz(pool: PoolDep) -> dict[str, object]:
     return {"status": "ready", "busy_workers": pool.busy, "workers": pool.workers}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 def metrics(pool: PoolDep) -> Response:
     """Prometheus text format."""
     busy_workers.set(pool.busy)

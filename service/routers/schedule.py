@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from model.errors import InputError
 from service import work
 from service.deps import ApiKey, PoolDep, SettingsDep
+from service.errors import problem_responses
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull
 from service.schemas import ScheduleRequest, ScheduleResponse, dump
@@ -46,8 +47,7 @@ def _png(resp: dict[str, Any]) -> bytes:
     response_model=ScheduleResponse,
     responses={
         200: {"content": {"text/csv": {}, "image/png": {}}},
-        422: {"description": "invalid or infeasible (problem details)"},
-        429: {"description": "every solver worker is busy (Retry-After)"},
+        **problem_responses(401, 413, 422, 429),
     },
 )
 async def schedule(
@@ -79,4 +79,9 @@ async def schedule(
         return Response(to_csv(resp), media_type="text/csv")
     if format == "png":
         return Response(_png(resp), media_type="image/png")
-    return JSONResponse(resp)
+    try:
+        return JSONResponse(resp)
+    except ValueError:  # an overflowed total: extreme but finite inputs
+        raise InputError(
+            "body", "the schedule's totals overflow (not finite); use smaller values"
+        ) from None

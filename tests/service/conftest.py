@@ -7,6 +7,7 @@
   subprocess on a free loopback port, with settings given as ``PDWATT_*`` variables;
   it waits for ``/healthz``, returns the base URL, and on teardown sends SIGTERM and
   asserts that the server exits within 10 s with status 0.
+* ``module_live_server``: the same, shared by the tests of a module.
 """
 
 from __future__ import annotations
@@ -101,13 +102,20 @@ def stop_server(proc: subprocess.Popen[bytes], timeout: float = SHUTDOWN_TIMEOUT
         return None
 
 
+def app_settings(tmp_path: Path, **settings: Any) -> Settings:
+    """Settings for a test app: a database in ``tmp_path`` unless given."""
+    settings.setdefault("database_url", f"sqlite:///{tmp_path / 'pdwatt.db'}")
+    return Settings(**settings)
+
+
 @pytest.fixture
-def make_client() -> Iterator[Callable[..., TestClient]]:
+def make_client(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
     """``make_client(**settings)`` -> an entered TestClient (closed at teardown)."""
     stack: list[AbstractContextManager[TestClient]] = []
 
     def make(**settings: Any) -> TestClient:
-        tc = TestClient(create_app(Settings(**settings)), raise_server_exceptions=False)
+        app = create_app(app_settings(tmp_path, **settings))
+        tc = TestClient(app, raise_server_exceptions=False)
         stack.append(tc)
         return tc.__enter__()
 
@@ -117,25 +125,28 @@ def make_client() -> Iterator[Callable[..., TestClient]]:
 
 
 @pytest.fixture
-def client() -> Iterator[TestClient]:
-    with TestClient(
-        create_app(Settings(workers=1)), raise_server_exceptions=False
-    ) as tc:  # lifespan runs
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    app = create_app(app_settings(tmp_path, workers=1))
+    with TestClient(app, raise_server_exceptions=False) as tc:  # lifespan runs
         yield tc
 
 
-@pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """``live_server(**settings)`` -> base URL of a real server (``workers=1`` etc.)."""
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+class Servers:
+    """Starts real servers (``pdwatt serve`` subprocesses) and stops them all cleanly."""
 
-    def start(**settings: Any) -> str:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, **settings: Any) -> str:
+        """Base URL of a new server with these settings (``workers=1`` -> PDWATT_WORKERS)."""
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
+        env["PDWATT_DATABASE_URL"] = f"sqlite:///{self.workdir / 'pdwatt.db'}"
         env.update({f"PDWATT_{k.upper()}": str(v) for k, v in settings.items()})
-        env["MPLCONFIGDIR"] = str(tmp_path / "mpl")
+        env["MPLCONFIGDIR"] = str(self.workdir / "mpl")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        log = tmp_path / f"server-{port}.log"
+        log = self.workdir / f"server-{port}.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1"]
@@ -145,7 +156,7 @@ def live_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
             )
-        procs.append((proc, log))
+        self.procs.append((proc, log))
         base = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(base, proc, STARTUP_TIMEOUT_S)
@@ -154,15 +165,35 @@ def live_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
             raise RuntimeError(f"{e}; log:\n{log.read_text(errors='replace')}") from None
         return base
 
-    yield start
-    failures = []
-    for proc, log in procs:
-        t0 = time.monotonic()
-        code = stop_server(proc)
-        took = time.monotonic() - t0
-        if code != 0:
-            failures.append(
-                f"server did not shut down cleanly on SIGTERM: status {code} after {took:.1f} s"
-                f"; log tail:\n{log.read_text(errors='replace')[-3000:]}"
-            )
+    def stop_all(self) -> list[str]:
+        """SIGTERM each server; the failures (not exited with 0 within 10 s)."""
+        failures = []
+        for proc, log in self.procs:
+            t0 = time.monotonic()
+            code = stop_server(proc)
+            took = time.monotonic() - t0
+            if code != 0:
+                failures.append(
+                    f"server did not shut down cleanly on SIGTERM: status {code} after "
+                    f"{took:.1f} s; log tail:\n{log.read_text(errors='replace')[-3000:]}"
+                )
+        self.procs.clear()
+        return failures
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """``live_server(**settings)`` -> base URL of a real server; clean shutdown asserted."""
+    servers = Servers(tmp_path)
+    yield servers.start
+    failures = servers.stop_all()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.fixture(scope="module")
+def module_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., str]]:
+    """``live_server`` shared by the tests of a module."""
+    servers = Servers(tmp_path_factory.mktemp("live"))
+    yield servers.start
+    failures = servers.stop_all()
     assert not failures, "\n".join(failures)

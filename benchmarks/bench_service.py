@@ -1,0 +1,260 @@
+"""Benchmark: latency of POST /v1/schedule over HTTP on loopback, alone and under load.
+
+Starts a real server (``python -m service.cli serve`` on a free 127.0.0.1 port, like the
+tests' live server), warms one solver worker, then POSTs the built-in demo
+(``formulation.demo.demo_request()``, its default time limit unless ``--time-limit``):
+
+* alone: one client, ``--requests`` requests one after another;
+* loaded: ``--clients`` concurrent clients (threads, one HTTP connection each), each
+  sending requests back to back for ``--duration`` seconds (at most ``--requests`` each).
+  A 429 (every solver worker busy) is counted apart from errors; the client then waits
+  the Retry-After seconds, as a well-behaved client would.
+
+Prints p50/p99 latency of the 200 responses, the solver status counts, the 429s and the
+errors (any other status or a transport failure) per phase; ``--json`` prints the same
+figures as JSON. Traffic goes to 127.0.0.1 only; every loop is bounded in count and time.
+
+    python benchmarks/bench_service.py [--clients 20] [--requests 5] [--duration 120]
+                                       [--workers 2] [--time-limit S] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from formulation.demo import demo_request
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_server(workers: int, logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
+    env |= {"PDWATT_WORKERS": str(workers), "MPLCONFIGDIR": str(logdir / "mpl")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    log = open(logdir / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with status {proc.returncode}; see {log.name}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not become healthy within 30 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> int | None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+        self.refusal_latencies: list[float] = []
+        self.solver: Counter[str] = Counter()
+        self.too_many = 0
+        self.errors: Counter[str] = Counter()
+        self.solve_times: list[float] = []
+
+    def record(self, r: httpx.Response | None, dt: float, exc: Exception | None) -> None:
+        with self.lock:
+            if exc is not None:
+                self.errors[type(exc).__name__] += 1
+            elif r is None:
+                self.errors["no response"] += 1
+            elif r.status_code == 200:
+                body = r.json()
+                self.latencies.append(dt)
+                self.solver[body["status"]] += 1
+                self.solve_times.append(body["solve_time_s"])
+            elif r.status_code == 429:
+                self.too_many += 1
+                self.refusal_latencies.append(dt)
+            else:
+                self.errors[f"HTTP {r.status_code}"] += 1
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        return {
+            "ok": len(self.latencies),
+            "p50_s": percentile(self.latencies, 50),
+            "p99_s": percentile(self.latencies, 99),
+            "max_s": max(self.latencies, default=None),
+            "solve_time_p50_s": percentile(self.solve_times, 50),
+            "solver_status": dict(self.solver),
+            "http_429": self.too_many,
+            "http_429_p50_s": percentile(self.refusal_latencies, 50),
+            "errors": sum(self.errors.values()),
+            "error_kinds": dict(self.errors),
+            "wall_s": wall_s,
+            "throughput_rps": len(self.latencies) / wall_s if wall_s else None,
+        }
+
+
+def post(client: httpx.Client, url: str, body: dict[str, Any], tally: Tally) -> httpx.Response:
+    t0 = time.perf_counter()
+    try:
+        r = client.post(url, json=body)
+    except httpx.HTTPError as e:
+        tally.record(None, time.perf_counter() - t0, e)
+        raise
+    tally.record(r, time.perf_counter() - t0, None)
+    return r
+
+
+def client_loop(
+    base: str, body: dict[str, Any], tally: Tally, stop_at: float, max_requests: int
+) -> None:
+    with httpx.Client(timeout=httpx.Timeout(600, connect=10)) as client:
+        for _ in range(max_requests):
+            if time.monotonic() >= stop_at:
+                return
+            try:
+                r = post(client, f"{base}/v1/schedule", body, tally)
+            except httpx.HTTPError:
+                time.sleep(1)
+                continue
+            if r.status_code == 429:
+                wait = float(r.headers.get("retry-after", "1"))
+                time.sleep(min(wait, max(0.0, stop_at - time.monotonic())))
+
+
+def phase(
+    base: str, body: dict[str, Any], clients: int, duration: float, max_requests: int
+) -> dict[str, Any]:
+    tally = Tally()
+    t0 = time.monotonic()
+    threads = [
+        threading.Thread(
+            target=client_loop, args=(base, body, tally, t0 + duration, max_requests), daemon=True
+        )
+        for _ in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out = tally.summary(time.monotonic() - t0)
+    out["clients"] = clients
+    return out
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
+    ap.add_argument("--requests", type=int, default=5, help="requests per client, at most")
+    ap.add_argument("--duration", type=float, default=120, help="loaded phase, seconds")
+    ap.add_argument("--workers", type=int, default=2, help="PDWATT_WORKERS (default 2)")
+    ap.add_argument("--time-limit", type=float, help="solver.time_limit_s (default: the demo's)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    body = demo_request()
+    if a.time_limit is not None:
+        body["solver"]["time_limit_s"] = a.time_limit
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = start_server(a.workers, Path(tmp))
+        try:
+            with httpx.Client(timeout=600) as c:  # warm one worker process (spawn + imports)
+                t0 = time.perf_counter()
+                warm = c.post(f"{base}/v1/schedule", json=body)
+                warm_s = time.perf_counter() - t0
+            alone = phase(base, body, 1, float("inf"), a.requests)
+            loaded = phase(base, body, a.clients, a.duration, a.requests)
+        finally:
+            code = stop_server(proc)
+    result = {
+        "demo": {
+            "periods": len(body["deployments"][0]["demand_rps"]),
+            "deployments": len(body["deployments"]),
+            "time_limit_s": body["solver"]["time_limit_s"],
+        },
+        "workers": a.workers,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "warmup": {"status": warm.status_code, "latency_s": warm_s},
+        "alone": alone,
+        "loaded": loaded,
+        "server_exit_status": code,
+    }
+    if a.json:
+        print(json.dumps(result, indent=2))
+        return
+    d = result["demo"]
+    print(
+        f"POST /v1/schedule, demo ({d['deployments']} deployments x {d['periods']} periods, "
+        f"time limit {d['time_limit_s']} s), {a.workers} solver workers, "
+        f"{result['cpus']} CPUs, load average {result['load_average'][0]:.2f}"
+    )
+    print(f"warm-up (spawns a worker): HTTP {warm.status_code} in {warm_s:.2f} s")
+    cols = ["clients", "ok", "p50_s", "p99_s", "max_s", "solve_time_p50_s", "http_429", "errors"]
+    print("  ".join(c.rjust(16) for c in ["phase", *cols]))
+    for name, row in (("alone", alone), ("loaded", loaded)):
+        print("  ".join([name.rjust(16), *(fmt(row[c]).rjust(16) for c in cols)]))
+    for name, row in (("alone", alone), ("loaded", loaded)):
+        print(
+            f"{name}: solver status {row['solver_status']}; 429 answered in "
+            f"p50 {fmt(row['http_429_p50_s'])} s; errors {row['error_kinds'] or 'none'}; "
+            f"{row['ok']} schedules in {row['wall_s']:.1f} s"
+        )
+    print(f"server exit status after SIGTERM: {code}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Site flexibility curve: the best served demand as a function of the site power cap.
+
+For a period, the site-level capacity-power Pareto front across deployments: at each
+cap, the configurations and served loads that minimise the period's cost (energy and
+carbon of the site draw plus the value of unserved demand, SPEC 4) within that cap.
+An energy-management system bids this curve into a DR programme.
+
+This is a **one-period** flexibility: transitions (their costs, limits and the state
+of neighbouring periods) are ignored, as an EMS bids it. Each cap is solved exactly
+by Pareto enumeration (:func:`formulation.period.solve_period`); when a GPU pool can
+bind, by the compact MILP on the period alone
+(:func:`formulation.milp.solve_compact` on :func:`formulation.baselines.periods_alone`),
+each solve limited to a share of the request's ``solver.time_limit_s``.
+
+Caps run from the least site draw (:func:`formulation.solve.min_site_power_w`: every
+deployment at its least-power allowed configuration serving nothing; no plan exists
+below it) up to the unconstrained draw (the period's optimum without a cap, i.e. each
+deployment's own optimum when no pool binds), at ``n_points`` evenly spaced levels
+that include both end points exactly.
+
+A plan that fits a lower cap fits every higher one, so the curve keeps, at each cap,
+the better of its own optimum and the previous point's plan (ties go to the plan that
+serves more value): with exact solves this changes nothing but ties, and it makes the
+period cost non-increasing and the served value non-decreasing along the curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.baselines import periods_alone
+from formulation.data import ScheduleData, build_data
+from formulation.dr import request_errors
+from formulation.milp import solve_compact
+from formulation.period import pool_can_bind, solve_period
+from formulation.problem import problem_from_dict
+from formulation.solve import min_site_power_w
+from model.errors import InputError
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+MAX_POINTS = 1000
+TRANSITIONS_NOTE = (
+    "ignored: a one-period flexibility (no transition costs or limits, no neighbouring "
+    "periods), as an energy-management system bids it"
+)
+
+
+@dataclasses.dataclass
+class _Plan:
+    config: IntArray  # (M,)
+    served: FloatArray  # (M,)
+    cost: float  # period cost: energy + carbon + unserved value
+    value: float  # value of served demand through the period
+    gap: float | None  # MILP gap, None when exact by enumeration
+
+
+def _ceiling_w(data: ScheduleData) -> float:
+    """More than any site draw: every deployment at its most power-hungry configuration."""
+    it = data.idle_site_it_w
+    for d in data.deployments:
+        ok = np.flatnonzero(d.allowed)
+        top = np.nanmax(d.bp_power_w[ok], axis=1) - data.idle_gpu_power_w * d.gpus[ok]
+        it += max(float(top.max()), 0.0)
+    return 2.0 * data.pue * it + 1.0
+
+
+def _evaluate(data: ScheduleData, t: int, ks: IntArray, served: FloatArray) -> dict[str, float]:
+    it = 0.0
+    used = np.zeros(len(data.pools), dtype=np.int64)
+    unserved_usd = 0.0
+    value = 0.0
+    for m, d in enumerate(data.deployments):
+        k = int(ks[m])
+        it += float(d.power_w(k, float(served[m]))[0])
+        used[data.pool_of[m]] += int(d.gpus[k])
+        u = float(d.unserved_usd_per_rps[t])
+        unserved_usd += max(float(d.demand_rps[t]) - float(served[m]), 0.0) * u
+        value += float(served[m]) * u
+    it += data.idle_gpu_power_w * float(np.maximum(data.pool_gpus - used, 0).sum())
+    energy = float(data.cost_usd_per_w[t]) * it
+    return {
+        "site_power_w": data.pue * it,
+        "energy_usd": energy,
+        "unserved_usd": unserved_usd,
+        "value_usd": value,
+    }
+
+
+def _solve_at(data: ScheduleData, t: int, cap_w: float, milp_s: float) -> _Plan | None:
+    caps = data.power_cap_w.copy()
+    caps[t] = cap_w * (1 + 1e-9) + 1e-6  # the end points exactly, despite rounding
+    capped = dataclasses.replace(data, power_cap_w=caps)
+    gap: float | None = None
+    if not pool_can_bind(capped, t):
+        sol = solve_period(capped, t)
+        if sol is None:
+            return None
+        ks, served = sol.config, sol.served
+    else:
+        r = solve_compact(periods_alone(capped, np.array([t], dtype=np.int64)), milp_s, 1e-6)
+        if r.schedule is None:
+            return None
+        ks, served = r.schedule.config[:, 0], r.schedule.served_rps[:, 0]
+        gap = r.mip_gap
+    ev = _evaluate(data, t, ks, served)
+    return _Plan(
+        ks.copy(), served.copy(), ev["energy_usd"] + ev["unserved_usd"], ev["value_usd"], gap
+    )
+
+
+def _point(data: ScheduleData, t: int, cap_w: float, plan: _Plan) -> dict[str, Any]:
+    ev = _evaluate(data, t, plan.config, plan.served)
+    dt = data.period_hours
+    out: dict[str, Any] = {
+        "cap_w": float(cap_w),
+        "site_power_w": ev["site_power_w"],
+        "served_rps": {d.name: float(plan.served[m]) for m, d in enumerate(data.deployments)},
+        "total_served_rps": float(plan.served.sum()),
+        "served_value_usd_per_h": ev["value_usd"] / dt,
+        "energy_cost_usd_per_h": ev["energy_usd"] / dt,
+        "unserved_value_usd_per_h": ev["unserved_usd"] / dt,
+        "period_cost_usd": ev["energy_usd"] + ev["unserved_usd"],
+        "configurations": {
+            d.name: {"n_p": int(d.n_p[plan.config[m]]), "n_d": int(d.n_d[plan.config[m]])}
+            for m, d in enumerate(data.deployments)
+        },
+    }
+    if plan.gap is not None:
+        out["mip_gap"] = float(plan.gap)
+    return out
+
+
+def period_curve(
+    data: ScheduleData, t: int, n_points: int, floor_w: float, milp_s: float
+) -> dict[str, Any]:
+    """The flexibility curve of period ``t`` (see the module docstring)."""
+    top = _solve_at(data, t, _ceiling_w(data), milp_s)
+    if top is None:
+        raise InputError("request", f"no plan fits the site in period {t} even without a cap")
+    hi = _evaluate(data, t, top.config, top.served)["site_power_w"]
+    hi = max(hi, floor_w)
+    caps = np.unique(np.linspace(floor_w, hi, n_points))
+    caps[-1] = hi
+    points: list[dict[str, Any]] = []
+    infeasible: list[float] = []
+    prev: _Plan | None = None
+    for cap in caps:
+        plan = top if cap == hi and top is not None else _solve_at(data, t, float(cap), milp_s)
+        if plan is None:
+            infeasible.append(float(cap))
+            continue
+        if prev is not None:
+            tol = 1e-9 * max(abs(plan.cost), 1.0)
+            if prev.cost < plan.cost - tol or (
+                abs(prev.cost - plan.cost) <= tol and prev.value > plan.value
+            ):
+                plan = prev
+        prev = plan
+        points.append(_point(data, t, float(cap), plan))
+    out: dict[str, Any] = {
+        "period": t,
+        "start_minute": t * data.problem.period_minutes,
+        "min_site_power_w": float(floor_w),
+        "unconstrained_power_w": float(hi),
+        "request_cap_w": float(data.power_cap_w[t]),
+        "method": "milp" if pool_can_bind(data, t) else "pareto",
+        "points": points,
+    }
+    if infeasible:
+        out["infeasible_caps_w"] = infeasible
+    return out
+
+
+def flexibility_curve(
+    body: dict[str, Any],
+    period: int | None = None,
+    n_points: int = 25,
+    request_field: str = "",
+) -> dict[str, Any]:
+    """Flexibility curve of one period (or of each period when ``period`` is None).
+
+    ``request_field`` prefixes the fields named by errors of the schedule request
+    (``"request."`` in the HTTP body).
+    """
+    with request_errors(request_field):
+        problem = problem_from_dict(body)
+        data = build_data(problem)
+    n = data.n_periods
+    if period is not None and (
+        isinstance(period, bool) or not isinstance(period, int) or not 0 <= period < n
+    ):
+        raise InputError(
+            "period", f"must be an integer in 0..{n - 1} (the horizon), got {period!r}"
+        )
+    if (
+        isinstance(n_points, bool)
+        or not isinstance(n_points, int)
+        or not 2 <= n_points <= MAX_POINTS
+    ):
+        raise InputError("points", f"must be an integer in 2..{MAX_POINTS}, got {n_points!r}")
+    periods = [period] if period is not None else list(range(n))
+    floor = min_site_power_w(data)
+    evaluations = len(periods) * (n_points + 1)
+    milp_s = max(0.2, problem.solver.time_limit_s / evaluations)
+    return {
+        "deployments": [d.name for d in data.deployments],
+        "period_minutes": float(problem.period_minutes),
+        "transitions": TRANSITIONS_NOTE,
+        "periods": [period_curve(data, t, n_points, float(floor[t]), milp_s) for t in periods],
+    }

@@ -1,0 +1,261 @@
+"""``pdwatt dr`` (demand-response what-if) and ``pdwatt flex`` (flexibility curve)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from model.errors import InputError
+from service.cli_plan import Progress, load_body
+
+DEMO_FLEX_PERIOD = 72  # 18:00, the demo's evening peak
+
+
+def _hhmm(minute: float) -> str:
+    h = minute / 60.0
+    return f"{int(h):02d}:{int(round((h % 1) * 60)):02d}"
+
+
+def _load_json(path: str, field: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as e:
+        raise InputError(field, f"cannot read {path}: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise InputError(field, f"{path} is not valid JSON: line {e.lineno}: {e.msg}") from e
+
+
+# --------------------------------------------------------------------------- dr
+
+
+def print_dr(r: dict[str, Any]) -> None:
+    ev = r["event"]
+    name = f" '{ev['name']}'" if ev.get("name") else ""
+    caps = ev["cap_w"]
+    cap_txt = (
+        f"{caps[0] / 1e3:.1f} kW"
+        if max(caps) - min(caps) < 1e-6
+        else f"{min(caps) / 1e3:.1f} .. {max(caps) / 1e3:.1f} kW"
+    )
+    print(
+        f"event{name}: periods {ev['start_period']}..{ev['end_period'] - 1} "
+        f"({_hhmm(ev['start_minute'])}-{_hhmm(ev['end_minute'])}), cap {cap_txt} "
+        f"({ev['kind']} {ev['value']:g}: {ev['reference']})"
+    )
+    for label, s in (("baseline", r["baseline"]), ("response", r["response"])):
+        print(
+            f"{label:9} status {s['status']}: objective ${s['objective_usd']:.2f}, "
+            f"proven gap {100 * s['mip_gap']:.2f}%, solved in {s['solve_time_s']:.1f} s"
+        )
+    b = r["cost_delta_breakdown"]
+    print(
+        f"cost of responding: ${r['cost_delta_usd']:+.2f} (energy ${b['energy_usd']:+.2f}, "
+        f"carbon ${b['carbon_usd']:+.2f}, unserved demand ${b['unserved_value_usd']:+.2f}, "
+        f"transitions ${b['transition_usd']:+.2f})"
+    )
+    print(
+        f"power shed in the window: max {r['max_shed_w'] / 1e3:.2f} kW, mean "
+        f"{r['mean_shed_w'] / 1e3:.2f} kW, {r['window_energy_shed_kwh']:.2f} kWh "
+        f"({r['energy_shed_kwh']:+.2f} kWh over the horizon)"
+    )
+    print("demand lost (response - baseline, whole horizon):")
+    w = max(len(n) for n in r["demand_lost"])
+    for n, d in r["demand_lost"].items():
+        print(f"  {n.ljust(w)}  {d['requests']:12,.0f} requests  ${d['value_usd']:10,.2f}")
+    prep = r["preparation"]
+    if prep["first_changed_period"] is None:
+        print("preparation: none (the plans agree before the window)")
+    else:
+        print(
+            f"preparation: the plans differ from period {prep['first_changed_period']} "
+            f"({prep['periods']} period(s) before the window): {prep['instance_starts']} "
+            f"starts, {prep['instance_stops']} stops"
+        )
+    rec = r["recovery"]
+    if rec["rejoined"]:
+        print(
+            f"recovery: back to the baseline's configurations in period {rec['rejoin_period']} "
+            f"({rec['periods']} period(s) after the window): {rec['instance_starts']} starts, "
+            f"{rec['instance_stops']} stops"
+        )
+    else:
+        print(
+            f"recovery: the plans still differ at the horizon's end "
+            f"({rec['periods_after_event']} period(s) after the window): "
+            f"{rec['instance_starts']} starts, {rec['instance_stops']} stops"
+        )
+    base, resp = r["baseline"]["periods"], r["response"]["periods"]
+    names = list(base[0]["deployments"])
+    lo = max(0, ev["start_period"] - 2)
+    hi = min(len(base), ev["end_period"] + 2)
+    print(f"\nperiods {lo}..{hi - 1}: site kW baseline -> response (cap), n_P/n_D per deployment")
+    print(
+        f"{'time':>6} {'base kW':>8} {'resp kW':>8} {'cap kW':>7} {'shed kW':>8}  "
+        + "  ".join(f"{n:>16}" for n in names)
+    )
+    for t in range(lo, hi):
+        cells = []
+        for n in names:
+            a, c = base[t]["deployments"][n], resp[t]["deployments"][n]
+            cells.append(f"{a['n_p']}P{a['n_d']}D->{c['n_p']}P{c['n_d']}D")
+        mark = "*" if ev["start_period"] <= t < ev["end_period"] else " "
+        print(
+            f"{_hhmm(base[t]['start_minute']):>5}{mark} {base[t]['power_w'] / 1e3:8.2f} "
+            f"{resp[t]['power_w'] / 1e3:8.2f} {resp[t]['power_cap_w'] / 1e3:7.2f} "
+            f"{r['power_shed_w'][t] / 1e3:8.2f}  " + "  ".join(f"{c:>16}" for c in cells)
+        )
+    print("(* in the event window)")
+
+
+def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:
+    for c in conflicts:
+        if "deepest_feasible_cap_w" in c:
+            print(
+                f"  period {c['period']}: cap {c['power_cap_w'] / 1e3:.2f} kW, deepest feasible "
+                f"cap {c['deepest_feasible_cap_w'] / 1e3:.2f} kW",
+                file=sys.stderr,
+            )
+        else:
+            print(f"  {c}", file=sys.stderr)
+
+
+def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
+    from formulation.dr import DEMO_EVENT, demand_response
+    from formulation.solve import InfeasibleError
+
+    body = load_body(a)
+    if a.event:
+        event = _load_json(a.event, "--event")
+    elif a.demo:
+        event = dict(DEMO_EVENT)
+    else:
+        raise InputError("--event", "give the event file (JSON) with --event")
+    try:
+        with Progress(quiet=a.json and not a.progress) as prog:
+            result = demand_response(body, event, prog)
+    except InfeasibleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _print_conflicts(e.conflicts)
+        raise
+    plot = a.plot or ("pdwatt-dr-demo.png" if a.demo and not a.json else None)
+    if plot:
+        from service.charts_dr import dr_chart
+
+        dr_chart(result, plot, "pdwatt demo: demand response" if a.demo else "demand response")
+    if not a.json:
+        print_dr(result)
+        if plot:
+            print(f"chart written to {plot}")
+    return result
+
+
+# --------------------------------------------------------------------------- flex
+
+
+def print_flex(r: dict[str, Any]) -> None:
+    names = r["deployments"]
+    print(f"flexibility curve; transitions {r['transitions']}")
+    if len(r["periods"]) == 1:
+        per = r["periods"][0]
+        print(
+            f"period {per['period']} ({_hhmm(per['start_minute'])}): least site draw "
+            f"{per['min_site_power_w'] / 1e3:.2f} kW, unconstrained "
+            f"{per['unconstrained_power_w'] / 1e3:.2f} kW ({per['method']})"
+        )
+        print(
+            f"{'cap kW':>8} {'site kW':>8} {'value $/h':>10} {'energy $/h':>10}  "
+            + "  ".join(f"{n:>18}" for n in names)
+        )
+        for p in per["points"]:
+            cells = [
+                f"{p['configurations'][n]['n_p']}P{p['configurations'][n]['n_d']}D "
+                f"{p['served_rps'][n]:6.2f}/s"
+                for n in names
+            ]
+            print(
+                f"{p['cap_w'] / 1e3:8.2f} {p['site_power_w'] / 1e3:8.2f} "
+                f"{p['served_value_usd_per_h']:10.2f} {p['energy_cost_usd_per_h']:10.2f}  "
+                + "  ".join(f"{c:>18}" for c in cells)
+            )
+        return
+    print(
+        f"{'time':>6} {'period':>6} {'least kW':>9} {'top kW':>8} {'top value $/h':>14} "
+        f"{'value at mid cap $/h':>21}"
+    )
+    for per in r["periods"]:
+        pts = per["points"]
+        mid = pts[len(pts) // 2]
+        print(
+            f"{_hhmm(per['start_minute']):>6} {per['period']:>6} "
+            f"{per['min_site_power_w'] / 1e3:9.2f} {per['unconstrained_power_w'] / 1e3:8.2f} "
+            f"{pts[-1]['served_value_usd_per_h']:14.2f} {mid['served_value_usd_per_h']:21.2f}"
+        )
+
+
+def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
+    from formulation.flex import flexibility_curve
+
+    body = load_body(a)
+    period = a.period
+    if period is None and a.demo and not a.all:
+        period = DEMO_FLEX_PERIOD
+    result = flexibility_curve(body, period, a.points)
+    plot = a.plot or ("pdwatt-flex-demo.png" if a.demo and not a.json else None)
+    if plot:
+        from service.charts_dr import flex_chart
+
+        flex_chart(result, plot, "pdwatt demo: flexibility" if a.demo else "flexibility")
+    if not a.json:
+        print_flex(result)
+        if plot:
+            print(f"chart written to {plot}")
+    return result
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "dr", help="demand-response what-if: the response to a cap over a window, and its cost"
+    )
+    p.add_argument("file", nargs="?", help="schedule request (the body of POST /v1/schedule)")
+    p.add_argument(
+        "--event",
+        metavar="EVENT.json",
+        help='{"start_minute": .., "end_minute": .. (or start_period/end_period), and one of '
+        '"cap_w", "reduction_w", "reduction_pct"}',
+    )
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="the built-in example site with a 20%% cut 12:00-14:00 (unless --event)",
+    )
+    p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw the what-if (default for --demo: pdwatt-dr-demo.png)",
+    )
+    p.add_argument("--time-limit", type=float, help="override solver.time_limit_s (per solve)")
+    p.add_argument("--progress", action="store_true", help="show progress also with --json")
+    p.set_defaults(func=cmd_dr)
+
+    f = sub.add_parser("flex", help="site flexibility curve: best served demand vs. site power cap")
+    f.add_argument("file", nargs="?", help="schedule request (the body of POST /v1/schedule)")
+    f.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"the built-in example site (period {DEMO_FLEX_PERIOD} unless --period or --all)",
+    )
+    f.add_argument("--period", type=int, help="one period (default: every period)")
+    f.add_argument("--all", action="store_true", help="with --demo: every period")
+    f.add_argument("--points", type=int, default=25, help="caps per period (default 25)")
+    f.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
+    f.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw the curve (default for --demo: pdwatt-flex-demo.png)",
+    )
+    f.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
+    f.set_defaults(func=cmd_flex)

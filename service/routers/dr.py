@@ -1,0 +1,131 @@
+"""POST /v1/demand-response and POST /v1/flexibility: what a DR event costs the site,
+and the site's flexibility curve (served demand vs. site power cap)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from model.errors import InputError
+from service import work_dr
+from service.deps import ApiKey, PoolDep, SettingsDep
+from service.errors import problem_responses
+from service.pool import PoolFull, SolvePool
+from service.schemas import ScheduleRequest, dump
+from service.schemas_dr import (
+    DemandResponseRequest,
+    DemandResponseResponse,
+    FlexibilityRequest,
+    FlexibilityResponse,
+)
+from service.settings import Settings
+
+router = APIRouter(
+    prefix="/v1",
+    tags=["demand response"],
+    dependencies=[ApiKey],
+    responses=problem_responses(401, 413, 422, 429),
+)
+
+#: Most one-period solves one flexibility request may ask for (periods x (points + 1)).
+MAX_FLEX_EVALUATIONS = 10_000
+
+
+def _limits(req: ScheduleRequest, s: Settings) -> None:
+    if len(req.deployments) > s.max_deployments:
+        raise InputError(
+            "request.deployments", f"at most {s.max_deployments} deployments on this server"
+        )
+    if len(req.deployments[0].demand_rps) > s.max_periods:
+        raise InputError("request.deployments[0].demand_rps", f"at most {s.max_periods} periods")
+    if sum(req.site.gpu_inventory.values()) > s.max_site_gpus:
+        raise InputError("request.site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
+    if req.solver.time_limit_s > s.max_time_limit_s:
+        raise InputError(
+            "request.solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server"
+        )
+
+
+async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
+    try:
+        return await pool.run(fn, body)
+    except PoolFull:
+        raise HTTPException(
+            status_code=429,
+            detail="every solver worker is busy; retry later",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        ) from None
+
+
+def _png(draw: Callable[[Any, Any], None], result: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    draw(result, buf)
+    return buf.getvalue()
+
+
+FormatQuery = Annotated[Literal["json", "png"], Query(description="response format")]
+
+
+@router.post(
+    "/demand-response",
+    response_model=DemandResponseResponse,
+    responses={200: {"content": {"image/png": {}}}},
+)
+async def demand_response(
+    req: DemandResponseRequest,
+    settings: SettingsDep,
+    pool: PoolDep,
+    format: FormatQuery = "json",  # noqa: A002
+) -> Any:
+    """Demand-response what-if: the baseline schedule, the response to a cap over a
+    window, the power shed per period, the demand lost per deployment, the cost of
+    responding and the recovery after the event.
+
+    Two schedule solves (baseline and response), each within `solver.time_limit_s`.
+    An event the site cannot meet is a 422 problem whose `conflicts` give the deepest
+    feasible cap per period.
+    """
+    _limits(req.request, settings)
+    result = await _run(pool, settings, work_dr.demand_response, dump(req))
+    if format == "png":
+        from service.charts_dr import dr_chart
+
+        return Response(await run_in_threadpool(_png, dr_chart, result), media_type="image/png")
+    return JSONResponse(result)
+
+
+@router.post(
+    "/flexibility",
+    response_model=FlexibilityResponse,
+    responses={200: {"content": {"image/png": {}}}},
+)
+async def flexibility(
+    req: FlexibilityRequest,
+    settings: SettingsDep,
+    pool: PoolDep,
+    format: FormatQuery = "json",  # noqa: A002
+) -> Any:
+    """Site flexibility curve of one period (or of every period when `period` is null):
+    the configurations and served demand that are best at each site power cap, from the
+    least site draw up to the unconstrained draw. One period on its own: transitions
+    are ignored, as an energy-management system bids the curve."""
+    _limits(req.request, settings)
+    n = len(req.request.deployments[0].demand_rps)
+    periods = 1 if req.period is not None else n
+    if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
+        raise InputError(
+            "points",
+            f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
+            "one-period solves; ask for one period or fewer points",
+        )
+    result = await _run(pool, settings, work_dr.flexibility, dump(req))
+    if format == "png":
+        from service.charts_dr import flex_chart
+
+        return Response(await run_in_threadpool(_png, flex_chart, result), media_type="image/png")
+    return JSONResponse(result)

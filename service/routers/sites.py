@@ -1,0 +1,706 @@
+"""Sites that persist: register, plan, take OpenADR events and forecasts, re-plan, and
+hand per-period replica targets to an autoscaler.
+
+A site is a schedule request (SPEC 6.1) kept under an id, plus ``name`` and
+``plan_start`` (the wall-clock start of period 0). Its latest plan is kept, and every
+OpenADR 3.1.0 event posted against it is merged into its stored grid signals (see
+:mod:`service.openadr`) and logged.
+
+Choices where the issue is silent:
+
+* ``current`` {``period``, ``state``} on a plan, event or forecast post re-plans the
+  periods from ``current.period`` on, starting from ``state`` (every deployment's
+  running ``n_p``, ``n_d``), so transition limits hold from that state. The plan then
+  covers only those periods (its period indices stay those of the full horizon).
+* An event or forecast is stored first and the site re-planned after. When no schedule
+  meets it, the answer is a 422 problem (``/problems/infeasible``) that says the update
+  was stored; when every solver worker is busy it is 202 with ``plan`` null. The latest
+  plan is then ``stale``: computed from an older version of the site.
+* "Latest plan" is the plan of the newest site version (then the last stored), so two
+  concurrent posts can't leave the plan of the older version on top.
+* The same event posted twice (same canonical JSON) is merged once.
+* ``PUT`` replaces the whole site (events merged before are replaced with it);
+  ``If-Match: "<version>"`` on ``PUT`` refuses a replace over a newer version (412).
+* Every endpoint here, reads included, needs the API key when one is set: sites hold
+  a site's demand and grid contract.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from formulation.problem import expand_series, problem_from_dict
+from formulation.solve import InfeasibleError
+from model.errors import InputError
+from service import work
+from service.deps import ApiKey, PoolDep, SettingsDep
+from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.metrics import solve_seconds, solver_outcomes_total
+from service.openadr import OadrEvent, event_to_signals, merge_signals
+from service.pool import PoolFull, SolvePool
+from service.routers.schedule import _limits
+from service.schemas import NonNeg, ScheduleRequest, Strict, dump
+from service.settings import Settings
+from service.store import (
+    Contention,
+    Plan,
+    Site,
+    SiteNotFound,
+    Store,
+    Update,
+    VersionConflict,
+    store_for,
+)
+
+router = APIRouter(
+    prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401)
+)
+
+T = TypeVar("T")
+
+SiteId = Annotated[
+    str, PathParam(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="site id")
+]
+
+_DOCS = {
+    404: "no such site (or no plan yet, or no planned period at that time)",
+    409: "the site changed too often while this update was applied; retry",
+    412: "If-Match names an older version of the site",
+}
+
+
+def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses of these error statuses (RFC 9457 problem details)."""
+    out = problem_responses(*(c for c in codes if c not in _DOCS))
+    for c in codes:
+        if c in _DOCS:
+            out[c] = {"description": _DOCS[c], "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}}}
+    return out
+
+
+_ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {
+        "description": "update stored; re-plan refused (every solver worker busy): `plan` null",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+def get_store(settings: SettingsDep) -> Store:
+    return store_for(settings.database_url)
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+
+# ---------------------------------------------------------------- schemas
+
+_EXAMPLE: dict[str, Any] = {
+    "name": "dc-east",
+    "plan_start": "2026-07-01T12:00:00Z",
+    "period_minutes": 60,
+    "site": {"gpu_inventory": {"h200": 8}, "pue": 1.2, "idle_gpu_power_w": 120},
+    "deployments": [
+        {
+            "name": "chat",
+            "model": "qwen3-32b",
+            "gpu": "h200",
+            "workload": "fixed:2048:256",
+            "demand_rps": [1.0, 3.0, 5.0, 2.0],
+            "max_gpus": 4,
+            "initial": {"n_p": 1, "n_d": 1},
+        }
+    ],
+    "grid": {"power_cap_w": 20000, "price_usd_per_mwh": [50, 60, 80, 40]},
+    "transitions": {"max_instance_changes_per_period": 2},
+    "solver": {"time_limit_s": 10},
+}
+
+
+class SiteRequest(ScheduleRequest):
+    """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
+    name: str = Field(min_length=1, max_length=128)
+    plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
+
+
+class State(Strict):
+    n_p: int = Field(ge=0, le=4096)
+    n_d: int = Field(ge=0, le=4096)
+
+
+class Current(Strict):
+    """Where the site is now: re-plan the periods from ``period`` on, from ``state``."""
+
+    period: int = Field(ge=0, description="first period to re-plan")
+    state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
+
+
+class PlanBody(Strict):
+    current: Current | None = None
+
+
+class EventBody(Strict):
+    event: OadrEvent
+    current: Current | None = None
+
+
+class ForecastBody(Strict):
+    demand_rps: dict[str, Annotated[list[NonNeg], Field(min_length=1)]] = Field(
+        min_length=1, description="new demand per deployment, from `from_period` on"
+    )
+    from_period: int | None = Field(
+        None, ge=0, description="first period replaced (default: current.period, else 0)"
+    )
+    current: Current | None = None
+
+
+class Target(BaseModel):
+    deployment: str
+    period: int
+    start: str
+    end: str
+    num_prefill: int
+    num_decode: int
+    replicas: dict[str, int]
+    gpus: int
+
+
+class Targets(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    site_id: str
+    plan_id: int
+    stale: bool
+    period_minutes: float
+    targets: list[Target]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a store call off the event loop; map store errors to problems."""
+    try:
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except SiteNotFound as e:
+        raise HTTPException(404, f"no site {e.site_id!r}") from None
+    except VersionConflict as e:
+        raise HTTPException(412, f"{e}; GET the site and retry") from None
+    except Contention as e:
+        raise HTTPException(409, str(e)) from None
+
+
+def _request_of(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "plan_start"}
+
+
+def _n_periods(body: dict[str, Any]) -> int:
+    return len(body["deployments"][0]["demand_rps"])
+
+
+def _plan_start(body: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(body["plan_start"])
+
+
+def _period(body: dict[str, Any]) -> timedelta:
+    return timedelta(minutes=body["period_minutes"])
+
+
+def _site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
+    _limits(req, settings)
+    body = dump(req)
+    name = body.pop("name")
+    problem_from_dict(_request_of(body))  # the same checks as POST /v1/schedule
+    try:
+        req.plan_start + timedelta(minutes=req.period_minutes) * (_n_periods(body) + 1)
+    except OverflowError:
+        raise InputError("plan_start", "the horizon ends past the year 9999") from None
+    return name, body
+
+
+def _site_doc(site: Site) -> dict[str, Any]:
+    return {
+        "id": site.id,
+        "name": site.name,
+        "version": site.version,
+        "created": site.created.isoformat(),
+        "updated": site.updated.isoformat(),
+        **site.body,
+    }
+
+
+def _etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def _sub_request(body: dict[str, Any], current: Current | None) -> tuple[dict[str, Any], int]:
+    """The schedule request of the periods from ``current.period`` on, from its state."""
+    req = _request_of(body)
+    if current is None:
+        return req, 0
+    n = _n_periods(body)
+    p = current.period
+    if p >= n:
+        raise InputError("current.period", f"must be < {n} (the horizon has {n} periods)")
+    names = [d["name"] for d in req["deployments"]]
+    unknown = sorted(set(current.state) - set(names))
+    if unknown:
+        raise InputError(f"current.state.{unknown[0]}", f"no such deployment; known: {names}")
+    missing = [x for x in names if x not in current.state]
+    if missing:
+        raise InputError("current.state", f"needs every deployment; missing: {missing}")
+    deps = []
+    for d in req["deployments"]:
+        s = current.state[d["name"]]
+        if (s.n_p == 0) != (s.n_d == 0):
+            raise InputError(
+                f"current.state.{d['name']}",
+                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
+            )
+        deps.append(
+            {**d, "demand_rps": d["demand_rps"][p:], "initial": {"n_p": s.n_p, "n_d": s.n_d}}
+        )
+    grid = {k: list(expand_series(f"grid.{k}", v, n))[p:] for k, v in req["grid"].items()}
+    return {**req, "deployments": deps, "grid": grid}, p
+
+
+_INITIAL = re.compile(r"^deployments\[(\d+)\]\.initial")
+
+
+async def _solve(pool: SolvePool, req: dict[str, Any], current: Current | None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        resp: dict[str, Any] = await pool.run(work.schedule, req)
+    except InputError as e:
+        m = _INITIAL.match(e.field)
+        if current is not None and m:  # name the state the client sent
+            name = req["deployments"][int(m.group(1))]["name"]
+            raise InputError(f"current.state.{name}", e.reason) from None
+        raise
+    solve_seconds.observe(time.perf_counter() - t0)
+    solver_outcomes_total.labels(resp["status"]).inc()
+    return resp
+
+
+def _too_busy(settings: Settings) -> HTTPException:
+    return HTTPException(
+        status_code=429,
+        detail="every solver worker is busy; retry later",
+        headers={"Retry-After": str(settings.retry_after_s)},
+    )
+
+
+def _plan_response(
+    site: Site, resp: dict[str, Any], first: int, current: Current | None
+) -> dict[str, Any]:
+    """The stored plan document: the schedule with absolute period indices and times."""
+    start, step = _plan_start(site.body), _period(site.body)
+    for per in resp["periods"]:
+        t = first + per["index"]
+        per["index"] = t
+        per["start_minute"] = t * site.body["period_minutes"]
+        per["start"] = (start + step * t).isoformat()
+        per["end"] = (start + step * (t + 1)).isoformat()
+    return {
+        "site_id": site.id,
+        "site_version": site.version,
+        "plan_start": site.body["plan_start"],
+        "period_minutes": site.body["period_minutes"],
+        "n_periods": _n_periods(site.body),
+        "first_period": first,
+        "current": None if current is None else current.model_dump(),
+        "schedule": resp,
+    }
+
+
+def _plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
+    return {
+        "plan_id": plan.id,
+        "created": plan.created.isoformat(),
+        "status": plan.status,
+        "stale": plan.site_version < site_version,
+        **plan.response,
+    }
+
+
+async def _replan(
+    store: Store, pool: SolvePool, site: Site, current: Current | None
+) -> dict[str, Any]:
+    req, first = _sub_request(site.body, current)
+    resp = await _solve(pool, req, current)
+    doc = _plan_response(site, resp, first, current)
+    plan = await _db(store.add_plan, site.id, site.version, resp["status"], first, doc)
+    return _plan_doc(plan, site.version)
+
+
+async def _replan_after_update(
+    store: Store,
+    pool: SolvePool,
+    settings: Settings,
+    site: Site,
+    current: Current | None,
+    answer: dict[str, Any],
+) -> JSONResponse:
+    """Re-plan a site that was just updated; the update stands whatever happens."""
+    try:
+        answer["plan"] = await _replan(store, pool, site, current)
+    except PoolFull:
+        answer["plan"] = None
+        answer["detail"] = (
+            "update stored; every solver worker is busy: POST /v1/sites/{id}/plan later"
+        ).replace("{id}", site.id)
+        return JSONResponse(answer, status_code=202, headers=_etag(site.version))
+    except InfeasibleError as e:
+        return problem(
+            422,
+            "Infeasible schedule problem",
+            f"the update was stored (site version {site.version}) but no schedule meets it: {e}",
+            "/problems/infeasible",
+            conflicts=e.conflicts,
+            stored=True,
+            site_version=site.version,
+        )
+    return JSONResponse(answer, headers=_etag(site.version))
+
+
+def _if_match(value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = re.fullmatch(r'\s*(?:W/)?"?(\d+)"?\s*', value)
+    if m is None:
+        raise InputError("If-Match", f'must be a site version such as "3", got {value!r}')
+    return int(m.group(1))
+
+
+# ---------------------------------------------------------------- sites
+
+
+@router.post("", status_code=201, responses=_problems(413, 422))
+async def create_site(req: SiteRequest, settings: SettingsDep, store: StoreDep) -> JSONResponse:
+    """Register a site (a schedule request plus `name` and `plan_start`); returns its id."""
+    name, body = _site_body(req, settings)
+    site = await _db(store.create_site, name, body)
+    return JSONResponse(
+        _site_doc(site),
+        status_code=201,
+        headers={**_etag(site.version), "Location": f"/v1/sites/{site.id}"},
+    )
+
+
+@router.get("")
+async def list_sites(store: StoreDep) -> dict[str, Any]:
+    """Every registered site: id, name, version."""
+    return {"sites": await _db(store.list_sites)}
+
+
+@router.get("/{site_id}", responses=_problems(404, 422))
+async def get_site(site_id: SiteId, store: StoreDep) -> JSONResponse:
+    """The site as stored (grid signals include the events merged so far)."""
+    site = await _db(store.get_site, site_id)
+    return JSONResponse(_site_doc(site), headers=_etag(site.version))
+
+
+@router.put("/{site_id}", responses=_problems(404, 409, 412, 413, 422))
+async def replace_site(
+    site_id: SiteId,
+    req: SiteRequest,
+    settings: SettingsDep,
+    store: StoreDep,
+    if_match: Annotated[str | None, Header()] = None,
+) -> JSONResponse:
+    """Replace the whole site; `If-Match: "<version>"` guards against a newer version."""
+    name, body = _site_body(req, settings)
+    site, _ = await _db(
+        store.update_site, site_id, lambda _s: Update(name, body), _if_match(if_match)
+    )
+    return JSONResponse(_site_doc(site), headers=_etag(site.version))
+
+
+@router.delete("/{site_id}", status_code=204, responses=_problems(404, 422))
+async def delete_site(site_id: SiteId, store: StoreDep) -> Response:
+    """Delete the site, its plans and its events."""
+    await _db(store.delete_site, site_id)
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------- plans
+
+
+@router.post(
+    "/{site_id}/plan",
+    responses=_problems(404, 413, 422, 429),
+)
+async def plan_site(
+    site_id: SiteId,
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+    body: PlanBody | None = None,
+) -> JSONResponse:
+    """Solve the stored request (or, with `current`, its remaining periods) and keep it."""
+    site = await _db(store.get_site, site_id)
+    current = body.current if body else None
+    try:
+        doc = await _replan(store, pool, site, current)
+    except PoolFull:
+        raise _too_busy(settings) from None
+    return JSONResponse(doc)
+
+
+@router.get("/{site_id}/plan", responses=_problems(404, 422))
+async def latest_plan(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
+    """The latest plan; `stale` when the site changed after it was computed."""
+    site, plan = await _latest(store, site_id)
+    return _plan_doc(plan, site.version)
+
+
+async def _latest(store: Store, site_id: str) -> tuple[Site, Plan]:
+    site = await _db(store.get_site, site_id)
+    plan = await _db(store.latest_plan, site_id)
+    if plan is None:
+        raise HTTPException(404, f"site {site_id!r} has no plan yet: POST /v1/sites/{site_id}/plan")
+    return site, plan
+
+
+# ---------------------------------------------------------------- events and forecasts
+
+
+@router.post(
+    "/{site_id}/events",
+    responses={**_ACCEPTED, **_problems(404, 409, 413, 422)},
+)
+async def post_event(
+    site_id: SiteId,
+    body: EventBody,
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+) -> JSONResponse:
+    """Merge an OpenADR 3.1.0 event into the site's grid signals, then re-plan.
+
+    IMPORT_CAPACITY_LIMIT (KW) lowers `power_cap_w`, PRICE (per KWH or MWH, USD) and GHG
+    (g/kWh) replace price and carbon on the periods they cover. Errors name the field,
+    e.g. `event.intervals[1].payloads[0].type`.
+    """
+    doc = body.event.model_dump(mode="json", exclude_none=True)
+    seen: dict[str, Any] = {}
+
+    def change(site: Site) -> Update:
+        n = _n_periods(site.body)
+        signals = event_to_signals(
+            body.event, _plan_start(site.body), site.body["period_minutes"], n
+        )
+        seen["signals"] = signals
+        grid = merge_signals(site.body["grid"], signals, n)
+        return Update(site.name, {**site.body, "grid": grid}, doc)
+
+    duplicate = await _db(store.find_event, site_id, doc)
+    if duplicate is not None:
+        site = await _db(store.get_site, site_id)
+        change(site)  # the same checks and signals, nothing written
+        event_id: int | None = duplicate
+    else:
+        site, event_id = await _db(store.update_site, site_id, change)
+        if event_id is None:  # merged meanwhile by a concurrent post of the same event
+            event_id = await _db(store.find_event, site_id, doc)
+            duplicate = event_id
+    sig = seen["signals"]
+    answer: dict[str, Any] = {
+        "event": {
+            "id": event_id,
+            "duplicate": duplicate is not None,
+            "programID": body.event.programID,
+            "eventName": body.event.eventName,
+            "types": sig["types"],
+            "periods": sig["periods"],
+            "notes": sig["notes"],
+            "signals": sig,
+        },
+        "site_version": site.version,
+    }
+    return await _replan_after_update(store, pool, settings, site, body.current, answer)
+
+
+@router.get("/{site_id}/events", responses=_problems(404, 422))
+async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
+    """The events merged into the site, oldest first."""
+    await _db(store.get_site, site_id)
+    rows = await _db(store.list_events, site_id)
+    return {
+        "events": [
+            {
+                "id": r.id,
+                "received": r.received.isoformat(),
+                "site_version": r.site_version,
+                "event": r.event,
+            }
+            for r in rows
+        ]
+    }
+
+
+@router.post(
+    "/{site_id}/forecast",
+    responses={**_ACCEPTED, **_problems(404, 409, 413, 422)},
+)
+async def post_forecast(
+    site_id: SiteId,
+    body: ForecastBody,
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+) -> JSONResponse:
+    """Replace demand forecasts from `from_period` on (per deployment), then re-plan.
+
+    A series may be shorter than the rest of the horizon: it replaces that many periods.
+    """
+    start = body.from_period
+    if start is None:
+        start = body.current.period if body.current is not None else 0
+
+    def change(site: Site) -> Update:
+        n = _n_periods(site.body)
+        if start >= n:
+            raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
+        names = [d["name"] for d in site.body["deployments"]]
+        for name, series in body.demand_rps.items():
+            if name not in names:
+                raise InputError(f"demand_rps.{name}", f"no such deployment; known: {names}")
+            if start + len(series) > n:
+                raise InputError(
+                    f"demand_rps.{name}",
+                    f"has {len(series)} values but only {n - start} periods remain from "
+                    f"period {start}",
+                )
+        deps = []
+        for d in site.body["deployments"]:
+            new = body.demand_rps.get(d["name"])
+            demand = list(d["demand_rps"])
+            if new is not None:
+                demand[start : start + len(new)] = new
+            deps.append({**d, "demand_rps": demand})
+        return Update(site.name, {**site.body, "deployments": deps})
+
+    site, _ = await _db(store.update_site, site_id, change)
+    answer: dict[str, Any] = {"site_version": site.version, "from_period": start}
+    return await _replan_after_update(store, pool, settings, site, body.current, answer)
+
+
+# ---------------------------------------------------------------- orchestrator output
+
+
+def _targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for per in periods:
+        for name, d in per["deployments"].items():
+            out.append(
+                {
+                    "deployment": name,
+                    "period": per["index"],
+                    "start": per["start"],
+                    "end": per["end"],
+                    "num_prefill": d["n_p"],
+                    "num_decode": d["n_d"],
+                    "replicas": {"prefill": d["n_p"], "decode": d["n_d"]},
+                    "gpus": d["gpus"],
+                }
+            )
+    return out
+
+
+def _targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "site_id": site.id,
+        "plan_id": plan.id,
+        "plan_created": plan.created.isoformat(),
+        "stale": plan.site_version < site.version,
+        "period_minutes": plan.response["period_minutes"],
+        "targets": _targets(periods),
+    }
+
+
+def _targets_csv(targets: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["deployment", "period", "start", "end", "num_prefill", "num_decode", "gpus"])
+    for t in targets:
+        w.writerow(
+            [
+                t["deployment"],
+                t["period"],
+                t["start"],
+                t["end"],
+                t["num_prefill"],
+                t["num_decode"],
+                t["gpus"],
+            ]
+        )
+    return buf.getvalue()
+
+
+@router.get(
+    "/{site_id}/targets",
+    response_model=Targets,
+    responses={200: {"content": {"text/csv": {}}}, **_problems(404, 422)},
+)
+async def targets(
+    site_id: SiteId,
+    store: StoreDep,
+    format: Literal["json", "csv"] = Query("json", description="response format"),  # noqa: A002
+) -> Any:
+    """Replica targets of the latest plan: one per deployment and period.
+
+    `num_prefill`/`num_decode` are the pair Dynamo Planner's connector applies;
+    `replicas` gives the same counts per component for a Kubernetes scaler.
+    """
+    site, plan = await _latest(store, site_id)
+    doc = _targets_doc(site, plan, plan.response["schedule"]["periods"])
+    if format == "csv":
+        return Response(_targets_csv(doc["targets"]), media_type="text/csv")
+    return JSONResponse(doc)
+
+
+@router.get(
+    "/{site_id}/targets/now",
+    response_model=Targets,
+    responses=_problems(404, 422),
+)
+async def targets_now(
+    site_id: SiteId,
+    store: StoreDep,
+    at: Annotated[
+        datetime | None, Query(description="ISO date-time with offset (default: now)")
+    ] = None,
+) -> Any:
+    """The targets of the period the clock (or `at`) is in, from `plan_start`."""
+    if at is not None and at.tzinfo is None:
+        raise InputError("at", "needs a UTC offset, e.g. 2026-07-01T13:30:00Z")
+    when = at or datetime.now(UTC)
+    site, plan = await _latest(store, site_id)
+    start, step = _plan_start(plan.response), _period(plan.response)  # the plan's own clock
+    t = math.floor((when - start) / step)
+    periods = [p for p in plan.response["schedule"]["periods"] if p["index"] == t]
+    if not periods:
+        first, n = plan.first_period, plan.response["n_periods"]
+        raise HTTPException(
+            404,
+            f"the latest plan has no period at {when.isoformat()}: it covers "
+            f"[{(start + step * first).isoformat()}, {(start + step * n).isoformat()})",
+        )
+    doc = _targets_doc(site, plan, periods)
+    doc["period"] = t
+    doc["at"] = when.isoformat()
+    return JSONResponse(doc)

@@ -1,0 +1,404 @@
+"""Persistent sites, plans and events (SQLAlchemy Core; SQLite by default).
+
+The database comes from the setting ``PDWATT_DATABASE_URL`` (default
+``sqlite:///pdwatt.db``, a file in the working directory); any SQLAlchemy URL works
+(``postgresql+psycopg://...`` with its driver installed). Tables are created on first
+use; engines are cached per URL for the life of the process.
+
+Tables:
+
+* ``sites``: ``id``, ``name``, ``body`` (the site's request template: ``period_minutes``,
+  ``site``, ``deployments`` with their demand forecasts, ``grid``, ``transitions``,
+  ``solver``, and ``plan_start``), ``version`` (optimistic concurrency), timestamps;
+* ``plans``: ``site_id``, ``site_version`` (the site version it was computed from),
+  ``created``, ``status``, ``first_period`` (0, or the period a rolling re-plan starts
+  at) and ``response`` (the plan document);
+* ``events``: ``site_id``, ``received``, ``digest`` (SHA-256 of the event's canonical
+  JSON, unique per site: the same event posted twice is merged once), ``site_version``
+  (the version its merge produced) and ``event`` (the OpenADR event as received).
+
+Concurrent updates of one site never lose a write: every update reads the site, computes
+the new body, and writes it with ``UPDATE ... WHERE version = <read version>`` in the
+same transaction as its event row; when another writer got there first, nothing is
+written and the update starts again from the new version. This works the same on every
+backend (SQLite waits on its file lock for up to 30 s; WAL mode lets readers go on).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Engine,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger(__name__)
+
+metadata = MetaData()
+
+sites = Table(
+    "sites",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("body", JSON, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("updated", DateTime(timezone=True), nullable=False),
+)
+
+plans = Table(
+    "plans",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("site_id", String(32), ForeignKey("sites.id"), nullable=False, index=True),
+    Column("site_version", Integer, nullable=False),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("first_period", Integer, nullable=False),
+    Column("response", JSON, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("site_id", String(32), ForeignKey("sites.id"), nullable=False, index=True),
+    Column("received", DateTime(timezone=True), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("site_version", Integer, nullable=False),
+    Column("event", JSON, nullable=False),
+    UniqueConstraint("site_id", "digest", name="uq_events_site_digest"),
+)
+
+MAX_ATTEMPTS = 50
+
+
+class SiteNotFound(LookupError):
+    def __init__(self, site_id: str) -> None:
+        self.site_id = site_id
+        super().__init__(f"no site {site_id!r}")
+
+
+class VersionConflict(Exception):
+    """The site is not at the version the client said it was (If-Match)."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"site is at version {actual}, not {expected}")
+
+
+class _Lost(Exception):
+    """The version read is no longer current (inside an update's transaction)."""
+
+
+class Contention(Exception):
+    """An update lost the race ``MAX_ATTEMPTS`` times in a row."""
+
+
+@dataclass(frozen=True)
+class Site:
+    id: str
+    name: str
+    body: dict[str, Any]
+    version: int
+    created: datetime
+    updated: datetime
+
+
+@dataclass(frozen=True)
+class Plan:
+    id: int
+    site_id: str
+    site_version: int
+    created: datetime
+    status: str
+    first_period: int
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    site_id: str
+    received: datetime
+    site_version: int
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """What an update function returns: the new name and body, and an event to log."""
+
+    name: str
+    body: dict[str, Any]
+    event: dict[str, Any] | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _key(key: Any) -> Any:
+    if key is None:
+        raise RuntimeError("the database returned no primary key")
+    return key[0]
+
+
+def digest(doc: Any) -> str:
+    """SHA-256 of a JSON document in canonical form (sorted keys, no spaces)."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- engines
+
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        memory = url in {"sqlite://", "sqlite:///:memory:"} or "mode=memory" in url
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+        if memory:
+            kwargs["poolclass"] = StaticPool
+        engine = create_engine(url, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _: Any) -> None:
+            cur = dbapi_conn.cursor()
+            if not memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def engine_for(url: str) -> Engine:
+    """The engine of ``url`` (created once per process), with the tables in place."""
+    with _lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = _make_engine(url)
+            metadata.create_all(engine)
+            _engines[url] = engine
+        return engine
+
+
+def store_for(url: str) -> Store:
+    return Store(engine_for(url))
+
+
+# ---------------------------------------------------------------- the store
+
+
+class Store:
+    """Sites, plans and events; every method is one short transaction (or a retry loop)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # sites ------------------------------------------------------------------
+
+    def create_site(self, name: str, body: dict[str, Any]) -> Site:
+        now = _now()
+        site = Site(secrets.token_hex(8), name, body, 1, now, now)
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(sites).values(
+                    id=site.id, name=name, body=body, version=1, created=now, updated=now
+                )
+            )
+        return site
+
+    def get_site(self, site_id: str) -> Site:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(sites).where(sites.c.id == site_id)).mappings().first()
+        if row is None:
+            raise SiteNotFound(site_id)
+        return Site(
+            row["id"],
+            row["name"],
+            row["body"],
+            row["version"],
+            _aware(row["created"]),
+            _aware(row["updated"]),
+        )
+
+    def list_sites(self) -> list[dict[str, Any]]:
+        q = select(sites.c.id, sites.c.name, sites.c.version, sites.c.updated).order_by(
+            sites.c.created
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        return [
+            {
+                "id": r["id"],
+                "name": r["name"],
+                "version": r["version"],
+                "updated": _aware(r["updated"]).isoformat(),
+            }
+            for r in rows
+        ]
+
+    def update_site(
+        self,
+        site_id: str,
+        change: Callable[[Site], Update | None],
+        expected_version: int | None = None,
+    ) -> tuple[Site, int | None]:
+        """Apply ``change`` to the current site and write it; retried on a lost race.
+
+        ``change`` gets the site as stored and returns the new name, body and optionally
+        an event to log (or ``None`` to leave the site as it is). It may be called more
+        than once and must not have side effects. Returns the site as written and the
+        id of the logged event (``None`` when there was none, or when the very same
+        event had already been merged: then the site is left unchanged).
+        """
+        for _ in range(MAX_ATTEMPTS):
+            site = self.get_site(site_id)
+            if expected_version is not None and site.version != expected_version:
+                raise VersionConflict(expected_version, site.version)
+            upd = change(site)
+            if upd is None:
+                return site, None
+            now = _now()
+            new_version = site.version + 1
+            try:
+                with self.engine.begin() as conn:
+                    res = conn.execute(
+                        update(sites)
+                        .where(sites.c.id == site_id, sites.c.version == site.version)
+                        .values(name=upd.name, body=upd.body, version=new_version, updated=now)
+                    )
+                    if res.rowcount != 1:
+                        raise _Lost  # another writer won: roll back, start again
+                    event_id = None
+                    if upd.event is not None:
+                        ins = conn.execute(
+                            insert(events).values(
+                                site_id=site_id,
+                                received=now,
+                                digest=digest(upd.event),
+                                site_version=new_version,
+                                event=upd.event,
+                            )
+                        )
+                        event_id = int(_key(ins.inserted_primary_key))
+            except _Lost:
+                continue
+            except IntegrityError:
+                if upd.event is not None and self.find_event(site_id, upd.event) is not None:
+                    return self.get_site(site_id), None  # already merged: idempotent
+                raise
+            return Site(site_id, upd.name, upd.body, new_version, site.created, now), event_id
+        raise Contention(f"site {site_id!r} changed {MAX_ATTEMPTS} times while updating it")
+
+    def delete_site(self, site_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(plans).where(plans.c.site_id == site_id))
+            conn.execute(delete(events).where(events.c.site_id == site_id))
+            res = conn.execute(delete(sites).where(sites.c.id == site_id))
+            if res.rowcount != 1:
+                raise SiteNotFound(site_id)
+
+    # plans ------------------------------------------------------------------
+
+    def add_plan(
+        self,
+        site_id: str,
+        site_version: int,
+        status: str,
+        first_period: int,
+        response: dict[str, Any],
+        created: datetime | None = None,
+    ) -> Plan:
+        created = created or _now()
+        with self.engine.begin() as conn:
+            if conn.execute(select(sites.c.id).where(sites.c.id == site_id)).first() is None:
+                raise SiteNotFound(site_id)  # deleted while it was being planned
+            ins = conn.execute(
+                insert(plans).values(
+                    site_id=site_id,
+                    site_version=site_version,
+                    created=created,
+                    status=status,
+                    first_period=first_period,
+                    response=response,
+                )
+            )
+            plan_id = int(_key(ins.inserted_primary_key))
+        return Plan(plan_id, site_id, site_version, created, status, first_period, response)
+
+    def latest_plan(self, site_id: str) -> Plan | None:
+        """The plan of the newest site version; of those, the last stored."""
+        q = (
+            select(plans)
+            .where(plans.c.site_id == site_id)
+            .order_by(plans.c.site_version.desc(), plans.c.id.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(q).mappings().first()
+        if row is None:
+            return None
+        return Plan(
+            row["id"],
+            row["site_id"],
+            row["site_version"],
+            _aware(row["created"]),
+            row["status"],
+            row["first_period"],
+            row["response"],
+        )
+
+    # events -----------------------------------------------------------------
+
+    def find_event(self, site_id: str, doc: dict[str, Any]) -> int | None:
+        q = select(events.c.id).where(events.c.site_id == site_id, events.c.digest == digest(doc))
+        with self.engine.connect() as conn:
+            row = conn.execute(q).first()
+        return None if row is None else int(row[0])
+
+    def list_events(self, site_id: str) -> list[EventRecord]:
+        q = select(events).where(events.c.site_id == site_id).order_by(events.c.id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        return [
+            EventRecord(r["id"], r["site_id"], _aware(r["received"]), r["site_version"], r["event"])
+            for r in rows
+        ]

@@ -1,0 +1,412 @@
+"""Route tests of the HTTP service (FastAPI TestClient, lifespan included): the happy
+paths against the analytical core, and every error path as an RFC 9457 problem."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+import pytest
+
+from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+from tests.service.conftest import small_schedule
+
+PROBLEM = "application/problem+json"
+CAPACITY_BODY = {
+    "model": "qwen3-32b",
+    "gpu": "h200",
+    "workload": "fixed:4096:256",
+    "n_p": 3,
+    "n_d": 1,
+}
+SPEC_CAPACITY_KEYS = {
+    "n_p",
+    "n_d",
+    "capacity_rps",
+    "power_w",
+    "mu_p_rps",
+    "mu_d_rps",
+    "mu_d_max_rps",
+    "batch",
+    "ctx_tokens",
+    "kv_pool_tokens",
+}
+SCHEDULE_KEYS = {"status", "mip_gap", "solve_time_s", "objective_usd", "periods", "totals"}
+TOTALS_KEYS = {
+    "objective_usd",
+    "energy_kwh",
+    "cost_usd",
+    "carbon_kg",
+    "served_requests",
+    "unserved_requests",
+    "unserved_value_usd",
+    "transition_cost_usd",
+}
+DEPLOYMENT_PERIOD_KEYS = {"n_p", "n_d", "demand_rps", "served_rps", "capacity_rps", "power_w"}
+
+
+def assert_problem(r: httpx.Response, status: int, field: str | None = None) -> dict[str, Any]:
+    """Status, media type and RFC 9457 members; ``field`` must be named in the body."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].split(";")[0] == PROBLEM, r.headers
+    body = r.json()
+    assert {"type", "title", "status", "detail"} <= set(body), body
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert "Traceback" not in r.text
+    if field is not None:
+        fields = [e["field"] for e in body.get("errors", [])]
+        assert field in fields or body["detail"].startswith(f"{field}:"), body
+    return body
+
+
+def close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+
+
+# ------------------------------------------------------------------ core
+
+
+def test_capacity_matches_the_core(client):
+    r = client.post("/v1/capacity", json=CAPACITY_BODY)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    got = r.json()
+    assert set(got) >= SPEC_CAPACITY_KEYS
+    spec = resolve_spec(SpecRequest(model="qwen3-32b", gpu="h200", workload="fixed:4096:256"))
+    want = capacity_report(spec, 3, 1)
+    assert (got["n_p"], got["n_d"]) == (3, 1)
+    for k in SPEC_CAPACITY_KEYS - {"n_p", "n_d"}:
+        assert close(got[k], want[k]), (k, got[k], want[k])
+    assert got["capacity_rps"] > 0 and got["power_w"] > 0
+    assert got["calibration"]["measured"] is True
+
+
+def test_capacity_power_at_load(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "load_rps": 0.5})
+    assert r.status_code == 200, r.text
+    spec = resolve_spec(SpecRequest(model="qwen3-32b", gpu="h200", workload="fixed:4096:256"))
+    want = capacity_report(spec, 3, 1, 0.5)
+    assert close(r.json()["power_w"], want["power_w"])
+    assert r.json()["power_w"] < capacity_report(spec, 3, 1)["power_w"]
+
+
+def test_front_sorted_by_capacity(client):
+    r = client.post("/v1/front", json={"model": "qwen3-32b", "gpu": "h200", "max_gpus": 8})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    front = got["front"]
+    assert len(front) >= 2
+    caps = [c["capacity_rps"] for c in front]
+    assert caps == sorted(caps)
+    assert all(c["n_p"] + c["n_d"] <= 8 for c in got["configs"])
+    # on a capacity-power front, more capacity costs more power
+    powers = [c["power_w"] for c in front]
+    assert powers == sorted(powers)
+    want = front_report(resolve_spec(SpecRequest()), 8)
+    assert [(c["n_p"], c["n_d"]) for c in front] == [(c["n_p"], c["n_d"]) for c in want["front"]]
+    assert len(got["configs"]) == len(want["configs"])
+
+
+def test_catalog(client):
+    r = client.get("/v1/catalog")
+    assert r.status_code == 200, r.text
+    cat = r.json()
+    assert "qwen3-32b" in cat["models"]
+    assert "h200" in cat["gpus"]
+    cals = cat["calibrations"]
+    assert all(isinstance(c["measured"], bool) for c in cals)
+    measured = {(c["model"], c["gpu"]) for c in cals if c["measured"]}
+    assert ("qwen3-32b", "h200") in measured
+    assert any(not c["measured"] for c in cals)  # estimated pairs are flagged as such
+    presets = cat["workloads"]["presets"]["presets"]
+    assert {"azure-conv-2023", "azure-code-2023", "mooncake"} <= set(presets)
+
+
+def test_health_ready_metrics(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["busy_workers"] == 0 and ready["workers"] == 1
+    assert client.post("/v1/capacity", json=CAPACITY_BODY).status_code == 200
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    lines = [ln for ln in r.text.splitlines() if ln.startswith("pdwatt_requests_total{")]
+    assert any(
+        'route="/v1/capacity"' in ln and 'status="200"' in ln and float(ln.split()[-1]) >= 1
+        for ln in lines
+    ), lines
+    assert "pdwatt_request_seconds_bucket" in r.text
+
+
+def test_openapi_and_docs(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/capacity", "/v1/front", "/v1/schedule", "/v1/catalog"} <= set(spec["paths"])
+    assert client.get("/docs").status_code == 200
+    # error bodies are documented as what they are: problem details
+    for path in ("/v1/capacity", "/v1/front", "/v1/schedule"):
+        responses = spec["paths"][path]["post"]["responses"]
+        for code in ("401", "413", "422"):
+            assert list(responses[code]["content"]) == [PROBLEM], (path, code)
+    assert "Retry-After" in spec["paths"]["/v1/schedule"]["post"]["responses"]["429"]["headers"]
+    assert list(spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+
+
+# ------------------------------------------------------------------ core errors
+
+
+def test_unknown_model(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "model": "gpt-9"})
+    body = assert_problem(r, 422, "model")
+    assert "qwen3-32b" in body["known"]
+    assert "gpt-9" in body["detail"]
+
+
+def test_unknown_gpu(client):
+    r = client.post("/v1/front", json={"gpu": "tpu-v9"})
+    body = assert_problem(r, 422, "gpu")
+    assert "h200" in body["known"]
+
+
+def test_negative_n_p(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "n_p": -1})
+    assert_problem(r, 422, "n_p")
+
+
+def test_missing_n_d(client):
+    body = {k: v for k, v in CAPACITY_BODY.items() if k != "n_d"}
+    assert_problem(client.post("/v1/capacity", json=body), 422, "n_d")
+
+
+def test_unknown_field(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "colour": "red"})
+    assert_problem(r, 422, "colour")
+
+
+def test_trace_workload_refused(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "workload": "trace:/etc/passwd"})
+    body = assert_problem(r, 422, "workload")
+    assert "HTTP" in body["detail"]
+
+
+def test_front_max_gpus_above_server_limit(make_client):
+    c = make_client(max_front_gpus=8)
+    assert c.post("/v1/front", json={"max_gpus": 8}).status_code == 200
+    body = assert_problem(c.post("/v1/front", json={"max_gpus": 16}), 422, "max_gpus")
+    assert "8" in body["detail"]
+
+
+def test_body_too_large(make_client):
+    c = make_client(max_body_bytes=2048)
+    assert c.post("/v1/capacity", json=CAPACITY_BODY).status_code == 200
+    big = {**CAPACITY_BODY, "moments": {"source": "x" * 4000}}
+    assert_problem(c.post("/v1/capacity", json=big), 413)
+
+
+def test_body_too_large_streamed_without_length(make_client):
+    c = make_client(max_body_bytes=2048)
+
+    def chunks():
+        yield b'{"n_p": 1, "n_d": 1, "workload": "'
+        for _ in range(10):
+            yield b"x" * 500
+        yield b'"}'
+
+    r = c.post("/v1/capacity", content=chunks(), headers={"content-type": "application/json"})
+    assert_problem(r, 413)
+
+
+@pytest.mark.parametrize(
+    ("content", "ctype"),
+    [
+        (b"{not json", "application/json"),
+        (b"\xff\xfe{\x00", "application/json"),  # not UTF-8
+        (b"", "application/json"),
+        (b"n_p=1&n_d=1", "application/x-www-form-urlencoded"),
+        (b"[1, 2, 3]", "application/json"),
+        (b'"text"', "application/json"),
+    ],
+)
+def test_non_json_body(client, content, ctype):
+    r = client.post("/v1/capacity", content=content, headers={"content-type": ctype})
+    body = assert_problem(r, 422)
+    assert body["errors"][0]["field"] == "body", body
+
+
+def test_not_found_route_is_a_problem(client):
+    assert_problem(client.get("/v1/nothing"), 404)
+
+
+def test_wrong_method_is_a_problem(client):
+    assert_problem(client.get("/v1/capacity"), 405)
+
+
+# ------------------------------------------------------------------ api key
+
+
+def test_api_key(make_client):
+    c = make_client(api_key="k")
+    r = c.post("/v1/capacity", json=CAPACITY_BODY)
+    assert_problem(r, 401)
+    assert r.headers.get("www-authenticate")
+    assert_problem(c.post("/v1/capacity", json=CAPACITY_BODY, headers={"X-API-Key": "x"}), 401)
+    assert_problem(c.post("/v1/schedule", json=small_schedule()), 401)
+    assert_problem(c.post("/v1/front", json={}), 401)
+    r = c.post("/v1/capacity", json=CAPACITY_BODY, headers={"X-API-Key": "k"})
+    assert r.status_code == 200, r.text
+    assert c.get("/healthz").status_code == 200
+    assert c.get("/readyz").status_code == 200
+    assert c.get("/metrics").status_code == 200
+
+
+def test_no_api_key_configured_needs_no_header(client):
+    assert client.post("/v1/capacity", json=CAPACITY_BODY).status_code == 200
+
+
+# ------------------------------------------------------------------ schedule
+
+
+def test_small_schedule_json(client):
+    req = small_schedule()
+    r = client.post("/v1/schedule", json=req)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert set(got) >= SCHEDULE_KEYS
+    assert got["status"] in {"optimal", "time_limit"}
+    assert set(got["totals"]) >= TOTALS_KEYS
+    assert [p["index"] for p in got["periods"]] == [0, 1, 2, 3]
+    for p, d_a, d_b in zip(
+        got["periods"],
+        req["deployments"][0]["demand_rps"],
+        req["deployments"][1]["demand_rps"],
+        strict=True,
+    ):
+        assert p["power_w"] <= p["power_cap_w"] * (1 + 1e-9)
+        assert set(p["deployments"]) == {"a", "b"}
+        for name, demand in (("a", d_a), ("b", d_b)):
+            dp = p["deployments"][name]
+            assert set(dp) >= DEPLOYMENT_PERIOD_KEYS
+            assert dp["n_p"] + dp["n_d"] <= 4
+            assert dp["demand_rps"] == pytest.approx(demand)
+            assert dp["served_rps"] <= dp["demand_rps"] + 1e-9
+    for name in ("static_peak", "greedy"):
+        base = got["baselines"][name]
+        assert set(base) >= TOTALS_KEYS
+        assert "cap_violations" in base
+        if base["cap_violations"] == 0 and base.get("limit_violations", 0) == 0:
+            assert got["objective_usd"] <= base["objective_usd"] * (1 + 1e-6) + 1e-9
+    # solver metrics recorded
+    text = client.get("/metrics").text
+    assert 'pdwatt_solver_outcomes_total{status="' in text
+    assert "pdwatt_solve_seconds_count 1.0" in text
+
+
+def test_small_schedule_csv(client):
+    r = client.post("/v1/schedule", params={"format": "csv"}, json=small_schedule())
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/csv")
+    lines = r.text.strip().splitlines()
+    header = lines[0].split(",")
+    assert header[0] == "period"
+    assert {"deployment", "n_p", "n_d", "served_rps", "power_cap_w"} <= set(header)
+    assert len(lines) == 1 + 4 * 2  # one row per period and deployment
+
+
+def test_small_schedule_png(client):
+    r = client.post("/v1/schedule", params={"format": "png"}, json=small_schedule())
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "image/png"
+    assert r.content[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(r.content) > 1000
+
+
+def test_schedule_unknown_format(client):
+    r = client.post("/v1/schedule", params={"format": "xml"}, json=small_schedule())
+    assert_problem(r, 422, "format")
+
+
+def test_schedule_mismatched_series(client):
+    req = small_schedule()
+    req["grid"]["power_cap_w"] = [20_000, 20_000, 20_000]
+    body = assert_problem(client.post("/v1/schedule", json=req), 422, "grid.power_cap_w")
+    assert "grid.power_cap_w" in body["detail"]
+
+
+def test_schedule_mismatched_demand(client):
+    req = small_schedule()
+    req["deployments"][1]["demand_rps"] = [1.0, 2.0]
+    assert_problem(client.post("/v1/schedule", json=req), 422, "deployments[1].demand_rps")
+
+
+def test_schedule_cap_below_idle_load(client):
+    req = small_schedule()
+    req["grid"]["power_cap_w"] = [20_000, 100, 20_000, 100]
+    body = assert_problem(client.post("/v1/schedule", json=req), 422)
+    assert body["type"] == "/problems/infeasible"
+    periods = sorted(c["period"] for c in body["conflicts"])
+    assert periods == [1, 3]
+    assert all(c["constraint"] for c in body["conflicts"])
+
+
+def test_schedule_time_limit_above_server_max(make_client):
+    c = make_client(workers=1, max_time_limit_s=10)
+    req = small_schedule(time_limit_s=11)
+    body = assert_problem(c.post("/v1/schedule", json=req), 422, "solver.time_limit_s")
+    assert "10" in body["detail"]
+
+
+def test_schedule_trace_workload_refused(client):
+    req = small_schedule()
+    req["deployments"][0]["workload"] = "trace:/etc/passwd"
+    assert_problem(client.post("/v1/schedule", json=req), 422, "deployments[0].workload")
+
+
+def test_schedule_unknown_model(client):
+    req = small_schedule()
+    req["deployments"][1]["model"] = "gpt-9"
+    body = assert_problem(client.post("/v1/schedule", json=req), 422)
+    assert "qwen3-32b" in body.get("known", []) or "gpt-9" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"max_periods": 3}, "deployments[0].demand_rps"),
+        ({"max_deployments": 1}, "deployments"),
+        ({"max_site_gpus": 4}, "site.gpu_inventory"),
+    ],
+)
+def test_schedule_server_limits(make_client, settings, field):
+    c = make_client(workers=1, **settings)
+    assert_problem(c.post("/v1/schedule", json=small_schedule()), 422, field)
+
+
+def test_schedule_validation_names_nested_field(client):
+    req = small_schedule()
+    req["deployments"][0]["demand_rps"][2] = -1
+    assert_problem(client.post("/v1/schedule", json=req), 422, "deployments[0].demand_rps[2]")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("deployments", 0, "demand_rps", 2), 1e308, "deployments[0].demand_rps[2]"),
+        (("deployments", 1, "unserved_penalty_usd_per_request"), 1e300, None),
+        (("grid", "power_cap_w"), 2e154, "grid.power_cap_w"),
+        (("grid", "price_usd_per_mwh", 0), 1e200, None),
+    ],
+)
+def test_schedule_extreme_values_are_refused_not_500(client, path, value, field):
+    """Found by schemathesis: finite inputs near the float limit overflowed the totals,
+    and the response could not be written as JSON (500)."""
+    req = small_schedule()
+    target = req
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    body = assert_problem(client.post("/v1/schedule", json=req), 422, field)
+    assert body["type"] == "/problems/validation"
