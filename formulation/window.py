@@ -290,7 +290,7 @@ def solve_guided(
         cd = coordinate_descent(data, grids, h, time_limit_s=max(0.05 * time_limit_s, 0.1))
         if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
             best = cd
-            say(f"repaired schedule by coordinate descent: ${best.objective_usd:.4f}")
+            say(f"feasible schedule (repaired by coordinate descent): ${best.objective_usd:.4f}")
     const = float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
     broken = set(first.cap_violations) | set(first.inventory_violations)
     lb = -np.inf

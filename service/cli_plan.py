@@ -106,7 +106,8 @@ def print_summary(resp: dict[str, Any]) -> None:
         for n in names:
             d = p["deployments"][n]
             cells.append(
-                f"{d['n_p']:>2}P{d['n_d']:<2}D {d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
+                f"{str(d['n_p']) + 'P' + str(d['n_d']) + 'D':>6} "
+                f"{d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
             )
         print(
             f"{int(h):02d}:{int(round((h % 1) * 60)):02d} {p['power_w'] / 1e3:8.1f} "

@@ -4,6 +4,7 @@ shutdown on SIGTERM."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,23 @@ def demo(time_limit_s: float, mip_gap: float | None = None) -> dict[str, Any]:
     body["solver"]["time_limit_s"] = time_limit_s
     if mip_gap is not None:
         body["solver"]["mip_gap"] = mip_gap
+    return body
+
+
+def long_solve(time_limit_s: float) -> dict[str, Any]:
+    """The demo's three deployments three times over on a 192-GPU site, with mip_gap 0:
+    a problem the solver cannot close within ``time_limit_s``, so it runs that long."""
+    body = demo(time_limit_s, mip_gap=0.0)
+    deployments = []
+    for i in range(3):
+        for d in body["deployments"]:
+            scaled = [x * (1 + 0.13 * i) for x in d["demand_rps"]]
+            deployments.append(
+                copy.deepcopy(d) | {"name": f"{d['name']}-{i}", "demand_rps": scaled}
+            )
+    body["deployments"] = deployments
+    body["site"]["gpu_inventory"] = {"h200": 3 * 64}
+    body["grid"]["power_cap_w"] = [3 * c for c in body["grid"]["power_cap_w"]]
     return body
 
 
@@ -81,9 +99,7 @@ def test_health_answers_during_long_solve_and_pool_full_is_429(
     live_server: Callable[..., str],
 ) -> None:
     base = live_server(workers=1)
-    # mip_gap 0: the solver keeps closing the gap until the time limit
-    body = demo(LONG_SOLVE_S, mip_gap=0.0)
-    long = Background(f"{base}/v1/schedule", body, timeout=LONG_SOLVE_S + 60)
+    long = Background(f"{base}/v1/schedule", long_solve(LONG_SOLVE_S), timeout=LONG_SOLVE_S + 60)
     wait_busy(base)
     t_busy = time.monotonic()
 
@@ -115,6 +131,7 @@ def test_health_answers_during_long_solve_and_pool_full_is_429(
     first = long.result(timeout=LONG_SOLVE_S + 60)
     assert first.status_code == 200, first.text
     assert first.json()["status"] in {"optimal", "time_limit"}
+    assert len(first.json()["periods"][0]["deployments"]) == 9
 
     # the worker is free again
     r = httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=60)
