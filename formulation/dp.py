@@ -193,3 +193,14 @@ def _step_cost(data: ScheduleData, d: DeploymentData, g: DeploymentGrid, k: int)
     up = np.maximum(dp, 0) + np.maximum(dd, 0)
     down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
     return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
+
+
+def step_cost_from(data: ScheduleData, d: DeploymentData, g: DeploymentGrid, k: int) -> FloatArray:
+    """Cost of moving from ``k`` to each candidate."""
+    if g.trans is not None:
+        return g.trans[k, :]
+    dp = d.n_p - d.n_p[k]
+    dd = d.n_d - d.n_d[k]
+    up = np.maximum(dp, 0) + np.maximum(dd, 0)
+    down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
+    return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)

@@ -82,21 +82,6 @@ def _inverse_power(d: DeploymentData, kk: IntArray, budget: FloatArray) -> Float
     return out
 
 
-def _pair_power(d: DeploymentData, kk: IntArray, s: FloatArray) -> FloatArray:
-    """``P_k(s)`` for pairs (config ``kk[i]``, load ``s[i]``)."""
-    xs = d.bp_load_rps[kk]
-    ys = d.bp_power_w[kk]
-    out = ys[:, 0].copy()
-    for j in range(3):
-        x0, x1 = xs[:, j], xs[:, j + 1]
-        valid = ~np.isnan(x1)
-        width = np.where(valid, x1 - x0, 0.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            slope = np.where(valid & (width > 0), (ys[:, j + 1] - ys[:, j]) / width, 0.0)
-        out += slope * np.clip(s - np.where(valid, x0, 0.0), 0.0, width)
-    return out
-
-
 def endpoint_options(
     data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
@@ -232,7 +217,7 @@ def solve_period(
             continue
         kk = ks[ci]
         s = np.minimum(_inverse_power(d, kk, room[ri, ci]), smax_k[ci])
-        p = _pair_power(d, kk, s)
+        p = curve_power(d, kk, s)
         u = float(d.unserved_usd_per_rps[t])
         cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
         if offsets is not None:

@@ -31,6 +31,7 @@ from formulation.dp import (
     backward_values,
     shortest_path,
     stage_costs,
+    step_cost_from,
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.milp import Allowed, solve_compact
@@ -88,24 +89,13 @@ def _assemble(
             cfg[m, t] = k
         k = int(cfg[m, b - 1])
         for t in range(b, T):  # follow the backward DP out of the window
-            step = _step_from(data, d, g, k)
+            step = step_cost_from(data, d, g, k)
             k = int(np.argmin(step + stage[t] + back[t]))
             cfg[m, t] = k
         outside = np.r_[0:a, b:T].astype(np.int64)
         ks = cfg[m, outside]
         served[m, outside] = np.where(full[outside, ks], d.smax_rps[outside, ks], 0.0)
     return Schedule(cfg, served)
-
-
-def _step_from(data: ScheduleData, d: Any, g: DeploymentGrid, k: int) -> np.ndarray:
-    """Cost of moving from ``k`` to each candidate."""
-    if g.trans is not None:
-        return g.trans[k, :]
-    dp = d.n_p - d.n_p[k]
-    dd = d.n_d - d.n_d[k]
-    up = np.maximum(dp, 0) + np.maximum(dd, 0)
-    down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
-    return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
 
 
 def solve_windowed(

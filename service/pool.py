@@ -48,3 +48,24 @@ class SolvePool:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+def too_busy(retry_after_s: int) -> Exception:
+    """The 429 answer when every solver worker is busy (RFC 9457 via the handlers)."""
+    from fastapi import HTTPException
+
+    return HTTPException(
+        status_code=429,
+        detail="every solver worker is busy; retry later",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+async def run_or_429(
+    pool: SolvePool, retry_after_s: int, fn: Callable[..., Any], *args: Any
+) -> Any:
+    """``pool.run``, answering 429 with Retry-After when every worker is busy."""
+    try:
+        return await pool.run(fn, *args)
+    except PoolFull:
+        raise too_busy(retry_after_s) from None

@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -15,7 +15,7 @@ from model.errors import InputError
 from service import work_dr
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import problem_responses
-from service.pool import PoolFull, SolvePool
+from service.pool import SolvePool, run_or_429
 from service.schemas import ScheduleRequest, dump
 from service.schemas_dr import (
     DemandResponseRequest,
@@ -52,14 +52,7 @@ def _limits(req: ScheduleRequest, s: Settings) -> None:
 
 
 async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
-    try:
-        return await pool.run(fn, body)
-    except PoolFull:
-        raise HTTPException(
-            status_code=429,
-            detail="every solver worker is busy; retry later",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        ) from None
+    return await run_or_429(pool, settings.retry_after_s, fn, body)
 
 
 def _png(draw: Callable[[Any, Any], None], result: dict[str, Any]) -> bytes:

@@ -6,7 +6,7 @@ import io
 import time
 from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 
 from model.errors import InputError
@@ -14,7 +14,7 @@ from service import work
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import problem_responses
 from service.metrics import solve_seconds, solver_outcomes_total
-from service.pool import PoolFull
+from service.pool import run_or_429
 from service.schemas import ScheduleRequest, ScheduleResponse, dump
 from service.settings import Settings
 
@@ -63,14 +63,7 @@ async def schedule(
     """
     _limits(req, settings)
     t0 = time.perf_counter()
-    try:
-        resp = await pool.run(work.schedule, dump(req))
-    except PoolFull:
-        raise HTTPException(
-            status_code=429,
-            detail="every solver worker is busy; retry later",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        ) from None
+    resp = await run_or_429(pool, settings.retry_after_s, work.schedule, dump(req))
     solve_seconds.observe(time.perf_counter() - t0)
     solver_outcomes_total.labels(resp["status"]).inc()
     if format == "csv":

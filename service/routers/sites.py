@@ -50,7 +50,7 @@ from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.openadr import OadrEvent, event_to_signals, merge_signals
-from service.pool import PoolFull, SolvePool
+from service.pool import PoolFull, SolvePool, too_busy
 from service.routers.schedule import _limits
 from service.schemas import NonNeg, ScheduleRequest, Strict, dump
 from service.settings import Settings
@@ -295,12 +295,8 @@ async def _solve(pool: SolvePool, req: dict[str, Any], current: Current | None) 
     return resp
 
 
-def _too_busy(settings: Settings) -> HTTPException:
-    return HTTPException(
-        status_code=429,
-        detail="every solver worker is busy; retry later",
-        headers={"Retry-After": str(settings.retry_after_s)},
-    )
+def _too_busy(settings: Settings) -> Exception:
+    return too_busy(settings.retry_after_s)
 
 
 def _plan_response(
