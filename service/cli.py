@@ -246,7 +246,9 @@ def cmd_serve(a: argparse.Namespace) -> None:
     # that was in place before it started; make that one a normal exit (status 0, atexit
     # hooks run so the solver worker processes are joined) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    uvicorn.run("service.main:app", host=host, port=port, log_level="info")
+    uvicorn.run(
+        "service.main:app", host=host, port=port, log_level="info", timeout_graceful_shutdown=10
+    )
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

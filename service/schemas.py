@@ -135,8 +135,8 @@ class FrontResponse(BaseModel):
 Rate = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]  # req/s
 Usd = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 PowerW = Annotated[float, Field(le=1e10, allow_inf_nan=False)]  # lower bounds: problem.py
-PriceMWh = Annotated[float, Field(ge=-1e5, le=1e5, allow_inf_nan=False)]
-CarbonKWh = Annotated[float, Field(le=1e5, allow_inf_nan=False)]
+PriceMWh = Annotated[float, Field(ge=0, le=1e5, allow_inf_nan=False)]
+CarbonKWh = Annotated[float, Field(ge=0, le=1e5, allow_inf_nan=False)]
 
 
 class Initial(Strict):
