@@ -21,6 +21,7 @@ so this bound is at least the better of the knapsack and the path relaxations.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,8 +99,15 @@ def split_bound(
     patience: int = 5,
     trace: list[float] | None = None,
     mu0: list[FloatArray] | None = None,
+    improve: Callable[[list[dict[tuple[int, ...], tuple[FloatArray, float]]]], float | None]
+    | None = None,
+    target_gap: float = 0.0,
 ) -> SplitBound:
-    """Best ``L(mu)`` found by subgradient ascent within the time limit."""
+    """Best ``L(mu)`` found by subgradient ascent within the time limit.
+
+    ``improve(states)`` (optional), called every few iterations with the joint period
+    states seen so far, may return a better upper bound (a schedule built from them);
+    the ascent stops once the bound is within ``target_gap`` of the upper bound."""
     t0 = time.perf_counter()
     M = len(data.deployments)
     W = b - a
@@ -160,6 +168,12 @@ def split_bound(
                 for i in range(W):
                     hints[m][i].add(int(x[m, i]))
                     hints[m][i].add(int(y[m, i]))
+        if improve is not None and it % 10 == 0:
+            ub = improve(states)
+            if ub is not None and ub < upper_bound_usd:
+                upper_bound_usd = ub
+        if np.isfinite(best) and upper_bound_usd - best <= target_gap * abs(upper_bound_usd):
+            break
         diff = x != y
         norm2 = 2.0 * float(diff.sum())
         if norm2 == 0 or time.perf_counter() - t0 > time_limit_s:

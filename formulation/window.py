@@ -177,7 +177,7 @@ def _joint_states_schedule(
     tabs: list[Any],
     a: int,
     b: int,
-    sb: Any,
+    period_states: list[dict[tuple[int, ...], tuple[np.ndarray, float]]] | None,
     sols: list[Any],
     best: Priced | None,
     entry: list[np.ndarray] | None,
@@ -190,7 +190,7 @@ def _joint_states_schedule(
     states: list[list[tuple[tuple[int, ...], np.ndarray, float]]] = []
     for i, t in enumerate(range(a, b)):
         pool: dict[tuple[int, ...], tuple[np.ndarray, float]] = dict(
-            sb.states[i] if sb.states else {}
+            period_states[i] if period_states else {}
         )
         s = sols[i]
         pool.setdefault(tuple(int(k) for k in s.config), (s.served, s.cost_usd))
@@ -334,9 +334,37 @@ def solve_guided(
                 if gap_now <= mip_gap:
                     continue
                 mu = None
-                for round_i in range(3):
+                for _round in range(8):
+                    lb_before = lb
+                    ub_before = np.inf if best is None else best.objective_usd
+                    left = time_limit_s - (time.perf_counter() - t0)
+                    if left <= 0.3:
+                        break
                     say(f"Lagrangian decomposition bound over periods {a}..{b - 1}")
                     target = best.objective_usd if best is not None else lb + abs(lb) * 0.005 + 1e-3
+                    found: list[Priced] = []
+
+                    def improve(
+                        states: list[dict[tuple[int, ...], tuple[np.ndarray, float]]],
+                        found: list[Priced] = found,
+                        ref0: Priced | None = best,
+                        a: int = a,
+                        b: int = b,
+                        sols: list[Any] = sols,
+                        entry: list[np.ndarray] | None = entry,
+                        exit_: list[np.ndarray] | None = exit_,
+                    ) -> float | None:
+                        ref = found[-1] if found else ref0
+                        cand = _joint_states_schedule(
+                            data, grids, tabs, a, b, states, sols, ref, entry, exit_
+                        )
+                        if cand is None or (
+                            ref is not None and cand.objective_usd >= ref.objective_usd
+                        ):
+                            return None
+                        found.append(cand)
+                        return cand.objective_usd
+
                     sb = split_bound(
                         data,
                         grids,
@@ -346,11 +374,16 @@ def solve_guided(
                         exit_,
                         const,
                         target,
-                        time_limit_s=(0.25 if round_i == 0 else 0.15) * left,
+                        time_limit_s=0.3 * left,
                         theta0=2.0,
                         patience=10,
                         mu0=mu,
+                        improve=improve,
+                        target_gap=mip_gap,
                     )
+                    if found and (best is None or found[-1].objective_usd < best.objective_usd):
+                        best = found[-1]
+                        say(f"joint-state path over the window: ${best.objective_usd:.4f}")
                     mu = sb.mu
                     stats.setdefault("split_bound", []).append(
                         {
@@ -367,7 +400,7 @@ def solve_guided(
                             for i in range(b - a):
                                 anchors[m][i] |= sb.hints[m][i]
                     cand = _joint_states_schedule(
-                        data, grids, tabs, a, b, sb, sols, best, entry, exit_
+                        data, grids, tabs, a, b, sb.states, sols, best, entry, exit_
                     )
                     improved = cand is not None and (
                         best is None or cand.objective_usd < best.objective_usd - 1e-9
@@ -379,7 +412,9 @@ def solve_guided(
                         best.objective_usd
                     ):
                         return WindowResult(best, lb, True, stats)
-                    if not improved and round_i > 0:
+                    ub_now = np.inf if best is None else best.objective_usd
+                    # rounds continue while they still move the bound or the schedule
+                    if lb <= lb_before + 1e-7 * abs(lb) and ub_now >= ub_before - 1e-9:
                         break
                 left = time_limit_s - (time.perf_counter() - t0)
                 if left <= 0.2:
