@@ -272,8 +272,10 @@ def _solve_decomposed(
         allowed, kept, total = lagrangian_keep(data, dec, best.objective_usd)
         stats.update(choices_kept=kept, choices_total=total)
         say(f"Lagrangian pruning kept {kept} of {total} (deployment, period, config) choices")
+        # keep a margin for building the window model and pricing the result, which
+        # HiGHS's own time limit does not cover
         w = solve_windowed(
-            data, grids, max(left(), 0.5), opts.mip_gap, opts.threads, best, allowed, say
+            data, grids, max(0.85 * left(), 0.5), opts.mip_gap, opts.threads, best, allowed, say
         )
         stats["windows"] = w.stats.get("windows", [])
         if (
