@@ -176,12 +176,24 @@ def solve_period(
     min_p = np.array([p[0].min() for p in pruned])
     empty = Options(np.zeros(1), np.zeros(1), -np.ones((1, M), dtype=np.int64))
 
-    def combine(members: list[int], reserve: float) -> Options:
+    # least cost of each deployment over all its options: its cost is concave in the
+    # served load, so the least over endpoint options bounds its interior ones too
+    min_c = np.array([p[1].min() for p in pruned])
+
+    def combine(members: list[int], reserve: float, cost_cap: float = np.inf) -> Options:
+        """Pareto sums of the members' endpoint options within the budget; partial sums
+        whose cost plus the least cost of the members still to come (and ``cost_cap``'s
+        caller's own least) exceeds ``cost_cap`` cannot lead to a better optimum."""
         cur = empty
         rest = float(sum(min_p[j] for j in members))
+        rest_c = float(sum(min_c[j] for j in members))
         for j in members:
             rest -= min_p[j]
+            rest_c -= min_c[j]
             cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest)
+            if np.isfinite(cost_cap) and cur.pnet.size:
+                keep = cur.cost + rest_c <= cost_cap + 1e-9 * max(abs(cost_cap), 1.0)
+                cur = Options(cur.pnet[keep], cur.cost[keep], cur.pick[keep])
             if cur.pnet.size == 0:
                 break
         return cur
@@ -206,7 +218,8 @@ def solve_period(
             continue
         # the filler's least net power is its least p0 among these configs
         f_min = float((d.bp_power_w[ks, 0] - idle * d.gpus[ks]).min())
-        rest = combine(others, f_min) if others else empty
+        # the filler costs at least its least endpoint cost (concavity, as above)
+        rest = combine(others, f_min, best_cost - min_c[f]) if others else empty
         if rest.pnet.size == 0:
             continue
         # budget for the filler's power, per (rest point, config); the filler is strictly
