@@ -156,14 +156,40 @@ def pool_can_bind(data: ScheduleData, t: int) -> bool:
     return False
 
 
+def decisions_cost(
+    data: ScheduleData,
+    t: int,
+    cfg: IntArray,
+    served: FloatArray,
+    offsets: list[FloatArray] | None = None,
+) -> float:
+    """Period cost of given decisions (without the site's idle constant), offsets added."""
+    idle = data.idle_gpu_power_w
+    cw = float(data.cost_usd_per_w[t])
+    total = 0.0
+    for m, d in enumerate(data.deployments):
+        k = int(cfg[m])
+        p = float(d.power_w(k, float(served[m]))[0])
+        total += cw * (p - idle * float(d.gpus[k]))
+        total += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - float(served[m]))
+        if offsets is not None:
+            total += float(offsets[m][k])
+    return total
+
+
 def solve_period(
-    data: ScheduleData, t: int, offsets: list[FloatArray] | None = None
+    data: ScheduleData,
+    t: int,
+    offsets: list[FloatArray] | None = None,
+    hint: PeriodSolution | None = None,
 ) -> PeriodSolution | None:
     """Exact optimum of period ``t`` alone (transitions ignored); None if infeasible.
 
     ``offsets[m][k]`` (optional) is added to the cost of deployment ``m`` running
-    configuration ``k`` (Lagrange multipliers). Raises ValueError if a GPU pool can bind
-    in the period (not handled here)."""
+    configuration ``k`` (Lagrange multipliers). ``hint`` (optional) is a feasible
+    solution of the period (e.g. the previous one under other offsets): its cost bounds
+    the optimum, so partial sums that cannot beat it are pruned early. Raises ValueError
+    if a GPU pool can bind in the period (not handled here)."""
     if pool_can_bind(data, t):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
     M = len(data.deployments)
@@ -201,8 +227,12 @@ def solve_period(
     best_cost = np.inf
     best_cfg = np.zeros(M, dtype=np.int64)
     best_srv = np.zeros(M)
-    allm = combine(list(range(M)), 0.0)
-    if allm.pnet.size:
+    if hint is not None:
+        best_cost = decisions_cost(data, t, hint.config, hint.served, offsets)
+        best_cfg = hint.config.copy()
+        best_srv = hint.served.copy()
+    allm = combine(list(range(M)), 0.0, best_cost)
+    if allm.pnet.size and float(allm.cost.min()) < best_cost - 1e-12:
         i = int(np.argmin(allm.cost))
         best_cost = float(allm.cost[i])
         for j in range(M):

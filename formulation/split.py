@@ -131,7 +131,7 @@ def split_bound(
         total = constant_usd
         for i, t in enumerate(range(a, b)):
             if dirty[i] or cache[i] is None:
-                cache[i] = solve_period(data, t, [-mu[m][i] for m in range(M)])
+                cache[i] = solve_period(data, t, [-mu[m][i] for m in range(M)], hint=cache[i])
                 dirty[i] = False
             sol = cache[i]
             if sol is None:

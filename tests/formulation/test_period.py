@@ -106,3 +106,21 @@ def test_one_period_optimum_with_offsets_equals_brute_force(seed: int) -> None:
         achieved = _period_cost(data, t, tuple(int(k) for k in sol.config), sol.served)
         achieved += sum(float(o[k]) for o, k in zip(offsets, sol.config, strict=True))
         assert achieved == pytest.approx(sol.cost_usd, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_hint_changes_nothing_but_speed(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    data = build_data(problem_from_dict(_site(rng, 3, 4)))
+    for t in range(data.n_periods):
+        first = solve_period(
+            data, t, [rng.normal(0.0, 0.05, d.n_configs) for d in data.deployments]
+        )
+        offsets = [rng.normal(0.0, 0.05, size=d.n_configs) for d in data.deployments]
+        plain = solve_period(data, t, offsets)
+        hinted = solve_period(data, t, offsets, hint=first)
+        if plain is None:
+            assert first is None
+            continue
+        assert hinted is not None
+        assert hinted.cost_usd == pytest.approx(plain.cost_usd, rel=1e-12, abs=1e-9)
