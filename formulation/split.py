@@ -237,17 +237,3 @@ def joint_path(
         j = int(arg[j])
         picks.append(j)
     return float(val[last]), list(reversed(picks))
-
-
-def period_cost(data: ScheduleData, t: int, cfg: IntArray, served: FloatArray) -> float:
-    """Cost of one period's decisions without the site's idle constant (the cost the
-    one-period problem minimises)."""
-    idle = data.idle_gpu_power_w
-    cw = float(data.cost_usd_per_w[t])
-    total = 0.0
-    for m, d in enumerate(data.deployments):
-        k = int(cfg[m])
-        p = float(d.power_w(k, float(served[m]))[0])
-        total += cw * (p - idle * float(d.gpus[k]))
-        total += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - float(served[m]))
-    return total

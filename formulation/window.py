@@ -185,7 +185,8 @@ def _joint_states_schedule(
 ) -> Priced | None:
     """The best transition-feasible sequence of cap-feasible joint period states: those
     the decomposition's period copies chose, the one-period optima and the incumbent's."""
-    from formulation.split import joint_path, period_cost
+    from formulation.period import decisions_cost
+    from formulation.split import joint_path
 
     states: list[list[tuple[tuple[int, ...], np.ndarray, float]]] = []
     for i, t in enumerate(range(a, b)):
@@ -197,7 +198,7 @@ def _joint_states_schedule(
         if best is not None:
             cfg = best.schedule.config[:, t]
             srv = best.schedule.served_rps[:, t]
-            pool.setdefault(tuple(int(k) for k in cfg), (srv, period_cost(data, t, cfg, srv)))
+            pool.setdefault(tuple(int(k) for k in cfg), (srv, decisions_cost(data, t, cfg, srv)))
         states.append([(k, v[0], v[1]) for k, v in pool.items()])
     found = joint_path(data, a, states, entry, exit_)
     if found is None:

@@ -19,13 +19,15 @@ from model.errors import InputError, PdwattError
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 
 
-def _add_spec_args(p: argparse.ArgumentParser) -> None:
+def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) -> None:
+    """The deployment options shared by the sub-commands."""
     p.add_argument("--model", default="qwen3-32b", help="model name (default: qwen3-32b)")
     p.add_argument("--gpu", default="h200", help="GPU name (default: h200)")
     p.add_argument(
         "--workload",
         default="azure-conv-2023",
-        help="fixed:IN:OUT, a preset (azure-conv-2023, azure-code-2023, mooncake), "
+        help=workload_help
+        or "fixed:IN:OUT, a preset (azure-conv-2023, azure-code-2023, mooncake), "
         "trace:PATH (CSV or Mooncake JSONL) or moments:PATH.json (default: azure-conv-2023)",
     )
     p.add_argument(
@@ -46,7 +48,8 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
 
 
-def _spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
+def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
+    """The deployment the options describe, and whether any field was overridden."""
     overrides: dict[str, dict[str, Any]] = {}
     if a.override:
         for sec, vals in load_override_file(a.override).items():
@@ -86,7 +89,7 @@ def _calibration_line(rep: dict[str, Any]) -> str:
 
 
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
-    spec, overridden = _spec_from_args(a)
+    spec, overridden = spec_from_args(a)
     rep = capacity_report(spec, a.np, a.nd, a.load, overridden=overridden)
     if not a.json:
         print(
@@ -120,7 +123,7 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
-    spec, overridden = _spec_from_args(a)
+    spec, overridden = spec_from_args(a)
     rep = front_report(
         spec, a.max_gpus, a.required_rps, a.headroom, a.budget_w, overridden=overridden
     )
@@ -191,14 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("capacity", help="capacity and power of one (n_P, n_D) configuration")
-    _add_spec_args(c)
+    add_spec_args(c)
     c.add_argument("--np", type=int, required=True, help="prefill instances")
     c.add_argument("--nd", type=int, required=True, help="decode instances")
     c.add_argument("--load", type=float, help="served load (req/s) for power_w; default: capacity")
     c.set_defaults(func=cmd_capacity)
 
     f = sub.add_parser("front", help="every configuration and the capacity-power Pareto front")
-    _add_spec_args(f)
+    add_spec_args(f)
     f.add_argument("--max-gpus", type=int, default=16, help="n_P + n_D <= this (default 16)")
     f.add_argument(
         "--required-rps", type=float, help="also select the least-power config for this rate"

@@ -24,9 +24,7 @@ import math
 from typing import Any
 
 from model.capacity import DeploymentSpec
-from model.catalog import load_override_file, parse_set_flags
 from model.errors import InputError
-from model.operations import SpecRequest, resolve_spec
 from model.simulator import (
     SimTiming,
     capacity_search_report,
@@ -36,50 +34,25 @@ from model.simulator import (
     slo_front,
 )
 
+WORKLOAD_HELP = (
+    "fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
+    "(CSV or Mooncake JSONL) (default: azure-conv-2023)"
+)
+
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
-    """The deployment options, as in the other sub-commands."""
-    p.add_argument("--model", default="qwen3-32b", help="model name (default: qwen3-32b)")
-    p.add_argument("--gpu", default="h200", help="GPU name (default: h200)")
-    p.add_argument(
-        "--workload",
-        default="azure-conv-2023",
-        help="fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
-        "(CSV or Mooncake JSONL) (default: azure-conv-2023)",
-    )
-    p.add_argument(
-        "--override",
-        metavar="FILE",
-        help="JSON or TOML file with sections model/gpu/calibration/serving overriding fields",
-    )
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one field, e.g. --set serving.kv_pool_tokens=200000",
-    )
-    p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
-    p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
+    """The deployment options, as in the other sub-commands (the simulator needs samples,
+    so moments are not accepted)."""
+    from service.cli import add_spec_args
+
+    add_spec_args(p, WORKLOAD_HELP)
 
 
 def _spec_from_args(a: argparse.Namespace) -> DeploymentSpec:
-    overrides: dict[str, dict[str, Any]] = {}
-    if getattr(a, "override", None):
-        for sec, vals in load_override_file(a.override).items():
-            overrides.setdefault(sec, {}).update(vals)
-    for sec, vals in parse_set_flags(getattr(a, "sets", None) or []).items():
-        overrides.setdefault(sec, {}).update(vals)
-    if getattr(a, "dispatch", None):
-        overrides.setdefault("serving", {})["dispatch"] = a.dispatch
-    req = SpecRequest(
-        model=a.model or "qwen3-32b",
-        gpu=a.gpu or "h200",
-        workload=a.workload or "azure-conv-2023",
-        overrides=overrides,
-    )
-    return resolve_spec(req)
+    from service.cli import spec_from_args
+
+    spec: DeploymentSpec = spec_from_args(a)[0]
+    return spec
 
 
 def register(subparsers: Any) -> None:
