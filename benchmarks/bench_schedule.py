@@ -133,6 +133,8 @@ def run(name: str, method: str, seed: int) -> dict[str, Any]:
         "baselines_usd": {k: round(v.objective_usd, 4) for k, v in o.baselines.items()},
         "baseline_violations": {k: v.violations() for k, v in o.baselines.items()},
         "windows": st.get("windows"),
+        "split_bound": st.get("split_bound"),
+        "lower_bound": st.get("lower_bound"),
         "choices_kept": st.get("choices_kept"),
         "choices_total": st.get("choices_total"),
     }
