@@ -79,7 +79,6 @@ def site_constant_usd(data: ScheduleData) -> float:
 
 def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatArray) -> Column:
     d = data.deployments[m]
-    t_idx = np.arange(data.n_periods)
     p = d.power_w(sched_cfg, served)
     gpus = d.gpus[sched_cfg]
     pnet = p - data.idle_gpu_power_w * gpus
@@ -90,7 +89,6 @@ def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatAr
         + data.start_cost_usd * starts.sum()
         + data.stop_cost_usd * stops.sum()
     )
-    del t_idx
     return Column(m, sched_cfg.copy(), served.copy(), cost, pnet, gpus.astype(np.int64))
 
 
@@ -270,35 +268,6 @@ def decompose(
         prices_w=best_pi,
         prices_gpu=best_sigma,
     )
-
-
-def column_configs(
-    data: ScheduleData, res: DecompositionResult, neighbours: int = 1
-) -> list[list[list[int]]]:
-    """Configurations to keep per (deployment, period): those of every generated column
-    there, plus their neighbours within ``neighbours`` instances in each phase."""
-    keep: list[list[set[int]]] = [[set() for _ in range(data.n_periods)] for _ in data.deployments]
-    for col in res.columns:
-        for t, k in enumerate(col.config):
-            keep[col.deployment][t].add(int(k))
-    out = []
-    for m, d in enumerate(data.deployments):
-        lookup = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(d.n_p, d.n_d, strict=True))}
-        allowed = d.allowed
-        rows = []
-        for t in range(data.n_periods):
-            s = set(keep[m][t])
-            for k in list(s):
-                for dp in range(-neighbours, neighbours + 1):
-                    for dd in range(-neighbours, neighbours + 1):
-                        j = lookup.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dd))
-                        if j is not None:
-                            s.add(j)
-            if allowed[0]:
-                s.add(0)
-            rows.append(sorted(k for k in s if allowed[k]))
-        out.append(rows)
-    return out
 
 
 def schedule_of_columns(data: ScheduleData, cols: list[Column]) -> Schedule:

@@ -4,14 +4,22 @@
 
 1. tables and checks (:mod:`formulation.data`); infeasibility that shows before any
    solve (a cap below the least the site can draw) is reported with its periods;
-2. baselines (:mod:`formulation.baselines`);
-3. Dantzig-Wolfe column generation (:mod:`formulation.decomposition`): a proven lower
-   bound, and the configurations the priced DPs found worth running;
-4. the compact MILP (:mod:`formulation.milp`) restricted to those configurations and
-   their neighbours, solved by HiGHS from the better violation-free baseline as MIP
-   start. The restriction is a heuristic for the *schedule* only: the reported gap is
-   measured against the decomposition's bound, which holds for the full problem.
-   If the gap is still above the target and time remains, the neighbourhood grows.
+2. baselines (:mod:`formulation.baselines`); the better violation-free one is the
+   first incumbent;
+3. where one-period enumeration applies (:func:`formulation.period.enumeration_applies`:
+   up to 6 deployments of up to 300 candidates, no GPU pool that can bind), the guided
+   window solve (:func:`formulation.window.solve_guided`): exact DP outside the periods
+   where the site constraints bind; inside them a Lagrangian decomposition (one-period
+   knapsacks x per-deployment paths, :mod:`formulation.split`) gives the proven bound
+   and, through a DP over its joint period states, the schedules; window MILPs of
+   growing neighbourhoods use what time is left;
+4. otherwise (:func:`_solve_decomposed`): Dantzig-Wolfe column generation
+   (:mod:`formulation.decomposition`) for the bound, block-coordinate descent for
+   schedules, Lagrangian pruning of choices that cannot beat the incumbent, and the
+   window MILP over the survivors.
+
+The reported gap is always measured against a bound that holds for the full problem;
+restrictions used to find schedules never enter it.
 
 ``Method.COMPACT`` solves the compact MILP over every candidate in one HiGHS run
 (exact, but only small instances finish).

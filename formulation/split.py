@@ -97,7 +97,6 @@ def split_bound(
     max_iter: int = 200,
     theta0: float = 1.0,
     patience: int = 5,
-    trace: list[float] | None = None,
     mu0: list[FloatArray] | None = None,
     improve: Callable[[list[dict[tuple[int, ...], tuple[FloatArray, float]]]], float | None]
     | None = None,
@@ -161,8 +160,6 @@ def split_bound(
             stall += 1
             if stall >= patience:
                 theta, stall = theta / 2, 0
-        if trace is not None:
-            trace.append(total)
         if it > max_iter // 4 or time.perf_counter() - t0 > 0.5 * time_limit_s:
             for m in range(M):
                 for i in range(W):
