@@ -61,13 +61,41 @@ class DeploymentData:
         return ok
 
     def power_w(self, k: int | IntArray, load_rps: float | FloatArray) -> FloatArray:
-        """IT power of configuration(s) ``k`` at served load(s), exact piecewise-linear."""
-        k_arr = np.atleast_1d(np.asarray(k))
-        s_arr = np.broadcast_to(np.asarray(load_rps, dtype=float), k_arr.shape)
-        out = np.empty(k_arr.shape)
-        for i, (kk, s) in enumerate(zip(k_arr.ravel(), s_arr.ravel(), strict=True)):
-            c = int(self.bp_count[kk])
-            out.flat[i] = np.interp(s, self.bp_load_rps[kk, :c], self.bp_power_w[kk, :c])
+        """IT power ``P_k(s)`` of configuration(s) ``k`` at served load(s), exact
+        piecewise-linear, vectorised (``k`` and ``s`` broadcast): the power at zero load
+        plus each segment's slope times the part of ``s`` that falls in it (flat beyond
+        capacity)."""
+        k_arr, s_arr = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
+        )
+        xs = self.bp_load_rps[k_arr]
+        ys = self.bp_power_w[k_arr]
+        out = ys[..., 0].copy()
+        for j in range(3):
+            x0, x1 = xs[..., j], xs[..., j + 1]
+            valid = ~np.isnan(x1)
+            width = np.where(valid, x1 - x0, 0.0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                slope = np.where(valid & (width > 0), (ys[..., j + 1] - ys[..., j]) / width, 0.0)
+            out += slope * np.clip(s_arr - np.where(valid, x0, 0.0), 0.0, width)
+        return out
+
+    def max_load_within(self, k: int | IntArray, budget_w: float | FloatArray) -> FloatArray:
+        """Largest load ``s`` with ``P_k(s) <= budget_w`` (before clipping to ``smax``);
+        -1 where even zero load exceeds the budget. Vectorised like :meth:`power_w`."""
+        k_arr, b = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(budget_w, dtype=float)
+        )
+        xs = self.bp_load_rps[k_arr]
+        ys = self.bp_power_w[k_arr]
+        out = np.where(b >= ys[..., 0], 0.0, -1.0)
+        for j in range(3):
+            x0, x1, y0, y1 = xs[..., j], xs[..., j + 1], ys[..., j], ys[..., j + 1]
+            valid = ~np.isnan(x1) & (y0 <= b)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac = np.where(y1 > y0, (b - y0) / (y1 - y0), 1.0)
+            cand = x0 + np.clip(frac, 0.0, 1.0) * (x1 - x0)
+            out = np.where(valid, np.maximum(out, cand), out)
         return out
 
     def curve(self, t: int, k: int) -> tuple[list[float], list[float]]:

@@ -53,10 +53,7 @@ def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
     p0 = np.broadcast_to(
         np.array([d.bp_power_w[k, 0] for k in range(k_count)]), (t_count, k_count)
     ).copy()
-    p1 = np.empty((t_count, k_count))
-    for k in range(k_count):
-        c = int(d.bp_count[k])
-        p1[:, k] = np.interp(d.smax_rps[:, k], d.bp_load_rps[k, :c], d.bp_power_w[k, :c])
+    p1 = d.power_w(np.arange(k_count)[None, :], d.smax_rps)
     trans = None
     if data.max_changes is not None:
         trans = transition_matrix(data, d)

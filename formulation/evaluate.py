@@ -146,23 +146,6 @@ def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
     )
 
 
-def _max_load_within(d: DeploymentData, t: int, k: int, budget_w: float) -> float:
-    """Largest served load in ``[0, smax]`` of config ``k`` with ``P_k(s) <= budget_w``."""
-    xs, ys = d.curve(t, k)
-    if budget_w < ys[0]:
-        return -1.0
-    best = xs[0]
-    for j in range(1, len(xs)):
-        if ys[j] <= budget_w:
-            best = xs[j]
-            continue
-        x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
-        if y1 > y0:
-            best = x0 + (budget_w - y0) / (y1 - y0) * (x1 - x0)
-        break
-    return float(best)
-
-
 def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, bool]:
     """Exact cost-minimising served loads in period ``t`` for fixed configurations ``ks``.
 
@@ -185,8 +168,8 @@ def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, b
     budget = float(data.it_cap_w[t]) - idle
     cw = float(data.cost_usd_per_w[t])
     smax = np.array([d.smax_rps[t, ks[m]] for m, d in enumerate(deps)])
-    p0 = np.array([d.power_w(ks[m], 0.0)[0] for m, d in enumerate(deps)])
-    p1 = np.array([d.power_w(ks[m], smax[m])[0] for m, d in enumerate(deps)])
+    p0 = np.array([d.power_w(int(ks[m]), 0.0)[0] for m, d in enumerate(deps)])
+    p1 = np.array([d.power_w(int(ks[m]), smax[m])[0] for m, d in enumerate(deps)])
     u = np.array([d.unserved_usd_per_rps[t] for d in deps])
     tol = abs(budget) * FEAS_RTOL + 1e-6
     if p0.sum() > budget + tol:
@@ -205,7 +188,8 @@ def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, b
     for ii in np.flatnonzero(power <= budget + tol):
         for f in np.flatnonzero(~full[ii]):
             room = budget - (power[ii] - p0[f])
-            s_f = _max_load_within(deps[f], t, int(ks[f]), room)
+            fit = float(deps[f].max_load_within(int(ks[f]), room)[0])
+            s_f = min(fit, float(smax[f])) if fit >= 0 else -1.0
             if s_f <= 0:
                 continue
             p_f = float(deps[f].power_w(ks[f], s_f)[0])

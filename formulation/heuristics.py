@@ -18,29 +18,11 @@ import time
 import numpy as np
 from numpy.typing import NDArray
 
-from formulation.data import DeploymentData, ScheduleData
+from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, shortest_path
 from formulation.evaluate import Priced, Schedule, price_schedule
 
 FloatArray = NDArray[np.float64]
-
-
-def max_load_within(d: DeploymentData, budget_w: FloatArray) -> FloatArray:
-    """Largest load of each configuration whose power is within ``budget_w`` (T, K),
-    before clipping to ``smax``; -1 where even zero load exceeds the budget."""
-    xs = d.bp_load_rps[None, :, :]
-    ys = d.bp_power_w[None, :, :]
-    b = budget_w[:, :, None]
-    out = np.where(budget_w >= d.bp_power_w[None, :, 0], 0.0, -1.0)
-    for j in range(3):
-        x0, x1 = xs[..., j], xs[..., j + 1]
-        y0, y1 = ys[..., j], ys[..., j + 1]
-        valid = ~np.isnan(x1) & (y0 <= b[..., 0])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(y1 > y0, (b[..., 0] - y0) / (y1 - y0), 1.0)
-        cand = x0 + np.clip(frac, 0.0, 1.0) * (x1 - x0)
-        out = np.where(valid, np.maximum(out, cand), out)
-    return out
 
 
 def reoptimise(
@@ -66,14 +48,11 @@ def reoptimise(
     g = int(data.pool_of[m])
     avail = data.pool_gpus[g] - (pool_used[g] - d.gpus[sched.config[m]])
     p_budget = budget[:, None] + idle * d.gpus[None, :]
-    s_fit = max_load_within(d, p_budget)
+    s_fit = d.max_load_within(np.arange(d.n_configs)[None, :], p_budget)
     s_hi = np.minimum(d.smax_rps, np.maximum(s_fit, 0.0))
     grid = grids[m]
     p0 = grid.p0_w
-    p_hi = np.empty_like(s_hi)
-    for k in range(d.n_configs):
-        c = int(d.bp_count[k])
-        p_hi[:, k] = np.interp(s_hi[:, k], d.bp_load_rps[k, :c], d.bp_power_w[k, :c])
+    p_hi = d.power_w(np.arange(d.n_configs)[None, :], s_hi)
     cw = data.cost_usd_per_w[:, None]
     u = d.unserved_usd_per_rps[:, None]
     lam = d.demand_rps[:, None]

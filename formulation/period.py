@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from formulation.data import DeploymentData, ScheduleData
+from formulation.data import ScheduleData
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -54,38 +54,6 @@ def _pareto(pnet: FloatArray, cost: FloatArray) -> IntArray:
     return order[keep].astype(np.int64)
 
 
-def curve_power(d: DeploymentData, ks: IntArray, s: FloatArray) -> FloatArray:
-    """``P_k(s)`` for configurations ``ks`` (last axis of ``s``), vectorised: the power at
-    zero load plus each segment's slope times the part of ``s`` that falls in it."""
-    xs = d.bp_load_rps[ks]
-    ys = d.bp_power_w[ks]
-    out = np.broadcast_to(ys[:, 0], s.shape).copy()
-    for j in range(3):
-        x0, x1 = xs[:, j], xs[:, j + 1]
-        valid = ~np.isnan(x1)
-        width = np.where(valid, x1 - x0, 0.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            slope = np.where(valid & (width > 0), (ys[:, j + 1] - ys[:, j]) / width, 0.0)
-        out += slope * np.clip(s - np.where(valid, x0, 0.0), 0.0, width)
-    return out
-
-
-def _inverse_power(d: DeploymentData, kk: IntArray, budget: FloatArray) -> FloatArray:
-    """Largest load with ``P_k(s) <= budget`` for pairs (config ``kk[i]``, ``budget[i]``),
-    given ``P_k(0) <= budget``."""
-    xs = d.bp_load_rps[kk]
-    ys = d.bp_power_w[kk]
-    out = np.zeros(kk.shape[0])
-    for j in range(3):
-        x0, x1, y0, y1 = xs[:, j], xs[:, j + 1], ys[:, j], ys[:, j + 1]
-        valid = ~np.isnan(x1) & (y0 <= budget)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(y1 > y0, (budget - y0) / (y1 - y0), 1.0)
-        cand = x0 + np.clip(frac, 0.0, 1.0) * (x1 - x0)
-        out = np.where(valid, np.maximum(out, cand), out)
-    return out
-
-
 def endpoint_options(
     data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
@@ -99,7 +67,7 @@ def endpoint_options(
     lam = float(d.demand_rps[t])
     smax = d.smax_rps[t, ks]
     p0 = d.bp_power_w[ks, 0]
-    p1 = curve_power(d, ks, smax)
+    p1 = d.power_w(ks, smax)
     g = d.gpus[ks] * idle
     pnet = np.concatenate([p0 - g, p1 - g])
     cost = cw * pnet + u * (lam - np.concatenate([np.zeros_like(smax), smax]))
@@ -257,14 +225,14 @@ def solve_period(
         # option, already enumerated, is as good), so only those pairs are evaluated
         smax_k = d.smax_rps[t, ks]
         p0_k = d.bp_power_w[ks, 0]
-        p1_k = curve_power(d, ks, smax_k)
+        p1_k = d.power_w(ks, smax_k)
         room = budget - rest.pnet[:, None] + idle * d.gpus[ks][None, :]
         ri, ci = np.nonzero((room >= p0_k[None, :]) & (room < p1_k[None, :]))
         if ri.size == 0:
             continue
         kk = ks[ci]
-        s = np.minimum(_inverse_power(d, kk, room[ri, ci]), smax_k[ci])
-        p = curve_power(d, kk, s)
+        s = np.minimum(d.max_load_within(kk, room[ri, ci]), smax_k[ci])
+        p = d.power_w(kk, s)
         u = float(d.unserved_usd_per_rps[t])
         cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
         if offsets is not None:
