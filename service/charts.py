@@ -56,7 +56,18 @@ def front_chart(report: Mapping[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def _stairs(ax: Any, values: Sequence[float], edges: Sequence[float], **kw: Any) -> None:
+#: One colour per deployment, in order.
+COLOURS = ["#1f77b4", "#d1495b", "#2a9d8f", "#e9c46a", "#6d597a", "#8d99ae", "#f4a261", "#264653"]
+
+
+def period_edges(periods: Sequence[Mapping[str, Any]]) -> tuple[list[float], float]:
+    """Period boundaries in hours (and the period length) for step plots."""
+    hours = [p["start_minute"] / 60.0 for p in periods]
+    step = (hours[1] - hours[0]) if len(hours) > 1 else 1.0
+    return [*hours, hours[-1] + step], step
+
+
+def stairs(ax: Any, values: Sequence[float], edges: Sequence[float], **kw: Any) -> None:
     """A step line without the drop to zero at both ends."""
     ax.stairs(values, edges, baseline=None, **kw)
 
@@ -64,23 +75,11 @@ def _stairs(ax: Any, values: Sequence[float], edges: Sequence[float], **kw: Any)
 def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt schedule") -> None:
     """Site power vs cap (with price), instances per deployment, served vs demand."""
     periods: Sequence[Mapping[str, Any]] = resp["periods"]
-    hours = [p["start_minute"] / 60.0 for p in periods]
-    step = (hours[1] - hours[0]) if len(hours) > 1 else 1.0
-    edges = [*hours, hours[-1] + step]
+    edges, _ = period_edges(periods)
     names = list(periods[0]["deployments"])
-    colours = [
-        "#1f77b4",
-        "#d1495b",
-        "#2a9d8f",
-        "#e9c46a",
-        "#6d597a",
-        "#8d99ae",
-        "#f4a261",
-        "#264653",
-    ]
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), dpi=110, sharex=True)
     ax = axes[0]
-    _stairs(
+    stairs(
         ax,
         [p["power_w"] / 1e3 for p in periods],
         edges,
@@ -88,7 +87,7 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
         lw=1.6,
         label="site power",
     )
-    _stairs(
+    stairs(
         ax,
         [p["power_cap_w"] / 1e3 for p in periods],
         edges,
@@ -99,9 +98,7 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     )
     ax.set_ylabel("kW")
     tw = ax.twinx()
-    _stairs(
-        tw, [p["price_usd_per_mwh"] for p in periods], edges, color="#999999", lw=0.8, alpha=0.7
-    )
+    stairs(tw, [p["price_usd_per_mwh"] for p in periods], edges, color="#999999", lw=0.8, alpha=0.7)
     tw.set_ylabel("price ($/MWh)", color="#777777")
     ax.legend(loc="upper left", fontsize=8)
     tot = resp["totals"]
@@ -113,8 +110,8 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     )
     ax = axes[1]
     for i, n in enumerate(names):
-        c = colours[i % len(colours)]
-        _stairs(
+        c = COLOURS[i % len(COLOURS)]
+        stairs(
             ax,
             [p["deployments"][n]["n_p"] for p in periods],
             edges,
@@ -122,7 +119,7 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
             lw=1.4,
             label=f"{n} prefill",
         )
-        _stairs(
+        stairs(
             ax,
             [p["deployments"][n]["n_d"] for p in periods],
             edges,
@@ -135,8 +132,8 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     ax.legend(loc="upper left", fontsize=7, ncol=len(names))
     ax = axes[2]
     for i, n in enumerate(names):
-        c = colours[i % len(colours)]
-        _stairs(
+        c = COLOURS[i % len(COLOURS)]
+        stairs(
             ax,
             [p["deployments"][n]["demand_rps"] for p in periods],
             edges,
@@ -144,7 +141,7 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
             lw=0.8,
             ls="--",
         )
-        _stairs(
+        stairs(
             ax,
             [p["deployments"][n]["served_rps"] for p in periods],
             edges,

@@ -10,15 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLOURS = ["#1f77b4", "#d1495b", "#2a9d8f", "#e9c46a", "#6d597a", "#8d99ae", "#f4a261", "#264653"]
+from service.charts import COLOURS, period_edges, stairs  # noqa: E402
 
 Target = str | IO[bytes]
-
-
-def _edges(periods: Sequence[Mapping[str, Any]]) -> tuple[list[float], float]:
-    hours = [p["start_minute"] / 60.0 for p in periods]
-    step = (hours[1] - hours[0]) if len(hours) > 1 else 1.0
-    return [*hours, hours[-1] + step], step
 
 
 def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand response") -> None:
@@ -27,30 +21,30 @@ def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand respo
     base = result["baseline"]["periods"]
     resp = result["response"]["periods"]
     ev = result["event"]
-    edges, step = _edges(base)
+    edges, step = period_edges(base)
     h0, h1 = ev["start_minute"] / 60.0, ev["end_minute"] / 60.0
     fig, axes = plt.subplots(2, 1, figsize=(10, 7.5), dpi=110, sharex=True)
     ax = axes[0]
-    ax.stairs(
+    stairs(
+        ax,
         [p["power_w"] / 1e3 for p in base],
         edges,
-        baseline=None,
         color="#8d99ae",
         lw=1.4,
         label="baseline site power",
     )
-    ax.stairs(
+    stairs(
+        ax,
         [p["power_w"] / 1e3 for p in resp],
         edges,
-        baseline=None,
         color="#1f77b4",
         lw=1.6,
         label="response site power",
     )
-    ax.stairs(
+    stairs(
+        ax,
         [p["power_cap_w"] / 1e3 for p in resp],
         edges,
-        baseline=None,
         color="#d1495b",
         lw=1.2,
         ls="--",
@@ -70,27 +64,27 @@ def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand respo
     names = list(base[0]["deployments"])
     for i, n in enumerate(names):
         c = COLOURS[i % len(COLOURS)]
-        ax.stairs(
+        stairs(
+            ax,
             [p["deployments"][n]["demand_rps"] for p in base],
             edges,
-            baseline=None,
             color=c,
             lw=0.7,
             ls=":",
         )
-        ax.stairs(
+        stairs(
+            ax,
             [p["deployments"][n]["served_rps"] for p in base],
             edges,
-            baseline=None,
             color=c,
             lw=0.9,
             ls="--",
             alpha=0.7,
         )
-        ax.stairs(
+        stairs(
+            ax,
             [p["deployments"][n]["served_rps"] for p in resp],
             edges,
-            baseline=None,
             color=c,
             lw=1.4,
             label=f"{n} served (response)",
