@@ -23,7 +23,9 @@ import numpy as np
 from formulation.data import ScheduleData, take_periods
 from formulation.dp import deployment_grid, stage_costs
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
+from formulation.milp import solve_compact
 from formulation.period import enumeration_applies, solve_period
+from model.pareto import pareto_mask
 
 MAX_ENUMERATED = 12
 
@@ -82,7 +84,6 @@ def periods_alone(data: ScheduleData, idx: np.ndarray) -> ScheduleData:
 
 def _front_allowed(data: ScheduleData) -> list[list[list[int]]]:
     """Per deployment: off and the configurations on its capacity-power front."""
-    from model.pareto import pareto_mask
 
     out = []
     for d in data.deployments:
@@ -100,7 +101,6 @@ def _front_allowed(data: ScheduleData) -> list[list[list[int]]]:
 
 
 def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
-    from formulation.milp import solve_compact
 
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)

@@ -38,7 +38,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, DpResult, deployment_grid, solve_dp
+from formulation.dp import (
+    DeploymentGrid,
+    DpResult,
+    backward_values,
+    deployment_grid,
+    shortest_path,
+    solve_dp,
+    stage_costs,
+)
 from formulation.evaluate import Schedule, transitions
 
 log = logging.getLogger(__name__)
@@ -288,7 +296,6 @@ def lagrangian_keep(
     it is safe, and the MILP over the survivors has the same optimum as the full one
     (or the incumbent is optimal). Returns ``(allowed, kept, total)``.
     """
-    from formulation.dp import backward_values, shortest_path, stage_costs
 
     assert res.prices_w is not None and res.prices_gpu is not None
     lb = res.lower_bound_usd

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, _reach, _step_cost
+from formulation.dp import DeploymentGrid, _reach, _step_cost, transition_matrix
 from formulation.period import PeriodSolution, solve_period
 
 FloatArray = NDArray[np.float64]
@@ -198,7 +198,6 @@ def joint_path(
     ``states[i]`` lists (configs, served, period cost) candidates for window period
     ``i``; the cost of a sequence is entry + period costs + transitions + exit. Returns
     (cost, chosen index per period) or None when no sequence meets the limits."""
-    from formulation.dp import transition_matrix
 
     M = len(data.deployments)
     trans = [transition_matrix(data, d) for d in data.deployments]

@@ -34,8 +34,10 @@ from formulation.dp import (
     step_cost_from,
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.heuristics import coordinate_descent
 from formulation.milp import Allowed, solve_compact
-from formulation.split import split_bound
+from formulation.period import decisions_cost, solve_period
+from formulation.split import joint_path, split_bound
 
 IntArray = NDArray[np.int64]
 
@@ -185,8 +187,6 @@ def _joint_states_schedule(
 ) -> Priced | None:
     """The best transition-feasible sequence of cap-feasible joint period states: those
     the decomposition's period copies chose, the one-period optima and the incumbent's."""
-    from formulation.period import decisions_cost
-    from formulation.split import joint_path
 
     states: list[list[tuple[tuple[int, ...], np.ndarray, float]]] = []
     for i, t in enumerate(range(a, b)):
@@ -263,7 +263,6 @@ def solve_guided(
     of the DP path and of the incumbent; the radius grows until the gap closes or time
     runs out. The restriction only limits which schedules are found, never the bound.
     """
-    from formulation.period import solve_period
 
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
@@ -275,8 +274,6 @@ def solve_guided(
         stats["windows"].append({"periods": 0})
         return WindowResult(first, first.objective_usd, True, stats)
     best = incumbent
-    from formulation.heuristics import coordinate_descent
-
     for h in [free, *(hints or [])]:
         cd = coordinate_descent(data, grids, h, time_limit_s=max(0.05 * time_limit_s, 0.1))
         if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
