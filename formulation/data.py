@@ -166,7 +166,9 @@ def _candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
 def _deployment(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentData:
     at = f"deployments[{i}]"
     try:
-        spec = resolve_spec(SpecRequest(d.model, d.gpu, d.workload, d.overrides))
+        spec = resolve_spec(
+            SpecRequest(d.model, d.gpu, d.workload, d.overrides, read_files=p.read_files)
+        )
         Coefficients.of(spec)
     except InputError as e:
         raise InputError(f"{at}.{e.field}", e.reason) from e

@@ -345,6 +345,7 @@ def demand_response(
     event: dict[str, Any],
     progress: Progress | None = None,
     request_field: str = "",
+    read_files: bool = False,
 ) -> dict[str, Any]:
     """The baseline and response schedules of a DR event, and what responding costs.
 
@@ -354,7 +355,7 @@ def demand_response(
     """
     say = progress or (lambda _m: None)
     with request_errors(request_field):
-        problem = problem_from_dict(body)
+        problem = problem_from_dict(body, read_files=read_files)
     ev = parse_event(event, problem)
     with request_errors(request_field):
         data = build_data(problem)

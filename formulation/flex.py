@@ -182,6 +182,7 @@ def flexibility_curve(
     period: int | None = None,
     n_points: int = 25,
     request_field: str = "",
+    read_files: bool = False,
 ) -> dict[str, Any]:
     """Flexibility curve of one period (or of each period when ``period`` is None).
 
@@ -189,7 +190,7 @@ def flexibility_curve(
     (``"request."`` in the HTTP body).
     """
     with request_errors(request_field):
-        problem = problem_from_dict(body)
+        problem = problem_from_dict(body, read_files=read_files)
         data = build_data(problem)
     n = data.n_periods
     if period is not None and (

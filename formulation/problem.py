@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from model.errors import InputError
+from model.workload import check_no_file
 
 MAX_PERIODS = 2016  # two weeks of 10-minute periods
 MAX_DEPLOYMENTS = 64
@@ -96,6 +97,9 @@ class ScheduleProblem:
     grid: GridInput
     transitions: TransitionInput = field(default_factory=TransitionInput)
     solver: SolverOptions = field(default_factory=SolverOptions)
+    #: resolve `trace:`/`moments:` workload files (the command line on the user's own
+    #: files); False everywhere else, so a request never reads a server file
+    read_files: bool = False
 
     @property
     def n_periods(self) -> int:
@@ -163,6 +167,8 @@ def validate(p: ScheduleProblem) -> None:
         if not d.name or d.name in names:
             raise InputError(f"{at}.name", f"must be non-empty and unique, got {d.name!r}")
         names.add(d.name)
+        if not p.read_files:
+            check_no_file(d.workload, f"{at}.workload")
         if len(d.demand_rps) != n:
             raise InputError(
                 f"{at}.demand_rps",
@@ -256,8 +262,10 @@ def _num_list(path: str, v: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in v)
 
 
-def problem_from_dict(body: Any) -> ScheduleProblem:
-    """Parse and validate a schedule request body (SPEC 6.1). Unknown fields are errors."""
+def problem_from_dict(body: Any, *, read_files: bool = False) -> ScheduleProblem:
+    """Parse and validate a schedule request body (SPEC 6.1). Unknown fields are errors.
+
+    Workload files (`trace:`, `moments:`) are refused unless ``read_files``."""
     body = _obj("body", body)
     _no_unknown("", body, _TOP_KEYS)
     deps_raw = _req("", body, "deployments")
@@ -349,6 +357,7 @@ def problem_from_dict(body: Any) -> ScheduleProblem:
         grid=grid,
         transitions=tr,
         solver=so,
+        read_files=read_files,
     )
     validate(prob)
     return prob

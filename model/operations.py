@@ -36,6 +36,7 @@ class SpecRequest:
     workload: str = "azure-conv-2023"
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     moments: Mapping[str, Any] | None = None  # explicit workload moments (replace `workload`)
+    read_files: bool = False  # resolve `trace:`/`moments:` file forms (the CLI only)
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -55,7 +56,7 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
     if req.moments is not None:
         workload = Workload.from_dict(req.moments)
     else:
-        workload = parse_workload(req.workload)
+        workload = parse_workload(req.workload, read_files=req.read_files)
     return DeploymentSpec(model, gpu, cal, workload, serving)
 
 

@@ -58,7 +58,9 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         overrides.setdefault(sec, {}).update(vals)
     if a.dispatch:
         overrides.setdefault("serving", {})["dispatch"] = a.dispatch
-    req = SpecRequest(model=a.model, gpu=a.gpu, workload=a.workload, overrides=overrides)
+    req = SpecRequest(
+        model=a.model, gpu=a.gpu, workload=a.workload, overrides=overrides, read_files=True
+    )
     return resolve_spec(req), bool(overrides)
 
 

@@ -135,7 +135,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         raise InputError("--event", "give the event file (JSON) with --event")
     try:
         with Progress(quiet=a.json and not a.progress) as prog:
-            result = demand_response(body, event, prog)
+            result = demand_response(body, event, prog, read_files=True)
     except InfeasibleError as e:
         print(f"error: {e}", file=sys.stderr)
         _print_conflicts(e.conflicts)
@@ -202,7 +202,7 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     period = a.period
     if period is None and a.demo and not a.all:
         period = DEMO_FLEX_PERIOD
-    result = flexibility_curve(body, period, a.points)
+    result = flexibility_curve(body, period, a.points, read_files=True)
     plot = a.plot or ("pdwatt-flex-demo.png" if a.demo and not a.json else None)
     if plot:
         from service.charts_dr import flex_chart

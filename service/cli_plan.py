@@ -120,7 +120,7 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.solve import solve
 
     body = load_body(a)
-    problem = problem_from_dict(body)
+    problem = problem_from_dict(body, read_files=True)
     with Progress(quiet=a.json and not a.progress) as prog:
         outcome = solve(problem, prog)
     resp = response(outcome)

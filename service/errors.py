@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from formulation.solve import InfeasibleError
@@ -55,7 +56,11 @@ _PROBLEM_DOCS = {
     413: "request body larger than the server accepts",
     422: "invalid request, unknown name, or infeasible problem",
     429: "every solver worker is busy; retry after Retry-After seconds",
+    503: "a solver worker died, memory ran out, or the database is unavailable; "
+    "retry after Retry-After seconds",
 }
+#: Retry-After (seconds) of the 503s raised outside a route (database, memory)
+RETRY_AFTER_S = 5
 
 
 def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -66,7 +71,7 @@ def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
             "description": _PROBLEM_DOCS[code],
             "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}},
         }
-        if code == 429:
+        if code in (429, 503):
             out[code]["headers"] = {
                 "Retry-After": {"description": "seconds", "schema": {"type": "integer"}}
             }
@@ -171,6 +176,26 @@ def install(app: FastAPI) -> None:
             )
         headers = dict(exc.headers) if exc.headers else None
         return problem(exc.status_code, _title(exc.status_code), str(exc.detail), headers=headers)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+        log.error("database error: %s", exc.__class__.__name__)
+        return problem(
+            503,
+            "Service Unavailable",
+            "the database is unavailable; retry later",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+
+    @app.exception_handler(MemoryError)
+    async def _memory(_: Request, exc: MemoryError) -> JSONResponse:
+        log.error("out of memory answering a request")
+        return problem(
+            503,
+            "Service Unavailable",
+            "the server ran out of memory for this request; retry later or send a smaller one",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -1,18 +1,59 @@
 """A bounded pool of solver processes: solves never block the event loop, and when
-every worker is busy a request is refused at once (429) rather than queued."""
+every worker is busy a request is refused at once (429) rather than queued.
+
+A worker that dies (killed by the out-of-memory killer, ``kill -9``) breaks the whole
+``ProcessPoolExecutor``: the pool then replaces it, answers the requests that were
+running in it with 503 and Retry-After, and later requests run on fresh workers.
+Workers ask the kernel to end them when the server process dies (Linux
+``PR_SET_PDEATHSIG``), so solver children never outlive the server.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import multiprocessing
+import os
+import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+_PR_SET_PDEATHSIG = 1
 
 
 class PoolFull(Exception):
     """Every worker is busy."""
+
+
+class WorkerLost(Exception):
+    """The worker running a request died (or its pool was shut down) before answering."""
+
+
+def _die_with_parent(server_pid: int) -> None:
+    """Worker initializer: end this process when the server that started it dies.
+
+    The kernel's parent-death signal (Linux) covers a server that dies later; the check
+    after it covers one that died while this worker was still starting (the task it was
+    given would otherwise run orphaned); a watchdog thread that notices re-parenting
+    within half a second covers platforms without the signal."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != server_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == server_pid:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="pdwatt-parent-watch", daemon=True).start()
 
 
 class SolvePool:
@@ -21,16 +62,49 @@ class SolvePool:
         self._busy = 0
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
+        self.replaced = 0  # executors replaced after a worker died
 
     def _pool(self) -> ProcessPoolExecutor:
-        if self._executor is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
-        return self._executor
+        self.repair()
+        with self._lock:
+            if self._executor is None:
+                ctx = multiprocessing.get_context("spawn")
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.workers,
+                    mp_context=ctx,
+                    initializer=_die_with_parent,
+                    initargs=(os.getpid(),),
+                )
+            return self._executor
+
+    def _discard(self, broken: ProcessPoolExecutor) -> None:
+        """Drop ``broken`` (if it is still the current executor); the next request
+        starts a fresh one."""
+        with self._lock:
+            if self._executor is not broken:
+                return
+            self._executor = None
+            self.replaced += 1
+        broken.shutdown(wait=False, cancel_futures=True)
 
     @property
     def busy(self) -> int:
         return self._busy
+
+    @property
+    def healthy(self) -> bool:
+        """False while the current executor is broken (a worker died)."""
+        ex = self._executor
+        return ex is None or not getattr(ex, "_broken", False)
+
+    def repair(self) -> bool:
+        """Drop a broken executor (a worker died while idle, or mid-request) so that the
+        next request starts fresh workers; True when one was dropped."""
+        ex = self._executor
+        if ex is not None and getattr(ex, "_broken", False):
+            self._discard(ex)
+            return True
+        return False
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         with self._lock:
@@ -38,16 +112,22 @@ class SolvePool:
                 raise PoolFull()
             self._busy += 1
         try:
+            executor = self._pool()
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool(), fn, *args)
+            try:
+                return await loop.run_in_executor(executor, fn, *args)
+            except BrokenProcessPool:
+                self._discard(executor)
+                raise WorkerLost() from None
         finally:
             with self._lock:
                 self._busy -= 1
 
     def shutdown(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        with self._lock:
+            ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
 
 
 def too_busy(retry_after_s: int) -> Exception:
@@ -61,11 +141,26 @@ def too_busy(retry_after_s: int) -> Exception:
     )
 
 
+def worker_lost(retry_after_s: int) -> Exception:
+    """The 503 answer when the worker of this request died; the pool is already replaced."""
+    from fastapi import HTTPException
+
+    return HTTPException(
+        status_code=503,
+        detail="the solver worker running this request stopped before answering (it was "
+        "killed, e.g. out of memory); it has been replaced: retry later",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
 async def run_or_429(
     pool: SolvePool, retry_after_s: int, fn: Callable[..., Any], *args: Any
 ) -> Any:
-    """``pool.run``, answering 429 with Retry-After when every worker is busy."""
+    """``pool.run``, answering 429 with Retry-After when every worker is busy and 503
+    with Retry-After when the worker died."""
     try:
         return await pool.run(fn, *args)
     except PoolFull:
         raise too_busy(retry_after_s) from None
+    except WorkerLost:
+        raise worker_lost(retry_after_s) from None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from formulation.demo import demo_request
+from model.workload import check_no_file
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -42,14 +43,24 @@ class Moments(Strict):
 
 WORKLOAD_DOC = (
     "fixed:IN:OUT or a preset name (azure-conv-2023, azure-code-2023, mooncake); "
-    "trace files are not read over HTTP: send `moments` instead"
+    "files (trace:, moments:, in any spelling) are never read over HTTP: send `moments`"
 )
+
+
+def _no_file(v: str) -> str:
+    check_no_file(v)  # InputError is a ValueError: pydantic reports it at the field
+    return v
+
+
+WorkloadText = Annotated[
+    str, Field(min_length=1, max_length=64, description=WORKLOAD_DOC), AfterValidator(_no_file)
+]
 
 
 class SpecFields(Strict):
     model: Name = "qwen3-32b"
     gpu: Name = "h200"
-    workload: str = Field("azure-conv-2023", max_length=64, description=WORKLOAD_DOC)
+    workload: WorkloadText = "azure-conv-2023"
     moments: Moments | None = None
     overrides: Overrides = Field(default_factory=dict)
 
@@ -155,7 +166,7 @@ class DeploymentIn(Strict):
     name: Name
     model: Name
     gpu: Name
-    workload: str = Field(max_length=64, description=WORKLOAD_DOC)
+    workload: WorkloadText
     demand_rps: list[Rate] = Field(min_length=1)
     unserved_penalty_usd_per_request: Usd = 0.01
     headroom: float = Field(1.0, gt=0, le=1)

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 
 
 def _spec(body: dict[str, Any]) -> tuple[Any, bool]:
-    workload = body.get("workload", "azure-conv-2023")
-    if body.get("moments") is None and workload.split(":", 1)[0] in {"trace", "moments"}:
-        raise InputError(
-            "workload",
-            "files are not read over HTTP; use fixed:IN:OUT, a preset, or send `moments`",
-        )
     req = SpecRequest(
         model=body.get("model", "qwen3-32b"),
         gpu=body.get("gpu", "h200"),
-        workload=workload,
+        workload=body.get("workload", "azure-conv-2023"),
         overrides=body.get("overrides") or {},
         moments=body.get("moments"),
-    )
+    )  # read_files stays False: no request reads a server file
     return resolve_spec(req), bool(body.get("overrides"))
 
 
@@ -46,20 +39,9 @@ def front(body: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _check_schedule_workloads(body: dict[str, Any]) -> None:
-    for i, d in enumerate(body.get("deployments", [])):
-        w = d.get("workload", "")
-        if isinstance(w, str) and w.split(":", 1)[0] in {"trace", "moments"}:
-            raise InputError(
-                f"deployments[{i}].workload",
-                "files are not read over HTTP; use fixed:IN:OUT or a preset",
-            )
-
-
 def schedule(body: dict[str, Any]) -> dict[str, Any]:
     from formulation.problem import problem_from_dict
     from formulation.results import response
     from formulation.solve import solve
 
-    _check_schedule_workloads(body)
     return response(solve(problem_from_dict(body)))

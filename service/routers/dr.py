@@ -29,7 +29,7 @@ router = APIRouter(
     prefix="/v1",
     tags=["demand response"],
     dependencies=[ApiKey],
-    responses=problem_responses(401, 413, 422, 429),
+    responses=problem_responses(401, 413, 422, 429, 503),
 )
 
 #: Most one-period solves one flexibility request may ask for (periods x (points + 1)).

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
-from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from typing import Any
 
-from service.deps import PoolDep
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.deps import PoolDep, SettingsDep
 from service.metrics import busy_workers, registry
+from service.store import engine_for
 
 router = APIRouter(tags=["health"])
 
@@ -18,10 +24,38 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
-def readyz(pool: PoolDep) -> dict[str, object]:
-    """Ready to take work; reports solver workers in use."""
-    return {"status": "ready", "busy_workers": pool.busy, "workers": pool.workers}
+def _database_ok(url: str) -> bool:
+    try:
+        with engine_for(url).connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except SQLAlchemyError:
+        return False
+
+
+@router.get(
+    "/readyz",
+    responses={
+        503: {
+            "description": "not ready: the solver pool is broken or the database does not answer",
+            "content": {"application/json": {}},
+        }
+    },
+)
+async def readyz(pool: PoolDep, settings: SettingsDep) -> Any:
+    """Ready to take work: the solver pool is sound and the database answers; reports
+    solver workers in use. 503 (same document, `status` "unavailable") otherwise."""
+    pool.repair()  # a dead worker is replaced, not reported forever
+    pool_ok = pool.healthy
+    db_ok = await run_in_threadpool(_database_ok, settings.database_url)
+    body = {
+        "status": "ready" if pool_ok and db_ok else "unavailable",
+        "busy_workers": pool.busy,
+        "workers": pool.workers,
+        "solver_pool": "ok" if pool_ok else "broken",
+        "database": "ok" if db_ok else "unavailable",
+    }
+    return JSONResponse(body, status_code=200 if pool_ok and db_ok else 503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -47,7 +47,7 @@ def _png(resp: dict[str, Any]) -> bytes:
     response_model=ScheduleResponse,
     responses={
         200: {"content": {"text/csv": {}, "image/png": {}}},
-        **problem_responses(401, 413, 422, 429),
+        **problem_responses(401, 413, 422, 429, 503),
     },
 )
 async def schedule(

@@ -50,7 +50,7 @@ from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.openadr import OadrEvent, event_to_signals, merge_signals
-from service.pool import PoolFull, SolvePool, too_busy
+from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.routers.schedule import _limits
 from service.schemas import NonNeg, ScheduleRequest, Strict, dump
 from service.settings import Settings
@@ -66,7 +66,7 @@ from service.store import (
 )
 
 router = APIRouter(
-    prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401)
+    prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
 )
 
 T = TypeVar("T")
@@ -353,11 +353,10 @@ async def _replan_after_update(
     """Re-plan a site that was just updated; the update stands whatever happens."""
     try:
         answer["plan"] = await _replan(store, pool, site, current)
-    except PoolFull:
+    except (PoolFull, WorkerLost) as e:
+        why = "every solver worker is busy" if isinstance(e, PoolFull) else "the solver worker died"
         answer["plan"] = None
-        answer["detail"] = (
-            "update stored; every solver worker is busy: POST /v1/sites/{id}/plan later"
-        ).replace("{id}", site.id)
+        answer["detail"] = f"update stored; {why}: POST /v1/sites/{site.id}/plan later"
         return JSONResponse(answer, status_code=202, headers=_etag(site.version))
     except InfeasibleError as e:
         return problem(
@@ -453,6 +452,8 @@ async def plan_site(
         doc = await _replan(store, pool, site, current)
     except PoolFull:
         raise _too_busy(settings) from None
+    except WorkerLost:
+        raise worker_lost(settings.retry_after_s) from None
     return JSONResponse(doc)
 
 

@@ -261,21 +261,24 @@ def test_parse_unknown_lists_presets_and_forms() -> None:
 def test_parse_trace_and_moments(tmp_path: Path) -> None:
     trace = tmp_path / "small.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0.0,2,3\n1.5,4,3\n")
-    w = parse_workload(f"trace:{trace}")
+    w = parse_workload(f"trace:{trace}", read_files=True)
     assert w.ctx_tokens == 4.5
     assert w.name == "trace:small.csv"
     assert file_sha256(trace) in w.source
     moments = tmp_path / "w.json"
     moments.write_text(json.dumps(_valid_moments()))
-    m = parse_workload(f"moments:{moments}")
+    m = parse_workload(f"moments:{moments}", read_files=True)
     assert m.ctx_tokens == 2048 + 128
     assert m.name == "moments:w.json"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(InputError, match="bad.json"):
-        parse_workload(f"moments:{bad}")
+        parse_workload(f"moments:{bad}", read_files=True)
     with pytest.raises(InputError, match="not found"):
-        parse_workload(f"trace:{tmp_path / 'absent.csv'}")
+        parse_workload(f"trace:{tmp_path / 'absent.csv'}", read_files=True)
+    # without read_files (every request), the same strings are refused unread
+    with pytest.raises(InputError, match="never read"):
+        parse_workload(f"trace:{trace}")
 
 
 def test_presets_summary_is_json_with_provenance() -> None:

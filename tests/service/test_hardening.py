@@ -1,0 +1,250 @@
+"""Holes an adversarial test of a live server found (issue 12, items 1 and 3): no
+request reads a server file, whatever the spelling; a dead solver worker is replaced
+and its request answered 503; readiness reflects the pool and the database; solver
+children never outlive the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from model.errors import InputError
+from model.workload import parse_workload, workload_kind
+from tests.service.conftest import (
+    REPO,
+    STARTUP_TIMEOUT_S,
+    free_port,
+    small_schedule,
+    stop_server,
+    wait_healthy,
+)
+from tests.service.test_live import LONG_SOLVE_S, Background, long_solve, wait_busy
+from tests.service.test_routes import assert_problem
+
+SECRET = "pdwatt-secret-content-7f3a"
+# moments of the fixed pair (10, 5): E[l^k] = l^k
+INLINE = {
+    "mean_in": 10, "e_in2": 100, "e_in3": 1000, "e_in4": 10000, "mean_out": 5,
+    "e_out2": 25, "e_in_out": 50, "max_tokens": 15,
+}  # fmt: skip
+
+
+@pytest.fixture
+def secret_files(tmp_path: Path) -> dict[str, Path]:
+    """A readable moments file, a CSV trace (both would parse), and a FIFO, which would
+    block any reader: a request that tried to open it would hang, not answer 422."""
+    moments = tmp_path / "m.json"
+    moments.write_text(json.dumps({**INLINE, "name": SECRET}))
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"input_tokens,output_tokens,{SECRET}\n10,5,1\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {"moments": moments, "trace": trace, "fifo": fifo}
+
+
+def spellings(files: dict[str, Path]) -> list[str]:
+    """The file forms in the spellings the parser accepts (case, spaces, relative paths)."""
+    m, t, f = (str(files[k]) for k in ("moments", "trace", "fifo"))
+    rel = os.path.relpath(m, REPO)
+    return [
+        f"moments:{m}",
+        f"Moments:{m}",
+        f" MOMENTS : {m} ",
+        f"moments:{rel}",
+        f"moments:../{rel}",
+        f"trace:{t}",
+        f"TrAcE:{t}",
+        f"trace :{t}",
+        f"moments:{f}",
+        f"trace:{f}",
+        "moments:/dev/zero",
+        "Moments:/etc/passwd",
+    ]
+
+
+def test_parser_refuses_file_forms_unless_asked(secret_files: dict[str, Path]) -> None:
+    for text in spellings(secret_files):
+        assert workload_kind(text) in {"trace", "moments"}, text
+        with pytest.raises(InputError, match="never read"):
+            parse_workload(text)
+    # the command line reads the user's own files
+    w = parse_workload(f" Moments : {secret_files['moments']}", read_files=True)
+    assert w.mean_in == 10
+    assert workload_kind("fixed:10:5") == "fixed"
+    assert workload_kind("azure-conv-2023") == "preset"
+
+
+def _no_leak(r: httpx.Response) -> None:
+    assert SECRET not in r.text
+    assert "root:" not in r.text
+    assert "not valid JSON" not in r.text and "not found" not in r.text
+
+
+def test_no_route_reads_a_server_file(
+    live_server: Callable[..., str], secret_files: dict[str, Path]
+) -> None:
+    base = live_server(workers=1)
+    for text in spellings(secret_files):
+        cases: list[tuple[str, dict[str, Any], str]] = []
+        cases.append(("/v1/capacity", {"workload": text, "n_p": 1, "n_d": 1}, "workload"))
+        cases.append(("/v1/front", {"workload": text, "max_gpus": 4}, "workload"))
+        # given moments replace the workload, but a file form is still refused, not ignored
+        cases.append(
+            ("/v1/capacity", {"workload": text, "moments": INLINE, "n_p": 1, "n_d": 1}, "workload")
+        )
+        req = small_schedule(time_limit_s=5)
+        req["deployments"][1]["workload"] = text
+        field = "deployments[1].workload"
+        cases.append(("/v1/schedule", req, field))
+        cases.append(
+            (
+                "/v1/demand-response",
+                {"request": req, "event": {"start_period": 1, "end_period": 2, "cap_w": 9e3}},
+                f"request.{field}",
+            )
+        )
+        cases.append(("/v1/flexibility", {"request": req, "period": 1}, f"request.{field}"))
+        site = req | {"name": "dc", "plan_start": "2026-07-01T12:00:00Z"}
+        cases.append(("/v1/sites", site, field))  # refused at registration
+        for path, body, want in cases:
+            r = httpx.post(f"{base}{path}", json=body, timeout=10)
+            assert_problem(r, 422, want)
+            _no_leak(r)
+    assert httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _solver_workers(server_pid: int, want: int = 1, timeout: float = 10.0) -> list[int]:
+    """The server's solver processes (spawned children that are not the resource tracker)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = []
+        for c in _children(server_pid):
+            try:
+                cmd = Path(f"/proc/{c}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"spawn_main" in cmd:
+                pids.append(c)
+        if len(pids) >= want or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def _server_pid(base: str) -> int:
+    port = base.rsplit(":", 1)[1]
+    out = subprocess.run(
+        ["pgrep", "-f", f"service.cli serve --host 127.0.0.1 --port {port}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert len(out) == 1, out
+    return int(out[0])
+
+
+def test_a_killed_worker_is_replaced_and_its_request_gets_503(
+    live_server: Callable[..., str],
+) -> None:
+    base = live_server(workers=1)
+    long = Background(f"{base}/v1/schedule", long_solve(LONG_SOLVE_S), timeout=LONG_SOLVE_S + 60)
+    wait_busy(base)
+    workers = _solver_workers(_server_pid(base))
+    assert len(workers) == 1
+    os.kill(workers[0], signal.SIGKILL)  # what the out-of-memory killer does
+
+    r = long.result(timeout=30)
+    body = assert_problem(r, 503)
+    assert int(r.headers["retry-after"]) >= 1
+    assert "replaced" in body["detail"]
+
+    ready = httpx.get(f"{base}/readyz", timeout=5)
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    # later solves work, on a fresh worker
+    for _ in range(2):
+        r = httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=60)
+        assert r.status_code == 200, r.text
+    assert workers[0] not in _solver_workers(_server_pid(base))
+
+
+def test_an_idle_dead_worker_does_not_fail_the_next_request(
+    live_server: Callable[..., str],
+) -> None:
+    base = live_server(workers=1)
+    assert httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=60).status_code == 200
+    (worker,) = _solver_workers(_server_pid(base))
+    os.kill(worker, signal.SIGKILL)
+    time.sleep(0.5)  # the executor notices the death and marks itself broken
+    r = httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_solver_children_die_with_the_server(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
+    env |= {
+        "PDWATT_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
+        "PDWATT_WORKERS": "1",
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc, STARTUP_TIMEOUT_S)
+        long = Background(f"{base}/v1/schedule", long_solve(LONG_SOLVE_S), timeout=60)
+        wait_busy(base)
+        workers = _solver_workers(proc.pid)
+        assert workers
+        proc.kill()  # kill -9: no shutdown code runs in the server
+        proc.wait()
+        deadline = time.monotonic() + 10
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            alive = [w for w in alive if Path(f"/proc/{w}").exists() and not _zombie(w)]
+            time.sleep(0.1)
+        assert not alive, f"solver processes {alive} outlived the server"
+        with pytest.raises(httpx.TransportError):
+            long.result(timeout=30)
+    finally:
+        stop_server(proc)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_database_down_is_503_and_not_ready(
+    make_client: Callable[..., Any], tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-dir" / "db.sqlite"  # sqlite cannot create the file
+    c = make_client(workers=1, database_url=f"sqlite:///{missing}")
+    r = c.get("/readyz")
+    assert r.status_code == 503
+    assert r.json()["database"] == "unavailable" and r.json()["status"] == "unavailable"
+    r = c.get("/v1/sites")
+    assert_problem(r, 503)
+    assert int(r.headers["retry-after"]) >= 1
+    assert c.get("/healthz").status_code == 200  # the process itself is up
