@@ -48,6 +48,7 @@ from formulation.dp import (
     stage_costs,
 )
 from formulation.evaluate import Schedule, transitions
+from formulation.highs import quiet_highs
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ class Master:
         self.data = data
         T, G, M = data.n_periods, len(data.pools), len(data.deployments)
         self.T, self.G, self.M = T, G, M
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
+        self.h = quiet_highs()
         self.h.setOptionValue("presolve", "off")
         inf = highspy.kHighsInf
         # rows: convexity (M, == 1), cap (T, <= rhs), inventory (G*T, <= G_g)

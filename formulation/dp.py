@@ -15,8 +15,13 @@ minimum is at ``s = 0`` or ``s = smax``: two evaluations per configuration.
 Transitions cost ``c_up`` per instance started and ``c_down`` per instance stopped,
 separately in ``n_P`` and ``n_D``. Without a change limit the min-plus step
 ``min_k' V(k') + c(k', k)`` is a separable distance transform on the ``(n_P, n_D)``
-grid, computed exactly in O(K) with cumulative minima; with a limit
-(``|dn_P| + |dn_D| <= L``) it is a dense K x K minimum.
+grid, computed exactly in O(K) with cumulative minima. With a limit
+``|dn_P| + |dn_D| <= L`` it is the same step restricted to the L1 ball of radius L:
+the ball is the L-fold sum of the unit cross and the cost is additive along monotone
+paths, so applying the unit step (stay, or one instance more or less of either kind)
+L times is exact, O(K L) per period with O(K) memory: no K x K matrix is ever built.
+Intermediate grid cells that are not candidates carry paths through (they stay
+inside the bounding box of the two end points) but are never chosen.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class DeploymentGrid:
     p0_w: FloatArray  # (T, K) power at s = 0
     p1_w: FloatArray  # (T, K) power at s = smax
     smax: FloatArray  # (T, K)
-    trans: FloatArray | None  # (K, K) cost k' -> k (inf beyond the limit), or None
+    limit: int | None  # change limit L where it can bind, else None
 
 
 def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
@@ -54,22 +59,25 @@ def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
         np.array([d.bp_power_w[k, 0] for k in range(k_count)]), (t_count, k_count)
     ).copy()
     p1 = d.power_w(np.arange(k_count)[None, :], d.smax_rps)
-    trans = None
-    if data.max_changes is not None:
-        trans = transition_matrix(data, d)
-    return DeploymentGrid(p_dim, d_dim, cell, p0, p1, d.smax_rps, trans)
+    limit = data.max_changes
+    if limit is not None and limit >= (p_dim - 1) + (d_dim - 1):
+        limit = None  # no two candidates are further apart: the limit cannot bind
+    return DeploymentGrid(p_dim, d_dim, cell, p0, p1, d.smax_rps, limit)
 
 
-def transition_matrix(data: ScheduleData, d: DeploymentData) -> FloatArray:
-    """Cost of moving from candidate ``k'`` (rows) to ``k`` (columns); inf if over limit."""
-    dp = d.n_p[None, :] - d.n_p[:, None]
-    dd = d.n_d[None, :] - d.n_d[:, None]
+def transition_cost(
+    data: ScheduleData, d: DeploymentData, src: int | IntArray, dst: int | IntArray
+) -> FloatArray:
+    """Cost of moving from candidate(s) ``src`` to ``dst`` (broadcast); inf where the
+    move changes more than ``max_changes`` instances."""
+    dp = np.asarray(d.n_p[dst]) - np.asarray(d.n_p[src])
+    dd = np.asarray(d.n_d[dst]) - np.asarray(d.n_d[src])
     up = np.maximum(dp, 0) + np.maximum(dd, 0)
     down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
-    cost = data.start_cost_usd * up + data.stop_cost_usd * down
+    cost = (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
     if data.max_changes is not None:
         cost = np.where(up + down > data.max_changes, np.inf, cost)
-    return cost.astype(float)
+    return np.asarray(cost, dtype=float)
 
 
 def _dt_axis(v: FloatArray, axis: int, c_up: float, c_down: float) -> FloatArray:
@@ -112,21 +120,36 @@ def stage_costs(
     return cost, full
 
 
-def _reach(
+def _unit_steps(gg: FloatArray, steps: int, c_up: float, c_down: float) -> FloatArray:
+    """``steps`` applications of: stay, or move one cell along either axis (``c_up``
+    into the higher index, ``c_down`` into the lower)."""
+    for _ in range(steps):
+        new = gg.copy()
+        np.minimum(new[1:, :], gg[:-1, :] + c_up, out=new[1:, :])
+        np.minimum(new[:-1, :], gg[1:, :] + c_down, out=new[:-1, :])
+        np.minimum(new[:, 1:], gg[:, :-1] + c_up, out=new[:, 1:])
+        np.minimum(new[:, :-1], gg[:, 1:] + c_down, out=new[:, :-1])
+        if np.array_equal(new, gg):
+            break
+        gg = new
+    return gg
+
+
+def reach(
     data: ScheduleData, d: DeploymentData, g: DeploymentGrid, prev: FloatArray, forward: bool
 ) -> FloatArray:
-    """``min_k' prev[k'] + c(k' -> k)`` (forward) or ``min_k' c(k -> k') + prev[k']``."""
+    """``min_k' prev[k'] + c(k' -> k)`` (forward) or ``min_k' c(k -> k') + prev[k']``,
+    transition limits included; exact, O(K) memory."""
     c_up, c_down = data.start_cost_usd, data.stop_cost_usd
-    if g.trans is not None:
-        if forward:
-            return np.min(prev[:, None] + g.trans, axis=0)
-        return np.min(g.trans + prev[None, :], axis=1)
     if not forward:
         c_up, c_down = c_down, c_up
     grid = np.full(g.p_dim * g.d_dim, np.inf)
     grid[g.cell] = prev
     gg = grid.reshape(g.p_dim, g.d_dim)
-    gg = _dt_axis(_dt_axis(gg, 0, c_up, c_down), 1, c_up, c_down)
+    if g.limit is None:
+        gg = _dt_axis(_dt_axis(gg, 0, c_up, c_down), 1, c_up, c_down)
+    else:
+        gg = _unit_steps(gg, g.limit, c_up, c_down)
     return gg.reshape(-1)[g.cell]
 
 
@@ -143,14 +166,14 @@ def shortest_path(
     prev = np.full(k_count, np.inf)
     prev[d.initial] = 0.0
     for t in range(t_count):
-        prev = _reach(data, d, g, prev, True) + stage[t]
+        prev = reach(data, d, g, prev, True) + stage[t]
         values[t] = prev
     cfg = np.empty(t_count, dtype=np.int64)
     k = int(np.argmin(values[-1]))
     best = float(values[-1, k])
     cfg[-1] = k
     for t in range(t_count - 1, 0, -1):
-        k = int(np.argmin(values[t - 1] + _step_cost(data, d, g, k)))
+        k = int(np.argmin(values[t - 1] + step_cost_to(data, d, k)))
         cfg[t - 1] = k
     return best, cfg, values
 
@@ -163,7 +186,7 @@ def backward_values(
     t_count, k_count = stage.shape
     back = np.zeros((t_count, k_count))
     for t in range(t_count - 2, -1, -1):
-        back[t] = _reach(data, d, g, stage[t + 1] + back[t + 1], False)
+        back[t] = reach(data, d, g, stage[t + 1] + back[t + 1], False)
     return back
 
 
@@ -181,23 +204,11 @@ def solve_dp(
     return DpResult(best, cfg, full[np.arange(stage.shape[0]), cfg])
 
 
-def _step_cost(data: ScheduleData, d: DeploymentData, g: DeploymentGrid, k: int) -> FloatArray:
-    """Cost of each candidate ``k'`` moving to ``k``."""
-    if g.trans is not None:
-        return g.trans[:, k]
-    dp = d.n_p[k] - d.n_p
-    dd = d.n_d[k] - d.n_d
-    up = np.maximum(dp, 0) + np.maximum(dd, 0)
-    down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
-    return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
+def step_cost_to(data: ScheduleData, d: DeploymentData, k: int) -> FloatArray:
+    """Cost of each candidate ``k'`` moving to ``k`` (inf beyond the limit)."""
+    return transition_cost(data, d, np.arange(d.n_configs), k)
 
 
-def step_cost_from(data: ScheduleData, d: DeploymentData, g: DeploymentGrid, k: int) -> FloatArray:
-    """Cost of moving from ``k`` to each candidate."""
-    if g.trans is not None:
-        return g.trans[k, :]
-    dp = d.n_p - d.n_p[k]
-    dd = d.n_d - d.n_d[k]
-    up = np.maximum(dp, 0) + np.maximum(dd, 0)
-    down = np.maximum(-dp, 0) + np.maximum(-dd, 0)
-    return (data.start_cost_usd * up + data.stop_cost_usd * down).astype(float)
+def step_cost_from(data: ScheduleData, d: DeploymentData, k: int) -> FloatArray:
+    """Cost of moving from ``k`` to each candidate (inf beyond the limit)."""
+    return transition_cost(data, d, k, np.arange(d.n_configs))

@@ -35,6 +35,7 @@ import pyomo.environ as pyo
 
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
+from formulation.highs import stdout_to_stderr
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +380,8 @@ def solve_model(
         opt.config.warmstart = True
     n_bin = sum(1 for v in m.component_data_objects(pyo.Var) if v.is_binary())
     t0 = time.perf_counter()
-    res = opt.solve(m)
+    with stdout_to_stderr():  # HiGHS's banner and log never reach standard output
+        res = opt.solve(m)
     solve_s = time.perf_counter() - t0
     tc = res.termination_condition
     term = str(tc).split(".")[-1]

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, _reach, _step_cost, transition_matrix
+from formulation.dp import DeploymentGrid, reach, step_cost_to, transition_cost
 from formulation.period import PeriodSolution, solve_period
 
 FloatArray = NDArray[np.float64]
@@ -51,13 +51,13 @@ def path_with_boundary(
     if entry is None:
         prev = np.full(K, np.inf)
         prev[d.initial] = 0.0
-        prev = _reach(data, d, g, prev, True)
+        prev = reach(data, d, g, prev, True)
     else:
         prev = entry
     prev = prev + stage[0]
     values[0] = prev
     for t in range(1, W):
-        prev = _reach(data, d, g, prev, True) + stage[t]
+        prev = reach(data, d, g, prev, True) + stage[t]
         values[t] = prev
     final = values[-1] + (0.0 if exit_ is None else exit_)
     k = int(np.argmin(final))
@@ -65,7 +65,7 @@ def path_with_boundary(
     path = np.empty(W, dtype=np.int64)
     path[-1] = k
     for t in range(W - 1, 0, -1):
-        k = int(np.argmin(values[t - 1] + _step_cost(data, d, g, k)))
+        k = int(np.argmin(values[t - 1] + step_cost_to(data, d, k)))
         path[t - 1] = k
     return best, path
 
@@ -200,12 +200,11 @@ def joint_path(
     (cost, chosen index per period) or None when no sequence meets the limits."""
 
     M = len(data.deployments)
-    trans = [transition_matrix(data, d) for d in data.deployments]
     cfg0 = np.array([s[0] for s in states[0]], dtype=np.int64).reshape(-1, M)
     val = np.array([s[2] for s in states[0]], dtype=float)
     if entry is None:
         for m, d in enumerate(data.deployments):
-            val = val + trans[m][d.initial, cfg0[:, m]]
+            val = val + transition_cost(data, d, d.initial, cfg0[:, m])
     else:
         for m in range(M):
             val = val + entry[m][cfg0[:, m]]
@@ -214,8 +213,8 @@ def joint_path(
     for i in range(1, len(states)):
         cfg = np.array([s[0] for s in states[i]], dtype=np.int64).reshape(-1, M)
         step = np.zeros((prev_cfg.shape[0], cfg.shape[0]))
-        for m in range(M):
-            step += trans[m][prev_cfg[:, m][:, None], cfg[:, m][None, :]]
+        for m, d in enumerate(data.deployments):
+            step += transition_cost(data, d, prev_cfg[:, m][:, None], cfg[:, m][None, :])
         tot = val[:, None] + step
         arg = np.argmin(tot, axis=0)
         val = tot[arg, np.arange(cfg.shape[0])] + np.array([s[2] for s in states[i]])

@@ -26,12 +26,12 @@ from numpy.typing import NDArray
 from formulation.data import ScheduleData, slice_periods
 from formulation.dp import (
     DeploymentGrid,
-    _reach,
-    _step_cost,
     backward_values,
+    reach,
     shortest_path,
     stage_costs,
     step_cost_from,
+    step_cost_to,
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
@@ -84,14 +84,13 @@ def _assemble(
     served[:, a:b] = inner.served_rps
     for m, d in enumerate(data.deployments):
         stage, full, fwd, back = tabs[m]
-        g = grids[m]
         k = int(cfg[m, a])
         for t in range(a - 1, -1, -1):  # backtrack the forward DP into the window
-            k = int(np.argmin(fwd[t] + _step_cost(data, d, g, k)))
+            k = int(np.argmin(fwd[t] + step_cost_to(data, d, k)))
             cfg[m, t] = k
         k = int(cfg[m, b - 1])
         for t in range(b, T):  # follow the backward DP out of the window
-            step = step_cost_from(data, d, g, k)
+            step = step_cost_from(data, d, k)
             k = int(np.argmin(step + stage[t] + back[t]))
             cfg[m, t] = k
         outside = np.r_[0:a, b:T].astype(np.int64)
@@ -132,7 +131,7 @@ def solve_windowed(
         entry = None
         if a > 0:
             entry = [
-                _reach(data, d, grids[m], tabs[m][2][a - 1], True)
+                reach(data, d, grids[m], tabs[m][2][a - 1], True)
                 for m, d in enumerate(data.deployments)
             ]
         exit_ = [tabs[m][3][b - 1] for m in range(len(data.deployments))] if b < T else None
@@ -308,7 +307,7 @@ def solve_guided(
         entry = None
         if a > 0:
             entry = [
-                _reach(data, d, grids[m], tabs[m][2][a - 1], True)
+                reach(data, d, grids[m], tabs[m][2][a - 1], True)
                 for m, d in enumerate(data.deployments)
             ]
         exit_ = [tabs[m][3][b - 1] for m in range(M)] if b < T else None
