@@ -4,6 +4,8 @@
   configuration whose ``headroom * mu`` covers its peak demand (its largest-capacity
   configuration if none does); served loads are the exact cost-minimising ones under
   the cap in each period (:func:`formulation.evaluate.best_served`).
+* greedy_ramped: :func:`greedy_ramped`, period by period within the transition limits
+  (a comparator that breaks none of them).
 * greedy: every period on its own, the configurations and served loads that minimise
   that period's cost under the cap and inventory, ignoring transitions. Where the
   deployments' individual optima fit the site they are the period's optimum; where
@@ -21,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from formulation.data import ScheduleData, take_periods
-from formulation.dp import deployment_grid, stage_costs
+from formulation.dp import deployment_grid, stage_costs, transition_cost
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp import solve_compact
 from formulation.period import enumeration_applies, solve_period
@@ -133,4 +135,93 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
         if r.schedule is not None:
             cfg[:, rest] = r.schedule.config
             served[:, rest] = r.schedule.served_rps
+    return price_schedule(data, Schedule(cfg, served))
+
+
+def greedy_ramped(data: ScheduleData) -> Priced:
+    """The per-period greedy that respects transition limits (a violation-free
+    comparator for ``greedy``, which may break them).
+
+    Period by period, each deployment takes the configuration, among those within the
+    change limit of its previous one, that minimises its own cost for the period (the
+    stage cost at zero prices, served load 0 or the most it may serve) plus the
+    transition; where the site then breaks a GPU pool or the cap, moves that free
+    GPUs (then watts) at the least added cost per GPU (per watt) are taken one at a
+    time, still within the limits, until it fits or no move helps (the violation is
+    then counted by the pricing, as for every baseline)."""
+    M, T = len(data.deployments), data.n_periods
+    zero = np.zeros(T)
+    tabs = []
+    for d in data.deployments:
+        cost, full = stage_costs(data, d, deployment_grid(data, d), zero, zero)
+        p0 = d.power_w(np.arange(d.n_configs)[None, :], np.zeros((1, d.n_configs)))[0]
+        p1 = d.power_w(np.arange(d.n_configs)[None, :], d.smax_rps)  # (T, K)
+        tabs.append((cost, full, p0, p1))
+    cfg = np.zeros((M, T), dtype=np.int64)
+    served = np.zeros((M, T))
+    prev = np.array([d.initial for d in data.deployments], dtype=np.int64)
+    idle = data.idle_gpu_power_w
+    for t in range(T):
+        options = []  # per deployment: (configs, serve-full flag, cost, net IT power, gpus)
+        pick = np.zeros(M, dtype=np.int64)
+        for m, d in enumerate(data.deployments):
+            cost, full, p0, p1 = tabs[m]
+            step = transition_cost(data, d, int(prev[m]), np.arange(d.n_configs))
+            ks = np.flatnonzero(np.isfinite(step) & d.allowed)
+            # both served levels of each reachable configuration are options
+            k2 = np.concatenate([ks, ks])
+            s_full = np.concatenate([np.zeros(ks.size, bool), np.ones(ks.size, bool)])
+            u = d.unserved_usd_per_rps[t]
+            cw = data.cost_usd_per_w[t]
+            smax = d.smax_rps[t, ks]
+            c = np.concatenate(
+                [cw * p0[ks] + u * d.demand_rps[t], cw * p1[t, ks] + u * (d.demand_rps[t] - smax)]
+            )
+            c = (
+                c
+                - cw * idle * np.concatenate([d.gpus[ks], d.gpus[ks]])
+                + np.concatenate([step[ks], step[ks]])
+            )
+            net = np.concatenate([p0[ks], p1[t, ks]]) - idle * np.concatenate(
+                [d.gpus[ks], d.gpus[ks]]
+            )
+            options.append((k2, s_full, c, net, d.gpus[k2]))
+            pick[m] = int(np.argmin(c))
+        budget = float(data.it_cap_w[t]) - data.idle_site_it_w
+        for _ in range(sum(o[0].size for o in options)):  # each move strictly improves
+            used = np.zeros(len(data.pools), dtype=np.int64)
+            for m, o in enumerate(options):
+                used[data.pool_of[m]] += o[4][pick[m]]
+            over_pool = used - data.pool_gpus
+            over_w = sum(o[3][pick[m]] for m, o in enumerate(options)) - budget
+            if over_pool.max() <= 0 and over_w <= 1e-9 * max(abs(budget), 1.0):
+                break
+            best: tuple[float, int, int] | None = None
+            pool_over = bool(over_pool.max() > 0)
+            for m, o in enumerate(options):
+                pool = int(data.pool_of[m])
+                dc = o[2] - o[2][pick[m]]  # added cost
+                added_gpus = o[4] - o[4][pick[m]]
+                if pool_over:  # free GPUs of an over-full pool first
+                    if over_pool[pool] <= 0:
+                        continue
+                    gain = -added_gpus.astype(float)
+                    ok = gain > 0
+                else:  # then watts, without filling a pool past its inventory
+                    gain = o[3][pick[m]] - o[3]
+                    ok = (gain > 0) & (added_gpus <= -over_pool[pool])
+                if not ok.any():
+                    continue
+                ratio = np.where(ok, dc / np.where(ok, gain, 1.0), np.inf)
+                j = int(np.argmin(ratio))
+                if best is None or ratio[j] < best[0]:
+                    best = (float(ratio[j]), m, j)
+            if best is None:
+                break
+            pick[best[1]] = best[2]
+        for m, o in enumerate(options):
+            k = int(o[0][pick[m]])
+            cfg[m, t] = k
+            served[m, t] = data.deployments[m].smax_rps[t, k] if o[1][pick[m]] else 0.0
+        prev = cfg[:, t].copy()
     return price_schedule(data, Schedule(cfg, served))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError, PdwattError
@@ -150,32 +151,54 @@ class ScheduleData:
         return self.idle_gpu_power_w * self.total_gpus
 
 
-def _candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
+def _ranges(d: DeploymentInput, tp: int) -> tuple[int, int, int, int, int]:
     top = d.max_gpus // tp
     hi_p = top if d.max_n_p is None else min(d.max_n_p, top)
     hi_d = top if d.max_n_d is None else min(d.max_n_d, top)
+    return max(1, d.min_n_p), hi_p, max(1, d.min_n_d), hi_d, top
+
+
+def candidate_count(d: DeploymentInput, tp: int) -> int:
+    """How many configurations (off included) :func:`deployment_candidates` gives, without
+    building them: pairs with n_P, n_D in their ranges and n_P + n_D <= top."""
+    lo_p, hi_p, lo_d, hi_d, top = _ranges(d, tp)
+    count = 1
+    for n_p in range(lo_p, hi_p + 1):
+        count += max(0, min(hi_d, top - n_p) - lo_d + 1)
+    return count
+
+
+def deployment_candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
+    lo_p, hi_p, lo_d, hi_d, top = _ranges(d, tp)
     pp, dd = np.meshgrid(
-        np.arange(max(1, d.min_n_p), hi_p + 1),
-        np.arange(max(1, d.min_n_d), hi_d + 1),
+        np.arange(lo_p, hi_p + 1),
+        np.arange(lo_d, hi_d + 1),
         indexing="ij",
     )
     keep = (pp + dd) <= top
     return pp[keep].astype(np.int64), dd[keep].astype(np.int64)
 
 
-def _deployment(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentData:
+def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
     at = f"deployments[{i}]"
     try:
         spec = resolve_spec(
-            SpecRequest(d.model, d.gpu, d.workload, d.overrides, read_files=p.read_files)
+            SpecRequest(d.model, d.gpu, d.workload, d.overrides, read_files=p.host.read_files)
         )
         Coefficients.of(spec)
     except InputError as e:
         raise InputError(f"{at}.{e.field}", e.reason) from e
     except PdwattError as e:  # pragma: no cover - every core error is an InputError
         raise InputError(at, str(e)) from e
+    return spec
+
+
+def _deployment(
+    i: int, d: DeploymentInput, p: ScheduleProblem, spec: DeploymentSpec
+) -> DeploymentData:
+    at = f"deployments[{i}]"
     tp = spec.serving.tensor_parallel
-    cp, cd = _candidates(d, tp)
+    cp, cd = deployment_candidates(d, tp)
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
@@ -224,10 +247,31 @@ def _deployment(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentDat
     return data
 
 
+def _specs(p: ScheduleProblem) -> list[DeploymentSpec]:
+    return [_spec(i, d, p) for i, d in enumerate(p.deployments)]
+
+
+def check_memory(
+    p: ScheduleProblem, specs: list[DeploymentSpec] | None = None
+) -> memory.MemoryEstimate:
+    """The estimated memory of solving ``p``; InputError naming the deployment's
+    ``max_gpus`` when it exceeds ``p.host.memory_budget_mb``. Builds no table."""
+    specs = _specs(p) if specs is None else specs
+    counts = [
+        candidate_count(d, s.serving.tensor_parallel)
+        for d, s in zip(p.deployments, specs, strict=True)
+    ]
+    return memory.check(p.n_periods, counts, p.host.memory_budget_mb)
+
+
 def build_data(p: ScheduleProblem) -> ScheduleData:
     """Validate ``p`` and compute every table it needs (cached by the core)."""
     validate(p)
-    deps = tuple(_deployment(i, d, p) for i, d in enumerate(p.deployments))
+    specs = _specs(p)
+    check_memory(p, specs)  # before any table is built
+    deps = tuple(
+        _deployment(i, d, p, s) for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True))
+    )
     pools = tuple(sorted(p.site.gpu_inventory))
     pool_gpus = np.array([p.site.gpu_inventory[g] for g in pools], dtype=np.int64)
     pool_of = np.array([pools.index(d.gpu) for d in p.deployments], dtype=np.int64)

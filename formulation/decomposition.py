@@ -190,6 +190,19 @@ def lagrangian_bound(
     )
 
 
+def uncoupled_bound(data: ScheduleData, grids: list[DeploymentGrid]) -> float:
+    """Sum over deployments of each one's exact optimum without the site cap and the
+    GPU inventories (one DP each), plus the idle site's energy: the Lagrangian bound
+    at zero prices, a valid lower bound on every schedule's objective."""
+    T, G = data.n_periods, len(data.pools)
+    zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
+    values = [
+        solve_dp(data, d, grids[m], zero_pi, zero_sigma[int(data.pool_of[m])]).value
+        for m, d in enumerate(data.deployments)
+    ]
+    return lagrangian_bound(data, values, zero_pi, zero_sigma)
+
+
 def decompose(
     data: ScheduleData,
     time_limit_s: float,
@@ -206,14 +219,19 @@ def decompose(
     master = Master(data)
     zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
     high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
+    uncapped = []
     for m, d in enumerate(data.deployments):
         g = int(data.pool_of[m])
         for pi in (zero_pi, high_pi):
             r = solve_dp(data, d, grids[m], pi, zero_sigma[g])
             master.add(column_from_dp(data, m, r))
+            if pi is zero_pi:
+                uncapped.append(r.value)
     for col in extra_columns or []:
         master.add(col)
-    best_lb = -np.inf
+    # at zero prices the bound is the sum of each deployment's uncapped optimum: the
+    # bound never falls below it, whatever the LP duals do
+    best_lb = lagrangian_bound(data, uncapped, zero_pi, zero_sigma)
     best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
     lp = np.inf
     it = 0

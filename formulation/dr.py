@@ -60,7 +60,7 @@ from numpy.typing import NDArray
 
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import FEAS_RTOL, Priced, price_schedule
-from formulation.problem import ScheduleProblem, problem_from_dict
+from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.results import response
 from formulation.solve import InfeasibleError, Outcome, solve
 from model.errors import InputError
@@ -345,7 +345,7 @@ def demand_response(
     event: dict[str, Any],
     progress: Progress | None = None,
     request_field: str = "",
-    read_files: bool = False,
+    host: Host | None = None,
 ) -> dict[str, Any]:
     """The baseline and response schedules of a DR event, and what responding costs.
 
@@ -355,7 +355,7 @@ def demand_response(
     """
     say = progress or (lambda _m: None)
     with request_errors(request_field):
-        problem = problem_from_dict(body, read_files=read_files)
+        problem = problem_from_dict(body, host)
     ev = parse_event(event, problem)
     with request_errors(request_field):
         data = build_data(problem)

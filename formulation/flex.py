@@ -37,7 +37,7 @@ from formulation.data import ScheduleData, build_data
 from formulation.dr import request_errors
 from formulation.milp import solve_compact
 from formulation.period import pool_can_bind, solve_period
-from formulation.problem import problem_from_dict
+from formulation.problem import Host, problem_from_dict
 from formulation.solve import min_site_power_w
 from model.errors import InputError
 
@@ -182,7 +182,7 @@ def flexibility_curve(
     period: int | None = None,
     n_points: int = 25,
     request_field: str = "",
-    read_files: bool = False,
+    host: Host | None = None,
 ) -> dict[str, Any]:
     """Flexibility curve of one period (or of each period when ``period`` is None).
 
@@ -190,7 +190,7 @@ def flexibility_curve(
     (``"request."`` in the HTTP body).
     """
     with request_errors(request_field):
-        problem = problem_from_dict(body, read_files=read_files)
+        problem = problem_from_dict(body, host)
         data = build_data(problem)
     n = data.n_periods
     if period is not None and (

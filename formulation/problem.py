@@ -90,6 +90,18 @@ class SolverOptions:
 
 
 @dataclass(frozen=True)
+class Host:
+    """What the machine running a solve allows; set by the caller, never by a request."""
+
+    #: resolve `trace:`/`moments:` workload files (the command line on the user's own
+    #: files); False everywhere else, so a request never reads a server file
+    read_files: bool = False
+    #: refuse, before any table is built, a problem whose solve is estimated to need
+    #: more memory than this (MB); None: no limit
+    memory_budget_mb: float | None = None
+
+
+@dataclass(frozen=True)
 class ScheduleProblem:
     period_minutes: float
     site: SiteInput
@@ -97,9 +109,7 @@ class ScheduleProblem:
     grid: GridInput
     transitions: TransitionInput = field(default_factory=TransitionInput)
     solver: SolverOptions = field(default_factory=SolverOptions)
-    #: resolve `trace:`/`moments:` workload files (the command line on the user's own
-    #: files); False everywhere else, so a request never reads a server file
-    read_files: bool = False
+    host: Host = field(default_factory=lambda: Host())
 
     @property
     def n_periods(self) -> int:
@@ -167,7 +177,7 @@ def validate(p: ScheduleProblem) -> None:
         if not d.name or d.name in names:
             raise InputError(f"{at}.name", f"must be non-empty and unique, got {d.name!r}")
         names.add(d.name)
-        if not p.read_files:
+        if not p.host.read_files:
             check_no_file(d.workload, f"{at}.workload")
         if len(d.demand_rps) != n:
             raise InputError(
@@ -262,10 +272,10 @@ def _num_list(path: str, v: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in v)
 
 
-def problem_from_dict(body: Any, *, read_files: bool = False) -> ScheduleProblem:
+def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
     """Parse and validate a schedule request body (SPEC 6.1). Unknown fields are errors.
 
-    Workload files (`trace:`, `moments:`) are refused unless ``read_files``."""
+    Workload files (`trace:`, `moments:`) are refused unless ``host.read_files``."""
     body = _obj("body", body)
     _no_unknown("", body, _TOP_KEYS)
     deps_raw = _req("", body, "deployments")
@@ -357,7 +367,7 @@ def problem_from_dict(body: Any, *, read_files: bool = False) -> ScheduleProblem
         grid=grid,
         transitions=tr,
         solver=so,
-        read_files=read_files,
+        host=host or Host(),
     )
     validate(prob)
     return prob

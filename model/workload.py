@@ -80,6 +80,10 @@ FIXED_PRESET_PAIRS: tuple[tuple[int, int], ...] = (
 #: off by a few ulps in float64.
 _REL_TOL = 1e-9
 
+#: Largest request length (input + output tokens) accepted: a hundred million tokens,
+#: some hundred times the longest context window of any model in the catalog.
+MAX_TOKENS = 1e8
+
 #: The forms `parse_workload` accepts besides preset names (for error messages).
 _ACCEPTED_FORMS = ("fixed:IN:OUT", "trace:PATH", "moments:PATH.json")
 
@@ -148,6 +152,23 @@ class Workload:
             if value < bound - _REL_TOL * max(abs(bound), abs(value), 1.0):
                 raise InputError(field_name, f"{field_name} = {value!r} must be >= {what}")
 
+        def at_most(field_name: str, value: float, bound: float, what: str) -> None:
+            if value > bound + _REL_TOL * max(abs(bound), abs(value), 1.0):
+                raise InputError(
+                    field_name, f"{field_name} = {value!r} must be <= {what} = {bound!r}"
+                )
+
+        # Upper bounds first: every length is at most max_tokens, so E[l^k] <= max_tokens^k,
+        # and max_tokens itself is bounded far beyond any context window; the checks
+        # below then cannot overflow.
+        if self.max_tokens > MAX_TOKENS:
+            raise InputError("max_tokens", f"must be <= {MAX_TOKENS:.0e} tokens")
+        top = self.max_tokens
+        for name, power in (("mean_in", 1), ("e_in2", 2), ("e_in3", 3), ("e_in4", 4)):
+            at_most(name, getattr(self, name), top**power, f"max_tokens**{power}")
+        at_most("mean_out", self.mean_out, top, "max_tokens")
+        at_most("e_out2", self.e_out2, top**2, "max_tokens**2")
+        at_most("e_in_out", self.e_in_out, top**2, "max_tokens**2")
         at_least("mean_in", self.mean_in, 1.0, "1 (every request has l_in >= 1)")
         at_least("mean_out", self.mean_out, 1.0, "1 (every request has l_out >= 1)")
         at_least("e_in2", self.e_in2, self.mean_in**2, f"mean_in**2 = {self.mean_in**2!r}")

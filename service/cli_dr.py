@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from model.errors import InputError
-from service.cli_plan import Progress, load_body
+from service.cli_plan import Progress, add_host_args, host_from_args, load_body
 
 DEMO_FLEX_PERIOD = 72  # 18:00, the demo's evening peak
 
@@ -135,7 +135,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         raise InputError("--event", "give the event file (JSON) with --event")
     try:
         with Progress(quiet=a.json and not a.progress) as prog:
-            result = demand_response(body, event, prog, read_files=True)
+            result = demand_response(body, event, prog, host=host_from_args(a))
     except InfeasibleError as e:
         print(f"error: {e}", file=sys.stderr)
         _print_conflicts(e.conflicts)
@@ -202,7 +202,7 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     period = a.period
     if period is None and a.demo and not a.all:
         period = DEMO_FLEX_PERIOD
-    result = flexibility_curve(body, period, a.points, read_files=True)
+    result = flexibility_curve(body, period, a.points, host=host_from_args(a))
     plot = a.plot or ("pdwatt-flex-demo.png" if a.demo and not a.json else None)
     if plot:
         from service.charts_dr import flex_chart
@@ -239,6 +239,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--time-limit", type=float, help="override solver.time_limit_s (per solve)")
     p.add_argument("--progress", action="store_true", help="show progress also with --json")
+    add_host_args(p)
     p.set_defaults(func=cmd_dr)
 
     f = sub.add_parser("flex", help="site flexibility curve: best served demand vs. site power cap")
@@ -258,4 +259,5 @@ def register(sub: Any) -> None:
         help="draw the curve (default for --demo: pdwatt-flex-demo.png)",
     )
     f.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
+    add_host_args(f)
     f.set_defaults(func=cmd_flex)

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from formulation.demo import demo_request
-from formulation.problem import problem_from_dict
+from formulation.problem import Host, problem_from_dict
 from model.errors import InputError
 
 
@@ -60,6 +60,29 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
     if a.time_limit is not None and isinstance(body, dict):
         body.setdefault("solver", {})["time_limit_s"] = a.time_limit
     return body
+
+
+def add_host_args(p: argparse.ArgumentParser) -> None:
+    """``--max-memory-mb``: the flag of every command that solves schedules."""
+    p.add_argument(
+        "--max-memory-mb",
+        type=float,
+        help="refuse a solve estimated to need more memory (default: "
+        "PDWATT_MAX_SOLVE_MEMORY_MB, 4096)",
+    )
+
+
+def host_from_args(a: argparse.Namespace) -> Host:
+    """The command line reads the user's own workload files; memory budget from the flag
+    or the same setting the service uses."""
+    from service.settings import get_settings
+
+    budget = a.max_memory_mb
+    if budget is None:
+        budget = get_settings().max_solve_memory_mb
+    if budget <= 0:
+        raise InputError("--max-memory-mb", f"must be > 0, got {budget:g}")
+    return Host(read_files=True, memory_budget_mb=budget)
 
 
 def print_summary(resp: dict[str, Any]) -> None:
@@ -120,7 +143,7 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.solve import solve
 
     body = load_body(a)
-    problem = problem_from_dict(body, read_files=True)
+    problem = problem_from_dict(body, host_from_args(a))
     with Progress(quiet=a.json and not a.progress) as prog:
         outcome = solve(problem, prog)
     resp = response(outcome)
@@ -154,4 +177,5 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
     p.add_argument("--progress", action="store_true", help="show progress also with --json")
+    add_host_args(p)
     p.set_defaults(func=cmd_plan)

@@ -100,7 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.pool = SolvePool(settings.workers)
+    app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
     errors.install(app)
     for r in (core.router, schedule.router, catalog.router, health.router, sites.router, dr.router):
         app.include_router(r)

@@ -57,8 +57,12 @@ def _die_with_parent(server_pid: int) -> None:
 
 
 class SolvePool:
-    def __init__(self, workers: int) -> None:
+    """``workers`` solver processes; each solve may use up to ``memory_budget_mb``
+    (estimated before its tables are built, see :mod:`formulation.memory`)."""
+
+    def __init__(self, workers: int, memory_budget_mb: float | None = None) -> None:
         self.workers = workers
+        self.memory_budget_mb = memory_budget_mb
         self._busy = 0
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None

@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     max_site_gpus: int = Field(20_000, ge=1)
     max_front_gpus: int = Field(512, ge=2)
     max_time_limit_s: float = Field(300.0, gt=0)
+    max_solve_memory_mb: float = Field(
+        4096.0, gt=0, description="refuse a solve estimated to need more memory (MB)"
+    )
     workers: int = Field(2, ge=1, le=64, description="concurrent solves (processes)")
     retry_after_s: int = Field(5, ge=1)
     database_url: str = "sqlite:///pdwatt.db"

@@ -39,9 +39,10 @@ def front(body: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def schedule(body: dict[str, Any]) -> dict[str, Any]:
-    from formulation.problem import problem_from_dict
+def schedule(body: dict[str, Any], memory_budget_mb: float | None = None) -> dict[str, Any]:
+    from formulation.problem import Host, problem_from_dict
     from formulation.results import response
     from formulation.solve import solve
 
-    return response(solve(problem_from_dict(body)))
+    host = Host(memory_budget_mb=memory_budget_mb)  # no workload file is read
+    return response(solve(problem_from_dict(body, host)))

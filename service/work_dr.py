@@ -1,24 +1,33 @@
 """Demand-response what-if and flexibility curve as plain functions of JSON data, run
 in the solver's worker processes; each returns exactly what ``pdwatt dr --json`` /
 ``pdwatt flex --json`` prints. Errors of the nested schedule request name their field
-under ``request.``. No workload file is read (``read_files`` stays False)."""
+under ``request.``. No workload file is read (the host's ``read_files`` stays False)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from formulation.problem import Host
+
 REQUEST = "request."
 
 
-def demand_response(payload: dict[str, Any]) -> dict[str, Any]:
+def demand_response(
+    payload: dict[str, Any], memory_budget_mb: float | None = None
+) -> dict[str, Any]:
     from formulation.dr import demand_response as run
 
-    return run(payload["request"], payload["event"], request_field=REQUEST)
+    host = Host(memory_budget_mb=memory_budget_mb)
+    return run(payload["request"], payload["event"], request_field=REQUEST, host=host)
 
 
-def flexibility(payload: dict[str, Any]) -> dict[str, Any]:
+def flexibility(payload: dict[str, Any], memory_budget_mb: float | None = None) -> dict[str, Any]:
     from formulation.flex import flexibility_curve
 
     return flexibility_curve(
-        payload["request"], payload.get("period"), payload.get("points", 25), request_field=REQUEST
+        payload["request"],
+        payload.get("period"),
+        payload.get("points", 25),
+        request_field=REQUEST,
+        host=Host(memory_budget_mb=memory_budget_mb),
     )

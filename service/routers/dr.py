@@ -52,7 +52,7 @@ def _limits(req: ScheduleRequest, s: Settings) -> None:
 
 
 async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
-    return await run_or_429(pool, settings.retry_after_s, fn, body)
+    return await run_or_429(pool, settings.retry_after_s, fn, body, pool.memory_budget_mb)
 
 
 def _png(draw: Callable[[Any, Any], None], result: dict[str, Any]) -> bytes:

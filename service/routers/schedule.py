@@ -63,7 +63,9 @@ async def schedule(
     """
     _limits(req, settings)
     t0 = time.perf_counter()
-    resp = await run_or_429(pool, settings.retry_after_s, work.schedule, dump(req))
+    resp = await run_or_429(
+        pool, settings.retry_after_s, work.schedule, dump(req), pool.memory_budget_mb
+    )
     solve_seconds.observe(time.perf_counter() - t0)
     solver_outcomes_total.labels(resp["status"]).inc()
     if format == "csv":

@@ -42,7 +42,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from formulation.problem import expand_series, problem_from_dict
+from formulation.data import check_memory
+from formulation.problem import Host, expand_series, problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import work
@@ -223,7 +224,8 @@ def _site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any
     _limits(req, settings)
     body = dump(req)
     name = body.pop("name")
-    problem_from_dict(_request_of(body))  # the same checks as POST /v1/schedule
+    host = Host(memory_budget_mb=settings.max_solve_memory_mb)
+    check_memory(problem_from_dict(_request_of(body), host))  # as POST /v1/schedule
     try:
         req.plan_start + timedelta(minutes=req.period_minutes) * (_n_periods(body) + 1)
     except OverflowError:
@@ -283,7 +285,7 @@ _INITIAL = re.compile(r"^deployments\[(\d+)\]\.initial")
 async def _solve(pool: SolvePool, req: dict[str, Any], current: Current | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
-        resp: dict[str, Any] = await pool.run(work.schedule, req)
+        resp: dict[str, Any] = await pool.run(work.schedule, req, pool.memory_budget_mb)
     except InputError as e:
         m = _INITIAL.match(e.field)
         if current is not None and m:  # name the state the client sent

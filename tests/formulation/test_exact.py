@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from formulation.data import ScheduleData, build_data
+from formulation.decomposition import uncoupled_bound
+from formulation.dp import deployment_grid
 from formulation.evaluate import Schedule, best_served, price_schedule
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError, solve
@@ -367,6 +369,12 @@ def test_solver_equals_exhaustive_enumeration(seed: int) -> None:
             got.objective_usd, rel=1e-9, abs=1e-9
         ), method
         assert out.lower_bound_usd <= got.objective_usd * (1 + 1e-9) + 1e-9
+        # never weaker than the deployments' uncapped optima, which bound the optimum
+        floor = uncoupled_bound(data, [deployment_grid(data, d) for d in data.deployments])
+        assert out.lower_bound_usd >= floor - 1e-9 * abs(floor)
+        assert floor <= best.value * (1 + 1e-9) + 1e-9
+        # the ramped greedy never breaks a transition limit
+        assert not out.baselines["greedy_ramped"].limit_violations
         for base in out.baselines.values():
             if base.violation_free:
                 assert best.value <= base.objective_usd * (1 + 1e-9) + 1e-12

@@ -39,7 +39,8 @@ def test_shape(demo: tuple[dict[str, Any], dict[str, Any]]) -> None:
     assert [p["index"] for p in resp["periods"]] == list(range(n))
     for p in resp["periods"]:
         assert set(p["deployments"]) == set(deps_of(body))
-    assert set(resp["baselines"]) == {"static_peak", "greedy"}
+    assert set(resp["baselines"]) == {"static_peak", "greedy", "greedy_ramped"}
+    assert resp["baselines"]["greedy_ramped"]["limit_violations"] == 0
 
 
 def test_site_power_within_cap(demo: tuple[dict[str, Any], dict[str, Any]]) -> None:

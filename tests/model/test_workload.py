@@ -454,3 +454,22 @@ def test_shipped_preset_equals_fresh_derivation(preset: str) -> None:
     if preset == "mooncake":
         assert round(shipped.mean_in) == 12_035
         assert round(shipped.mean_out) == 343
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", 1e300),  # beyond MAX_TOKENS
+        ("e_in4", 1.2e308),  # > max_tokens**4 (2304**4)
+        ("e_in2", 6.5e307),
+        ("e_out2", 1e20),
+        ("e_in_out", 1e52),
+        ("mean_in", 1e16),
+    ],
+)
+def test_huge_moments_are_refused_not_overflowed(field: str, value: float) -> None:
+    """Every length is at most max_tokens, so E[l^k] <= max_tokens^k: huge moments are
+    refused naming the field (they once overflowed the consistency checks)."""
+    with pytest.raises(InputError) as err:
+        Workload.from_dict({**_valid_moments(), field: value})
+    assert err.value.field == field

@@ -248,3 +248,43 @@ def test_database_down_is_503_and_not_ready(
     assert_problem(r, 503)
     assert int(r.headers["retry-after"]) >= 1
     assert c.get("/healthz").status_code == 200  # the process itself is up
+
+
+def test_a_solve_over_the_memory_budget_is_a_422_naming_max_gpus(
+    make_client: Callable[..., Any],
+) -> None:
+    """max_gpus 512 on one deployment once tried to allocate 128 GiB and answered 500."""
+    c = make_client(workers=1)  # default budget: 4096 MB
+    req = small_schedule(time_limit_s=5)  # four periods, made a day of 96
+    for d in req["deployments"]:
+        d["demand_rps"] = d["demand_rps"] * 24
+    req["grid"]["price_usd_per_mwh"] = req["grid"]["price_usd_per_mwh"] * 24
+    req["deployments"][1]["max_gpus"] = 512
+    req["site"]["gpu_inventory"]["h200"] = 600
+    body = assert_problem(c.post("/v1/schedule", json=req), 422, "deployments[1].max_gpus")
+    assert "MB" in body["detail"] and "PDWATT_MAX_SOLVE_MEMORY_MB" in body["detail"]
+    dr = {"request": req, "event": {"start_period": 1, "end_period": 2, "cap_w": 9e3}}
+    assert_problem(c.post("/v1/demand-response", json=dr), 422, "request.deployments[1].max_gpus")
+    site = req | {"name": "dc", "plan_start": "2026-07-01T12:00:00Z"}
+    assert_problem(c.post("/v1/sites", json=site), 422, "deployments[1].max_gpus")
+    # a small server budget refuses even the small request; the default accepts it
+    tight = make_client(workers=1, max_solve_memory_mb=100)
+    assert_problem(tight.post("/v1/schedule", json=small_schedule()), 422)
+    assert c.post("/v1/schedule", json=small_schedule()).status_code == 200
+
+
+def test_cli_memory_flag(tmp_path: Path) -> None:
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps(small_schedule()))
+    cmd = [sys.executable, "-m", "service.cli", "plan", str(req), "--json"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
+    env["PYTHONPATH"] = str(REPO)
+    refused = subprocess.run(
+        [*cmd, "--max-memory-mb", "100"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert refused.returncode != 0
+    assert "deployments[" in refused.stderr and "max_gpus" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["status"] in {"optimal", "time_limit"}  # stdout is pure JSON
