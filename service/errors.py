@@ -115,6 +115,12 @@ def _field_error(e: Any) -> dict[str, str]:
     return {"field": _loc(e.get("loc", ())), "reason": e.get("msg", "")}
 
 
+def unavailable(detail: str) -> JSONResponse:
+    """503 problem with Retry-After."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    return problem(503, "Service Unavailable", detail, headers=headers)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -180,21 +186,13 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def _database(_: Request, exc: SQLAlchemyError) -> JSONResponse:
         log.error("database error: %s", exc.__class__.__name__)
-        return problem(
-            503,
-            "Service Unavailable",
-            "the database is unavailable; retry later",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        )
+        return unavailable("the database is unavailable; retry later")
 
     @app.exception_handler(MemoryError)
     async def _memory(_: Request, exc: MemoryError) -> JSONResponse:
         log.error("out of memory answering a request")
-        return problem(
-            503,
-            "Service Unavailable",
-            "the server ran out of memory for this request; retry later or send a smaller one",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
+        return unavailable(
+            "the server ran out of memory for this request; retry later or send a smaller one"
         )
 
     @app.exception_handler(Exception)
