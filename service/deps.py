@@ -31,7 +31,9 @@ def require_api_key(
     """When PDWATT_API_KEY is set, every POST needs the header ``X-API-Key``."""
     if settings.api_key is None:
         return
-    if x_api_key is None or not hmac.compare_digest(x_api_key, settings.api_key):
+    # the header's bytes as sent (ASGI decodes them as latin-1), against the UTF-8 key
+    given = None if x_api_key is None else x_api_key.encode("latin-1", "replace")
+    if given is None or not hmac.compare_digest(given, settings.api_key.encode("utf-8")):
         raise HTTPException(
             status_code=401,
             detail="missing or wrong X-API-Key header",

@@ -13,7 +13,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    api_key: str | None = Field(None, description="when set, every POST needs X-API-Key")
+    api_key: str | None = Field(
+        None, min_length=1, description="when set, every POST needs X-API-Key (not empty)"
+    )
     max_body_bytes: int = Field(4_000_000, ge=1024)
     max_periods: int = Field(2016, ge=1)
     max_deployments: int = Field(32, ge=1)

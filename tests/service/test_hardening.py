@@ -288,3 +288,16 @@ def test_cli_memory_flag(tmp_path: Path) -> None:
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["status"] in {"optimal", "time_limit"}  # stdout is pure JSON
+
+
+def test_api_key_edge_cases(make_client: Callable[..., Any]) -> None:
+    """A non-ASCII key header once answered 500; an empty configured key accepted an
+    empty header."""
+    c = make_client(api_key="k3y-é")
+    body = {"workload": "fixed:1024:128", "n_p": 1, "n_d": 1}
+    wrong = c.post("/v1/capacity", json=body, headers={"X-API-Key": "caf\u00e9".encode()})
+    assert_problem(wrong, 401)
+    ok = c.post("/v1/capacity", json=body, headers={"X-API-Key": "k3y-é".encode()})
+    assert ok.status_code == 200, ok.text
+    with pytest.raises(ValueError, match="api_key"):
+        make_client(api_key="")
