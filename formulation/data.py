@@ -162,10 +162,15 @@ def candidate_count(d: DeploymentInput, tp: int) -> int:
     """How many configurations (off included) :func:`deployment_candidates` gives, without
     building them: pairs with n_P, n_D in their ranges and n_P + n_D <= top."""
     lo_p, hi_p, lo_d, hi_d, top = _ranges(d, tp)
-    count = 1
-    for n_p in range(lo_p, hi_p + 1):
-        count += max(0, min(hi_d, top - n_p) - lo_d + 1)
-    return count
+    # closed form (max_gpus is unbounded on the command line): for n_P up to
+    # top - hi_d every n_D in [lo_d, hi_d] fits; beyond, top - n_P - lo_d + 1 of them
+    full_hi = min(hi_p, top - hi_d)
+    count = max(0, full_hi - lo_p + 1) * max(0, hi_d - lo_d + 1)
+    a, b = max(lo_p, full_hi + 1), min(hi_p, top - lo_d)  # the tapering part
+    if b >= a:
+        first, last = top - a - lo_d + 1, top - b - lo_d + 1
+        count += (first + last) * (b - a + 1) // 2
+    return 1 + count
 
 
 def deployment_candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
