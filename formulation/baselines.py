@@ -153,10 +153,9 @@ def greedy_ramped(data: ScheduleData) -> Priced:
     zero = np.zeros(T)
     tabs = []
     for d in data.deployments:
-        cost, full = stage_costs(data, d, deployment_grid(data, d), zero, zero)
-        p0 = d.power_w(np.arange(d.n_configs)[None, :], np.zeros((1, d.n_configs)))[0]
-        p1 = d.power_w(np.arange(d.n_configs)[None, :], d.smax_rps)  # (T, K)
-        tabs.append((cost, full, p0, p1))
+        g = deployment_grid(data, d)  # its powers at zero load and at smax, per period
+        cost, full = stage_costs(data, d, g, zero, zero)
+        tabs.append((cost, full, g.p0_w[0], g.p1_w))
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
     prev = np.array([d.initial for d in data.deployments], dtype=np.int64)
