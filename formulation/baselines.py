@@ -19,11 +19,12 @@ their cap, inventory and transition-limit violations counted.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
 from formulation.data import ScheduleData, take_periods
-from formulation.dp import deployment_grid, stage_costs, transition_cost
+from formulation.dp import DeploymentGrid, deployment_grid, stage_costs, transition_cost
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp import solve_compact
 from formulation.period import enumeration_applies, solve_period
@@ -102,14 +103,23 @@ def _front_allowed(data: ScheduleData) -> list[list[list[int]]]:
     return out
 
 
-def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
+def _grids(data: ScheduleData, grids: Sequence[DeploymentGrid] | None) -> list[DeploymentGrid]:
+    if grids is not None:
+        return list(grids)
+    return [deployment_grid(data, d) for d in data.deployments]
 
+
+def greedy(
+    data: ScheduleData,
+    time_limit_s: float = 10.0,
+    grids: Sequence[DeploymentGrid] | None = None,
+) -> Priced:
+    """See the module docstring; ``grids``: the deployments' DP grids, if built already."""
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
     zero_pi = np.zeros(T)
-    for m, d in enumerate(data.deployments):
-        g = deployment_grid(data, d)
+    for m, (d, g) in enumerate(zip(data.deployments, _grids(data, grids), strict=True)):
         cost, full = stage_costs(data, d, g, zero_pi, np.zeros(T))
         cfg[m] = np.argmin(cost, axis=1)
         served[m] = np.where(full[np.arange(T), cfg[m]], d.smax_rps[np.arange(T), cfg[m]], 0.0)
@@ -138,7 +148,7 @@ def greedy(data: ScheduleData, time_limit_s: float = 10.0) -> Priced:
     return price_schedule(data, Schedule(cfg, served))
 
 
-def greedy_ramped(data: ScheduleData) -> Priced:
+def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = None) -> Priced:
     """The per-period greedy that respects transition limits (a violation-free
     comparator for ``greedy``, which may break them).
 
@@ -152,8 +162,7 @@ def greedy_ramped(data: ScheduleData) -> Priced:
     M, T = len(data.deployments), data.n_periods
     zero = np.zeros(T)
     tabs = []
-    for d in data.deployments:
-        g = deployment_grid(data, d)  # its powers at zero load and at smax, per period
+    for d, g in zip(data.deployments, _grids(data, grids), strict=True):
         cost, full = stage_costs(data, d, g, zero, zero)
         tabs.append((cost, full, g.p0_w[0], g.p1_w))
     cfg = np.zeros((M, T), dtype=np.int64)

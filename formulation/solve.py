@@ -171,11 +171,12 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
     opts = problem.solver
     data = build_data(problem)
     check_feasible_before(data)
+    grids = [deployment_grid(data, d) for d in data.deployments]
     say("baselines: static peak, greedy and greedy within transition limits")
     base = {
         "static_peak": static_peak(data),
-        "greedy": greedy(data, opts.time_limit_s * 0.2),
-        "greedy_ramped": greedy_ramped(data),
+        "greedy": greedy(data, opts.time_limit_s * 0.2, grids),
+        "greedy_ramped": greedy_ramped(data, grids),
     }
     clean = [p for p in base.values() if p.violation_free]
     incumbent = min(clean, key=lambda p: p.objective_usd) if clean else None
@@ -184,7 +185,6 @@ def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) ->
     def left() -> float:
         return opts.time_limit_s - (time.perf_counter() - t0)
 
-    grids = [deployment_grid(data, d) for d in data.deployments]
     # never report a bound below the sum of the deployments' uncapped optima
     stats["uncoupled_bound_usd"] = uncoupled_bound(data, grids)
 

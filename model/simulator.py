@@ -107,7 +107,7 @@ from numpy.typing import ArrayLike, NDArray
 from model.capacity import Coefficients, DeploymentSpec
 from model.catalog import DISPATCH_MODES
 from model.errors import DoesNotFitError, InputError
-from model.workload import Workload, load_trace, parse_workload
+from model.workload import Workload, load_trace, parse_workload, workload_kind
 
 logger = logging.getLogger(__name__)
 
@@ -349,14 +349,14 @@ def resolve_samples(workload: str | Workload, directory: Path | None = None) -> 
     InputError saying that a trace is required.
     """
     if isinstance(workload, str):
+        # the simulator reads the user's files (command line and scripts; no route)
         text = workload.strip()
-        kind, sep, rest = text.partition(":")
-        if sep and kind.lower() == "trace":
-            path = Path(rest.strip())
+        if workload_kind(text) == "trace":
+            path = Path(text.partition(":")[2].strip())
             return _samples_from_file(path, f"trace:{path.name}")
         if text.lower() in _trace_preset_files():
             return preset_samples(text.lower(), directory)
-        w = parse_workload(text)
+        w = parse_workload(text, read_files=True)
     else:
         w = workload
         if w.name in _trace_preset_files():

@@ -623,7 +623,7 @@ def parse_workload(spec: str, *, read_files: bool = False) -> Workload:
     text = spec.strip()
     kind = workload_kind(text)
     rest = text.partition(":")[2]
-    if kind in FILE_KINDS and not read_files:
+    if not read_files:
         check_no_file(text)
     if kind == "fixed":
         return _parse_fixed(text, rest)

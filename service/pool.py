@@ -95,12 +95,6 @@ class SolvePool:
     def busy(self) -> int:
         return self._busy
 
-    @property
-    def healthy(self) -> bool:
-        """False while the current executor is broken (a worker died)."""
-        ex = self._executor
-        return ex is None or not getattr(ex, "_broken", False)
-
     def repair(self) -> bool:
         """Drop a broken executor (a worker died while idle, or mid-request) so that the
         next request starts fresh workers; True when one was dropped."""

@@ -173,6 +173,7 @@ def test_a_killed_worker_is_replaced_and_its_request_gets_503(
 
     ready = httpx.get(f"{base}/readyz", timeout=5)
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    assert ready.json()["workers_replaced"] == 1
     # later solves work, on a fresh worker
     for _ in range(2):
         r = httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=60)
