@@ -38,15 +38,16 @@ class WorkerLost(Exception):
 def _die_with_parent(server_pid: int) -> None:
     """Worker initializer: end this process when the server that started it dies.
 
-    The kernel's parent-death signal (Linux) covers a server that dies later; the check
-    after it covers one that died while this worker was still starting (the task it was
-    given would otherwise run orphaned); a watchdog thread that notices re-parenting
-    within half a second covers platforms without the signal."""
+    On Linux the kernel's parent-death signal covers a server that dies later, and the
+    check after it one that died while this worker was still starting (the task it was
+    given would otherwise run orphaned). Elsewhere a watchdog thread notices the
+    re-parenting within half a second."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != server_pid:
-        os.kill(os.getpid(), signal.SIGKILL)
+        if os.getppid() != server_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return
 
     def watch() -> None:
         while os.getppid() == server_pid:
