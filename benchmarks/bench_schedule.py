@@ -19,12 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import time
 from typing import Any
 
 import numpy as np
 
 from formulation.data import build_data
+from formulation.dp import deployment_grid
+from formulation.evaluate import price_schedule
+from formulation.lagrange import uncoupled_schedule
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
 
@@ -85,16 +89,27 @@ def site_request(
         + 110 * np.exp(-0.5 * ((hours - 18.5) / 1.5) ** 2)
     )
     body["grid"]["price_usd_per_mwh"] = np.round(price, 3).tolist()
-    # cap: 90% of the uncapped schedule's peak power, 25% lower from 17:00 to 20:00
-    uncapped = solve(problem_from_dict(body))
-    peak_w = float(uncapped.priced.site_power_w.max())
+    # cap: 90% of the uncapped schedule's peak power, 25% lower from 17:00 to 20:00;
+    # without the cap the deployments are independent: one exact DP each
+    data = build_data(problem_from_dict(body))
+    peak_w = float(
+        price_schedule(
+            data, uncoupled_schedule(data, [deployment_grid(data, d) for d in data.deployments])
+        ).site_power_w.max()
+    )
     cap = np.full(T, 0.9 * peak_w)
     cap[(hours >= 17) & (hours < 20)] = 0.75 * 0.9 * peak_w
     body["grid"]["power_cap_w"] = np.round(cap, 1).tolist()
     return body
 
 
-SITES = {"A": (4, 16, 64, 10.0), "B": (8, 32, 256, 60.0)}
+SITES = {
+    "S64": (1, 64, 64, 30.0),
+    "A": (4, 16, 64, 10.0),
+    "B": (8, 32, 256, 60.0),
+    "C": (16, 64, 1024, 120.0),
+    "D": (32, 128, 4096, 300.0),
+}
 
 
 def run(name: str, method: str, seed: int) -> dict[str, Any]:
@@ -137,6 +152,7 @@ def run(name: str, method: str, seed: int) -> dict[str, Any]:
         "lower_bound": st.get("lower_bound"),
         "choices_kept": st.get("choices_kept"),
         "choices_total": st.get("choices_total"),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     return row
 

@@ -79,6 +79,7 @@ class DecompositionResult:
     lp_inventory_slack: list[tuple[int, int]] = field(default_factory=list)
     prices_w: FloatArray | None = None  # pi of the best bound, per IT watt and period
     prices_gpu: FloatArray | None = None  # sigma of the best bound, (G, T)
+    history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
 
 
 def site_constant_usd(data: ScheduleData) -> float:
@@ -101,9 +102,8 @@ def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatAr
     return Column(m, sched_cfg.copy(), served.copy(), cost, pnet, gpus.astype(np.int64))
 
 
-def column_from_dp(data: ScheduleData, m: int, r: DpResult) -> Column:
-    d = data.deployments[m]
-    served = np.where(r.full, d.smax_rps[np.arange(data.n_periods), r.config], 0.0)
+def column_from_dp(data: ScheduleData, m: int, r: DpResult, g: DeploymentGrid) -> Column:
+    served = np.where(r.full, g.smax[np.arange(data.n_periods), r.config], 0.0)
     return make_column(data, m, r.config, served)
 
 
@@ -211,11 +211,15 @@ def decompose(
     rel_tol: float = 1e-7,
     smoothing: float = 0.5,
     progress: Callable[[str], None] | None = None,
+    grids: list[DeploymentGrid] | None = None,
 ) -> DecompositionResult:
-    """Column generation to the Dantzig-Wolfe bound (or the time limit)."""
+    """Column generation to the Dantzig-Wolfe bound (or the time limit). ``grids``:
+    the deployments' DP grids (default: unrestricted), e.g. those of
+    :func:`formulation.lagrange.local_grids`."""
     t0 = time.perf_counter()
     T, G = data.n_periods, len(data.pools)
-    grids: list[DeploymentGrid] = [deployment_grid(data, d) for d in data.deployments]
+    if grids is None:
+        grids = [deployment_grid(data, d) for d in data.deployments]
     master = Master(data)
     zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
     high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
@@ -224,7 +228,7 @@ def decompose(
         g = int(data.pool_of[m])
         for pi in (zero_pi, high_pi):
             r = solve_dp(data, d, grids[m], pi, zero_sigma[g])
-            master.add(column_from_dp(data, m, r))
+            master.add(column_from_dp(data, m, r, grids[m]))
             if pi is zero_pi:
                 uncapped.append(r.value)
     for col in extra_columns or []:
@@ -233,6 +237,7 @@ def decompose(
     # bound never falls below it, whatever the LP duals do
     best_lb = lagrangian_bound(data, uncapped, zero_pi, zero_sigma)
     best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
+    history = [(time.perf_counter() - t0, best_lb)]
     lp = np.inf
     it = 0
     converged = False
@@ -255,10 +260,11 @@ def decompose(
                 g = int(data.pool_of[m])
                 r = solve_dp(data, d, grids[m], pi, sigma[g])
                 values.append(r.value)
-                new_cols.append(column_from_dp(data, m, r))
+                new_cols.append(column_from_dp(data, m, r, grids[m]))
             lb = lagrangian_bound(data, values, pi, sigma)
             if lb > best_lb:
                 best_lb, best_pi, best_sigma = lb, pi.copy(), sigma.copy()
+                history.append((time.perf_counter() - t0, best_lb))
             added = sum(master.add(c) for c in new_cols)
             if added:
                 break
@@ -293,6 +299,7 @@ def decompose(
         lp_inventory_slack=inv_slack,
         prices_w=best_pi,
         prices_gpu=best_sigma,
+        history=history,
     )
 
 

@@ -48,6 +48,9 @@ class DeploymentGrid:
     p1_w: FloatArray  # (T, K) power at s = smax
     smax: FloatArray  # (T, K)
     limit: int | None  # change limit L where it can bind, else None
+    #: (T, K) choices this grid admits, where a restriction applies (see
+    #: :func:`formulation.lagrange.local_grids`); None: every allowed candidate
+    ok: NDArray[np.bool_] | None = None
 
 
 def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
@@ -117,6 +120,8 @@ def stage_costs(
     gpu_term = (sigma_gpu[:, None] - a * data.idle_gpu_power_w) * d.gpus[None, :]
     cost = np.minimum(c0, c1) + gpu_term
     cost[:, ~d.allowed] = np.inf
+    if g.ok is not None:
+        cost[~g.ok] = np.inf
     return cost, full
 
 

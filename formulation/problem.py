@@ -36,8 +36,12 @@ MAX_DEPLOYMENTS = 64
 class Method(StrEnum):
     """How the schedule MILP is solved (see formulation.solve)."""
 
-    AUTO = "auto"  # decomposition, then the restricted compact MILP
-    COMPACT = "compact"  # the compact MILP over every candidate, as one HiGHS solve
+    #: the phased pipeline; multipliers by column generation (stabilised cutting planes)
+    AUTO = "auto"
+    #: the same pipeline; multipliers by the volume algorithm (subgradient, Polyak steps)
+    VOLUME = "volume"
+    #: the compact MILP over every candidate, as one HiGHS solve (the exact reference)
+    COMPACT = "compact"
 
 
 @dataclass(frozen=True)

@@ -1,58 +1,76 @@
 """Solve a schedule problem and report it (SPEC 4 and the response of SPEC 6.1).
 
-``Method.AUTO`` (default):
+One pipeline for every size, :func:`solve`; its phases run top to bottom, each named
+in ``stats["phases"]`` with its time, and share the time limit through one
+:class:`TimeBudget`:
 
-1. tables and checks (:mod:`formulation.data`); infeasibility that shows before any
-   solve (a cap below the least the site can draw) is reported with its periods;
-2. baselines (:mod:`formulation.baselines`); the better violation-free one is the
-   first incumbent;
-3. where one-period enumeration applies (:func:`formulation.period.enumeration_applies`:
-   up to 6 deployments of up to 300 candidates, no GPU pool that can bind), the guided
-   window solve (:func:`formulation.window.solve_guided`): exact DP outside the periods
-   where the site constraints bind; inside them a Lagrangian decomposition (one-period
-   knapsacks x per-deployment paths, :mod:`formulation.split`) gives the proven bound
-   and, through a DP over its joint period states, the schedules; window MILPs of
-   growing neighbourhoods use what time is left;
-4. otherwise (:func:`_solve_decomposed`): Dantzig-Wolfe column generation
-   (:mod:`formulation.decomposition`) for the bound, block-coordinate descent for
-   schedules, Lagrangian pruning of choices that cannot beat the incumbent, and the
-   window MILP over the survivors.
+1. ``tables``: candidate tables, the memory budget and the checks that need no solve
+   (a cap below the least the site can draw is reported with its periods);
+2. ``baselines``: SPEC's ``static_peak`` and ``greedy``, and ``greedy_ramped`` (within
+   transition limits); the best violation-free one is the first incumbent;
+3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
+   deployment's exact DP, restricted to what the site allows it, as the subproblem
+   (:mod:`formulation.lagrange`, volume algorithm). Its best bound is the proven lower
+   bound; with one deployment the first point is already the exact optimum;
+4. ``repair``: Lagrangian heuristic: the DP solutions at the best multipliers, made
+   feasible by exact per-deployment re-optimisation (:mod:`formulation.heuristics`),
+   which respects transition limits;
+5. ``exact_window``: the MILP over the periods where the site constraints bind, the
+   others solved exactly by DP, over the choices Lagrangian pruning keeps
+   (:mod:`formulation.window`); when one-period enumeration applies (a few
+   deployments, see :func:`formulation.period.enumeration_applies`) it is guided by
+   the one-period optima. It raises the bound when it finishes, and runs only when the
+   model it would build fits in the time left (``TimeBudget.fits``);
+6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
+   corridors of configurations around the incumbent and the Lagrangian paths (local
+   branching), the radius growing while a corridor is solved without improvement:
+   schedules only.
+
+Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
+default) or by the volume algorithm (``volume``); on the benchmark sites column
+generation reaches the Lagrangian dual optimum sooner (``benchmarks/bench_schedule.py``).
+
+``Method.COMPACT`` replaces phases 3-6 by the compact MILP over every candidate in one
+HiGHS run (exact, for small instances and as the reference).
 
 The reported gap is always measured against a bound that holds for the full problem;
-restrictions used to find schedules never enter it.
-
-``Method.COMPACT`` solves the compact MILP over every candidate in one HiGHS run
-(exact, but only small instances finish).
-
-Whatever happens, the returned schedule is never worse than a violation-free baseline.
+restrictions used to find schedules never enter it, and it never falls below the sum
+of the deployments' uncapped optima. Whatever happens, the returned schedule is never
+worse than a violation-free baseline, and the wall time stays within the limit (plus
+the pricing of the result) because every phase is given a deadline.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from formulation.baselines import greedy, greedy_ramped, static_peak
 from formulation.data import ScheduleData, build_data
-from formulation.decomposition import (
-    decompose,
-    lagrangian_keep,
-    make_column,
-    schedule_of_columns,
-    uncoupled_bound,
-)
-from formulation.dp import deployment_grid
-from formulation.evaluate import Priced, price_schedule
+from formulation.decomposition import decompose, make_column, schedule_of_columns
+from formulation.dp import DeploymentGrid, deployment_grid
+from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
+from formulation.lagrange import (
+    DualOracle,
+    Point,
+    Relaxation,
+    corridor,
+    keep_choices,
+    local_grids,
+    relax,
+)
 from formulation.milp import solve_compact
 from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
-from formulation.window import solve_guided, solve_windowed
+from formulation.window import solve_guided, solve_windowed, window_choices
 from model.errors import PdwattError
 
 log = logging.getLogger(__name__)
@@ -165,162 +183,385 @@ def diagnose_infeasible(data: ScheduleData, fallback: str) -> InfeasibleError:
     )
 
 
+@dataclass
+class TimeBudget:
+    """The time limit, shared by the phases through named fractions of it: each phase
+    ends by the time its fraction of the limit has elapsed (``until``), whatever the
+    earlier phases used; ``RESERVE`` is kept at the end for pricing and reporting."""
+
+    limit_s: float
+    started: float = field(default_factory=time.perf_counter)
+
+    BASELINES: ClassVar[float] = 0.10
+    RELAXATION: ClassVar[float] = 0.25
+    REPAIR: ClassVar[float] = 0.40
+    END: ClassVar[float] = 1.0
+    RESERVE: ClassVar[float] = 0.03
+    #: a restricted MILP is built only if its estimated Pyomo build time (seconds per
+    #: (deployment, period, configuration) choice, measured on the benchmark sites) is
+    #: at most this share of the time its phase has left
+    BUILD_S_PER_CHOICE: ClassVar[float] = 6e-5
+    BUILD_SHARE: ClassVar[float] = 0.3
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def deadline(self, until: float) -> float:
+        """``perf_counter`` time at which a phase ending at fraction ``until`` stops."""
+        return self.started + self.limit_s * min(until, 1.0 - self.RESERVE)
+
+    def left(self, until: float = END) -> float:
+        return max(self.deadline(until) - time.perf_counter(), 0.0)
+
+    def fits(self, choices: int, until: float) -> bool:
+        """Whether a MILP over ``choices`` can be built and solved before ``until``."""
+        return choices * self.BUILD_S_PER_CHOICE <= self.BUILD_SHARE * self.left(until)
+
+
+class Run:
+    """The state one solve carries through its phases: the incumbent, the proven
+    bound, their history and the phases' timings."""
+
+    def __init__(self, problem: ScheduleProblem, say: Progress) -> None:
+        self.problem = problem
+        self.opts = problem.solver
+        self.budget = TimeBudget(problem.solver.time_limit_s)
+        self.say = say
+        self.best: Priced | None = None
+        self.source = ""
+        self.lower_bound = -np.inf
+        self.stats: dict[str, Any] = {"phases": [], "trace": []}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stats["phases"].append(
+                {"name": name, "seconds": round(time.perf_counter() - t0, 3)}
+            )
+
+    def _trace(self) -> None:
+        ub = None if self.best is None else round(self.best.objective_usd, 6)
+        lb = round(self.lower_bound, 6) if np.isfinite(self.lower_bound) else None
+        self.stats["trace"].append([round(self.budget.elapsed(), 3), ub, lb])
+
+    def offer(self, p: Priced | None, source: str) -> bool:
+        """Keep ``p`` if it is violation-free and cheaper than the incumbent."""
+        if p is None or not p.violation_free:
+            return False
+        if self.best is not None and p.objective_usd >= self.best.objective_usd - 1e-9 * max(
+            abs(self.best.objective_usd), 1.0
+        ):
+            return False
+        self.best, self.source = p, source
+        self._trace()
+        self.say(f"{source}: schedule at ${p.objective_usd:,.4f}, gap {self.gap():.3%}")
+        return True
+
+    def bound(self, value: float) -> None:
+        if value > self.lower_bound:
+            self.lower_bound = value
+            self._trace()
+
+    def upper(self) -> float:
+        return np.inf if self.best is None else self.best.objective_usd
+
+    def gap(self) -> float:
+        if self.best is None or not np.isfinite(self.lower_bound):
+            return np.inf
+        return max(0.0, (self.best.objective_usd - self.lower_bound) / max(abs(self.upper()), 1e-9))
+
+    def closed(self) -> bool:
+        return self.gap() <= self.opts.mip_gap + 1e-12
+
+
+def solve(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
+    """The schedule with the least cost found within the time limit, and a proven
+    lower bound (see the module docstring for the phases)."""
+    run = Run(problem, progress or (lambda _msg: None))
+    with run.phase("tables"):
+        data = build_data(problem)
+        check_feasible_before(data)
+        grids = [deployment_grid(data, d) for d in data.deployments]
+    with run.phase("baselines"):
+        base = _baselines(run, data, grids)
+    if run.opts.method == Method.COMPACT:
+        with run.phase("compact"):
+            _compact(run, data, grids)
+        return _finish(run, data, base)
+    with run.phase("relaxation"):
+        relaxation, lgrids = _relaxation(run, data, grids)
+    if not run.closed():
+        with run.phase("repair"):
+            starts = [*relaxation.hints, relaxation.best.schedule, relaxation.first.schedule]
+            _repair(run, data, grids, starts)
+    if not run.closed():
+        with run.phase("exact_window"):
+            _exact_window(run, data, grids, lgrids, relaxation, base)
+    if not run.closed():
+        with run.phase("neighbourhoods"):
+            _neighbourhoods(run, data, lgrids, relaxation)
+    return _finish(run, data, base)
+
+
 def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
-    say = progress or (lambda _msg: None)
-    t0 = time.perf_counter()
-    opts = problem.solver
-    data = build_data(problem)
-    check_feasible_before(data)
-    grids = [deployment_grid(data, d) for d in data.deployments]
-    say("baselines: static peak, greedy and greedy within transition limits")
+    """Alias of :func:`solve`."""
+    return solve(problem, progress)
+
+
+def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
+    run.say("baselines: static peak, greedy and greedy within transition limits")
     base = {
         "static_peak": static_peak(data),
-        "greedy": greedy(data, opts.time_limit_s * 0.2, grids),
+        "greedy": greedy(data, run.budget.left(TimeBudget.BASELINES), grids),
         "greedy_ramped": greedy_ramped(data, grids),
     }
-    clean = [p for p in base.values() if p.violation_free]
-    incumbent = min(clean, key=lambda p: p.objective_usd) if clean else None
-    stats: dict[str, Any] = {"tables_s": 0.0}
-
-    def left() -> float:
-        return opts.time_limit_s - (time.perf_counter() - t0)
-
-    # never report a bound below the sum of the deployments' uncapped optima
-    stats["uncoupled_bound_usd"] = uncoupled_bound(data, grids)
-
-    if opts.method == Method.COMPACT:
-        say("compact MILP over every candidate")
-        r = solve_compact(
-            data,
-            left(),
-            opts.mip_gap,
-            opts.threads,
-            start=incumbent.schedule if incumbent else None,
-        )
-        if r.status == "infeasible":
-            raise diagnose_infeasible(data, "HiGHS proved the problem infeasible")
-        best = price_schedule(data, r.schedule) if r.schedule is not None else incumbent
-        if best is None:
-            raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
-        if incumbent is not None and incumbent.objective_usd < best.objective_usd:
-            best = incumbent
-        lb = r.bound_usd if r.bound_usd is not None else -np.inf
-        stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
-        return _finish(data, best, lb, base, t0, opts.mip_gap, stats)
-
-    if enumeration_applies(data):
-        g = solve_guided(
-            data,
-            grids,
-            max(left(), 0.5),
-            opts.mip_gap,
-            opts.threads,
-            incumbent,
-            say,
-            hints=[p.schedule for p in base.values()],
-        )
-        stats["windows"] = g.stats.get("windows", [])
-        if "split_bound" in g.stats:
-            stats["split_bound"] = g.stats["split_bound"]
-        stats["lower_bound"] = (
-            "Lagrangian decomposition of the coupled window (one-period knapsacks x "
-            "per-deployment paths), exact DP outside it"
-        )
-        if "infeasible_period" in g.stats:
-            t = int(g.stats["infeasible_period"])
-            raise _infeasible_after(data, [t], [])
-        best = g.priced if g.priced is not None else incumbent
-        if best is None:
-            raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
-        if incumbent is not None and incumbent.objective_usd < best.objective_usd:
-            best = incumbent
-        return _finish(data, best, g.lower_bound_usd, base, t0, opts.mip_gap, stats)
-    return _solve_decomposed(data, grids, base, incumbent, clean, t0, left, say, stats)
+    for name, p in base.items():
+        run.offer(p, f"baseline {name}")
+    return base
 
 
-def _solve_decomposed(
+def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
+    T, G = data.n_periods, len(data.pools)
+    run.bound(DualOracle(data, local_grids(data, grids))(np.zeros(T), np.zeros((G, T))).value_usd)
+    run.say("compact MILP over every candidate")
+    r = solve_compact(
+        data,
+        run.budget.left(),
+        run.opts.mip_gap,
+        run.opts.threads,
+        start=run.best.schedule if run.best else None,
+    )
+    if r.status == "infeasible":
+        raise diagnose_infeasible(data, "HiGHS proved the problem infeasible")
+    if r.schedule is not None:
+        run.offer(price_schedule(data, r.schedule), "compact MILP")
+    if r.bound_usd is not None:
+        run.bound(r.bound_usd)
+    run.stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
+    run.stats["lower_bound"] = "compact MILP (HiGHS)"
+
+
+def _workers(run: Run) -> int:
+    return max(1, run.opts.threads or (os.cpu_count() or 1))
+
+
+def _relaxation(
+    run: Run, data: ScheduleData, grids: list[DeploymentGrid]
+) -> tuple[Relaxation, list[DeploymentGrid]]:
+    """The Lagrangian bound and its multipliers, by the method the problem names."""
+    lgrids = local_grids(data, grids)
+    oracle = DualOracle(data, lgrids, _workers(run))
+    deadline = run.budget.deadline(TimeBudget.RELAXATION)
+    try:
+        if run.opts.method == Method.VOLUME:
+            r = _volume(run, data, grids, oracle, deadline)
+            how = "volume algorithm"
+        else:
+            r = _column_generation(run, data, lgrids, oracle, deadline)
+            how = "column generation with dual smoothing"
+    finally:
+        oracle.close()
+    if not np.isfinite(r.best.value_usd):
+        # some deployment has no path within what the site allows it
+        raise diagnose_infeasible(data, "no deployment schedule fits the site's limits")
+    run.stats["lower_bound"] = (
+        f"Lagrangian relaxation of the site cap and GPU inventories ({how}), each "
+        "deployment's exact DP within its local limits as the subproblem"
+    )
+    run.stats["relaxation"] = {
+        "method": how,
+        "iterations": r.iterations,
+        "seconds": round(r.seconds, 3),
+        "first_bound_usd": r.first.value_usd,
+        "bound_usd": r.best.value_usd,
+        "dual_evaluations_s": round(oracle.seconds, 3),
+        "history": [[round(t, 3), round(v, 6)] for t, v in r.history],
+    }
+    return r, lgrids
+
+
+def _volume(
+    run: Run,
     data: ScheduleData,
-    grids: list[Any],
-    base: dict[str, Priced],
-    incumbent: Priced | None,
-    clean: list[Priced],
-    t0: float,
-    left: Callable[[], float],
-    say: Progress,
-    stats: dict[str, Any],
-) -> Outcome:
-    """When a GPU pool can bind: Dantzig-Wolfe bound, heuristics, pruned window MILP."""
-    opts = data.problem.solver
-    say("decomposition: pricing deployments by dynamic programming")
+    grids: list[DeploymentGrid],
+    oracle: DualOracle,
+    deadline: float,
+) -> Relaxation:
+    run.say("Lagrangian relaxation (volume algorithm): one DP per deployment per step")
+    repairs = {"last": -np.inf, "spent": 0.0}
+    phase = run.budget.limit_s * (TimeBudget.RELAXATION - TimeBudget.BASELINES)
+
+    def on_point(p: Point) -> None:
+        run.bound(p.value_usd)
+        if run.offer(price_schedule(data, p.schedule), "Lagrangian relaxation"):
+            return
+        # Lagrangian heuristic: at most a fifth of the phase, once per 5% of it
+        now = run.budget.elapsed()
+        if now - repairs["last"] < 0.05 * phase or repairs["spent"] > 0.2 * phase:
+            return
+        t0 = time.perf_counter()
+        _repair(run, data, grids, [p.schedule], share=0.05 * phase)
+        repairs["last"] = now
+        repairs["spent"] += time.perf_counter() - t0
+
+    return relax(oracle, deadline, run.upper, run.opts.mip_gap, on_point)
+
+
+def _column_generation(
+    run: Run,
+    data: ScheduleData,
+    lgrids: list[DeploymentGrid],
+    oracle: DualOracle,
+    deadline: float,
+) -> Relaxation:
+    run.say("Lagrangian relaxation (column generation): one DP per deployment per round")
+    T, G = data.n_periods, len(data.pools)
+    first = oracle(np.zeros(T), np.zeros((G, T)))
+    run.bound(first.value_usd)
+    run.offer(price_schedule(data, first.schedule), "Lagrangian relaxation")
+    if run.closed():
+        return Relaxation(first, first, 0, 0.0, [(0.0, first.value_usd)])
     extra = []
-    for p in clean:
+    if run.best is not None:
         for m in range(len(data.deployments)):
-            extra.append(make_column(data, m, p.schedule.config[m], p.schedule.served_rps[m]))
-    dec = decompose(data, max(left() * 0.4, 0.5), extra_columns=extra, progress=say)
-    stats.update(
-        decomposition_rounds=dec.iterations,
-        decomposition_s=round(dec.seconds, 3),
-        columns=len(dec.columns),
-        lp_bound_usd=dec.lp_value_usd,
-        lower_bound="Dantzig-Wolfe (Lagrangian) bound",
+            cfg, served = run.best.schedule.config[m], run.best.schedule.served_rps[m]
+            extra.append(make_column(data, m, cfg, served))
+    dec = decompose(
+        data,
+        max(deadline - time.perf_counter(), 0.0),
+        extra_columns=extra,
+        progress=run.say,
+        grids=lgrids,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
-    lb = dec.lower_bound_usd
-    starts = []
+    assert dec.prices_w is not None and dec.prices_gpu is not None
+    best = oracle(dec.prices_w, dec.prices_gpu)
+    run.bound(max(best.value_usd, dec.lower_bound_usd))
+    run.offer(price_schedule(data, best.schedule), "Lagrangian relaxation")
+    # the LP's heaviest column per deployment: a rounded Dantzig-Wolfe solution
     rounded = []
     for m in range(len(data.deployments)):
         own = [i for i, c in enumerate(dec.columns) if c.deployment == m]
         rounded.append(dec.columns[max(own, key=lambda i: dec.weights[i])])
-    starts.append(schedule_of_columns(data, rounded))
-    starts += [p.schedule for p in base.values()]
-    best = incumbent
-    say("primal heuristic: exact re-optimisation of each deployment given the others")
-    for st in starts:
-        cand = coordinate_descent(data, grids, st, time_limit_s=max(left() * 0.1, 0.2))
-        if cand.violation_free and (best is None or cand.objective_usd < best.objective_usd):
-            best = cand
-    stats["heuristic_usd"] = None if best is None else best.objective_usd
-    if best is None:
-        raise InfeasibleError("no feasible schedule found within the time limit", [])
-    gap = (best.objective_usd - lb) / max(abs(best.objective_usd), 1e-9)
-    if gap > opts.mip_gap and left() > 0.5:
-        allowed, kept, total = lagrangian_keep(data, dec, best.objective_usd)
-        stats.update(choices_kept=kept, choices_total=total)
-        say(f"Lagrangian pruning kept {kept} of {total} (deployment, period, config) choices")
-        # keep a margin for building the window model and pricing the result, which
-        # HiGHS's own time limit does not cover
-        w = solve_windowed(
-            data, grids, max(0.85 * left(), 0.5), opts.mip_gap, opts.threads, best, allowed, say
-        )
-        stats["windows"] = w.stats.get("windows", [])
-        if (
-            w.priced is not None
-            and w.priced.violation_free
-            and w.priced.objective_usd < best.objective_usd
-        ):
-            best = w.priced
-        if np.isfinite(w.lower_bound_usd):
-            # the window problem is a relaxation of the problem over the kept choices,
-            # whose optimum is the full optimum unless the incumbent is already optimal
-            lb = max(lb, min(best.objective_usd, w.lower_bound_usd))
-    return _finish(data, best, lb, base, t0, opts.mip_gap, stats)
+    hints = [schedule_of_columns(data, rounded)]
+    return Relaxation(best, first, dec.iterations, dec.seconds, dec.history, oracle.calls, hints)
 
 
-def _finish(
+def _repair(
+    run: Run,
     data: ScheduleData,
-    best: Priced,
-    lb: float,
+    grids: list[DeploymentGrid],
+    starts: list[Schedule],
+    share: float | None = None,
+) -> None:
+    """Exact per-deployment re-optimisation from each start until none improves."""
+    for st in starts:
+        limit = run.budget.left(TimeBudget.REPAIR) if share is None else share
+        if limit <= 0:
+            return
+        cand = coordinate_descent(data, grids, st, time_limit_s=limit)
+        run.offer(cand, "Lagrangian heuristic")
+
+
+def _neighbourhoods(
+    run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], relaxation: Relaxation
+) -> None:
+    """Corridor MILPs around the incumbent and the Lagrangian paths, the radius growing
+    while each is solved without improvement."""
+    until = TimeBudget.END
+    radius = 1
+    log_rows: list[dict[str, Any]] = []
+    run.stats["neighbourhoods"] = log_rows
+    while not run.closed() and run.best is not None and run.budget.left(until) > 0.2:
+        centres = [run.best.schedule.config, relaxation.best.schedule.config]
+        allowed = corridor(data, centres, radius, range(data.n_periods), grids=lgrids)
+        choices = sum(len(r) for rows in allowed for r in rows)
+        if not run.budget.fits(choices, until):
+            break
+        run.say(f"corridor MILP: radius {radius}, {choices:,} choices")
+        r = solve_compact(
+            data,
+            run.budget.left(until),
+            run.opts.mip_gap / 2,
+            run.opts.threads,
+            allowed,
+            start=run.best.schedule,
+        )
+        improved = r.schedule is not None and run.offer(
+            price_schedule(data, r.schedule), f"corridor MILP (radius {radius})"
+        )
+        log_rows.append(
+            {
+                "radius": radius,
+                "choices": choices,
+                "build_s": round(r.build_s, 3),
+                "solve_s": round(r.solve_s, 3),
+                "status": r.status,
+                "improved": improved,
+            }
+        )
+        if r.status != "optimal":
+            break
+        if not improved:
+            radius += 1
+
+
+def _exact_window(
+    run: Run,
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    lgrids: list[DeploymentGrid],
+    relaxation: Relaxation,
     base: dict[str, Priced],
-    t0: float,
-    target: float,
-    stats: dict[str, Any],
-) -> Outcome:
-    lb = max(lb, stats.get("uncoupled_bound_usd", -np.inf))
-    gap = max(0.0, (best.objective_usd - lb) / max(abs(best.objective_usd), 1e-9))
-    status = "optimal" if gap <= target + 1e-12 else "time_limit"
-    return Outcome(status, data, best, lb, gap, time.perf_counter() - t0, base, stats)
+) -> None:
+    opts = run.opts
+    if run.best is None:
+        return
+    if enumeration_applies(data):
+        g = solve_guided(
+            data,
+            grids,
+            max(run.budget.left(), 0.1),
+            opts.mip_gap,
+            opts.threads,
+            run.best,
+            run.say,
+            hints=[p.schedule for p in base.values()] + [relaxation.best.schedule],
+        )
+        run.stats["windows"] = g.stats.get("windows", [])
+        if "infeasible_period" in g.stats:
+            raise _infeasible_after(data, [int(g.stats["infeasible_period"])], [])
+        run.offer(g.priced, "window MILP guided by one-period optima")
+        run.bound(g.lower_bound_usd)
+        return
+    allowed, kept, total = keep_choices(data, lgrids, relaxation.best, run.upper())
+    run.stats.update(choices_kept=kept, choices_total=total)
+    run.say(f"Lagrangian pruning kept {kept:,} of {total:,} (deployment, period, config) choices")
+    need = window_choices(data, grids, allowed)
+    if not run.budget.fits(need, TimeBudget.END):
+        run.stats["exact_window"] = f"skipped: {need:,} choices do not fit in the time left"
+        return
+    w = solve_windowed(
+        data, grids, run.budget.left(), opts.mip_gap, opts.threads, run.best, allowed, run.say
+    )
+    run.stats["windows"] = w.stats.get("windows", [])
+    run.offer(w.priced, "window MILP")
+    if np.isfinite(w.lower_bound_usd):
+        # a relaxation of the problem over the kept choices, whose optimum is the full
+        # optimum unless the incumbent is already optimal
+        run.bound(min(run.upper(), w.lower_bound_usd))
 
 
-def solve(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
-    return solve_problem(problem, progress)
+def _finish(run: Run, data: ScheduleData, base: dict[str, Priced]) -> Outcome:
+    best = run.best
+    if best is None:
+        raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
+    gap = run.gap() if np.isfinite(run.lower_bound) else np.inf
+    status = "optimal" if gap <= run.opts.mip_gap + 1e-12 else "time_limit"
+    run.stats["incumbent_from"] = run.source
+    lb = run.lower_bound if np.isfinite(run.lower_bound) else -np.inf
+    return Outcome(status, data, best, lb, gap, run.budget.elapsed(), base, run.stats)

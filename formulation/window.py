@@ -99,6 +99,23 @@ def _assemble(
     return Schedule(cfg, served)
 
 
+def window_choices(
+    data: ScheduleData, grids: list[DeploymentGrid], allowed: Allowed | None = None, pad: int = 1
+) -> int:
+    """(deployment, period, configuration) choices of the first window MILP that
+    :func:`solve_windowed` builds (the span of the periods where the deployments'
+    uncoupled optima break the site constraints, ``pad`` on each side); 0 if none."""
+    _, free = _uncoupled(data, grids)
+    first = price_schedule(data, free)
+    broken = set(first.cap_violations) | set(first.inventory_violations)
+    if not broken:
+        return 0
+    a, b = max(min(broken) - pad, 0), min(max(broken) + 1 + pad, data.n_periods)
+    if allowed is None:
+        return (b - a) * sum(int(d.allowed.sum()) for d in data.deployments)
+    return sum(len(rows[t]) for rows in allowed for t in range(a, b))
+
+
 def solve_windowed(
     data: ScheduleData,
     grids: list[DeploymentGrid],

@@ -199,7 +199,12 @@ class SolverIn(Strict):
     time_limit_s: float = Field(30.0, gt=0, le=86400)
     mip_gap: float = Field(1e-3, ge=0, le=1)
     threads: int | None = Field(None, ge=1, le=64)
-    method: Literal["auto", "compact"] = "auto"
+    method: Literal["auto", "volume", "compact"] = Field(
+        "auto",
+        description="auto: the phased solve with column-generation multipliers; volume: "
+        "the same with volume-algorithm multipliers; compact: one MILP over every "
+        "candidate (exact reference, small sites only)",
+    )
 
 
 class ScheduleRequest(Strict):
