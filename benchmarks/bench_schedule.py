@@ -1,17 +1,24 @@
-"""Benchmark: schedule build and solve times and the proven gap.
+"""Benchmark: schedule solve times, proven gaps and peak memory, from one deployment
+to a 4,096-GPU site.
 
-Two sites, 96 periods of 15 minutes each (one day):
+Sites, 96 periods of 15 minutes each (one day), change limit 4 instances per period:
 
-* A: 4 deployments of up to 16 GPUs each on a 64-GPU site;
-* B: 8 deployments of up to 32 GPUs each on a 256-GPU site.
+* S64: one deployment of up to 64 GPUs (30 s limit);
+* A: 4 deployments of up to 16 GPUs each on a 64-GPU site (10 s);
+* B: 8 deployments of up to 32 GPUs each on a 256-GPU site (60 s);
+* C: 16 deployments of up to 64 GPUs each on a 1,024-GPU site (120 s);
+* D: 32 deployments of up to 128 GPUs each on a 4,096-GPU site (300 s).
 
 Deployments mix models and workloads (see ``site_request``); demand follows diurnal
 curves with random phases; the cap binds at the daily peak and a demand-response
-event lowers it further for three evening hours. Prints, per site and method, the
-time to build the tables, the decomposition, the MILP build and solve times, the
-objective, the proven lower bound and gap, and the baselines.
+event lowers it further for three evening hours. Each run is a fresh process (its own
+peak RSS). Prints one JSON row per run (phases, bound history, MILPs, baselines) and
+a table: wall time, final gap, time to a proven 1%, 0.5% and 0.1% gap, peak RSS.
+``--growth LIMIT_S`` runs the growth table instead (2 to 32 deployments of 32 GPUs;
+8 deployments of 16 to 128 GPUs).
 
-    python benchmarks/bench_schedule.py [--sites A B] [--methods auto compact] [--seed 0]
+    python benchmarks/bench_schedule.py [--sites S64 A B C D] [--methods auto volume compact]
+    python benchmarks/bench_schedule.py --growth 60
 """
 
 from __future__ import annotations
@@ -112,9 +119,15 @@ SITES = {
 }
 
 
-def run(name: str, method: str, seed: int) -> dict[str, Any]:
-    n_dep, gpus_each, site_gpus, limit = SITES[name]
-    body = site_request(n_dep, gpus_each, site_gpus, seed, limit)
+def time_to_gap(trace: list[list[Any]], gap: float) -> float | None:
+    """First time (s from the solve's start) at which the proven gap was <= ``gap``."""
+    for t, ub, lb in trace:
+        if ub is not None and lb is not None and (ub - lb) <= gap * max(abs(ub), 1e-9):
+            return float(t)
+    return None
+
+
+def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
     body["solver"]["method"] = method
     t0 = time.perf_counter()
     problem = problem_from_dict(body)
@@ -124,61 +137,111 @@ def run(name: str, method: str, seed: int) -> dict[str, Any]:
     o = solve(problem)
     wall = time.perf_counter() - t1
     st = o.stats
-    milp_build = sum(w.get("build_s", 0.0) for w in st.get("windows", [])) + st.get(
-        "milp_build_s", 0.0
-    )
-    milp_solve = sum(w.get("solve_s", 0.0) for w in st.get("windows", [])) + st.get(
-        "milp_solve_s", 0.0
-    )
-    row = {
-        "site": name,
+    milps = st.get("windows", []) + st.get("neighbourhoods", [])
+    relaxation = st.get("relaxation", {})
+    return {
+        "site": label,
         "method": method,
         "periods": data.n_periods,
         "deployments": len(data.deployments),
+        "gpus": data.total_gpus,
         "candidates": sum(d.n_configs for d in data.deployments),
+        "time_limit_s": problem.solver.time_limit_s,
         "tables_s": round(tables_s, 3),
-        "decomposition_s": st.get("decomposition_s"),
-        "milp_build_s": round(milp_build, 3),
-        "milp_solve_s": round(milp_solve, 3),
+        "phases": {p["name"]: p["seconds"] for p in st.get("phases", [])},
+        "relaxation_iterations": relaxation.get("iterations"),
+        "milp_build_s": round(sum(w.get("build_s", 0.0) for w in milps), 3),
+        "milp_solve_s": round(sum(w.get("solve_s", 0.0) for w in milps), 3),
         "total_s": round(wall, 3),
         "status": o.status,
         "objective_usd": round(o.priced.objective_usd, 4),
         "lower_bound_usd": round(o.lower_bound_usd, 4),
         "gap_pct": round(100 * o.mip_gap, 4),
+        "time_to_gap_s": {
+            f"{g:g}%": time_to_gap(st.get("trace", []), g / 100) for g in (1.0, 0.5, 0.1)
+        },
+        "incumbent_from": st.get("incumbent_from"),
         "baselines_usd": {k: round(v.objective_usd, 4) for k, v in o.baselines.items()},
         "baseline_violations": {k: v.violations() for k, v in o.baselines.items()},
         "windows": st.get("windows"),
-        "split_bound": st.get("split_bound"),
-        "lower_bound": st.get("lower_bound"),
+        "neighbourhoods": st.get("neighbourhoods"),
+        "exact_window": st.get("exact_window"),
         "choices_kept": st.get("choices_kept"),
         "choices_total": st.get("choices_total"),
+        "bound_history": relaxation.get("history"),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    return row
+
+
+def run(name: str, method: str, seed: int) -> dict[str, Any]:
+    n_dep, gpus_each, site_gpus, limit = SITES[name]
+    return run_body(name, site_request(n_dep, gpus_each, site_gpus, seed, limit), method)
+
+
+#: the growth table: deployments at 32 GPUs each, and GPUs per deployment at 8
+GROWTH = [(n, 32) for n in (2, 4, 8, 16, 32)] + [(8, g) for g in (16, 64, 128)]
+
+
+def growth_run(args: tuple[str, int, int, int, float]) -> dict[str, Any]:
+    method, seed, n_dep, gpus_each, limit = args
+    body = site_request(n_dep, gpus_each, n_dep * gpus_each, seed, limit)
+    return run_body(f"{n_dep}x{gpus_each}", body, method)
+
+
+def in_fresh_process(fn: Any, args: Any) -> dict[str, Any]:
+    """Run ``fn(args)`` in a new process, so that each peak RSS is its own."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        return dict(pool.apply(fn, (args,)))
+
+
+def site_run(args: tuple[str, str, int]) -> dict[str, Any]:
+    return run(*args)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sites", nargs="+", default=["A", "B"], choices=sorted(SITES))
-    ap.add_argument("--methods", nargs="+", default=["auto"], choices=["auto", "compact"])
+    ap.add_argument("--sites", nargs="+", default=["S64", "A", "B"], choices=list(SITES))
+    ap.add_argument("--methods", nargs="+", default=["auto"], choices=["auto", "volume", "compact"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--growth",
+        type=float,
+        metavar="LIMIT_S",
+        help="instead of the sites, the growth table with this time limit per instance",
+    )
     a = ap.parse_args()
-    for s in a.sites:
-        for m in a.methods:
-            row = run(s, m, a.seed)
-            n_dep, gpus_each, site_gpus, limit = SITES[s]
-            print(
-                f"site {s} ({row['periods']} periods x {n_dep} deployments x <= {gpus_each} GPUs, "
-                f"{site_gpus}-GPU site), method {m}, time limit {limit:g} s: {row['status']}, "
-                f"gap {row['gap_pct']:.3f}%, total {row['total_s']:.2f} s "
-                f"(tables {row['tables_s']:.2f} s, MILP build {row['milp_build_s']:.2f} s, "
-                f"MILP solve {row['milp_solve_s']:.2f} s)"
-            )
-            print(
-                json.dumps(
-                    row, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v
-                )
-            )
+    rows = []
+    if a.growth:
+        for n_dep, gpus_each in GROWTH:
+            for m in a.methods:
+                row = in_fresh_process(growth_run, (m, a.seed, n_dep, gpus_each, a.growth))
+                rows.append(row)
+                print(json.dumps(row, default=_nan_none), flush=True)
+    else:
+        for s in a.sites:
+            for m in a.methods:
+                row = in_fresh_process(site_run, (s, m, a.seed))
+                rows.append(row)
+                print(json.dumps(row, default=_nan_none), flush=True)
+    print()
+    print(
+        f"{'site':>8} {'method':>7} {'GPUs':>5} {'limit':>6} {'wall':>7} {'gap':>8} "
+        f"{'to 1%':>7} {'to 0.5%':>7} {'to 0.1%':>7} {'RSS MB':>7}  objective / bound (USD)"
+    )
+    for r in rows:
+        tt = r["time_to_gap_s"]
+        cells = [f"{tt[k]:7.1f}" if tt[k] is not None else f"{'-':>7}" for k in tt]
+        print(
+            f"{r['site']:>8} {r['method']:>7} {r['gpus']:>5} {r['time_limit_s']:>6g} "
+            f"{r['total_s']:>7.1f} {r['gap_pct']:>7.3f}% {' '.join(cells)} "
+            f"{r['peak_rss_mb']:>7.0f}  {r['objective_usd']:,.2f} / {r['lower_bound_usd']:,.2f}"
+        )
+
+
+def _nan_none(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 if __name__ == "__main__":

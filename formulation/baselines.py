@@ -26,7 +26,7 @@ import numpy as np
 from formulation.data import ScheduleData, take_periods
 from formulation.dp import DeploymentGrid, deployment_grid, stage_costs, transition_cost
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
-from formulation.milp import solve_compact
+from formulation.milp import estimated_build_s, solve_compact
 from formulation.period import enumeration_applies, solve_period
 from model.pareto import pareto_mask
 
@@ -109,6 +109,57 @@ def _grids(data: ScheduleData, grids: Sequence[DeploymentGrid] | None) -> list[D
     return [deployment_grid(data, d) for d in data.deployments]
 
 
+def priced_period(
+    data: ScheduleData, grids: Sequence[DeploymentGrid], t: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Period ``t`` alone: each deployment's cheapest configuration and load (0 or its
+    maximum) at a price ``pi`` per IT watt on top of the energy price, with ``pi`` the
+    least (by bisection) at which their net power fits the cap; at a high enough
+    price every deployment takes its least-power choice, so the result fits the cap
+    whenever any mix does. Returns ``(configurations, served loads)``, (M,) each."""
+    M = len(data.deployments)
+    rhs = float(data.it_cap_w[t] - data.idle_site_it_w)
+    idle = data.idle_gpu_power_w
+
+    def choose(pi: float) -> tuple[np.ndarray, np.ndarray, float]:
+        ks = np.zeros(M, dtype=np.int64)
+        loads = np.zeros(M)
+        net = 0.0
+        a = float(data.cost_usd_per_w[t]) + pi
+        for m, d in enumerate(data.deployments):
+            g = grids[m]
+            u = float(d.unserved_usd_per_rps[t])
+            lam = float(d.demand_rps[t])
+            c0 = a * (g.p0_w[t] - idle * d.gpus) + u * lam
+            c1 = a * (g.p1_w[t] - idle * d.gpus) + u * (lam - g.smax[t])
+            cost = np.where(d.allowed, np.minimum(c0, c1), np.inf)
+            k = int(np.argmin(cost))
+            full = bool(c1[k] < c0[k])
+            ks[m] = k
+            loads[m] = float(g.smax[t, k]) if full else 0.0
+            net += float((g.p1_w[t, k] if full else g.p0_w[t, k]) - idle * d.gpus[k])
+        return ks, loads, net
+
+    ks, loads, net = choose(0.0)
+    if net <= rhs:
+        return ks, loads
+    lo, hi = 0.0, max(float(np.max(data.cost_usd_per_w)), 1e-12)
+    for _ in range(200):  # doubling until the mix fits (or nothing cheaper exists)
+        ks, loads, net = choose(hi)
+        if net <= rhs:
+            break
+        lo, hi = hi, hi * 2.0
+    best = (ks, loads)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        ks, loads, net = choose(mid)
+        if net <= rhs:
+            hi, best = mid, (ks, loads)
+        else:
+            lo = mid
+    return best
+
+
 def greedy(
     data: ScheduleData,
     time_limit_s: float = 10.0,
@@ -119,7 +170,8 @@ def greedy(
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
     zero_pi = np.zeros(T)
-    for m, (d, g) in enumerate(zip(data.deployments, _grids(data, grids), strict=True)):
+    all_grids = _grids(data, grids)
+    for m, (d, g) in enumerate(zip(data.deployments, all_grids, strict=True)):
         cost, full = stage_costs(data, d, g, zero_pi, np.zeros(T))
         cfg[m] = np.argmin(cost, axis=1)
         served[m] = np.where(full[np.arange(T), cfg[m]], d.smax_rps[np.arange(T), cfg[m]], 0.0)
@@ -135,16 +187,31 @@ def greedy(
             served[:, t] = sol.served
     rest = np.array([t for t in bad if t not in set(exact)], dtype=np.int64)
     if rest.size:
-        # large sites, or a GPU pool can bind: the periods are independent once
-        # transitions are ignored, so one MILP solves them all; on large sites it is
-        # restricted to each deployment's capacity-power front (plus off), which keeps
-        # it small but may miss a better off-front mix: an approximation of greedy
+        # large sites, or a GPU pool can bind: each period priced on its own first
+        # (a feasible mix wherever shedding can meet the cap), then, if it can be
+        # built in time, one MILP over those periods (independent once transitions
+        # are ignored) restricted to each deployment's capacity-power front (plus
+        # off): small, but it may miss a better off-front mix, so an approximation
+        for t in rest:
+            cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
         sub = periods_alone(data, rest)
         allowed = None if enumeration_applies(data) else _front_allowed(sub)
-        r = solve_compact(sub, time_limit_s, 1e-4, allowed=allowed)
-        if r.schedule is not None:
-            cfg[:, rest] = r.schedule.config
-            served[:, rest] = r.schedule.served_rps
+        choices = (
+            sum(len(rows[0]) for rows in allowed) * rest.size
+            if allowed is not None
+            else sum(int(d.allowed.sum()) for d in data.deployments) * rest.size
+        )
+        if estimated_build_s(choices) <= 0.3 * time_limit_s:
+            start = Schedule(cfg[:, rest], served[:, rest])
+            r = solve_compact(sub, time_limit_s, 1e-4, allowed=allowed, start=start)
+            if r.schedule is not None:
+                before = price_schedule(sub, start)
+                after = price_schedule(sub, r.schedule)
+                if after.violation_free and (
+                    not before.violation_free or after.objective_usd <= before.objective_usd
+                ):
+                    cfg[:, rest] = r.schedule.config
+                    served[:, rest] = r.schedule.served_rps
     return price_schedule(data, Schedule(cfg, served))
 
 

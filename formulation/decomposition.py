@@ -41,14 +41,12 @@ from formulation.data import ScheduleData
 from formulation.dp import (
     DeploymentGrid,
     DpResult,
-    backward_values,
     deployment_grid,
-    shortest_path,
     solve_dp,
-    stage_costs,
 )
 from formulation.evaluate import Schedule, transitions
 from formulation.highs import quiet_highs
+from formulation.lagrange import dual_value, site_constant_usd
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +78,6 @@ class DecompositionResult:
     prices_w: FloatArray | None = None  # pi of the best bound, per IT watt and period
     prices_gpu: FloatArray | None = None  # sigma of the best bound, (G, T)
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
-
-
-def site_constant_usd(data: ScheduleData) -> float:
-    """Energy cost of the whole site idle (added to every deployment's net cost)."""
-    return float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
 
 
 def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatArray) -> Column:
@@ -178,31 +171,6 @@ class Master:
         return float(info.objective_function_value), kappa, pi, sigma, x
 
 
-def lagrangian_bound(
-    data: ScheduleData, dp_values: list[float], pi: FloatArray, sigma: FloatArray
-) -> float:
-    rhs = data.it_cap_w - data.idle_site_it_w
-    return (
-        float(sum(dp_values))
-        - float(np.dot(pi, rhs))
-        - float(np.sum(sigma * data.pool_gpus[:, None]))
-        + site_constant_usd(data)
-    )
-
-
-def uncoupled_bound(data: ScheduleData, grids: list[DeploymentGrid]) -> float:
-    """Sum over deployments of each one's exact optimum without the site cap and the
-    GPU inventories (one DP each), plus the idle site's energy: the Lagrangian bound
-    at zero prices, a valid lower bound on every schedule's objective."""
-    T, G = data.n_periods, len(data.pools)
-    zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
-    values = [
-        solve_dp(data, d, grids[m], zero_pi, zero_sigma[int(data.pool_of[m])]).value
-        for m, d in enumerate(data.deployments)
-    ]
-    return lagrangian_bound(data, values, zero_pi, zero_sigma)
-
-
 def decompose(
     data: ScheduleData,
     time_limit_s: float,
@@ -235,7 +203,7 @@ def decompose(
         master.add(col)
     # at zero prices the bound is the sum of each deployment's uncapped optimum: the
     # bound never falls below it, whatever the LP duals do
-    best_lb = lagrangian_bound(data, uncapped, zero_pi, zero_sigma)
+    best_lb = dual_value(data, uncapped, zero_pi, zero_sigma)
     best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
     history = [(time.perf_counter() - t0, best_lb)]
     lp = np.inf
@@ -261,7 +229,7 @@ def decompose(
                 r = solve_dp(data, d, grids[m], pi, sigma[g])
                 values.append(r.value)
                 new_cols.append(column_from_dp(data, m, r, grids[m]))
-            lb = lagrangian_bound(data, values, pi, sigma)
+            lb = dual_value(data, values, pi, sigma)
             if lb > best_lb:
                 best_lb, best_pi, best_sigma = lb, pi.copy(), sigma.copy()
                 history.append((time.perf_counter() - t0, best_lb))
@@ -307,36 +275,3 @@ def schedule_of_columns(data: ScheduleData, cols: list[Column]) -> Schedule:
     cfg = np.stack([c.config for c in cols])
     served = np.stack([c.served_rps for c in cols])
     return Schedule(cfg, served)
-
-
-def lagrangian_keep(
-    data: ScheduleData, res: DecompositionResult, upper_bound_usd: float
-) -> tuple[list[list[list[int]]], int, int]:
-    """Configurations that can still be in a schedule cheaper than ``upper_bound_usd``.
-
-    At the best prices, the Lagrangian of every schedule that runs ``k`` at ``t`` for
-    deployment ``m`` is at least ``L - DP_m + through_m(t, k)``, where ``through`` is
-    the best priced path through ``(t, k)`` (forward plus backward DP values). Where
-    that bound exceeds the incumbent, no better schedule uses ``(m, t, k)``: removing
-    it is safe, and the MILP over the survivors has the same optimum as the full one
-    (or the incumbent is optimal). Returns ``(allowed, kept, total)``.
-    """
-
-    assert res.prices_w is not None and res.prices_gpu is not None
-    lb = res.lower_bound_usd
-    slack_tol = 1e-9 * max(abs(upper_bound_usd), 1.0)
-    out = []
-    kept = total = 0
-    for m, d in enumerate(data.deployments):
-        g = deployment_grid(data, d)
-        stage, _ = stage_costs(data, d, g, res.prices_w, res.prices_gpu[int(data.pool_of[m])])
-        best, _, fwd = shortest_path(data, d, g, stage)
-        back = backward_values(data, d, g, stage)
-        through = fwd + back
-        ok = (lb - best + through) <= upper_bound_usd + slack_tol
-        ok &= d.allowed[None, :]
-        rows = [np.flatnonzero(ok[t]).tolist() for t in range(data.n_periods)]
-        kept += int(ok.sum())
-        total += int(d.allowed.sum()) * data.n_periods
-        out.append(rows)
-    return out, kept, total

@@ -351,3 +351,11 @@ def uncoupled_schedule(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> S
     """Each deployment's exact optimum on ``grids`` at zero prices."""
     T, G = data.n_periods, len(data.pools)
     return DualOracle(data, grids)(np.zeros(T), np.zeros((G, T))).schedule
+
+
+def uncoupled_bound(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:
+    """Sum over deployments of each one's exact optimum on ``grids`` at zero prices,
+    plus the idle site's energy: ``L(0, 0)``. On unrestricted grids, the floor that no
+    reported bound may fall below."""
+    T, G = data.n_periods, len(data.pools)
+    return DualOracle(data, grids)(np.zeros(T), np.zeros((G, T))).value_usd

@@ -41,6 +41,16 @@ log = logging.getLogger(__name__)
 
 Allowed = Sequence[Sequence[Sequence[int]]]  # [m][t] -> config indices
 
+#: Pyomo build time of the compact model per (deployment, period, configuration)
+#: choice: an upper envelope of the builds measured on the benchmark sites
+#: (``benchmarks/bench_schedule.py`` reports each MILP's choices and build time)
+BUILD_S_PER_CHOICE = 2e-4
+
+
+def estimated_build_s(choices: int) -> float:
+    """Seconds to build a compact model over ``choices`` choices (an upper estimate)."""
+    return choices * BUILD_S_PER_CHOICE
+
 
 def all_allowed(data: ScheduleData) -> list[list[list[int]]]:
     """Every candidate of every deployment in every period."""

@@ -67,7 +67,7 @@ from formulation.lagrange import (
     local_grids,
     relax,
 )
-from formulation.milp import solve_compact
+from formulation.milp import estimated_build_s, solve_compact
 from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import solve_guided, solve_windowed, window_choices
@@ -197,10 +197,9 @@ class TimeBudget:
     REPAIR: ClassVar[float] = 0.40
     END: ClassVar[float] = 1.0
     RESERVE: ClassVar[float] = 0.03
-    #: a restricted MILP is built only if its estimated Pyomo build time (seconds per
-    #: (deployment, period, configuration) choice, measured on the benchmark sites) is
-    #: at most this share of the time its phase has left
-    BUILD_S_PER_CHOICE: ClassVar[float] = 6e-5
+    #: a restricted MILP is built only if its estimated Pyomo build time
+    #: (:func:`formulation.milp.estimated_build_s`) is at most this share of the time
+    #: its phase has left
     BUILD_SHARE: ClassVar[float] = 0.3
 
     def elapsed(self) -> float:
@@ -215,7 +214,7 @@ class TimeBudget:
 
     def fits(self, choices: int, until: float) -> bool:
         """Whether a MILP over ``choices`` can be built and solved before ``until``."""
-        return choices * self.BUILD_S_PER_CHOICE <= self.BUILD_SHARE * self.left(until)
+        return estimated_build_s(choices) <= self.BUILD_SHARE * self.left(until)
 
 
 class Run:
@@ -257,7 +256,9 @@ class Run:
             return False
         self.best, self.source = p, source
         self._trace()
-        self.say(f"{source}: schedule at ${p.objective_usd:,.4f}, gap {self.gap():.3%}")
+        gap = self.gap()
+        shown = f", gap {gap:.3%}" if np.isfinite(gap) else ""
+        self.say(f"{source}: schedule at ${p.objective_usd:,.4f}{shown}")
         return True
 
     def bound(self, value: float) -> None:
@@ -304,11 +305,6 @@ def solve(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome
         with run.phase("neighbourhoods"):
             _neighbourhoods(run, data, lgrids, relaxation)
     return _finish(run, data, base)
-
-
-def solve_problem(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
-    """Alias of :func:`solve`."""
-    return solve(problem, progress)
 
 
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:

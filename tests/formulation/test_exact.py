@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from formulation.data import ScheduleData, build_data
-from formulation.decomposition import uncoupled_bound
 from formulation.dp import deployment_grid
 from formulation.evaluate import Schedule, best_served, price_schedule
+from formulation.lagrange import uncoupled_bound
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError, solve
 from model.capacity import Coefficients, evaluate
@@ -349,7 +349,7 @@ def test_solver_equals_exhaustive_enumeration(seed: int) -> None:
     data = build_data(problem_from_dict(body))
     h = hand_model(body, data)
     best = enumerate_optimum(h, data)
-    for method in ("auto", "compact"):
+    for method in ("auto", "volume", "compact"):
         problem = problem_from_dict(with_method(body, method))
         if best is None:
             with pytest.raises(InfeasibleError):
