@@ -534,6 +534,12 @@ def _exact_window(
         run.offer(g.priced, "window MILP guided by one-period optima")
         run.bound(g.lower_bound_usd)
         return
+    # pruning rarely drops nine choices in ten: when even a tenth of the window's
+    # choices cannot be built in time, skip the pruning's DPs as well
+    unpruned = window_choices(data, grids)
+    if not run.budget.fits(unpruned // 10, TimeBudget.END):
+        run.stats["exact_window"] = f"skipped: {unpruned:,} choices before pruning"
+        return
     allowed, kept, total = keep_choices(data, lgrids, relaxation.best, run.upper())
     run.stats.update(choices_kept=kept, choices_total=total)
     run.say(f"Lagrangian pruning kept {kept:,} of {total:,} (deployment, period, config) choices")

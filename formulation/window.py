@@ -35,6 +35,7 @@ from formulation.dp import (
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
+from formulation.lagrange import uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
 from formulation.period import decisions_cost, solve_period
 from formulation.split import joint_path, split_bound
@@ -105,8 +106,7 @@ def window_choices(
     """(deployment, period, configuration) choices of the first window MILP that
     :func:`solve_windowed` builds (the span of the periods where the deployments'
     uncoupled optima break the site constraints, ``pad`` on each side); 0 if none."""
-    _, free = _uncoupled(data, grids)
-    first = price_schedule(data, free)
+    first = price_schedule(data, uncoupled_schedule(data, grids))
     broken = set(first.cap_violations) | set(first.inventory_violations)
     if not broken:
         return 0

@@ -20,10 +20,28 @@ from model.operations import SpecRequest, resolve_spec
 REL = 1e-6
 
 
-@pytest.fixture(scope="module")
-def demo() -> tuple[dict[str, Any], dict[str, Any]]:
+def fleet_request(copies: int) -> dict[str, Any]:
+    """The demo's deployments ``copies`` times over, with the inventory and cap scaled
+    alike: more deployments than one-period enumeration takes."""
     body = demo_request()
+    deps = []
+    for i in range(copies):
+        for d in body["deployments"]:
+            deps.append({**d, "name": f"{d['name']}-{i}"})
+    body["deployments"] = deps
+    body["site"]["gpu_inventory"] = {"h200": 64 * copies}
+    body["grid"]["power_cap_w"] = [c * copies for c in body["grid"]["power_cap_w"]]
+    return body
+
+
+@pytest.fixture(scope="module", params=["demo", "demo-volume", "fleet"])
+def demo(request: pytest.FixtureRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The demo with each multiplier method, and a 9-deployment site, solved; the
+    response is checked from its JSON alone."""
+    body = fleet_request(3) if request.param == "fleet" else demo_request()
     body["solver"]["time_limit_s"] = 10
+    if request.param == "demo-volume":
+        body["solver"]["method"] = "volume"
     resp = response(solve(problem_from_dict(body)))
     # the contract is JSON: everything must survive a strict round trip
     return body, json.loads(json.dumps(resp, allow_nan=False))
