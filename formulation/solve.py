@@ -165,10 +165,12 @@ def _infeasible_after(
     )
 
 
-def diagnose_infeasible(data: ScheduleData, fallback: str) -> InfeasibleError:
+def diagnose_infeasible(
+    data: ScheduleData, fallback: str, time_limit_s: float = 10.0
+) -> InfeasibleError:
     """Name the periods where even the LP relaxation cannot meet the site constraints
     (transition limits from the initial state included); else a plain explanation."""
-    dec = decompose(data, 10.0)
+    dec = decompose(data, time_limit_s)
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         return _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
     return InfeasibleError(
@@ -322,6 +324,18 @@ def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dic
 def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     T, G = data.n_periods, len(data.pools)
     run.bound(DualOracle(data, local_grids(data, grids))(np.zeros(T), np.zeros((G, T))).value_usd)
+    run.stats["lower_bound"] = "compact MILP (HiGHS)"
+    choices = data.n_periods * sum(int(d.allowed.sum()) for d in data.deployments)
+    if not run.budget.fits(choices, TimeBudget.END):
+        # building alone would overrun the limit: the best baseline and the
+        # zero-price bound come back, and the reason with them
+        run.stats["compact"] = (
+            f"not built: {choices:,} choices need about {estimated_build_s(choices):,.0f} s "
+            f"to build, more than {TimeBudget.BUILD_SHARE:.0%} of the time left; use "
+            "method auto or raise solver.time_limit_s"
+        )
+        run.stats["lower_bound"] = "sum of the deployments' optima within their local limits"
+        return
     run.say("compact MILP over every candidate")
     r = solve_compact(
         data,
@@ -331,13 +345,18 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
         start=run.best.schedule if run.best else None,
     )
     if r.status == "infeasible":
-        raise diagnose_infeasible(data, "HiGHS proved the problem infeasible")
+        raise diagnose_infeasible(data, "HiGHS proved the problem infeasible", _diagnosis_s(run))
     if r.schedule is not None:
         run.offer(price_schedule(data, r.schedule), "compact MILP")
     if r.bound_usd is not None:
         run.bound(r.bound_usd)
     run.stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
-    run.stats["lower_bound"] = "compact MILP (HiGHS)"
+
+
+def _diagnosis_s(run: Run) -> float:
+    """Time for naming the periods of an infeasible problem: what the limit leaves,
+    including its reserve, and at least a second."""
+    return max(run.budget.limit_s - run.budget.elapsed(), 1.0)
 
 
 def _workers(run: Run) -> int:
@@ -362,7 +381,9 @@ def _relaxation(
         oracle.close()
     if not np.isfinite(r.best.value_usd):
         # some deployment has no path within what the site allows it
-        raise diagnose_infeasible(data, "no deployment schedule fits the site's limits")
+        raise diagnose_infeasible(
+            data, "no deployment schedule fits the site's limits", _diagnosis_s(run)
+        )
     run.stats["lower_bound"] = (
         f"Lagrangian relaxation of the site cap and GPU inventories ({how}), each "
         "deployment's exact DP within its local limits as the subproblem"
@@ -561,7 +582,9 @@ def _exact_window(
 def _finish(run: Run, data: ScheduleData, base: dict[str, Priced]) -> Outcome:
     best = run.best
     if best is None:
-        raise diagnose_infeasible(data, "no feasible schedule found within the time limit")
+        raise diagnose_infeasible(
+            data, "no feasible schedule found within the time limit", _diagnosis_s(run)
+        )
     gap = run.gap() if np.isfinite(run.lower_bound) else np.inf
     status = "optimal" if gap <= run.opts.mip_gap + 1e-12 else "time_limit"
     run.stats["incumbent_from"] = run.source

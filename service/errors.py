@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -121,6 +121,25 @@ def unavailable(detail: str) -> JSONResponse:
     return problem(503, "Service Unavailable", detail, headers=headers)
 
 
+def _leaf_routes(routes: Any) -> Any:
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # an included router
+        if inner is not None:
+            yield from _leaf_routes(inner.routes)
+        else:
+            yield route
+
+
+def allowed_methods(app: FastAPI, path: str) -> set[str]:
+    """Every method some route serves at ``path``, OPTIONS included."""
+    methods = {"OPTIONS"}
+    for route in _leaf_routes(app.router.routes):
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path):
+            methods |= set(getattr(route, "methods", None) or ())
+    return methods
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -170,7 +189,15 @@ def install(app: FastAPI) -> None:
         return problem(422, "Cannot answer", str(exc), "/problems/unprocessable")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # the framework names only the first route whose path matched; a path
+            # served by several routes (GET and POST /v1/sites) allows all of them
+            allow = ", ".join(sorted(allowed_methods(request.app, request.url.path)))
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers={"Allow": allow})
+            detail = f"{request.method} is not allowed here; allowed: {allow}"
+            return problem(405, _title(405), detail, headers={"Allow": allow})
         if exc.status_code == 400:  # the framework could not parse the body (e.g. not UTF-8)
             reason = str(exc.detail)
             return problem(

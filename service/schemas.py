@@ -8,9 +8,10 @@ body, so the CLI and the API accept exactly the same documents.
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from formulation.demo import demo_request
 from model.workload import check_no_file
@@ -21,8 +22,42 @@ Scalar = float | int | str | bool
 Overrides = dict[Literal["model", "gpu", "calibration", "serving"], dict[str, Scalar]]
 
 
+def _types_in(annotation: Any) -> set[Any]:
+    """Every plain type named anywhere in ``annotation`` (unions, lists, dicts, ...)."""
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    out: set[Any] = set()
+    for a in args:
+        out |= _types_in(a)
+    return out
+
+
+def _has_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, list):
+        return any(isinstance(v, bool) for v in value)
+    if isinstance(value, dict):
+        return any(isinstance(v, bool) for v in value.values())
+    return False
+
+
 class Strict(BaseModel):
+    """Unknown fields are refused, and so is ``true``/``false`` where a number is
+    expected (JSON booleans are not numbers, though Python would take them as 1/0)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None or not _has_bool(value):
+            return value
+        kinds = _types_in(cls.model_fields[info.field_name].annotation)
+        if bool not in kinds and kinds & {int, float}:
+            raise ValueError("must be a number, not true or false")
+        return value
 
 
 class Moments(Strict):

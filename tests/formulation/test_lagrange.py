@@ -196,3 +196,44 @@ def test_schedule_shape_of_the_oracle() -> None:
     )
     assert p.value_usd == q.value_usd
     assert np.array_equal(p.schedule.config, q.schedule.config)
+
+
+def test_compact_too_large_to_build_in_time_returns_the_best_baseline() -> None:
+    """The demo's compact model cannot be built within 2 s: the solve says so and
+    returns its best violation-free baseline with a valid bound, instead of building."""
+    from formulation.demo import demo_request
+
+    body = demo_request()
+    body["solver"] = {"time_limit_s": 2, "mip_gap": 1e-3, "method": "compact"}
+    out = solve(problem_from_dict(body))
+    assert "not built" in out.stats["compact"]
+    assert "milp_build_s" not in out.stats
+    clean = [b.objective_usd for b in out.baselines.values() if b.violation_free]
+    assert out.priced.violation_free
+    assert out.priced.objective_usd == pytest.approx(min(clean))
+    assert out.lower_bound_usd <= out.priced.objective_usd
+    assert out.status == "time_limit"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 4, 5])
+def test_priced_period_fits_the_cap_whenever_shedding_can(seed: int) -> None:
+    from formulation.baselines import priced_period
+    from formulation.evaluate import price_schedule
+
+    body = random_request(seed)
+    data = build_data(problem_from_dict(body))
+    grids = [deployment_grid(data, d) for d in data.deployments]
+    floor = sum(
+        float(np.min((g.p0_w[0] - data.idle_gpu_power_w * d.gpus)[d.allowed]))
+        for d, g in zip(data.deployments, grids, strict=True)
+    )
+    for t in range(data.n_periods):
+        ks, loads = priced_period(data, grids, t)
+        one = Schedule(
+            np.repeat(ks[:, None], data.n_periods, axis=1),
+            np.repeat(loads[:, None], data.n_periods, axis=1),
+        )
+        priced = price_schedule(data, one)
+        assert not any(v[1] == t for v in priced.served_violations)
+        if floor <= float(data.it_cap_w[t] - data.idle_site_it_w):
+            assert t not in priced.cap_violations

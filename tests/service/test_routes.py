@@ -177,6 +177,37 @@ def test_negative_n_p(client):
     assert_problem(r, 422, "n_p")
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/v1/capacity", {**CAPACITY_BODY, "load_rps": False}, "load_rps"),
+        ("/v1/capacity", {**CAPACITY_BODY, "n_p": True}, "n_p"),
+        ("/v1/front", {"workload": "fixed:4096:256", "budget_w": False}, "budget_w"),
+    ],
+)
+def test_booleans_are_not_numbers(client, route, body, field):
+    detail = assert_problem(client.post(route, json=body), 422, field)["detail"]
+    assert "true or false" in detail
+
+
+def test_an_integer_is_a_number(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "load_rps": 2})
+    assert r.status_code == 200, r.text
+
+
+def test_options_and_405_name_every_method_of_the_path(client):
+    r = client.options("/v1/sites")
+    assert r.status_code == 204
+    assert set(r.headers["allow"].split(", ")) == {"GET", "POST", "OPTIONS"}
+    r = client.options("/v1/sites/some-site")
+    assert set(r.headers["allow"].split(", ")) == {"GET", "PUT", "DELETE", "OPTIONS"}
+    r = client.delete("/v1/sites")
+    body = assert_problem(r, 405)
+    assert set(r.headers["allow"].split(", ")) == {"GET", "POST", "OPTIONS"}
+    assert "DELETE" in body["detail"]
+    assert client.options("/v1/no-such-path").status_code == 404
+
+
 def test_missing_n_d(client):
     body = {k: v for k, v in CAPACITY_BODY.items() if k != "n_d"}
     assert_problem(client.post("/v1/capacity", json=body), 422, "n_d")
