@@ -188,6 +188,20 @@ class Relaxation:
     hints: list[Schedule] = field(default_factory=list)  # other schedules worth repairing
 
 
+def cost_ceiling(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:
+    """More than any schedule can cost: every deployment at its most power-hungry
+    choice (no idle credit), all demand unserved, and every instance started and
+    stopped in every period. A bound above it proves that no schedule is feasible."""
+    energy = data.idle_site_it_w * float(np.sum(data.cost_usd_per_w))
+    other = 0.0
+    for d, g in zip(data.deployments, grids, strict=True):
+        energy += float(np.sum(data.cost_usd_per_w * np.max(np.maximum(g.p0_w, g.p1_w), axis=1)))
+        other += float(np.sum(d.unserved_usd_per_rps * d.demand_rps))
+        most = int(np.max(d.n_p + d.n_d))
+        other += (data.start_cost_usd + data.stop_cost_usd) * most * data.n_periods
+    return 2.0 * (abs(energy) + other) + 1.0
+
+
 def residual(data: ScheduleData, p: Point) -> tuple[FloatArray, FloatArray]:
     """Scaled constraint residuals ``A x - b`` (cap rows, inventory rows)."""
     rhs = data.it_cap_w - data.idle_site_it_w
@@ -231,7 +245,9 @@ def relax(
     history = [(time.perf_counter() - t0, best.value_usd)]
     it = 0
     marks = [best.value_usd]  # best bound after each evaluation
-    while it < max_iter and time.perf_counter() < deadline:
+    ceiling = cost_ceiling(data, oracle.grids)
+    while it < max_iter and time.perf_counter() < deadline and best.value_usd <= ceiling:
+        # (a bound above the ceiling proves the problem infeasible)
         if len(marks) > stall_iter:
             old = marks[-stall_iter - 1]
             if best.value_usd - old <= stall_rel * max(abs(best.value_usd), 1.0):
@@ -319,15 +335,20 @@ def corridor(
     periods: range,
     keep: Allowed | None = None,
     grids: Sequence[DeploymentGrid] | None = None,
+    focus: set[int] | None = None,
 ) -> Allowed:
     """Per deployment and period in ``periods``, the configurations within ``radius``
     instance changes (L1 in ``(n_P, n_D)``) of the deployment's configuration on any of
     ``paths`` ((M, T) arrays), intersected with ``keep`` and the grids' admitted
-    choices; the paths' own configurations always stay in."""
+    choices; the paths' own configurations always stay in. Outside ``focus`` (when
+    given) only the first path's configuration stays: a time window."""
     out: Allowed = []
     for m, d in enumerate(data.deployments):
         rows = []
         for t in periods:
+            if focus is not None and t not in focus:
+                rows.append([int(paths[0][m, t])])
+                continue
             centres = {int(p[m, t]) for p in paths}
             near = np.zeros(d.n_configs, dtype=bool)
             for k in centres:

@@ -372,12 +372,14 @@ def solve_model(
     start: Schedule | None = None,
     build_s: float = 0.0,
 ) -> MilpResult:
-    """Solve with HiGHS (appsi interface), optionally from a MIP start."""
+    """Solve with HiGHS (appsi interface), optionally from a MIP start, within
+    ``time_limit_s`` of wall time from the call: loading the model into HiGHS counts
+    against it (HiGHS's own limit starts only once the model is loaded)."""
     from pyomo.contrib.appsi.base import TerminationCondition as TC
     from pyomo.contrib.appsi.solvers.highs import Highs
 
+    t_call = time.perf_counter()
     opt = Highs()
-    opt.config.time_limit = max(time_limit_s, 0.01)
     opt.config.mip_gap = mip_gap
     opt.config.load_solution = False
     opt.config.stream_solver = False
@@ -391,6 +393,23 @@ def solve_model(
     n_bin = sum(1 for v in m.component_data_objects(pyo.Var) if v.is_binary())
     t0 = time.perf_counter()
     with stdout_to_stderr():  # HiGHS's banner and log never reach standard output
+        opt.set_instance(m)
+        # the model is loaded and unchanged: skip appsi's scan for changes
+        for flag in (
+            "check_for_new_or_removed_constraints",
+            "check_for_new_or_removed_vars",
+            "check_for_new_or_removed_params",
+            "check_for_new_objective",
+            "update_constraints",
+            "update_vars",
+            "update_params",
+            "update_named_expressions",
+            "update_objective",
+        ):
+            setattr(opt.update_config, flag, False)
+        # what is left, less a share for reading the solution back
+        left = time_limit_s - (time.perf_counter() - t_call)
+        opt.config.time_limit = max(0.95 * left, 0.01)
         res = opt.solve(m)
     solve_s = time.perf_counter() - t0
     tc = res.termination_condition

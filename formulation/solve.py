@@ -63,6 +63,7 @@ from formulation.lagrange import (
     Point,
     Relaxation,
     corridor,
+    cost_ceiling,
     keep_choices,
     local_grids,
     relax,
@@ -197,7 +198,14 @@ class TimeBudget:
     BASELINES: ClassVar[float] = 0.10
     RELAXATION: ClassVar[float] = 0.25
     REPAIR: ClassVar[float] = 0.40
+    #: the window MILP over pruned choices ends here (the window guided by
+    #: one-period optima, whose own neighbourhoods grow inside it, runs to the end)
+    EXACT_WINDOW: ClassVar[float] = 0.55
     END: ClassVar[float] = 1.0
+    #: at most this share of the limit for one neighbourhood MILP, and the length of
+    #: its time windows (periods)
+    NEIGHBOURHOOD: ClassVar[float] = 0.2
+    WINDOW_PERIODS: ClassVar[int] = 12
     RESERVE: ClassVar[float] = 0.03
     #: a restricted MILP is built only if its estimated Pyomo build time
     #: (:func:`formulation.milp.estimated_build_s`) is at most this share of the time
@@ -379,8 +387,9 @@ def _relaxation(
             how = "column generation with dual smoothing"
     finally:
         oracle.close()
-    if not np.isfinite(r.best.value_usd):
-        # some deployment has no path within what the site allows it
+    if r.best.value_usd > cost_ceiling(data, lgrids):
+        # some deployment has no path within what the site allows it, or the bound
+        # outgrew what any schedule can cost: no schedule is feasible
         raise diagnose_infeasible(
             data, "no deployment schedule fits the site's limits", _diagnosis_s(run)
         )
@@ -484,25 +493,61 @@ def _repair(
         run.offer(cand, "Lagrangian heuristic")
 
 
+def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1) -> list[set[int]]:
+    """Spans of at most ``length`` periods covering the periods where ``best`` draws
+    within 2% of the cap (or uses every GPU of a pool), each padded by ``pad``."""
+    tight = (best.site_power_w >= 0.98 * data.power_cap_w) | (
+        best.gpus_used >= data.pool_gpus[:, None]
+    ).any(axis=0)
+    ts = [int(t) for t in np.flatnonzero(tight)]
+    out: list[set[int]] = []
+    while ts:
+        first = ts[0]
+        chunk = [t for t in ts if t < first + length]
+        ts = ts[len(chunk) :]
+        lo, hi = max(chunk[0] - pad, 0), min(chunk[-1] + pad, data.n_periods - 1)
+        out.append(set(range(lo, hi + 1)))
+    return out
+
+
 def _neighbourhoods(
     run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], relaxation: Relaxation
 ) -> None:
-    """Corridor MILPs around the incumbent and the Lagrangian paths, the radius growing
-    while each is solved without improvement."""
+    """Corridor MILPs around the incumbent and the Lagrangian paths, each given at most
+    ``TimeBudget.NEIGHBOURHOOD`` of the limit. Over the whole horizon first, the radius
+    growing while a corridor is solved without improvement; once one runs out of time
+    without improving, over time windows where the cap binds (the incumbent fixed
+    outside), one after another, the radius growing after a pass without improvement."""
     until = TimeBudget.END
     radius = 1
+    windows: list[set[int]] | None = None
+    passed_without_gain = True
     log_rows: list[dict[str, Any]] = []
     run.stats["neighbourhoods"] = log_rows
     while not run.closed() and run.best is not None and run.budget.left(until) > 0.2:
+        focus = None
+        if windows is not None:
+            if not windows:
+                if passed_without_gain:
+                    radius += 1
+                windows = binding_windows(data, run.best, TimeBudget.WINDOW_PERIODS)
+                passed_without_gain = True
+                if not windows:
+                    break
+            focus = windows.pop(0)
         centres = [run.best.schedule.config, relaxation.best.schedule.config]
-        allowed = corridor(data, centres, radius, range(data.n_periods), grids=lgrids)
+        allowed = corridor(data, centres, radius, range(data.n_periods), grids=lgrids, focus=focus)
         choices = sum(len(r) for rows in allowed for r in rows)
         if not run.budget.fits(choices, until):
+            if windows is None:
+                windows = []  # too large over the whole horizon: windows instead
+                continue
             break
-        run.say(f"corridor MILP: radius {radius}, {choices:,} choices")
+        where = "all periods" if focus is None else f"periods {min(focus)}..{max(focus)}"
+        run.say(f"corridor MILP: radius {radius}, {where}, {choices:,} choices")
         r = solve_compact(
             data,
-            run.budget.left(until),
+            min(run.budget.left(until), TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
             run.opts.mip_gap / 2,
             run.opts.threads,
             allowed,
@@ -514,6 +559,7 @@ def _neighbourhoods(
         log_rows.append(
             {
                 "radius": radius,
+                "periods": None if focus is None else [min(focus), max(focus)],
                 "choices": choices,
                 "build_s": round(r.build_s, 3),
                 "solve_s": round(r.solve_s, 3),
@@ -521,10 +567,13 @@ def _neighbourhoods(
                 "improved": improved,
             }
         )
-        if r.status != "optimal":
-            break
-        if not improved:
-            radius += 1
+        if improved:
+            passed_without_gain = False
+        if windows is None:
+            if r.status == "optimal" and not improved:
+                radius += 1
+            elif r.status != "optimal" and not improved:
+                windows = []  # the whole horizon is too hard: windows from here on
 
 
 def _exact_window(
@@ -542,7 +591,7 @@ def _exact_window(
         g = solve_guided(
             data,
             grids,
-            max(run.budget.left(), 0.1),
+            max(run.budget.left(TimeBudget.END), 0.1),
             opts.mip_gap,
             opts.threads,
             run.best,
@@ -558,18 +607,25 @@ def _exact_window(
     # pruning rarely drops nine choices in ten: when even a tenth of the window's
     # choices cannot be built in time, skip the pruning's DPs as well
     unpruned = window_choices(data, grids)
-    if not run.budget.fits(unpruned // 10, TimeBudget.END):
+    if not run.budget.fits(unpruned // 10, TimeBudget.EXACT_WINDOW):
         run.stats["exact_window"] = f"skipped: {unpruned:,} choices before pruning"
         return
     allowed, kept, total = keep_choices(data, lgrids, relaxation.best, run.upper())
     run.stats.update(choices_kept=kept, choices_total=total)
     run.say(f"Lagrangian pruning kept {kept:,} of {total:,} (deployment, period, config) choices")
     need = window_choices(data, grids, allowed)
-    if not run.budget.fits(need, TimeBudget.END):
+    if not run.budget.fits(need, TimeBudget.EXACT_WINDOW):
         run.stats["exact_window"] = f"skipped: {need:,} choices do not fit in the time left"
         return
     w = solve_windowed(
-        data, grids, run.budget.left(), opts.mip_gap, opts.threads, run.best, allowed, run.say
+        data,
+        grids,
+        run.budget.left(TimeBudget.EXACT_WINDOW),
+        opts.mip_gap,
+        opts.threads,
+        run.best,
+        allowed,
+        run.say,
     )
     run.stats["windows"] = w.stats.get("windows", [])
     run.offer(w.priced, "window MILP")
