@@ -1,10 +1,11 @@
 """Benchmark: one evaluation of the Lagrangian dual function (one exact DP per
-deployment) serially and on threads, on the sites of ``bench_schedule.py``.
+deployment) in this process and on forked worker processes, on the sites of
+``bench_schedule.py``.
 
-Prints, per site, the deployments, their candidates, the seconds per evaluation with
-1 and with ``--threads`` workers (median of ``--repeat``), and the speed-up.
+Prints, per site, the deployments, their candidates, the seconds per evaluation
+serially and with ``--workers`` processes (median of ``--repeat``), and the speed-up.
 
-    python benchmarks/bench_dual.py [--sites B C D] [--threads 2] [--repeat 5]
+    python benchmarks/bench_dual.py [--sites B C D] [--workers 2] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -37,19 +38,19 @@ def per_eval_s(oracle: DualOracle, repeat: int, rng: np.random.Generator) -> flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sites", nargs="+", default=["B", "C", "D"], choices=list(SITES))
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     print(
-        f"{'site':>4} {'deps':>5} {'candidates':>10} {'1 thread':>9} "
-        f"{a.threads:>2} threads  speed-up"
+        f"{'site':>4} {'deps':>5} {'candidates':>10} {'serial':>9} "
+        f"{a.workers:>2} workers  speed-up"
     )
     for name in a.sites:
         n_dep, gpus_each, site_gpus, limit = SITES[name]
         data = build_data(problem_from_dict(site_request(n_dep, gpus_each, site_gpus, 0, limit)))
         grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
         serial = DualOracle(data, grids, 1)
-        threaded = DualOracle(data, grids, a.threads)
+        threaded = DualOracle(data, grids, a.workers)
         one = per_eval_s(serial, a.repeat, np.random.default_rng(0))
         many = per_eval_s(threaded, a.repeat, np.random.default_rng(0))
         threaded.close()

@@ -39,14 +39,11 @@ from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
 from formulation.dp import (
-    DeploymentGrid,
-    DpResult,
     deployment_grid,
-    solve_dp,
 )
 from formulation.evaluate import Schedule, transitions
 from formulation.highs import quiet_highs
-from formulation.lagrange import dual_value, site_constant_usd
+from formulation.lagrange import DualOracle, Point, site_constant_usd
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +90,6 @@ def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatAr
         + data.stop_cost_usd * stops.sum()
     )
     return Column(m, sched_cfg.copy(), served.copy(), cost, pnet, gpus.astype(np.int64))
-
-
-def column_from_dp(data: ScheduleData, m: int, r: DpResult, g: DeploymentGrid) -> Column:
-    served = np.where(r.full, g.smax[np.arange(data.n_periods), r.config], 0.0)
-    return make_column(data, m, r.config, served)
 
 
 class Master:
@@ -179,31 +171,67 @@ def decompose(
     rel_tol: float = 1e-7,
     smoothing: float = 0.5,
     progress: Callable[[str], None] | None = None,
-    grids: list[DeploymentGrid] | None = None,
+    oracle: DualOracle | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> DecompositionResult:
-    """Column generation to the Dantzig-Wolfe bound (or the time limit). ``grids``:
-    the deployments' DP grids (default: unrestricted), e.g. those of
-    :func:`formulation.lagrange.local_grids`."""
+    """Column generation to the Dantzig-Wolfe bound (or the time limit). ``oracle``
+    prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
+    grids of :func:`formulation.lagrange.local_grids`; ``stop``: checked after every
+    round."""
     t0 = time.perf_counter()
+    own = oracle is None
+    if oracle is None:
+        oracle = DualOracle(data, [deployment_grid(data, d) for d in data.deployments])
+    try:
+        return _generate(
+            data,
+            oracle,
+            t0,
+            time_limit_s,
+            extra_columns,
+            max_iter,
+            rel_tol,
+            smoothing,
+            progress,
+            stop,
+        )
+    finally:
+        if own:
+            oracle.close()
+
+
+def _columns(data: ScheduleData, p: Point) -> list[Column]:
+    return [
+        make_column(data, m, p.schedule.config[m], p.schedule.served_rps[m])
+        for m in range(len(data.deployments))
+    ]
+
+
+def _generate(
+    data: ScheduleData,
+    oracle: DualOracle,
+    t0: float,
+    time_limit_s: float,
+    extra_columns: list[Column] | None,
+    max_iter: int,
+    rel_tol: float,
+    smoothing: float,
+    progress: Callable[[str], None] | None,
+    stop: Callable[[], bool] | None,
+) -> DecompositionResult:
     T, G = data.n_periods, len(data.pools)
-    if grids is None:
-        grids = [deployment_grid(data, d) for d in data.deployments]
     master = Master(data)
     zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
     high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
-    uncapped = []
-    for m, d in enumerate(data.deployments):
-        g = int(data.pool_of[m])
-        for pi in (zero_pi, high_pi):
-            r = solve_dp(data, d, grids[m], pi, zero_sigma[g])
-            master.add(column_from_dp(data, m, r, grids[m]))
-            if pi is zero_pi:
-                uncapped.append(r.value)
+    first = oracle(zero_pi, zero_sigma)
+    for p in (first, oracle(high_pi, zero_sigma)):
+        for col in _columns(data, p):
+            master.add(col)
     for col in extra_columns or []:
         master.add(col)
     # at zero prices the bound is the sum of each deployment's uncapped optimum: the
     # bound never falls below it, whatever the LP duals do
-    best_lb = dual_value(data, uncapped, zero_pi, zero_sigma)
+    best_lb = first.value_usd
     best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
     history = [(time.perf_counter() - t0, best_lb)]
     lp = np.inf
@@ -222,14 +250,9 @@ def decompose(
                 continue
             else:
                 pi, sigma = pi_lp, sigma_lp
-            values = []
-            new_cols = []
-            for m, d in enumerate(data.deployments):
-                g = int(data.pool_of[m])
-                r = solve_dp(data, d, grids[m], pi, sigma[g])
-                values.append(r.value)
-                new_cols.append(column_from_dp(data, m, r, grids[m]))
-            lb = dual_value(data, values, pi, sigma)
+            point = oracle(pi, sigma)
+            new_cols = _columns(data, point)
+            lb = point.value_usd
             if lb > best_lb:
                 best_lb, best_pi, best_sigma = lb, pi.copy(), sigma.copy()
                 history.append((time.perf_counter() - t0, best_lb))
@@ -246,7 +269,7 @@ def decompose(
         if added == 0 or (lp_total - best_lb) <= rel_tol * scale:
             converged = True
             break
-        if time.perf_counter() - t0 > time_limit_s:
+        if time.perf_counter() - t0 > time_limit_s or (stop is not None and stop()):
             break
     n_slack = master.n_slack
     slack = x[:n_slack] if x.size else np.zeros(n_slack)

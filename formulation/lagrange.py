@@ -46,9 +46,10 @@ reported; it is valid whatever the multipliers.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -129,40 +130,88 @@ def dual_value(
     )
 
 
+def solve_one(
+    data: ScheduleData,
+    grids: Sequence[DeploymentGrid],
+    m: int,
+    pi: FloatArray,
+    sigma_g: FloatArray,
+) -> tuple[float, IntArray, FloatArray]:
+    """Deployment ``m``'s exact DP at prices ``pi`` and ``sigma_g`` (its pool's):
+    ``(priced optimum, configuration per period, served load per period)``."""
+    d, g = data.deployments[m], grids[m]
+    stage, full = stage_costs(data, d, g, pi, sigma_g)
+    value, cfg, _ = shortest_path(data, d, g, stage)
+    t = np.arange(data.n_periods)
+    served = np.where(full[t, cfg], g.smax[t, cfg], 0.0)
+    return value, cfg, served
+
+
+# the problems of the live oracles, inherited by their forked worker processes
+_SHARED: dict[int, tuple[ScheduleData, Sequence[DeploymentGrid]]] = {}
+
+
+def _solve_shared(
+    key: int, m: int, pi: FloatArray, sigma_g: FloatArray
+) -> tuple[float, IntArray, FloatArray]:
+    data, grids = _SHARED[key]
+    return solve_one(data, grids, m, pi, sigma_g)
+
+
 class DualOracle:
-    """Evaluates ``L(pi, sigma)``: one exact DP per deployment, on ``workers`` threads
-    (numpy releases the interpreter lock inside each array operation)."""
+    """Evaluates ``L(pi, sigma)``: one exact DP per deployment. With ``workers > 1``
+    (and more than one deployment, where processes can be forked) the DPs run on that
+    many worker processes, forked once with the problem in memory, so each evaluation
+    sends only the prices and receives the paths. Threads would not help: each DP is
+    many small numpy operations, serialised by the interpreter lock
+    (``benchmarks/bench_dual.py`` measures both)."""
 
     def __init__(
         self, data: ScheduleData, grids: Sequence[DeploymentGrid], workers: int = 1
     ) -> None:
         self.data = data
         self.grids = list(grids)
-        self.workers = max(1, workers)
-        self._pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+        self.workers = 1
+        self._pool: ProcessPoolExecutor | None = None
+        self._key = id(self)
+        if (
+            workers > 1
+            and len(data.deployments) > 1
+            and "fork" in multiprocessing.get_all_start_methods()
+        ):
+            _SHARED[self._key] = (data, self.grids)
+            self.workers = workers
+            self._pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("fork")
+            )
         self.calls = 0
         self.seconds = 0.0
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+        _SHARED.pop(self._key, None)
 
-    def _one(self, m: int, pi: FloatArray, sigma: FloatArray) -> tuple[float, IntArray, FloatArray]:
-        data, d, g = self.data, self.data.deployments[m], self.grids[m]
-        stage, full = stage_costs(data, d, g, pi, sigma[int(data.pool_of[m])])
-        value, cfg, _ = shortest_path(data, d, g, stage)
-        t = np.arange(data.n_periods)
-        served = np.where(full[t, cfg], g.smax[t, cfg], 0.0)
-        return value, cfg, served
+    def __enter__(self) -> DualOracle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __call__(self, pi: FloatArray, sigma: FloatArray) -> Point:
         t0 = time.perf_counter()
         data = self.data
         M = len(data.deployments)
+        pools = [int(data.pool_of[m]) for m in range(M)]
         if self._pool is not None:
-            parts = list(self._pool.map(lambda m: self._one(m, pi, sigma), range(M)))
+            futures = [
+                self._pool.submit(_solve_shared, self._key, m, pi, sigma[pools[m]])
+                for m in range(M)
+            ]
+            parts = [f.result() for f in futures]
         else:
-            parts = [self._one(m, pi, sigma) for m in range(M)]
+            parts = [solve_one(data, self.grids, m, pi, sigma[pools[m]]) for m in range(M)]
         cfg = np.stack([p[1] for p in parts])
         served = np.stack([p[2] for p in parts])
         cap_load = np.zeros(data.n_periods)
@@ -170,7 +219,7 @@ class DualOracle:
         for m, d in enumerate(data.deployments):
             gpus = d.gpus[cfg[m]]
             cap_load += d.power_w(cfg[m], served[m]) - data.idle_gpu_power_w * gpus
-            gpu_load[data.pool_of[m]] += gpus
+            gpu_load[pools[m]] += gpus
         value = dual_value(data, [p[0] for p in parts], pi, sigma)
         self.calls += 1
         self.seconds += time.perf_counter() - t0
@@ -221,13 +270,14 @@ def relax(
     start: Point | None = None,
     stall_iter: int = 60,
     stall_rel: float = 1e-5,
+    stop: Callable[[], bool] | None = None,
 ) -> Relaxation:
     """The volume algorithm (module docstring) until ``deadline`` (``perf_counter``
     time), ``max_iter`` dual evaluations, or the bound within ``rel_gap`` of
     ``upper_usd()`` (the incumbent's cost, inf if none), or when ``stall_iter``
     evaluations have raised the bound by less than ``stall_rel`` of its value.
     ``on_point`` sees every evaluated point whose bound is the best so far (for
-    primal heuristics)."""
+    primal heuristics); ``stop`` is checked before every evaluation."""
     data = oracle.data
     t0 = time.perf_counter()
     rhs = data.it_cap_w - data.idle_site_it_w
@@ -248,6 +298,8 @@ def relax(
     ceiling = cost_ceiling(data, oracle.grids)
     while it < max_iter and time.perf_counter() < deadline and best.value_usd <= ceiling:
         # (a bound above the ceiling proves the problem infeasible)
+        if stop is not None and stop():
+            break
         if len(marks) > stall_iter:
             old = marks[-stall_iter - 1]
             if best.value_usd - old <= stall_rel * max(abs(best.value_usd), 1.0):
@@ -371,7 +423,8 @@ def corridor(
 def uncoupled_schedule(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> Schedule:
     """Each deployment's exact optimum on ``grids`` at zero prices."""
     T, G = data.n_periods, len(data.pools)
-    return DualOracle(data, grids)(np.zeros(T), np.zeros((G, T))).schedule
+    with DualOracle(data, grids) as oracle:
+        return oracle(np.zeros(T), np.zeros((G, T))).schedule
 
 
 def uncoupled_bound(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:
@@ -379,4 +432,5 @@ def uncoupled_bound(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> floa
     plus the idle site's energy: ``L(0, 0)``. On unrestricted grids, the floor that no
     reported bound may fall below."""
     T, G = data.n_periods, len(data.pools)
-    return DualOracle(data, grids)(np.zeros(T), np.zeros((G, T))).value_usd
+    with DualOracle(data, grids) as oracle:
+        return oracle(np.zeros(T), np.zeros((G, T))).value_usd

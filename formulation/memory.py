@@ -1,16 +1,19 @@
 """Memory a schedule solve needs, estimated before any table is built.
 
-A solve holds, per deployment, arrays of one number per (period, candidate
-configuration) - loads, powers, stage costs, forward and backward DP values - and the
-HiGHS models of its restricted MILPs grow with the choices they keep. Its peak
-resident memory is therefore close to affine in the number of such cells::
+A solve keeps, for every deployment, a few numbers per (period, candidate
+configuration) cell for its whole duration (loads, powers at zero load and at the
+largest load, the local restriction of :mod:`formulation.lagrange`), and works on one
+deployment at a time (per solver thread) with a larger set of such arrays (stage costs,
+forward and backward DP values, the re-optimisation's budgets). The MILPs it builds are
+bounded by their build time (:func:`formulation.milp.estimated_build_s`), not by the
+cells. Hence::
 
-    MB  ~=  BASE_MB + BYTES_PER_CELL * sum_m T * K_m / 2**20
+    MB  ~=  BASE_MB + (BYTES_PER_CELL * sum_m T K_m + WORKING_BYTES_PER_CELL * max_m T K_m) / 2**20
 
-``BASE_MB`` and ``BYTES_PER_CELL`` are measured upper envelopes of this code's peak
-resident memory (``benchmarks/bench_memory.py`` prints the measured ratio for single
-deployments of 32 to 192 GPUs and sites of several deployments): an engineering
-estimate of the implementation, not a model of the deployments.
+``BASE_MB``, ``BYTES_PER_CELL`` and ``WORKING_BYTES_PER_CELL`` are measured upper
+envelopes of this code's peak resident memory (``benchmarks/bench_memory.py`` prints the
+estimate beside the measured peak, from one deployment of 64 GPUs to 32 of 128): an
+engineering estimate of the implementation, not a model of the deployments.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from dataclasses import dataclass
 
 from model.errors import InputError
 
-#: interpreter, numpy, Pyomo, HiGHS and the tables' fixed part (MB)
+#: interpreter, numpy, Pyomo, HiGHS, the restricted MILPs and the tables' fixed part (MB)
 BASE_MB = 300.0
-#: peak bytes per (period, candidate) cell, over the measured solves
-BYTES_PER_CELL = 1400.0
+#: bytes kept per (period, candidate) cell of every deployment
+BYTES_PER_CELL = 80.0
+#: bytes per cell of the deployment being worked on (two solver threads)
+WORKING_BYTES_PER_CELL = 600.0
 
 
 @dataclass(frozen=True)
@@ -36,9 +41,11 @@ class MemoryEstimate:
 
 
 def estimate(n_periods: int, candidates: Sequence[int]) -> MemoryEstimate:
-    """Estimated peak memory of a solve with these candidate counts per deployment."""
+    """Estimated peak memory of a solve with these candidate counts per deployment
+    (``per_deployment_mb``: what each one keeps)."""
     per = tuple(BYTES_PER_CELL * n_periods * k / 2**20 for k in candidates)
-    return MemoryEstimate(BASE_MB + sum(per), per)
+    working = WORKING_BYTES_PER_CELL * n_periods * max(candidates, default=0) / 2**20
+    return MemoryEstimate(BASE_MB + sum(per) + working, per)
 
 
 def check(n_periods: int, candidates: Sequence[int], budget_mb: float | None) -> MemoryEstimate:

@@ -77,6 +77,11 @@ from model.errors import PdwattError
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+#: sees the solve's state whenever it changes (``phase``, ``objective_usd``,
+#: ``lower_bound_usd``, ``gap``, ``elapsed_s``); returning True asks the solve to stop:
+#: every phase ends at its next check and the best schedule found comes back, with
+#: status ``stopped`` unless it is already proven
+Monitor = Callable[[dict[str, Any]], bool]
 
 
 class InfeasibleError(PdwattError):
@@ -92,7 +97,7 @@ class InfeasibleError(PdwattError):
 
 @dataclass
 class Outcome:
-    status: str  # optimal | time_limit
+    status: str  # optimal | time_limit | stopped (a monitor asked the solve to stop)
     data: ScheduleData
     priced: Priced
     lower_bound_usd: float
@@ -231,11 +236,16 @@ class Run:
     """The state one solve carries through its phases: the incumbent, the proven
     bound, their history and the phases' timings."""
 
-    def __init__(self, problem: ScheduleProblem, say: Progress) -> None:
+    def __init__(
+        self, problem: ScheduleProblem, say: Progress, monitor: Monitor | None = None
+    ) -> None:
         self.problem = problem
         self.opts = problem.solver
         self.budget = TimeBudget(problem.solver.time_limit_s)
-        self.say = say
+        self._say = say
+        self.monitor = monitor
+        self.current = ""
+        self.stopped = False
         self.best: Priced | None = None
         self.source = ""
         self.lower_bound = -np.inf
@@ -244,6 +254,8 @@ class Run:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        self.current = name
+        self._notify()
         try:
             yield
         finally:
@@ -255,6 +267,32 @@ class Run:
         ub = None if self.best is None else round(self.best.objective_usd, 6)
         lb = round(self.lower_bound, 6) if np.isfinite(self.lower_bound) else None
         self.stats["trace"].append([round(self.budget.elapsed(), 3), ub, lb])
+        self._notify()
+
+    def say(self, msg: str) -> None:
+        """Report progress (and let the monitor, if any, see the state)."""
+        self._say(msg)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self.monitor is None or self.stopped:
+            return
+        gap = self.gap()
+        state = {
+            "phase": self.current,
+            "objective_usd": None if self.best is None else self.best.objective_usd,
+            "lower_bound_usd": self.lower_bound if np.isfinite(self.lower_bound) else None,
+            "gap": gap if np.isfinite(gap) else None,
+            "elapsed_s": round(self.budget.elapsed(), 3),
+        }
+        if self.monitor(state):
+            self.stop()
+
+    def stop(self) -> None:
+        """End every phase at its next check (the limit becomes the time used so far)."""
+        self.stopped = True
+        self.budget.limit_s = min(self.budget.limit_s, self.budget.elapsed())
+        self._say("stop requested: returning the best schedule found so far")
 
     def offer(self, p: Priced | None, source: str) -> bool:
         """Keep ``p`` if it is violation-free and cheaper than the incumbent."""
@@ -287,11 +325,17 @@ class Run:
     def closed(self) -> bool:
         return self.gap() <= self.opts.mip_gap + 1e-12
 
+    def done(self) -> bool:
+        """Nothing more to do: the gap is closed or a stop was requested."""
+        return self.stopped or self.closed()
 
-def solve(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome:
+
+def solve(
+    problem: ScheduleProblem, progress: Progress | None = None, monitor: Monitor | None = None
+) -> Outcome:
     """The schedule with the least cost found within the time limit, and a proven
     lower bound (see the module docstring for the phases)."""
-    run = Run(problem, progress or (lambda _msg: None))
+    run = Run(problem, progress or (lambda _msg: None), monitor)
     with run.phase("tables"):
         data = build_data(problem)
         check_feasible_before(data)
@@ -304,14 +348,14 @@ def solve(problem: ScheduleProblem, progress: Progress | None = None) -> Outcome
         return _finish(run, data, base)
     with run.phase("relaxation"):
         relaxation, lgrids = _relaxation(run, data, grids)
-    if not run.closed():
+    if not run.done():
         with run.phase("repair"):
             starts = [*relaxation.hints, relaxation.best.schedule, relaxation.first.schedule]
             _repair(run, data, grids, starts)
-    if not run.closed():
+    if not run.done():
         with run.phase("exact_window"):
             _exact_window(run, data, grids, lgrids, relaxation, base)
-    if not run.closed():
+    if not run.done():
         with run.phase("neighbourhoods"):
             _neighbourhoods(run, data, lgrids, relaxation)
     return _finish(run, data, base)
@@ -433,7 +477,7 @@ def _volume(
         repairs["last"] = now
         repairs["spent"] += time.perf_counter() - t0
 
-    return relax(oracle, deadline, run.upper, run.opts.mip_gap, on_point)
+    return relax(oracle, deadline, run.upper, run.opts.mip_gap, on_point, stop=lambda: run.stopped)
 
 
 def _column_generation(
@@ -460,7 +504,8 @@ def _column_generation(
         max(deadline - time.perf_counter(), 0.0),
         extra_columns=extra,
         progress=run.say,
-        grids=lgrids,
+        oracle=oracle,
+        stop=lambda: run.stopped,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
@@ -642,7 +687,10 @@ def _finish(run: Run, data: ScheduleData, base: dict[str, Priced]) -> Outcome:
             data, "no feasible schedule found within the time limit", _diagnosis_s(run)
         )
     gap = run.gap() if np.isfinite(run.lower_bound) else np.inf
-    status = "optimal" if gap <= run.opts.mip_gap + 1e-12 else "time_limit"
+    if gap <= run.opts.mip_gap + 1e-12:
+        status = "optimal"
+    else:
+        status = "stopped" if run.stopped else "time_limit"
     run.stats["incumbent_from"] = run.source
     lb = run.lower_bound if np.isfinite(run.lower_bound) else -np.inf
     return Outcome(status, data, best, lb, gap, run.budget.elapsed(), base, run.stats)

@@ -53,6 +53,8 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 _PROBLEM_DOCS = {
     401: "missing or wrong X-API-Key (only when the server has an API key)",
+    404: "no such resource",
+    409: "the idempotency key was used for another request",
     413: "request body larger than the server accepts",
     422: "invalid request, unknown name, or infeasible problem",
     429: "every solver worker is busy; retry after Retry-After seconds",

@@ -10,10 +10,15 @@ from typing import Any
 from fastapi import FastAPI
 
 from service import errors
+from service.jobs import JobRunner
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
-from service.routers import catalog, core, dr, health, schedule, sites
+from service.routers import catalog, core, dr, health, jobs, schedule, sites
 from service.settings import Settings, get_settings
+
+#: on shutdown, running jobs are asked to stop and given this long to return their best
+#: schedules (``docker stop`` waits 10 s before killing)
+SHUTDOWN_GRACE_S = 7.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -88,7 +93,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.jobs = JobRunner(settings.database_url, app.state.pool)
+        app.state.jobs.recover()
         yield
+        await app.state.jobs.stop(SHUTDOWN_GRACE_S)
         app.state.pool.shutdown()
 
     app = FastAPI(
@@ -102,7 +110,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
     errors.install(app)
-    for r in (core.router, schedule.router, catalog.router, health.router, sites.router, dr.router):
+    for r in (
+        core.router,
+        schedule.router,
+        catalog.router,
+        health.router,
+        sites.router,
+        dr.router,
+        jobs.router,
+    ):
         app.include_router(r)
 
     @app.middleware("http")

@@ -289,7 +289,7 @@ class BaselineOut(Totals):
 
 class ScheduleResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
-    status: Literal["optimal", "time_limit"]
+    status: Literal["optimal", "time_limit", "stopped"]
     mip_gap: float
     lower_bound_usd: float
     solve_time_s: float

@@ -15,7 +15,10 @@ Tables:
   at) and ``response`` (the plan document);
 * ``events``: ``site_id``, ``received``, ``digest`` (SHA-256 of the event's canonical
   JSON, unique per site: the same event posted twice is merged once), ``site_version``
-  (the version its merge produced) and ``event`` (the OpenADR event as received).
+  (the version its merge produced) and ``event`` (the OpenADR event as received);
+* ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
+  its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
+  ``result`` or ``error``, ``cancel_requested`` and timestamps.
 
 Concurrent updates of one site never lose a write: every update reads the site, computes
 the new body, and writes it with ``UPDATE ... WHERE version = <read version>`` in the
@@ -94,6 +97,24 @@ events = Table(
     Column("site_version", Integer, nullable=False),
     Column("event", JSON, nullable=False),
     UniqueConstraint("site_id", "digest", name="uq_events_site_digest"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("digest", String(64), nullable=False),  # of kind and request
+    Column("idempotency_key", String(128), nullable=True, unique=True),
+    Column("status", String(16), nullable=False, index=True),
+    Column("progress", JSON, nullable=True),
+    Column("result", JSON, nullable=True),
+    Column("error", JSON, nullable=True),
+    Column("cancel_requested", Integer, nullable=False, default=0),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("started", DateTime(timezone=True), nullable=True),
+    Column("finished", DateTime(timezone=True), nullable=True),
 )
 
 MAX_ATTEMPTS = 50

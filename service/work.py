@@ -39,10 +39,14 @@ def front(body: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def schedule(body: dict[str, Any], memory_budget_mb: float | None = None) -> dict[str, Any]:
+def schedule(
+    body: dict[str, Any], memory_budget_mb: float | None = None, monitor: Any = None
+) -> dict[str, Any]:
+    """``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs' progress and
+    cancellation)."""
     from formulation.problem import Host, problem_from_dict
     from formulation.results import response
     from formulation.solve import solve
 
     host = Host(memory_budget_mb=memory_budget_mb)  # no workload file is read
-    return response(solve(problem_from_dict(body, host)))
+    return response(solve(problem_from_dict(body, host), monitor=monitor))

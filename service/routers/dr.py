@@ -15,8 +15,9 @@ from model.errors import InputError
 from service import work_dr
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import problem_responses
+from service.limits import check_schedule_limits
 from service.pool import SolvePool, run_or_429
-from service.schemas import ScheduleRequest, dump
+from service.schemas import dump
 from service.schemas_dr import (
     DemandResponseRequest,
     DemandResponseResponse,
@@ -34,21 +35,6 @@ router = APIRouter(
 
 #: Most one-period solves one flexibility request may ask for (periods x (points + 1)).
 MAX_FLEX_EVALUATIONS = 10_000
-
-
-def _limits(req: ScheduleRequest, s: Settings) -> None:
-    if len(req.deployments) > s.max_deployments:
-        raise InputError(
-            "request.deployments", f"at most {s.max_deployments} deployments on this server"
-        )
-    if len(req.deployments[0].demand_rps) > s.max_periods:
-        raise InputError("request.deployments[0].demand_rps", f"at most {s.max_periods} periods")
-    if sum(req.site.gpu_inventory.values()) > s.max_site_gpus:
-        raise InputError("request.site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
-    if req.solver.time_limit_s > s.max_time_limit_s:
-        raise InputError(
-            "request.solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server"
-        )
 
 
 async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
@@ -83,7 +69,7 @@ async def demand_response(
     An event the site cannot meet is a 422 problem whose `conflicts` give the deepest
     feasible cap per period.
     """
-    _limits(req.request, settings)
+    check_schedule_limits(req.request, settings, "request.")
     result = await _run(pool, settings, work_dr.demand_response, dump(req))
     if format == "png":
         from service.charts_dr import dr_chart
@@ -107,7 +93,7 @@ async def flexibility(
     the configurations and served demand that are best at each site power cap, from the
     least site draw up to the unconstrained draw. One period on its own: transitions
     are ignored, as an energy-management system bids the curve."""
-    _limits(req.request, settings)
+    check_schedule_limits(req.request, settings, "request.")
     n = len(req.request.deployments[0].demand_rps)
     periods = 1 if req.period is not None else n
     if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:

@@ -13,25 +13,12 @@ from model.errors import InputError
 from service import work
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import problem_responses
+from service.limits import check_schedule_limits
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import run_or_429
 from service.schemas import ScheduleRequest, ScheduleResponse, dump
-from service.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[ApiKey])
-
-
-def _limits(req: ScheduleRequest, s: Settings) -> None:
-    if len(req.deployments) > s.max_deployments:
-        raise InputError("deployments", f"at most {s.max_deployments} deployments on this server")
-    n = len(req.deployments[0].demand_rps)
-    if n > s.max_periods:
-        raise InputError("deployments[0].demand_rps", f"at most {s.max_periods} periods")
-    gpus = sum(req.site.gpu_inventory.values())
-    if gpus > s.max_site_gpus:
-        raise InputError("site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
-    if req.solver.time_limit_s > s.max_time_limit_s:
-        raise InputError("solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server")
 
 
 def _png(resp: dict[str, Any]) -> bytes:
@@ -61,7 +48,7 @@ async def schedule(
     A solve that reaches its time limit is not an error: 200 with status `time_limit`
     and the proven gap.
     """
-    _limits(req, settings)
+    check_schedule_limits(req, settings)
     t0 = time.perf_counter()
     resp = await run_or_429(
         pool, settings.retry_after_s, work.schedule, dump(req), pool.memory_budget_mb

@@ -49,10 +49,10 @@ from model.errors import InputError
 from service import work
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.limits import check_schedule_limits
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
-from service.routers.schedule import _limits
 from service.schemas import NonNeg, ScheduleRequest, Strict, dump
 from service.settings import Settings
 from service.store import (
@@ -221,7 +221,7 @@ def _period(body: dict[str, Any]) -> timedelta:
 
 
 def _site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
-    _limits(req, settings)
+    check_schedule_limits(req, settings)
     body = dump(req)
     name = body.pop("name")
     host = Host(memory_budget_mb=settings.max_solve_memory_mb)

@@ -55,10 +55,16 @@ def site(max_gpus: list[int], periods: int = 96) -> dict[str, Any]:
     }
 
 
-def test_estimate_is_affine_in_cells() -> None:
+def test_estimate_is_kept_cells_plus_the_largest_working_set() -> None:
     one = memory.estimate(96, [1000])
     two = memory.estimate(96, [1000, 1000])
-    assert two.total_mb - one.total_mb == pytest.approx(one.total_mb - memory.BASE_MB)
+    # a second deployment of the same size adds what it keeps, not another working set
+    assert two.total_mb - one.total_mb == pytest.approx(one.per_deployment_mb[0])
+    working = one.total_mb - memory.BASE_MB - one.per_deployment_mb[0]
+    assert working == pytest.approx(memory.WORKING_BYTES_PER_CELL * 96 * 1000 / 2**20)
+    # a smaller second deployment does not change the working set
+    small = memory.estimate(96, [1000, 10])
+    assert small.total_mb - one.total_mb == pytest.approx(small.per_deployment_mb[1])
     assert memory.estimate(192, [1000]).per_deployment_mb[0] == 2 * one.per_deployment_mb[0]
 
 

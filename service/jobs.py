@@ -1,0 +1,375 @@
+"""Solves as jobs: submitted, persisted, run in the background, polled, cancelled.
+
+A job is a ``kind`` (``schedule``, ``demand_response``, ``flexibility``) and the
+``request`` its synchronous route takes; its ``result``, once ``succeeded``, is what that
+route answers for the same request. Jobs live in the database (table ``jobs`` of
+:mod:`service.store`), so they survive an API restart: on start-up, jobs still
+``queued`` run again and jobs that were ``running`` (their process is gone) are
+``failed`` with that reason, never lost.
+
+Without a broker the jobs run in this process's solver pool (:class:`JobRunner`),
+as many at once as it has workers, the rest waiting ``queued``. The worker writes the
+job's ``progress`` (phase, best objective, proven bound, gap) to the database as the
+solve goes, and reads ``cancel_requested`` there: a cancelled schedule stops at its
+next check (a running MILP finishes its slice first, at most a fifth of the time
+limit) and its best schedule so far is kept as the result of the ``cancelled`` job; a
+cancelled demand-response or flexibility job is marked when its solves end.
+
+States: ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled``
+(``queued`` -> ``cancelled`` directly when cancelled before it starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from model.errors import PdwattError
+from service.pool import PoolFull, SolvePool, WorkerLost
+from service.store import digest, engine_for, jobs
+
+log = logging.getLogger(__name__)
+
+KINDS = ("schedule", "demand_response", "flexibility")
+FINAL = ("succeeded", "failed", "cancelled")
+#: seconds between two progress writes (and cancellation reads) of a running job
+PROGRESS_EVERY_S = 0.5
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id!r}")
+
+
+class IdempotencyConflict(Exception):
+    """The idempotency key names a job of another request."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        self.key = key
+        self.job_id = job_id
+        super().__init__(f"idempotency key {key!r} was used for job {job_id} with another request")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: str
+    status: str
+    progress: dict[str, Any] | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    created: datetime
+    started: datetime | None
+    finished: datetime | None
+    request: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        """The job as ``GET /v1/jobs/{id}`` answers it."""
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "progress": self.progress,
+            "created": self.created.isoformat(),
+            "started": None if self.started is None else self.started.isoformat(),
+            "finished": None if self.finished is None else self.finished.isoformat(),
+        }
+        if self.result is not None:
+            doc["result"] = self.result
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    return None if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _job(row: Any) -> Job:
+    return Job(
+        row.id,
+        row.kind,
+        row.status,
+        row.progress,
+        row.result,
+        row.error,
+        _aware(row.created) or _now(),
+        _aware(row.started),
+        _aware(row.finished),
+        row.request,
+    )
+
+
+class JobStore:
+    """The ``jobs`` table; every method is one short transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def create(
+        self, kind: str, request: dict[str, Any], key: str | None = None
+    ) -> tuple[Job, bool]:
+        """A new queued job, or (with an idempotency ``key`` already used for the same
+        request) the existing one; ``(job, created)``."""
+        doc_digest = digest({"kind": kind, "request": request})
+        if key is not None:
+            old = self._by_key(key)
+            if old is not None:
+                return self._same(old, key, doc_digest), False
+        job_id = secrets.token_hex(8)
+        row = {
+            "id": job_id,
+            "kind": kind,
+            "request": request,
+            "digest": doc_digest,
+            "idempotency_key": key,
+            "status": "queued",
+            "cancel_requested": 0,
+            "created": _now(),
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(jobs).values(**row))
+        except IntegrityError:  # the same key, posted concurrently
+            old = self._by_key(key) if key is not None else None
+            if old is None:
+                raise
+            return self._same(old, key or "", doc_digest), False
+        return self.get(job_id), True
+
+    def _same(self, row: Any, key: str, doc_digest: str) -> Job:
+        if row.digest != doc_digest:
+            raise IdempotencyConflict(key, row.id)
+        return _job(row)
+
+    def _by_key(self, key: str) -> Any:
+        with self.engine.connect() as conn:
+            return conn.execute(select(jobs).where(jobs.c.idempotency_key == key)).first()
+
+    def get(self, job_id: str) -> Job:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        if row is None:
+            raise JobNotFound(job_id)
+        return _job(row)
+
+    def with_status(self, status: str) -> list[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs.c.id).where(jobs.c.status == status).order_by(jobs.c.created)
+            )
+            return [r.id for r in rows]
+
+    def start(self, job_id: str) -> bool:
+        """``queued`` -> ``running``; False if the job is no longer queued."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "queued")
+                .values(status="running", started=_now())
+            )
+        return res.rowcount == 1
+
+    def progress(self, job_id: str, state: dict[str, Any]) -> bool:
+        """Record a running job's progress; True when its cancellation was requested."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(progress=state)
+            )
+            row = conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).first()
+        return bool(row is not None and row.cancel_requested)
+
+    def finish(
+        self,
+        job_id: str,
+        status: str,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.not_in(FINAL))
+                .values(status=status, result=result, error=error, finished=_now())
+            )
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a queued job at once; ask a running one to stop (it keeps its best
+        schedule); a finished job is left as it is."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "queued")
+                .values(status="cancelled", finished=_now(), cancel_requested=1)
+            )
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(cancel_requested=1)
+            )
+        return self.get(job_id)
+
+
+def job_store(url: str) -> JobStore:
+    return JobStore(engine_for(url))
+
+
+# ------------------------------------------------------------ in the worker process
+
+
+def _problem_of(exc: BaseException) -> dict[str, Any]:
+    """What a failed job reports: the same fields a synchronous route's problem has."""
+    out: dict[str, Any] = {"title": "Cannot answer", "detail": str(exc)}
+    field = getattr(exc, "field", None)
+    if field is not None:
+        out["field"] = field
+    conflicts = getattr(exc, "conflicts", None)
+    if conflicts is not None:
+        out["conflicts"] = conflicts
+    return out
+
+
+def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
+    """Run job ``job_id`` (in a solver worker): its status, progress and result go to the
+    database at ``url``. Returns the final status."""
+    store = job_store(url)
+    if not store.start(job_id):
+        return store.get(job_id).status  # cancelled meanwhile
+    job = store.get(job_id)
+    last_write = [0.0]
+    cancel = [False]
+    latest: dict[str, Any] = {}
+
+    def monitor(state: dict[str, Any]) -> bool:
+        latest.clear()
+        latest.update(state)
+        now = time.monotonic()
+        if now - last_write[0] >= PROGRESS_EVERY_S:
+            last_write[0] = now
+            cancel[0] = store.progress(job_id, state)
+        return cancel[0]
+
+    try:
+        result = run_kind(job.kind, job.request, memory_budget_mb, monitor)
+    except PdwattError as exc:
+        store.finish(job_id, "failed", error=_problem_of(exc))
+        return "failed"
+    except MemoryError:
+        store.finish(job_id, "failed", error={"title": "Out of memory", "detail": "MemoryError"})
+        return "failed"
+    status = "cancelled" if store.progress(job_id, {**latest, "phase": "done"}) else "succeeded"
+    store.finish(job_id, status, result=result)
+    return status
+
+
+def run_kind(
+    kind: str,
+    request: dict[str, Any],
+    memory_budget_mb: float | None,
+    monitor: Any = None,
+) -> dict[str, Any]:
+    """What the synchronous route of ``kind`` answers for ``request``."""
+    from service import work, work_dr
+
+    if kind == "schedule":
+        return work.schedule(request, memory_budget_mb, monitor)
+    if kind == "demand_response":
+        return work_dr.demand_response(request, memory_budget_mb)
+    if kind == "flexibility":
+        return work_dr.flexibility(request, memory_budget_mb)
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+# ------------------------------------------------------------ in the API process
+
+
+class JobRunner:
+    """Runs the database's queued jobs in this process's solver pool, as many at once
+    as it has workers; the others wait, queued."""
+
+    def __init__(self, url: str, pool: SolvePool, poll_s: float = 0.25) -> None:
+        self.url = url
+        self.pool = pool
+        self.poll_s = poll_s
+        self.store = job_store(url)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: set[str] = set()
+        self._stopping = False
+
+    def recover(self) -> None:
+        """After a restart: jobs left ``running`` lost their process (failed, with the
+        reason); jobs left ``queued`` run again."""
+        for job_id in self.store.with_status("running"):
+            self.store.finish(
+                job_id,
+                "failed",
+                error={
+                    "title": "Interrupted",
+                    "detail": "the server stopped while this job ran; submit it again",
+                },
+            )
+        for job_id in self.store.with_status("queued"):
+            self.submit(job_id)
+
+    def submit(self, job_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(job_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, job_id: str) -> None:
+        while not self._stopping:
+            if self.store.get(job_id).status != "queued":
+                return  # cancelled while waiting
+            try:
+                self._running.add(job_id)
+                await self.pool.run(execute, self.url, job_id, self.pool.memory_budget_mb)
+                return
+            except PoolFull:
+                await asyncio.sleep(self.poll_s)
+            except WorkerLost:
+                self.store.finish(
+                    job_id,
+                    "failed",
+                    error={
+                        "title": "Worker lost",
+                        "detail": "the solver worker running this job stopped (it was "
+                        "killed, e.g. out of memory); submit it again",
+                    },
+                )
+                return
+            except Exception as exc:  # noqa: BLE001 - recorded on the job, never lost
+                log.exception("job %s failed", job_id)
+                self.store.finish(job_id, "failed", error=_problem_of(exc))
+                return
+            finally:
+                self._running.discard(job_id)
+
+    async def stop(self, grace_s: float) -> None:
+        """On shutdown: ask the running jobs to stop (each keeps its best schedule, as a
+        cancelled job) and wait for them at most ``grace_s`` seconds; queued jobs stay
+        queued for the next start."""
+        self._stopping = True
+        for job_id in list(self._running):
+            self.store.cancel(job_id)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace_s)
+
+    async def drain(self) -> None:
+        """Wait for the jobs this runner started (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,91 @@
+"""/v1/jobs: solves in the background (see :mod:`service.jobs`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import JSONResponse
+
+from service.deps import ApiKey, SettingsDep
+from service.errors import problem, problem_responses
+from service.jobs import IdempotencyConflict, JobNotFound, JobRunner, JobStore, job_store
+from service.limits import check_schedule_limits
+from service.schemas import ScheduleRequest, dump
+from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
+
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
+
+
+def get_jobs(settings: SettingsDep) -> JobStore:
+    return job_store(settings.database_url)
+
+
+JobsDep = Annotated[JobStore, Depends(get_jobs)]
+
+
+def _runner(request: Request) -> JobRunner:
+    runner: JobRunner = request.app.state.jobs
+    return runner
+
+
+@router.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobAccepted,
+    responses={200: {"model": JobAccepted}, **problem_responses(401, 404, 409, 413, 422)},
+)
+async def submit_job(
+    job: JobRequest,
+    request: Request,
+    settings: SettingsDep,
+    store: JobsDep,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
+) -> JSONResponse:
+    """Queue a solve; 202 with its ``Location``. With an ``Idempotency-Key`` already
+    used for the same job, 200 with that job; for another job, 409."""
+    if isinstance(job.request, ScheduleRequest):
+        check_schedule_limits(job.request, settings, "request.")
+    else:
+        check_schedule_limits(job.request.request, settings, "request.request.")
+    try:
+        created_job, created = store.create(job.kind, dump(job.request), idempotency_key)
+    except IdempotencyConflict as exc:
+        return problem(
+            409,
+            "Conflict",
+            str(exc),
+            errors=[{"field": "Idempotency-Key", "reason": "used for another request"}],
+        )
+    if created:
+        _runner(request).submit(created_job.id)
+    return JSONResponse(
+        {"id": created_job.id, "status": created_job.status},
+        status_code=202 if created else 200,
+        headers={"Location": f"/v1/jobs/{created_job.id}"},
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
+async def get_job(job_id: str, store: JobsDep) -> Any:
+    """The job's status, progress and, once it has one, its result or error."""
+    try:
+        return JSONResponse(store.get(job_id).document())
+    except JobNotFound:
+        raise _not_found(job_id) from None
+
+
+@router.delete("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
+async def cancel_job(job_id: str, store: JobsDep) -> Any:
+    """Cancel: a queued job at once; a running schedule stops at its next check and
+    keeps its best schedule so far; a finished job is left as it is."""
+    try:
+        return JSONResponse(store.cancel(job_id).document())
+    except JobNotFound:
+        raise _not_found(job_id) from None
+
+
+def _not_found(job_id: str) -> Exception:
+    from fastapi import HTTPException
+
+    return HTTPException(status_code=404, detail=f"no job {job_id!r}")

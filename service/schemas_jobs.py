@@ -1,0 +1,66 @@
+"""Schemas of the jobs API (``/v1/jobs``): a job is a kind and the request its
+synchronous route takes, validated by that route's own schema."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas import ScheduleRequest
+from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
+
+
+class _Job(BaseModel):
+    # not ``Strict``: its field validator would shadow the discriminator ``kind``
+    # (the requests inside are ``Strict``)
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScheduleJob(_Job):
+    kind: Literal["schedule"]
+    request: ScheduleRequest
+
+
+class DemandResponseJob(_Job):
+    kind: Literal["demand_response"]
+    request: DemandResponseRequest
+
+
+class FlexibilityJob(_Job):
+    kind: Literal["flexibility"]
+    request: FlexibilityRequest
+
+
+JobRequest = Annotated[
+    ScheduleJob | DemandResponseJob | FlexibilityJob, Field(discriminator="kind")
+]
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class JobProgress(BaseModel):
+    phase: str | None = None
+    objective_usd: float | None = None
+    lower_bound_usd: float | None = None
+    gap: float | None = None
+    elapsed_s: float | None = None
+
+
+class JobDocument(BaseModel):
+    id: str
+    kind: Literal["schedule", "demand_response", "flexibility"]
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: JobProgress | None = None
+    created: str
+    started: str | None = None
+    finished: str | None = None
+    result: dict[str, Any] | None = Field(
+        None,
+        description="once succeeded (or cancelled after a start): what the "
+        "synchronous route answers for the same request",
+    )
+    error: dict[str, Any] | None = Field(None, description="once failed: why")
