@@ -185,17 +185,24 @@ def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, b
         i = int(np.flatnonzero(ok)[np.argmin(cost[ok])])
         best_cost = float(cost[i])
         best = np.where(full[i], smax, 0.0)
-    for ii in np.flatnonzero(power <= budget + tol):
-        for f in np.flatnonzero(~full[ii]):
-            room = budget - (power[ii] - p0[f])
-            fit = float(deps[f].max_load_within(int(ks[f]), room)[0])
-            s_f = min(fit, float(smax[f])) if fit >= 0 else -1.0
-            if s_f <= 0:
-                continue
-            p_f = float(deps[f].power_w(ks[f], s_f)[0])
-            c = cost[ii] - cw * p0[f] + cw * p_f - u[f] * s_f
-            if c < best_cost - 1e-12:
-                best_cost = c
-                best = np.where(full[ii], smax, 0.0)
-                best[f] = s_f
+    # the partial one: for each deployment f, every feasible vertex where f serves 0,
+    # with f raised to the most that fits (one vectorised evaluation per deployment)
+    feasible = np.flatnonzero(ok)
+    for f in range(m_count):
+        rows = feasible[~full[feasible, f]]
+        if rows.size == 0:
+            continue
+        room = budget - (power[rows] - p0[f])
+        fit = deps[f].max_load_within(int(ks[f]), room)
+        s_f = np.minimum(fit, float(smax[f]))
+        usable = (fit >= 0) & (s_f > 0)
+        if not usable.any():
+            continue
+        p_f = deps[f].power_w(int(ks[f]), np.where(usable, s_f, 0.0))
+        c = np.where(usable, cost[rows] - cw * p0[f] + cw * p_f - u[f] * s_f, np.inf)
+        j = int(np.argmin(c))
+        if c[j] < best_cost - 1e-12:
+            best_cost = float(c[j])
+            best = np.where(full[rows[j]], smax, 0.0)
+            best[f] = float(s_f[j])
     return best, True

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from model.errors import InputError
 
 #: interpreter, numpy, Pyomo, HiGHS, the restricted MILPs and the tables' fixed part (MB)
-BASE_MB = 300.0
+BASE_MB = 600.0
 #: bytes kept per (period, candidate) cell of every deployment
 BYTES_PER_CELL = 80.0
 #: bytes per cell of the deployment being worked on (two solver threads)
-WORKING_BYTES_PER_CELL = 600.0
+WORKING_BYTES_PER_CELL = 300.0
 
 
 @dataclass(frozen=True)

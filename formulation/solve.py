@@ -202,6 +202,10 @@ class TimeBudget:
 
     BASELINES: ClassVar[float] = 0.10
     RELAXATION: ClassVar[float] = 0.25
+    #: the least share of the limit the relaxation and the repair get when earlier
+    #: phases overran their own
+    RELAXATION_AT_LEAST: ClassVar[float] = 0.12
+    REPAIR_AT_LEAST: ClassVar[float] = 0.05
     REPAIR: ClassVar[float] = 0.40
     #: the window MILP over pruned choices ends here (the window guided by
     #: one-period optima, whose own neighbourhoods grow inside it, runs to the end)
@@ -220,12 +224,16 @@ class TimeBudget:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def deadline(self, until: float) -> float:
-        """``perf_counter`` time at which a phase ending at fraction ``until`` stops."""
-        return self.started + self.limit_s * min(until, 1.0 - self.RESERVE)
+    def deadline(self, until: float, at_least: float = 0.0) -> float:
+        """``perf_counter`` time at which a phase ending at fraction ``until`` stops;
+        with ``at_least``, not before that fraction of the limit from now (when earlier
+        phases overran), but never past the end."""
+        end = self.started + self.limit_s * (1.0 - self.RESERVE)
+        planned = self.started + self.limit_s * min(until, 1.0 - self.RESERVE)
+        return min(max(planned, time.perf_counter() + at_least * self.limit_s), end)
 
-    def left(self, until: float = END) -> float:
-        return max(self.deadline(until) - time.perf_counter(), 0.0)
+    def left(self, until: float = END, at_least: float = 0.0) -> float:
+        return max(self.deadline(until, at_least) - time.perf_counter(), 0.0)
 
     def fits(self, choices: int, until: float) -> bool:
         """Whether a MILP over ``choices`` can be built and solved before ``until``."""
@@ -421,7 +429,7 @@ def _relaxation(
     """The Lagrangian bound and its multipliers, by the method the problem names."""
     lgrids = local_grids(data, grids)
     oracle = DualOracle(data, lgrids, _workers(run))
-    deadline = run.budget.deadline(TimeBudget.RELAXATION)
+    deadline = run.budget.deadline(TimeBudget.RELAXATION, TimeBudget.RELAXATION_AT_LEAST)
     try:
         if run.opts.method == Method.VOLUME:
             r = _volume(run, data, grids, oracle, deadline)
@@ -529,9 +537,14 @@ def _repair(
     starts: list[Schedule],
     share: float | None = None,
 ) -> None:
-    """Exact per-deployment re-optimisation from each start until none improves."""
+    """Exact per-deployment re-optimisation from each start until none improves, by
+    the repair phase's deadline (or within ``share`` seconds)."""
+    if share is None:
+        deadline = run.budget.deadline(TimeBudget.REPAIR, TimeBudget.REPAIR_AT_LEAST)
+    else:
+        deadline = time.perf_counter() + share
     for st in starts:
-        limit = run.budget.left(TimeBudget.REPAIR) if share is None else share
+        limit = deadline - time.perf_counter()
         if limit <= 0:
             return
         cand = coordinate_descent(data, grids, st, time_limit_s=limit)

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from model.errors import PdwattError
 from service.pool import PoolFull, SolvePool, WorkerLost
@@ -306,14 +306,26 @@ class JobRunner:
         self.url = url
         self.pool = pool
         self.poll_s = poll_s
-        self.store = job_store(url)
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()
         self._stopping = False
 
+    @property
+    def store(self) -> JobStore:
+        return job_store(self.url)  # the engine is made once per process, on first use
+
     def recover(self) -> None:
         """After a restart: jobs left ``running`` lost their process (failed, with the
-        reason); jobs left ``queued`` run again."""
+        reason); jobs left ``queued`` run again. Without a database (it is down), the
+        server still starts; its jobs are recovered at the next start."""
+        try:
+            self._recover()
+        except SQLAlchemyError as exc:
+            log.warning(
+                "jobs not recovered, the database is unavailable: %s", exc.__class__.__name__
+            )
+
+    def _recover(self) -> None:
         for job_id in self.store.with_status("running"):
             self.store.finish(
                 job_id,
@@ -365,7 +377,10 @@ class JobRunner:
         queued for the next start."""
         self._stopping = True
         for job_id in list(self._running):
-            self.store.cancel(job_id)
+            try:
+                self.store.cancel(job_id)
+            except SQLAlchemyError:  # the job fails as interrupted at the next start
+                log.warning("job %s not stopped: the database is unavailable", job_id)
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
 
