@@ -50,6 +50,7 @@ import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -204,13 +205,17 @@ class DualOracle:
         data = self.data
         M = len(data.deployments)
         pools = [int(data.pool_of[m]) for m in range(M)]
+        parts = None
         if self._pool is not None:
-            futures = [
-                self._pool.submit(_solve_shared, self._key, m, pi, sigma[pools[m]])
-                for m in range(M)
-            ]
-            parts = [f.result() for f in futures]
-        else:
+            try:
+                futures = [
+                    self._pool.submit(_solve_shared, self._key, m, pi, sigma[pools[m]])
+                    for m in range(M)
+                ]
+                parts = [f.result() for f in futures]
+            except BrokenProcessPool:  # a worker died (e.g. out of memory): go on serially
+                self.close()
+        if parts is None:
             parts = [solve_one(data, self.grids, m, pi, sigma[pools[m]]) for m in range(M)]
         cfg = np.stack([p[1] for p in parts])
         served = np.stack([p[2] for p in parts])

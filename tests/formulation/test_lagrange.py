@@ -185,12 +185,11 @@ def test_schedule_shape_of_the_oracle() -> None:
     body = random_request(1)
     data = build_data(problem_from_dict(body))
     grids = [deployment_grid(data, d) for d in data.deployments]
-    p = DualOracle(data, grids, workers=2)(
-        np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods))
-    )
+    with DualOracle(data, grids, workers=2) as threaded:
+        p = threaded(np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
     assert isinstance(p.schedule, Schedule)
     assert p.schedule.config.shape == (len(data.deployments), data.n_periods)
-    # the threaded oracle returns what the serial one does
+    # the oracle on worker processes returns what the serial one does
     q = DualOracle(data, grids)(
         np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods))
     )
@@ -237,3 +236,25 @@ def test_priced_period_fits_the_cap_whenever_shedding_can(seed: int) -> None:
         assert not any(v[1] == t for v in priced.served_violations)
         if floor <= float(data.it_cap_w[t] - data.idle_site_it_w):
             assert t not in priced.cap_violations
+
+
+def test_oracle_goes_on_serially_when_a_worker_process_dies() -> None:
+    import multiprocessing
+    import os
+    import signal
+
+    body = random_request(1)
+    data = build_data(problem_from_dict(body))
+    grids = [deployment_grid(data, d) for d in data.deployments]
+    zeros = (np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
+    with DualOracle(data, grids, workers=2) as oracle:
+        first = oracle(*zeros)
+        children = multiprocessing.active_children()
+        assert children  # the DPs ran on forked workers
+        victim = children[0]
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)  # as the out-of-memory killer would
+        victim.join(5)
+        again = oracle(*zeros)
+    assert again.value_usd == first.value_usd
+    assert np.array_equal(again.schedule.config, first.schedule.config)
