@@ -42,8 +42,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     print(
-        f"{'site':>4} {'deps':>5} {'candidates':>10} {'serial':>9} "
-        f"{a.workers:>2} workers  speed-up"
+        f"{'site':>4} {'deps':>5} {'candidates':>10} {'serial':>9} {a.workers:>2} workers  speed-up"
     )
     for name in a.sites:
         n_dep, gpus_each, site_gpus, limit = SITES[name]

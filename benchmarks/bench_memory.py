@@ -65,9 +65,7 @@ def child(n_dep: int, gpus: int, limit_s: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--cases", nargs="+", default=["64", "128", "192", "8x32", "16x64", "32x128"]
-    )
+    ap.add_argument("--cases", nargs="+", default=["64", "128", "192", "8x32", "16x64", "32x128"])
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--child", nargs=3, type=float, help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -189,11 +189,13 @@ def growth_run(args: tuple[str, int, int, int, float]) -> dict[str, Any]:
 
 
 def in_fresh_process(fn: Any, args: Any) -> dict[str, Any]:
-    """Run ``fn(args)`` in a new process, so that each peak RSS is its own."""
+    """Run ``fn(args)`` in a new process, so that each peak RSS is its own (a process
+    that may start its own workers, unlike a daemonic ``multiprocessing.Pool`` one)."""
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
 
-    with mp.get_context("spawn").Pool(1) as pool:
-        return dict(pool.apply(fn, (args,)))
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return dict(pool.submit(fn, args).result())
 
 
 def site_run(args: tuple[str, str, int]) -> dict[str, Any]:

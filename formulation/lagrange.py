@@ -161,7 +161,8 @@ def _solve_shared(
 
 class DualOracle:
     """Evaluates ``L(pi, sigma)``: one exact DP per deployment. With ``workers > 1``
-    (and more than one deployment, where processes can be forked) the DPs run on that
+    (and more than one deployment, where processes can be forked and this process may
+    have children) the DPs run on that
     many worker processes, forked once with the problem in memory, so each evaluation
     sends only the prices and receives the paths. Threads would not help: each DP is
     many small numpy operations, serialised by the interpreter lock
@@ -179,6 +180,7 @@ class DualOracle:
             workers > 1
             and len(data.deployments) > 1
             and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon  # may not have children
         ):
             _SHARED[self._key] = (data, self.grids)
             self.workers = workers
@@ -213,7 +215,8 @@ class DualOracle:
                     for m in range(M)
                 ]
                 parts = [f.result() for f in futures]
-            except BrokenProcessPool:  # a worker died (e.g. out of memory): go on serially
+            except (BrokenProcessPool, OSError):
+                # a worker died (e.g. out of memory), or none could start: go on serially
                 self.close()
         if parts is None:
             parts = [solve_one(data, self.grids, m, pi, sigma[pools[m]]) for m in range(M)]

@@ -420,7 +420,9 @@ def _diagnosis_s(run: Run) -> float:
 
 
 def _workers(run: Run) -> int:
-    return max(1, run.opts.threads or (os.cpu_count() or 1))
+    """Worker processes for the DPs: ``solver.threads``, at most the machine's cores."""
+    cores = os.cpu_count() or 1
+    return max(1, min(run.opts.threads or cores, cores))
 
 
 def _relaxation(

@@ -233,7 +233,13 @@ class TransitionsIn(Strict):
 class SolverIn(Strict):
     time_limit_s: float = Field(30.0, gt=0, le=86400)
     mip_gap: float = Field(1e-3, ge=0, le=1)
-    threads: int | None = Field(None, ge=1, le=64)
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="HiGHS threads and worker processes for the per-deployment dynamic "
+        "programs (at most the server's cores); default: every core",
+    )
     method: Literal["auto", "volume", "compact"] = Field(
         "auto",
         description="auto: the phased solve with column-generation multipliers; volume: "

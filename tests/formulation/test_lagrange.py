@@ -258,3 +258,21 @@ def test_oracle_goes_on_serially_when_a_worker_process_dies() -> None:
         again = oracle(*zeros)
     assert again.value_usd == first.value_usd
     assert np.array_equal(again.schedule.config, first.schedule.config)
+
+
+def _value_in_this_process(seed: int) -> float:
+    data = build_data(problem_from_dict(random_request(seed)))
+    grids = [deployment_grid(data, d) for d in data.deployments]
+    zeros = (np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
+    with DualOracle(data, grids, workers=2) as oracle:
+        return oracle(*zeros).value_usd
+
+
+def test_oracle_in_a_daemonic_process_runs_serially() -> None:
+    """A daemonic process (a ``multiprocessing.Pool`` worker) may not start workers of
+    its own: the oracle then evaluates serially, with the same result."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        inside = pool.apply(_value_in_this_process, (1,))
+    assert inside == _value_in_this_process(1)
