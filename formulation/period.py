@@ -97,8 +97,8 @@ class PeriodSolution:
 
 
 #: Sizes beyond which one-period enumeration is too slow to run per period (its work
-#: grows with deployments x candidates x Pareto partial sums); larger sites use the
-#: Dantzig-Wolfe path of formulation.solve instead.
+#: grows with deployments x candidates x Pareto partial sums); beyond them the exact
+#: window of formulation.solve runs over Lagrangian-pruned choices instead.
 MAX_ENUM_DEPLOYMENTS = 6
 MAX_ENUM_CANDIDATES = 300
 
