@@ -89,9 +89,7 @@ def test_cancel_a_queued_job_at_once_and_a_running_one_with_its_best_schedule(
     long = demo_request()
     long["solver"]["time_limit_s"] = 30
     running = client.post("/v1/jobs", json={"kind": "schedule", "request": long}).json()
-    queued = client.post(
-        "/v1/jobs", json={"kind": "schedule", "request": small_schedule()}
-    ).json()
+    queued = client.post("/v1/jobs", json={"kind": "schedule", "request": small_schedule()}).json()
     wait_status(client, running["id"], "running")
     # one worker: the second job waits, and cancelling it is immediate
     doc = client.delete(f"/v1/jobs/{queued['id']}").json()
