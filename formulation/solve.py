@@ -10,8 +10,8 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    transition limits); the best violation-free one is the first incumbent;
 3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
    deployment's exact DP, restricted to what the site allows it, as the subproblem
-   (:mod:`formulation.lagrange`, volume algorithm). Its best bound is the proven lower
-   bound; with one deployment the first point is already the exact optimum;
+   (:mod:`formulation.lagrange`). Its best bound is the proven lower bound; with one
+   deployment the first point is already the exact optimum;
 4. ``repair``: Lagrangian heuristic: the DP solutions at the best multipliers, made
    feasible by exact per-deployment re-optimisation (:mod:`formulation.heuristics`),
    which respects transition limits;
@@ -28,7 +28,8 @@ in ``stats["phases"]`` with its time, and share the time limit through one
 
 Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
 default) or by the volume algorithm (``volume``); on the benchmark sites column
-generation reaches the Lagrangian dual optimum sooner (``benchmarks/bench_schedule.py``).
+generation reaches the Lagrangian dual optimum sooner (``docs/schedule.md``). A caller's
+``monitor`` sees the state as it changes and may stop the solve (jobs' cancellation).
 
 ``Method.COMPACT`` replaces phases 3-6 by the compact MILP over every candidate in one
 HiGHS run (exact, for small instances and as the reference).
