@@ -14,8 +14,13 @@ Prints p50/p99 latency of the 200 responses, the solver status counts, the 429s 
 errors (any other status or a transport failure) per phase; ``--json`` prints the same
 figures as JSON. Traffic goes to 127.0.0.1 only; every loop is bounded in count and time.
 
+``--jobs N`` measures job throughput instead: N demo schedule jobs submitted at once
+through ``POST /v1/jobs`` to a server with 1, then 2, solver workers, polled until all
+have ended.
+
     python benchmarks/bench_service.py [--clients 20] [--requests 5] [--duration 120]
                                        [--workers 2] [--time-limit S] [--json]
+    python benchmarks/bench_service.py --jobs 12 --time-limit 3
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ def start_server(workers: int, logdir: Path) -> tuple[subprocess.Popen[bytes], s
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
     env |= {"PDWATT_WORKERS": str(workers), "MPLCONFIGDIR": str(logdir / "mpl")}
+    env["PDWATT_DATABASE_URL"] = f"sqlite:///{logdir / 'pdwatt.db'}"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     log = open(logdir / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
     proc = subprocess.Popen(
@@ -195,6 +201,48 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+def jobs_throughput(workers: int, n_jobs: int, body: dict[str, Any]) -> dict[str, Any]:
+    """Submit ``n_jobs`` schedule jobs at once to a fresh server with ``workers`` solver
+    workers; poll until every one has ended. Jobs per second over the whole batch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = start_server(workers, Path(tmp))
+        try:
+            with httpx.Client(timeout=60) as c:
+                t0 = time.perf_counter()
+                urls = []
+                for _ in range(n_jobs):
+                    r = c.post(f"{base}/v1/jobs", json={"kind": "schedule", "request": body})
+                    r.raise_for_status()
+                    urls.append(base + r.headers["location"])
+                submit_s = time.perf_counter() - t0
+                statuses: Counter[str] = Counter()
+                pending = list(urls)
+                deadline = time.monotonic() + 30 + 4 * n_jobs * body["solver"]["time_limit_s"]
+                while pending and time.monotonic() < deadline:
+                    still = []
+                    for u in pending:
+                        st = c.get(u).json()["status"]
+                        if st in ("succeeded", "failed", "cancelled"):
+                            statuses[st] += 1
+                        else:
+                            still.append(u)
+                    pending = still
+                    time.sleep(0.2)
+                wall = time.perf_counter() - t0
+        finally:
+            code = stop_server(proc)
+    return {
+        "workers": workers,
+        "jobs": n_jobs,
+        "submit_s": round(submit_s, 3),
+        "wall_s": round(wall, 2),
+        "jobs_per_s": round(sum(statuses.values()) / wall, 3),
+        "statuses": dict(statuses),
+        "unfinished": len(pending),
+        "server_exit_status": code,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
@@ -203,11 +251,33 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="PDWATT_WORKERS (default 2)")
     ap.add_argument("--time-limit", type=float, help="solver.time_limit_s (default: the demo's)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="instead: N schedule jobs of the demo through /v1/jobs, with 1 and 2 workers",
+    )
     a = ap.parse_args()
 
     body = demo_request()
     if a.time_limit is not None:
         body["solver"]["time_limit_s"] = a.time_limit
+    if a.jobs:
+        rows = [jobs_throughput(w, a.jobs, body) for w in (1, 2)]
+        if a.json:
+            print(json.dumps(rows, indent=2))
+            return
+        print(
+            f"POST /v1/jobs x {a.jobs}, demo (time limit {body['solver']['time_limit_s']} s), "
+            f"{os.cpu_count()} CPUs"
+        )
+        for r in rows:
+            print(
+                f"  {r['workers']} worker(s): {r['jobs_per_s']:.3f} jobs/s, all ended in "
+                f"{r['wall_s']:.1f} s (submitted in {r['submit_s']:.2f} s), {r['statuses']}, "
+                f"unfinished {r['unfinished']}, server exit {r['server_exit_status']}"
+            )
+        return
     with tempfile.TemporaryDirectory() as tmp:
         proc, base = start_server(a.workers, Path(tmp))
         try:
