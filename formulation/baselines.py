@@ -118,7 +118,7 @@ def priced_period(
     price every deployment takes its least-power choice, so the result fits the cap
     whenever any mix does. Returns ``(configurations, served loads)``, (M,) each."""
     M = len(data.deployments)
-    rhs = float(data.it_cap_w[t] - data.idle_site_it_w)
+    rhs = float(data.net_cap_w[t])
     idle = data.idle_gpu_power_w
 
     def choose(pi: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -262,7 +262,7 @@ def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = N
             )
             options.append((k2, s_full, c, net, d.gpus[k2]))
             pick[m] = int(np.argmin(c))
-        budget = float(data.it_cap_w[t]) - data.idle_site_it_w
+        budget = float(data.net_cap_w[t])
         for _ in range(sum(o[0].size for o in options)):  # each move strictly improves
             used = np.zeros(len(data.pools), dtype=np.int64)
             for m, o in enumerate(options):

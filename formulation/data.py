@@ -150,6 +150,12 @@ class ScheduleData:
         """IT power of the site with every GPU idle."""
         return self.idle_gpu_power_w * self.total_gpus
 
+    @property
+    def net_cap_w(self) -> FloatArray:
+        """What the deployments may draw per period net of their GPUs' idle power
+        (``cap / PUE - p_idle G``): the right-hand side of the coupled cap row."""
+        return self.it_cap_w - self.idle_site_it_w
+
 
 def _ranges(d: DeploymentInput, tp: int) -> tuple[int, int, int, int, int]:
     top = d.max_gpus // tp

@@ -103,7 +103,7 @@ class Master:
         self.h.setOptionValue("presolve", "off")
         inf = highspy.kHighsInf
         # rows: convexity (M, == 1), cap (T, <= rhs), inventory (G*T, <= G_g)
-        self.cap_rhs = data.it_cap_w - data.idle_site_it_w
+        self.cap_rhs = data.net_cap_w
         lower = np.concatenate([np.ones(M), np.full(T + G * T, -inf)])
         upper = np.concatenate([np.ones(M), self.cap_rhs, np.repeat(data.pool_gpus, T)])
         self.h.addRows(
@@ -173,11 +173,12 @@ def decompose(
     progress: Callable[[str], None] | None = None,
     oracle: DualOracle | None = None,
     stop: Callable[[], bool] | None = None,
+    first: Point | None = None,
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or the time limit). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
     grids of :func:`formulation.lagrange.local_grids`; ``stop``: checked after every
-    round."""
+    round; ``first``: the oracle's point at zero prices, if the caller has it."""
     t0 = time.perf_counter()
     own = oracle is None
     if oracle is None:
@@ -194,6 +195,7 @@ def decompose(
             smoothing,
             progress,
             stop,
+            first,
         )
     finally:
         if own:
@@ -218,12 +220,14 @@ def _generate(
     smoothing: float,
     progress: Callable[[str], None] | None,
     stop: Callable[[], bool] | None,
+    first: Point | None,
 ) -> DecompositionResult:
     T, G = data.n_periods, len(data.pools)
     master = Master(data)
     zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
     high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
-    first = oracle(zero_pi, zero_sigma)
+    if first is None:
+        first = oracle(zero_pi, zero_sigma)
     for p in (first, oracle(high_pi, zero_sigma)):
         for col in _columns(data, p):
             master.add(col)

@@ -44,7 +44,7 @@ def reoptimise(
         if j == m:
             continue
         others += dj.power_w(sched.config[j], sched.served_rps[j]) - idle * dj.gpus[sched.config[j]]
-    budget = data.it_cap_w - data.idle_site_it_w - others  # for m's net power
+    budget = data.net_cap_w - others  # for m's net power
     g = int(data.pool_of[m])
     avail = data.pool_gpus[g] - (pool_used[g] - d.gpus[sched.config[m]])
     p_budget = budget[:, None] + idle * d.gpus[None, :]

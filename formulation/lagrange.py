@@ -79,7 +79,7 @@ def local_grids(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> list[Dep
     whatever the others run (see the module docstring)."""
     floors = net_floor_w(data, grids)
     min_gpus = np.array([int(np.min(d.gpus[d.allowed])) for d in data.deployments])
-    rhs = data.it_cap_w - data.idle_site_it_w
+    rhs = data.net_cap_w
     idle = data.idle_gpu_power_w
     out = []
     for m, d in enumerate(data.deployments):
@@ -122,7 +122,7 @@ def dual_value(
     data: ScheduleData, dp_values: Sequence[float], pi: FloatArray, sigma: FloatArray
 ) -> float:
     """``L(pi, sigma)`` from the deployments' priced DP optima."""
-    rhs = data.it_cap_w - data.idle_site_it_w
+    rhs = data.net_cap_w
     return (
         float(sum(dp_values))
         - float(np.dot(pi, rhs))
@@ -173,7 +173,6 @@ class DualOracle:
     ) -> None:
         self.data = data
         self.grids = list(grids)
-        self.workers = 1
         self._pool: ProcessPoolExecutor | None = None
         self._key = id(self)
         if (
@@ -183,7 +182,6 @@ class DualOracle:
             and not multiprocessing.current_process().daemon  # may not have children
         ):
             _SHARED[self._key] = (data, self.grids)
-            self.workers = workers
             self._pool = ProcessPoolExecutor(
                 workers, mp_context=multiprocessing.get_context("fork")
             )
@@ -241,7 +239,6 @@ class Relaxation:
     iterations: int
     seconds: float
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
-    points: int = 0
     hints: list[Schedule] = field(default_factory=list)  # other schedules worth repairing
 
 
@@ -259,12 +256,18 @@ def cost_ceiling(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:
     return 2.0 * (abs(energy) + other) + 1.0
 
 
+def row_scales(data: ScheduleData) -> tuple[float, FloatArray]:
+    """Scales of the coupling rows: the cap rows' mean right-hand side (W) and each
+    pool's GPUs, (G, 1)."""
+    cap = max(float(np.mean(np.abs(data.net_cap_w))), 1.0)
+    return cap, np.maximum(data.pool_gpus[:, None], 1).astype(float)
+
+
 def residual(data: ScheduleData, p: Point) -> tuple[FloatArray, FloatArray]:
     """Scaled constraint residuals ``A x - b`` (cap rows, inventory rows)."""
-    rhs = data.it_cap_w - data.idle_site_it_w
-    scale = max(float(np.mean(np.abs(rhs))), 1.0)
-    cap = (p.cap_load_w - rhs) / scale
-    inv = (p.gpu_load - data.pool_gpus[:, None]) / np.maximum(data.pool_gpus[:, None], 1)
+    cap_scale, inv_scale = row_scales(data)
+    cap = (p.cap_load_w - data.net_cap_w) / cap_scale
+    inv = (p.gpu_load - data.pool_gpus[:, None]) / inv_scale
     return cap, inv
 
 
@@ -288,9 +291,7 @@ def relax(
     primal heuristics); ``stop`` is checked before every evaluation."""
     data = oracle.data
     t0 = time.perf_counter()
-    rhs = data.it_cap_w - data.idle_site_it_w
-    cap_scale = max(float(np.mean(np.abs(rhs))), 1.0)
-    inv_scale = np.maximum(data.pool_gpus[:, None], 1).astype(float)
+    cap_scale, inv_scale = row_scales(data)
     first = start or oracle(np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
     best = first
     if on_point is not None:
@@ -353,7 +354,7 @@ def relax(
                 if f < 1e-6:
                     break
         marks.append(best.value_usd)
-    return Relaxation(best, first, it, time.perf_counter() - t0, history, oracle.calls)
+    return Relaxation(best, first, it, time.perf_counter() - t0, history)
 
 
 def keep_choices(

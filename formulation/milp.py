@@ -36,6 +36,7 @@ import pyomo.environ as pyo
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
 from formulation.highs import stdout_to_stderr
+from formulation.lagrange import site_constant_usd
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ def _objective(m: pyo.ConcreteModel) -> None:
     """Energy + carbon cost of site power, unserved value, start and stop costs."""
     data: ScheduleData = m._data
     idle = data.idle_gpu_power_w
-    const = float(np.sum(data.cost_usd_per_w) * idle * data.total_gpus)
+    const = site_constant_usd(data)
     unserved_const = 0.0
     for d in data.deployments:
         unserved_const += float(np.sum(d.demand_rps * d.unserved_usd_per_rps))

@@ -168,7 +168,7 @@ def solve_period(
     if pool_can_bind(data, t):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
     M = len(data.deployments)
-    budget = float(data.it_cap_w[t]) - data.idle_site_it_w
+    budget = float(data.net_cap_w[t])
     opts = [endpoint_options(data, m, t, None if offsets is None else offsets[m]) for m in range(M)]
     pruned = []
     for pnet, cost, cfg, served in opts:

@@ -68,11 +68,12 @@ from formulation.lagrange import (
     keep_choices,
     local_grids,
     relax,
+    uncoupled_bound,
 )
 from formulation.milp import estimated_build_s, solve_compact
 from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
-from formulation.window import solve_guided, solve_windowed, window_choices
+from formulation.window import solve_guided, solve_windowed, window_choices, window_span
 from model.errors import PdwattError
 
 log = logging.getLogger(__name__)
@@ -383,8 +384,7 @@ def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dic
 
 
 def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
-    T, G = data.n_periods, len(data.pools)
-    run.bound(DualOracle(data, local_grids(data, grids))(np.zeros(T), np.zeros((G, T))).value_usd)
+    run.bound(uncoupled_bound(data, local_grids(data, grids)))
     run.stats["lower_bound"] = "compact MILP (HiGHS)"
     choices = data.n_periods * sum(int(d.allowed.sum()) for d in data.deployments)
     if not run.budget.fits(choices, TimeBudget.END):
@@ -517,6 +517,7 @@ def _column_generation(
         progress=run.say,
         oracle=oracle,
         stop=lambda: run.stopped,
+        first=first,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
@@ -530,7 +531,7 @@ def _column_generation(
         own = [i for i, c in enumerate(dec.columns) if c.deployment == m]
         rounded.append(dec.columns[max(own, key=lambda i: dec.weights[i])])
     hints = [schedule_of_columns(data, rounded)]
-    return Relaxation(best, first, dec.iterations, dec.seconds, dec.history, oracle.calls, hints)
+    return Relaxation(best, first, dec.iterations, dec.seconds, dec.history, hints)
 
 
 def _repair(
@@ -585,7 +586,7 @@ def _neighbourhoods(
     passed_without_gain = True
     log_rows: list[dict[str, Any]] = []
     run.stats["neighbourhoods"] = log_rows
-    while not run.closed() and run.best is not None and run.budget.left(until) > 0.2:
+    while not run.done() and run.best is not None and run.budget.left(until) > 0.2:
         focus = None
         if windows is not None:
             if not windows:
@@ -665,16 +666,19 @@ def _exact_window(
         run.offer(g.priced, "window MILP guided by one-period optima")
         run.bound(g.lower_bound_usd)
         return
+    span = window_span(data, grids)
+    if span is None:  # the uncoupled optima meet the site: the relaxation proved it
+        return
     # pruning rarely drops nine choices in ten: when even a tenth of the window's
     # choices cannot be built in time, skip the pruning's DPs as well
-    unpruned = window_choices(data, grids)
+    unpruned = window_choices(data, span, None)
     if not run.budget.fits(unpruned // 10, TimeBudget.EXACT_WINDOW):
         run.stats["exact_window"] = f"skipped: {unpruned:,} choices before pruning"
         return
     allowed, kept, total = keep_choices(data, lgrids, relaxation.best, run.upper())
     run.stats.update(choices_kept=kept, choices_total=total)
     run.say(f"Lagrangian pruning kept {kept:,} of {total:,} (deployment, period, config) choices")
-    need = window_choices(data, grids, allowed)
+    need = window_choices(data, span, allowed)
     if not run.budget.fits(need, TimeBudget.EXACT_WINDOW):
         run.stats["exact_window"] = f"skipped: {need:,} choices do not fit in the time left"
         return
@@ -702,11 +706,8 @@ def _finish(run: Run, data: ScheduleData, base: dict[str, Priced]) -> Outcome:
         raise diagnose_infeasible(
             data, "no feasible schedule found within the time limit", _diagnosis_s(run)
         )
-    gap = run.gap() if np.isfinite(run.lower_bound) else np.inf
-    if gap <= run.opts.mip_gap + 1e-12:
-        status = "optimal"
-    else:
-        status = "stopped" if run.stopped else "time_limit"
+    status = "optimal" if run.closed() else "stopped" if run.stopped else "time_limit"
     run.stats["incumbent_from"] = run.source
-    lb = run.lower_bound if np.isfinite(run.lower_bound) else -np.inf
-    return Outcome(status, data, best, lb, gap, run.budget.elapsed(), base, run.stats)
+    return Outcome(
+        status, data, best, run.lower_bound, run.gap(), run.budget.elapsed(), base, run.stats
+    )

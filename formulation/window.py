@@ -35,7 +35,7 @@ from formulation.dp import (
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
-from formulation.lagrange import uncoupled_schedule
+from formulation.lagrange import site_constant_usd, uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
 from formulation.period import decisions_cost, solve_period
 from formulation.split import joint_path, split_bound
@@ -100,17 +100,22 @@ def _assemble(
     return Schedule(cfg, served)
 
 
-def window_choices(
-    data: ScheduleData, grids: list[DeploymentGrid], allowed: Allowed | None = None, pad: int = 1
-) -> int:
-    """(deployment, period, configuration) choices of the first window MILP that
-    :func:`solve_windowed` builds (the span of the periods where the deployments'
-    uncoupled optima break the site constraints, ``pad`` on each side); 0 if none."""
+def window_span(
+    data: ScheduleData, grids: list[DeploymentGrid], pad: int = 1
+) -> tuple[int, int] | None:
+    """Periods ``[a, b)`` of the first window :func:`solve_windowed` builds: the span of
+    the periods where the deployments' uncoupled optima break the site constraints,
+    ``pad`` on each side; None when they break none."""
     first = price_schedule(data, uncoupled_schedule(data, grids))
     broken = set(first.cap_violations) | set(first.inventory_violations)
     if not broken:
-        return 0
-    a, b = max(min(broken) - pad, 0), min(max(broken) + 1 + pad, data.n_periods)
+        return None
+    return max(min(broken) - pad, 0), min(max(broken) + 1 + pad, data.n_periods)
+
+
+def window_choices(data: ScheduleData, span: tuple[int, int], allowed: Allowed | None) -> int:
+    """(deployment, period, configuration) choices of a window MILP over ``span``."""
+    a, b = span
     if allowed is None:
         return (b - a) * sum(int(d.allowed.sum()) for d in data.deployments)
     return sum(len(rows[t]) for rows in allowed for t in range(a, b))
@@ -159,11 +164,7 @@ def solve_windowed(
         left = time_limit_s - (time.perf_counter() - t0)
         say(f"window MILP over periods {a}..{b - 1}")
         r = solve_compact(sub, max(left, 0.5), mip_gap, threads, sub_allowed, start, entry, exit_)
-        outside_const = float(
-            (np.sum(data.cost_usd_per_w) - np.sum(sub.cost_usd_per_w))
-            * data.idle_gpu_power_w
-            * data.total_gpus
-        )
+        outside_const = site_constant_usd(data) - site_constant_usd(sub)
         stats["windows"].append(
             {
                 "first": a,
@@ -295,7 +296,7 @@ def solve_guided(
         if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
             best = cd
             say(f"feasible schedule (repaired by coordinate descent): ${best.objective_usd:.4f}")
-    const = float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
+    const = site_constant_usd(data)
     broken = set(first.cap_violations) | set(first.inventory_violations)
     lb = -np.inf
     while True:
@@ -329,9 +330,7 @@ def solve_guided(
             ]
         exit_ = [tabs[m][3][b - 1] for m in range(M)] if b < T else None
         grown = False
-        outside_const = const - float(
-            np.sum(sub.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus
-        )
+        outside_const = const - site_constant_usd(sub)
         # first the decomposition bound (its period solutions give schedules and its
         # hints enlarge the anchors), then window MILPs of growing radius
         radii: list[int | None] = [*range(1, max_radius + 1), None]

@@ -26,7 +26,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
@@ -34,7 +34,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from model.errors import PdwattError
 from service.pool import PoolFull, SolvePool, WorkerLost
-from service.store import digest, engine_for, jobs
+from service.store import as_utc, digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +90,6 @@ class Job:
         return doc
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(t: datetime | None) -> datetime | None:
-    return None if t is None or t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
 def _job(row: Any) -> Job:
     return Job(
         row.id,
@@ -106,9 +98,9 @@ def _job(row: Any) -> Job:
         row.progress,
         row.result,
         row.error,
-        _aware(row.created) or _now(),
-        _aware(row.started),
-        _aware(row.finished),
+        as_utc(row.created),
+        None if row.started is None else as_utc(row.started),
+        None if row.finished is None else as_utc(row.finished),
         row.request,
     )
 
@@ -138,7 +130,7 @@ class JobStore:
             "idempotency_key": key,
             "status": "queued",
             "cancel_requested": 0,
-            "created": _now(),
+            "created": utc_now(),
         }
         try:
             with self.engine.begin() as conn:
@@ -179,7 +171,7 @@ class JobStore:
             res = conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status == "queued")
-                .values(status="running", started=_now())
+                .values(status="running", started=utc_now())
             )
         return res.rowcount == 1
 
@@ -205,7 +197,7 @@ class JobStore:
             conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status.not_in(FINAL))
-                .values(status=status, result=result, error=error, finished=_now())
+                .values(status=status, result=result, error=error, finished=utc_now())
             )
 
     def cancel(self, job_id: str) -> Job:
@@ -215,7 +207,7 @@ class JobStore:
             conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status == "queued")
-                .values(status="cancelled", finished=_now(), cancel_requested=1)
+                .values(status="cancelled", finished=utc_now(), cancel_requested=1)
             )
             conn.execute(
                 update(jobs)
@@ -345,7 +337,7 @@ class JobRunner:
 
     async def _run(self, job_id: str) -> None:
         while not self._stopping:
-            if self.store.get(job_id).status != "queued":
+            if (await asyncio.to_thread(self.store.get, job_id)).status != "queued":
                 return  # cancelled while waiting
             try:
                 self._running.add(job_id)
@@ -354,7 +346,8 @@ class JobRunner:
             except PoolFull:
                 await asyncio.sleep(self.poll_s)
             except WorkerLost:
-                self.store.finish(
+                await asyncio.to_thread(
+                    self.store.finish,
                     job_id,
                     "failed",
                     error={
@@ -366,7 +359,7 @@ class JobRunner:
                 return
             except Exception as exc:  # noqa: BLE001 - recorded on the job, never lost
                 log.exception("job %s failed", job_id)
-                self.store.finish(job_id, "failed", error=_problem_of(exc))
+                await asyncio.to_thread(self.store.finish, job_id, "failed", error=_problem_of(exc))
                 return
             finally:
                 self._running.discard(job_id)
@@ -378,13 +371,8 @@ class JobRunner:
         self._stopping = True
         for job_id in list(self._running):
             try:
-                self.store.cancel(job_id)
+                await asyncio.to_thread(self.store.cancel, job_id)
             except SQLAlchemyError:  # the job fails as interrupted at the next start
                 log.warning("job %s not stopped: the database is unavailable", job_id)
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
-
-    async def drain(self) -> None:
-        """Wait for the jobs this runner started (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -182,11 +182,12 @@ class Update:
     event: dict[str, Any] | None = None
 
 
-def _now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(t: datetime) -> datetime:
+def as_utc(t: datetime) -> datetime:
+    """A timestamp read back from the database, in UTC (SQLite drops the zone)."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
@@ -256,7 +257,7 @@ class Store:
     # sites ------------------------------------------------------------------
 
     def create_site(self, name: str, body: dict[str, Any]) -> Site:
-        now = _now()
+        now = utc_now()
         site = Site(secrets.token_hex(8), name, body, 1, now, now)
         with self.engine.begin() as conn:
             conn.execute(
@@ -276,8 +277,8 @@ class Store:
             row["name"],
             row["body"],
             row["version"],
-            _aware(row["created"]),
-            _aware(row["updated"]),
+            as_utc(row["created"]),
+            as_utc(row["updated"]),
         )
 
     def list_sites(self) -> list[dict[str, Any]]:
@@ -291,7 +292,7 @@ class Store:
                 "id": r["id"],
                 "name": r["name"],
                 "version": r["version"],
-                "updated": _aware(r["updated"]).isoformat(),
+                "updated": as_utc(r["updated"]).isoformat(),
             }
             for r in rows
         ]
@@ -317,7 +318,7 @@ class Store:
             upd = change(site)
             if upd is None:
                 return site, None
-            now = _now()
+            now = utc_now()
             new_version = site.version + 1
             try:
                 with self.engine.begin() as conn:
@@ -368,7 +369,7 @@ class Store:
         response: dict[str, Any],
         created: datetime | None = None,
     ) -> Plan:
-        created = created or _now()
+        created = created or utc_now()
         with self.engine.begin() as conn:
             if conn.execute(select(sites.c.id).where(sites.c.id == site_id)).first() is None:
                 raise SiteNotFound(site_id)  # deleted while it was being planned
@@ -401,7 +402,7 @@ class Store:
             row["id"],
             row["site_id"],
             row["site_version"],
-            _aware(row["created"]),
+            as_utc(row["created"]),
             row["status"],
             row["first_period"],
             row["response"],
@@ -420,6 +421,6 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
         return [
-            EventRecord(r["id"], r["site_id"], _aware(r["received"]), r["site_version"], r["event"])
+            EventRecord(r["id"], r["site_id"], as_utc(r["received"]), r["site_version"], r["event"])
             for r in rows
         ]

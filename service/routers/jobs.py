@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from service.deps import ApiKey, SettingsDep
@@ -49,7 +50,9 @@ async def submit_job(
     else:
         check_schedule_limits(job.request.request, settings, "request.request.")
     try:
-        created_job, created = store.create(job.kind, dump(job.request), idempotency_key)
+        created_job, created = await run_in_threadpool(
+            store.create, job.kind, dump(job.request), idempotency_key
+        )
     except IdempotencyConflict as exc:
         return problem(
             409,
@@ -67,7 +70,7 @@ async def submit_job(
 
 
 @router.get("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
-async def get_job(job_id: str, store: JobsDep) -> Any:
+def get_job(job_id: str, store: JobsDep) -> Any:  # sync: runs off the event loop
     """The job's status, progress and, once it has one, its result or error."""
     try:
         return JSONResponse(store.get(job_id).document())
@@ -76,7 +79,7 @@ async def get_job(job_id: str, store: JobsDep) -> Any:
 
 
 @router.delete("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
-async def cancel_job(job_id: str, store: JobsDep) -> Any:
+def cancel_job(job_id: str, store: JobsDep) -> Any:  # sync: runs off the event loop
     """Cancel: a queued job at once; a running schedule stops at its next check and
     keeps its best schedule so far; a finished job is left as it is."""
     try:
@@ -86,6 +89,4 @@ async def cancel_job(job_id: str, store: JobsDep) -> Any:
 
 
 def _not_found(job_id: str) -> Exception:
-    from fastapi import HTTPException
-
     return HTTPException(status_code=404, detail=f"no job {job_id!r}")

@@ -234,7 +234,7 @@ def test_priced_period_fits_the_cap_whenever_shedding_can(seed: int) -> None:
         )
         priced = price_schedule(data, one)
         assert not any(v[1] == t for v in priced.served_violations)
-        if floor <= float(data.it_cap_w[t] - data.idle_site_it_w):
+        if floor <= float(data.net_cap_w[t]):
             assert t not in priced.cap_violations
 
 
