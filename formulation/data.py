@@ -12,6 +12,7 @@ of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -80,6 +81,12 @@ class DeploymentData:
                 slope = np.where(valid & (width > 0), (ys[..., j + 1] - ys[..., j]) / width, 0.0)
             out += slope * np.clip(s_arr - np.where(valid, x0, 0.0), 0.0, width)
         return out
+
+    @cached_property
+    def full_load_power_w(self) -> FloatArray:
+        """(T, K) ``P_k(smax[t, k])``: each candidate's power at the most it may serve
+        in each period (computed once, read by the DPs and the one-period problems)."""
+        return self.power_w(np.arange(self.n_configs)[None, :], self.smax_rps)
 
     def max_load_within(self, k: int | IntArray, budget_w: float | FloatArray) -> FloatArray:
         """Largest load ``s`` with ``P_k(s) <= budget_w`` (before clipping to ``smax``);

@@ -61,7 +61,7 @@ def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
     p0 = np.broadcast_to(
         np.array([d.bp_power_w[k, 0] for k in range(k_count)]), (t_count, k_count)
     ).copy()
-    p1 = d.power_w(np.arange(k_count)[None, :], d.smax_rps)
+    p1 = d.full_load_power_w
     limit = data.max_changes
     if limit is not None and limit >= (p_dim - 1) + (d_dim - 1):
         limit = None  # no two candidates are further apart: the limit cannot bind

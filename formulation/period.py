@@ -67,7 +67,7 @@ def endpoint_options(
     lam = float(d.demand_rps[t])
     smax = d.smax_rps[t, ks]
     p0 = d.bp_power_w[ks, 0]
-    p1 = d.power_w(ks, smax)
+    p1 = d.full_load_power_w[t, ks]
     g = d.gpus[ks] * idle
     pnet = np.concatenate([p0 - g, p1 - g])
     cost = cw * pnet + u * (lam - np.concatenate([np.zeros_like(smax), smax]))
@@ -232,7 +232,7 @@ def solve_period(
         # option, already enumerated, is as good), so only those pairs are evaluated
         smax_k = d.smax_rps[t, ks]
         p0_k = d.bp_power_w[ks, 0]
-        p1_k = d.power_w(ks, smax_k)
+        p1_k = d.full_load_power_w[t, ks]
         room = budget - rest.pnet[:, None] + idle * d.gpus[ks][None, :]
         ri, ci = np.nonzero((room >= p0_k[None, :]) & (room < p1_k[None, :]))
         if ri.size == 0:

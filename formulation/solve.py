@@ -11,8 +11,11 @@ in ``stats["phases"]`` with its time, and share the time limit through one
 3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
    deployment's exact DP, restricted to what the site allows it, as the subproblem
    (:mod:`formulation.lagrange`). Its best bound is the proven lower bound; with one
-   deployment the first point is already the exact optimum;
-4. ``repair``: Lagrangian heuristic: the DP solutions at the best multipliers, made
+   deployment the first point is already the exact optimum. When one-period
+   enumeration applies (a few deployments), only that first point runs: the window's
+   Lagrangian decomposition of phase 5 (one-period optima, cap included, against
+   each deployment's path) is the stronger bound there, and gets the time;
+4. ``repair`` (not when enumeration applies: phase 5 repairs its own starts): Lagrangian heuristic: the DP solutions at the best multipliers, made
    feasible by exact per-deployment re-optimisation (:mod:`formulation.heuristics`),
    which respects transition limits;
 5. ``exact_window``: the MILP over the periods where the site constraints bind, the
@@ -356,9 +359,13 @@ def solve(
         with run.phase("compact"):
             _compact(run, data, grids)
         return _finish(run, data, base)
+    # with a few deployments the window's split bound (one-period optima coupled to
+    # the deployments' paths) dominates the relaxation: only its zero-price point
+    # (exact with one deployment) runs, and the window gets the time
+    guided = enumeration_applies(data)
     with run.phase("relaxation"):
-        relaxation, lgrids = _relaxation(run, data, grids)
-    if not run.done():
+        relaxation, lgrids = _relaxation(run, data, grids, rounds=not guided)
+    if not run.done() and not guided:
         with run.phase("repair"):
             starts = [*relaxation.hints, relaxation.best.schedule, relaxation.first.schedule]
             _repair(run, data, grids, starts)
@@ -427,14 +434,18 @@ def _workers(run: Run) -> int:
 
 
 def _relaxation(
-    run: Run, data: ScheduleData, grids: list[DeploymentGrid]
+    run: Run, data: ScheduleData, grids: list[DeploymentGrid], rounds: bool = True
 ) -> tuple[Relaxation, list[DeploymentGrid]]:
-    """The Lagrangian bound and its multipliers, by the method the problem names."""
+    """The Lagrangian bound and its multipliers, by the method the problem names
+    (without ``rounds``, only its zero-price point)."""
     lgrids = local_grids(data, grids)
-    oracle = DualOracle(data, lgrids, _workers(run))
+    oracle = DualOracle(data, lgrids, _workers(run) if rounds else 1)
     deadline = run.budget.deadline(TimeBudget.RELAXATION, TimeBudget.RELAXATION_AT_LEAST)
     try:
-        if run.opts.method == Method.VOLUME:
+        if not rounds:
+            r = _zero_prices(run, data, oracle)
+            how = "its zero-price point"
+        elif run.opts.method == Method.VOLUME:
             r = _volume(run, data, grids, oracle, deadline)
             how = "volume algorithm"
         else:
@@ -491,6 +502,13 @@ def _volume(
     return relax(oracle, deadline, run.upper, run.opts.mip_gap, on_point, stop=lambda: run.stopped)
 
 
+def _zero_prices(run: Run, data: ScheduleData, oracle: DualOracle) -> Relaxation:
+    first = oracle(np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
+    run.bound(first.value_usd)
+    run.offer(price_schedule(data, first.schedule), "Lagrangian relaxation")
+    return Relaxation(first, first, 0, 0.0, [(0.0, first.value_usd)])
+
+
 def _column_generation(
     run: Run,
     data: ScheduleData,
@@ -499,12 +517,10 @@ def _column_generation(
     deadline: float,
 ) -> Relaxation:
     run.say("Lagrangian relaxation (column generation): one DP per deployment per round")
-    T, G = data.n_periods, len(data.pools)
-    first = oracle(np.zeros(T), np.zeros((G, T)))
-    run.bound(first.value_usd)
-    run.offer(price_schedule(data, first.schedule), "Lagrangian relaxation")
+    zero = _zero_prices(run, data, oracle)
     if run.closed():
-        return Relaxation(first, first, 0, 0.0, [(0.0, first.value_usd)])
+        return zero
+    first = zero.first
     extra = []
     if run.best is not None:
         for m in range(len(data.deployments)):
@@ -663,8 +679,14 @@ def _exact_window(
         run.stats["windows"] = g.stats.get("windows", [])
         if "infeasible_period" in g.stats:
             raise _infeasible_after(data, [int(g.stats["infeasible_period"])], [])
-        run.offer(g.priced, "window MILP guided by one-period optima")
+        if g.lower_bound_usd > run.lower_bound:
+            run.stats["lower_bound"] = (
+                "Lagrangian decomposition of the window where the site binds (one-period "
+                "optima x per-deployment paths), exact DPs outside it"
+            )
         run.bound(g.lower_bound_usd)
+        run.offer(g.priced, "window MILP guided by one-period optima")
+        run.stats["split_bound"] = g.stats.get("split_bound", [])
         return
     span = window_span(data, grids)
     if span is None:  # the uncoupled optima meet the site: the relaxation proved it
