@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, shortest_path
 from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.interrupt import stop_requested
 
 FloatArray = NDArray[np.float64]
 
@@ -94,6 +95,8 @@ def coordinate_descent(
     for _ in range(max_sweeps):
         improved = False
         for m in range(M):
+            if time.perf_counter() - t0 > time_limit_s or stop_requested():
+                return price_schedule(data, sched)
             cfg, served, _ = reoptimise(data, grids, sched, m, penalty)
             trial = Schedule(sched.config.copy(), sched.served_rps.copy())
             trial.config[m], trial.served_rps[m] = cfg, served

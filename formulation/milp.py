@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyomo.environ as pyo
@@ -36,6 +37,7 @@ import pyomo.environ as pyo
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
 from formulation.highs import stdout_to_stderr
+from formulation.interrupt import STOP, stop_requested
 from formulation.lagrange import site_constant_usd
 
 log = logging.getLogger(__name__)
@@ -411,6 +413,7 @@ def solve_model(
         # what is left, less a share for reading the solution back
         left = time_limit_s - (time.perf_counter() - t_call)
         opt.config.time_limit = max(0.95 * left, 0.01)
+        _stop_on_request(opt)
         res = opt.solve(m)
     solve_s = time.perf_counter() - t0
     tc = res.termination_condition
@@ -437,6 +440,33 @@ def solve_model(
     return MilpResult(
         status, sched, best if has_sol else None, bound, gap, build_s, solve_s, n_bin, term
     )
+
+
+#: seconds between two checks of a stop request while HiGHS runs
+STOP_CHECK_S = 0.25
+
+
+def _stop_on_request(opt: Any) -> None:
+    """Let HiGHS's branch and bound end early (keeping its incumbent) once the run that
+    started it is asked to stop (:mod:`formulation.interrupt`). Pyomo's appsi interface
+    exposes the HiGHS object only as ``_solver_model``; without it the MILP runs to its
+    time limit."""
+    if STOP.get() is None:
+        return
+    highs = getattr(opt, "_solver_model", None)
+    if highs is None or not hasattr(highs, "cbMipInterrupt"):
+        return
+    last = [time.perf_counter()]
+
+    def check(event: Any) -> None:
+        now = time.perf_counter()
+        if now - last[0] < STOP_CHECK_S:
+            return
+        last[0] = now
+        if stop_requested():
+            event.data_in.user_interrupt = True
+
+    highs.cbMipInterrupt.subscribe(check)
 
 
 def solve_compact(

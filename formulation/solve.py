@@ -15,9 +15,10 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    enumeration applies (a few deployments), only that first point runs: the window's
    Lagrangian decomposition of phase 5 (one-period optima, cap included, against
    each deployment's path) is the stronger bound there, and gets the time;
-4. ``repair`` (not when enumeration applies: phase 5 repairs its own starts): Lagrangian heuristic: the DP solutions at the best multipliers, made
-   feasible by exact per-deployment re-optimisation (:mod:`formulation.heuristics`),
-   which respects transition limits;
+4. ``repair`` (not when enumeration applies: phase 5 repairs its own starts):
+   Lagrangian heuristic: the DP solutions at the best multipliers, made feasible by
+   exact per-deployment re-optimisation (:mod:`formulation.heuristics`), which
+   respects transition limits;
 5. ``exact_window``: the MILP over the periods where the site constraints bind, the
    others solved exactly by DP, over the choices Lagrangian pruning keeps
    (:mod:`formulation.window`); when one-period enumeration applies (a few
@@ -62,6 +63,7 @@ from formulation.decomposition import decompose, make_column, schedule_of_column
 from formulation.dp import DeploymentGrid, deployment_grid
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
+from formulation.interrupt import interruptible
 from formulation.lagrange import (
     DualOracle,
     Point,
@@ -301,6 +303,11 @@ class Run:
         if self.monitor(state):
             self.stop()
 
+    def should_stop(self) -> bool:
+        """Whether the run was asked to stop (the monitor, if any, sees the state)."""
+        self._notify()
+        return self.stopped
+
     def stop(self) -> None:
         """End every phase at its next check (the limit becomes the time used so far)."""
         self.stopped = True
@@ -349,6 +356,12 @@ def solve(
     """The schedule with the least cost found within the time limit, and a proven
     lower bound (see the module docstring for the phases)."""
     run = Run(problem, progress or (lambda _msg: None), monitor)
+    with interruptible(run.should_stop):
+        return _phases(run)
+
+
+def _phases(run: Run) -> Outcome:
+    problem = run.problem
     with run.phase("tables"):
         data = build_data(problem)
         check_feasible_before(data)

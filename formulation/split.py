@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, reach, step_cost_to, transition_cost
+from formulation.interrupt import stop_requested
 from formulation.period import PeriodSolution, solve_period
 
 FloatArray = NDArray[np.float64]
@@ -173,7 +174,7 @@ def split_bound(
             break
         diff = x != y
         norm2 = 2.0 * float(diff.sum())
-        if norm2 == 0 or time.perf_counter() - t0 > time_limit_s:
+        if norm2 == 0 or time.perf_counter() - t0 > time_limit_s or stop_requested():
             break  # x == y: the relaxation's solution is feasible for both copies
         step = theta * max(upper_bound_usd - total, 1e-9 * abs(upper_bound_usd)) / norm2
         for m in range(M):

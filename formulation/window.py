@@ -35,6 +35,7 @@ from formulation.dp import (
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
+from formulation.interrupt import stop_requested
 from formulation.lagrange import site_constant_usd, uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
 from formulation.period import decisions_cost, solve_period
@@ -185,7 +186,7 @@ def solve_windowed(
                 best = full
             return WindowResult(best, lb, r.status == "optimal", stats)
         new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
-        if not new or time.perf_counter() - t0 > time_limit_s:
+        if not new or time.perf_counter() - t0 > time_limit_s or stop_requested():
             return WindowResult(best, lb, False, stats)
         broken |= new
 
@@ -336,7 +337,7 @@ def solve_guided(
         radii: list[int | None] = [*range(1, max_radius + 1), None]
         for step_i, radius in enumerate(radii):
             left = time_limit_s - (time.perf_counter() - t0)
-            if left <= 0.2:
+            if left <= 0.2 or stop_requested():
                 break
             if step_i == 0:
                 gap_now = (
@@ -351,7 +352,7 @@ def solve_guided(
                     lb_before = lb
                     ub_before = np.inf if best is None else best.objective_usd
                     left = time_limit_s - (time.perf_counter() - t0)
-                    if left <= 0.3:
+                    if left <= 0.3 or stop_requested():
                         break
                     say(f"Lagrangian decomposition bound over periods {a}..{b - 1}")
                     target = best.objective_usd if best is not None else lb + abs(lb) * 0.005 + 1e-3
@@ -430,7 +431,7 @@ def solve_guided(
                     if lb <= lb_before + 1e-7 * abs(lb) and ub_now >= ub_before - 1e-9:
                         break
                 left = time_limit_s - (time.perf_counter() - t0)
-                if left <= 0.2:
+                if left <= 0.2 or stop_requested():
                     break
             allowed = None if radius is None else _guided_allowed(data, a, b, anchors, radius)
             n_choices = (
@@ -472,5 +473,5 @@ def solve_guided(
                 best = full
             if best is not None and (best.objective_usd - lb) <= mip_gap * abs(best.objective_usd):
                 return WindowResult(best, min(lb, best.objective_usd), True, stats)
-        if not grown or time.perf_counter() - t0 > time_limit_s:
+        if not grown or time.perf_counter() - t0 > time_limit_s or stop_requested():
             return WindowResult(best, lb, False, stats)

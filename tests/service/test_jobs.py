@@ -3,6 +3,7 @@ synchronous route, idempotency keys, cancellation, and jobs kept across a restar
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,28 @@ def test_invalid_jobs_are_refused_naming_the_field(client: TestClient) -> None:
     assert_problem(client.delete("/v1/jobs/no-such-job"), 404)
 
 
+def long_request(time_limit_s: float) -> dict[str, Any]:
+    """The demo site three times over (nine deployments, three times the GPUs and the
+    cap), with a gap target no solve reaches: a job that runs to its time limit."""
+    body = demo_request()
+    deps = []
+    for k in range(3):
+        for d in body["deployments"]:
+            deps.append(copy.deepcopy(d) | {"name": f"{d['name']}-{k}"})
+    body["deployments"] = deps
+    inv = body["site"]["gpu_inventory"]
+    body["site"]["gpu_inventory"] = {g: 3 * n for g, n in inv.items()}
+    cap = body["grid"]["power_cap_w"]
+    body["grid"]["power_cap_w"] = [3 * c for c in cap] if isinstance(cap, list) else 3 * cap
+    body["solver"] |= {"time_limit_s": time_limit_s, "mip_gap": 1e-9}
+    return body
+
+
 def test_cancel_a_queued_job_at_once_and_a_running_one_with_its_best_schedule(
     make_client: Any,
 ) -> None:
     client = make_client(workers=1)
-    long = demo_request()
-    long["solver"]["time_limit_s"] = 30
+    long = long_request(30)
     running = client.post("/v1/jobs", json={"kind": "schedule", "request": long}).json()
     queued = client.post("/v1/jobs", json={"kind": "schedule", "request": small_schedule()}).json()
     wait_status(client, running["id"], "running")
@@ -158,8 +175,7 @@ def test_sigterm_stops_a_running_job_with_its_best_schedule(tmp_path: Path) -> N
 
     servers = Servers(tmp_path)
     base = servers.start(workers=1)
-    long = demo_request()
-    long["solver"]["time_limit_s"] = 120
+    long = long_request(120)
     r = httpx.post(f"{base}/v1/jobs", json={"kind": "schedule", "request": long}, timeout=30)
     url = r.headers["location"]
     deadline = time.monotonic() + 60

@@ -1,0 +1,32 @@
+"""Asking a running solve to stop, wherever it is.
+
+:func:`formulation.solve.solve` sets :data:`STOP` for the duration of a run (with
+:func:`interruptible`); long loops and every HiGHS MILP started inside the run ask
+:func:`stop_requested` as they go, so that a cancelled job or a server shutting down
+gets its answer within a second or so, with the best schedule found, instead of
+waiting for a MILP's own time limit. Outside a run nothing is ever asked to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+#: returns True once the current run should stop
+STOP: ContextVar[Callable[[], bool] | None] = ContextVar("pdwatt_stop", default=None)
+
+
+@contextmanager
+def interruptible(stop: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, :func:`stop_requested` asks ``stop``."""
+    token = STOP.set(stop)
+    try:
+        yield
+    finally:
+        STOP.reset(token)
+
+
+def stop_requested() -> bool:
+    stop = STOP.get()
+    return stop is not None and stop()
