@@ -8,7 +8,9 @@ computed once by :class:`Coefficients`.
 Choices this module makes where SPEC leaves room (also listed in README.md):
 
 * ``tensor_parallel`` (GPUs per instance, default 1) scales peak FLOP/s, bandwidth,
-  memory and every power value of an instance linearly (ideal scaling).
+  memory and every power value of an instance linearly; a decode iteration also pays
+  two all-reduces per layer, their bytes over the GPU's link bandwidth plus the
+  calibration's ``t_coll_s`` each (:class:`DecodeTerms`, ``docs/calibration.md``).
 * Decode weight traffic is ``weight_bytes`` (SPEC 2.3: "use weight_bytes in general");
   the prefill FLOP count is ``2 N l_in + c_a L d l_in^2`` with ``N`` the parameter count.
 * A workload "does not fit" when the KV pool is not positive, or when its longest
@@ -65,6 +67,50 @@ class DeploymentSpec:
         }
 
 
+#: bytes per activation element that a tensor-parallel all-reduce carries (bf16)
+ACTIVATION_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class DecodeTerms:
+    """The parts of one decode iteration's time on one GPU of an instance, each at
+    full efficiency (``docs/calibration.md``); with a calibration they give
+    ``t(B) = alpha + g B`` (:meth:`alpha_g`)."""
+
+    weight_read_s: float  # weight bytes per GPU / HBM bandwidth
+    kv_read_s: float  # per request: KV bytes of its context per GPU / HBM bandwidth
+    flops_s: float  # per request: (2N + 4 L d ctx) per GPU / peak FLOP/s
+    collectives: int  # all-reduces per iteration: 2 per layer when TP > 1, else 0
+    link_s: float  # per request: all-reduce bytes per GPU / link bandwidth
+
+    @classmethod
+    def of(cls, model: ModelArch, gpu: GpuSpec, tp: int, ctx_tokens: float) -> DecodeTerms:
+        kv_split = min(tp, model.n_kv_heads)  # KV heads are split, never below one per GPU
+        flops = 2.0 * model.params + 4.0 * model.layers * model.attn_width * ctx_tokens
+        collectives = 2 * model.layers if tp > 1 else 0
+        link = 0.0
+        if collectives and gpu.link_bw_bytes_per_s > 0:
+            ring = 2.0 * (tp - 1) / tp  # ring all-reduce: bytes each GPU sends per byte
+            size = model.residual_width * ACTIVATION_BYTES
+            link = collectives * ring * size / gpu.link_bw_bytes_per_s
+        return cls(
+            weight_read_s=model.weight_bytes / tp / gpu.mem_bw_bytes_per_s,
+            kv_read_s=model.kv_bytes_per_token * ctx_tokens / kv_split / gpu.mem_bw_bytes_per_s,
+            flops_s=flops / tp / gpu.flops_per_s,
+            collectives=collectives,
+            link_s=link,
+        )
+
+    def alpha_g(self, cal: Calibration) -> tuple[float, float]:
+        """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request). With TP 1 and
+        ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
+        alpha = self.weight_read_s / cal.mbu + cal.t_iter_s + self.collectives * cal.t_coll_s
+        g = self.kv_read_s / cal.mbu + cal.t_req_s + self.link_s
+        if cal.mfu_decode > 0:
+            g += self.flops_s / cal.mfu_decode
+        return alpha, g
+
+
 @dataclass(frozen=True)
 class Coefficients:
     """Per-deployment scalars of SPEC 2.2-2.6, in SI units."""
@@ -115,7 +161,6 @@ class Coefficients:
         m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
         tp = st.tensor_parallel
         flops = hw.flops_per_s * tp * cal.mfu
-        bw = hw.mem_bw_bytes_per_s * tp * cal.mbu
         mem = hw.mem_bytes * tp
         kappa = m.kv_bytes_per_token
 
@@ -152,8 +197,10 @@ class Coefficients:
 
         iters = w.e_out_m1
         ctx = w.ctx_tokens if iters > 0 else math.nan
-        alpha = m.weight_bytes / bw + cal.t_iter_s
-        g = (kappa * ctx / bw + cal.t_req_s) if iters > 0 else math.nan
+        terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
+        alpha, g = terms.alpha_g(cal)
+        if not iters > 0:
+            g = math.nan
         return cls(
             a_p_s_per_token=a_p,
             b_p_s_per_token2=b_p,

@@ -103,7 +103,10 @@ class ModelArch:
     `params` is the parameter count N; `layers` L; `n_heads`, `n_kv_heads` and
     `head_dim` the query heads, KV heads (h_kv) and head dimension (d_head);
     `bytes_per_param` the weight dtype size (2 for bf16) and `kv_bytes_per_elem`
-    the KV-cache dtype size (2 for bf16).
+    the KV-cache dtype size (2 for bf16). `hidden_size` is the residual stream's
+    width (what a tensor-parallel all-reduce carries per token; 0: unknown, taken as
+    the attention width); `aliases` are other names of the model (its Hugging Face
+    id), by which measurement files name it.
     """
 
     name: str
@@ -115,6 +118,8 @@ class ModelArch:
     bytes_per_param: float = 2.0
     kv_bytes_per_elem: float = 2.0
     source: str = ""
+    hidden_size: int = 0
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -125,6 +130,9 @@ class ModelArch:
         _positive("kv_bytes_per_elem", self.kv_bytes_per_elem)
         for name in ("layers", "n_heads", "n_kv_heads", "head_dim"):
             _positive(name, _integer(name, getattr(self, name)))
+        _non_negative("hidden_size", _integer("hidden_size", self.hidden_size))
+        if not isinstance(self.aliases, tuple) or not all(isinstance(a, str) for a in self.aliases):
+            raise InputError("aliases", f"must be a list of names, got {self.aliases!r}")
         if self.n_heads % self.n_kv_heads != 0:
             raise InputError(
                 "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
@@ -134,6 +142,11 @@ class ModelArch:
     def attn_width(self) -> int:
         """Attention width d = n_heads * head_dim (SPEC 2.1; not the hidden size)."""
         return self.n_heads * self.head_dim
+
+    @property
+    def residual_width(self) -> int:
+        """Width of the activations a tensor-parallel all-reduce sums (hidden size)."""
+        return self.hidden_size or self.attn_width
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -153,7 +166,8 @@ class ModelArch:
 class GpuSpec:
     """One GPU in SI units (SPEC 2.1): peak dense BF16 `flops_per_s` (pi, FLOP/s),
     HBM bandwidth `mem_bw_bytes_per_s` (beta, B/s), memory `mem_bytes` (M, B) and
-    board power `tdp_w` (W)."""
+    board power `tdp_w` (W); `link_bw_bytes_per_s`: GPU-to-GPU (NVLink) bandwidth per
+    direction (B/s; 0: unknown, tensor-parallel traffic then costs no time)."""
 
     name: str
     flops_per_s: float
@@ -161,14 +175,16 @@ class GpuSpec:
     mem_bytes: float
     tdp_w: float
     source: str = ""
+    link_bw_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_str("source", self.source)
         names = ("flops_per_s", "mem_bw_bytes_per_s", "mem_bytes", "tdp_w")
-        _set_floats(self, names)
+        _set_floats(self, (*names, "link_bw_bytes_per_s"))
         for name in names:
             _positive(name, getattr(self, name))
+        _non_negative("link_bw_bytes_per_s", self.link_bw_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -181,6 +197,12 @@ class Calibration:
     ramps p(x) = min(p0 + gamma x, psat) per phase (W, SPEC 2.6); `p_idle_w`: a
     GPU that runs no instance (W). `measured` says whether the set was measured
     or estimated; `source` says where it comes from.
+
+    Two terms beyond SPEC (``docs/calibration.md``), both off at 0 so that SPEC's
+    decode time is the special case: `mfu_decode`, the fraction of peak compute a
+    decode iteration achieves on its per-token FLOPs (0: decode FLOPs cost nothing
+    beyond ``t_req``, as in SPEC), and `t_coll_s`, the fixed latency of one
+    tensor-parallel all-reduce (two per layer per iteration when TP > 1).
     """
 
     mfu: float
@@ -197,11 +219,16 @@ class Calibration:
     p_idle_w: float
     measured: bool
     source: str = ""
+    mfu_decode: float = 0.0
+    t_coll_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _set_floats(self, _CALIBRATION_NUMBERS)
+        _set_floats(self, (*_CALIBRATION_NUMBERS, "mfu_decode", "t_coll_s"))
         _fraction("mfu", self.mfu)
         _fraction("mbu", self.mbu)
+        if not 0 <= self.mfu_decode <= 1:
+            raise InputError("mfu_decode", f"must be in [0, 1], got {self.mfu_decode!r}")
+        _non_negative("t_coll_s", self.t_coll_s)
         for name in _CALIBRATION_NUMBERS[2:]:
             _non_negative(name, getattr(self, name))
         for phase in ("prefill", "decode"):
@@ -306,8 +333,9 @@ def _catalog_error(where: str, error: InputError) -> InputError:
 
 
 _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
-_MODEL_OPTIONAL = {"bytes_per_param", "kv_bytes_per_elem", "source"}
+_MODEL_OPTIONAL = {"bytes_per_param", "kv_bytes_per_elem", "source", "hidden_size", "aliases"}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
+_GPU_OPTIONAL = {"source", "nvlink_gb_per_s"}
 
 
 @functools.cache
@@ -317,7 +345,12 @@ def _models() -> Mapping[str, ModelArch]:
         where = f"models.json:{name}"
         _check_keys(where, entry, _MODEL_KEYS, _MODEL_OPTIONAL)
         try:
-            catalog[name] = ModelArch(name=name, **entry)
+            fields = dict(entry)
+            if "aliases" in fields:
+                if not isinstance(fields["aliases"], list):
+                    raise InputError("aliases", "must be a list of names")
+                fields["aliases"] = tuple(fields["aliases"])
+            catalog[name] = ModelArch(name=name, **fields)
         except InputError as error:
             raise _catalog_error(where, error) from None
     return types.MappingProxyType(catalog)
@@ -328,7 +361,7 @@ def _gpus() -> Mapping[str, GpuSpec]:
     catalog: dict[str, GpuSpec] = {}
     for name, entry in _read_data("gpus.json").items():
         where = f"gpus.json:{name}"
-        _check_keys(where, entry, _GPU_KEYS, {"source"})
+        _check_keys(where, entry, _GPU_KEYS, _GPU_OPTIONAL)
         try:
             catalog[name] = GpuSpec(
                 name=name,
@@ -337,6 +370,8 @@ def _gpus() -> Mapping[str, GpuSpec]:
                 mem_bytes=_scaled(entry["mem_gb"], "1e9", "mem_gb"),
                 tdp_w=_finite("tdp_w", entry["tdp_w"]),
                 source=entry.get("source", ""),
+                # datasheets give NVLink bandwidth summed over both directions
+                link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
             )
         except InputError as error:
             raise _catalog_error(where, error) from None
@@ -404,12 +439,16 @@ def list_gpus() -> list[str]:
 
 
 def load_model(name: str) -> ModelArch:
-    """The built-in model `name`; NotFoundError("model", ...) listing known names if unknown."""
+    """The built-in model `name` (or one of its aliases, e.g. its Hugging Face id);
+    NotFoundError("model", ...) listing known names if unknown."""
     models = _models()
     key = _key("model", name)
-    if key not in models:
-        raise NotFoundError("model", name, models)
-    return models[key]
+    if key in models:
+        return models[key]
+    for arch in models.values():
+        if key in (a.lower() for a in arch.aliases):
+            return arch
+    raise NotFoundError("model", name, models)
 
 
 def load_gpu(name: str) -> GpuSpec:

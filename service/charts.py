@@ -157,3 +157,42 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
+    """Predicted against measured, decode iteration time and power per GPU, one colour
+    per GPU, with the identity and +-10% lines."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), dpi=120)
+    gpus = sorted({r["gpu"] for r in rows})
+    for ax, key, unit in ((axes[0], "itl_ms", "ms"), (axes[1], "power_w", "W")):
+        lo, hi = float("inf"), 0.0
+        for i, g in enumerate(gpus):
+            pts = [
+                (r[key]["measured"], r[key]["predicted"])
+                for r in rows
+                if r["gpu"] == g
+                and r[key]["measured"] is not None
+                and r[key]["predicted"] is not None
+            ]
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            ax.scatter(xs, ys, s=14, color=COLOURS[i % len(COLOURS)], label=f"{g} ({len(pts)})")
+            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+        if hi > 0:
+            span = [lo * 0.9, hi * 1.1]
+            ax.plot(span, span, "k-", lw=0.8)
+            for f in (0.9, 1.1):
+                ax.plot(span, [v * f for v in span], "k:", lw=0.6)
+            if key == "itl_ms":
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+        name = "decode iteration (median ITL)" if key == "itl_ms" else "power per GPU"
+        ax.set_xlabel(f"measured {name} ({unit})")
+        ax.set_ylabel(f"predicted ({unit})")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

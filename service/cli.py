@@ -220,9 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli_simulate.add_slo_args(f)
     cli_simulate.register(sub)
     cli_plan.register(sub)
-    from service import cli_dr
+    from service import cli_calibrate, cli_dr
 
     cli_dr.register(sub)
+    cli_calibrate.register(sub)
 
     sv = sub.add_parser("serve", help="run the HTTP service (OpenAPI docs at /docs)")
     sv.add_argument("--host", help="bind address (default: PDWATT_HOST or 127.0.0.1)")

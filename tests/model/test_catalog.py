@@ -59,16 +59,19 @@ def test_qwen3_32b_matches_spec_table():
     assert arch.weight_bytes == pytest.approx(65.6e9, rel=1e-12)
 
 
-# (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim) from each
-# model's Hugging Face config.json; head_dim = hidden_size / num_attention_heads for
-# Llama (4096/32, 8192/64); Mistral-Small-24B-Instruct-2501 gives head_dim = 128 itself.
+# (num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, hidden_size)
+# from each model's Hugging Face config.json; head_dim = hidden_size /
+# num_attention_heads for Llama (4096/32, 8192/64, 16384/128);
+# Mistral-Small-24B-Instruct-2501 gives head_dim = 128 itself.
 HF_CONFIGS = {
-    "qwen3-32b": (64, 64, 8, 128),
-    "qwen3-14b": (40, 40, 8, 128),
-    "qwen3-8b": (36, 32, 8, 128),
-    "llama-3.1-8b": (32, 32, 8, 128),
-    "llama-3.1-70b": (80, 64, 8, 128),
-    "mistral-small-24b": (40, 32, 8, 128),
+    "qwen3-32b": (64, 64, 8, 128, 5120),
+    "qwen3-14b": (40, 40, 8, 128, 5120),
+    "qwen3-8b": (36, 32, 8, 128, 4096),
+    "llama-3.1-8b": (32, 32, 8, 128, 4096),
+    "llama-3.1-70b": (80, 64, 8, 128, 8192),
+    "llama-3.3-70b": (80, 64, 8, 128, 8192),
+    "llama-3.1-405b": (126, 128, 8, 128, 16384),
+    "mistral-small-24b": (40, 32, 8, 128, 5120),
 }
 
 
@@ -79,7 +82,8 @@ def test_catalog_lists_exactly_the_documented_models():
 @pytest.mark.parametrize("name", sorted(HF_CONFIGS))
 def test_model_architecture_matches_hf_config(name):
     arch = load_model(name)
-    assert (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim) == HF_CONFIGS[name]
+    got = (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size)
+    assert got == HF_CONFIGS[name]
     assert arch.bytes_per_param == 2.0 and arch.kv_bytes_per_elem == 2.0  # bf16
     assert "config.json" in arch.source
 
@@ -93,6 +97,14 @@ def test_attention_width_is_not_hidden_size_for_mistral_small():
 
 def test_model_lookup_ignores_case_and_spaces():
     assert load_model(" Qwen3-32B ") == load_model("qwen3-32b")
+
+
+def test_models_are_found_by_their_hugging_face_id():
+    assert load_model("Qwen/Qwen3-8B").name == "qwen3-8b"
+    assert load_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
+    assert load_model("meta-llama/llama-3.3-70b-instruct").name == "llama-3.3-70b"
+    with pytest.raises(NotFoundError):
+        load_model("Qwen/Qwen3-8B-Base")
 
 
 def test_unknown_model_lists_known_names():

@@ -1,0 +1,600 @@
+"""Calibration from measurements (``pdwatt calibrate``) and the model's predictions
+beside them (``pdwatt predict``); the equations and their derivation are in
+``docs/calibration.md``.
+
+One calibration is fitted per (GPU, serving stack) and shared by every model on it:
+``mbu``, ``t_iter_s``, ``t_req_s``, ``mfu_decode`` and ``t_coll_s`` from the decode
+iteration times, the decode power ramp ``(p0, gamma, psat)`` from power per GPU
+against decode load, and ``mfu`` where prefill rates are given. The decode time of a
+measurement is :class:`model.capacity.DecodeTerms` at its batch and mean context,
+the same function the capacity model uses.
+
+Files that give no prompt lengths (ML.ENERGY) get one mean prompt length per task,
+fitted with the rest and shared by every model and GPU that ran the task (they all
+served the same dataset). A request's mean context while it decodes is its prompt
+plus half its output, output weighted by length (a request is in the batch for as
+many iterations as it has output tokens).
+
+Fits use :func:`scipy.optimize.least_squares` on relative residuals with bounds;
+parameter standard errors come from the Jacobian at the optimum. A fit that the rows
+cannot determine is refused with what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import least_squares
+
+from model.capacity import DecodeTerms, instance_power_w
+from model.catalog import (
+    Calibration,
+    GpuSpec,
+    ModelArch,
+    load_calibration,
+    load_gpu,
+    load_model,
+)
+from model.errors import InputError, NotFoundError
+from model.measurements import Measurement
+
+FloatArray = NDArray[np.float64]
+
+#: the KV pool's share of GPU memory in the measured servers (vLLM's default
+#: ``gpu_memory_utilization``), for the batch that saturates decode
+MEM_FRACTION = 0.9
+#: bounds of the fitted decode parameters (SI units)
+BOUNDS = {
+    "mbu": (0.05, 1.0),
+    "t_iter_s": (0.0, 0.05),
+    "t_req_s": (0.0, 1e-3),
+    "mfu_decode": (0.02, 1.0),
+    "t_coll_s": (0.0, 1e-3),
+}
+PROMPT_BOUNDS = (1.0, 32768.0)
+#: robust loss: relative residuals beyond F_SCALE weigh in linearly, not squared, so
+#: that a few measurements far from every model do not pull the fit
+LOSS = "soft_l1"
+F_SCALE = 0.05
+#: a task's prompt length starts here (tokens)
+PROMPT_START = 512.0
+
+
+@dataclass(frozen=True)
+class Skipped:
+    row: str
+    reason: str
+
+
+@dataclass
+class Usable:
+    """A measurement the model can describe, with its catalog entries."""
+
+    m: Measurement
+    model: ModelArch
+    gpu: GpuSpec
+
+
+def usable_rows(rows: Sequence[Measurement]) -> tuple[list[Usable], list[Skipped]]:
+    """The rows the model describes, and every other row with the reason it is not."""
+    ok: list[Usable] = []
+    skipped: list[Skipped] = []
+    for r in rows:
+        if r.architecture == "hybrid":
+            skipped.append(
+                Skipped(
+                    r.where, "Mamba-Transformer hybrid: its state is not a KV cache (out of scope)"
+                )
+            )
+            continue
+        try:
+            arch = load_model(r.model)
+        except NotFoundError:
+            skipped.append(Skipped(r.where, f"model {r.model!r} is not in the catalog"))
+            continue
+        if r.precision != "bf16":
+            skipped.append(Skipped(r.where, f"{r.precision} weights are not modelled yet"))
+            continue
+        if r.ep > 1:
+            skipped.append(Skipped(r.where, "expert parallelism is not modelled yet"))
+            continue
+        if r.prompt_tokens is None and r.context_tokens is None and not r.task:
+            skipped.append(Skipped(r.where, "no prompt or context length and no task"))
+            continue
+        ok.append(Usable(r, arch, load_gpu(r.gpu)))
+    return ok, skipped
+
+
+def _prompt(u: Usable, prompts: dict[str, float]) -> float:
+    if u.m.prompt_tokens is not None:
+        return u.m.prompt_tokens
+    return prompts[u.m.task]
+
+
+def context_tokens(u: Usable, prompts: dict[str, float]) -> float:
+    """Mean context of a running request: as stated, else prompt + weighted output / 2."""
+    if u.m.context_tokens is not None:
+        return u.m.context_tokens
+    return _prompt(u, prompts) + u.m.output_weighted_tokens / 2.0
+
+
+def iteration_s(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float:
+    """The model's decode iteration time at the measurement's batch."""
+    terms = DecodeTerms.of(u.model, u.gpu, u.m.tp, context_tokens(u, prompts))
+    alpha, g = terms.alpha_g(cal)
+    return alpha + g * u.m.batch
+
+
+def decode_load(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float:
+    """Decode load ``x`` of SPEC 2.6 at the measured batch: the token rate ``B / t(B)``
+    over the rate at the batch that fills the KV pool (``MEM_FRACTION`` of memory less
+    the weights, over the context), at most 1."""
+    ctx = context_tokens(u, prompts)
+    terms = DecodeTerms.of(u.model, u.gpu, u.m.tp, ctx)
+    alpha, g = terms.alpha_g(cal)
+    mem = MEM_FRACTION * u.gpu.mem_bytes * u.m.tp - u.model.weight_bytes
+    b_max = max(mem / (u.model.kv_bytes_per_token * ctx), u.m.batch)
+    rate = u.m.batch / (alpha + g * u.m.batch)
+    return min(rate / (b_max / (alpha + g * b_max)), 1.0)
+
+
+@dataclass
+class GroupFit:
+    """One (GPU, stack) calibration and how well it fits."""
+
+    gpu: str
+    stack: str
+    calibration: Calibration
+    std: dict[str, float]  # standard error of each fitted parameter (SI)
+    fitted: list[str]
+    not_fitted: dict[str, str]  # parameter -> why it keeps its estimated value
+    rows: int
+    models: list[str]
+
+
+@dataclass
+class Fit:
+    groups: dict[tuple[str, str], GroupFit]
+    prompts: dict[str, float]  # task -> fitted mean prompt length
+    prompts_std: dict[str, float]
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def calibration(self, gpu: str, stack: str) -> Calibration:
+        key = (gpu, stack)
+        if key not in self.groups:
+            known = ", ".join(f"{g}/{s}" for g, s in self.groups)
+            raise InputError("calibration", f"no calibration for {gpu}/{stack}; has {known}")
+        return self.groups[key].calibration
+
+
+def _base(gpu: str, model: str) -> Calibration:
+    """What a fit starts from and keeps where the rows say nothing: the catalog's
+    calibration for the pair (estimated from the reference set unless measured)."""
+    return load_calibration(model, gpu)
+
+
+def _std(jac: FloatArray, resid: FloatArray, n_par: int) -> FloatArray:
+    dof = max(resid.size - n_par, 1)
+    s2 = float(resid @ resid) / dof
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * s2
+    except np.linalg.LinAlgError:
+        return np.full(n_par, np.inf)
+    return np.sqrt(np.maximum(np.diag(cov), 0.0))
+
+
+def _check_determined(key: tuple[str, str], rows: list[Usable]) -> None:
+    where = f"{key[0]}/{key[1]}"
+    batches = {round(u.m.batch, 3) for u in rows}
+    if len(batches) < 2:
+        raise InputError(
+            "measurements", f"{where}: one batch size only; need at least two to fit t(B)"
+        )
+    weights = {u.model.weight_bytes / u.m.tp for u in rows}
+    if len(weights) < 2:
+        raise InputError(
+            "measurements",
+            f"{where}: every row reads the same weight bytes per GPU; need two models or "
+            "tensor-parallel sizes to tell mbu from t_iter",
+        )
+
+
+def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = None) -> Fit:
+    """Fit every (GPU, stack) the rows cover (see the module docstring)."""
+    say = progress or (lambda _m: None)
+    usable, skipped = usable_rows(rows)
+    if not usable:
+        reasons = sorted({s.reason for s in skipped})
+        raise InputError("measurements", "no row the model describes: " + "; ".join(reasons))
+    groups: dict[tuple[str, str], list[Usable]] = {}
+    for u in usable:
+        groups.setdefault((u.gpu.name, u.m.stack), []).append(u)
+    for key, g_rows in groups.items():
+        _check_determined(key, g_rows)
+    tasks = sorted(
+        {u.m.task for u in usable if u.m.prompt_tokens is None and u.m.context_tokens is None}
+    )
+    keys = sorted(groups)
+    names = list(BOUNDS)
+    # which parameters each group can determine
+    free: dict[tuple[str, str], list[str]] = {}
+    not_fitted: dict[tuple[str, str], dict[str, str]] = {}
+    for key in keys:
+        g_rows = groups[key]
+        nf: dict[str, str] = {}
+        if not any(u.m.tp > 1 for u in g_rows):
+            nf["t_coll_s"] = "no rows with tensor parallelism > 1"
+        free[key] = [n for n in names if n not in nf]
+        not_fitted[key] = nf
+    # parameter vector: per group its free decode parameters, then one prompt per task
+    index: list[tuple[tuple[str, str] | None, str]] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    x0: list[float] = []
+    for key in keys:
+        base = _base(key[0], groups[key][0].model.name)
+        for n in free[key]:
+            index.append((key, n))
+            a, b = BOUNDS[n]
+            lo.append(a)
+            hi.append(b)
+            start = (
+                getattr(base, n)
+                if n not in ("mfu_decode", "t_coll_s")
+                else (0.5 if n == "mfu_decode" else 1e-5)
+            )
+            x0.append(min(max(start, a), b))
+    for t in tasks:
+        index.append((None, t))
+        lo.append(PROMPT_BOUNDS[0])
+        hi.append(PROMPT_BOUNDS[1])
+        x0.append(PROMPT_START)
+    bases = {key: _base(key[0], groups[key][0].model.name) for key in keys}
+
+    def unpack(x: FloatArray) -> tuple[dict[tuple[str, str], Calibration], dict[str, float]]:
+        vals: dict[tuple[str, str], dict[str, float]] = {k: {} for k in keys}
+        prompts: dict[str, float] = {}
+        for (key, n), v in zip(index, x, strict=True):
+            if key is None:
+                prompts[n] = float(v)
+            else:
+                vals[key][n] = float(v)
+        cals = {}
+        for key in keys:
+            v = {
+                n: vals[key].get(n, 0.0 if n == "t_coll_s" else getattr(bases[key], n))
+                for n in names
+            }
+            cals[key] = dataclasses.replace(bases[key], **v)
+        return cals, prompts
+
+    def residuals(x: FloatArray) -> FloatArray:
+        cals, prompts = unpack(x)
+        return np.array(
+            [
+                iteration_s(u, cals[(u.gpu.name, u.m.stack)], prompts) / u.m.itl_s - 1.0
+                for u in usable
+            ]
+        )
+
+    say(
+        f"fitting decode times: {len(usable)} rows, {len(keys)} GPU/stack groups, "
+        f"{len(tasks)} tasks"
+    )
+    res = least_squares(
+        residuals,
+        np.array(x0),
+        bounds=(np.array(lo), np.array(hi)),
+        x_scale="jac",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
+    std = _std(res.jac, res.fun, len(x0))
+    cals, prompts = unpack(res.x)
+    prompts_std = {n: float(s) for (key, n), s in zip(index, std, strict=True) if key is None}
+    out: dict[tuple[str, str], GroupFit] = {}
+    for key in keys:
+        g_rows = groups[key]
+        cal = cals[key]
+        g_std = {n: float(s) for (k, n), s in zip(index, std, strict=True) if k == key}
+        fitted = list(free[key])
+        nf = dict(not_fitted[key])
+        cal, p_std, p_nf = _fit_power(g_rows, cal, prompts, say)
+        g_std.update(p_std)
+        nf.update(p_nf)
+        fitted += [n for n in p_std]
+        cal, m_std, m_nf = _fit_prefill(g_rows, cal)
+        g_std.update(m_std)
+        nf.update(m_nf)
+        fitted += [n for n in m_std]
+        for n in ("c_attn", "p0_prefill_w", "gamma_prefill_w", "psat_prefill_w", "p_idle_w"):
+            nf.setdefault(
+                n, "not identifiable from these measurements; kept from the catalog's estimate"
+            )
+        models = sorted({u.model.name for u in g_rows})
+        source = (
+            f"fitted to {len(g_rows)} measurements of {', '.join(models)} on {key[0]} under "
+            f"{key[1]} ({', '.join(sorted({u.m.file for u in g_rows}))}); not fitted: "
+            + ", ".join(sorted(nf))
+        )
+        cal = dataclasses.replace(cal, measured=True, source=source)
+        out[key] = GroupFit(key[0], key[1], cal, g_std, fitted, nf, len(g_rows), models)
+    return Fit(out, prompts, prompts_std, skipped)
+
+
+def _fit_power(
+    rows: list[Usable], cal: Calibration, prompts: dict[str, float], say: Callable[[str], None]
+) -> tuple[Calibration, dict[str, float], dict[str, str]]:
+    names = ("p0_decode_w", "gamma_decode_w", "psat_decode_w")
+    pts = [(decode_load(u, cal, prompts), u.m.power_w) for u in rows if u.m.power_w is not None]
+    if not pts:
+        return cal, {}, {n: "no power measurements" for n in names}
+    xs = np.array([p[0] for p in pts])
+    ps = np.array([p[1] for p in pts], dtype=float)
+    if np.ptp(xs) < 0.05:
+        raise InputError(
+            "measurements",
+            f"{rows[0].gpu.name}: power measured at one decode load only; need loads that "
+            "differ to fit the ramp",
+        )
+    say(f"fitting the decode power ramp of {rows[0].gpu.name}: {len(pts)} rows")
+    tdp = rows[0].gpu.tdp_w
+
+    def resid(v: FloatArray) -> FloatArray:
+        p0, gamma, rise = v
+        return instance_power_w(p0, gamma, p0 + rise, xs) / ps - 1.0
+
+    x0 = np.array([float(np.min(ps)), float(np.ptp(ps)) * 2.0, float(np.ptp(ps))])
+    r = least_squares(
+        resid,
+        x0,
+        bounds=([0.0, 0.0, 0.0], [tdp * 1.2, tdp * 20.0, tdp * 1.2]),
+        x_scale="jac",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
+    p0, gamma, rise = (float(v) for v in r.x)
+    s = _std(r.jac, r.fun, 3)
+    std = {
+        "p0_decode_w": float(s[0]),
+        "gamma_decode_w": float(s[1]),
+        "psat_decode_w": float(math.hypot(s[0], s[2])),
+    }
+    return (
+        dataclasses.replace(cal, p0_decode_w=p0, gamma_decode_w=gamma, psat_decode_w=p0 + rise),
+        std,
+        {},
+    )
+
+
+def _fit_prefill(
+    rows: list[Usable], cal: Calibration
+) -> tuple[Calibration, dict[str, float], dict[str, str]]:
+    """``mfu`` from prefill rates: a prompt of ``l`` tokens takes
+    ``(2N l + c_a L d l^2) / (pi tp mfu)`` (SPEC 2.2), so each row gives
+    ``mfu = rate (2N + c_a L d l) / (pi tp)``."""
+    pts = [
+        u for u in rows if u.m.prefill_tokens_per_s is not None and u.m.prompt_tokens is not None
+    ]
+    if not pts:
+        return cal, {}, {"mfu": "no prefill rates with prompt lengths"}
+    est = np.array(
+        [
+            (u.m.prefill_tokens_per_s or 0.0)
+            * (
+                2.0 * u.model.params
+                + cal.c_attn * u.model.layers * u.model.attn_width * (u.m.prompt_tokens or 0.0)
+            )
+            / (u.gpu.flops_per_s * u.m.tp)
+            for u in pts
+        ]
+    )
+    mfu = float(np.mean(est))
+    if not 0 < mfu <= 1:
+        raise InputError(
+            "measurements", f"{rows[0].gpu.name}: prefill rates imply mfu {mfu:.3g}, outside (0, 1]"
+        )
+    std = float(np.std(est, ddof=1) / math.sqrt(len(est))) if len(est) > 1 else math.inf
+    return dataclasses.replace(cal, mfu=mfu), {"mfu": std}, {}
+
+
+def predict(rows: Sequence[Measurement], f: Fit) -> dict[str, Any]:
+    """The model's ITL and power per GPU beside each measurement (rows the model cannot
+    describe, or whose GPU and stack the fit lacks, are listed with the reason)."""
+    usable, skipped = usable_rows(rows)
+    out_rows = []
+    for u in usable:
+        key = (u.gpu.name, u.m.stack)
+        if key not in f.groups:
+            skipped.append(Skipped(u.m.where, f"no calibration for {key[0]}/{key[1]} in the file"))
+            continue
+        task = u.m.task
+        if u.m.prompt_tokens is None and u.m.context_tokens is None and task not in f.prompts:
+            skipped.append(Skipped(u.m.where, f"task {task!r} has no fitted prompt length"))
+            continue
+        cal = f.groups[key].calibration
+        itl = iteration_s(u, cal, f.prompts)
+        power = None
+        if u.m.power_w is not None:
+            x = decode_load(u, cal, f.prompts)
+            power = float(
+                instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
+            )
+        out_rows.append(
+            {
+                "where": u.m.where,
+                "model": u.m.model,
+                "gpu": u.gpu.name,
+                "tp": u.m.tp,
+                "ep": u.m.ep,
+                "batch": u.m.batch,
+                "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
+                "power_w": {"measured": u.m.power_w, "predicted": power},
+            }
+        )
+    return {
+        "rows": out_rows,
+        "summary": summarise(out_rows),
+        "skipped": [dataclasses.asdict(s) for s in skipped],
+    }
+
+
+def _errors(rows: list[dict[str, Any]], key: str) -> FloatArray:
+    return np.array(
+        [
+            r[key]["predicted"] / r[key]["measured"] - 1.0
+            for r in rows
+            if r[key]["measured"] is not None and r[key]["predicted"] is not None
+        ]
+    )
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and worst relative error, ITL and power, overall and per GPU."""
+
+    def stats(sel: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"rows": len(sel)}
+        for key in ("itl_ms", "power_w"):
+            e = _errors(sel, key)
+            out[key] = (
+                {
+                    "median_abs_error": float(np.median(np.abs(e))),
+                    "worst_error": float(e[np.argmax(np.abs(e))]),
+                    "rows": int(e.size),
+                }
+                if e.size
+                else None
+            )
+        return out
+
+    per_gpu = {
+        g: stats([r for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})
+    }
+    return {"all": stats(rows), "per_gpu": per_gpu}
+
+
+def leave_one_model_out(
+    rows: Sequence[Measurement], progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """For each model, fit on the others and predict its rows (``docs/calibration.md``)."""
+    say = progress or (lambda _m: None)
+    usable, _ = usable_rows(rows)
+    models = sorted({u.model.name for u in usable})
+    out_rows: list[dict[str, Any]] = []
+    refused: dict[str, str] = {}
+    for i, name in enumerate(models):
+        say(f"leave-one-model-out {i + 1}/{len(models)}: {name}")
+        train = [r for r in rows if r not in {u.m for u in usable if u.model.name == name}]
+        test = [u.m for u in usable if u.model.name == name]
+        try:
+            f = fit(train)
+        except InputError as e:
+            refused[name] = str(e)
+            continue
+        res = predict(test, f)
+        for r in res["rows"]:
+            r["held_out"] = name
+        out_rows.extend(res["rows"])
+    return {"rows": out_rows, "summary": summarise(out_rows), "refused": refused}
+
+
+# --------------------------------------------------------------------------
+# Calibration files
+
+#: the ``format`` a calibration file states
+FILE_FORMAT = "pdwatt-calibration/1"
+
+
+def _finite_or_none(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def to_document(f: Fit, rows: Sequence[Measurement] | None = None) -> dict[str, Any]:
+    """The calibration file's content: one entry per (GPU, stack), SI units, with each
+    fitted parameter's standard error and why the others were not fitted; with
+    ``rows``, also the in-sample errors."""
+    doc: dict[str, Any] = {
+        "format": FILE_FORMAT,
+        "calibrations": [
+            {
+                "gpu": g.gpu,
+                "stack": g.stack,
+                "calibration": dataclasses.asdict(g.calibration),
+                "std": {k: _finite_or_none(v) for k, v in g.std.items()},
+                "fitted": g.fitted,
+                "not_fitted": g.not_fitted,
+                "rows": g.rows,
+                "models": g.models,
+            }
+            for g in f.groups.values()
+        ],
+        "prompt_tokens": {
+            t: {"value": v, "std": _finite_or_none(f.prompts_std.get(t, math.inf))}
+            for t, v in f.prompts.items()
+        },
+        "skipped": [dataclasses.asdict(s) for s in f.skipped],
+    }
+    if rows is not None:
+        doc["in_sample"] = predict(rows, f)["summary"]
+    return doc
+
+
+def from_document(doc: object, where: str = "calibration") -> Fit:
+    """A :class:`Fit` from a calibration file's content (errors name the field)."""
+    if not isinstance(doc, dict):
+        raise InputError(where, "must be a JSON object")
+    if doc.get("format") != FILE_FORMAT:
+        raise InputError(f"{where}.format", f"must be {FILE_FORMAT!r}, got {doc.get('format')!r}")
+    entries = doc.get("calibrations")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{where}.calibrations", "must be a non-empty list")
+    groups: dict[tuple[str, str], GroupFit] = {}
+    names = {f.name for f in dataclasses.fields(Calibration)}
+    for i, e in enumerate(entries):
+        at = f"{where}.calibrations[{i}]"
+        if not isinstance(e, dict):
+            raise InputError(at, "must be an object")
+        try:
+            gpu = load_gpu(str(e.get("gpu"))).name
+        except NotFoundError as err:
+            raise InputError(f"{at}.gpu", err.reason) from None
+        stack = str(e.get("stack", "")).strip().lower()
+        if not stack:
+            raise InputError(f"{at}.stack", "missing")
+        values = e.get("calibration")
+        if not isinstance(values, dict):
+            raise InputError(f"{at}.calibration", "must be an object")
+        unknown = set(values) - names
+        if unknown:
+            raise InputError(f"{at}.calibration.{sorted(unknown)[0]}", "unknown field")
+        try:
+            cal = Calibration(**values)
+        except InputError as err:
+            raise InputError(f"{at}.calibration.{err.field}", err.reason) from None
+        except TypeError as err:
+            raise InputError(f"{at}.calibration", str(err)) from None
+        std = {k: (math.inf if v is None else float(v)) for k, v in (e.get("std") or {}).items()}
+        groups[(gpu, stack)] = GroupFit(
+            gpu,
+            stack,
+            cal,
+            std,
+            list(e.get("fitted") or []),
+            dict(e.get("not_fitted") or {}),
+            int(e.get("rows") or 0),
+            list(e.get("models") or []),
+        )
+    prompts: dict[str, float] = {}
+    prompts_std: dict[str, float] = {}
+    for t, v in (doc.get("prompt_tokens") or {}).items():
+        if not isinstance(v, dict) or not isinstance(v.get("value"), (int, float)):
+            raise InputError(f"{where}.prompt_tokens.{t}", "must be {value, std}")
+        prompts[t] = float(v["value"])
+        prompts_std[t] = math.inf if v.get("std") is None else float(v["std"])
+    return Fit(groups, prompts, prompts_std)

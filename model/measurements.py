@@ -1,0 +1,317 @@
+"""Serving measurements read from files, for calibration (``pdwatt calibrate``) and
+prediction checks (``pdwatt predict``); ``docs/calibration.md`` documents the formats.
+
+One :class:`Measurement` is one steady-state operating point of one server: a model
+on ``tp x ep`` GPUs of one type under one serving stack, running a mean batch of
+``batch`` requests, with its median inter-token latency (one decode iteration) and,
+where measured, its power per GPU. Readers, chosen by :func:`read_measurements` from
+the file's content:
+
+* the ML.ENERGY Leaderboard per-model JSON files, exactly as published (an object
+  with ``model_id`` and ``configurations``);
+* a generic CSV, one row per measurement (:data:`CSV_COLUMNS`).
+
+Every error names the file, the row and the field. Nothing here imports the model's
+equations: a measurement is what was measured, with the tokens it states.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError
+
+#: GPU names of the files -> catalog names
+GPU_NAMES = {
+    "h100": "h100-sxm",
+    "h100-sxm": "h100-sxm",
+    "h100 80gb hbm3": "h100-sxm",
+    "b200": "b200",
+    "h200": "h200",
+    "a100": "a100-80gb",
+    "a100-80gb": "a100-80gb",
+}
+PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+ARCHITECTURES = {
+    "dense transformer": "dense",
+    "dense": "dense",
+    "moe": "moe",
+    "mamba-transformer hybrid": "hybrid",
+    "hybrid": "hybrid",
+}
+#: the generic CSV's columns (``docs/calibration.md``); the first seven are required
+CSV_COLUMNS = (
+    "model",
+    "gpu",
+    "tp",
+    "batch",
+    "itl_ms",
+    "prompt_tokens",
+    "output_tokens",
+    "ep",
+    "precision",
+    "context_tokens",
+    "power_w",
+    "prefill_tokens_per_s",
+    "stack",
+    "task",
+)
+CSV_REQUIRED = CSV_COLUMNS[:7]
+#: largest file read (a published ML.ENERGY file is at most a few hundred kB)
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured operating point; tokens are means over the requests served."""
+
+    file: str  # file name (no directory)
+    row: str  # where in the file, e.g. "configurations[3]" or "line 7"
+    model: str  # as the file names it
+    gpu: str  # catalog GPU name
+    stack: str  # serving stack, e.g. "vllm"
+    task: str  # workload or dataset ("" if not stated)
+    tp: int
+    ep: int
+    precision: str  # bf16, fp8, mxfp4, nvfp4
+    architecture: str  # dense, moe, hybrid ("" if not stated)
+    batch: float  # mean running batch (requests)
+    output_tokens: float  # mean output length
+    #: E[l_out^2] / E[l_out]: the output length a decode iteration sees on average
+    #: (requests are in the batch in proportion to their length), = output_tokens
+    #: when no distribution is given
+    output_weighted_tokens: float
+    prompt_tokens: float | None  # mean prompt length; None: not in the file
+    context_tokens: float | None  # mean context of a running request, if stated
+    itl_s: float  # median inter-token latency
+    power_w: float | None  # mean power per GPU
+    prefill_tokens_per_s: float | None
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.ep
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}: {self.row}"
+
+
+def _err(file: str, row: str, field: str, reason: str) -> InputError:
+    return InputError(f"{file}: {row}.{field}" if row else f"{file}: {field}", reason)
+
+
+def _number(
+    file: str, row: str, field: str, value: object, positive: bool = True, optional: bool = False
+) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if optional:
+            return None
+        raise _err(file, row, field, "missing")
+    if isinstance(value, bool):
+        raise _err(file, row, field, f"must be a number, got {value!r}")
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise _err(file, row, field, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise _err(file, row, field, f"must be finite, got {value!r}")
+    if positive and not x > 0:
+        raise _err(file, row, field, f"must be > 0, got {value!r}")
+    if not positive and x < 0:
+        raise _err(file, row, field, f"must be >= 0, got {value!r}")
+    return x
+
+
+def _count(file: str, row: str, field: str, value: object) -> int:
+    x = _number(file, row, field, value)
+    assert x is not None
+    if not float(x).is_integer():
+        raise _err(file, row, field, f"must be a whole number, got {value!r}")
+    return int(x)
+
+
+def _gpu(file: str, row: str, value: object) -> str:
+    name = str(value).strip().lower() if value is not None else ""
+    if name not in GPU_NAMES:
+        raise _err(
+            file, row, "gpu", f"unknown GPU {value!r}; known: {', '.join(sorted(GPU_NAMES))}"
+        )
+    return GPU_NAMES[name]
+
+
+def _precision(file: str, row: str, value: object) -> str:
+    name = str(value).strip().lower() if value is not None else ""
+    if name not in PRECISIONS:
+        raise _err(
+            file, row, "precision", f"unknown {value!r}; known: {', '.join(sorted(PRECISIONS))}"
+        )
+    return PRECISIONS[name]
+
+
+def _weighted_output(file: str, hist: object, mean: float) -> float:
+    """``E[l^2] / E[l]`` from a histogram ``{"bins": edges, "counts": n}`` (bin
+    centres), or ``mean`` when there is none."""
+    if not isinstance(hist, dict):
+        return mean
+    bins, counts = hist.get("bins"), hist.get("counts")
+    if not isinstance(bins, list) or not isinstance(counts, list) or len(bins) != len(counts) + 1:
+        raise _err(file, "", "output_length_distribution", "bins must be one longer than counts")
+    m1 = m2 = n = 0.0
+    for lo, hi, c in zip(bins[:-1], bins[1:], counts, strict=True):
+        x = (float(lo) + float(hi)) / 2.0
+        m1 += c * x
+        m2 += c * x * x
+        n += c
+    if not m1 > 0:
+        return mean
+    return m2 / m1
+
+
+def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
+    """Rows of one ML.ENERGY Leaderboard per-model file. Power is ``avg_power_watts``
+    divided by ``num_gpus``; prompt lengths are not in these files (``None``)."""
+    for key in ("model_id", "configurations"):
+        if key not in raw:
+            raise _err(file, "", key, "missing")
+    if not isinstance(raw["configurations"], list) or not raw["configurations"]:
+        raise _err(file, "", "configurations", "must be a non-empty list")
+    model = str(raw["model_id"])
+    precision = _precision(file, "", raw.get("weight_precision", "bfloat16"))
+    arch = ARCHITECTURES.get(str(raw.get("architecture", "")).strip().lower(), "")
+    task = str(raw.get("task", ""))
+    out = []
+    for i, c in enumerate(raw["configurations"]):
+        row = f"configurations[{i}]"
+        if not isinstance(c, dict):
+            raise _err(file, row, "", "must be an object")
+        par = c.get("parallelization") or {}
+        if not isinstance(par, dict):
+            raise _err(file, row, "parallelization", "must be an object")
+        tp = _count(file, row, "parallelization.tensor_parallel", par.get("tensor_parallel", 1))
+        ep = _count(file, row, "parallelization.expert_parallel", par.get("expert_parallel", 1))
+        n_gpus = _count(file, row, "num_gpus", c.get("num_gpus"))
+        mean_out = _number(file, row, "avg_output_len", c.get("avg_output_len"))
+        power = _number(file, row, "avg_power_watts", c.get("avg_power_watts"))
+        itl = _number(file, row, "median_itl_ms", c.get("median_itl_ms"))
+        batch = _number(file, row, "avg_batch_size", c.get("avg_batch_size"))
+        assert mean_out is not None and power is not None and itl is not None
+        assert batch is not None
+        out.append(
+            Measurement(
+                file=file,
+                row=row,
+                model=model,
+                gpu=_gpu(file, row, c.get("gpu_model")),
+                stack="vllm",
+                task=task,
+                tp=tp,
+                ep=ep,
+                precision=precision,
+                architecture=arch,
+                batch=batch,
+                output_tokens=mean_out,
+                output_weighted_tokens=_weighted_output(
+                    file, raw.get("output_length_distribution"), mean_out
+                ),
+                prompt_tokens=None,
+                context_tokens=None,
+                itl_s=itl / 1e3,
+                power_w=power / n_gpus,
+                prefill_tokens_per_s=None,
+            )
+        )
+    return out
+
+
+def read_csv(file: str, text: str) -> list[Measurement]:
+    """Rows of the generic CSV (:data:`CSV_COLUMNS`; ``power_w`` per GPU)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in CSV_REQUIRED if c not in header]
+    if missing:
+        raise _err(
+            file, "header", missing[0], f"missing column; required: {', '.join(CSV_REQUIRED)}"
+        )
+    unknown = [c for c in header if c not in CSV_COLUMNS]
+    if unknown:
+        raise _err(file, "header", unknown[0], f"unknown column; known: {', '.join(CSV_COLUMNS)}")
+    out = []
+    for n, raw in enumerate(reader, start=2):
+        r = {k.strip(): v for k, v in raw.items() if k is not None}
+        row = f"line {n}"
+        prompt = _number(file, row, "prompt_tokens", r.get("prompt_tokens"), positive=False)
+        mean_out = _number(file, row, "output_tokens", r.get("output_tokens"))
+        itl = _number(file, row, "itl_ms", r.get("itl_ms"))
+        batch = _number(file, row, "batch", r.get("batch"))
+        assert mean_out is not None and itl is not None and batch is not None
+        model = (r.get("model") or "").strip()
+        if not model:
+            raise _err(file, row, "model", "missing")
+        out.append(
+            Measurement(
+                file=file,
+                row=row,
+                model=model,
+                gpu=_gpu(file, row, r.get("gpu")),
+                stack=(r.get("stack") or "").strip().lower() or "unknown",
+                task=(r.get("task") or "").strip(),
+                tp=_count(file, row, "tp", r.get("tp")),
+                ep=_count(file, row, "ep", r.get("ep") or 1),
+                precision=_precision(file, row, r.get("precision") or "bf16"),
+                architecture="",
+                batch=batch,
+                output_tokens=mean_out,
+                output_weighted_tokens=mean_out,
+                prompt_tokens=prompt,
+                context_tokens=_number(
+                    file, row, "context_tokens", r.get("context_tokens"), optional=True
+                ),
+                itl_s=itl / 1e3,
+                power_w=_number(file, row, "power_w", r.get("power_w"), optional=True),
+                prefill_tokens_per_s=_number(
+                    file, row, "prefill_tokens_per_s", r.get("prefill_tokens_per_s"), optional=True
+                ),
+            )
+        )
+    if not out:
+        raise _err(file, "", "rows", "no measurement rows after the header")
+    return out
+
+
+def read_measurements(paths: Iterable[str | Path]) -> list[Measurement]:
+    """Every measurement in the given files, each file's format recognised from its
+    content (JSON object with ``configurations``: ML.ENERGY; otherwise CSV)."""
+    out: list[Measurement] = []
+    for p in paths:
+        path = Path(p)
+        name = path.name
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                raise _err(name, "", "size", f"larger than {MAX_FILE_BYTES // 2**20} MiB")
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(name, f"cannot read: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise InputError(name, "not UTF-8 text") from None
+        stripped = text.lstrip()
+        if stripped.startswith("{"):
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InputError(name, f"not valid JSON: {e}") from None
+            if "configurations" not in raw:
+                raise InputError(
+                    name,
+                    "JSON without 'configurations': not an ML.ENERGY Leaderboard model file",
+                )
+            out.extend(read_mlenergy(name, raw))
+        else:
+            out.extend(read_csv(name, text))
+    return out

@@ -1,0 +1,143 @@
+"""``pdwatt calibrate`` and ``pdwatt predict`` (a thin shell over
+:mod:`model.calibrate`)::
+
+    pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out] [--json]
+    pdwatt predict FILE... --calibration CAL.json [--chart FIT.png] [--json]
+
+``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from model.calibrate import fit, from_document, leave_one_model_out, predict, to_document
+from model.errors import InputError
+from model.measurements import read_measurements
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def register(subparsers: Any) -> None:
+    c = subparsers.add_parser(
+        "calibrate", help="fit a calibration per (GPU, serving stack) to measurements"
+    )
+    c.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
+    c.add_argument("-o", "--output", metavar="CAL.json", help="write the calibration file here")
+    c.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
+    c.add_argument(
+        "--leave-one-model-out",
+        action="store_true",
+        help="also fit without each model in turn and predict it (out-of-sample errors)",
+    )
+    c.add_argument("--json", action="store_true", help="print the calibration document")
+    c.set_defaults(func=cmd_calibrate)
+    p = subparsers.add_parser("predict", help="the model's predictions beside measurements")
+    p.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
+    p.add_argument("--calibration", required=True, metavar="CAL.json", help="from pdwatt calibrate")
+    p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
+    p.add_argument("--json", action="store_true", help="rows and summary as JSON")
+    p.set_defaults(func=cmd_predict)
+
+
+def read_calibration_file(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError("calibration", f"cannot read {path}: {e.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError("calibration", f"{Path(path).name} is not valid JSON: {e}") from None
+    return from_document(doc, Path(path).name)
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for label, s in [("all", summary["all"]), *summary["per_gpu"].items()]:
+        parts = [f"{label}: {s['rows']} rows"]
+        for key, name in (("itl_ms", "ITL"), ("power_w", "power")):
+            if s[key]:
+                parts.append(
+                    f"{name} median |error| {s[key]['median_abs_error']:.1%}, "
+                    f"worst {s[key]['worst_error']:+.1%}"
+                )
+        out.append("; ".join(parts))
+    return out
+
+
+def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
+    rows = read_measurements(a.files)
+    _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
+    f = fit(rows, _say)
+    doc = to_document(f, rows)
+    if a.leave_one_model_out:
+        doc["leave_one_model_out"] = leave_one_model_out(rows, _say)
+    if a.output:
+        Path(a.output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if a.chart:
+        from service.charts import calibration_chart
+
+        chart_rows = (
+            doc["leave_one_model_out"]["rows"]
+            if a.leave_one_model_out
+            else predict(rows, f)["rows"]
+        )
+        kind = "leave-one-model-out" if a.leave_one_model_out else "in-sample"
+        calibration_chart(chart_rows, a.chart, f"pdwatt calibrate: {kind} predictions")
+    if not a.json:
+        for g in doc["calibrations"]:
+            c = g["calibration"]
+            print(
+                f"{g['gpu']} / {g['stack']}: {g['rows']} rows of {', '.join(g['models'])}\n"
+                f"  mbu {c['mbu']:.3f}, t_iter {c['t_iter_s'] * 1e3:.3f} ms, t_req "
+                f"{c['t_req_s'] * 1e3:.4f} ms, mfu_decode {c['mfu_decode']:.3f}, t_coll "
+                f"{c['t_coll_s'] * 1e6:.1f} us; decode power {c['p0_decode_w']:.0f} W + "
+                f"{c['gamma_decode_w']:.0f} W x load, at most {c['psat_decode_w']:.0f} W\n"
+                f"  not fitted: {', '.join(sorted(g['not_fitted']))}"
+            )
+        for t, v in doc["prompt_tokens"].items():
+            print(f"task {t}: mean prompt {v['value']:.0f} tokens (fitted)")
+        if doc["skipped"]:
+            reasons: dict[str, int] = {}
+            for s in doc["skipped"]:
+                reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+            print(f"{len(doc['skipped'])} rows not used:")
+            for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+                print(f"  {n:4d}  {r}")
+        print("in-sample:")
+        for line in _summary_lines(doc["in_sample"]):
+            print(f"  {line}")
+        if a.leave_one_model_out:
+            print("leave-one-model-out:")
+            for line in _summary_lines(doc["leave_one_model_out"]["summary"]):
+                print(f"  {line}")
+        if a.output:
+            print(f"calibration written to {a.output}")
+        if a.chart:
+            print(f"chart written to {a.chart}")
+    return doc
+
+
+def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
+    f = read_calibration_file(a.calibration)
+    rows = read_measurements(a.files)
+    res = predict(rows, f)
+    if a.chart:
+        from service.charts import calibration_chart
+
+        calibration_chart(res["rows"], a.chart, f"pdwatt predict with {Path(a.calibration).name}")
+    if not a.json:
+        for line in _summary_lines(res["summary"]):
+            print(line)
+        if res["skipped"]:
+            print(f"{len(res['skipped'])} rows not predicted (see --json for each and why)")
+        if a.chart:
+            print(f"chart written to {a.chart}")
+    return res

@@ -1,0 +1,94 @@
+"""Readers of serving measurements (model.measurements): the published ML.ENERGY files
+as they are, the generic CSV, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from model.errors import InputError
+from model.measurements import CSV_REQUIRED, read_measurements
+from tests.conftest import shared_data_file
+
+HEADER = "model,gpu,tp,batch,itl_ms,prompt_tokens,output_tokens,power_w,stack,task\n"
+
+
+def test_reads_a_published_mlenergy_file_as_it_is() -> None:
+    path = shared_data_file("mlenergy/Qwen__Qwen3-8B__lm-arena-chat.json")
+    raw = json.loads(path.read_text())
+    rows = read_measurements([path])
+    assert len(rows) == len(raw["configurations"])
+    for r, c in zip(rows, raw["configurations"], strict=True):
+        assert r.model == "Qwen/Qwen3-8B"
+        assert r.gpu == {"H100": "h100-sxm", "B200": "b200"}[c["gpu_model"]]
+        assert r.tp == c["parallelization"]["tensor_parallel"]
+        assert r.batch == c["avg_batch_size"]
+        assert r.itl_s == pytest.approx(c["median_itl_ms"] / 1e3)
+        # the file gives power summed over the server's GPUs: per GPU here
+        assert r.power_w == pytest.approx(c["avg_power_watts"] / c["num_gpus"])
+        assert r.prompt_tokens is None  # ML.ENERGY files give no prompt lengths
+        assert r.task == "lm-arena-chat" and r.precision == "bf16" and r.architecture == "dense"
+    # the output histogram weights long requests: E[l^2]/E[l] exceeds the mean
+    assert rows[0].output_weighted_tokens > rows[0].output_tokens
+
+
+def test_every_published_file_reads(shared_data_dir: Path) -> None:
+    files = sorted((shared_data_dir / "mlenergy").glob("*.json"))
+    if not files:
+        pytest.skip("no ML.ENERGY files")
+    rows = read_measurements(files)
+    total = sum(len(json.loads(f.read_text())["configurations"]) for f in files)
+    assert len(rows) == total
+    assert {r.precision for r in rows} >= {"bf16", "fp8", "mxfp4"}
+    assert {r.architecture for r in rows} == {"dense", "moe", "hybrid"}
+
+
+def test_generic_csv(tmp_path: Path) -> None:
+    p = tmp_path / "m.csv"
+    p.write_text(HEADER + "qwen3-8b,H100,1,32,10.5,900,300,500,vllm,chat\n")
+    (r,) = read_measurements([p])
+    assert (r.model, r.gpu, r.tp, r.ep, r.batch) == ("qwen3-8b", "h100-sxm", 1, 1, 32.0)
+    assert r.itl_s == pytest.approx(0.0105) and r.prompt_tokens == 900 and r.power_w == 500
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "field"),
+    [
+        ("model,gpu,tp,batch,itl_ms,output_tokens\n", "header", "prompt_tokens"),
+        (HEADER + "qwen3-8b,h100,1,32,10,900,300,-5,vllm,chat\n", "line 2", "power_w"),
+        (HEADER + "qwen3-8b,h100,1,32,abc,900,300,500,vllm,chat\n", "line 2", "itl_ms"),
+        (HEADER + "qwen3-8b,tpu,1,32,10,900,300,500,vllm,chat\n", "line 2", "gpu"),
+        (HEADER + "qwen3-8b,h100,1.5,32,10,900,300,500,vllm,chat\n", "line 2", "tp"),
+        (HEADER.replace("task", "colour") + "x,h100,1,1,1,1,1,1,v,c\n", "header", "colour"),
+        (HEADER, "", "rows"),
+    ],
+)
+def test_bad_csv_names_file_row_and_field(
+    tmp_path: Path, text: str, where: str, field: str
+) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(InputError) as e:
+        read_measurements([p])
+    assert e.value.field.startswith("bad.csv")
+    assert where in e.value.field and field in e.value.field
+
+
+def test_bad_mlenergy_row_names_the_configuration(tmp_path: Path) -> None:
+    conf = {"gpu_model": "H100", "num_gpus": 1, "avg_batch_size": 8, "median_itl_ms": 9.0}
+    conf |= {"avg_power_watts": -3.0, "avg_output_len": 600}
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({"model_id": "Qwen/Qwen3-8B", "configurations": [conf]}))
+    with pytest.raises(InputError, match="m.json: configurations\\[0\\].avg_power_watts"):
+        read_measurements([p])
+    p.write_text(json.dumps({"model_id": "x"}))
+    with pytest.raises(InputError, match="configurations"):
+        read_measurements([p])
+
+
+def test_required_columns_are_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "calibration.md").read_text()
+    for col in CSV_REQUIRED:
+        assert f"`{col}`" in doc

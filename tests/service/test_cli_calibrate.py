@@ -1,0 +1,84 @@
+"""`pdwatt calibrate` and `pdwatt predict` on a generic CSV written by the model itself."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from model.catalog import load_calibration
+from service.cli import main
+from tests.model.test_calibrate import TRUE, synthetic
+
+
+def _write_csv(path: Path) -> None:
+    rows = synthetic(noise=0.005, seed=3)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["model", "gpu", "tp", "batch", "itl_ms", "prompt_tokens", "output_tokens"]
+            + ["power_w", "stack", "task", "context_tokens"]
+        )
+        for r in rows:
+            # the synthetic rows' context: prompt 700 + weighted output 900 / 2
+            w.writerow(
+                [
+                    r.model,
+                    "H100",
+                    r.tp,
+                    r.batch,
+                    r.itl_s * 1e3,
+                    700,
+                    r.output_tokens,
+                    r.power_w,
+                    "vllm",
+                    "chat",
+                    1150,
+                ]
+            )
+
+
+def test_calibrate_then_predict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "runs.csv"
+    _write_csv(data)
+    cal = tmp_path / "cal.json"
+    chart = tmp_path / "fit.png"
+    assert main(["calibrate", str(data), "-o", str(cal), "--chart", str(chart)]) == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm / vllm: 35 rows" in out and "calibration written" in out
+    assert chart.stat().st_size > 10_000
+    doc = json.loads(cal.read_text())
+    c = doc["calibrations"][0]["calibration"]
+    assert c["mbu"] == pytest.approx(TRUE["mbu"], rel=0.05)
+    assert c["measured"] is True
+    assert main(["predict", str(data), "--calibration", str(cal), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["rows"]) == 35
+    row = res["rows"][0]
+    assert set(row) >= {"model", "gpu", "tp", "ep", "batch", "itl_ms", "power_w"}
+    assert row["itl_ms"]["predicted"] == pytest.approx(row["itl_ms"]["measured"], rel=0.03)
+    assert res["summary"]["all"]["itl_ms"]["median_abs_error"] < 0.01
+
+
+def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "runs.csv"
+    data.write_text("model,gpu\nqwen3-8b,h100\n")
+    assert main(["calibrate", str(data)]) == 2
+    assert "runs.csv: header.tp: missing column" in capsys.readouterr().err
+    _write_csv(data)
+    cal = tmp_path / "cal.json"
+    entry = {
+        "gpu": "h100-sxm",
+        "stack": "vllm",
+        "calibration": dataclasses.asdict(load_calibration("qwen3-8b", "h100-sxm")) | {"mbu": -1},
+    }
+    cal.write_text(json.dumps({"format": "pdwatt-calibration/1", "calibrations": [entry]}))
+    assert main(["predict", str(data), "--calibration", str(cal)]) == 2
+    assert "cal.json.calibrations[0].calibration.mbu" in capsys.readouterr().err
+    entry["gpu"] = "h100"
+    cal.write_text(json.dumps({"format": "pdwatt-calibration/1", "calibrations": [entry]}))
+    assert main(["predict", str(data), "--calibration", str(cal)]) == 2
+    assert "cal.json.calibrations[0].gpu: unknown gpu 'h100'" in capsys.readouterr().err
