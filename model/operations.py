@@ -14,6 +14,7 @@ import numpy as np
 
 from model.capacity import DeploymentSpec, candidate_configs, evaluate
 from model.catalog import (
+    Calibration,
     ServingStack,
     apply_overrides,
     load_calibration,
@@ -37,6 +38,9 @@ class SpecRequest:
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     moments: Mapping[str, Any] | None = None  # explicit workload moments (replace `workload`)
     read_files: bool = False  # resolve `trace:`/`moments:` file forms (the CLI only)
+    #: a calibration to start from instead of the catalog's (a fitted file's entry);
+    #: the ``calibration`` overrides still apply on top
+    calibration: Calibration | None = None
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -49,7 +53,7 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
     ov = req.overrides
     model = apply_overrides(load_model(req.model), ov.get("model", {}), "model")
     gpu = apply_overrides(load_gpu(req.gpu), ov.get("gpu", {}), "gpu")
-    cal = load_calibration(req.model, req.gpu)
+    cal = req.calibration or load_calibration(req.model, req.gpu)
     if ov.get("calibration"):
         cal = apply_overrides(cal, ov["calibration"], "calibration")
     serving = apply_overrides(ServingStack(), ov.get("serving", {}), "serving")

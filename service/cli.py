@@ -44,6 +44,12 @@ def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) 
         help="override one field, e.g. --set calibration.mfu=0.6 "
         "--set serving.kv_pool_tokens=200000",
     )
+    p.add_argument(
+        "--calibration",
+        metavar="CAL.json",
+        help="calibration file from pdwatt calibrate (its entry for --gpu; --set and "
+        "--override still apply on top)",
+    )
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
 
@@ -58,8 +64,18 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         overrides.setdefault(sec, {}).update(vals)
     if a.dispatch:
         overrides.setdefault("serving", {})["dispatch"] = a.dispatch
+    base = None
+    if getattr(a, "calibration", None):
+        from service.cli_calibrate import calibration_for_gpu
+
+        base = calibration_for_gpu(a.calibration, a.gpu)
     req = SpecRequest(
-        model=a.model, gpu=a.gpu, workload=a.workload, overrides=overrides, read_files=True
+        model=a.model,
+        gpu=a.gpu,
+        workload=a.workload,
+        overrides=overrides,
+        read_files=True,
+        calibration=base,
     )
     return resolve_spec(req), bool(overrides)
 

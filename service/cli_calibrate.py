@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from model.calibrate import fit, from_document, leave_one_model_out, predict, to_document
+from model.catalog import Calibration, load_gpu
 from model.errors import InputError
 from model.measurements import read_measurements
 
@@ -56,6 +57,24 @@ def read_calibration_file(path: str) -> Any:
     except json.JSONDecodeError as e:
         raise InputError("calibration", f"{Path(path).name} is not valid JSON: {e}") from None
     return from_document(doc, Path(path).name)
+
+
+def calibration_for_gpu(path: str, gpu: str) -> Calibration:
+    """The file's calibration for ``gpu`` (it must hold exactly one, whatever the stack)."""
+    f = read_calibration_file(path)
+    name = load_gpu(gpu).name
+    found = [g for (g_name, _), g in f.groups.items() if g_name == name]
+    have = ", ".join(f"{g}/{s}" for g, s in f.groups)
+    if not found:
+        raise InputError(
+            "calibration", f"{Path(path).name} has no calibration for {name}; it has {have}"
+        )
+    if len(found) > 1:
+        raise InputError(
+            "calibration",
+            f"{Path(path).name} has {len(found)} calibrations for {name} ({have}); keep one",
+        )
+    return found[0].calibration
 
 
 def _summary_lines(summary: dict[str, Any]) -> list[str]:

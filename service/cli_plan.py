@@ -143,6 +143,8 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.solve import solve
 
     body = load_body(a)
+    if a.calibration:
+        body = with_calibration_file(body, a.calibration)
     problem = problem_from_dict(body, host_from_args(a))
     with Progress(quiet=a.json and not a.progress) as prog:
         outcome = solve(problem, prog)
@@ -164,6 +166,28 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     return resp
 
 
+def with_calibration_file(body: dict[str, Any], path: str) -> dict[str, Any]:
+    """``body`` with each deployment's calibration taken from the file's entry for its
+    GPU (the deployment's own ``overrides.calibration`` fields still win)."""
+    import copy
+    import dataclasses
+
+    from service.cli_calibrate import calibration_for_gpu
+
+    out = copy.deepcopy(body)
+    deps = out.get("deployments")
+    if not isinstance(deps, list):
+        return out  # the schedule's validation names what is wrong
+    for dep in deps:
+        if not isinstance(dep, dict) or not isinstance(dep.get("gpu"), str):
+            continue
+        cal = dataclasses.asdict(calibration_for_gpu(path, dep["gpu"]))
+        overrides = dep.setdefault("overrides", {})
+        if isinstance(overrides, dict):
+            overrides["calibration"] = cal | dict(overrides.get("calibration") or {})
+    return out
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "plan", help="schedule (n_P, n_D) per deployment and period under a site cap"
@@ -177,5 +201,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
     p.add_argument("--progress", action="store_true", help="show progress also with --json")
+    p.add_argument(
+        "--calibration",
+        metavar="CAL.json",
+        help="calibration file from pdwatt calibrate: each deployment takes its GPU's entry",
+    )
     add_host_args(p)
     p.set_defaults(func=cmd_plan)
