@@ -418,6 +418,21 @@ def _calibration_data() -> _CalibrationData:
     return _CalibrationData(reference=reference, pairs=types.MappingProxyType(pairs))
 
 
+@functools.cache
+def _measured_stacks() -> Mapping[str, tuple[Mapping[str, object], str]]:
+    """GPU -> (its fitted calibration fields, where they come from), from
+    ``measured_calibrations.json`` (written by ``scripts/fit_calibrations.py``; one
+    serving stack per GPU)."""
+    raw = _read_data("measured_calibrations.json")
+    origin = raw["source"]["description"]
+    out: dict[str, tuple[Mapping[str, object], str]] = {}
+    for entry in raw["calibrations"]:
+        cal = entry["calibration"]
+        fitted = {name: cal[name] for name in entry["fitted"]}
+        out[entry["gpu"]] = (types.MappingProxyType(fitted), origin)
+    return types.MappingProxyType(out)
+
+
 def _key(field: str, name: object) -> str:
     if not isinstance(name, str):
         raise InputError(field, f"must be a name, got {name!r}")
@@ -493,8 +508,18 @@ def _calibration(model: str, gpu: str) -> Calibration:
         f"tdp_w({gpu})/tdp_w({ref_gpu}) = {ratio_num:g} W / {ratio_den:g} W"
     )
     explicit = data.pairs.get((model, gpu))
+    stack = _measured_stacks().get(gpu)
     if explicit is not None:
         values.update(explicit)
+    elif stack is not None:
+        fitted, origin = stack
+        values.update(fitted)
+        values["measured"] = True
+        values["source"] = (
+            f"MEASURED decode for {gpu} under vLLM, shared by every model on it: "
+            f"{', '.join(sorted(fitted))} fitted to the {origin}; the rest ESTIMATED as "
+            f"for any other pair ({values['source']})"
+        )
     try:
         return Calibration(**values)  # type: ignore[arg-type]
     except InputError as error:

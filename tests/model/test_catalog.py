@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
+import model.catalog as model_catalog
 from model.catalog import (
     Calibration,
     GpuSpec,
@@ -168,15 +170,35 @@ def test_measured_calibration_equals_paper_table():
 
 
 def test_estimated_calibration_scales_power_by_tdp_ratio():
-    # Rule: rates copied from the measured set, power scaled by TDP(B200)/TDP(H200) = 1000/700.
-    cal = load_calibration("qwen3-8b", "b200")
+    # Rule: rates copied from the measured set, power scaled by TDP(A100)/TDP(H200) = 400/700.
+    cal = load_calibration("qwen3-8b", "a100-80gb")
     assert cal.measured is False
     for name in RATE_FIELDS:
         assert getattr(cal, name) == pytest.approx(PAPER_TAB3[name], rel=1e-12), name
     for name in POWER_FIELDS:
-        assert getattr(cal, name) == pytest.approx(PAPER_TAB3[name] * 1000 / 700), name
-    assert cal.p0_prefill_w == pytest.approx(190.0)  # 133 * 10/7
-    assert "ESTIMATED" in cal.source and "1000 W / 700 W" in cal.source
+        assert getattr(cal, name) == pytest.approx(PAPER_TAB3[name] * 400 / 700), name
+    assert cal.p0_prefill_w == pytest.approx(76.0)  # 133 * 4/7
+    assert "ESTIMATED" in cal.source and "400 W / 700 W" in cal.source
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200"])
+def test_shipped_measured_decode_calibration(gpu):
+    """H100 and B200 take the decode parameters fitted to the ML.ENERGY measurements
+    (model/data/measured_calibrations.json, scripts/fit_calibrations.py); what those
+    measurements cannot give (prefill, idle) follows the estimation rule."""
+    shipped = json.loads(
+        (Path(model_catalog.__file__).parent / "data" / "measured_calibrations.json").read_text()
+    )
+    (entry,) = [e for e in shipped["calibrations"] if e["gpu"] == gpu]
+    tdp = {"h100-sxm": 700, "b200": 1000}[gpu]
+    for model in ("qwen3-8b", "llama-3.1-70b"):
+        cal = load_calibration(model, gpu)
+        assert cal.measured is True
+        for name in entry["fitted"]:
+            assert getattr(cal, name) == entry["calibration"][name], name
+        assert cal.mfu == PAPER_TAB3["mfu"] and cal.c_attn == PAPER_TAB3["c_attn"]
+        assert cal.p0_prefill_w == pytest.approx(PAPER_TAB3["p0_prefill_w"] * tdp / 700)
+        assert "MEASURED decode" in cal.source and "ESTIMATED" in cal.source
 
 
 def test_estimated_calibration_on_reference_gpu_keeps_power():
@@ -209,7 +231,9 @@ def test_catalog_summary_is_json_and_covers_every_pair():
     pairs = summary["calibrations"]
     assert len(pairs) == len(list_models()) * len(list_gpus())
     measured = [(p["model"], p["gpu"]) for p in pairs if p["measured"]]
-    assert measured == [("qwen3-32b", "h200")]
+    # the paper's pair, and every model on the GPUs with shipped measured decode sets
+    shipped = [(m, g) for m in list_models() for g in ("b200", "h100-sxm")]
+    assert sorted(measured) == sorted([("qwen3-32b", "h200"), *shipped])
     assert all(set(p) == {"model", "gpu", "measured", "source"} and p["source"] for p in pairs)
 
 

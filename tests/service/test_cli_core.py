@@ -165,7 +165,7 @@ def test_estimated_calibration_is_flagged(capsys):
             "--model",
             "qwen3-8b",
             "--gpu",
-            "b200",
+            "a100-80gb",
             "--workload",
             "fixed:1024:256",
             "--np",
@@ -176,6 +176,7 @@ def test_estimated_calibration_is_flagged(capsys):
         ],
     )
     assert rep["calibration"]["measured"] is False
+    assert rep["calibration"]["source"].startswith("ESTIMATED")
     assert rep["capacity_rps"] > 0
 
 
