@@ -4,7 +4,9 @@
 :func:`interruptible`); long loops and every HiGHS MILP started inside the run ask
 :func:`stop_requested` as they go, so that a cancelled job or a server shutting down
 gets its answer within a second or so, with the best schedule found, instead of
-waiting for a MILP's own time limit. Outside a run nothing is ever asked to stop.
+waiting for a MILP's own time limit. Outside a run nothing is ever asked to stop. A
+process-wide flag (:func:`stop_process_on`) stops every run of a solver process at
+once: a server shutting down sets it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,19 @@ from contextvars import ContextVar
 
 #: returns True once the current run should stop
 STOP: ContextVar[Callable[[], bool] | None] = ContextVar("pdwatt_stop", default=None)
+#: returns True once every run of this process should stop (a server shutting down
+#: tells its solver processes so); see :func:`stop_process_on`
+_PROCESS_STOP: list[Callable[[], bool]] = []
+
+
+def stop_process_on(flag: Callable[[], bool]) -> None:
+    """From now on, every run in this process stops (with its best schedule) once
+    ``flag()`` is true."""
+    _PROCESS_STOP[:] = [flag]
+
+
+def process_stopping() -> bool:
+    return any(flag() for flag in _PROCESS_STOP)
 
 
 @contextmanager

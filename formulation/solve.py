@@ -63,7 +63,7 @@ from formulation.decomposition import decompose, make_column, schedule_of_column
 from formulation.dp import DeploymentGrid, deployment_grid
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.heuristics import coordinate_descent
-from formulation.interrupt import interruptible
+from formulation.interrupt import interruptible, process_stopping
 from formulation.lagrange import (
     DualOracle,
     Point,
@@ -304,8 +304,11 @@ class Run:
             self.stop()
 
     def should_stop(self) -> bool:
-        """Whether the run was asked to stop (the monitor, if any, sees the state)."""
+        """Whether the run was asked to stop, by its monitor (which sees the state) or
+        by its process (a server shutting down)."""
         self._notify()
+        if not self.stopped and process_stopping():
+            self.stop()
         return self.stopped
 
     def stop(self) -> None:
@@ -347,7 +350,7 @@ class Run:
 
     def done(self) -> bool:
         """Nothing more to do: the gap is closed or a stop was requested."""
-        return self.stopped or self.closed()
+        return self.should_stop() or self.closed()
 
 
 def solve(

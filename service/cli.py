@@ -268,9 +268,21 @@ def cmd_serve(a: argparse.Namespace) -> None:
     # that was in place before it started; make that one a normal exit (status 0, atexit
     # hooks run so the solver worker processes are joined) instead of death by signal.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    uvicorn.run(
+    config = uvicorn.Config(
         "service.main:app", host=host, port=port, log_level="info", timeout_graceful_shutdown=10
     )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # running solves answer with their best schedule at once, instead of
+            # holding the shutdown until their time limits
+            from service.main import app, begin_shutdown
+
+            if not self.should_exit:
+                begin_shutdown(app)
+            super().handle_exit(sig, frame)
+
+    Server(config).run()
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -364,6 +364,17 @@ class JobRunner:
             finally:
                 self._running.discard(job_id)
 
+    def cancel_running(self) -> None:
+        """The server starts shutting down: take no more jobs and mark the running ones
+        cancelled (before their solves are stopped, so that each ends as a cancelled
+        job with its best schedule)."""
+        self._stopping = True
+        for job_id in list(self._running):
+            try:
+                self.store.cancel(job_id)
+            except SQLAlchemyError:  # the job fails as interrupted at the next start
+                log.warning("job %s not stopped: the database is unavailable", job_id)
+
     async def stop(self, grace_s: float) -> None:
         """On shutdown: ask the running jobs to stop (each keeps its best schedule, as a
         cancelled job) and wait for them at most ``grace_s`` seconds; queued jobs stay

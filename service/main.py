@@ -88,6 +88,16 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def begin_shutdown(app: FastAPI) -> None:
+    """The server received SIGTERM: running jobs are marked cancelled, then every
+    running solve (jobs and synchronous requests) stops within a fraction of a second
+    and answers with its best schedule; uvicorn then lets the requests finish."""
+    jobs_runner = getattr(app.state, "jobs", None)
+    if jobs_runner is not None:
+        jobs_runner.cancel_running()
+    app.state.pool.stop_solves()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 

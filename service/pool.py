@@ -5,7 +5,9 @@ A worker that dies (killed by the out-of-memory killer, ``kill -9``) breaks the 
 ``ProcessPoolExecutor``: the pool then replaces it, answers the requests that were
 running in it with 503 and Retry-After, and later requests run on fresh workers.
 Workers ask the kernel to end them when the server process dies (Linux
-``PR_SET_PDEATHSIG``), so solver children never outlive the server.
+``PR_SET_PDEATHSIG``), so solver children never outlive the server. When the server
+starts shutting down, :meth:`SolvePool.stop_solves` stops every running solve within
+a fraction of a second; each answers with the best schedule it has.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ class PoolFull(Exception):
 
 class WorkerLost(Exception):
     """The worker running a request died (or its pool was shut down) before answering."""
+
+
+def _init_worker(server_pid: int, stopping: Any) -> None:
+    """Worker initializer: end with the server (:func:`_die_with_parent`), and stop
+    every solve, keeping its best schedule, once the server starts shutting down
+    (``stopping``, a multiprocessing Event the pool sets)."""
+    from formulation.interrupt import stop_process_on
+
+    _die_with_parent(server_pid)
+    stop_process_on(stopping.is_set)
 
 
 def _die_with_parent(server_pid: int) -> None:
@@ -68,17 +80,18 @@ class SolvePool:
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
         self.replaced = 0  # executors replaced after a worker died
+        self._ctx = multiprocessing.get_context("spawn")
+        self._stopping = self._ctx.Event()
 
     def _pool(self) -> ProcessPoolExecutor:
         self.repair()
         with self._lock:
             if self._executor is None:
-                ctx = multiprocessing.get_context("spawn")
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.workers,
-                    mp_context=ctx,
-                    initializer=_die_with_parent,
-                    initargs=(os.getpid(),),
+                    mp_context=self._ctx,
+                    initializer=_init_worker,
+                    initargs=(os.getpid(), self._stopping),
                 )
             return self._executor
 
@@ -121,6 +134,11 @@ class SolvePool:
         finally:
             with self._lock:
                 self._busy -= 1
+
+    def stop_solves(self) -> None:
+        """Ask every running solve to stop now and answer with its best schedule (the
+        server is shutting down)."""
+        self._stopping.set()
 
     def shutdown(self) -> None:
         with self._lock:
