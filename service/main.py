@@ -142,7 +142,46 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return response
 
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    _publish_limits(app, settings)
     return app
+
+
+def _publish_limits(app: FastAPI, settings: Settings) -> None:
+    """This server's limits in its OpenAPI document: every one under
+    ``info.x-pdwatt-limits``, and the per-field bounds they set (``maximum``,
+    ``maxItems``) on the fields they bound, so a client can check a request before
+    sending it."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = build()
+        doc["info"]["x-pdwatt-limits"] = {
+            "max_body_bytes": settings.max_body_bytes,
+            "max_periods": settings.max_periods,
+            "max_deployments": settings.max_deployments,
+            "max_site_gpus": settings.max_site_gpus,
+            "max_front_gpus": settings.max_front_gpus,
+            "max_time_limit_s": settings.max_time_limit_s,
+            "max_solve_memory_mb": settings.max_solve_memory_mb,
+        }
+        comps = doc.get("components", {}).get("schemas", {})
+
+        def bound(schema: str, field: str, key: str, value: float) -> None:
+            prop = comps.get(schema, {}).get("properties", {}).get(field)
+            if prop is not None:
+                prop[key] = min(prop.get(key, value), value)
+
+        bound("SolverIn", "time_limit_s", "maximum", settings.max_time_limit_s)
+        bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
+        bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
+        for schema in ("ScheduleRequest", "SiteRequest"):
+            bound(schema, "deployments", "maxItems", settings.max_deployments)
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 app = create_app()

@@ -302,3 +302,20 @@ def test_api_key_edge_cases(make_client: Callable[..., Any]) -> None:
     assert ok.status_code == 200, ok.text
     with pytest.raises(ValueError, match="api_key"):
         make_client(api_key="")
+
+
+def test_openapi_publishes_this_servers_limits(make_client: Any) -> None:
+    """The limits a server is configured with are in its OpenAPI document, as a block
+    and as the bounds of the fields they bound; a request past one is a 422 naming the
+    field, as the document says."""
+    client = make_client(max_time_limit_s=42, max_deployments=3, max_front_gpus=64)
+    doc = client.get("/openapi.json").json()
+    limits = doc["info"]["x-pdwatt-limits"]
+    assert limits["max_time_limit_s"] == 42 and limits["max_deployments"] == 3
+    comps = doc["components"]["schemas"]
+    assert comps["SolverIn"]["properties"]["time_limit_s"]["maximum"] == 42
+    assert comps["ScheduleRequest"]["properties"]["deployments"]["maxItems"] == 3
+    assert comps["FrontRequest"]["properties"]["max_gpus"]["maximum"] == 64
+    r = client.post("/v1/schedule", json=small_schedule(time_limit_s=43))
+    assert r.status_code == 422
+    assert "time_limit_s" in r.text
