@@ -37,7 +37,7 @@ from model.catalog import (
     Calibration,
     GpuSpec,
     ModelArch,
-    load_calibration,
+    estimated_calibration,
     load_gpu,
     load_model,
 )
@@ -57,6 +57,8 @@ BOUNDS = {
     "mfu_decode": (0.02, 1.0),
     "t_coll_s": (0.0, 1e-3),
 }
+#: where the terms SPEC does not have start (the others start from the catalog's set)
+START = {"mfu_decode": 0.5, "t_coll_s": 1e-5}
 PROMPT_BOUNDS = (1.0, 32768.0)
 #: robust loss: relative residuals beyond F_SCALE weigh in linearly, not squared, so
 #: that a few measurements far from every model do not pull the fit
@@ -175,8 +177,9 @@ class Fit:
 
 def _base(gpu: str, model: str) -> Calibration:
     """What a fit starts from and keeps where the rows say nothing: the catalog's
-    calibration for the pair (estimated from the reference set unless measured)."""
-    return load_calibration(model, gpu)
+    estimation rule for the pair (never a measured set, so that a fit does not depend
+    on an earlier one)."""
+    return estimated_calibration(model, gpu)
 
 
 def _std(jac: FloatArray, resid: FloatArray, n_par: int) -> FloatArray:
@@ -244,12 +247,7 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
             a, b = BOUNDS[n]
             lo.append(a)
             hi.append(b)
-            start = (
-                getattr(base, n)
-                if n not in ("mfu_decode", "t_coll_s")
-                else (0.5 if n == "mfu_decode" else 1e-5)
-            )
-            x0.append(min(max(start, a), b))
+            x0.append(min(max(START.get(n, getattr(base, n)), a), b))
     for t in tasks:
         index.append((None, t))
         lo.append(PROMPT_BOUNDS[0])

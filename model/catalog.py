@@ -491,8 +491,14 @@ def load_calibration(model: str, gpu: str) -> Calibration:
     return _calibration(load_model(model).name, load_gpu(gpu).name)
 
 
+def estimated_calibration(model: str, gpu: str) -> Calibration:
+    """The estimation rule of :func:`load_calibration` alone (no measured set of the
+    catalog applied): what a fit starts from, and keeps where its data say nothing."""
+    return _calibration(load_model(model).name, load_gpu(gpu).name, measured=False)
+
+
 @functools.cache
-def _calibration(model: str, gpu: str) -> Calibration:
+def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
     data = _calibration_data()
     ref_model, ref_gpu = data.reference
     reference = data.pairs[data.reference]
@@ -507,8 +513,8 @@ def _calibration(model: str, gpu: str) -> Calibration:
         f"power values (p0, gamma, psat of both phases, p_idle) scaled by "
         f"tdp_w({gpu})/tdp_w({ref_gpu}) = {ratio_num:g} W / {ratio_den:g} W"
     )
-    explicit = data.pairs.get((model, gpu))
-    stack = _measured_stacks().get(gpu)
+    explicit = data.pairs.get((model, gpu)) if measured else None
+    stack = _measured_stacks().get(gpu) if measured else None
     if explicit is not None:
         values.update(explicit)
     elif stack is not None:

@@ -95,10 +95,6 @@ class Measurement:
     prefill_tokens_per_s: float | None
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.ep
-
-    @property
     def where(self) -> str:
         return f"{self.file}: {self.row}"
 
@@ -137,22 +133,20 @@ def _count(file: str, row: str, field: str, value: object) -> int:
     return int(x)
 
 
-def _gpu(file: str, row: str, value: object) -> str:
+def _named(file: str, row: str, field: str, value: object, names: dict[str, str]) -> str:
+    """``names[value]`` (case and spaces ignored), or an error listing the known ones."""
     name = str(value).strip().lower() if value is not None else ""
-    if name not in GPU_NAMES:
-        raise _err(
-            file, row, "gpu", f"unknown GPU {value!r}; known: {', '.join(sorted(GPU_NAMES))}"
-        )
-    return GPU_NAMES[name]
+    if name not in names:
+        raise _err(file, row, field, f"unknown {value!r}; known: {', '.join(sorted(names))}")
+    return names[name]
+
+
+def _gpu(file: str, row: str, value: object) -> str:
+    return _named(file, row, "gpu", value, GPU_NAMES)
 
 
 def _precision(file: str, row: str, value: object) -> str:
-    name = str(value).strip().lower() if value is not None else ""
-    if name not in PRECISIONS:
-        raise _err(
-            file, row, "precision", f"unknown {value!r}; known: {', '.join(sorted(PRECISIONS))}"
-        )
-    return PRECISIONS[name]
+    return _named(file, row, "precision", value, PRECISIONS)
 
 
 def _weighted_output(file: str, hist: object, mean: float) -> float:

@@ -195,3 +195,38 @@ def test_mlenergy_dense_leave_one_model_out(shared_data_dir: Path) -> None:
     assert h100["rows"] >= 60
     assert h100["itl_ms"]["median_abs_error"] <= 0.05
     assert h100["power_w"]["median_abs_error"] <= 0.05
+
+
+def test_fits_start_from_the_estimation_rule_not_from_a_measured_set() -> None:
+    """A fit's starting point and its not-fitted values are the estimation rule's, so a
+    fit never depends on the shipped measured sets (nor on an earlier fit)."""
+    from model.catalog import estimated_calibration
+
+    est = estimated_calibration("qwen3-8b", "h100-sxm")
+    assert est.measured is False and est.mbu == 0.77 and est.mfu_decode == 0.0
+    assert load_calibration("qwen3-8b", "h100-sxm").measured is True
+
+
+def test_shipped_calibrations_are_a_fresh_fit_of_the_published_files(
+    shared_data_dir: Path,
+) -> None:
+    """model/data/measured_calibrations.json is what scripts/fit_calibrations.py fits
+    from the ML.ENERGY files (to the optimiser's tolerance)."""
+    import importlib.util
+
+    if not list((shared_data_dir / "mlenergy").glob("*.json")):
+        pytest.skip("no ML.ENERGY files")
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "fit_cal", root / "scripts" / "fit_calibrations.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fresh = mod.build(shared_data_dir)
+    shipped = json.loads((root / "model" / "data" / "measured_calibrations.json").read_text())
+    assert shipped["source"]["files"] == fresh["source"]["files"]
+    for a, b in zip(shipped["calibrations"], fresh["calibrations"], strict=True):
+        assert (a["gpu"], a["stack"], a["fitted"]) == (b["gpu"], b["stack"], b["fitted"])
+        for name in a["fitted"]:
+            assert a["calibration"][name] == pytest.approx(b["calibration"][name], rel=1e-4)

@@ -41,6 +41,16 @@ def _write_csv(path: Path) -> None:
             )
 
 
+def _calibrated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
+    """A CSV of model-made measurements and the calibration file fitted to it."""
+    data = tmp_path / "runs.csv"
+    _write_csv(data)
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", str(data), "-o", str(cal)]) == 0
+    capsys.readouterr()
+    return data, cal
+
+
 def test_calibrate_then_predict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "runs.csv"
     _write_csv(data)
@@ -87,11 +97,7 @@ def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_capacity_takes_a_calibration_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "runs.csv"
-    _write_csv(data)
-    cal = tmp_path / "cal.json"
-    assert main(["calibrate", str(data), "-o", str(cal)]) == 0
-    capsys.readouterr()
+    _, cal = _calibrated(tmp_path, capsys)
     args = ["capacity", "--model", "qwen3-8b", "--gpu", "h100-sxm", "--np", "1", "--nd", "1"]
     assert main([*args, "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
@@ -115,11 +121,7 @@ def test_plan_deployments_take_their_gpus_calibration(
     from formulation.demo import demo_request
     from service.cli_plan import with_calibration_file
 
-    data = tmp_path / "runs.csv"
-    _write_csv(data)
-    cal = tmp_path / "cal.json"
-    assert main(["calibrate", str(data), "-o", str(cal)]) == 0
-    capsys.readouterr()
+    _, cal = _calibrated(tmp_path, capsys)
     body = demo_request()
     for dep in body["deployments"]:
         dep["gpu"] = "h100-sxm"
