@@ -34,7 +34,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from model.errors import PdwattError
 from service.pool import PoolFull, SolvePool, WorkerLost
-from service.store import as_utc, digest, engine_for, jobs, utc_now
+from service.store import SiteNotFound, as_utc, digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -257,12 +257,16 @@ def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
         return cancel[0]
 
     try:
-        result = run_kind(job.kind, job.request, memory_budget_mb, monitor)
+        result = run_kind(job.kind, job.request, memory_budget_mb, monitor, url)
     except PdwattError as exc:
         store.finish(job_id, "failed", error=_problem_of(exc))
         return "failed"
     except MemoryError:
         store.finish(job_id, "failed", error={"title": "Out of memory", "detail": "MemoryError"})
+        return "failed"
+    except SiteNotFound as exc:  # deleted after the job was queued
+        error = {"title": "Not Found", "detail": str(exc), "field": "request.site_id"}
+        store.finish(job_id, "failed", error=error)
         return "failed"
     status = "cancelled" if store.progress(job_id, {**latest, "phase": "done"}) else "succeeded"
     store.finish(job_id, status, result=result)
@@ -274,12 +278,27 @@ def run_kind(
     request: dict[str, Any],
     memory_budget_mb: float | None,
     monitor: Any = None,
+    url: str | None = None,
 ) -> dict[str, Any]:
-    """What the synchronous route of ``kind`` answers for ``request``."""
+    """What the synchronous route of ``kind`` answers for ``request`` (``url``: the
+    database that holds the sites, for ``site_plan``)."""
     from service import work, work_dr
 
     if kind == "schedule":
         return work.schedule(request, memory_budget_mb, monitor)
+    if kind == "site_plan":
+        from service.site_plans import Current, plan_site
+        from service.store import store_for
+
+        if url is None:
+            raise ValueError("a site plan needs the database url")
+        current = request.get("current")
+        return plan_site(
+            store_for(url),
+            request["site_id"],
+            None if current is None else Current.model_validate(current),
+            lambda req: work.schedule(req, memory_budget_mb, monitor),
+        )
     if kind == "demand_response":
         return work_dr.demand_response(request, memory_budget_mb)
     if kind == "flexibility":

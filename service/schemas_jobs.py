@@ -7,8 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import ScheduleRequest
+from service.schemas import ScheduleRequest, Strict
 from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
+from service.site_plans import Current
 
 
 class _Job(BaseModel):
@@ -32,9 +33,22 @@ class FlexibilityJob(_Job):
     request: FlexibilityRequest
 
 
+class SitePlanRequest(Strict):
+    """What ``POST /v1/sites/{site_id}/plan`` takes, with the site named."""
+
+    site_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    current: Current | None = None
+
+
+class SitePlanJob(_Job):
+    kind: Literal["site_plan"]
+    request: SitePlanRequest
+
+
 JobRequest = Annotated[
-    ScheduleJob | DemandResponseJob | FlexibilityJob, Field(discriminator="kind")
+    ScheduleJob | DemandResponseJob | FlexibilityJob | SitePlanJob, Field(discriminator="kind")
 ]
+JobKind = Literal["schedule", "demand_response", "flexibility", "site_plan"]
 
 
 class JobAccepted(BaseModel):
@@ -52,7 +66,7 @@ class JobProgress(BaseModel):
 
 class JobDocument(BaseModel):
     id: str
-    kind: Literal["schedule", "demand_response", "flexibility"]
+    kind: JobKind
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     progress: JobProgress | None = None
     created: str

@@ -13,7 +13,8 @@ from service.errors import problem, problem_responses
 from service.jobs import IdempotencyConflict, JobNotFound, JobRunner, JobStore, job_store
 from service.limits import check_schedule_limits
 from service.schemas import ScheduleRequest, dump
-from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
+from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
+from service.store import SiteNotFound, store_for
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
 
@@ -47,6 +48,17 @@ async def submit_job(
     used for the same job, 200 with that job; for another job, 409."""
     if isinstance(job.request, ScheduleRequest):
         check_schedule_limits(job.request, settings, "request.")
+    elif isinstance(job.request, SitePlanRequest):
+        # the site's request was checked when it was registered; it must exist now
+        try:
+            await run_in_threadpool(store_for(settings.database_url).get_site, job.request.site_id)
+        except SiteNotFound:
+            return problem(
+                404,
+                "Not Found",
+                f"no site {job.request.site_id!r}",
+                errors=[{"field": "request.site_id", "reason": "no such site"}],
+            )
     else:
         check_schedule_limits(job.request.request, settings, "request.request.")
     try:

@@ -43,7 +43,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from formulation.data import check_memory
-from formulation.problem import Host, expand_series, problem_from_dict
+from formulation.problem import Host, problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import work
@@ -55,6 +55,17 @@ from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.schemas import NonNeg, ScheduleRequest, Strict, dump
 from service.settings import Settings
+from service.site_plans import (
+    Current,
+    n_periods,
+    name_the_state,
+    period,
+    plan_doc,
+    plan_response,
+    plan_start,
+    request_of,
+    sub_request,
+)
 from service.store import (
     Contention,
     Plan,
@@ -138,18 +149,6 @@ class SiteRequest(ScheduleRequest):
     plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
 
 
-class State(Strict):
-    n_p: int = Field(ge=0, le=4096)
-    n_d: int = Field(ge=0, le=4096)
-
-
-class Current(Strict):
-    """Where the site is now: re-plan the periods from ``period`` on, from ``state``."""
-
-    period: int = Field(ge=0, description="first period to re-plan")
-    state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
-
-
 class PlanBody(Strict):
     current: Current | None = None
 
@@ -204,30 +203,14 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise HTTPException(409, str(e)) from None
 
 
-def _request_of(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k != "plan_start"}
-
-
-def _n_periods(body: dict[str, Any]) -> int:
-    return len(body["deployments"][0]["demand_rps"])
-
-
-def _plan_start(body: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(body["plan_start"])
-
-
-def _period(body: dict[str, Any]) -> timedelta:
-    return timedelta(minutes=body["period_minutes"])
-
-
 def _site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
     check_schedule_limits(req, settings)
     body = dump(req)
     name = body.pop("name")
     host = Host(memory_budget_mb=settings.max_solve_memory_mb)
-    check_memory(problem_from_dict(_request_of(body), host))  # as POST /v1/schedule
+    check_memory(problem_from_dict(request_of(body), host))  # as POST /v1/schedule
     try:
-        req.plan_start + timedelta(minutes=req.period_minutes) * (_n_periods(body) + 1)
+        req.plan_start + timedelta(minutes=req.period_minutes) * (n_periods(body) + 1)
     except OverflowError:
         raise InputError("plan_start", "the horizon ends past the year 9999") from None
     return name, body
@@ -248,50 +231,12 @@ def _etag(version: int) -> dict[str, str]:
     return {"ETag": f'"{version}"'}
 
 
-def _sub_request(body: dict[str, Any], current: Current | None) -> tuple[dict[str, Any], int]:
-    """The schedule request of the periods from ``current.period`` on, from its state."""
-    req = _request_of(body)
-    if current is None:
-        return req, 0
-    n = _n_periods(body)
-    p = current.period
-    if p >= n:
-        raise InputError("current.period", f"must be < {n} (the horizon has {n} periods)")
-    names = [d["name"] for d in req["deployments"]]
-    unknown = sorted(set(current.state) - set(names))
-    if unknown:
-        raise InputError(f"current.state.{unknown[0]}", f"no such deployment; known: {names}")
-    missing = [x for x in names if x not in current.state]
-    if missing:
-        raise InputError("current.state", f"needs every deployment; missing: {missing}")
-    deps = []
-    for d in req["deployments"]:
-        s = current.state[d["name"]]
-        if (s.n_p == 0) != (s.n_d == 0):
-            raise InputError(
-                f"current.state.{d['name']}",
-                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
-            )
-        deps.append(
-            {**d, "demand_rps": d["demand_rps"][p:], "initial": {"n_p": s.n_p, "n_d": s.n_d}}
-        )
-    grid = {k: list(expand_series(f"grid.{k}", v, n))[p:] for k, v in req["grid"].items()}
-    return {**req, "deployments": deps, "grid": grid}, p
-
-
-_INITIAL = re.compile(r"^deployments\[(\d+)\]\.initial")
-
-
 async def _solve(pool: SolvePool, req: dict[str, Any], current: Current | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         resp: dict[str, Any] = await pool.run(work.schedule, req, pool.memory_budget_mb)
     except InputError as e:
-        m = _INITIAL.match(e.field)
-        if current is not None and m:  # name the state the client sent
-            name = req["deployments"][int(m.group(1))]["name"]
-            raise InputError(f"current.state.{name}", e.reason) from None
-        raise
+        raise name_the_state(e, req, current) from None
     solve_seconds.observe(time.perf_counter() - t0)
     solver_outcomes_total.labels(resp["status"]).inc()
     return resp
@@ -301,47 +246,14 @@ def _too_busy(settings: Settings) -> Exception:
     return too_busy(settings.retry_after_s)
 
 
-def _plan_response(
-    site: Site, resp: dict[str, Any], first: int, current: Current | None
-) -> dict[str, Any]:
-    """The stored plan document: the schedule with absolute period indices and times."""
-    start, step = _plan_start(site.body), _period(site.body)
-    for per in resp["periods"]:
-        t = first + per["index"]
-        per["index"] = t
-        per["start_minute"] = t * site.body["period_minutes"]
-        per["start"] = (start + step * t).isoformat()
-        per["end"] = (start + step * (t + 1)).isoformat()
-    return {
-        "site_id": site.id,
-        "site_version": site.version,
-        "plan_start": site.body["plan_start"],
-        "period_minutes": site.body["period_minutes"],
-        "n_periods": _n_periods(site.body),
-        "first_period": first,
-        "current": None if current is None else current.model_dump(),
-        "schedule": resp,
-    }
-
-
-def _plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
-    return {
-        "plan_id": plan.id,
-        "created": plan.created.isoformat(),
-        "status": plan.status,
-        "stale": plan.site_version < site_version,
-        **plan.response,
-    }
-
-
 async def _replan(
     store: Store, pool: SolvePool, site: Site, current: Current | None
 ) -> dict[str, Any]:
-    req, first = _sub_request(site.body, current)
+    req, first = sub_request(site.body, current)
     resp = await _solve(pool, req, current)
-    doc = _plan_response(site, resp, first, current)
+    doc = plan_response(site, resp, first, current)
     plan = await _db(store.add_plan, site.id, site.version, resp["status"], first, doc)
-    return _plan_doc(plan, site.version)
+    return plan_doc(plan, site.version)
 
 
 async def _replan_after_update(
@@ -463,7 +375,7 @@ async def plan_site(
 async def latest_plan(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
     """The latest plan; `stale` when the site changed after it was computed."""
     site, plan = await _latest(store, site_id)
-    return _plan_doc(plan, site.version)
+    return plan_doc(plan, site.version)
 
 
 async def _latest(store: Store, site_id: str) -> tuple[Site, Plan]:
@@ -498,9 +410,9 @@ async def post_event(
     seen: dict[str, Any] = {}
 
     def change(site: Site) -> Update:
-        n = _n_periods(site.body)
+        n = n_periods(site.body)
         signals = event_to_signals(
-            body.event, _plan_start(site.body), site.body["period_minutes"], n
+            body.event, plan_start(site.body), site.body["period_minutes"], n
         )
         seen["signals"] = signals
         grid = merge_signals(site.body["grid"], signals, n)
@@ -571,7 +483,7 @@ async def post_forecast(
         start = body.current.period if body.current is not None else 0
 
     def change(site: Site) -> Update:
-        n = _n_periods(site.body)
+        n = n_periods(site.body)
         if start >= n:
             raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
         names = [d["name"] for d in site.body["deployments"]]
@@ -689,7 +601,7 @@ async def targets_now(
         raise InputError("at", "needs a UTC offset, e.g. 2026-07-01T13:30:00Z")
     when = at or datetime.now(UTC)
     site, plan = await _latest(store, site_id)
-    start, step = _plan_start(plan.response), _period(plan.response)  # the plan's own clock
+    start, step = plan_start(plan.response), period(plan.response)  # the plan's own clock
     t = math.floor((when - start) / step)
     periods = [p for p in plan.response["schedule"]["periods"] if p["index"] == t]
     if not periods:

@@ -471,3 +471,44 @@ def test_plan_start_is_a_clock(client: TestClient) -> None:
     r = client.get(f"/v1/sites/{site_id}/targets/now")
     assert r.status_code == 200, r.text
     assert r.json()["period"] == 0
+
+
+# ---------------------------------------------------------------- plans as jobs
+
+
+def test_a_site_plan_job_keeps_the_plan_the_route_would(client: TestClient) -> None:
+    """``{"kind": "site_plan"}`` runs the same use case as POST /v1/sites/{id}/plan in
+    the background: the job's result is the stored plan, GET .../plan answers it, and a
+    rolling re-plan from a state works as on the route; an unknown site is a 404 at
+    submission naming ``request.site_id``."""
+    from tests.service.test_jobs import wait_final
+
+    site_id = register(client)
+    r = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": site_id}})
+    assert r.status_code == 202, r.text
+    doc = wait_final(client, r.json()["id"])
+    assert doc["status"] == "succeeded", doc
+    assert doc["kind"] == "site_plan"
+    latest = client.get(f"/v1/sites/{site_id}/plan").json()
+    assert doc["result"] == latest
+    assert latest["first_period"] == 0 and len(latest["schedule"]["periods"]) == 4
+    sync = client.post(f"/v1/sites/{site_id}/plan").json()
+    assert sync["schedule"]["objective_usd"] == pytest.approx(
+        latest["schedule"]["objective_usd"], rel=1e-6
+    )
+    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
+    job = {
+        "kind": "site_plan",
+        "request": {"site_id": site_id, "current": {"period": 2, "state": state}},
+    }
+    doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
+    assert doc["status"] == "succeeded" and doc["result"]["first_period"] == 2
+    assert [p["index"] for p in doc["result"]["schedule"]["periods"]] == [2, 3]
+    # a state the solve refuses is named after the entry the client sent
+    bad = {"a": {"n_p": 1, "n_d": 0}, "b": {"n_p": 1, "n_d": 1}}
+    job["request"]["current"] = {"period": 2, "state": bad}
+    doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
+    assert doc["status"] == "failed" and doc["error"]["field"] == "current.state.a"
+    r = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": "nope"}})
+    assert r.status_code == 404
+    assert r.json()["errors"][0]["field"] == "request.site_id"

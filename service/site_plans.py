@@ -1,0 +1,146 @@
+"""Planning a registered site: the use case behind ``POST /v1/sites/{id}/plan`` and
+the ``site_plan`` job, kept out of the router so that both run the same steps.
+
+A plan solves the site's stored schedule request (or, with ``current``, the periods
+from ``current.period`` on, from the deployments' running state), dates its periods
+on the site's clock and is kept in the store with the site version it was made from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import Field
+
+from formulation.problem import expand_series
+from model.errors import InputError
+from service.schemas import Strict
+from service.store import Plan, Site, Store
+
+
+class State(Strict):
+    n_p: int = Field(ge=0, le=4096)
+    n_d: int = Field(ge=0, le=4096)
+
+
+class Current(Strict):
+    """Where the site is now: re-plan the periods from ``period`` on, from ``state``."""
+
+    period: int = Field(ge=0, description="first period to re-plan")
+    state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
+
+
+def request_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The schedule request a stored site body holds (its clock left out)."""
+    return {k: v for k, v in body.items() if k != "plan_start"}
+
+
+def n_periods(body: dict[str, Any]) -> int:
+    return len(body["deployments"][0]["demand_rps"])
+
+
+def plan_start(body: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(body["plan_start"])
+
+
+def period(body: dict[str, Any]) -> timedelta:
+    return timedelta(minutes=body["period_minutes"])
+
+
+def sub_request(body: dict[str, Any], current: Current | None) -> tuple[dict[str, Any], int]:
+    """The schedule request of the periods from ``current.period`` on, from its state."""
+    req = request_of(body)
+    if current is None:
+        return req, 0
+    n = n_periods(body)
+    p = current.period
+    if p >= n:
+        raise InputError("current.period", f"must be < {n} (the horizon has {n} periods)")
+    names = [d["name"] for d in req["deployments"]]
+    unknown = sorted(set(current.state) - set(names))
+    if unknown:
+        raise InputError(f"current.state.{unknown[0]}", f"no such deployment; known: {names}")
+    missing = [x for x in names if x not in current.state]
+    if missing:
+        raise InputError("current.state", f"needs every deployment; missing: {missing}")
+    deps = []
+    for d in req["deployments"]:
+        s = current.state[d["name"]]
+        if (s.n_p == 0) != (s.n_d == 0):
+            raise InputError(
+                f"current.state.{d['name']}",
+                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
+            )
+        deps.append(
+            {**d, "demand_rps": d["demand_rps"][p:], "initial": {"n_p": s.n_p, "n_d": s.n_d}}
+        )
+    grid = {k: list(expand_series(f"grid.{k}", v, n))[p:] for k, v in req["grid"].items()}
+    return {**req, "deployments": deps, "grid": grid}, p
+
+
+_INITIAL = re.compile(r"^deployments\[(\d+)\]\.initial")
+
+
+def name_the_state(e: InputError, req: dict[str, Any], current: Current | None) -> InputError:
+    """An error about a deployment's initial state, re-named after the ``current.state``
+    entry the client sent (the solve only sees the derived request)."""
+    m = _INITIAL.match(e.field)
+    if current is None or not m:
+        return e
+    name = req["deployments"][int(m.group(1))]["name"]
+    return InputError(f"current.state.{name}", e.reason)
+
+
+def plan_response(
+    site: Site, resp: dict[str, Any], first: int, current: Current | None
+) -> dict[str, Any]:
+    """The stored plan document: the schedule with absolute period indices and times."""
+    start, step = plan_start(site.body), period(site.body)
+    for per in resp["periods"]:
+        t = first + per["index"]
+        per["index"] = t
+        per["start_minute"] = t * site.body["period_minutes"]
+        per["start"] = (start + step * t).isoformat()
+        per["end"] = (start + step * (t + 1)).isoformat()
+    return {
+        "site_id": site.id,
+        "site_version": site.version,
+        "plan_start": site.body["plan_start"],
+        "period_minutes": site.body["period_minutes"],
+        "n_periods": n_periods(site.body),
+        "first_period": first,
+        "current": None if current is None else current.model_dump(),
+        "schedule": resp,
+    }
+
+
+def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
+    return {
+        "plan_id": plan.id,
+        "created": plan.created.isoformat(),
+        "status": plan.status,
+        "stale": plan.site_version < site_version,
+        **plan.response,
+    }
+
+
+def plan_site(
+    store: Store,
+    site_id: str,
+    current: Current | None,
+    solve: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """Plan site ``site_id`` with ``solve`` (a schedule request -> its response) and
+    keep the plan; the stored plan document (what ``GET .../plan`` answers)."""
+    site = store.get_site(site_id)
+    req, first = sub_request(site.body, current)
+    try:
+        resp = solve(req)
+    except InputError as e:
+        raise name_the_state(e, req, current) from None
+    doc = plan_response(site, resp, first, current)
+    plan = store.add_plan(site.id, site.version, resp["status"], first, doc)
+    return plan_doc(plan, site.version)
