@@ -23,6 +23,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -279,33 +280,187 @@ def read_csv(file: str, text: str) -> list[Measurement]:
     return out
 
 
-def read_measurements(paths: Iterable[str | Path]) -> list[Measurement]:
+#: GPU names as ``nvidia-smi`` reports them (``name`` column) -> catalog names
+SMI_GPU_NAMES = {
+    "nvidia h100 80gb hbm3": "h100-sxm",
+    "nvidia h200": "h200",
+    "nvidia b200": "b200",
+    "nvidia a100-sxm4-80gb": "a100-80gb",
+}
+#: ``date`` of vLLM's benchmark result files, and ``timestamp`` of ``nvidia-smi`` logs
+BENCH_DATE = "%Y%m%d-%H%M%S"
+SMI_TIME = "%Y/%m/%d %H:%M:%S.%f"
+
+
+@dataclass(frozen=True)
+class PowerLog:
+    """An ``nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv`` log (a
+    ``name`` column is optional): samples per GPU."""
+
+    file: str
+    samples: list[tuple[datetime, int, float]]  # (time, GPU index, W)
+    gpu: str | None  # catalog name, from the ``name`` column
+
+    def mean_per_gpu(self, start: datetime, end: datetime) -> tuple[float, int] | None:
+        """Mean power per GPU over ``[start, end]`` and the number of GPUs, or None
+        when no sample falls in it."""
+        inside = [(i, w) for t, i, w in self.samples if start <= t <= end]
+        if not inside:
+            return None
+        gpus = {i for i, _ in inside}
+        return sum(w for _, w in inside) / len(inside), len(gpus)
+
+
+def read_power_log(file: str, text: str) -> PowerLog:
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(reader, [])]
+    cols = {h.split(" [")[0]: k for k, h in enumerate(header)}
+    for need in ("timestamp", "index", "power.draw"):
+        if need not in cols:
+            raise _err(file, "header", need, "missing column (nvidia-smi --format=csv)")
+    gpu = None
+    samples = []
+    for n, row in enumerate(reader, start=2):
+        if not row or not any(c.strip() for c in row):
+            continue
+        at = f"line {n}"
+        try:
+            t = datetime.strptime(row[cols["timestamp"]].strip(), SMI_TIME)
+        except (ValueError, IndexError):
+            raise _err(file, at, "timestamp", f"expected {SMI_TIME!r}") from None
+        cell = row[cols["power.draw"]] if len(row) > cols["power.draw"] else ""
+        w = _number(file, at, "power.draw", cell.strip().removesuffix(" W"), positive=False)
+        index = row[cols["index"]].strip() if len(row) > cols["index"] else ""
+        if not index.isdigit():
+            raise _err(file, at, "index", f"must be a GPU index, got {index!r}")
+        assert w is not None
+        samples.append((t, int(index), w))
+        if "name" in cols and gpu is None:
+            gpu = _named(file, at, "name", row[cols["name"]], SMI_GPU_NAMES)
+    if not samples:
+        raise _err(file, "", "rows", "no power samples after the header")
+    return PowerLog(file, samples, gpu)
+
+
+def read_bench_serving(
+    file: str, raw: dict[str, Any], logs: list[PowerLog], gpu: str | None, tp: int | None
+) -> Measurement:
+    """One operating point from a vLLM or SGLang ``bench_serving`` result: the median
+    ITL is the iteration time; the mean running batch is the output token rate times
+    the mean ITL (each running request makes one token per iteration); prompt and
+    output lengths are the totals over the completed requests; power per GPU is the
+    mean of the power log over the run (``date`` minus ``duration`` to ``date``)."""
+    row = "result"
+    done = _number(file, row, "completed", raw.get("completed"))
+    duration = _number(file, row, "duration", raw.get("duration"))
+    itl_med = _number(file, row, "median_itl_ms", raw.get("median_itl_ms"))
+    itl_mean = _number(file, row, "mean_itl_ms", raw.get("mean_itl_ms"))
+    rate = _number(file, row, "output_throughput", raw.get("output_throughput"))
+    tin = _number(file, row, "total_input_tokens", raw.get("total_input_tokens"), positive=False)
+    tout = _number(file, row, "total_output_tokens", raw.get("total_output_tokens"))
+    assert done and duration and itl_med and itl_mean and rate and tout and tin is not None
+    power = None
+    n_gpus = None
+    log_gpu = None
+    if logs:
+        try:
+            end = datetime.strptime(str(raw.get("date", "")), BENCH_DATE)
+        except ValueError:
+            raise _err(
+                file, row, "date", f"expected {BENCH_DATE!r} to place the run in the power log"
+            ) from None
+        start = end - timedelta(seconds=duration)
+        hits = [(log, m) for log in logs if (m := log.mean_per_gpu(start, end)) is not None]
+        if not hits:
+            names = ", ".join(log.file for log in logs)
+            raise _err(file, row, "date", f"no power sample from {start} to {end} in {names}")
+        log, (power, n_gpus) = hits[0]
+        log_gpu = log.gpu
+    name = gpu or log_gpu
+    if name is None:
+        raise _err(file, row, "gpu", "unknown: pass --gpu, or log nvidia-smi's name column")
+    lens = raw.get("output_lens")
+    weighted = tout / done
+    if isinstance(lens, list) and lens and all(isinstance(x, (int, float)) for x in lens):
+        total = float(sum(lens))
+        if total > 0:
+            weighted = float(sum(x * x for x in lens)) / total
+    backend = str(raw.get("backend", "")).lower()
+    stack = "sglang" if "sglang" in backend else "vllm" if "vllm" in backend else backend
+    stack = stack or "unknown"
+    return Measurement(
+        file=file,
+        row=row,
+        model=str(raw.get("model_id", "")),
+        gpu=_gpu(file, row, name),
+        stack=stack,
+        task=str(raw.get("dataset_name", "")),
+        tp=tp or n_gpus or 1,
+        ep=1,
+        precision="bf16",
+        architecture="",
+        batch=rate * itl_mean / 1e3,
+        output_tokens=tout / done,
+        output_weighted_tokens=weighted,
+        prompt_tokens=tin / done,
+        context_tokens=None,
+        itl_s=itl_med / 1e3,
+        power_w=power,
+        prefill_tokens_per_s=None,
+    )
+
+
+def _text(path: Path) -> str:
+    name = path.name
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise _err(name, "", "size", f"larger than {MAX_FILE_BYTES // 2**20} MiB")
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(name, f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(name, "not UTF-8 text") from None
+
+
+def read_measurements(
+    paths: Iterable[str | Path], gpu: str | None = None, tp: int | None = None
+) -> list[Measurement]:
     """Every measurement in the given files, each file's format recognised from its
-    content (JSON object with ``configurations``: ML.ENERGY; otherwise CSV)."""
+    content: a JSON object with ``configurations`` (ML.ENERGY), a JSON object with
+    ``median_itl_ms`` and ``duration`` (a ``bench_serving`` result), a CSV with a
+    ``power.draw`` column (an ``nvidia-smi`` power log, for the ``bench_serving``
+    results), or the generic CSV. ``gpu`` and ``tp`` describe the ``bench_serving``
+    runs (default: the power log's GPU name and its number of GPUs)."""
+    docs: list[tuple[str, dict[str, Any]]] = []
+    logs: list[PowerLog] = []
     out: list[Measurement] = []
     for p in paths:
         path = Path(p)
         name = path.name
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                raise _err(name, "", "size", f"larger than {MAX_FILE_BYTES // 2**20} MiB")
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise InputError(name, f"cannot read: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise InputError(name, "not UTF-8 text") from None
-        stripped = text.lstrip()
-        if stripped.startswith("{"):
+        text = _text(path)
+        if text.lstrip().startswith("{"):
             try:
                 raw = json.loads(text)
             except json.JSONDecodeError as e:
                 raise InputError(name, f"not valid JSON: {e}") from None
-            if "configurations" not in raw:
-                raise InputError(
-                    name,
-                    "JSON without 'configurations': not an ML.ENERGY Leaderboard model file",
-                )
-            out.extend(read_mlenergy(name, raw))
+            docs.append((name, raw))
+        elif "power.draw" in text.split("\n", 1)[0].lower():
+            logs.append(read_power_log(name, text))
         else:
             out.extend(read_csv(name, text))
+    benches = 0
+    for name, raw in docs:
+        if "configurations" in raw:
+            out.extend(read_mlenergy(name, raw))
+        elif "median_itl_ms" in raw and "duration" in raw:
+            out.append(read_bench_serving(name, raw, logs, gpu, tp))
+            benches += 1
+        else:
+            raise InputError(
+                name,
+                "JSON that is neither an ML.ENERGY Leaderboard model file ('configurations') "
+                "nor a bench_serving result ('median_itl_ms', 'duration')",
+            )
+    if logs and not benches:
+        raise InputError(logs[0].file, "a power log needs bench_serving results to go with")
     return out

@@ -29,7 +29,12 @@ def register(subparsers: Any) -> None:
     c = subparsers.add_parser(
         "calibrate", help="fit a calibration per (GPU, serving stack) to measurements"
     )
-    c.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
+    c.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="ML.ENERGY JSON, generic CSV, or bench_serving JSON with an nvidia-smi power CSV",
+    )
     c.add_argument("-o", "--output", metavar="CAL.json", help="write the calibration file here")
     c.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     c.add_argument(
@@ -38,13 +43,27 @@ def register(subparsers: Any) -> None:
         help="also fit without each model in turn and predict it (out-of-sample errors)",
     )
     c.add_argument("--json", action="store_true", help="print the calibration document")
+    _bench_args(c)
     c.set_defaults(func=cmd_calibrate)
     p = subparsers.add_parser("predict", help="the model's predictions beside measurements")
     p.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
     p.add_argument("--calibration", required=True, metavar="CAL.json", help="from pdwatt calibrate")
     p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     p.add_argument("--json", action="store_true", help="rows and summary as JSON")
+    _bench_args(p)
     p.set_defaults(func=cmd_predict)
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gpu", help="GPU of the bench_serving runs (default: the power log's name column)"
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        help="GPUs per instance of the bench_serving runs (default: the "
+        "number of GPUs in the power log)",
+    )
 
 
 def read_calibration_file(path: str) -> Any:
@@ -92,7 +111,7 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
-    rows = read_measurements(a.files)
+    rows = read_measurements(a.files, a.gpu, a.tp)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
     f = fit(rows, _say)
     doc = to_document(f, rows)
@@ -146,7 +165,7 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     f = read_calibration_file(a.calibration)
-    rows = read_measurements(a.files)
+    rows = read_measurements(a.files, a.gpu, a.tp)
     res = predict(rows, f)
     if a.chart:
         from service.charts import calibration_chart

@@ -92,3 +92,77 @@ def test_required_columns_are_documented() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "calibration.md").read_text()
     for col in CSV_REQUIRED:
         assert f"`{col}`" in doc
+
+
+# vLLM's benchmark_serving.py result (keys and date format as it writes them) and an
+# nvidia-smi log (--query-gpu=timestamp,name,index,power.draw --format=csv)
+BENCH = {
+    "date": "20261201-101000",
+    "backend": "vllm",
+    "model_id": "Qwen/Qwen3-8B",
+    "dataset_name": "sharegpt",
+    "duration": 60.0,
+    "completed": 200,
+    "total_input_tokens": 40_000,
+    "total_output_tokens": 60_000,
+    "output_throughput": 1000.0,
+    "mean_itl_ms": 32.0,
+    "median_itl_ms": 30.0,
+    "output_lens": [200, 400] * 100,
+}
+SMI = (
+    "timestamp, name, index, power.draw [W]\n"
+    "2026/12/01 10:08:00.000, NVIDIA H100 80GB HBM3, 0, 100.00 W\n"  # before the run
+    "2026/12/01 10:09:10.000, NVIDIA H100 80GB HBM3, 0, 500.00 W\n"
+    "2026/12/01 10:09:10.000, NVIDIA H100 80GB HBM3, 1, 520.00 W\n"
+    "2026/12/01 10:09:40.000, NVIDIA H100 80GB HBM3, 0, 540.00 W\n"
+    "2026/12/01 10:09:40.000, NVIDIA H100 80GB HBM3, 1, 560.00 W\n"
+)
+
+
+def test_bench_serving_result_with_its_power_log(tmp_path: Path) -> None:
+    res, log = tmp_path / "bench.json", tmp_path / "smi.csv"
+    res.write_text(json.dumps(BENCH))
+    log.write_text(SMI)
+    (r,) = read_measurements([res, log])
+    assert (r.model, r.gpu, r.stack, r.tp) == ("Qwen/Qwen3-8B", "h100-sxm", "vllm", 2)
+    assert r.itl_s == pytest.approx(0.030)
+    # running batch: 1,000 output tokens/s x 32 ms between a request's tokens
+    assert r.batch == pytest.approx(32.0)
+    assert r.prompt_tokens == 200 and r.output_tokens == 300
+    assert r.output_weighted_tokens == pytest.approx((200**2 + 400**2) / 600)
+    # the run is the minute before its date: the 10:08 sample is left out
+    assert r.power_w == pytest.approx((500 + 520 + 540 + 560) / 4)
+    (one,) = read_measurements([res, log], gpu="h200", tp=1)
+    assert (one.gpu, one.tp) == ("h200", 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"date": "yesterday"}, "bench.json: result.date"),
+        ({"date": "20261201-120000"}, "bench.json: result.date"),  # no sample in the run
+        ({"median_itl_ms": None}, "bench.json: result.median_itl_ms"),
+        ({"completed": 0}, "bench.json: result.completed"),
+    ],
+)
+def test_bad_bench_serving_results_are_named(
+    tmp_path: Path, change: dict[str, object], field: str
+) -> None:
+    res, log = tmp_path / "bench.json", tmp_path / "smi.csv"
+    res.write_text(json.dumps(BENCH | change))
+    log.write_text(SMI)
+    with pytest.raises(InputError) as e:
+        read_measurements([res, log])
+    assert e.value.field == field
+
+
+def test_a_power_log_alone_or_broken_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "smi.csv"
+    log.write_text(SMI)
+    with pytest.raises(InputError, match="needs bench_serving results"):
+        read_measurements([log])
+    log.write_text(SMI.replace("540.00 W", "lots"))
+    with pytest.raises(InputError) as e:
+        read_measurements([log])
+    assert e.value.field == "smi.csv: line 5.power.draw"
