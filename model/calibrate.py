@@ -56,10 +56,14 @@ BOUNDS = {
     "t_req_s": (0.0, 1e-3),
     "mfu_decode": (0.02, 1.0),
     "t_coll_s": (0.0, 1e-3),
+    "t_moe_layer_s": (0.0, 1e-3),
 }
 #: where the terms SPEC does not have start (the others start from the catalog's set)
-START = {"mfu_decode": 0.5, "t_coll_s": 1e-5}
+START = {"mfu_decode": 0.5, "t_coll_s": 1e-5, "t_moe_layer_s": 1e-5}
 PROMPT_BOUNDS = (1.0, 32768.0)
+#: bytes per weight of the precisions modelled (FP8 releases quantise every linear
+#: layer; their few bf16 tensors, embeddings and norms, are under 1% of the bytes)
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0}
 #: robust loss: relative residuals beyond F_SCALE weigh in linearly, not squared, so
 #: that a few measurements far from every model do not pull the fit
 LOSS = "soft_l1"
@@ -100,12 +104,17 @@ def usable_rows(rows: Sequence[Measurement]) -> tuple[list[Usable], list[Skipped
         except NotFoundError:
             skipped.append(Skipped(r.where, f"model {r.model!r} is not in the catalog"))
             continue
-        if r.precision != "bf16":
+        if r.precision not in WEIGHT_BYTES:
             skipped.append(Skipped(r.where, f"{r.precision} weights are not modelled yet"))
             continue
-        if r.ep > 1:
-            skipped.append(Skipped(r.where, "expert parallelism is not modelled yet"))
+        if arch.experts and r.architecture == "dense" or not arch.experts and r.ep > 1:
+            skipped.append(Skipped(r.where, f"the file's architecture differs from {arch.name}'s"))
             continue
+        if arch.bytes_per_param != WEIGHT_BYTES[r.precision]:
+            # the same model released with other weights (e.g. -FP8): its weight bytes
+            arch = dataclasses.replace(
+                arch, bytes_per_param=WEIGHT_BYTES[r.precision], expert_bytes_per_param=0.0
+            )
         if r.prompt_tokens is None and r.context_tokens is None and not r.task:
             skipped.append(Skipped(r.where, "no prompt or context length and no task"))
             continue
@@ -126,11 +135,14 @@ def context_tokens(u: Usable, prompts: dict[str, float]) -> float:
     return _prompt(u, prompts) + u.m.output_weighted_tokens / 2.0
 
 
+def terms_of(u: Usable, prompts: dict[str, float]) -> DecodeTerms:
+    return DecodeTerms.of(u.model, u.gpu, u.m.tp, context_tokens(u, prompts), u.m.dp)
+
+
 def iteration_s(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float:
-    """The model's decode iteration time at the measurement's batch."""
-    terms = DecodeTerms.of(u.model, u.gpu, u.m.tp, context_tokens(u, prompts))
-    alpha, g = terms.alpha_g(cal)
-    return alpha + g * u.m.batch
+    """The model's decode iteration time at the measurement's batch (with the experts
+    that batch touches, for a mixture of experts)."""
+    return terms_of(u, prompts).time_s(cal, u.m.batch)
 
 
 def decode_load(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float:
@@ -138,12 +150,14 @@ def decode_load(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float
     over the rate at the batch that fills the KV pool (``MEM_FRACTION`` of memory less
     the weights, over the context), at most 1."""
     ctx = context_tokens(u, prompts)
-    terms = DecodeTerms.of(u.model, u.gpu, u.m.tp, ctx)
-    alpha, g = terms.alpha_g(cal)
-    mem = MEM_FRACTION * u.gpu.mem_bytes * u.m.tp - u.model.weight_bytes
+    terms = terms_of(u, prompts)
+    gpus = u.m.tp * u.m.dp
+    # each replica holds the dense weights; the experts are stored once over all GPUs
+    weights = u.model.dense_weight_bytes * u.m.dp + u.model.expert_weight_bytes
+    mem = MEM_FRACTION * u.gpu.mem_bytes * gpus - weights
     b_max = max(mem / (u.model.kv_bytes_per_token * ctx), u.m.batch)
-    rate = u.m.batch / (alpha + g * u.m.batch)
-    return min(rate / (b_max / (alpha + g * b_max)), 1.0)
+    rate = u.m.batch / terms.time_s(cal, u.m.batch)
+    return min(rate / (b_max / terms.time_s(cal, b_max)), 1.0)
 
 
 @dataclass
@@ -231,8 +245,10 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
     for key in keys:
         g_rows = groups[key]
         nf: dict[str, str] = {}
-        if not any(u.m.tp > 1 for u in g_rows):
-            nf["t_coll_s"] = "no rows with tensor parallelism > 1"
+        if not any(u.m.tp * u.m.dp > 1 for u in g_rows):
+            nf["t_coll_s"] = "no rows on more than one GPU"
+        if not any(u.model.experts for u in g_rows):
+            nf["t_moe_layer_s"] = "no rows of a mixture-of-experts model"
         free[key] = [n for n in names if n not in nf]
         not_fitted[key] = nf
     # parameter vector: per group its free decode parameters, then one prompt per task
@@ -265,10 +281,7 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
                 vals[key][n] = float(v)
         cals = {}
         for key in keys:
-            v = {
-                n: vals[key].get(n, 0.0 if n == "t_coll_s" else getattr(bases[key], n))
-                for n in names
-            }
+            v = {n: vals[key].get(n, 0.0 if n in START else getattr(bases[key], n)) for n in names}
             cals[key] = dataclasses.replace(bases[key], **v)
         return cals, prompts
 

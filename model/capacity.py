@@ -12,7 +12,9 @@ Choices this module makes where SPEC leaves room (also listed in README.md):
   two all-reduces per layer, their bytes over the GPU's link bandwidth plus the
   calibration's ``t_coll_s`` each (:class:`DecodeTerms`, ``docs/calibration.md``).
 * Decode weight traffic is ``weight_bytes`` (SPEC 2.3: "use weight_bytes in general");
-  the prefill FLOP count is ``2 N l_in + c_a L d l_in^2`` with ``N`` the parameter count.
+  the prefill FLOP count is ``2 N l_in + c_a L d l_in^2`` with ``N`` the parameter count
+  (the active parameters of a mixture of experts, whose decode reads every expert here:
+  ``DecodeTerms.alpha_g``).
 * A workload "does not fit" when the KV pool is not positive, or when its longest
   request (``max(l_in + l_out)``) plus the ``R`` reserved tokens exceeds the usable
   pool ``C_tok - U``.
@@ -74,41 +76,83 @@ ACTIVATION_BYTES = 2.0
 @dataclass(frozen=True)
 class DecodeTerms:
     """The parts of one decode iteration's time on one GPU of an instance, each at
-    full efficiency (``docs/calibration.md``); with a calibration they give
-    ``t(B) = alpha + g B`` (:meth:`alpha_g`)."""
+    full efficiency (``docs/calibration.md``); with a calibration they give the
+    iteration time :meth:`time_s` and its linear form ``t(B) = alpha + g B``
+    (:meth:`alpha_g`, what the capacity model uses).
 
-    weight_read_s: float  # weight bytes per GPU / HBM bandwidth
+    An instance is ``tp x dp`` GPUs: attention and the dense weights are split ``tp``
+    ways and replicated ``dp`` times (each replica serving ``1/dp`` of the batch); the
+    routed experts of a mixture of experts are spread over all ``tp x dp`` GPUs."""
+
+    weight_read_s: float  # dense weight bytes per GPU / HBM bandwidth
+    expert_read_s: float  # every routed expert's bytes per GPU / HBM bandwidth (0: dense)
+    experts: int  # routed experts per MoE layer (0: dense)
+    experts_per_token: int
+    moe_layers: int
     kv_read_s: float  # per request: KV bytes of its context per GPU / HBM bandwidth
-    flops_s: float  # per request: (2N + 4 L d ctx) per GPU / peak FLOP/s
-    collectives: int  # all-reduces per iteration: 2 per layer when TP > 1, else 0
-    link_s: float  # per request: all-reduce bytes per GPU / link bandwidth
+    flops_s: float  # per request: (2 N_active + 4 L d ctx) per GPU / peak FLOP/s
+    collectives: int  # per iteration: 2 all-reduces per layer (TP > 1), 2 all-to-alls
+    # per MoE layer (experts over several GPUs)
+    link_s: float  # per request: collective bytes per GPU / link bandwidth
 
     @classmethod
-    def of(cls, model: ModelArch, gpu: GpuSpec, tp: int, ctx_tokens: float) -> DecodeTerms:
+    def of(
+        cls, model: ModelArch, gpu: GpuSpec, tp: int, ctx_tokens: float, dp: int = 1
+    ) -> DecodeTerms:
+        gpus = tp * dp
         kv_split = min(tp, model.n_kv_heads)  # KV heads are split, never below one per GPU
-        flops = 2.0 * model.params + 4.0 * model.layers * model.attn_width * ctx_tokens
-        collectives = 2 * model.layers if tp > 1 else 0
+        flops = 2.0 * model.active_params + 4.0 * model.layers * model.attn_width * ctx_tokens
+        all_reduces = 2 * model.layers if tp > 1 else 0
+        # experts spread over several GPUs: each MoE layer sends its tokens to their
+        # experts and back (two all-to-all exchanges)
+        all_to_alls = 2 * model.moe_layers if gpus > 1 else 0
         link = 0.0
-        if collectives and gpu.link_bw_bytes_per_s > 0:
-            ring = 2.0 * (tp - 1) / tp  # ring all-reduce: bytes each GPU sends per byte
+        if gpu.link_bw_bytes_per_s > 0:
             size = model.residual_width * ACTIVATION_BYTES
-            link = collectives * ring * size / gpu.link_bw_bytes_per_s
+            if all_reduces:
+                ring = 2.0 * (tp - 1) / tp  # ring all-reduce: bytes each GPU sends per byte
+                link += all_reduces * ring * size / dp
+            if all_to_alls:  # k copies of each token, (G-1)/G of them to other GPUs
+                away = (gpus - 1) / gpus
+                link += all_to_alls * model.experts_per_token * away * size / dp
+            link /= gpu.link_bw_bytes_per_s
+        bw = gpu.mem_bw_bytes_per_s
         return cls(
-            weight_read_s=model.weight_bytes / tp / gpu.mem_bw_bytes_per_s,
-            kv_read_s=model.kv_bytes_per_token * ctx_tokens / kv_split / gpu.mem_bw_bytes_per_s,
-            flops_s=flops / tp / gpu.flops_per_s,
-            collectives=collectives,
+            weight_read_s=model.dense_weight_bytes / tp / bw,
+            expert_read_s=model.expert_weight_bytes / gpus / bw,
+            experts=model.experts,
+            experts_per_token=model.experts_per_token,
+            moe_layers=model.moe_layers,
+            kv_read_s=model.kv_bytes_per_token * ctx_tokens / kv_split / dp / bw,
+            flops_s=flops / gpus / gpu.flops_per_s,
+            collectives=all_reduces + all_to_alls,
             link_s=link,
         )
 
+    def touched(self, batch: float) -> float:
+        """Expected share of a MoE layer's experts that ``batch`` tokens use, each
+        routed to ``k`` of ``E`` experts: ``1 - (1 - k/E)^B`` (1 for a dense model)."""
+        if not self.experts:
+            return 1.0
+        return 1.0 - (1.0 - self.experts_per_token / self.experts) ** batch
+
     def alpha_g(self, cal: Calibration) -> tuple[float, float]:
-        """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request). With TP 1 and
-        ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
-        alpha = self.weight_read_s / cal.mbu + cal.t_iter_s + self.collectives * cal.t_coll_s
+        """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request), every expert
+        read (the batch touches nearly all once ``B`` exceeds a few ``E/k``). With TP 1,
+        a dense model and ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
+        weights = self.weight_read_s + self.expert_read_s
+        alpha = weights / cal.mbu + cal.t_iter_s + self.collectives * cal.t_coll_s
+        alpha += self.moe_layers * cal.t_moe_layer_s
         g = self.kv_read_s / cal.mbu + cal.t_req_s + self.link_s
         if cal.mfu_decode > 0:
             g += self.flops_s / cal.mfu_decode
         return alpha, g
+
+    def time_s(self, cal: Calibration, batch: float) -> float:
+        """The iteration time at ``batch``, with the experts the batch touches."""
+        alpha, g = self.alpha_g(cal)
+        unread = (1.0 - self.touched(batch)) * self.expert_read_s / cal.mbu
+        return alpha - unread + g * batch
 
 
 @dataclass(frozen=True)
@@ -187,7 +231,7 @@ class Coefficients:
                 f"the usable KV pool of {m.name} on {hw.name} holds {usable:,.0f}",
             )
 
-        a_p = 2.0 * m.params / flops
+        a_p = 2.0 * m.active_params / flops
         b_p = cal.c_attn * m.layers * m.attn_width / flops
         e1, e2, e3, e4 = w.mean_in, w.e_in2, w.e_in3, w.e_in4
         t_mean = a_p * e1 + b_p * e2

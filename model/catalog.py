@@ -107,6 +107,14 @@ class ModelArch:
     width (what a tensor-parallel all-reduce carries per token; 0: unknown, taken as
     the attention width); `aliases` are other names of the model (its Hugging Face
     id), by which measurement files name it.
+
+    Mixture of experts (all 0 for a dense model): `moe_layers` layers each hold
+    `experts` routed experts of `expert_params` parameters (counted in `params`), of
+    which each token uses `experts_per_token`; shared experts and every other weight
+    are dense. `expert_bytes_per_param` is the experts' weight dtype size when it
+    differs (0: `bytes_per_param`). `kv_latent` (MLA, DeepSeek): elements a token
+    keeps per layer in the KV cache instead of ``2 h_kv d_head`` (0: GQA).
+    ``docs/calibration.md`` derives the decode time of such models.
     """
 
     name: str
@@ -120,6 +128,12 @@ class ModelArch:
     source: str = ""
     hidden_size: int = 0
     aliases: tuple[str, ...] = ()
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_layers: int = 0
+    expert_params: float = 0.0
+    expert_bytes_per_param: float = 0.0
+    kv_latent: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -131,6 +145,24 @@ class ModelArch:
         for name in ("layers", "n_heads", "n_kv_heads", "head_dim"):
             _positive(name, _integer(name, getattr(self, name)))
         _non_negative("hidden_size", _integer("hidden_size", self.hidden_size))
+        for name in ("experts", "experts_per_token", "moe_layers", "kv_latent"):
+            _non_negative(name, _integer(name, getattr(self, name)))
+        _set_floats(self, ("expert_params", "expert_bytes_per_param"))
+        _non_negative("expert_params", self.expert_params)
+        _non_negative("expert_bytes_per_param", self.expert_bytes_per_param)
+        moe = (self.experts, self.experts_per_token, self.moe_layers, self.expert_params)
+        if any(moe) and not all(moe):
+            raise InputError(
+                "experts",
+                "experts, experts_per_token, moe_layers and "
+                "expert_params must all be set for a mixture of experts",
+            )
+        if self.experts_per_token > self.experts:
+            raise InputError("experts_per_token", f"must be <= experts ({self.experts})")
+        if self.moe_layers > self.layers:
+            raise InputError("moe_layers", f"must be <= layers ({self.layers})")
+        if self.expert_total_params >= self.params:
+            raise InputError("expert_params", "the experts must leave some dense parameters")
         if not isinstance(self.aliases, tuple) or not all(isinstance(a, str) for a in self.aliases):
             raise InputError("aliases", f"must be a list of names, got {self.aliases!r}")
         if self.n_heads % self.n_kv_heads != 0:
@@ -150,16 +182,42 @@ class ModelArch:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per token kappa = 2 (K, V) * kv_bytes_per_elem * L * h_kv * d_head (B/token).
+        """KV bytes per token kappa = 2 (K, V) * kv_bytes_per_elem * L * h_kv * d_head (B/token);
+        with MLA, kv_bytes_per_elem * L * kv_latent.
 
         SPEC 2.1: 262,144 B/token for Qwen3-32B.
         """
+        if self.kv_latent:
+            return self.kv_bytes_per_elem * self.layers * self.kv_latent
         return 2.0 * self.kv_bytes_per_elem * self.layers * self.n_kv_heads * self.head_dim
 
     @property
+    def expert_total_params(self) -> float:
+        """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
+        return self.moe_layers * self.experts * self.expert_params
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token uses: the dense ones and its experts (= params if dense)."""
+        unused = self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
+        return self.params - unused
+
+    @property
+    def dense_weight_bytes(self) -> float:
+        """Bytes of every weight but the routed experts'."""
+        return (self.params - self.expert_total_params) * self.bytes_per_param
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of every routed expert (0 for a dense model)."""
+        per = self.expert_bytes_per_param or self.bytes_per_param
+        return self.expert_total_params * per
+
+    @property
     def weight_bytes(self) -> float:
-        """Weight bytes = N * bytes_per_param (B); 2N for bf16 (SPEC 2.3)."""
-        return self.params * self.bytes_per_param
+        """Weight bytes = N * bytes_per_param (B); 2N for bf16 (SPEC 2.3); with experts
+        stored in another dtype, the dense and the expert bytes."""
+        return self.dense_weight_bytes + self.expert_weight_bytes
 
 
 @dataclass(frozen=True)
@@ -202,7 +260,9 @@ class Calibration:
     decode time is the special case: `mfu_decode`, the fraction of peak compute a
     decode iteration achieves on its per-token FLOPs (0: decode FLOPs cost nothing
     beyond ``t_req``, as in SPEC), and `t_coll_s`, the fixed latency of one
-    tensor-parallel all-reduce (two per layer per iteration when TP > 1).
+    tensor-parallel all-reduce (two per layer per iteration when TP > 1), and
+    `t_moe_layer_s`, the fixed cost of one MoE layer per iteration (routing and the
+    expert kernels' launches; 0 for dense models and in SPEC).
     """
 
     mfu: float
@@ -221,14 +281,16 @@ class Calibration:
     source: str = ""
     mfu_decode: float = 0.0
     t_coll_s: float = 0.0
+    t_moe_layer_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _set_floats(self, (*_CALIBRATION_NUMBERS, "mfu_decode", "t_coll_s"))
+        _set_floats(self, (*_CALIBRATION_NUMBERS, "mfu_decode", "t_coll_s", "t_moe_layer_s"))
         _fraction("mfu", self.mfu)
         _fraction("mbu", self.mbu)
         if not 0 <= self.mfu_decode <= 1:
             raise InputError("mfu_decode", f"must be in [0, 1], got {self.mfu_decode!r}")
         _non_negative("t_coll_s", self.t_coll_s)
+        _non_negative("t_moe_layer_s", self.t_moe_layer_s)
         for name in _CALIBRATION_NUMBERS[2:]:
             _non_negative(name, getattr(self, name))
         for phase in ("prefill", "decode"):
@@ -333,7 +395,19 @@ def _catalog_error(where: str, error: InputError) -> InputError:
 
 
 _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
-_MODEL_OPTIONAL = {"bytes_per_param", "kv_bytes_per_elem", "source", "hidden_size", "aliases"}
+_MODEL_OPTIONAL = {
+    "bytes_per_param",
+    "kv_bytes_per_elem",
+    "source",
+    "hidden_size",
+    "aliases",
+    "experts",
+    "experts_per_token",
+    "moe_layers",
+    "expert_params",
+    "expert_bytes_per_param",
+    "kv_latent",
+}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s"}
 
@@ -526,6 +600,12 @@ def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
             f"{', '.join(sorted(fitted))} fitted to the {origin}; the rest ESTIMATED as "
             f"for any other pair ({values['source']})"
         )
+        if _models()[model].experts:
+            values["source"] = (
+                f"{values['source']}; a mixture of experts: its measured decode times run "
+                "about 20-25% above what these dense-model values predict "
+                "(docs/calibration.md)"
+            )
     try:
         return Calibration(**values)  # type: ignore[arg-type]
     except InputError as error:

@@ -57,6 +57,7 @@ CSV_COLUMNS = (
     "prompt_tokens",
     "output_tokens",
     "ep",
+    "dp",
     "precision",
     "context_tokens",
     "power_w",
@@ -79,8 +80,8 @@ class Measurement:
     gpu: str  # catalog GPU name
     stack: str  # serving stack, e.g. "vllm"
     task: str  # workload or dataset ("" if not stated)
-    tp: int
-    ep: int
+    tp: int  # tensor-parallel size of attention and the dense weights
+    ep: int  # expert-parallel size, as the file states it
     precision: str  # bf16, fp8, mxfp4, nvfp4
     architecture: str  # dense, moe, hybrid ("" if not stated)
     batch: float  # mean running batch (requests)
@@ -94,6 +95,7 @@ class Measurement:
     itl_s: float  # median inter-token latency
     power_w: float | None  # mean power per GPU
     prefill_tokens_per_s: float | None
+    dp: int = 1  # attention replicas (data parallel), each serving 1/dp of the batch
 
     @property
     def where(self) -> str:
@@ -189,9 +191,12 @@ def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
         par = c.get("parallelization") or {}
         if not isinstance(par, dict):
             raise _err(file, row, "parallelization", "must be an object")
-        tp = _count(file, row, "parallelization.tensor_parallel", par.get("tensor_parallel", 1))
+        _count(file, row, "parallelization.tensor_parallel", par.get("tensor_parallel", 1))
         ep = _count(file, row, "parallelization.expert_parallel", par.get("expert_parallel", 1))
+        dp = _count(file, row, "parallelization.data_parallel", par.get("data_parallel", 1))
         n_gpus = _count(file, row, "num_gpus", c.get("num_gpus"))
+        if n_gpus % dp:
+            raise _err(file, row, "num_gpus", f"must be a multiple of data_parallel ({dp})")
         mean_out = _number(file, row, "avg_output_len", c.get("avg_output_len"))
         power = _number(file, row, "avg_power_watts", c.get("avg_power_watts"))
         itl = _number(file, row, "median_itl_ms", c.get("median_itl_ms"))
@@ -206,8 +211,11 @@ def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
                 gpu=_gpu(file, row, c.get("gpu_model")),
                 stack="vllm",
                 task=task,
-                tp=tp,
+                # vLLM with expert parallelism lists the MoE layers' TP (1); attention
+                # and the dense weights are split over the GPUs of each replica
+                tp=n_gpus // dp,
                 ep=ep,
+                dp=dp,
                 precision=precision,
                 architecture=arch,
                 batch=batch,
@@ -259,6 +267,7 @@ def read_csv(file: str, text: str) -> list[Measurement]:
                 task=(r.get("task") or "").strip(),
                 tp=_count(file, row, "tp", r.get("tp")),
                 ep=_count(file, row, "ep", r.get("ep") or 1),
+                dp=_count(file, row, "dp", r.get("dp") or 1),
                 precision=_precision(file, row, r.get("precision") or "bf16"),
                 architecture="",
                 batch=batch,

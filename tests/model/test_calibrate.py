@@ -132,12 +132,15 @@ def test_rows_the_model_cannot_describe_are_listed_with_the_reason() -> None:
     rows = synthetic(0.0)
     odd = [
         dataclasses.replace(rows[0], model="no/such-model"),
-        dataclasses.replace(rows[0], precision="fp8"),
+        dataclasses.replace(rows[0], precision="mxfp4"),
         dataclasses.replace(rows[0], architecture="hybrid"),
+        dataclasses.replace(rows[0], model="qwen3-30b-a3b", architecture="dense"),
     ]
     f = fit(rows + odd)
     reasons = " | ".join(s.reason for s in f.skipped)
-    assert "not in the catalog" in reasons and "fp8" in reasons and "hybrid" in reasons
+    assert "not in the catalog" in reasons and "mxfp4" in reasons and "hybrid" in reasons
+    assert "architecture differs from qwen3-30b-a3b" in reasons
+    assert len(f.skipped) == 4
 
 
 def test_spec_decode_time_is_the_special_case() -> None:
@@ -190,7 +193,8 @@ def test_mlenergy_dense_leave_one_model_out(shared_data_dir: Path) -> None:
     files = sorted((shared_data_dir / "mlenergy").glob("*.json"))
     if not files:
         pytest.skip("no ML.ENERGY files")
-    res = leave_one_model_out(read_measurements(files))
+    dense = [r for r in read_measurements(files) if r.architecture == "dense"]
+    res = leave_one_model_out(dense)
     h100 = res["summary"]["per_gpu"]["h100-sxm"]
     assert h100["rows"] >= 60
     assert h100["itl_ms"]["median_abs_error"] <= 0.05
@@ -230,3 +234,41 @@ def test_shipped_calibrations_are_a_fresh_fit_of_the_published_files(
         assert (a["gpu"], a["stack"], a["fitted"]) == (b["gpu"], b["stack"], b["fitted"])
         for name in a["fitted"]:
             assert a["calibration"][name] == pytest.approx(b["calibration"][name], rel=1e-4)
+
+
+def test_mixture_of_experts_decode_terms() -> None:
+    """Qwen3-30B-A3B (128 experts, 8 per token, 48 MoE layers of 4,718,592-parameter
+    experts; its config.json): the batch reads the dense weights and the experts it
+    touches, 1 - (1 - 8/128)^B of them, spread over the GPUs; prefill FLOPs follow the
+    active parameters. A dense model's terms have no expert part."""
+    m, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100-sxm")
+    assert m.active_params == pytest.approx(30.53e9 - 48 * 120 * 4_718_592)
+    assert m.expert_weight_bytes == pytest.approx(2 * 48 * 128 * 4_718_592)
+    cal = load_calibration("qwen3-30b-a3b", "h100-sxm")
+    one = DecodeTerms.of(m, gpu, 1, 1000.0)
+    assert one.touched(1) == pytest.approx(8 / 128)
+    assert one.touched(16) == pytest.approx(1 - (120 / 128) ** 16)
+    alpha, g = one.alpha_g(cal)
+    # every expert read in the linear form; only those touched at a given batch
+    unread = (120 / 128) ** 16 * one.expert_read_s / cal.mbu
+    assert one.time_s(cal, 16) == pytest.approx(alpha + 16 * g - unread)
+    assert one.expert_read_s == pytest.approx(m.expert_weight_bytes / 3.35e12)
+    # over 4 GPUs with expert parallelism (tp 1, dp 4): experts spread over 4, each
+    # replica serving a quarter of the batch with the whole dense weights
+    four = DecodeTerms.of(m, gpu, 1, 1000.0, dp=4)
+    assert four.expert_read_s == pytest.approx(one.expert_read_s / 4)
+    assert four.weight_read_s == pytest.approx(one.weight_read_s)
+    assert four.kv_read_s == pytest.approx(one.kv_read_s / 4)
+    assert four.collectives == 2 * 48  # the two all-to-alls of each MoE layer
+    dense = DecodeTerms.of(load_model("qwen3-8b"), gpu, 1, 1000.0)
+    assert dense.expert_read_s == 0 and dense.touched(1) == 1.0
+
+
+def test_mla_keeps_a_latent_per_token() -> None:
+    """DeepSeek-V3.1 (MLA): a token keeps kv_lora_rank 512 + rope 64 values per layer,
+    61 layers, bf16: 70,272 bytes, shared by all heads (never split over TP)."""
+    m = load_model("deepseek-ai/DeepSeek-R1-0528")
+    assert m.name == "deepseek-v3.1" and m.kv_bytes_per_token == 2 * 61 * 576
+    t8 = DecodeTerms.of(m, load_gpu("b200"), 8, 1000.0)
+    t1 = DecodeTerms.of(m, load_gpu("b200"), 1, 1000.0)
+    assert t8.kv_read_s == pytest.approx(t1.kv_read_s)

@@ -74,6 +74,22 @@ HF_CONFIGS = {
     "llama-3.3-70b": (80, 64, 8, 128, 8192),
     "llama-3.1-405b": (126, 128, 8, 128, 16384),
     "mistral-small-24b": (40, 32, 8, 128, 5120),
+    "qwen3-30b-a3b": (48, 32, 4, 128, 2048),
+    "qwen3-235b-a22b": (94, 64, 4, 128, 4096),
+    "qwen3-coder-480b-a35b": (62, 96, 8, 128, 6144),
+    # MLA: one latent per token shared by the heads (n_kv_heads 1); q/k head dim 192
+    "deepseek-v3.1": (61, 128, 1, 192, 7168),
+    "llama-4-scout": (48, 40, 8, 128, 5120),
+    "llama-4-maverick": (48, 40, 8, 128, 5120),
+}
+# (experts, experts_per_token, MoE layers, moe_intermediate_size) from the same configs
+MOE_CONFIGS = {
+    "qwen3-30b-a3b": (128, 8, 48, 768),
+    "qwen3-235b-a22b": (128, 8, 94, 1536),
+    "qwen3-coder-480b-a35b": (160, 8, 62, 2560),
+    "deepseek-v3.1": (256, 8, 58, 2048),
+    "llama-4-scout": (16, 1, 48, 8192),
+    "llama-4-maverick": (128, 1, 24, 8192),
 }
 
 
@@ -86,8 +102,17 @@ def test_model_architecture_matches_hf_config(name):
     arch = load_model(name)
     got = (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size)
     assert got == HF_CONFIGS[name]
-    assert arch.bytes_per_param == 2.0 and arch.kv_bytes_per_elem == 2.0  # bf16
-    assert "config.json" in arch.source
+    # bf16, except DeepSeek's weights, released in FP8
+    assert arch.bytes_per_param == (1.0 if name == "deepseek-v3.1" else 2.0)
+    assert arch.kv_bytes_per_elem == 2.0
+    assert "config" in arch.source
+    if name in MOE_CONFIGS:
+        experts, k, layers, width = MOE_CONFIGS[name]
+        assert (arch.experts, arch.experts_per_token, arch.moe_layers) == (experts, k, layers)
+        assert arch.expert_params == 3 * arch.hidden_size * width  # SwiGLU: 3 matrices
+        assert arch.active_params < arch.params
+    else:
+        assert arch.experts == 0 and arch.active_params == arch.params
 
 
 def test_attention_width_is_not_hidden_size_for_mistral_small():
