@@ -31,13 +31,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import highspy
 import numpy as np
 import pyomo.environ as pyo
 
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
 from formulation.highs import stdout_to_stderr
-from formulation.interrupt import STOP, stop_requested
+from formulation.interrupt import STOP
 from formulation.lagrange import site_constant_usd
 
 log = logging.getLogger(__name__)
@@ -423,11 +424,17 @@ def solve_model(
     has_sol = best is not None and math.isfinite(best)
     if tc == TC.infeasible:
         return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
-    if has_sol:
+    interrupted = _interrupted_with_incumbent(opt)
+    if interrupted is not None:
+        # appsi does not know HiGHS's "interrupted" status and drops the incumbent:
+        # take it from HiGHS (objective and bound shifted by the model's constant)
+        opt.load_vars()
+        best = float(pyo.value(m.total_cost_usd))
+        bound = interrupted[1] + (best - interrupted[0])
+        has_sol, tc, term = True, TC.interrupted, "interrupted"
+    elif has_sol:
         res.solution_loader.load_vars()
-        sched = extract(m)
-    else:
-        sched = None
+    sched = extract(m) if has_sol else None
     gap = None
     if has_sol and bound is not None and math.isfinite(bound):
         gap = max(0.0, (best - bound) / max(abs(best), 1e-9))
@@ -446,6 +453,22 @@ def solve_model(
 STOP_CHECK_S = 0.25
 
 
+def _interrupted_with_incumbent(opt: Any) -> tuple[float, float] | None:
+    """(objective, dual bound) in HiGHS's terms when the MILP was interrupted on a stop
+    request and holds a feasible schedule; None otherwise."""
+    highs = getattr(opt, "_solver_model", None)
+    if highs is None or highs.getModelStatus() != highspy.HighsModelStatus.kInterrupt:
+        return None
+    info = highs.getInfo()
+    if info.primal_solution_status != FEASIBLE_POINT:
+        return None
+    return float(info.objective_function_value), float(info.mip_dual_bound)
+
+
+#: HiGHS's ``primal_solution_status`` of a feasible point
+FEASIBLE_POINT = 2
+
+
 def _stop_on_request(opt: Any) -> None:
     """Let HiGHS's branch and bound end early (keeping its incumbent) once the run that
     started it is asked to stop (:mod:`formulation.interrupt`). Pyomo's appsi interface
@@ -456,6 +479,7 @@ def _stop_on_request(opt: Any) -> None:
     highs = getattr(opt, "_solver_model", None)
     if highs is None or not hasattr(highs, "cbMipInterrupt"):
         return
+    stop = STOP.get()
     last = [time.perf_counter()]
 
     def check(event: Any) -> None:
@@ -463,7 +487,12 @@ def _stop_on_request(opt: Any) -> None:
         if now - last[0] < STOP_CHECK_S:
             return
         last[0] = now
-        if stop_requested():
+        try:
+            asked = stop is not None and stop()
+        except Exception:  # noqa: BLE001 - HiGHS would swallow it and end in "error"
+            log.exception("stop check failed; the MILP stops with what it has")
+            asked = True
+        if asked:
             event.data_in.user_interrupt = True
 
     highs.cbMipInterrupt.subscribe(check)

@@ -388,8 +388,8 @@ def _fit_prefill(
     rows: list[Usable], cal: Calibration
 ) -> tuple[Calibration, dict[str, float], dict[str, str]]:
     """``mfu`` from prefill rates: a prompt of ``l`` tokens takes
-    ``(2N l + c_a L d l^2) / (pi tp mfu)`` (SPEC 2.2), so each row gives
-    ``mfu = rate (2N + c_a L d l) / (pi tp)``."""
+    ``(2N l + c_a L d l^2) / (pi G mfu)`` (SPEC 2.2, ``N`` the active parameters, ``G``
+    the instance's GPUs), so each row gives ``mfu = rate (2N + c_a L d l) / (pi G)``."""
     pts = [
         u for u in rows if u.m.prefill_tokens_per_s is not None and u.m.prompt_tokens is not None
     ]
@@ -399,10 +399,10 @@ def _fit_prefill(
         [
             (u.m.prefill_tokens_per_s or 0.0)
             * (
-                2.0 * u.model.params
+                2.0 * u.model.active_params
                 + cal.c_attn * u.model.layers * u.model.attn_width * (u.m.prompt_tokens or 0.0)
             )
-            / (u.gpu.flops_per_s * u.m.tp)
+            / (u.gpu.flops_per_s * u.m.tp * u.m.dp)
             for u in pts
         ]
     )
@@ -590,22 +590,56 @@ def from_document(doc: object, where: str = "calibration") -> Fit:
             raise InputError(f"{at}.calibration.{err.field}", err.reason) from None
         except TypeError as err:
             raise InputError(f"{at}.calibration", str(err)) from None
-        std = {k: (math.inf if v is None else float(v)) for k, v in (e.get("std") or {}).items()}
+        std = {
+            str(k): _optional_number(f"{at}.std.{k}", v)
+            for k, v in _mapping(f"{at}.std", e.get("std")).items()
+        }
+        rows = e.get("rows", 0)
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise InputError(f"{at}.rows", f"must be a count, got {rows!r}")
         groups[(gpu, stack)] = GroupFit(
             gpu,
             stack,
             cal,
             std,
-            list(e.get("fitted") or []),
-            dict(e.get("not_fitted") or {}),
-            int(e.get("rows") or 0),
-            list(e.get("models") or []),
+            [str(x) for x in _sequence(f"{at}.fitted", e.get("fitted"))],
+            {str(k): str(v) for k, v in _mapping(f"{at}.not_fitted", e.get("not_fitted")).items()},
+            rows,
+            [str(x) for x in _sequence(f"{at}.models", e.get("models"))],
         )
     prompts: dict[str, float] = {}
     prompts_std: dict[str, float] = {}
-    for t, v in (doc.get("prompt_tokens") or {}).items():
-        if not isinstance(v, dict) or not isinstance(v.get("value"), (int, float)):
+    for t, v in _mapping(f"{where}.prompt_tokens", doc.get("prompt_tokens")).items():
+        if not isinstance(v, dict):
             raise InputError(f"{where}.prompt_tokens.{t}", "must be {value, std}")
-        prompts[t] = float(v["value"])
-        prompts_std[t] = math.inf if v.get("std") is None else float(v["std"])
+        value = _optional_number(f"{where}.prompt_tokens.{t}.value", v.get("value"))
+        if not math.isfinite(value):
+            raise InputError(f"{where}.prompt_tokens.{t}.value", "missing")
+        prompts[str(t)] = value
+        prompts_std[str(t)] = _optional_number(f"{where}.prompt_tokens.{t}.std", v.get("std"))
     return Fit(groups, prompts, prompts_std)
+
+
+def _mapping(field: str, value: object) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(field, "must be an object")
+    return value
+
+
+def _sequence(field: str, value: object) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(field, "must be a list")
+    return value
+
+
+def _optional_number(field: str, value: object) -> float:
+    """A number, or inf for null (a standard error the fit could not give)."""
+    if value is None:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(field, f"must be a number or null, got {value!r}")
+    return float(value)

@@ -161,7 +161,10 @@ def _weighted_output(file: str, hist: object, mean: float) -> float:
     if not isinstance(bins, list) or not isinstance(counts, list) or len(bins) != len(counts) + 1:
         raise _err(file, "", "output_length_distribution", "bins must be one longer than counts")
     m1 = m2 = n = 0.0
-    for lo, hi, c in zip(bins[:-1], bins[1:], counts, strict=True):
+    for i, (lo, hi, c) in enumerate(zip(bins[:-1], bins[1:], counts, strict=True)):
+        for name, v in (("bins", lo), ("bins", hi), ("counts", c)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _err(file, "", f"output_length_distribution.{name}[{i}]", "not a number")
         x = (float(lo) + float(hi)) / 2.0
         m1 += c * x
         m2 += c * x * x
@@ -385,6 +388,14 @@ def read_bench_serving(
             raise _err(file, row, "date", f"no power sample from {start} to {end} in {names}")
         log, (power, n_gpus) = hits[0]
         log_gpu = log.gpu
+        if tp is not None and n_gpus != tp:
+            raise _err(
+                file,
+                row,
+                "tp",
+                f"{log.file} has {n_gpus} GPUs during the run but the run used {tp}: log only "
+                "the run's GPUs (nvidia-smi -i), so that idle ones do not lower the power",
+            )
     name = gpu or log_gpu
     if name is None:
         raise _err(file, row, "gpu", "unknown: pass --gpu, or log nvidia-smi's name column")
@@ -424,7 +435,7 @@ def _text(path: Path) -> str:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise _err(name, "", "size", f"larger than {MAX_FILE_BYTES // 2**20} MiB")
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
     except OSError as e:
         raise InputError(name, f"cannot read: {e.strerror}") from None
     except UnicodeDecodeError:

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -257,7 +258,14 @@ def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
         return cancel[0]
 
     try:
-        result = run_kind(job.kind, job.request, memory_budget_mb, monitor, url)
+        result = run_kind(
+            job.kind,
+            job.request,
+            memory_budget_mb,
+            monitor,
+            url,
+            cancelled=lambda: store.progress(job_id, {**latest, "phase": "storing"}),
+        )
     except PdwattError as exc:
         store.finish(job_id, "failed", error=_problem_of(exc))
         return "failed"
@@ -279,9 +287,11 @@ def run_kind(
     memory_budget_mb: float | None,
     monitor: Any = None,
     url: str | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """What the synchronous route of ``kind`` answers for ``request`` (``url``: the
-    database that holds the sites, for ``site_plan``)."""
+    database that holds the sites, for ``site_plan``; ``cancelled``: whether the job
+    was cancelled, asked before a site plan is stored)."""
     from service import work, work_dr
 
     if kind == "schedule":
@@ -298,6 +308,7 @@ def run_kind(
             request["site_id"],
             None if current is None else Current.model_validate(current),
             lambda req: work.schedule(req, memory_budget_mb, monitor),
+            keep=lambda: cancelled is None or not cancelled(),
         )
     if kind == "demand_response":
         return work_dr.demand_response(request, memory_budget_mb)

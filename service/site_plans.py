@@ -132,9 +132,13 @@ def plan_site(
     site_id: str,
     current: Current | None,
     solve: Callable[[dict[str, Any]], dict[str, Any]],
+    keep: Callable[[], bool] = lambda: True,
 ) -> dict[str, Any]:
     """Plan site ``site_id`` with ``solve`` (a schedule request -> its response) and
-    keep the plan; the stored plan document (what ``GET .../plan`` answers)."""
+    keep the plan; the stored plan document (what ``GET .../plan`` answers). When
+    ``keep()`` is false once solved (a cancelled job), the plan is not stored: a plan
+    cut short never becomes the one the site dispatches; its document comes back
+    without a ``plan_id``."""
     site = store.get_site(site_id)
     req, first = sub_request(site.body, current)
     try:
@@ -142,5 +146,7 @@ def plan_site(
     except InputError as e:
         raise name_the_state(e, req, current) from None
     doc = plan_response(site, resp, first, current)
+    if not keep():
+        return {"plan_id": None, "status": resp["status"], "stale": False, **doc}
     plan = store.add_plan(site.id, site.version, resp["status"], first, doc)
     return plan_doc(plan, site.version)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -272,3 +273,27 @@ def test_mla_keeps_a_latent_per_token() -> None:
     t8 = DecodeTerms.of(m, load_gpu("b200"), 8, 1000.0)
     t1 = DecodeTerms.of(m, load_gpu("b200"), 1, 1000.0)
     assert t8.kv_read_s == pytest.approx(t1.kv_read_s)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("calibrations", 0, "std"), {"mbu": "x"}, "calibrations[0].std.mbu"),
+        (("calibrations", 0, "std"), [1], "calibrations[0].std"),
+        (("calibrations", 0, "rows"), "many", "calibrations[0].rows"),
+        (("prompt_tokens",), [1], "prompt_tokens"),
+        (("calibrations", 0, "gpu"), "tpu", "calibrations[0].gpu"),
+    ],
+)
+def test_a_malformed_calibration_file_names_the_field(
+    path: tuple[object, ...], value: object, field: str
+) -> None:
+    rows = synthetic(0.01)
+    doc = json.loads(json.dumps(to_document(fit(rows), rows), allow_nan=False))
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(InputError) as e:
+        from_document(doc, "cal.json")
+    assert e.value.field == f"cal.json.{field}"

@@ -133,8 +133,16 @@ def test_bench_serving_result_with_its_power_log(tmp_path: Path) -> None:
     assert r.output_weighted_tokens == pytest.approx((200**2 + 400**2) / 600)
     # the run is the minute before its date: the 10:08 sample is left out
     assert r.power_w == pytest.approx((500 + 520 + 540 + 560) / 4)
-    (one,) = read_measurements([res, log], gpu="h200", tp=1)
-    assert (one.gpu, one.tp) == ("h200", 1)
+    (named,) = read_measurements([res, log], gpu="h200", tp=2)
+    assert (named.gpu, named.tp) == ("h200", 2)
+    # a log of more GPUs than the run used would average idle ones in
+    with pytest.raises(InputError) as e:
+        read_measurements([res, log], tp=1)
+    assert e.value.field == "bench.json: result.tp"
+    bom = tmp_path / "m.csv"  # as a spreadsheet saves it
+    bom.write_text("\ufeff" + HEADER + "qwen3-8b,H100,1,32,10.5,900,300,500,vllm,chat\n")
+    (r,) = read_measurements([bom])
+    assert r.model == "qwen3-8b"
 
 
 @pytest.mark.parametrize(

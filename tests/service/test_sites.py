@@ -504,11 +504,25 @@ def test_a_site_plan_job_keeps_the_plan_the_route_would(client: TestClient) -> N
     doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
     assert doc["status"] == "succeeded" and doc["result"]["first_period"] == 2
     assert [p["index"] for p in doc["result"]["schedule"]["periods"]] == [2, 3]
-    # a state the solve refuses is named after the entry the client sent
-    bad = {"a": {"n_p": 1, "n_d": 0}, "b": {"n_p": 1, "n_d": 1}}
+    # a state only the solve refuses (6 GPUs for a deployment of at most 4) is named
+    # after the entry the client sent
+    bad = {"a": {"n_p": 3, "n_d": 3}, "b": {"n_p": 1, "n_d": 1}}
     job["request"]["current"] = {"period": 2, "state": bad}
     doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
     assert doc["status"] == "failed" and doc["error"]["field"] == "current.state.a"
     r = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": "nope"}})
     assert r.status_code == 404
     assert r.json()["errors"][0]["field"] == "request.site_id"
+
+
+def test_a_cancelled_site_plan_is_not_kept(client: TestClient, db_url: str) -> None:
+    """A plan job cancelled while it solved returns its schedule but stores no plan:
+    a plan cut short never becomes the one the site dispatches."""
+    from service import work
+    from service.site_plans import plan_site
+    from service.store import store_for
+
+    site_id = register(client)
+    doc = plan_site(store_for(db_url), site_id, None, work.schedule, keep=lambda: False)
+    assert doc["plan_id"] is None and len(doc["schedule"]["periods"]) == 4
+    assert client.get(f"/v1/sites/{site_id}/plan").status_code == 404
