@@ -24,7 +24,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from formulation.data import ScheduleData, take_periods
-from formulation.dp import DeploymentGrid, deployment_grid, stage_costs, transition_cost
+from formulation.dp import (
+    DeploymentGrid,
+    deployment_grid,
+    endpoint_costs,
+    stage_costs,
+    transition_cost,
+)
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp import estimated_build_s, solve_compact
 from formulation.period import enumeration_applies, solve_period
@@ -125,16 +131,14 @@ def priced_period(
         ks = np.zeros(M, dtype=np.int64)
         loads = np.zeros(M)
         net = 0.0
-        a = float(data.cost_usd_per_w[t]) + pi
+        a = np.asarray(float(data.cost_usd_per_w[t]) + pi)
         for m, d in enumerate(data.deployments):
             g = grids[m]
             u = float(d.unserved_usd_per_rps[t])
             lam = float(d.demand_rps[t])
-            c0 = a * (g.p0_w[t] - idle * d.gpus) + u * lam
-            c1 = a * (g.p1_w[t] - idle * d.gpus) + u * (lam - g.smax[t])
-            cost = np.where(d.allowed, np.minimum(c0, c1), np.inf)
+            cost, fulls = endpoint_costs(data, d, a, 0.0, u, lam, g.p0_w[t], g.p1_w[t], g.smax[t])
             k = int(np.argmin(cost))
-            full = bool(c1[k] < c0[k])
+            full = bool(fulls[k])
             ks[m] = k
             loads[m] = float(g.smax[t, k]) if full else 0.0
             net += float((g.p1_w[t, k] if full else g.p0_w[t, k]) - idle * d.gpus[k])

@@ -112,17 +112,43 @@ def stage_costs(
     sigma_gpu: FloatArray,
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
     """Stage cost (T, K) and whether the minimum serves smax, at prices ``pi``/``sigma``."""
-    a = (data.cost_usd_per_w + pi_w)[:, None]
-    u = d.unserved_usd_per_rps[:, None]
-    c0 = a * g.p0_w + u * d.demand_rps[:, None]
-    c1 = a * g.p1_w + u * (d.demand_rps[:, None] - g.smax)
-    full = c1 < c0
-    gpu_term = (sigma_gpu[:, None] - a * data.idle_gpu_power_w) * d.gpus[None, :]
-    cost = np.minimum(c0, c1) + gpu_term
-    cost[:, ~d.allowed] = np.inf
+    cost, full = endpoint_costs(
+        data,
+        d,
+        (data.cost_usd_per_w + pi_w)[:, None],
+        sigma_gpu[:, None],
+        d.unserved_usd_per_rps[:, None],
+        d.demand_rps[:, None],
+        g.p0_w,
+        g.p1_w,
+        g.smax,
+    )
     if g.ok is not None:
         cost[~g.ok] = np.inf
     return cost, full
+
+
+def endpoint_costs(
+    data: ScheduleData,
+    d: DeploymentData,
+    a: FloatArray,
+    sigma: FloatArray | float,
+    u: FloatArray | float,
+    lam: FloatArray | float,
+    p0: FloatArray,
+    p1: FloatArray,
+    smax: FloatArray,
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Cost of each candidate serving nothing or the most it may (its cost is concave
+    in the load, so one of the two is its least), at ``a`` USD per IT watt and
+    ``sigma`` per GPU, and whether serving the most is cheaper; shapes broadcast (a
+    period's row or every period). Candidates the deployment may not run cost inf."""
+    c0 = a * p0 + u * lam
+    c1 = a * p1 + u * (lam - smax)
+    gpu_term = (sigma - a * data.idle_gpu_power_w) * d.gpus
+    cost = np.minimum(c0, c1) + gpu_term
+    cost = np.where(d.allowed, cost, np.inf)
+    return cost, c1 < c0
 
 
 def _unit_steps(gg: FloatArray, steps: int, c_up: float, c_down: float) -> FloatArray:

@@ -474,12 +474,10 @@ def _stop_on_request(opt: Any) -> None:
     started it is asked to stop (:mod:`formulation.interrupt`). Pyomo's appsi interface
     exposes the HiGHS object only as ``_solver_model``; without it the MILP runs to its
     time limit."""
-    if STOP.get() is None:
-        return
+    stop = STOP.get()  # read here: HiGHS calls back on its own thread's context
     highs = getattr(opt, "_solver_model", None)
-    if highs is None or not hasattr(highs, "cbMipInterrupt"):
+    if stop is None or highs is None or not hasattr(highs, "cbMipInterrupt"):
         return
-    stop = STOP.get()
     last = [time.perf_counter()]
 
     def check(event: Any) -> None:
@@ -488,7 +486,7 @@ def _stop_on_request(opt: Any) -> None:
             return
         last[0] = now
         try:
-            asked = stop is not None and stop()
+            asked = stop()
         except Exception:  # noqa: BLE001 - HiGHS would swallow it and end in "error"
             log.exception("stop check failed; the MILP stops with what it has")
             asked = True

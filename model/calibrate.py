@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from model.capacity import DecodeTerms, instance_power_w
+from model.capacity import DecodeTerms, instance_power_w, kv_memory_bytes
 from model.catalog import (
     Calibration,
     GpuSpec,
@@ -151,10 +151,7 @@ def decode_load(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float
     the weights, over the context), at most 1."""
     ctx = context_tokens(u, prompts)
     terms = terms_of(u, prompts)
-    gpus = u.m.tp * u.m.dp
-    # each replica holds the dense weights; the experts are stored once over all GPUs
-    weights = u.model.dense_weight_bytes * u.m.dp + u.model.expert_weight_bytes
-    mem = MEM_FRACTION * u.gpu.mem_bytes * gpus - weights
+    mem = kv_memory_bytes(u.model, u.gpu, u.m.tp, MEM_FRACTION, u.m.dp)
     b_max = max(mem / (u.model.kv_bytes_per_token * ctx), u.m.batch)
     rate = u.m.batch / terms.time_s(cal, u.m.batch)
     return min(rate / (b_max / terms.time_s(cal, b_max)), 1.0)
@@ -256,20 +253,19 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
     lo: list[float] = []
     hi: list[float] = []
     x0: list[float] = []
+    bases = {key: _base(key[0], groups[key][0].model.name) for key in keys}
     for key in keys:
-        base = _base(key[0], groups[key][0].model.name)
         for n in free[key]:
             index.append((key, n))
             a, b = BOUNDS[n]
             lo.append(a)
             hi.append(b)
-            x0.append(min(max(START.get(n, getattr(base, n)), a), b))
+            x0.append(min(max(START.get(n, getattr(bases[key], n)), a), b))
     for t in tasks:
         index.append((None, t))
         lo.append(PROMPT_BOUNDS[0])
         hi.append(PROMPT_BOUNDS[1])
         x0.append(PROMPT_START)
-    bases = {key: _base(key[0], groups[key][0].model.name) for key in keys}
 
     def unpack(x: FloatArray) -> tuple[dict[tuple[str, str], Calibration], dict[str, float]]:
         vals: dict[tuple[str, str], dict[str, float]] = {k: {} for k in keys}
@@ -501,8 +497,9 @@ def leave_one_model_out(
     refused: dict[str, str] = {}
     for i, name in enumerate(models):
         say(f"leave-one-model-out {i + 1}/{len(models)}: {name}")
-        train = [r for r in rows if r not in {u.m for u in usable if u.model.name == name}]
         test = [u.m for u in usable if u.model.name == name]
+        held = set(test)
+        train = [r for r in rows if r not in held]
         try:
             f = fit(train)
         except InputError as e:

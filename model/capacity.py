@@ -69,6 +69,16 @@ class DeploymentSpec:
         }
 
 
+def kv_memory_bytes(
+    model: ModelArch, gpu: GpuSpec, tp: int, mem_fraction: float, dp: int = 1
+) -> float:
+    """Memory left for the KV cache on an instance of ``tp x dp`` GPUs: the share
+    ``mem_fraction`` of their memory less the weights (the dense ones held by each of
+    the ``dp`` replicas, the routed experts once); negative when they do not fit."""
+    weights = model.dense_weight_bytes * dp + model.expert_weight_bytes
+    return mem_fraction * (gpu.mem_bytes * tp * dp) - weights
+
+
 #: bytes per activation element that a tensor-parallel all-reduce carries (bf16)
 ACTIVATION_BYTES = 2.0
 
@@ -211,7 +221,7 @@ class Coefficients:
         if st.kv_pool_tokens is not None:
             pool = int(st.kv_pool_tokens)
         else:
-            free = st.mem_fraction * mem - m.weight_bytes
+            free = kv_memory_bytes(m, hw, tp, st.mem_fraction)
             if free <= 0:
                 raise DoesNotFitError(
                     "model",

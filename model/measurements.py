@@ -87,8 +87,8 @@ class Measurement:
     batch: float  # mean running batch (requests)
     output_tokens: float  # mean output length
     #: E[l_out^2] / E[l_out]: the output length a decode iteration sees on average
-    #: (requests are in the batch in proportion to their length), = output_tokens
-    #: when no distribution is given
+    #: (requests are in the batch in proportion to their length, :func:`length_weighted`),
+    #: = output_tokens when no distribution is given
     output_weighted_tokens: float
     prompt_tokens: float | None  # mean prompt length; None: not in the file
     context_tokens: float | None  # mean context of a running request, if stated
@@ -152,26 +152,31 @@ def _precision(file: str, row: str, value: object) -> str:
     return _named(file, row, "precision", value, PRECISIONS)
 
 
-def _weighted_output(file: str, hist: object, mean: float) -> float:
-    """``E[l^2] / E[l]`` from a histogram ``{"bins": edges, "counts": n}`` (bin
-    centres), or ``mean`` when there is none."""
+def length_weighted(lengths: Iterable[float], counts: Iterable[float]) -> float | None:
+    """``E[l^2] / E[l]`` of lengths seen ``counts`` times each: the mean length of the
+    requests a decode iteration holds (a request stays for as many iterations as it
+    has output tokens); None when there is nothing to weigh."""
+    m1 = m2 = 0.0
+    for x, c in zip(lengths, counts, strict=True):
+        m1 += c * x
+        m2 += c * x * x
+    return m2 / m1 if m1 > 0 else None
+
+
+def _histogram_weighted(file: str, hist: object) -> float | None:
+    """:func:`length_weighted` of an ML.ENERGY output-length histogram
+    ``{"bins": edges, "counts": n}`` (bin centres); None when there is none."""
     if not isinstance(hist, dict):
-        return mean
+        return None
     bins, counts = hist.get("bins"), hist.get("counts")
     if not isinstance(bins, list) or not isinstance(counts, list) or len(bins) != len(counts) + 1:
         raise _err(file, "", "output_length_distribution", "bins must be one longer than counts")
-    m1 = m2 = n = 0.0
-    for i, (lo, hi, c) in enumerate(zip(bins[:-1], bins[1:], counts, strict=True)):
-        for name, v in (("bins", lo), ("bins", hi), ("counts", c)):
+    for name, values in (("bins", bins), ("counts", counts)):
+        for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _err(file, "", f"output_length_distribution.{name}[{i}]", "not a number")
-        x = (float(lo) + float(hi)) / 2.0
-        m1 += c * x
-        m2 += c * x * x
-        n += c
-    if not m1 > 0:
-        return mean
-    return m2 / m1
+    centres = [(float(lo) + float(hi)) / 2.0 for lo, hi in zip(bins[:-1], bins[1:], strict=True)]
+    return length_weighted(centres, counts)
 
 
 def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
@@ -186,6 +191,8 @@ def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
     precision = _precision(file, "", raw.get("weight_precision", "bfloat16"))
     arch = ARCHITECTURES.get(str(raw.get("architecture", "")).strip().lower(), "")
     task = str(raw.get("task", ""))
+    # one histogram for the whole file
+    weighted = _histogram_weighted(file, raw.get("output_length_distribution"))
     out = []
     for i, c in enumerate(raw["configurations"]):
         row = f"configurations[{i}]"
@@ -223,9 +230,7 @@ def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
                 architecture=arch,
                 batch=batch,
                 output_tokens=mean_out,
-                output_weighted_tokens=_weighted_output(
-                    file, raw.get("output_length_distribution"), mean_out
-                ),
+                output_weighted_tokens=weighted or mean_out,
                 prompt_tokens=None,
                 context_tokens=None,
                 itl_s=itl / 1e3,
@@ -400,11 +405,9 @@ def read_bench_serving(
     if name is None:
         raise _err(file, row, "gpu", "unknown: pass --gpu, or log nvidia-smi's name column")
     lens = raw.get("output_lens")
-    weighted = tout / done
-    if isinstance(lens, list) and lens and all(isinstance(x, (int, float)) for x in lens):
-        total = float(sum(lens))
-        if total > 0:
-            weighted = float(sum(x * x for x in lens)) / total
+    weighted = None
+    if isinstance(lens, list) and all(isinstance(x, (int, float)) for x in lens):
+        weighted = length_weighted(lens, [1.0] * len(lens))
     backend = str(raw.get("backend", "")).lower()
     stack = "sglang" if "sglang" in backend else "vllm" if "vllm" in backend else backend
     stack = stack or "unknown"
@@ -421,7 +424,7 @@ def read_bench_serving(
         architecture="",
         batch=rate * itl_mean / 1e3,
         output_tokens=tout / done,
-        output_weighted_tokens=weighted,
+        output_weighted_tokens=weighted or tout / done,
         prompt_tokens=tin / done,
         context_tokens=None,
         itl_s=itl_med / 1e3,

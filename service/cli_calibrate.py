@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from model.calibrate import fit, from_document, leave_one_model_out, predict, to_document
+from model.calibrate import Fit, fit, from_document, leave_one_model_out, predict, to_document
 from model.catalog import Calibration, load_gpu
 from model.errors import InputError
 from model.measurements import read_measurements
@@ -66,7 +66,7 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_calibration_file(path: str) -> Any:
+def read_calibration_file(path: str) -> Fit:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -78,9 +78,10 @@ def read_calibration_file(path: str) -> Any:
     return from_document(doc, Path(path).name)
 
 
-def calibration_for_gpu(path: str, gpu: str) -> Calibration:
-    """The file's calibration for ``gpu`` (it must hold exactly one, whatever the stack)."""
-    f = read_calibration_file(path)
+def calibration_for_gpu(path: str, gpu: str, f: Fit | None = None) -> Calibration:
+    """The file's calibration for ``gpu`` (it must hold exactly one, whatever the
+    stack); ``f``: the file already read."""
+    f = f or read_calibration_file(path)
     name = load_gpu(gpu).name
     found = [g for (g_name, _), g in f.groups.items() if g_name == name]
     have = ", ".join(f"{g}/{s}" for g, s in f.groups)

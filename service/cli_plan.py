@@ -172,8 +172,9 @@ def with_calibration_file(body: dict[str, Any], path: str) -> dict[str, Any]:
     import copy
     import dataclasses
 
-    from service.cli_calibrate import calibration_for_gpu
+    from service.cli_calibrate import calibration_for_gpu, read_calibration_file
 
+    fitted = read_calibration_file(path)
     out = copy.deepcopy(body)
     deps = out.get("deployments")
     if not isinstance(deps, list):
@@ -181,7 +182,7 @@ def with_calibration_file(body: dict[str, Any], path: str) -> dict[str, Any]:
     for dep in deps:
         if not isinstance(dep, dict) or not isinstance(dep.get("gpu"), str):
             continue
-        cal = dataclasses.asdict(calibration_for_gpu(path, dep["gpu"]))
+        cal = dataclasses.asdict(calibration_for_gpu(path, dep["gpu"], fitted))
         overrides = dep.setdefault("overrides", {})
         if isinstance(overrides, dict):
             overrides["calibration"] = cal | dict(overrides.get("calibration") or {})

@@ -39,7 +39,6 @@ from service.store import SiteNotFound, as_utc, digest, engine_for, jobs, utc_no
 
 log = logging.getLogger(__name__)
 
-KINDS = ("schedule", "demand_response", "flexibility")
 FINAL = ("succeeded", "failed", "cancelled")
 #: seconds between two progress writes (and cancellation reads) of a running job
 PROGRESS_EVERY_S = 0.5

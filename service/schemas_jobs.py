@@ -49,11 +49,12 @@ JobRequest = Annotated[
     ScheduleJob | DemandResponseJob | FlexibilityJob | SitePlanJob, Field(discriminator="kind")
 ]
 JobKind = Literal["schedule", "demand_response", "flexibility", "site_plan"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
 class JobAccepted(BaseModel):
     id: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus
 
 
 class JobProgress(BaseModel):
@@ -67,7 +68,7 @@ class JobProgress(BaseModel):
 class JobDocument(BaseModel):
     id: str
     kind: JobKind
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus
     progress: JobProgress | None = None
     created: str
     started: str | None = None

@@ -145,8 +145,17 @@ def plan_site(
         resp = solve(req)
     except InputError as e:
         raise name_the_state(e, req, current) from None
-    doc = plan_response(site, resp, first, current)
     if not keep():
+        doc = plan_response(site, resp, first, current)
         return {"plan_id": None, "status": resp["status"], "stale": False, **doc}
+    return keep_plan(store, site, resp, first, current)
+
+
+def keep_plan(
+    store: Store, site: Site, resp: dict[str, Any], first: int, current: Current | None
+) -> dict[str, Any]:
+    """Store the schedule ``resp`` of ``site`` (from period ``first``) as its latest
+    plan; the plan document."""
+    doc = plan_response(site, resp, first, current)
     plan = store.add_plan(site.id, site.version, resp["status"], first, doc)
     return plan_doc(plan, site.version)

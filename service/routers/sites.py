@@ -57,11 +57,11 @@ from service.schemas import NonNeg, ScheduleRequest, Strict, dump
 from service.settings import Settings
 from service.site_plans import (
     Current,
+    keep_plan,
     n_periods,
     name_the_state,
     period,
     plan_doc,
-    plan_response,
     plan_start,
     request_of,
     sub_request,
@@ -251,9 +251,7 @@ async def _replan(
 ) -> dict[str, Any]:
     req, first = sub_request(site.body, current)
     resp = await _solve(pool, req, current)
-    doc = plan_response(site, resp, first, current)
-    plan = await _db(store.add_plan, site.id, site.version, resp["status"], first, doc)
-    return plan_doc(plan, site.version)
+    return await _db(keep_plan, store, site, resp, first, current)
 
 
 async def _replan_after_update(
