@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from model import admission
 from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack
 from model.errors import DoesNotFitError, InputError
 from model.workload import Workload
@@ -41,6 +42,21 @@ IntArray = NDArray[np.int64]
 
 #: Relative tolerance on the operating batch ``B*`` (SPEC 2.5 asks for 1e-9).
 ROOT_RTOL = 1e-9
+
+#: The analytical models of the memory balance: ``paper`` is SPEC 2.5 to the letter;
+#: ``admission`` charges the pool only for admitted requests (docs/admission.md).
+MODEL_VARIANTS = ("paper", "admission")
+#: The variant with the smaller worst-case error against the simulator over the six
+#: validation workloads (docs/validation.md).
+DEFAULT_VARIANT = "paper"
+
+
+def check_variant(variant: str) -> str:
+    if variant not in MODEL_VARIANTS:
+        raise InputError(
+            "model_variant", f"must be one of {', '.join(MODEL_VARIANTS)}, got {variant!r}"
+        )
+    return variant
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,10 @@ class DeploymentSpec:
     calibration: Calibration
     workload: Workload
     serving: ServingStack = field(default_factory=ServingStack)
+    variant: str = DEFAULT_VARIANT  # the memory balance: one of MODEL_VARIANTS
+
+    def __post_init__(self) -> None:
+        check_variant(self.variant)
 
     def coefficients(self) -> Coefficients:
         return Coefficients.of(self)
@@ -66,6 +86,7 @@ class DeploymentSpec:
             "calibration": asdict(self.calibration),
             "workload": self.workload.to_dict(),
             "serving": asdict(self.serving),
+            "model_variant": self.variant,
         }
 
 
@@ -193,6 +214,9 @@ class Coefficients:
     psat_decode_w: float
     p_idle_w: float
     gpus_per_instance: int
+    variant: str = DEFAULT_VARIANT
+    # admission variant: uncommitted pool under FIFO admission (0 for paper)
+    fragment_tokens: float = 0.0
 
     @property
     def mu_prefill_rps(self) -> float:
@@ -205,10 +229,30 @@ class Coefficients:
 
     @property
     def batch_max(self) -> float:
-        """``B_max = (C_tok - U)/(ctx + R)``: the batch that fills the pool alone."""
+        """``B_max = (C_tok - U)/(ctx + R)``: the batch that fills the pool alone (the
+        admission variant fills the packable pool, ``C_tok - U`` less fragmentation)."""
         if not self.has_decode_work:
             return 0.0
-        return self.kv_usable_tokens / (self.ctx_tokens + self.reserved_tokens)
+        return (self.kv_usable_tokens - self.fragment_tokens) / (
+            self.ctx_tokens + self.reserved_tokens
+        )
+
+    def loop_terms(self) -> admission.LoopTerms:
+        """The scalars of the admission variant's closed loop."""
+        return admission.loop_terms(
+            out_iterations=self.out_iterations,
+            alpha_s=self.alpha_s,
+            g_s_per_request=self.g_s_per_request,
+            ctx_tokens=self.ctx_tokens,
+            reserved_tokens=self.reserved_tokens,
+            mean_in_tokens=self.mean_in_tokens,
+            prefill_reserve_token_s=self.t_prefill_reserve_token_s,
+            t_prefill_mean_s=self.t_prefill_mean_s,
+            t_prefill_scv=self.t_prefill_scv,
+            usable_tokens=self.kv_usable_tokens,
+            fragment_tokens=self.fragment_tokens,
+            random_dispatch=self.random_dispatch,
+        )
 
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Coefficients:
@@ -255,6 +299,17 @@ class Coefficients:
         alpha, g = terms.alpha_g(cal)
         if not iters > 0:
             g = math.nan
+        variant = check_variant(spec.variant)
+        fragment = 0.0
+        if variant == "admission" and iters > 0:
+            fragment = admission.fragmentation_tokens(e1, e2, st.reserved_tokens, iters)
+            if usable - fragment <= 0:
+                raise DoesNotFitError(
+                    "workload",
+                    f"the KV pool of {m.name} on {hw.name} ({usable:,.0f} tokens) leaves "
+                    f"nothing to pack once FIFO admission's fragmentation "
+                    f"({fragment:,.0f} tokens) is set aside",
+                )
         return cls(
             a_p_s_per_token=a_p,
             b_p_s_per_token2=b_p,
@@ -279,6 +334,8 @@ class Coefficients:
             psat_decode_w=cal.psat_decode_w * tp,
             p_idle_w=cal.p_idle_w,
             gpus_per_instance=tp,
+            variant=variant,
+            fragment_tokens=fragment,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------
@@ -514,7 +571,17 @@ def evaluate(
     if c.has_decode_work:
         batch = np.zeros(npf.shape)
         if both.any():
-            b, passes = solve_batch(c, npf[both], ndf[both])
+            if c.variant == "admission":
+                b, passes = admission.solve_batch(
+                    c.loop_terms(),
+                    npi[both],
+                    ndi[both],
+                    c.batch_max,
+                    c.batch_rho(npf[both], ndf[both]),
+                    rtol=ROOT_RTOL,
+                )
+            else:
+                b, passes = solve_batch(c, npf[both], ndf[both])
             batch[both] = b
         mu_d = c.decode_rate_rps(batch)
         mu_d_max = np.full(npf.shape, float(c.decode_rate_rps(c.batch_max)))

@@ -1,0 +1,263 @@
+"""Admission-aware memory balance: the ``admission`` model variant (docs/admission.md).
+
+SPEC 2.5 (the ``paper`` variant) charges the KV pool for every request dispatched to a
+decode instance from the moment it is dispatched, through a Kingman wait in an open
+prefill queue. In SGLang's PD mode (and in :mod:`model.simulator`) a request holds no
+pool memory until its decode instance admits it; requests that do not fit wait in the
+decode admission queue at no memory cost. At capacity that queue is never empty, so the
+pool is always full and the admitted requests form a *closed* loop: a decode instance's
+tokens circulate through the prefill queue, prefill, and decode. This module solves
+that loop. Three changes to SPEC 2.5, each derived in docs/admission.md:
+
+1. **Finite-source prefill queue.** Round-robin pairs request ``k`` with prefill
+   ``k mod n_P`` and decode ``k mod n_D``, so the instances split into ``g =
+   gcd(n_P, n_D)`` independent components of ``a = n_P/g`` prefill servers and ``b =
+   n_D/g`` decode pools (random dispatch: one component, ``a = n_P``, ``b = n_D``). A
+   component is a closed network: ``n`` admitted requests, the prefill servers (FCFS,
+   mean service ``E[t_P]``, each visited by a request with probability ``1/a``) and the
+   decode stage, where a request spends ``Z = E[l_out - 1] t_D(B)`` (a delay station).
+   The population ``n`` whose throughput is the decode throughput ``b lambda_D(B)``
+   gives the prefill wait ``W = n/X - Z - E[t_P]`` (Little's law over the cycle).
+   Mean value analysis solves the network; here with the Linearizer (Chandy and Neuse
+   1982) in closed form, inverted for ``n`` (:func:`population_for_throughput`).
+2. **General service and arrivals.** As Kingman does for the open queue, the
+   exponential-service wait is scaled by ``(c_a^2 + c_s^2)/2``: ``c_s^2`` of ``t_P``, and
+   ``c_a^2 = 1/a`` (each pool sends every ``a``-th admission to a given server), 1 for
+   random dispatch. With an unbounded population this is SPEC 2.5's Kingman wait.
+3. **Fragmentation.** FIFO admission needs the head's whole ``S = l_in + R``: after the
+   admissions a completion allows, the uncommitted rest is the age of the renewal
+   process of admitted sizes, ``E[S^2]/(2 E[S])`` on average; between completions the
+   running contexts grow, one token per request per iteration, ``E[l_out - 1]`` tokens
+   per completion. The pool that admitted requests can fill is
+   ``C_tok - U - (E[S^2]/(2 E[S]) - E[l_out - 1])``.
+
+The balance in the batch ``B`` (decode requests per pool) is then SPEC 2.5's with the
+wait above and the packable pool; it has one root in ``(0, min(B_max, B_rho))`` and is
+solved by bracketed false position, vectorised over configurations.
+
+This module is pure numerics on plain arrays: :mod:`model.capacity` calls it with the
+per-deployment scalars; the simulator never imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+FloatArray = NDArray[np.float64]
+
+#: Linearizer refinement passes (Chandy and Neuse use three).
+LINEARIZER_PASSES = 3
+
+
+@dataclass(frozen=True)
+class LoopTerms:
+    """Per-deployment scalars of the closed admission loop (all per decode pool)."""
+
+    out_iterations: float  # E[l_out - 1]
+    alpha_s: float  # t_D(B) = alpha + g B
+    g_s_per_request: float
+    active_tokens: float  # ctx + R, held by a decoding request
+    in_reserve_tokens: float  # E[S] = E[l_in] + R, held while waiting for or in prefill
+    prefill_reserve_token_s: float  # E[t_P (l_in + R)]
+    t_prefill_mean_s: float  # E[t_P]
+    t_prefill_scv: float  # c_s^2 of t_P
+    packable_tokens: float  # C_tok - U - fragmentation
+    random_dispatch: bool
+
+
+def fragmentation_tokens(mean_in: float, e_in2: float, reserved: float, out_iter: float) -> float:
+    """Time-average uncommitted pool under FIFO admission: ``E[S^2]/(2E[S]) - E[l_out-1]``
+    with ``S = l_in + R`` (docs/admission.md, section 3)."""
+    e_s = mean_in + reserved
+    e_s2 = e_in2 + 2.0 * reserved * mean_in + reserved * reserved
+    return e_s2 / (2.0 * e_s) - out_iter
+
+
+def components(
+    n_p: ArrayLike, n_d: ArrayLike, random_dispatch: bool
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(g, a, b)``: independent components, prefill servers and decode pools in each."""
+    npi = np.asarray(n_p, dtype=np.int64)
+    ndi = np.asarray(n_d, dtype=np.int64)
+    g = np.ones_like(npi) if random_dispatch else np.gcd(npi, ndi)
+    return g.astype(float), (npi // g).astype(float), (ndi // g).astype(float)
+
+
+def _positive_root(p2: FloatArray, p1: FloatArray, p0: FloatArray) -> FloatArray:
+    """Positive root of ``p2 x^2 + p1 x + p0`` with ``p0 <= 0 < p2`` (nan otherwise),
+    in the form that avoids cancellation."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        disc = np.sqrt(p1 * p1 - 4.0 * p2 * p0)
+        root = np.where(p1 >= 0.0, -2.0 * p0 / (p1 + disc), (disc - p1) / (2.0 * p2))
+    return np.where((p2 > 0.0) & (p0 <= 0.0), root, np.nan)
+
+
+def _core_queue(
+    e: float, a: FloatArray, z: FloatArray, m: FloatArray, delta: FloatArray
+) -> FloatArray:
+    """Linearizer core: mean number ``y`` at one prefill server with population ``m``.
+
+    The arrival theorem with ``Q(m-1) = (m-1)(y/m + delta)``, per-visit response
+    ``Rq = E (1 + Q(m-1))``, throughput ``X = m/(Z + Rq)`` and ``y = X Rq / a`` give
+    ``a c1 y^2 + (a (Z + c0) - m c1) y - m c0 = 0`` with ``c0 = E (1 + (m-1) delta)``
+    and ``c1 = E (m-1)/m``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c0 = e * (1.0 + (m - 1.0) * delta)
+        c1 = np.where(m > 0, e * (m - 1.0) / m, 0.0)
+        p2 = a * c1
+        p1 = a * (z + c0) - m * c1
+        p0 = -m * c0
+        linear = -p0 / p1
+    return np.where(p2 > 0.0, _positive_root(p2, p1, p0), linear)
+
+
+def population_for_throughput(
+    x: FloatArray, z: FloatArray, e: float, a: FloatArray, passes: int = LINEARIZER_PASSES
+) -> FloatArray:
+    """Population ``n`` of the closed loop (``a`` FCFS servers of mean service ``e``,
+    each visited with probability ``1/a``, and a delay ``z``) whose throughput is ``x``.
+
+    Exponential service. For a given Linearizer deviation ``delta`` the core equations
+    with ``X = x`` fixed are a quadratic in ``n``:
+    ``n^2 (1/x - e/a - e delta) + n (e/a (1 + x z) + e delta - z - e) - e/a x z = 0``;
+    ``delta = Q(n-1)/(n-1) - Q(n)/n`` is refined ``passes`` times from the core at
+    ``n - 1`` (Linearizer). nan where ``x`` is at or beyond the servers' capacity."""
+    delta = np.zeros_like(x)
+    ea = e / a
+    n = np.full_like(x, np.nan)
+    for step in range(passes + 1):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            n = _positive_root(
+                1.0 / x - ea - e * delta, ea * (1.0 + x * z) + e * delta - z - e, -ea * x * z
+            )
+        if step == passes:
+            break
+        y_n = (n - x * z) / a
+        m = n - 1.0
+        y_m = _core_queue(e, a, z, m, delta)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            delta = np.where(m >= 1.0, y_m / m - y_n / n, 0.0)
+        delta = np.where(np.isfinite(delta), delta, 0.0)
+    return n
+
+
+def prefill_wait_s(
+    t: LoopTerms, batch: FloatArray, a: FloatArray, b: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``(lambda_D(B), W)``: decode rate per pool and the admitted requests' prefill wait."""
+    z = t.out_iterations * (t.alpha_s + t.g_s_per_request * batch)
+    lam = batch / z
+    x = b * lam
+    n = population_for_throughput(x, z, t.t_prefill_mean_s, a)
+    ca2 = np.ones_like(a) if t.random_dispatch else 1.0 / a
+    kappa = (ca2 + t.t_prefill_scv) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w_exp = np.maximum(n / x - z - t.t_prefill_mean_s, 0.0)
+    w = np.where(batch > 0, kappa * w_exp, 0.0)
+    return lam, np.where(np.isnan(w), np.inf, w)
+
+
+def balance(t: LoopTerms, batch: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
+    """Pool tokens committed at batch ``B`` minus the packable pool (inf where the
+    prefill servers cannot carry the decode throughput)."""
+    lam, w = prefill_wait_s(t, batch, a, b)
+    with np.errstate(invalid="ignore"):
+        held = lam * (w * t.in_reserve_tokens + t.prefill_reserve_token_s)
+    return batch * t.active_tokens + np.where(batch > 0, held, 0.0) - t.packable_tokens
+
+
+def solve_batch(
+    t: LoopTerms,
+    n_p: ArrayLike,
+    n_d: ArrayLike,
+    b_max: float,
+    b_rho: FloatArray,
+    rtol: float = 1e-9,
+    max_iter: int = 200,
+) -> tuple[FloatArray, int]:
+    """Root ``B*`` of :func:`balance` in ``(0, min(B_max, B_rho))``.
+
+    The balance increases from ``-packable`` at 0 to ``+inf`` at ``B_rho`` (where the
+    prefill servers saturate); times ``1 - B/B_rho`` (positive inside the bracket) it
+    keeps its root and loses its pole. Vectorised false position with the Illinois
+    modification, safeguarded by bisection. Returns ``(B*, passes)``."""
+    _, a, b = components(n_p, n_d, t.random_dispatch)
+    rho_end = np.asarray(b_rho, dtype=float)
+    hi = np.minimum(b_max, rho_end) * (1.0 - 1e-12)
+
+    def h(x: FloatArray, a: FloatArray, b: FloatArray, pole: FloatArray) -> FloatArray:
+        return balance(t, x, a, b) * np.where(np.isfinite(pole), 1.0 - x / pole, 1.0)
+
+    lo = np.zeros_like(hi)
+    f_lo = np.full_like(hi, -t.packable_tokens)
+    f_hi = h(hi, a, b, rho_end)
+    # where the pool is not full even at the bracket's end the root is the end itself
+    out = np.where(f_hi <= 0.0, hi, np.nan)
+    idx = np.flatnonzero(f_hi > 0.0)
+    lo, hi, f_lo, f_hi = lo[idx], hi[idx], f_lo[idx], f_hi[idx]
+    a, b, pole = a[idx], b[idx], rho_end[idx]
+    side = np.zeros(idx.size, dtype=np.int8)
+    passes = 0
+    while idx.size and passes < max_iter:
+        passes += 1
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            cand = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        mid = 0.5 * (lo + hi)
+        bad = ~np.isfinite(cand) | (cand <= lo) | (cand >= hi) | (passes <= 2)
+        x = np.where(bad, mid, cand)
+        fx = h(x, a, b, pole)
+        neg = fx < 0.0
+        # Illinois: halve the retained end's value when the same end is kept twice
+        keep_hi = neg & (side == 1)
+        keep_lo = ~neg & (side == -1)
+        f_hi = np.where(keep_hi, 0.5 * f_hi, f_hi)
+        f_lo = np.where(keep_lo, 0.5 * f_lo, f_lo)
+        lo = np.where(neg, x, lo)
+        f_lo = np.where(neg, fx, f_lo)
+        hi = np.where(neg, hi, x)
+        f_hi = np.where(neg, f_hi, fx)
+        side = np.where(neg, 1, -1).astype(np.int8)
+        done = (hi - lo <= rtol * hi) | (fx == 0.0)
+        if done.any():
+            out[idx[done]] = np.where(fx[done] == 0.0, x[done], 0.5 * (lo[done] + hi[done]))
+            keep = ~done
+            idx, lo, hi, f_lo, f_hi = idx[keep], lo[keep], hi[keep], f_lo[keep], f_hi[keep]
+            a, b, pole, side = a[keep], b[keep], pole[keep], side[keep]
+    if idx.size:
+        out[idx] = 0.5 * (lo + hi)
+    return out, passes
+
+
+def loop_terms(
+    *,
+    out_iterations: float,
+    alpha_s: float,
+    g_s_per_request: float,
+    ctx_tokens: float,
+    reserved_tokens: float,
+    mean_in_tokens: float,
+    prefill_reserve_token_s: float,
+    t_prefill_mean_s: float,
+    t_prefill_scv: float,
+    usable_tokens: float,
+    fragment_tokens: float,
+    random_dispatch: bool,
+) -> LoopTerms:
+    if not math.isfinite(fragment_tokens):
+        raise ValueError("fragmentation must be finite")
+    return LoopTerms(
+        out_iterations=out_iterations,
+        alpha_s=alpha_s,
+        g_s_per_request=g_s_per_request,
+        active_tokens=ctx_tokens + reserved_tokens,
+        in_reserve_tokens=mean_in_tokens + reserved_tokens,
+        prefill_reserve_token_s=prefill_reserve_token_s,
+        t_prefill_mean_s=t_prefill_mean_s,
+        t_prefill_scv=t_prefill_scv,
+        packable_tokens=usable_tokens - fragment_tokens,
+        random_dispatch=random_dispatch,
+    )
