@@ -201,7 +201,14 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
     at = f"deployments[{i}]"
     try:
         spec = resolve_spec(
-            SpecRequest(d.model, d.gpu, d.workload, d.overrides, read_files=p.host.read_files)
+            SpecRequest(
+                d.model,
+                d.gpu,
+                d.workload,
+                d.overrides,
+                read_files=p.host.read_files,
+                model_variant=d.model_variant,
+            )
         )
         Coefficients.of(spec)
     except InputError as e:

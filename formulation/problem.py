@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -61,6 +62,7 @@ class DeploymentInput:
     initial_n_p: int = 0
     initial_n_d: int = 0
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    model_variant: str = DEFAULT_VARIANT
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,7 @@ _DEP_KEYS = {
     "bounds",
     "initial",
     "overrides",
+    "model_variant",
 }
 
 
@@ -274,6 +277,14 @@ def _num_list(path: str, v: Any) -> tuple[float, ...]:
     for i, x in enumerate(v):
         _finite(f"{path}[{i}]", x)
     return tuple(float(x) for x in v)
+
+
+def _variant(path: str, v: Any) -> str:
+    if v is None:
+        return DEFAULT_VARIANT
+    if not isinstance(v, str) or v not in MODEL_VARIANTS:
+        raise InputError(path, f"must be one of {', '.join(MODEL_VARIANTS)}, got {v!r}")
+    return v
 
 
 def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
@@ -315,6 +326,7 @@ def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
                 initial_n_p=init.get("n_p", 0),
                 initial_n_d=init.get("n_d", 0),
                 overrides={k: dict(_obj(f"{at}.overrides.{k}", v)) for k, v in overrides.items()},
+                model_variant=_variant(f"{at}.model_variant", dr.get("model_variant")),
             )
         )
     n = len(deps[0].demand_rps)

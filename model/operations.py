@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from model.capacity import DeploymentSpec, candidate_configs, evaluate
+from model.capacity import DEFAULT_VARIANT, DeploymentSpec, candidate_configs, evaluate
 from model.catalog import (
     Calibration,
     ServingStack,
@@ -41,6 +41,8 @@ class SpecRequest:
     #: a calibration to start from instead of the catalog's (a fitted file's entry);
     #: the ``calibration`` overrides still apply on top
     calibration: Calibration | None = None
+    #: the memory balance (model.capacity.MODEL_VARIANTS)
+    model_variant: str = DEFAULT_VARIANT
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -61,7 +63,7 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
         workload = Workload.from_dict(req.moments)
     else:
         workload = parse_workload(req.workload, read_files=req.read_files)
-    return DeploymentSpec(model, gpu, cal, workload, serving)
+    return DeploymentSpec(model, gpu, cal, workload, serving, req.model_variant)
 
 
 def _context(spec: DeploymentSpec, overridden: bool) -> dict[str, Any]:
@@ -70,6 +72,7 @@ def _context(spec: DeploymentSpec, overridden: bool) -> dict[str, Any]:
         "model": spec.model.name,
         "gpu": spec.gpu.name,
         "workload": spec.workload.name,
+        "model_variant": spec.variant,
         "calibration": {
             "measured": bool(cal.measured),
             "overridden": overridden,

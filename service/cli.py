@@ -14,9 +14,21 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 from model.catalog import load_override_file, parse_set_flags
 from model.errors import InputError, PdwattError
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+
+
+def add_variant_arg(p: argparse.ArgumentParser, per_deployment: bool = False) -> None:
+    """``--model-variant``: the memory balance every command's capacities come from."""
+    p.add_argument(
+        "--model-variant",
+        choices=MODEL_VARIANTS,
+        help="memory balance: paper (SPEC 2.5) or admission (docs/admission.md); default "
+        + DEFAULT_VARIANT
+        + (" (for deployments that do not name their own model_variant)" if per_deployment else ""),
+    )
 
 
 def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) -> None:
@@ -51,6 +63,7 @@ def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) 
         "--override still apply on top)",
     )
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
+    add_variant_arg(p)
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
 
 
@@ -76,6 +89,7 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         overrides=overrides,
         read_files=True,
         calibration=base,
+        model_variant=a.model_variant or DEFAULT_VARIANT,
     )
     return resolve_spec(req), bool(overrides)
 
@@ -103,7 +117,7 @@ def _calibration_line(rep: dict[str, Any]) -> str:
     cal = rep["calibration"]
     kind = "measured" if cal["measured"] else "ESTIMATED (no measurement for this pair)"
     extra = ", with user overrides" if cal.get("overridden") else ""
-    return f"calibration: {kind}{extra}; {cal['source']}"
+    return f"calibration: {kind}{extra}; {cal['source']}; model variant {rep['model_variant']}"
 
 
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
         body = demo_request()
         if a.time_limit is not None:
             body["solver"]["time_limit_s"] = a.time_limit
-        return body
+        return with_model_variant(body, getattr(a, "model_variant", None))
     if not a.file:
         raise InputError("FILE", "give a schedule request file (JSON) or --demo")
     try:
@@ -59,11 +59,25 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
         raise InputError("FILE", f"{a.file} is not valid JSON: line {e.lineno}: {e.msg}") from e
     if a.time_limit is not None and isinstance(body, dict):
         body.setdefault("solver", {})["time_limit_s"] = a.time_limit
+    return with_model_variant(body, getattr(a, "model_variant", None))
+
+
+def with_model_variant(body: Any, variant: str | None) -> Any:
+    """``body`` with ``model_variant`` set on each deployment that does not name its own."""
+    if variant is None or not isinstance(body, dict):
+        return body
+    for dep in body.get("deployments") or []:
+        if isinstance(dep, dict):
+            dep.setdefault("model_variant", variant)
     return body
 
 
 def add_host_args(p: argparse.ArgumentParser) -> None:
-    """``--max-memory-mb``: the flag of every command that solves schedules."""
+    """``--max-memory-mb`` and ``--model-variant``: the flags of every command that solves
+    schedules."""
+    from service.cli import add_variant_arg
+
+    add_variant_arg(p, per_deployment=True)
     p.add_argument(
         "--max-memory-mb",
         type=float,

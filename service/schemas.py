@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from formulation.demo import demo_request
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 from model.workload import check_no_file
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
@@ -92,12 +93,29 @@ WorkloadText = Annotated[
 ]
 
 
+def _known_variant(v: str) -> str:
+    if v not in MODEL_VARIANTS:
+        raise ValueError(f"must be one of {', '.join(MODEL_VARIANTS)}")
+    return v
+
+
+ModelVariant = Annotated[
+    str,
+    Field(
+        description="memory balance: paper (SPEC 2.5) or admission (docs/admission.md)",
+        json_schema_extra={"enum": list(MODEL_VARIANTS)},
+    ),
+    AfterValidator(_known_variant),
+]
+
+
 class SpecFields(Strict):
     model: Name = "qwen3-32b"
     gpu: Name = "h200"
     workload: WorkloadText = "azure-conv-2023"
     moments: Moments | None = None
     overrides: Overrides = Field(default_factory=dict)
+    model_variant: ModelVariant = DEFAULT_VARIANT
 
 
 class CapacityRequest(SpecFields):
@@ -209,6 +227,7 @@ class DeploymentIn(Strict):
     bounds: Bounds = Bounds()
     initial: Initial = Initial()
     overrides: Overrides = Field(default_factory=dict)
+    model_variant: ModelVariant = DEFAULT_VARIANT
 
 
 class SiteIn(Strict):

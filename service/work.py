@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from model.capacity import DEFAULT_VARIANT
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 
 
@@ -18,6 +19,7 @@ def _spec(body: dict[str, Any]) -> tuple[Any, bool]:
         workload=body.get("workload", "azure-conv-2023"),
         overrides=body.get("overrides") or {},
         moments=body.get("moments"),
+        model_variant=body.get("model_variant", DEFAULT_VARIANT),
     )  # read_files stays False: no request reads a server file
     return resolve_spec(req), bool(body.get("overrides"))
 

@@ -1,0 +1,408 @@
+"""The ``admission`` variant of the memory balance (model/admission.py).
+
+Reference values are computed here from textbook queueing results (exact mean value
+analysis, the M/M/1 and Kingman waits) or written from the three changes to SPEC 2.5
+that model/admission.py's module docstring states (docs/admission.md, which it cites,
+is not in the repository), never by calling the function under test for the expected
+value.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model import admission
+from model.admission import fragmentation_tokens, population_for_throughput
+from model.capacity import ROOT_RTOL, Coefficients, DeploymentSpec, evaluate
+from model.errors import InputError
+from model.operations import SpecRequest, resolve_spec
+
+RESERVED = 512  # R, the ServingStack default (model/catalog.py, SPEC 2.1)
+WORKLOADS = ("fixed:1024:256", "fixed:8192:256", "azure-conv-2023", "azure-code-2023", "mooncake")
+DISPATCHES = ("round_robin", "random")
+
+# every (n_P, n_D) in 1..8 x 1..8
+_GRID_P, _GRID_D = np.meshgrid(np.arange(1, 9), np.arange(1, 9), indexing="ij")
+GRID_P, GRID_D = _GRID_P.ravel(), _GRID_D.ravel()
+
+
+def make_spec(
+    workload: str,
+    variant: str | None = "admission",
+    dispatch: str = "round_robin",
+    pool: int | None = None,
+) -> DeploymentSpec:
+    """The catalog's Qwen3-32B on H200 with ``workload``; ``variant=None`` keeps the
+    default variant."""
+    spec = resolve_spec(SpecRequest(workload=workload))
+    serving = dataclasses.replace(spec.serving, dispatch=dispatch)
+    if pool is not None:
+        serving = dataclasses.replace(serving, kv_pool_tokens=pool)
+    spec = dataclasses.replace(spec, serving=serving)
+    return spec if variant is None else dataclasses.replace(spec, variant=variant)
+
+
+# ---- 1, 2: the Linearizer inverse against exact MVA and the open queue ------------------
+
+
+def exact_mva_throughput(a: int, e: float, z: float, n_max: int) -> np.ndarray:
+    """``X(0..n_max)`` of a closed network of ``a`` identical FCFS exponential servers
+    (each visited with probability ``1/a``, mean service ``e``) and a delay ``z``.
+
+    Exact mean value analysis (Reiser and Lavenberg, JACM 27(2), 1980): by the arrival
+    theorem ``R(n) = e (1 + Q(n-1))``; Little's law over the cycle ``X(n) = n/(z + R(n))``
+    and at one server ``Q(n) = X(n) R(n)/a``."""
+    x = np.zeros(n_max + 1)
+    q = 0.0
+    for n in range(1, n_max + 1):
+        r = e * (1.0 + q)
+        x[n] = n / (z + r)
+        q = x[n] * r / a
+    return x
+
+
+MVA_SERVERS = (1, 2, 3, 5, 8)
+MVA_Z_OVER_E = (0.1, 1.0, 5.0, 20.0, 100.0)
+MVA_POPULATIONS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 400)
+MVA_N_MAX = 3000
+
+
+def test_linearizer_inverse_matches_exact_mva() -> None:
+    e = 1.0
+    pop_err: list[float] = []
+    thr_err: list[float] = []
+    for a in MVA_SERVERS:
+        for z_over_e in MVA_Z_OVER_E:
+            z = z_over_e * e
+            x_exact = exact_mva_throughput(a, e, z, MVA_N_MAX)
+            for n in MVA_POPULATIONS:
+                x = x_exact[n]
+                util = x * e / a
+                n_lin = population_for_throughput(
+                    np.array([x]), np.array([z]), e, np.array([float(a)])
+                )[0]
+                if util <= 0.95:
+                    # the Linearizer's error is about 1% (Chandy and Neuse, CACM 25(2), 1982);
+                    # measured worst over this grid: 1.1%
+                    pop_err.append(abs(n_lin / n - 1.0))
+                if util < 0.999999:
+                    # near saturation n is ill-conditioned in X, so compare throughputs:
+                    # exact X at the Linearizer's population (measured worst 1.1%)
+                    assert math.isfinite(n_lin) and n_lin < MVA_N_MAX, (a, z, n, n_lin)
+                    x_at = np.interp(n_lin, np.arange(1, MVA_N_MAX + 1), x_exact[1:])
+                    thr_err.append(abs(x_at / x - 1.0))
+    assert len(pop_err) > 100 and len(thr_err) > 200  # the grid is really exercised
+    assert max(pop_err) <= 0.015
+    assert max(thr_err) <= 0.015
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.5, 0.7, 0.9])
+def test_population_inverse_open_queue_limit(rho):
+    """An unbounded population at fixed utilisation is an open M/M/1 queue: the wait
+    before service is ``rho/(1-rho) E[S]`` (Kleinrock, Queueing Systems I, 1975, ch. 3).
+    Measured: within 1.2e-4 relative."""
+    a, e, z = 1.0, 1.0, 1e6
+    x = rho / e
+    n = population_for_throughput(np.array([x]), np.array([z]), e, np.array([a]))[0]
+    wait = n / x - z - e  # Little's law over the cycle
+    assert wait == pytest.approx(rho / (1.0 - rho) * e, rel=0.01)
+
+
+@pytest.mark.parametrize("random_dispatch", [False, True])
+@pytest.mark.parametrize("rho", [0.4, 0.8])
+def test_prefill_wait_unbounded_population_is_kingman(rho, random_dispatch):
+    """A decode stage of huge delay ``Z`` makes the loop's population unbounded: the
+    wait tends to SPEC 2.5's Kingman wait ``rho/(1-rho) (c_a^2 + c_s^2)/2 E[t_P]`` per
+    prefill server, with ``c_a^2 = 1/a`` for round-robin and 1 for random dispatch
+    (model/admission.py docstring, change 2). Measured within 5.2e-6."""
+    e, scv, a, b = 0.5, 0.4, 3.0, 2.0
+    iters, alpha = 1e6, 1.0  # Z = iters * alpha (g = 0)
+    terms = admission.loop_terms(
+        out_iterations=iters,
+        alpha_s=alpha,
+        g_s_per_request=0.0,
+        ctx_tokens=1000.0,
+        reserved_tokens=RESERVED,
+        mean_in_tokens=1000.0,
+        prefill_reserve_token_s=e * (1000.0 + RESERVED),
+        t_prefill_mean_s=e,
+        t_prefill_scv=scv,
+        usable_tokens=1e12,
+        fragment_tokens=0.0,
+        random_dispatch=random_dispatch,
+    )
+    x = rho * a / e  # the component's throughput at per-server utilisation rho
+    batch = x * iters * alpha / b  # lambda_D = B/Z per pool, b pools
+    lam, wait = admission.prefill_wait_s(terms, np.array([batch]), np.array([a]), np.array([b]))
+    assert lam[0] * b == pytest.approx(x, rel=1e-12)
+    ca2 = 1.0 if random_dispatch else 1.0 / a
+    kingman = rho / (1.0 - rho) * (ca2 + scv) / 2.0 * e
+    assert wait[0] == pytest.approx(kingman, rel=0.01)
+
+
+# ---- 3: fragmentation --------------------------------------------------------------------
+
+
+def test_fragmentation_closed_form_fixed_workload():
+    # S = l_in + R = 4608 is deterministic: E[S^2]/(2 E[S]) = S/2; E[l_out - 1] = 255
+    # (model/admission.py docstring, change 3)
+    expected = (4096 + RESERVED) / 2 - 255
+    c = Coefficients.of(make_spec("fixed:4096:256"))
+    assert c.fragment_tokens == expected
+    # B_max of the admission variant fills the packable pool (capacity.py, batch_max)
+    ctx = 4096 + 256 / 2  # SPEC 2.4 for fixed lengths
+    assert c.batch_max == pytest.approx((c.kv_usable_tokens - expected) / (ctx + RESERVED))
+    paper = Coefficients.of(make_spec("fixed:4096:256", variant="paper"))
+    assert paper.fragment_tokens == 0.0
+    assert paper.batch_max == pytest.approx(paper.kv_usable_tokens / (ctx + RESERVED))
+
+
+def test_fragmentation_tokens_two_point_inputs():
+    # l_in is 1000 or 3000 with probability 1/2: S = l_in + R is 1512 or 3512, so
+    # E[S] = 2512, E[S^2] = (1512^2 + 3512^2)/2 (the renewal age E[S^2]/(2 E[S]),
+    # model/admission.py docstring, change 3), less E[l_out - 1] = 100
+    e_s = (1512 + 3512) / 2
+    e_s2 = (1512**2 + 3512**2) / 2
+    expected = e_s2 / (2 * e_s) - 100
+    got = fragmentation_tokens(2000.0, (1000**2 + 3000**2) / 2, RESERVED, 100.0)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("workload", ["azure-conv-2023", "mooncake"])
+def test_fragmentation_of_preset_moments(workload):
+    c = Coefficients.of(make_spec(workload))
+    w = make_spec(workload).workload
+    r = RESERVED
+    e_s = w.mean_in + r
+    e_s2 = w.e_in2 + 2 * r * w.mean_in + r * r  # E[(l_in + R)^2]
+    assert c.fragment_tokens == pytest.approx(e_s2 / (2 * e_s) - w.e_out_m1, rel=1e-12)
+    assert c.fragment_tokens > 0  # a spread of sizes: the pool cannot be packed full
+
+
+# ---- 4: the returned batch is the root of the balance ------------------------------------
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHES)
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_batch_is_root_of_admission_balance(workload, dispatch):
+    spec = make_spec(workload, dispatch=dispatch)
+    c = Coefficients.of(spec)
+    terms = c.loop_terms()
+    batch = evaluate(spec, GRID_P, GRID_D).batch
+    _, a, b = admission.components(GRID_P, GRID_D, terms.random_dispatch)
+    f = admission.balance(terms, batch, a, b)
+    f_lo = admission.balance(terms, batch * (1 - 1e-6), a, b)
+    f_hi = admission.balance(terms, batch * (1 + 1e-6), a, b)
+    # a sign change within 1e-6 of B* on either side
+    assert np.all(f_lo < 0.0)
+    assert np.all(f_hi > 0.0)
+    # the residual is what a root within rtol = 1e-9 of B* leaves: |f| <= f' * 1e-9 B*
+    # (the solver returns the middle of a bracket of width <= 1e-9 B), i.e. at most
+    # 5e-4 of f(B(1+1e-6)) - f(B(1-1e-6)); measured worst 2.5e-4
+    assert np.all(np.abs(f) <= 1e3 * ROOT_RTOL / 2e-6 * (f_hi - f_lo) / 2)
+    # and small against the pool (measured worst 5.3e-7 on this grid; near the prefill
+    # pole the balance is steep, so this is looser than rtol)
+    assert np.all(np.abs(f) <= 1e-5 * terms.packable_tokens)
+
+
+# ---- 5: round-robin splits into gcd(n_P, n_D) identical components -----------------------
+
+
+@pytest.mark.parametrize("workload", [*WORKLOADS, "fixed:4096:256"])
+def test_round_robin_component_decomposition(workload):
+    spec = make_spec(workload)
+    pairs = [(p, d) for p in range(1, 8) for d in range(1, 8) if math.gcd(p, d) == 1]
+    n_p = np.array([p for p, _ in pairs])
+    n_d = np.array([d for _, d in pairs])
+    one = evaluate(spec, n_p, n_d).capacity_rps
+    for g in (2, 3, 4):
+        many = evaluate(spec, g * n_p, g * n_d).capacity_rps
+        # measured worst 2.5e-11
+        np.testing.assert_allclose(many, g * one, rtol=1e-9, atol=0)
+
+
+# ---- 6: bounds ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHES)
+@pytest.mark.parametrize("workload", [*WORKLOADS, "fixed:4096:256", "fixed:128:2048"])
+def test_capacity_bounds(workload, dispatch):
+    spec = make_spec(workload, dispatch=dispatch)
+    c = Coefficients.of(spec)
+    cap = evaluate(spec, GRID_P, GRID_D).capacity_rps
+    assert np.all(cap > 0)
+    # prefill cannot serve more than n_P mu_P (SPEC 2.2), and B* < B_rho keeps it strictly below
+    assert np.all(cap < GRID_P * c.mu_prefill_rps)
+    # decode cannot exceed its rate at the pool-filling batch (SPEC 2.3, capacity.batch_max)
+    assert np.all(cap <= GRID_D * c.decode_rate_rps(c.batch_max) * (1 + 1e-9))
+
+
+# ---- 7: an unbounded pool leaves only the throughput limits ------------------------------
+
+
+@pytest.mark.parametrize("n_p, n_d", [(1, 1), (2, 3), (4, 1), (1, 4), (3, 2)])
+def test_huge_pool_is_prefill_bound(n_p, n_d):
+    # with fixed:4096:256 prefill is the bottleneck of each of these configurations
+    # once memory is free: capacity -> n_P mu_P (measured within 2e-6)
+    spec = make_spec("fixed:4096:256", pool=10**9)
+    c = Coefficients.of(spec)
+    cap = evaluate(spec, n_p, n_d).capacity_rps[0]
+    assert cap == pytest.approx(n_p * c.mu_prefill_rps, rel=0.01)
+
+
+@pytest.mark.parametrize("n_p, n_d", [(1, 1), (2, 3), (4, 1), (8, 1)])
+def test_huge_pool_limit_includes_decode_ceiling(n_p, n_d):
+    """With a free pool the decode rate ``B/(E[l_out-1](alpha + g B))`` still tends to
+    ``1/(E[l_out-1] g)`` (SPEC 2.3), so the limit is ``min(n_P mu_P, n_D/(E[l_out-1] g))``:
+    with fixed:1024:256 one decode instance cannot carry four prefill instances
+    (4P1D reaches 70% of ``n_P mu_P``, the paper variant too)."""
+    spec = make_spec("fixed:1024:256", pool=10**9)
+    c = Coefficients.of(spec)
+    cap = evaluate(spec, n_p, n_d).capacity_rps[0]
+    ceiling = n_d / (c.out_iterations * c.g_s_per_request)
+    # measured within 2.2e-4 (the batch stops at B_max, short of the asymptote)
+    assert cap == pytest.approx(min(n_p * c.mu_prefill_rps, ceiling), rel=0.01)
+
+
+# ---- 8: a larger pool never lowers capacity ----------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["fixed:1024:256", "fixed:4096:256", "azure-conv-2023", "mooncake"]),
+    st.sampled_from(DISPATCHES),
+    st.floats(min_value=0.0, max_value=math.log(1e4)),
+    st.floats(min_value=0.0, max_value=math.log(100.0)),
+)
+def test_capacity_monotone_in_pool(workload, dispatch, log_pool, log_growth):
+    # the smallest pool that holds the longest request (capacity.py, Coefficients.of)
+    fits = make_spec(workload).workload.max_tokens + RESERVED
+    small = math.ceil(fits * math.exp(log_pool))
+    large = max(small + 1, math.ceil(fits * math.exp(log_pool + log_growth)))
+    cap_small = evaluate(make_spec(workload, dispatch=dispatch, pool=small), GRID_P, GRID_D)
+    cap_large = evaluate(make_spec(workload, dispatch=dispatch, pool=large), GRID_P, GRID_D)
+    # slack: each B* is within rtol/2 of its root and capacity moves less than B does
+    # (measured worst decrease 1.9e-10 over a sweep of 400 pools)
+    assert np.all(cap_large.capacity_rps >= cap_small.capacity_rps * (1 - 1e-9))
+
+
+# ---- 9: the simulator does not use the analytic balance ----------------------------------
+
+FORBIDDEN = {
+    "solve_batch",
+    "memory_balance",
+    "balance",
+    "population_for_throughput",
+    "prefill_wait_s",
+}
+
+
+def borrowed_from_admission(source: str) -> list[str]:
+    """What in ``source`` imports model.admission or refers to the balance's functions.
+
+    A name the module declares as a field of its own class (``SimResult.prefill_wait_s``,
+    the simulator's *measured* prefill wait) may be read and set as an attribute or a
+    keyword of that class; it is not taken from the analytic model."""
+    tree = ast.parse(source)
+    fields = [
+        node
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    ]
+    own = {f.target.id for f in fields if isinstance(f.target, ast.Name)}
+    declarations = {id(f.target) for f in fields}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [al.name for al in node.names if al.name.startswith("model.admission")]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.startswith("model.admission"):
+                found.append(module)
+            names = [al.name for al in node.names]
+            if module in ("model", "") and "admission" in names:
+                found.append(f"{module}.admission")
+            found += [n for n in names if n in FORBIDDEN]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "model.admission" in node.value:  # importlib.import_module("model.admission")
+                found.append(node.value)
+        elif isinstance(node, ast.Name) and id(node) not in declarations:
+            if node.id in FORBIDDEN:
+                found.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            if node.attr in FORBIDDEN - own:
+                found.append(node.attr)
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            if node.arg in FORBIDDEN - own:
+                found.append(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in FORBIDDEN:
+            found.append(node.name)
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import model.admission",
+        "import model.admission as adm",
+        "from model import admission",
+        "from model import admission as adm",
+        "from model.admission import LoopTerms",
+        "from model.capacity import solve_batch",
+        "from . import admission",
+        "import importlib\nm = importlib.import_module('model.admission')",
+        "b = solve_batch(c, 1, 1)",
+        "f = c.memory_balance(b, 1, 1)",
+        "x = adm.population_for_throughput(x, z, e, a)",
+        "lam, w = adm.prefill_wait_s(t, b, a, b)",
+        "g = balance",
+        "w = r.prefill_wait_s",  # not a field of a class declared here
+    ],
+)
+def test_simulator_check_catches(snippet):
+    assert borrowed_from_admission(snippet)
+
+
+def test_simulator_check_allows_own_field():
+    source = "class SimResult:\n    prefill_wait_s: float\n\nr = SimResult(prefill_wait_s=1.0)\n"
+    assert borrowed_from_admission(source + "w = r.prefill_wait_s\n") == []
+
+
+def test_simulator_does_not_use_admission():
+    path = Path(__file__).resolve().parents[2] / "model" / "simulator.py"
+    assert borrowed_from_admission(path.read_text(encoding="utf-8")) == []
+
+
+# ---- 10, 11: variants --------------------------------------------------------------------
+
+
+def test_unknown_variant_is_refused():
+    spec = make_spec("fixed:4096:256", variant="paper")
+    with pytest.raises(InputError) as err:
+        dataclasses.replace(spec, variant="bogus")
+    assert err.value.field == "model_variant"
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHES)
+@pytest.mark.parametrize("workload", ["fixed:4096:256", "azure-conv-2023", "mooncake"])
+def test_paper_variant_is_the_default_and_unchanged(workload, dispatch):
+    default = make_spec(workload, variant=None, dispatch=dispatch)
+    paper = dataclasses.replace(default, variant="paper")
+    n_p, n_d = GRID_P, GRID_D
+    got, ref = evaluate(default, n_p, n_d), evaluate(paper, n_p, n_d)
+    for name in ("capacity_rps", "batch", "mu_d_rps", "rho_star", "power_w"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+    assert got.coefficients == ref.coefficients
+    # the switch is live: the admission variant gives other numbers on the same grid
+    other = evaluate(dataclasses.replace(default, variant="admission"), n_p, n_d)
+    assert not np.array_equal(other.capacity_rps, ref.capacity_rps)
