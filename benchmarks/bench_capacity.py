@@ -3,9 +3,12 @@
 Evaluates all 32,640 configurations on the azure-conv-2023 preset (Qwen3-32B, H200)
 with the vectorised core, beside a per-configuration scipy ``brentq`` loop on the
 memory balance measured in the same run, and prints configurations per second and
-the largest relative difference of ``B*`` between the two.
+the largest relative difference of ``B*`` between the two. ``--model-variant`` picks
+the memory balance (the admission variant's brentq loop runs on ``--brentq-sample``
+configurations, 2,000 by default).
 
     python benchmarks/bench_capacity.py [--max-gpus 256] [--repeat 50] [--workload W]
+                                        [--model-variant paper|admission]
 """
 
 from __future__ import annotations
@@ -13,11 +16,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 
-from model.capacity import Coefficients, candidate_configs, evaluate, solve_batch
+from model import admission
+from model.capacity import (
+    DEFAULT_VARIANT,
+    MODEL_VARIANTS,
+    Coefficients,
+    candidate_configs,
+    evaluate,
+    solve_batch,
+)
 from model.operations import SpecRequest, resolve_spec
 
 
@@ -26,14 +38,21 @@ def main() -> None:
     ap.add_argument("--max-gpus", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--workload", default="azure-conv-2023")
-    ap.add_argument("--brentq-sample", type=int, default=0, help="0: every configuration")
+    ap.add_argument("--brentq-sample", type=int, default=None, help="0: every configuration")
+    ap.add_argument("--model-variant", choices=MODEL_VARIANTS, default=DEFAULT_VARIANT)
     a = ap.parse_args()
 
-    spec = resolve_spec(SpecRequest(workload=a.workload))
+    spec = resolve_spec(SpecRequest(workload=a.workload, model_variant=a.model_variant))
     c = Coefficients.of(spec)
     n_p, n_d = candidate_configs(a.max_gpus)
     n = len(n_p)
-    print(f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), workload {a.workload}")
+    print(
+        f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), workload {a.workload}, "
+        f"{a.model_variant} variant"
+    )
+    if a.model_variant == "admission":
+        admission_bench(c, n_p, n_d, a.repeat, 2000 if a.brentq_sample is None else a.brentq_sample)
+        return
 
     evaluate(c, n_p, n_d)  # warm-up
     times = []
@@ -80,6 +99,45 @@ def main() -> None:
     print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
     fb = np.abs(c.memory_balance(r.batch, n_p, n_d)) / c.kv_usable_tokens
     print(f"max |f(B*)| / (C_tok - U): {fb.max():.2e}")
+
+
+def admission_bench(c: Coefficients, n_p: Any, n_d: Any, repeat: int, sample: int) -> None:
+    """The admission variant: vectorised evaluate against brentq on its balance."""
+    n = len(n_p)
+    evaluate(c, n_p, n_d)  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        r = evaluate(c, n_p, n_d)
+        times.append(time.perf_counter() - t0)
+    t_full = statistics.median(times)
+    print(
+        f"vectorised evaluate (capacity + power): median {t_full * 1e3:.2f} ms, "
+        f"{n / t_full:,.0f} configs/s (best {min(times) * 1e3:.2f} ms), {r.root_passes} "
+        "array passes"
+    )
+    idx = np.arange(n)
+    if sample:
+        idx = np.random.default_rng(0).choice(n, size=min(sample, n), replace=False)
+    terms = c.loop_terms()
+    _, a_all, b_all = admission.components(n_p, n_d, terms.random_dispatch)
+    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
+    ref = np.empty(len(idx))
+    t0 = time.perf_counter()
+    for j, i in enumerate(idx):
+        a1, b1 = a_all[i : i + 1], b_all[i : i + 1]
+
+        def f(x: float, a1: Any = a1, b1: Any = b1) -> float:
+            return float(admission.balance(terms, np.array([x]), a1, b1)[0])
+
+        ref[j] = brentq(f, 1e-300, hi[i] * (1 - 1e-12), xtol=1e-300, rtol=1e-12, maxiter=500)
+    t_brent = time.perf_counter() - t0
+    rel = np.abs(r.batch[idx] - ref) / ref
+    print(
+        f"scipy brentq loop: {len(idx):,} configurations in {t_brent:.2f} s, "
+        f"{len(idx) / t_brent:,.0f} configs/s"
+    )
+    print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from formulation.evaluate import price_schedule
 from formulation.lagrange import uncoupled_schedule
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 
 MIX = [
     ("qwen3-32b", "azure-conv-2023", 0.01),
@@ -52,7 +53,12 @@ MIX = [
 
 
 def site_request(
-    n_dep: int, gpus_each: int, site_gpus: int, seed: int, limit_s: float
+    n_dep: int,
+    gpus_each: int,
+    site_gpus: int,
+    seed: int,
+    limit_s: float,
+    variant: str = DEFAULT_VARIANT,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     T = 96
@@ -71,6 +77,7 @@ def site_request(
                 "headroom": 0.9,
                 "max_gpus": gpus_each,
                 "initial": {"n_p": 1, "n_d": 1},
+                "model_variant": variant,
             }
         )
     body: dict[str, Any] = {
@@ -173,19 +180,20 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
     }
 
 
-def run(name: str, method: str, seed: int) -> dict[str, Any]:
+def run(name: str, method: str, seed: int, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     n_dep, gpus_each, site_gpus, limit = SITES[name]
-    return run_body(name, site_request(n_dep, gpus_each, site_gpus, seed, limit), method)
+    body = site_request(n_dep, gpus_each, site_gpus, seed, limit, variant)
+    return run_body(name, body, method) | {"model_variant": variant}
 
 
 #: the growth table: deployments at 32 GPUs each, and GPUs per deployment at 8
 GROWTH = [(n, 32) for n in (2, 4, 8, 16, 32)] + [(8, g) for g in (16, 64, 128)]
 
 
-def growth_run(args: tuple[str, int, int, int, float]) -> dict[str, Any]:
-    method, seed, n_dep, gpus_each, limit = args
-    body = site_request(n_dep, gpus_each, n_dep * gpus_each, seed, limit)
-    return run_body(f"{n_dep}x{gpus_each}", body, method)
+def growth_run(args: tuple[str, int, int, int, float, str]) -> dict[str, Any]:
+    method, seed, n_dep, gpus_each, limit, variant = args
+    body = site_request(n_dep, gpus_each, n_dep * gpus_each, seed, limit, variant)
+    return run_body(f"{n_dep}x{gpus_each}", body, method) | {"model_variant": variant}
 
 
 def in_fresh_process(fn: Any, args: Any) -> dict[str, Any]:
@@ -198,7 +206,7 @@ def in_fresh_process(fn: Any, args: Any) -> dict[str, Any]:
         return dict(pool.submit(fn, args).result())
 
 
-def site_run(args: tuple[str, str, int]) -> dict[str, Any]:
+def site_run(args: tuple[str, str, int, str]) -> dict[str, Any]:
     return run(*args)
 
 
@@ -207,6 +215,7 @@ def main() -> None:
     ap.add_argument("--sites", nargs="+", default=["S64", "A", "B"], choices=list(SITES))
     ap.add_argument("--methods", nargs="+", default=["auto"], choices=["auto", "volume", "compact"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-variant", choices=MODEL_VARIANTS, default=DEFAULT_VARIANT)
     ap.add_argument(
         "--growth",
         type=float,
@@ -218,13 +227,15 @@ def main() -> None:
     if a.growth:
         for n_dep, gpus_each in GROWTH:
             for m in a.methods:
-                row = in_fresh_process(growth_run, (m, a.seed, n_dep, gpus_each, a.growth))
+                row = in_fresh_process(
+                    growth_run, (m, a.seed, n_dep, gpus_each, a.growth, a.model_variant)
+                )
                 rows.append(row)
                 print(json.dumps(row, default=_nan_none), flush=True)
     else:
         for s in a.sites:
             for m in a.methods:
-                row = in_fresh_process(site_run, (s, m, a.seed))
+                row = in_fresh_process(site_run, (s, m, a.seed, a.model_variant))
                 rows.append(row)
                 print(json.dumps(row, default=_nan_none), flush=True)
     print()

@@ -48,7 +48,7 @@ ROOT_RTOL = 1e-9
 MODEL_VARIANTS = ("paper", "admission")
 #: The variant with the smaller worst-case error against the simulator over the six
 #: validation workloads (docs/validation.md).
-DEFAULT_VARIANT = "paper"
+DEFAULT_VARIANT = "admission"
 
 
 def check_variant(variant: str) -> str:

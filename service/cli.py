@@ -89,7 +89,7 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         overrides=overrides,
         read_files=True,
         calibration=base,
-        model_variant=a.model_variant or DEFAULT_VARIANT,
+        model_variant=getattr(a, "model_variant", None) or DEFAULT_VARIANT,
     )
     return resolve_spec(req), bool(overrides)
 

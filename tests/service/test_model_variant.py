@@ -9,7 +9,7 @@ import pytest
 
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
-from model.capacity import evaluate
+from model.capacity import DEFAULT_VARIANT, evaluate
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
 from service.cli import main
@@ -57,7 +57,7 @@ def test_schedule_deployments_carry_their_variant():
     body["deployments"][0]["model_variant"] = "admission"
     problem = problem_from_dict(body)
     assert problem.deployments[0].model_variant == "admission"
-    assert all(d.model_variant == "paper" for d in problem.deployments[1:])
+    assert all(d.model_variant == DEFAULT_VARIANT for d in problem.deployments[1:])
     body["deployments"][1]["model_variant"] = "Admission"
     with pytest.raises(InputError) as e:
         problem_from_dict(body)
