@@ -183,11 +183,40 @@ def solve_batch(
 
     The balance increases from ``-packable`` at 0 to ``+inf`` at ``B_rho`` (where the
     prefill servers saturate); times ``1 - B/B_rho`` (positive inside the bracket) it
-    keeps its root and loses its pole. Vectorised false position with the Illinois
-    modification, safeguarded by bisection. Returns ``(B*, passes)``."""
+    keeps its root and loses its pole. The bracket's end is also at most the root
+    ``B0`` without prefill waiting (the wait only adds reservations). Vectorised false
+    position with the Illinois modification, safeguarded by bisection. Round-robin
+    configurations with the same components ``(a, b)`` share their ``B*``, so each
+    component shape is solved once. Returns ``(B*, passes)``."""
     _, a, b = components(n_p, n_d, t.random_dispatch)
-    rho_end = np.asarray(b_rho, dtype=float)
-    hi = np.minimum(b_max, rho_end) * (1.0 - 1e-12)
+    rho_end = np.broadcast_to(np.asarray(b_rho, dtype=float), a.shape)
+    if t.random_dispatch or a.size < 2:
+        return _solve(t, a, b, b_max, rho_end, rtol, max_iter)
+    key = a * (b.max() + 1.0) + b
+    _, first, back = np.unique(key, return_index=True, return_inverse=True)
+    out, passes = _solve(t, a[first], b[first], b_max, rho_end[first], rtol, max_iter)
+    return out[back.ravel()], passes
+
+
+def no_wait_batch(t: LoopTerms) -> float:
+    """``B0``: the root of the balance without prefill waiting (``W = 0``), a quadratic:
+    ``(m1 B - C') E(B) + T B = 0`` with ``E(B) = E[l_out-1] t_D(B)``."""
+    e0, ee = t.out_iterations * t.alpha_s, t.out_iterations * t.g_s_per_request
+    m1, m0 = t.active_tokens, -t.packable_tokens
+    qa, qb, qc = m1 * ee, m1 * e0 + m0 * ee + t.prefill_reserve_token_s, m0 * e0
+    return (2.0 * -qc) / (qb + math.sqrt(qb * qb - 4.0 * qa * qc))
+
+
+def _solve(
+    t: LoopTerms,
+    a: FloatArray,
+    b: FloatArray,
+    b_max: float,
+    rho_end: FloatArray,
+    rtol: float,
+    max_iter: int,
+) -> tuple[FloatArray, int]:
+    hi = np.minimum(np.minimum(b_max, no_wait_batch(t)), rho_end) * (1.0 - 1e-12)
 
     def h(x: FloatArray, a: FloatArray, b: FloatArray, pole: FloatArray) -> FloatArray:
         return balance(t, x, a, b) * np.where(np.isfinite(pole), 1.0 - x / pole, 1.0)
