@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,6 @@ def main() -> None:
         f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), workload {a.workload}, "
         f"{a.model_variant} variant"
     )
-    if a.model_variant == "admission":
-        admission_bench(c, n_p, n_d, a.repeat, 2000 if a.brentq_sample is None else a.brentq_sample)
-        return
-
     evaluate(c, n_p, n_d)  # warm-up
     times = []
     for _ in range(a.repeat):
@@ -61,74 +58,34 @@ def main() -> None:
         r = evaluate(c, n_p, n_d)
         times.append(time.perf_counter() - t0)
     t_full = statistics.median(times)
-    root_times = []
-    for _ in range(a.repeat):
-        t0 = time.perf_counter()
-        b, passes = solve_batch(c, n_p, n_d)
-        root_times.append(time.perf_counter() - t0)
-    t_root = statistics.median(root_times)
     print(
         f"vectorised evaluate (capacity + power): median {t_full * 1e3:.2f} ms, "
-        f"{n / t_full:,.0f} configs/s (best {min(times) * 1e3:.2f} ms)"
+        f"{n / t_full:,.0f} configs/s (best {min(times) * 1e3:.2f} ms), "
+        f"{r.root_passes} array passes"
     )
-    print(
-        f"  of which the root B*: median {t_root * 1e3:.2f} ms in {passes} array passes, "
-        f"{n / t_root:,.0f} configs/s"
-    )
+    if a.model_variant == "paper":
+        root_times = []
+        for _ in range(a.repeat):
+            t0 = time.perf_counter()
+            solve_batch(c, n_p, n_d)
+            root_times.append(time.perf_counter() - t0)
+        t_root = statistics.median(root_times)
+        print(f"  of which the root B*: median {t_root * 1e3:.2f} ms, {n / t_root:,.0f} configs/s")
 
-    idx = np.arange(n)
-    if a.brentq_sample:
-        idx = np.random.default_rng(0).choice(n, size=min(a.brentq_sample, n), replace=False)
-    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
-    ref = np.empty(len(idx))
-    t0 = time.perf_counter()
-    for j, i in enumerate(idx):
-        npi, ndi = n_p[i], n_d[i]
-
-        def f(x: float, npi: int = npi, ndi: int = ndi) -> float:
-            return float(c.memory_balance(x, npi, ndi))
-
-        ref[j] = brentq(f, 0.0, hi[i] * (1 - 1e-15), xtol=1e-300, rtol=1e-12, maxiter=500)
-    t_brent = time.perf_counter() - t0
-    rel = np.abs(r.batch[idx] - ref) / ref
-    print(
-        f"scipy brentq loop: {len(idx):,} configurations in {t_brent:.2f} s, "
-        f"{len(idx) / t_brent:,.0f} configs/s"
-    )
-    print(f"speed-up over brentq: {(t_brent / len(idx)) / (t_full / n):,.0f}x")
-    print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
-    fb = np.abs(c.memory_balance(r.batch, n_p, n_d)) / c.kv_usable_tokens
-    print(f"max |f(B*)| / (C_tok - U): {fb.max():.2e}")
-
-
-def admission_bench(c: Coefficients, n_p: Any, n_d: Any, repeat: int, sample: int) -> None:
-    """The admission variant: vectorised evaluate against brentq on its balance."""
-    n = len(n_p)
-    evaluate(c, n_p, n_d)  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        r = evaluate(c, n_p, n_d)
-        times.append(time.perf_counter() - t0)
-    t_full = statistics.median(times)
-    print(
-        f"vectorised evaluate (capacity + power): median {t_full * 1e3:.2f} ms, "
-        f"{n / t_full:,.0f} configs/s (best {min(times) * 1e3:.2f} ms), {r.root_passes} "
-        "array passes"
-    )
+    sample = a.brentq_sample
+    if sample is None:  # the admission balance is slow to evaluate one point at a time
+        sample = 2000 if a.model_variant == "admission" else 0
     idx = np.arange(n)
     if sample:
         idx = np.random.default_rng(0).choice(n, size=min(sample, n), replace=False)
-    terms = c.loop_terms()
-    _, a_all, b_all = admission.components(n_p, n_d, terms.random_dispatch)
+    balance = balance_of(c, n_p, n_d)
     hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
     ref = np.empty(len(idx))
     t0 = time.perf_counter()
     for j, i in enumerate(idx):
-        a1, b1 = a_all[i : i + 1], b_all[i : i + 1]
 
-        def f(x: float, a1: Any = a1, b1: Any = b1) -> float:
-            return float(admission.balance(terms, np.array([x]), a1, b1)[0])
+        def f(x: float, i: int = int(i)) -> float:
+            return balance(x, i)
 
         ref[j] = brentq(f, 1e-300, hi[i] * (1 - 1e-12), xtol=1e-300, rtol=1e-12, maxiter=500)
     t_brent = time.perf_counter() - t0
@@ -137,7 +94,21 @@ def admission_bench(c: Coefficients, n_p: Any, n_d: Any, repeat: int, sample: in
         f"scipy brentq loop: {len(idx):,} configurations in {t_brent:.2f} s, "
         f"{len(idx) / t_brent:,.0f} configs/s"
     )
+    print(f"speed-up over brentq: {(t_brent / len(idx)) / (t_full / n):,.0f}x")
     print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
+    fb = np.array([abs(balance(float(r.batch[i]), int(i))) for i in idx]) / c.kv_usable_tokens
+    print(f"max |f(B*)| / (C_tok - U): {fb.max():.2e}")
+
+
+def balance_of(c: Coefficients, n_p: Any, n_d: Any) -> Callable[[float, int], float]:
+    """The variant's memory balance at a batch, for configuration ``i`` (tokens)."""
+    if c.variant == "paper":
+        return lambda x, i: float(c.memory_balance(x, n_p[i], n_d[i]))
+    terms = c.loop_terms()
+    _, a, b = admission.components(n_p, n_d, terms.random_dispatch)
+    return lambda x, i: float(
+        admission.balance(terms, np.array([x]), a[i : i + 1], b[i : i + 1])[0]
+    )
 
 
 if __name__ == "__main__":

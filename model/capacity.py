@@ -405,14 +405,11 @@ def _start_batch(c: Coefficients, upper: FloatArray) -> FloatArray:
     """Start point: the root ``B0`` of the balance without prefill queueing (``W = 0``).
 
     Dropping the Kingman term leaves ``(m1 B + m0) E(B) + T B = 0``, a quadratic with
-    one positive root, independent of the configuration. Since the wait only adds
-    reservations, ``B* <= B0``; the start is ``min(B0, upper)``.
+    one positive root, independent of the configuration
+    (:func:`model.admission.no_wait_batch`, which the admission variant shares). Since
+    the wait only adds reservations, ``B* <= B0``; the start is ``min(B0, upper)``.
     """
-    it = c.out_iterations
-    e0, ee = it * c.alpha_s, it * c.g_s_per_request
-    m1, m0 = c.ctx_tokens + c.reserved_tokens, -c.kv_usable_tokens
-    qa, qb, qc = m1 * ee, m1 * e0 + m0 * ee + c.t_prefill_reserve_token_s, m0 * e0
-    b0 = (2.0 * -qc) / (qb + math.sqrt(qb * qb - 4.0 * qa * qc))  # stable form, qc < 0
+    b0 = admission.no_wait_batch(c.loop_terms())
     return np.minimum(b0, upper)
 
 
