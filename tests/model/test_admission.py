@@ -409,3 +409,26 @@ def test_admission_is_the_default_and_paper_stays_selectable(workload, dispatch)
     paper = evaluate(dataclasses.replace(default, variant="paper"), n_p, n_d)
     assert not np.array_equal(paper.capacity_rps, ref.capacity_rps)
     assert paper.coefficients.fragment_tokens == 0.0
+
+
+def _erlang_b(servers: int, load: float) -> float:
+    # Erlang's loss formula by its stable recursion B(k) = a B(k-1) / (k + a B(k-1))
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = load * b / (k + load * b)
+    return b
+
+
+@pytest.mark.parametrize("population", [2, 5, 18, 60])
+@pytest.mark.parametrize("think_over_service", [0.5, 4.0, 17.0, 80.0])
+def test_one_server_per_pool_reduces_to_the_finite_source_queue(population, think_over_service):
+    # One prefill server per decode pool (n_P = n_D, round robin) with exponential service
+    # is the machine-repairman queue M/M/1//N: its idle probability is Erlang's loss
+    # formula B(N, Z/E) (Kleinrock, Queueing Systems I, 1975, section 3.8), so
+    # X = (1 - B)/E. The Linearizer's population at that throughput must be N.
+    e, z = 1.0, think_over_service
+    x = (1.0 - _erlang_b(population, z / e)) / e
+    if x * e > 0.95:
+        pytest.skip("beyond the utilisation where the population is well conditioned")
+    n = population_for_throughput(np.array([x]), np.array([z]), e, np.array([1.0]))[0]
+    assert n == pytest.approx(population, rel=0.015)
