@@ -143,6 +143,19 @@ class Contention(Exception):
     """An update lost the race ``MAX_ATTEMPTS`` times in a row."""
 
 
+#: the memory balance of deployments stored before requests named one
+VARIANT_BEFORE_FIELD = "paper"
+
+
+def with_stored_variant(body: Any) -> Any:
+    """``body`` with ``model_variant`` on every deployment that was stored without one."""
+    if isinstance(body, dict):
+        for dep in body.get("deployments") or []:
+            if isinstance(dep, dict):
+                dep.setdefault("model_variant", VARIANT_BEFORE_FIELD)
+    return body
+
+
 @dataclass(frozen=True)
 class Site:
     id: str
@@ -268,6 +281,8 @@ class Store:
         return site
 
     def get_site(self, site_id: str) -> Site:
+        """The site as stored (deployments registered before ``model_variant`` existed keep
+        the balance they were planned with: ``paper``)."""
         with self.engine.connect() as conn:
             row = conn.execute(select(sites).where(sites.c.id == site_id)).mappings().first()
         if row is None:
@@ -275,7 +290,7 @@ class Store:
         return Site(
             row["id"],
             row["name"],
-            row["body"],
+            with_stored_variant(row["body"]),
             row["version"],
             as_utc(row["created"]),
             as_utc(row["updated"]),

@@ -72,3 +72,17 @@ def test_plan_flag_fills_only_deployments_without_their_own(tmp_path):
     out = with_model_variant(body, "admission")
     assert out["deployments"][0]["model_variant"] == "paper"  # the file's own choice stays
     assert {d["model_variant"] for d in out["deployments"][1:]} == {"admission"}
+
+
+def test_sites_stored_before_the_field_keep_the_paper_balance(tmp_path):
+    from service.store import store_for
+
+    store = store_for(f"sqlite:///{tmp_path / 'old.db'}")
+    old = demo_request()  # a site body as stored before requests named a variant
+    old["deployments"][1]["model_variant"] = "admission"
+    site = store.create_site("old-site", old)
+    body = store.get_site(site.id).body
+    assert body["deployments"][0]["model_variant"] == "paper"
+    assert body["deployments"][1]["model_variant"] == "admission"  # its own choice stays
+    problem = problem_from_dict(body)
+    assert [d.model_variant for d in problem.deployments][:2] == ["paper", "admission"]
