@@ -138,9 +138,12 @@ def population_for_throughput(
             break
         y_n = (n - x * z) / a
         m = n - 1.0
-        y_m = _core_queue(e, a, z, m, delta)
         with np.errstate(invalid="ignore", divide="ignore"):
-            delta = np.where(m >= 1.0, y_m / m - y_n / n, 0.0)
+            # per-customer queue at population m: the core's for m >= 1; below, a lone
+            # customer's share E/(a (Z + E)), its exact value at m = 1, so that delta is
+            # continuous in n and vanishes at n = 1 (where the core is exact)
+            per_m = np.where(m >= 1.0, _core_queue(e, a, z, m, delta) / m, ea / (z + e))
+            delta = np.where(m > 0.0, per_m - y_n / n, 0.0)
         delta = np.where(np.isfinite(delta), delta, 0.0)
     return n
 
