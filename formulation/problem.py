@@ -279,9 +279,12 @@ def _num_list(path: str, v: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in v)
 
 
-def _variant(path: str, v: Any) -> str:
-    if v is None:
+def _variant(path: str, dep: Mapping[str, Any]) -> str:
+    """The deployment's ``model_variant``: the default when absent (``null`` is refused,
+    as the API refuses it)."""
+    if "model_variant" not in dep:
         return DEFAULT_VARIANT
+    v = dep["model_variant"]
     if not isinstance(v, str) or v not in MODEL_VARIANTS:
         raise InputError(path, f"must be one of {', '.join(MODEL_VARIANTS)}, got {v!r}")
     return v
@@ -326,7 +329,7 @@ def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
                 initial_n_p=init.get("n_p", 0),
                 initial_n_d=init.get("n_d", 0),
                 overrides={k: dict(_obj(f"{at}.overrides.{k}", v)) for k, v in overrides.items()},
-                model_variant=_variant(f"{at}.model_variant", dr.get("model_variant")),
+                model_variant=_variant(f"{at}.model_variant", dr),
             )
         )
     n = len(deps[0].demand_rps)

@@ -74,6 +74,7 @@ def response(o: Outcome) -> dict[str, Any]:
                 "gpu": d.spec.gpu.name,
                 "workload": d.spec.workload.name,
                 "calibration_measured": d.measured_calibration,
+                "model_variant": d.spec.variant,
                 "candidates": d.n_configs,
             }
             for d in data.deployments

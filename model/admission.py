@@ -32,7 +32,9 @@ that loop. Three changes to SPEC 2.5, each derived in docs/admission.md:
    ``C_tok - U - (E[S^2]/(2 E[S]) - E[l_out - 1])``.
 
 The balance in the batch ``B`` (decode requests per pool) is then SPEC 2.5's with the
-wait above and the packable pool; it has one root in ``(0, min(B_max, B_rho))`` and is
+wait above and the packable pool; it increases in ``B`` (docs/admission.md, section 5:
+checked numerically, with the Linearizer's correction continuous in the population), so
+it has one root in ``(0, min(B_max, B_rho))``, which is
 solved by bracketed false position, vectorised over configurations.
 
 This module is pure numerics on plain arrays: :mod:`model.capacity` calls it with the
@@ -191,7 +193,9 @@ def solve_batch(
     position with the Illinois modification, safeguarded by bisection. Round-robin
     configurations with the same components ``(a, b)`` share their ``B*``, so each
     component shape is solved once. Returns ``(B*, passes)``."""
-    _, a, b = components(n_p, n_d, t.random_dispatch)
+    _, a, b = components(np.atleast_1d(n_p), np.atleast_1d(n_d), t.random_dispatch)
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("every configuration needs n_P >= 1 and n_D >= 1")
     rho_end = np.broadcast_to(np.asarray(b_rho, dtype=float), a.shape)
     if t.random_dispatch or a.size < 2:
         return _solve(t, a, b, b_max, rho_end, rtol, max_iter)

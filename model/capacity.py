@@ -214,9 +214,14 @@ class Coefficients:
     psat_decode_w: float
     p_idle_w: float
     gpus_per_instance: int
-    variant: str = DEFAULT_VARIANT
+    variant: str = "paper"  # Coefficients.of sets the spec's variant
     # admission variant: uncommitted pool under FIFO admission (0 for paper)
     fragment_tokens: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_variant(self.variant)
+        if self.variant == "paper" and self.fragment_tokens != 0.0:
+            raise InputError("fragment_tokens", "the paper variant has no fragmentation")
 
     @property
     def mu_prefill_rps(self) -> float:

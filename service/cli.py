@@ -31,8 +31,11 @@ def add_variant_arg(p: argparse.ArgumentParser, per_deployment: bool = False) ->
     )
 
 
-def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) -> None:
-    """The deployment options shared by the sub-commands."""
+def add_spec_args(
+    p: argparse.ArgumentParser, workload_help: str | None = None, variant: bool = True
+) -> None:
+    """The deployment options shared by the sub-commands (``variant``: the memory balance
+    option, for the commands whose numbers come from it)."""
     p.add_argument("--model", default="qwen3-32b", help="model name (default: qwen3-32b)")
     p.add_argument("--gpu", default="h200", help="GPU name (default: h200)")
     p.add_argument(
@@ -63,7 +66,8 @@ def add_spec_args(p: argparse.ArgumentParser, workload_help: str | None = None) 
         "--override still apply on top)",
     )
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
-    add_variant_arg(p)
+    if variant:
+        add_variant_arg(p)
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
 
 

@@ -42,10 +42,11 @@ WORKLOAD_HELP = (
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
     """The deployment options, as in the other sub-commands (the simulator needs samples,
-    so moments are not accepted)."""
+    so moments are not accepted; it never uses the memory balance, so it has no
+    ``--model-variant``)."""
     from service.cli import add_spec_args
 
-    add_spec_args(p, WORKLOAD_HELP)
+    add_spec_args(p, WORKLOAD_HELP, variant=False)
 
 
 def _spec_from_args(a: argparse.Namespace) -> DeploymentSpec:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
 from model.capacity import DEFAULT_VARIANT, evaluate
@@ -53,15 +55,45 @@ def test_unknown_variant_is_a_problem_naming_the_field(client):
 
 
 def test_schedule_deployments_carry_their_variant():
+    other = next(v for v in ("paper", "admission") if v != DEFAULT_VARIANT)
     body = demo_request()
-    body["deployments"][0]["model_variant"] = "admission"
+    body["deployments"][0]["model_variant"] = other
     problem = problem_from_dict(body)
-    assert problem.deployments[0].model_variant == "admission"
+    assert problem.deployments[0].model_variant == other
     assert all(d.model_variant == DEFAULT_VARIANT for d in problem.deployments[1:])
-    body["deployments"][1]["model_variant"] = "Admission"
-    with pytest.raises(InputError) as e:
-        problem_from_dict(body)
-    assert e.value.field == "deployments[1].model_variant"
+    # the schedule's capacity tables come from each deployment's own variant
+    data = build_data(problem)
+    for d, dep in zip(data.deployments, body["deployments"], strict=True):
+        variant = dep.get("model_variant", DEFAULT_VARIANT)
+        k = int(np.argmax(d.capacity_rps))
+        spec = replace(
+            resolve_spec(SpecRequest(dep["model"], dep["gpu"], dep["workload"])),
+            variant=variant,
+        )
+        ref = evaluate(spec, int(d.n_p[k]), int(d.n_d[k])).capacity_rps[0]
+        assert d.spec.variant == variant
+        assert d.capacity_rps[k] == pytest.approx(float(ref), rel=1e-12)
+    for bad in ("Admission", None):
+        body["deployments"][1]["model_variant"] = bad
+        with pytest.raises(InputError) as e:
+            problem_from_dict(body)
+        assert e.value.field == "deployments[1].model_variant"
+
+
+def test_schedule_response_names_each_deployments_variant(client):
+    body = demo_request()
+    body["deployments"][0]["model_variant"] = "paper"
+    body["solver"]["time_limit_s"] = 5
+    r = client.post("/v1/schedule", json=body)
+    assert r.status_code == 200, r.text
+    got = [d["model_variant"] for d in r.json()["deployments"]]
+    assert got == ["paper"] + [DEFAULT_VARIANT] * (len(got) - 1)
+
+
+def test_simulate_has_no_variant_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["simulate", "--model-variant", "paper", "--np", "1", "--nd", "1"])
+    assert "unrecognized arguments: --model-variant" in capsys.readouterr().err
 
 
 def test_plan_flag_fills_only_deployments_without_their_own(tmp_path):
