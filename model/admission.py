@@ -73,7 +73,7 @@ class LoopTerms:
 
 def fragmentation_tokens(mean_in: float, e_in2: float, reserved: float, out_iter: float) -> float:
     """Time-average uncommitted pool under FIFO admission: ``E[S^2]/(2E[S]) - E[l_out-1]``
-    with ``S = l_in + R`` (docs/admission.md, section 3)."""
+    with ``S = l_in + R`` (docs/admission.md, section 4)."""
     e_s = mean_in + reserved
     e_s2 = e_in2 + 2.0 * reserved * mean_in + reserved * reserved
     return e_s2 / (2.0 * e_s) - out_iter

@@ -583,7 +583,7 @@ def _admission_residuals(add: Any, cmp: dict[str, Any]) -> None:
         for w in cmp
     )
     add(
-        "Fragmentation (admission.md, section 3), the share of the pool the model sets aside "
+        "Fragmentation (admission.md, section 4), the share of the pool the model sets aside "
         "against the simulated uncommitted share (median over configurations): "
         + frag
         + ". The fixed 1024/256 workload over-commits in the simulation when many prefill "
