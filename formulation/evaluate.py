@@ -94,9 +94,8 @@ def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
         ks = sched.config[m]
         s = sched.served_rps[m]
         smax = d.smax_rps[np.arange(t_count), ks]
-        for t in range(t_count):
-            if s[t] < -1e-9 or s[t] > smax[t] * (1 + FEAS_RTOL) + 1e-9 or not d.allowed[ks[t]]:
-                served_viol.append((m, t))
+        bad = (s < -1e-9) | (s > smax * (1 + FEAS_RTOL) + 1e-9) | ~d.allowed[ks]
+        served_viol.extend((m, int(t)) for t in np.flatnonzero(bad))
         s_c = np.clip(s, 0.0, smax)
         it[m] = d.power_w(ks, s_c)
         starts[m], stops[m] = transitions(d, ks)
