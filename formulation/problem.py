@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
+from model.capacity import DEFAULT_VARIANT, check_variant
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -284,10 +284,17 @@ def _variant(path: str, dep: Mapping[str, Any]) -> str:
     as the API refuses it)."""
     if "model_variant" not in dep:
         return DEFAULT_VARIANT
-    v = dep["model_variant"]
-    if not isinstance(v, str) or v not in MODEL_VARIANTS:
-        raise InputError(path, f"must be one of {', '.join(MODEL_VARIANTS)}, got {v!r}")
-    return v
+    return check_variant(dep["model_variant"], path)
+
+
+def fill_model_variant(body: Any, variant: str) -> Any:
+    """``body`` (a schedule request) with ``model_variant`` set on each deployment that
+    does not name its own; anything malformed is left for :func:`problem_from_dict`."""
+    if isinstance(body, dict):
+        for dep in body.get("deployments") or []:
+            if isinstance(dep, dict):
+                dep.setdefault("model_variant", variant)
+    return body
 
 
 def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:

@@ -62,13 +62,30 @@ class LoopTerms:
     out_iterations: float  # E[l_out - 1]
     alpha_s: float  # t_D(B) = alpha + g B
     g_s_per_request: float
-    active_tokens: float  # ctx + R, held by a decoding request
-    in_reserve_tokens: float  # E[S] = E[l_in] + R, held while waiting for or in prefill
+    ctx_tokens: float  # residence-corrected active context
+    reserved_tokens: float  # R
+    mean_in_tokens: float  # E[l_in]
     prefill_reserve_token_s: float  # E[t_P (l_in + R)]
     t_prefill_mean_s: float  # E[t_P]
     t_prefill_scv: float  # c_s^2 of t_P
-    packable_tokens: float  # C_tok - U - fragmentation
+    usable_tokens: float  # C_tok - U
+    fragment_tokens: float  # FIFO admission's uncommitted pool (section 4)
     random_dispatch: bool
+
+    @property
+    def active_tokens(self) -> float:
+        """``ctx + R``, held by a decoding request."""
+        return self.ctx_tokens + self.reserved_tokens
+
+    @property
+    def in_reserve_tokens(self) -> float:
+        """``E[S] = E[l_in] + R``, held while waiting for or in prefill."""
+        return self.mean_in_tokens + self.reserved_tokens
+
+    @property
+    def packable_tokens(self) -> float:
+        """``C_tok - U - F``: what admitted requests can fill."""
+        return self.usable_tokens - self.fragment_tokens
 
 
 def fragmentation_tokens(mean_in: float, e_in2: float, reserved: float, out_iter: float) -> float:
@@ -266,34 +283,3 @@ def _solve(
     if idx.size:
         out[idx] = 0.5 * (lo + hi)
     return out, passes
-
-
-def loop_terms(
-    *,
-    out_iterations: float,
-    alpha_s: float,
-    g_s_per_request: float,
-    ctx_tokens: float,
-    reserved_tokens: float,
-    mean_in_tokens: float,
-    prefill_reserve_token_s: float,
-    t_prefill_mean_s: float,
-    t_prefill_scv: float,
-    usable_tokens: float,
-    fragment_tokens: float,
-    random_dispatch: bool,
-) -> LoopTerms:
-    if not math.isfinite(fragment_tokens):
-        raise ValueError("fragmentation must be finite")
-    return LoopTerms(
-        out_iterations=out_iterations,
-        alpha_s=alpha_s,
-        g_s_per_request=g_s_per_request,
-        active_tokens=ctx_tokens + reserved_tokens,
-        in_reserve_tokens=mean_in_tokens + reserved_tokens,
-        prefill_reserve_token_s=prefill_reserve_token_s,
-        t_prefill_mean_s=t_prefill_mean_s,
-        t_prefill_scv=t_prefill_scv,
-        packable_tokens=usable_tokens - fragment_tokens,
-        random_dispatch=random_dispatch,
-    )

@@ -51,11 +51,10 @@ MODEL_VARIANTS = ("paper", "admission")
 DEFAULT_VARIANT = "admission"
 
 
-def check_variant(variant: str) -> str:
-    if variant not in MODEL_VARIANTS:
-        raise InputError(
-            "model_variant", f"must be one of {', '.join(MODEL_VARIANTS)}, got {variant!r}"
-        )
+def check_variant(variant: object, field: str = "model_variant") -> str:
+    """``variant`` if it names a memory balance; else an input error naming ``field``."""
+    if not isinstance(variant, str) or variant not in MODEL_VARIANTS:
+        raise InputError(field, f"must be one of {', '.join(MODEL_VARIANTS)}, got {variant!r}")
     return variant
 
 
@@ -244,7 +243,7 @@ class Coefficients:
 
     def loop_terms(self) -> admission.LoopTerms:
         """The scalars of the admission variant's closed loop."""
-        return admission.loop_terms(
+        return admission.LoopTerms(
             out_iterations=self.out_iterations,
             alpha_s=self.alpha_s,
             g_s_per_request=self.g_s_per_request,
@@ -304,7 +303,7 @@ class Coefficients:
         alpha, g = terms.alpha_g(cal)
         if not iters > 0:
             g = math.nan
-        variant = check_variant(spec.variant)
+        variant = spec.variant  # checked by DeploymentSpec
         fragment = 0.0
         if variant == "admission" and iters > 0:
             fragment = admission.fragmentation_tokens(e1, e2, st.reserved_tokens, iters)

@@ -168,80 +168,91 @@ def run_simulations(
 # ---- comparison --------------------------------------------------------------------------
 
 
-def compare(sim: dict[str, Any], variant: str) -> dict[str, Any]:
-    """Per workload: the analytical model's ``variant`` against the simulated results."""
-    out: dict[str, Any] = {}
+def compare(sim: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per variant and workload: the analytical model against the simulated results (the
+    simulated side, its trace included, is read once per workload)."""
+    out: dict[str, dict[str, Any]] = {v: {} for v in MODEL_VARIANTS}
     for w in sim["settings"]["workloads"]:
         rows = sorted(
             (r for r in sim["results"] if r["workload"] == w), key=lambda r: (r["n_p"], r["n_d"])
         )
-        spec = resolve_spec(SpecRequest(model=MODEL, gpu=GPU, workload=w, model_variant=variant))
-        c = Coefficients.of(spec)
-        pool = float(c.kv_pool_tokens)
+        base = resolve_spec(SpecRequest(model=MODEL, gpu=GPU, workload=w))
         n_p = np.array([r["n_p"] for r in rows])
         n_d = np.array([r["n_d"] for r in rows])
-        an = evaluate(spec, n_p, n_d)
         mu_sim = np.array([r["capacity_rps"] for r in rows])
-        err = an.capacity_rps / mu_sim - 1.0
         # power of the simulated configurations with the same power model (SPEC 2.6):
-        # prefill load share mu/(n_P mu_P), decode share mu/(n_D mu_D_max,sim)
+        # prefill load share mu/(n_P mu_P), decode share mu/(n_D mu_D_max,sim); the
+        # power ramps do not depend on the variant
+        c0 = Coefficients.of(base)
+        pool = float(c0.kv_pool_tokens)
         samples = resolve_samples(w)
-        timing = SimTiming.of(spec)
-        mu_p = 1.0 / float(np.mean(timing.t_prefill_s(samples.l_in)))
+        mu_p = 1.0 / float(np.mean(SimTiming.of(base).t_prefill_s(samples.l_in)))
         mu_dmax = sim["decode_only_rps"][w]
         p_sim = n_p * instance_power_w(
-            c.p0_prefill_w, c.gamma_prefill_w, c.psat_prefill_w, mu_sim / (n_p * mu_p)
+            c0.p0_prefill_w, c0.gamma_prefill_w, c0.psat_prefill_w, mu_sim / (n_p * mu_p)
         ) + n_d * instance_power_w(
-            c.p0_decode_w, c.gamma_decode_w, c.psat_decode_w, mu_sim / (n_d * mu_dmax)
+            c0.p0_decode_w, c0.gamma_decode_w, c0.psat_decode_w, mu_sim / (n_d * mu_dmax)
         )
         ids = n_p * 1000 + n_d
-        fa = front_indices(an.capacity_rps, an.power_w)
         fs = front_indices(mu_sim, p_sim)
-        agr = eps_pareto_agreement(
-            (an.capacity_rps[fa], an.power_w[fa], ids[fa]),
-            (mu_sim[fs], p_sim[fs], ids[fs]),
-            epsilon=TOL,
-        )
         slack = 1.0 - np.array([r["kv_active"] + r["kv_prefill"] + r["kv_headroom"] for r in rows])
         util = np.array([r["prefill_util"] for r in rows])
-        parts = np.array([_decompose(c, r, float(b)) for r, b in zip(rows, an.batch, strict=True)])
-        causes = [_cause(float(e), float(u), p) for e, u, p in zip(err, util, parts, strict=True)]
-        res_model = (c.kv_usable_tokens - an.batch * (c.ctx_tokens + c.reserved_tokens)) / float(
-            c.kv_pool_tokens
-        )
         res_sim = np.array(
             [
-                r["kv_prefill"] + r["kv_headroom"] - c.reserved_tokens * r["batch_time"] / pool
+                r["kv_prefill"] + r["kv_headroom"] - c0.reserved_tokens * r["batch_time"] / pool
                 for r in rows
             ]
         )
-        out[w] = {
+        shared = {
             "rows": rows,
             "n_p": n_p,
             "n_d": n_d,
-            "an": an,
             "mu_sim": mu_sim,
             "p_sim": p_sim,
-            "err": err,
             "slack": slack,
             "util": util,
-            "causes": causes,
-            "parts": parts,
-            "res_model": res_model,
             "res_sim": res_sim,
-            "front_an": fa,
             "front_sim": fs,
-            "agreement": agr,
-            "ctx_an": c.ctx_tokens,
-            "frag_model": c.fragment_tokens / pool,
-            "scv": c.t_prefill_scv,
             "mu_p": mu_p,
             "mu_dmax_sim": mu_dmax,
-            "mu_dmax_an": float(an.mu_d_max_rps[0]),
             "ci_rel": np.array([r["ci95_rps"] for r in rows]) / mu_sim,
             "checks": sum(r["check_passed"] for r in rows),
             "nonmonotone": _nonmonotone(rows),
         }
+        for variant in MODEL_VARIANTS:
+            spec = replace(base, variant=variant)
+            c = Coefficients.of(spec)
+            an = evaluate(c, n_p, n_d)
+            err = an.capacity_rps / mu_sim - 1.0
+            fa = front_indices(an.capacity_rps, an.power_w)
+            agr = eps_pareto_agreement(
+                (an.capacity_rps[fa], an.power_w[fa], ids[fa]),
+                (mu_sim[fs], p_sim[fs], ids[fs]),
+                epsilon=TOL,
+            )
+            d = shared | {
+                "an": an,
+                "err": err,
+                "front_an": fa,
+                "agreement": agr,
+                "ctx_an": c.ctx_tokens,
+                "frag_model": c.fragment_tokens / pool,
+                "scv": c.t_prefill_scv,
+                "mu_dmax_an": float(an.mu_d_max_rps[0]),
+                "causes": [""] * len(rows),
+            }
+            if variant == "paper":  # the K/F/M attribution is of SPEC 2.5's balance
+                parts = np.array(
+                    [_decompose(c, r, float(b)) for r, b in zip(rows, an.batch, strict=True)]
+                )
+                d["parts"] = parts
+                d["causes"] = [
+                    _cause(float(e), float(u), p) for e, u, p in zip(err, util, parts, strict=True)
+                ]
+                d["res_model"] = (
+                    c.kv_usable_tokens - an.batch * (c.ctx_tokens + c.reserved_tokens)
+                ) / pool
+            out[variant][w] = d
     return out
 
 
@@ -817,7 +828,7 @@ def main() -> None:
         sim = run_simulations(a.workloads, a.max_n, a.seeds, a.workers)
         if a.cache:
             a.cache.write_text(json.dumps(sim), encoding="utf-8")
-    cmps = {v: compare(sim, v) for v in MODEL_VARIANTS}
+    cmps = compare(sim)
     a.out_dir.mkdir(parents=True, exist_ok=True)
     pngs = {}
     for v, c in cmps.items():

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from formulation.demo import demo_request
-from formulation.problem import Host, problem_from_dict
+from formulation.problem import Host, fill_model_variant, problem_from_dict
 from model.errors import InputError
 
 
@@ -63,13 +63,8 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def with_model_variant(body: Any, variant: str | None) -> Any:
-    """``body`` with ``model_variant`` set on each deployment that does not name its own."""
-    if variant is None or not isinstance(body, dict):
-        return body
-    for dep in body.get("deployments") or []:
-        if isinstance(dep, dict):
-            dep.setdefault("model_variant", variant)
-    return body
+    """``body`` with ``--model-variant`` on each deployment that does not name its own."""
+    return body if variant is None else fill_model_variant(body, variant)
 
 
 def add_host_args(p: argparse.ArgumentParser) -> None:

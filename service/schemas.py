@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from formulation.demo import demo_request
-from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS, check_variant
+from model.errors import InputError
 from model.workload import check_no_file
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
@@ -94,9 +95,10 @@ WorkloadText = Annotated[
 
 
 def _known_variant(v: str) -> str:
-    if v not in MODEL_VARIANTS:
-        raise ValueError(f"must be one of {', '.join(MODEL_VARIANTS)}")
-    return v
+    try:
+        return check_variant(v)
+    except InputError as e:
+        raise ValueError(e.reason) from e
 
 
 ModelVariant = Annotated[

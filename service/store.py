@@ -60,6 +60,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
+from formulation.problem import fill_model_variant
+
 log = logging.getLogger(__name__)
 
 metadata = MetaData()
@@ -145,15 +147,6 @@ class Contention(Exception):
 
 #: the memory balance of deployments stored before requests named one
 VARIANT_BEFORE_FIELD = "paper"
-
-
-def with_stored_variant(body: Any) -> Any:
-    """``body`` with ``model_variant`` on every deployment that was stored without one."""
-    if isinstance(body, dict):
-        for dep in body.get("deployments") or []:
-            if isinstance(dep, dict):
-                dep.setdefault("model_variant", VARIANT_BEFORE_FIELD)
-    return body
 
 
 @dataclass(frozen=True)
@@ -290,7 +283,7 @@ class Store:
         return Site(
             row["id"],
             row["name"],
-            with_stored_variant(row["body"]),
+            fill_model_variant(row["body"], VARIANT_BEFORE_FIELD),
             row["version"],
             as_utc(row["created"]),
             as_utc(row["updated"]),

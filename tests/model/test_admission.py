@@ -124,7 +124,7 @@ def test_prefill_wait_unbounded_population_is_kingman(rho, random_dispatch):
     (model/admission.py docstring, change 2). Measured within 5.2e-6."""
     e, scv, a, b = 0.5, 0.4, 3.0, 2.0
     iters, alpha = 1e6, 1.0  # Z = iters * alpha (g = 0)
-    terms = admission.loop_terms(
+    terms = admission.LoopTerms(
         out_iterations=iters,
         alpha_s=alpha,
         g_s_per_request=0.0,
