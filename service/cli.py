@@ -264,7 +264,50 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, help="port (default: PDWATT_PORT or 8000)")
     sv.add_argument("--workers", type=int, help="concurrent solves (default: PDWATT_WORKERS or 2)")
     sv.set_defaults(func=cmd_serve)
+
+    wk = sub.add_parser(
+        "worker",
+        help="run queued jobs from Redis (PDWATT_REDIS_URL), as many machines as wanted",
+    )
+    wk.add_argument("--workers", type=int, help="concurrent solves (default: PDWATT_WORKERS or 2)")
+    wk.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    wk.set_defaults(func=cmd_worker)
+
+    db = sub.add_parser("db", help="the service's database")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    up = db_sub.add_parser(
+        "upgrade",
+        help="migrate PDWATT_DATABASE_URL to the current schema (the service does "
+        "this on start too)",
+    )
+    up.set_defaults(func=cmd_db_upgrade)
     return p
+
+
+def cmd_worker(a: argparse.Namespace) -> None:
+    import logging
+    import os
+
+    from service.settings import get_settings
+
+    if a.workers is not None:
+        os.environ["PDWATT_WORKERS"] = str(a.workers)
+    settings = get_settings()
+    if settings.redis_url is None:
+        raise InputError("PDWATT_REDIS_URL", "not set: a worker takes its jobs from Redis")
+    from service.queue import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    print(f"pdwatt worker: {settings.workers} solver processes", file=sys.stderr)
+    run_worker(settings, burst=a.burst)
+
+
+def cmd_db_upgrade(a: argparse.Namespace) -> None:
+    from service.settings import get_settings
+    from service.store import SCHEMA_REVISION, make_engine, migrate
+
+    before = migrate(make_engine(get_settings().database_url))
+    print(f"database schema: {before} -> {SCHEMA_REVISION}")
 
 
 def cmd_serve(a: argparse.Namespace) -> None:

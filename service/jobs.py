@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
@@ -40,6 +40,12 @@ from service.store import SiteNotFound, as_utc, digest, engine_for, jobs, utc_no
 log = logging.getLogger(__name__)
 
 FINAL = ("succeeded", "failed", "cancelled")
+#: the error of a job whose solver process died under it
+WORKER_LOST = {
+    "title": "Worker lost",
+    "detail": "the solver worker running this job stopped (it was killed, e.g. out of "
+    "memory); submit it again",
+}
 #: seconds between two progress writes (and cancellation reads) of a running job
 PROGRESS_EVERY_S = 0.5
 
@@ -71,6 +77,7 @@ class Job:
     started: datetime | None
     finished: datetime | None
     request: dict[str, Any]
+    attempts: int = 0
 
     def document(self) -> dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` answers it."""
@@ -82,6 +89,7 @@ class Job:
             "created": self.created.isoformat(),
             "started": None if self.started is None else self.started.isoformat(),
             "finished": None if self.finished is None else self.finished.isoformat(),
+            "attempts": self.attempts,
         }
         if self.result is not None:
             doc["result"] = self.result
@@ -102,6 +110,7 @@ def _job(row: Any) -> Job:
         None if row.started is None else as_utc(row.started),
         None if row.finished is None else as_utc(row.finished),
         row.request,
+        row.attempts,
     )
 
 
@@ -165,24 +174,85 @@ class JobStore:
             )
             return [r.id for r in rows]
 
-    def start(self, job_id: str) -> bool:
-        """``queued`` -> ``running``; False if the job is no longer queued."""
+    def start(self, job_id: str, worker: str | None = None) -> bool:
+        """``queued`` -> ``running`` (one more attempt, held by ``worker``); False if the
+        job is no longer queued (another worker took it, or it was cancelled)."""
+        now = utc_now()
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status == "queued")
-                .values(status="running", started=utc_now())
+                .values(
+                    status="running",
+                    started=now,
+                    attempts=jobs.c.attempts + 1,
+                    worker=worker,
+                    heartbeat=now,
+                )
             )
         return res.rowcount == 1
 
-    def progress(self, job_id: str, state: dict[str, Any]) -> bool:
-        """Record a running job's progress; True when its cancellation was requested."""
+    def beat(self, job_ids: list[str], worker: str) -> None:
+        """``worker`` is alive and still runs ``job_ids``."""
+        if not job_ids:
+            return
         with self.engine.begin() as conn:
             conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "running")
-                .values(progress=state)
+                .where(jobs.c.id.in_(job_ids), jobs.c.status == "running", jobs.c.worker == worker)
+                .values(heartbeat=utc_now())
             )
+
+    def queued(self) -> list[tuple[str, int]]:
+        """``(id, attempts)`` of every queued job, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs.c.id, jobs.c.attempts)
+                .where(jobs.c.status == "queued")
+                .order_by(jobs.c.created)
+            )
+            return [(r.id, r.attempts) for r in rows]
+
+    def stale(self, older_than_s: float) -> list[tuple[str, int, str]]:
+        """``(id, attempts, worker)`` of the jobs held by a queue worker that has given no
+        heartbeat for ``older_than_s`` seconds (it died, or lost its database)."""
+        cutoff = utc_now() - timedelta(seconds=older_than_s)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs.c.id, jobs.c.attempts, jobs.c.worker).where(
+                    jobs.c.status == "running",
+                    jobs.c.worker.is_not(None),
+                    jobs.c.heartbeat < cutoff,
+                )
+            )
+            return [(r.id, r.attempts, r.worker) for r in rows]
+
+    def release(self, job_id: str, worker: str) -> bool:
+        """A running job goes back to ``queued`` for another worker (its worker stopped
+        or died); False if ``worker`` no longer holds it."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running", jobs.c.worker == worker)
+                .values(status="queued", worker=None, heartbeat=None, progress=None)
+            )
+        return res.rowcount == 1
+
+    def _held(self, job_id: str, worker: str | None) -> Any:
+        cond = [jobs.c.id == job_id, jobs.c.status == "running"]
+        if worker is not None:
+            cond.append(jobs.c.worker == worker)
+        return cond
+
+    def progress(self, job_id: str, state: dict[str, Any], worker: str | None = None) -> bool:
+        """Record a running job's progress; True when the solve should stop: its
+        cancellation was requested, or (with ``worker``) that worker no longer holds it."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs).where(*self._held(job_id, worker)).values(progress=state)
+            )
+            if res.rowcount != 1:
+                return True
             row = conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).first()
         return bool(row is not None and row.cancel_requested)
 
@@ -192,13 +262,22 @@ class JobStore:
         status: str,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
-    ) -> None:
+        worker: str | None = None,
+    ) -> bool:
+        """End the job (unless it ended already, or, with ``worker``, unless that worker
+        no longer holds it); True when this call ended it."""
+        cond = (
+            self._held(job_id, worker)
+            if worker is not None
+            else [jobs.c.id == job_id, jobs.c.status.not_in(FINAL)]
+        )
         with self.engine.begin() as conn:
-            conn.execute(
+            res = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status.not_in(FINAL))
+                .where(*cond)
                 .values(status=status, result=result, error=error, finished=utc_now())
             )
+        return res.rowcount == 1
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued job at once; ask a running one to stop (it keeps its best
@@ -237,11 +316,20 @@ def _problem_of(exc: BaseException) -> dict[str, Any]:
 
 
 def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
-    """Run job ``job_id`` (in a solver worker): its status, progress and result go to the
-    database at ``url``. Returns the final status."""
+    """Start job ``job_id`` and run it (in a solver worker): its status, progress and
+    result go to the database at ``url``. Returns the final status."""
+    if not job_store(url).start(job_id):
+        return job_store(url).get(job_id).status  # cancelled meanwhile
+    return execute_started(url, job_id, memory_budget_mb)
+
+
+def execute_started(
+    url: str, job_id: str, memory_budget_mb: float | None, worker: str | None = None
+) -> str:
+    """Run job ``job_id``, already ``running`` (see :func:`execute`); with ``worker``,
+    only while that worker holds it (a job given back or presumed lost stops, and its
+    outcome is not written)."""
     store = job_store(url)
-    if not store.start(job_id):
-        return store.get(job_id).status  # cancelled meanwhile
     job = store.get(job_id)
     last_write = [0.0]
     cancel = [False]
@@ -253,8 +341,11 @@ def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
         now = time.monotonic()
         if now - last_write[0] >= PROGRESS_EVERY_S:
             last_write[0] = now
-            cancel[0] = store.progress(job_id, state)
+            cancel[0] = store.progress(job_id, state, worker)
         return cancel[0]
+
+    def end(status: str, **outcome: Any) -> str:
+        return status if store.finish(job_id, status, worker=worker, **outcome) else "given up"
 
     try:
         result = run_kind(
@@ -263,21 +354,18 @@ def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
             memory_budget_mb,
             monitor,
             url,
-            cancelled=lambda: store.progress(job_id, {**latest, "phase": "storing"}),
+            cancelled=lambda: store.progress(job_id, {**latest, "phase": "storing"}, worker),
         )
     except PdwattError as exc:
-        store.finish(job_id, "failed", error=_problem_of(exc))
-        return "failed"
+        return end("failed", error=_problem_of(exc))
     except MemoryError:
-        store.finish(job_id, "failed", error={"title": "Out of memory", "detail": "MemoryError"})
-        return "failed"
+        return end("failed", error={"title": "Out of memory", "detail": "MemoryError"})
     except SiteNotFound as exc:  # deleted after the job was queued
-        error = {"title": "Not Found", "detail": str(exc), "field": "request.site_id"}
-        store.finish(job_id, "failed", error=error)
-        return "failed"
-    status = "cancelled" if store.progress(job_id, {**latest, "phase": "done"}) else "succeeded"
-    store.finish(job_id, status, result=result)
-    return status
+        return end(
+            "failed", error={"title": "Not Found", "detail": str(exc), "field": "request.site_id"}
+        )
+    stop = store.progress(job_id, {**latest, "phase": "done"}, worker)
+    return end("cancelled" if stop else "succeeded", result=result)
 
 
 def run_kind(
@@ -357,9 +445,12 @@ class JobRunner:
                 },
             )
         for job_id in self.store.with_status("queued"):
-            self.submit(job_id)
+            self._start(job_id)
 
-    def submit(self, job_id: str) -> None:
+    async def submit(self, job_id: str) -> None:
+        self._start(job_id)
+
+    def _start(self, job_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._run(job_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -375,16 +466,7 @@ class JobRunner:
             except PoolFull:
                 await asyncio.sleep(self.poll_s)
             except WorkerLost:
-                await asyncio.to_thread(
-                    self.store.finish,
-                    job_id,
-                    "failed",
-                    error={
-                        "title": "Worker lost",
-                        "detail": "the solver worker running this job stopped (it was "
-                        "killed, e.g. out of memory); submit it again",
-                    },
-                )
+                await asyncio.to_thread(self.store.finish, job_id, "failed", error=WORKER_LOST)
                 return
             except Exception as exc:  # noqa: BLE001 - recorded on the job, never lost
                 log.exception("job %s failed", job_id)

@@ -13,6 +13,7 @@ from service import errors
 from service.jobs import JobRunner
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
+from service.queue import RedisJobs
 from service.routers import catalog, core, dr, health, jobs, schedule, sites
 from service.settings import Settings, get_settings
 
@@ -103,7 +104,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.jobs = JobRunner(settings.database_url, app.state.pool)
+        app.state.jobs = (
+            JobRunner(settings.database_url, app.state.pool)
+            if settings.redis_url is None
+            else RedisJobs(settings.database_url, settings.redis_url)
+        )
         app.state.jobs.recover()
         yield
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)

@@ -140,6 +140,16 @@ class SolvePool:
         server is shutting down)."""
         self._stopping.set()
 
+    def kill(self) -> None:
+        """End every solver process of this process now (their solves are lost) and
+        start fresh ones on the next request."""
+        with self._lock:
+            ex, self._executor = self._executor, None
+        for proc in multiprocessing.active_children():
+            proc.kill()
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
+
     def shutdown(self) -> None:
         with self._lock:
             ex, self._executor = self._executor, None

@@ -73,6 +73,9 @@ class JobDocument(BaseModel):
     created: str
     started: str | None = None
     finished: str | None = None
+    attempts: int = Field(
+        0, description="runs started; above 1 when a lost worker's job was run again"
+    )
     result: dict[str, Any] | None = Field(
         None,
         description="once succeeded (or cancelled after a start): what the "

@@ -28,6 +28,18 @@ class Settings(BaseSettings):
     workers: int = Field(2, ge=1, le=64, description="concurrent solves (processes)")
     retry_after_s: int = Field(5, ge=1)
     database_url: str = "sqlite:///pdwatt.db"
+    redis_url: str | None = Field(
+        None,
+        min_length=1,
+        description="Redis queue of jobs (redis://host:6379/0); when set, `pdwatt worker` "
+        "processes run the jobs, else the API runs them in its own solver pool",
+    )
+    job_heartbeat_timeout_s: float = Field(
+        30.0, gt=0, description="a queued job's worker silent this long is presumed dead"
+    )
+    job_max_attempts: int = Field(
+        3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
+    )
 
 
 @lru_cache

@@ -2,8 +2,11 @@
 
 The database comes from the setting ``PDWATT_DATABASE_URL`` (default
 ``sqlite:///pdwatt.db``, a file in the working directory); any SQLAlchemy URL works
-(``postgresql+psycopg://...`` with its driver installed). Tables are created on first
-use; engines are cached per URL for the life of the process.
+(``postgresql+psycopg://...``). The schema is migrated with Alembic
+(``service/migrations``) on a process's first use of a database, under a lock on
+PostgreSQL so that replicas starting together migrate once; a database made before
+migrations existed is recognised and brought to the current schema. Engines are cached
+per URL for the life of the process.
 
 Tables:
 
@@ -18,7 +21,8 @@ Tables:
   (the version its merge produced) and ``event`` (the OpenADR event as received);
 * ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
-  ``result`` or ``error``, ``cancel_requested`` and timestamps.
+  ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
+  its ``heartbeat`` and timestamps.
 
 Concurrent updates of one site never lose a write: every update reads the site, computes
 the new body, and writes it with ``UPDATE ... WHERE version = <read version>`` in the
@@ -34,9 +38,11 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -54,10 +60,12 @@ from sqlalchemy import (
     delete,
     event,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from formulation.problem import fill_model_variant
@@ -117,6 +125,9 @@ jobs = Table(
     Column("created", DateTime(timezone=True), nullable=False),
     Column("started", DateTime(timezone=True), nullable=True),
     Column("finished", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),  # runs started, retries included
+    Column("worker", String(128), nullable=True),  # host:pid of the process running it
+    Column("heartbeat", DateTime(timezone=True), nullable=True),  # its last sign of life
 )
 
 MAX_ATTEMPTS = 50
@@ -216,7 +227,8 @@ _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
 
-def _make_engine(url: str) -> Engine:
+def make_engine(url: str) -> Engine:
+    """A new engine of ``url``, its schema as it is (:func:`engine_for` migrates it)."""
     if url.startswith("sqlite"):
         memory = url in {"sqlite://", "sqlite:///:memory:"} or "mode=memory" in url
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
@@ -236,13 +248,49 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+#: the schema revision that :data:`metadata` describes (the newest migration)
+SCHEMA_REVISION = "0002"
+#: a database created before migrations existed holds this revision's tables
+_FIRST_REVISION = "0001"
+#: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)
+_MIGRATION_LOCK = 0x7064776174
+
+
+def migrate(engine: Engine) -> str:
+    """Bring the database of ``engine`` to :data:`SCHEMA_REVISION`; returns the revision
+    it was at before (``"none"`` for an empty database)."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+                before = MigrationContext.configure(conn).get_current_revision()
+                cfg.attributes["connection"] = conn
+                if before is None and inspect(conn).has_table("sites"):
+                    command.stamp(cfg, _FIRST_REVISION)
+                    before = _FIRST_REVISION
+                command.upgrade(cfg, "head")
+            return before or "none"
+        except OperationalError:  # SQLite: another process created the tables meanwhile
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def engine_for(url: str) -> Engine:
-    """The engine of ``url`` (created once per process), with the tables in place."""
+    """The engine of ``url`` (created once per process), its schema migrated."""
     with _lock:
         engine = _engines.get(url)
         if engine is None:
-            engine = _make_engine(url)
-            metadata.create_all(engine)
+            engine = make_engine(url)
+            migrate(engine)
             _engines[url] = engine
         return engine
 

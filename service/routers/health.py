@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.deps import PoolDep, SettingsDep
 from service.metrics import busy_workers, registry
+from service.queue import RedisJobs
 from service.store import engine_for
 
 router = APIRouter(tags=["health"])
@@ -37,25 +38,32 @@ def _database_ok(url: str) -> bool:
     "/readyz",
     responses={
         503: {
-            "description": "not ready: the database does not answer",
+            "description": "not ready: the database (or the Redis queue) does not answer",
             "content": {"application/json": {}},
         }
     },
 )
-async def readyz(pool: PoolDep, settings: SettingsDep) -> Any:
-    """Ready to take work when the database answers (503, same document, otherwise).
-    A solver pool broken by a dead worker is replaced here as on the next solve, so it
-    never keeps the server unready; `workers_replaced` counts those replacements."""
+async def readyz(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    """Ready to take work when the database answers and, with a Redis queue configured,
+    Redis answers too (503, same document, otherwise). A solver pool broken by a dead
+    worker is replaced here as on the next solve, so it never keeps the server unready;
+    `workers_replaced` counts those replacements."""
     pool.repair()
     db_ok = await run_in_threadpool(_database_ok, settings.database_url)
-    body = {
-        "status": "ready" if db_ok else "unavailable",
+    body: dict[str, Any] = {
         "busy_workers": pool.busy,
         "workers": pool.workers,
         "workers_replaced": pool.replaced,
         "database": "ok" if db_ok else "unavailable",
     }
-    return JSONResponse(body, status_code=200 if db_ok else 503)
+    ok = db_ok
+    queue = getattr(request.app.state, "jobs", None)
+    if isinstance(queue, RedisJobs):
+        queue_ok = await queue.ready()
+        body["queue"] = "ok" if queue_ok else "unavailable"
+        ok = ok and queue_ok
+    body = {"status": "ready" if ok else "unavailable", **body}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -12,6 +12,7 @@ from service.deps import ApiKey, SettingsDep
 from service.errors import problem, problem_responses
 from service.jobs import IdempotencyConflict, JobNotFound, JobRunner, JobStore, job_store
 from service.limits import check_schedule_limits
+from service.queue import RedisJobs
 from service.schemas import ScheduleRequest, dump
 from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
 from service.store import SiteNotFound, store_for
@@ -26,8 +27,8 @@ def get_jobs(settings: SettingsDep) -> JobStore:
 JobsDep = Annotated[JobStore, Depends(get_jobs)]
 
 
-def _runner(request: Request) -> JobRunner:
-    runner: JobRunner = request.app.state.jobs
+def _runner(request: Request) -> JobRunner | RedisJobs:
+    runner: JobRunner | RedisJobs = request.app.state.jobs
     return runner
 
 
@@ -73,7 +74,7 @@ async def submit_job(
             errors=[{"field": "Idempotency-Key", "reason": "used for another request"}],
         )
     if created:
-        _runner(request).submit(created_job.id)
+        await _runner(request).submit(created_job.id)
     return JSONResponse(
         {"id": created_job.id, "status": created_job.status},
         status_code=202 if created else 200,

@@ -1,0 +1,174 @@
+"""Schema migrations (Alembic) on SQLite and on a real PostgreSQL server: an empty
+database and one created before migrations existed both end at the schema that
+``service.store.metadata`` describes (Alembic's own comparison finds no difference),
+their rows kept; replicas that start together migrate once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Engine,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    insert,
+    text,
+)
+
+from service import store as store_mod
+from service.jobs import JobStore
+from service.store import SCHEMA_REVISION, make_engine, metadata, migrate
+from tests.servers import postgres_server
+
+
+def schema_before_migrations() -> MetaData:
+    """The tables as the service created them (``metadata.create_all``) before it had
+    migrations: the jobs table without ``attempts``, ``worker`` and ``heartbeat``."""
+    md = MetaData()
+    Table(
+        "sites",
+        md,
+        Column("id", String(32), primary_key=True),
+        Column("name", String(128), nullable=False),
+        Column("body", JSON, nullable=False),
+        Column("version", Integer, nullable=False),
+        Column("created", DateTime(timezone=True), nullable=False),
+        Column("updated", DateTime(timezone=True), nullable=False),
+    )
+    Table(
+        "plans",
+        md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("site_id", String(32), ForeignKey("sites.id"), nullable=False, index=True),
+        Column("site_version", Integer, nullable=False),
+        Column("created", DateTime(timezone=True), nullable=False),
+        Column("status", String(32), nullable=False),
+        Column("first_period", Integer, nullable=False),
+        Column("response", JSON, nullable=False),
+    )
+    Table(
+        "events",
+        md,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("site_id", String(32), ForeignKey("sites.id"), nullable=False, index=True),
+        Column("received", DateTime(timezone=True), nullable=False),
+        Column("digest", String(64), nullable=False),
+        Column("site_version", Integer, nullable=False),
+        Column("event", JSON, nullable=False),
+        UniqueConstraint("site_id", "digest", name="uq_events_site_digest"),
+    )
+    Table(
+        "jobs",
+        md,
+        Column("id", String(32), primary_key=True),
+        Column("kind", String(32), nullable=False),
+        Column("request", JSON, nullable=False),
+        Column("digest", String(64), nullable=False),
+        Column("idempotency_key", String(128), nullable=True, unique=True),
+        Column("status", String(16), nullable=False, index=True),
+        Column("progress", JSON, nullable=True),
+        Column("result", JSON, nullable=True),
+        Column("error", JSON, nullable=True),
+        Column("cancel_requested", Integer, nullable=False, default=0),
+        Column("created", DateTime(timezone=True), nullable=False),
+        Column("started", DateTime(timezone=True), nullable=True),
+        Column("finished", DateTime(timezone=True), nullable=True),
+    )
+    return md
+
+
+def differences(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(compare_metadata(MigrationContext.configure(conn), metadata))
+
+
+def revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+def fresh(kind: str, tmp_path: Path, pg_url_factory: Any) -> Engine:
+    if kind == "sqlite":
+        return make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    engine = make_engine(pg_url_factory())
+    with engine.begin() as conn:  # each test starts from an empty database
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    return engine
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    return fresh(request.param, tmp_path, lambda: request.getfixturevalue("pg_url"))
+
+
+def test_an_empty_database_is_migrated_to_the_schema_of_the_code(empty_engine: Engine) -> None:
+    assert migrate(empty_engine) == "none"
+    assert revision(empty_engine) == SCHEMA_REVISION
+    assert differences(empty_engine) == []
+    assert migrate(empty_engine) == SCHEMA_REVISION  # again: nothing to do
+
+
+def test_a_database_from_before_migrations_keeps_its_rows(empty_engine: Engine) -> None:
+    schema_before_migrations().create_all(empty_engine)
+    now = store_mod.utc_now()
+    with empty_engine.begin() as conn:
+        conn.execute(
+            insert(schema_before_migrations().tables["jobs"]).values(
+                id="j1",
+                kind="schedule",
+                request={"a": 1},
+                digest="d",
+                status="succeeded",
+                result={"objective_usd": 1.5},
+                cancel_requested=0,
+                created=now,
+            )
+        )
+    assert differences(empty_engine) != []  # the new columns are missing
+    assert migrate(empty_engine) == "0001"
+    assert differences(empty_engine) == []
+    job = JobStore(empty_engine).get("j1")
+    assert (job.status, job.result, job.attempts) == ("succeeded", {"objective_usd": 1.5}, 0)
+
+
+def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
+    engine = fresh("postgresql", Path("."), lambda: pg_url)
+    engines = [make_engine(pg_url) for _ in range(4)]
+    results: list[str] = []
+    errors: list[BaseException] = []
+
+    def run(e: Engine) -> None:
+        try:
+            results.append(migrate(e))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # the advisory lock serialises them: exactly one found the database empty
+    assert sorted(results) == sorted(["none"] + [SCHEMA_REVISION] * 3)
+    assert differences(engine) == []
