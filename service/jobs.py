@@ -34,7 +34,9 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from model.errors import PdwattError
+from service import webhooks
 from service.pool import PoolFull, SolvePool, WorkerLost
+from service.settings import Settings
 from service.store import SiteNotFound, as_utc, digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,18 @@ class Job:
     finished: datetime | None
     request: dict[str, Any]
     attempts: int = 0
+    webhook_url: str | None = None
+    webhook_state: str | None = None
+    webhook_outcome: dict[str, Any] | None = None
+
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        """The webhook and its delivery (``state``: pending, sending, delivered, failed)."""
+        if self.webhook_url is None:
+            return None
+        out: dict[str, Any] = {"url": self.webhook_url, "state": self.webhook_state or "pending"}
+        out.update({k: v for k, v in (self.webhook_outcome or {}).items() if k != "url"})
+        return out
 
     def document(self) -> dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` answers it."""
@@ -95,6 +109,8 @@ class Job:
             doc["result"] = self.result
         if self.error is not None:
             doc["error"] = self.error
+        if self.webhook is not None:
+            doc["webhook"] = self.webhook
         return doc
 
 
@@ -111,6 +127,9 @@ def _job(row: Any) -> Job:
         None if row.finished is None else as_utc(row.finished),
         row.request,
         row.attempts,
+        row.webhook_url,
+        row.webhook_state,
+        row.webhook_outcome,
     )
 
 
@@ -121,11 +140,18 @@ class JobStore:
         self.engine = engine
 
     def create(
-        self, kind: str, request: dict[str, Any], key: str | None = None
+        self,
+        kind: str,
+        request: dict[str, Any],
+        key: str | None = None,
+        webhook_url: str | None = None,
     ) -> tuple[Job, bool]:
         """A new queued job, or (with an idempotency ``key`` already used for the same
-        request) the existing one; ``(job, created)``."""
-        doc_digest = digest({"kind": kind, "request": request})
+        request and webhook) the existing one; ``(job, created)``."""
+        doc: dict[str, Any] = {"kind": kind, "request": request}
+        if webhook_url is not None:
+            doc["webhook"] = webhook_url
+        doc_digest = digest(doc)
         if key is not None:
             old = self._by_key(key)
             if old is not None:
@@ -138,6 +164,7 @@ class JobStore:
             "digest": doc_digest,
             "idempotency_key": key,
             "status": "queued",
+            "webhook_url": webhook_url,
             "cancel_requested": 0,
             "created": utc_now(),
         }
@@ -279,6 +306,41 @@ class JobStore:
             )
         return res.rowcount == 1
 
+    def claim_webhook(self, job_id: str) -> bool:
+        """Claim the delivery of an ended job's webhook (True for one caller only)."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.status.in_(FINAL),
+                    jobs.c.webhook_url.is_not(None),
+                    jobs.c.webhook_state.is_(None),
+                )
+                .values(webhook_state="sending")
+            )
+        return res.rowcount == 1
+
+    def record_webhook(self, job_id: str, outcome: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(webhook_state=outcome["state"], webhook_outcome=outcome)
+            )
+
+    def unnotified(self) -> list[str]:
+        """Ended jobs whose webhook has not been claimed (their process stopped first)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs.c.id).where(
+                    jobs.c.status.in_(FINAL),
+                    jobs.c.webhook_url.is_not(None),
+                    jobs.c.webhook_state.is_(None),
+                )
+            )
+            return [r.id for r in rows]
+
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued job at once; ask a running one to stop (it keeps its best
         schedule); a finished job is left as it is."""
@@ -298,6 +360,37 @@ class JobStore:
 
 def job_store(url: str) -> JobStore:
     return JobStore(engine_for(url))
+
+
+@dataclass(frozen=True)
+class Notifier:
+    """Sends ended jobs' webhooks (see :mod:`service.webhooks`); without a secret it
+    sends nothing (jobs asking for one are refused at submission)."""
+
+    secret: str | None
+    allow_private: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> Notifier:
+        return cls(settings.webhook_secret, settings.webhook_allow_private)
+
+    async def job_ended(self, store: JobStore, job_id: str) -> None:
+        if self.secret is None or not await asyncio.to_thread(store.claim_webhook, job_id):
+            return
+        job = await asyncio.to_thread(store.get, job_id)
+        document = job.document()
+        document.pop("webhook", None)
+        outcome = await webhooks.deliver(
+            job.webhook_url or "", document, self.secret, self.allow_private
+        )
+        await asyncio.to_thread(store.record_webhook, job_id, outcome)
+
+    async def pending(self, store: JobStore) -> int:
+        """Send the webhooks of ended jobs that no process has claimed; how many."""
+        ids = await asyncio.to_thread(store.unnotified)
+        for job_id in ids:
+            await self.job_ended(store, job_id)
+        return len(ids)
 
 
 # ------------------------------------------------------------ in the worker process
@@ -411,9 +504,16 @@ class JobRunner:
     """Runs the database's queued jobs in this process's solver pool, as many at once
     as it has workers; the others wait, queued."""
 
-    def __init__(self, url: str, pool: SolvePool, poll_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: SolvePool,
+        notifier: Notifier | None = None,
+        poll_s: float = 0.25,
+    ) -> None:
         self.url = url
         self.pool = pool
+        self.notifier = notifier or Notifier(None)
         self.poll_s = poll_s
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()
@@ -446,16 +546,27 @@ class JobRunner:
             )
         for job_id in self.store.with_status("queued"):
             self._start(job_id)
+        self._spawn(self.notifier.pending(self.store))
 
     async def submit(self, job_id: str) -> None:
         self._start(job_id)
 
     def _start(self, job_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job_id))
+        self._spawn(self._run(job_id))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, job_id: str) -> None:
+        await self._execute(job_id)
+        try:
+            await self.notifier.job_ended(self.store, job_id)
+        except SQLAlchemyError:  # sent at the next start
+            log.warning("webhook of job %s not sent: the database is unavailable", job_id)
+
+    async def _execute(self, job_id: str) -> None:
         while not self._stopping:
             if (await asyncio.to_thread(self.store.get, job_id)).status != "queued":
                 return  # cancelled while waiting

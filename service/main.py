@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from service import errors
-from service.jobs import JobRunner
+from service.jobs import JobRunner, Notifier
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.jobs = (
-            JobRunner(settings.database_url, app.state.pool)
+            JobRunner(settings.database_url, app.state.pool, app.state.notifier)
             if settings.redis_url is None
             else RedisJobs(settings.database_url, settings.redis_url)
         )
@@ -124,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
+    app.state.notifier = Notifier.of(settings)
     errors.install(app)
     for r in (
         core.router,

@@ -22,6 +22,8 @@ Delivery and failure (see the ``jobs`` columns ``attempts``, ``worker``, ``heart
   database write and its enqueue) still runs, once.
 * A solver process that dies under a running job (the out-of-memory killer) fails the
   job with that reason; the worker replaces the process and goes on.
+* Webhooks of ended jobs are sent by the worker that ended them, or by the sweep when
+  that worker stopped first.
 * ``SIGTERM`` to a worker: it takes no more jobs, puts its running jobs back in the
   queue for the other workers (their solver processes end with it) and exits.
 """
@@ -41,7 +43,7 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.jobs import WORKER_LOST, execute_started, job_store
+from service.jobs import WORKER_LOST, Notifier, execute_started, job_store
 from service.pool import SolvePool, WorkerLost
 from service.settings import Settings
 
@@ -133,6 +135,7 @@ class JobWorker:
         self.url = settings.database_url
         self.name = f"{socket.gethostname()}:{os.getpid()}"[:128]
         self.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
+        self.notifier = Notifier.of(settings)
         self.running: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -141,7 +144,17 @@ class JobWorker:
         return job_store(self.url)
 
     async def run_job(self, ctx: dict[str, Any], job_id: str) -> str:
-        """Take job ``job_id`` (if it is still queued) and run it to its end."""
+        """Take job ``job_id`` (if it is still queued), run it to its end and send its
+        webhook."""
+        status = await self._run_job(ctx, job_id)
+        if status != "not queued":
+            try:
+                await self.notifier.job_ended(self.store, job_id)
+            except SQLAlchemyError:  # the sweep sends it
+                log.warning("webhook of job %s not sent: the database is unavailable", job_id)
+        return status
+
+    async def _run_job(self, ctx: dict[str, Any], job_id: str) -> str:
         taken = await asyncio.to_thread(self.store.start, job_id, self.name)
         if not taken:
             return "not queued"
@@ -204,6 +217,7 @@ class JobWorker:
         for job_id, attempts in await asyncio.to_thread(self.store.queued):
             if await enqueue(redis, job_id, attempts):
                 done["enqueued"] += 1
+        done["notified"] = await self.notifier.pending(self.store)
         return done
 
     async def sweeper(self, redis: ArqRedis) -> None:

@@ -12,10 +12,22 @@ from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 from service.site_plans import Current
 
 
+class Webhook(Strict):
+    """Where the job's end is POSTed, signed (see :mod:`service.webhooks`)."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="http(s) URL of a public host (unless the server allows private ones); "
+        "receives the job document when the job ends, signed in `Pdwatt-Signature`",
+    )
+
+
 class _Job(BaseModel):
     # not ``Strict``: its field validator would shadow the discriminator ``kind``
     # (the requests inside are ``Strict``)
     model_config = ConfigDict(extra="forbid")
+    webhook: Webhook | None = None
 
 
 class ScheduleJob(_Job):
@@ -73,6 +85,11 @@ class JobDocument(BaseModel):
     created: str
     started: str | None = None
     finished: str | None = None
+    webhook: dict[str, Any] | None = Field(
+        None,
+        description="the webhook and its delivery: url, state (pending, sending, delivered, "
+        "failed), attempts, status_code, error",
+    )
     attempts: int = Field(
         0, description="runs started; above 1 when a lost worker's job was run again"
     )

@@ -37,6 +37,17 @@ class Settings(BaseSettings):
     job_heartbeat_timeout_s: float = Field(
         30.0, gt=0, description="a queued job's worker silent this long is presumed dead"
     )
+    webhook_secret: str | None = Field(
+        None,
+        min_length=16,
+        description="HMAC-SHA256 key signing job webhooks; jobs may name a webhook only "
+        "when it is set",
+    )
+    webhook_allow_private: bool = Field(
+        False,
+        description="let webhooks reach loopback, private and link-local addresses (an EMS "
+        "on the server's own network)",
+    )
     job_max_attempts: int = Field(
         3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
     )

@@ -22,7 +22,8 @@ Tables:
 * ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
   ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
-  its ``heartbeat`` and timestamps.
+  its ``heartbeat``, its ``webhook_url`` with the delivery's state and outcome, and
+  timestamps.
 
 Concurrent updates of one site never lose a write: every update reads the site, computes
 the new body, and writes it with ``UPDATE ... WHERE version = <read version>`` in the
@@ -128,6 +129,9 @@ jobs = Table(
     Column("attempts", Integer, nullable=False, default=0),  # runs started, retries included
     Column("worker", String(128), nullable=True),  # host:pid of the process running it
     Column("heartbeat", DateTime(timezone=True), nullable=True),  # its last sign of life
+    Column("webhook_url", String(2048), nullable=True),  # notified when the job ends
+    Column("webhook_state", String(16), nullable=True),  # sending, delivered, failed
+    Column("webhook_outcome", JSON(none_as_null=True), nullable=True),
 )
 
 MAX_ATTEMPTS = 50
@@ -249,7 +253,7 @@ def make_engine(url: str) -> Engine:
 
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 #: a database created before migrations existed holds this revision's tables
 _FIRST_REVISION = "0001"
 #: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)

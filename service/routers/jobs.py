@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from service import webhooks
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem, problem_responses
-from service.jobs import IdempotencyConflict, JobNotFound, JobRunner, JobStore, job_store
+from service.jobs import (
+    IdempotencyConflict,
+    JobNotFound,
+    JobRunner,
+    JobStore,
+    Notifier,
+    job_store,
+)
 from service.limits import check_schedule_limits
 from service.queue import RedisJobs
 from service.schemas import ScheduleRequest, dump
 from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
+from service.settings import Settings
 from service.store import SiteNotFound, store_for
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
@@ -62,9 +71,14 @@ async def submit_job(
             )
     else:
         check_schedule_limits(job.request.request, settings, "request.request.")
+    webhook_url = None if job.webhook is None else job.webhook.url
+    if webhook_url is not None:
+        refused = await _webhook_refused(webhook_url, settings)
+        if refused is not None:
+            return refused
     try:
         created_job, created = await run_in_threadpool(
-            store.create, job.kind, dump(job.request), idempotency_key
+            store.create, job.kind, dump(job.request), idempotency_key, webhook_url
         )
     except IdempotencyConflict as exc:
         return problem(
@@ -92,13 +106,40 @@ def get_job(job_id: str, store: JobsDep) -> Any:  # sync: runs off the event loo
 
 
 @router.delete("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
-def cancel_job(job_id: str, store: JobsDep) -> Any:  # sync: runs off the event loop
+async def cancel_job(
+    job_id: str, store: JobsDep, request: Request, background: BackgroundTasks
+) -> Any:
     """Cancel: a queued job at once; a running schedule stops at its next check and
     keeps its best schedule so far; a finished job is left as it is."""
     try:
-        return JSONResponse(store.cancel(job_id).document())
+        job = await run_in_threadpool(store.cancel, job_id)
     except JobNotFound:
         raise _not_found(job_id) from None
+    notifier: Notifier = request.app.state.notifier
+    background.add_task(notifier.job_ended, store, job_id)  # once it has ended
+    return JSONResponse(job.document())
+
+
+async def _webhook_refused(url: str, settings: Settings) -> JSONResponse | None:
+    if settings.webhook_secret is None:
+        why = "this server has no PDWATT_WEBHOOK_SECRET and sends no unsigned notification"
+        return problem(
+            422,
+            "Invalid request",
+            f"webhook: {why}",
+            "/problems/validation",
+            errors=[{"field": "webhook", "reason": why}],
+        )
+    reason = await run_in_threadpool(webhooks.target_error, url, settings.webhook_allow_private)
+    if reason is None:
+        return None
+    return problem(
+        422,
+        "Invalid request",
+        f"webhook.url: {reason}",
+        "/problems/validation",
+        errors=[{"field": "webhook.url", "reason": reason}],
+    )
 
 
 def _not_found(job_id: str) -> Exception:

@@ -11,6 +11,7 @@ submissions, none lost.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,9 +25,11 @@ from typing import Any
 import httpx
 import pytest
 
+from service import webhooks
 from tests.servers import RedisServer, postgres_server, redis_server
 from tests.service.conftest import REPO, Servers, small_schedule
 from tests.service.test_jobs import long_request
+from tests.service.test_webhooks import SECRET, Receiver
 
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -104,7 +107,12 @@ def cluster(
 
     with engine_for(pg_url).begin() as conn:  # each test starts with no jobs
         conn.execute(text("DELETE FROM jobs"))
-    shared = {"database_url": pg_url, "redis_url": redis.url}
+    shared = {
+        "database_url": pg_url,
+        "redis_url": redis.url,
+        "webhook_secret": SECRET,
+        "webhook_allow_private": "true",
+    }
     servers = Servers(tmp_path)
     workers = Workers(tmp_path, {f"PDWATT_{k.upper()}": v for k, v in shared.items()})
 
@@ -116,8 +124,9 @@ def cluster(
     assert not failures, "\n".join(failures)
 
 
-def submit(base: str, kind: str, request: dict[str, Any]) -> str:
-    r = httpx.post(f"{base}/v1/jobs", json={"kind": kind, "request": request}, timeout=30)
+def submit(base: str, kind: str, request: dict[str, Any], **extra: Any) -> str:
+    job = {"kind": kind, "request": request, **extra}
+    r = httpx.post(f"{base}/v1/jobs", json=job, timeout=30)
     assert r.status_code == 202, r.text
     assert r.headers["location"] == f"/v1/jobs/{r.json()['id']}"
     return str(r.json()["id"])
@@ -153,15 +162,26 @@ def test_a_job_runs_on_a_worker_and_answers_what_the_route_answers(
     ready = httpx.get(f"{base}/readyz", timeout=10).json()
     assert (ready["status"], ready["database"], ready["queue"]) == ("ready", "ok", "ok")
     body = small_schedule(mip_gap=1e-9)
-    job_id = submit(base, "schedule", body)
-    time.sleep(0.5)
-    assert job(base, job_id)["status"] == "queued"  # the API runs no jobs itself
-    workers.start()
-    doc = final(base, job_id)
-    assert doc["status"] == "succeeded" and doc["attempts"] == 1
-    sync = httpx.post(f"{base}/v1/schedule", json=body, timeout=60).json()
-    assert doc["result"]["objective_usd"] == sync["objective_usd"]
-    assert doc["result"]["periods"] == sync["periods"]
+    receiver = Receiver()
+    try:
+        job_id = submit(base, "schedule", body, webhook={"url": receiver.url})
+        time.sleep(0.5)
+        assert job(base, job_id)["status"] == "queued"  # the API runs no jobs itself
+        workers.start()
+        doc = final(base, job_id)
+        assert doc["status"] == "succeeded" and doc["attempts"] == 1
+        sync = httpx.post(f"{base}/v1/schedule", json=body, timeout=60).json()
+        assert doc["result"]["objective_usd"] == sync["objective_usd"]
+        assert doc["result"]["periods"] == sync["periods"]
+        # the worker that ended it sent its webhook, signed, once
+        receiver.wait(1)
+        headers, sent = receiver.posts[0]
+        assert webhooks.verify(SECRET, headers["pdwatt-signature"], sent, time.time())
+        assert json.loads(sent)["result"] == doc["result"]
+        wait_for(base, job_id, lambda d: d["webhook"]["state"] == "delivered", 10)
+        assert len(receiver.posts) == 1
+    finally:
+        receiver.server.shutdown()
 
 
 def test_a_worker_killed_mid_job_leads_to_a_retry_then_to_a_failure_with_its_reason(
