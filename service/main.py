@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -9,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import errors
+from service import errors, replan
 from service.jobs import JobRunner, Notifier
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
@@ -110,7 +111,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             else RedisJobs(settings.database_url, settings.redis_url)
         )
         app.state.jobs.recover()
+        # with a Redis queue the workers re-plan sites; without, this process does
+        replans = (
+            asyncio.get_running_loop().create_task(
+                replan.run_forever(
+                    settings.database_url, app.state.jobs.submit, settings.replan_check_s
+                )
+            )
+            if settings.redis_url is None
+            else None
+        )
         yield
+        if replans is not None:
+            replans.cancel()
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)
         app.state.pool.shutdown()
 

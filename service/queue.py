@@ -24,6 +24,8 @@ Delivery and failure (see the ``jobs`` columns ``attempts``, ``worker``, ``heart
   job with that reason; the worker replaces the process and goes on.
 * Webhooks of ended jobs are sent by the worker that ended them, or by the sweep when
   that worker stopped first.
+* Every worker also re-plans the sites that ask for it at each period boundary
+  (:mod:`service.replan`; each boundary once, whatever the number of workers).
 * ``SIGTERM`` to a worker: it takes no more jobs, puts its running jobs back in the
   queue for the other workers (their solver processes end with it) and exits.
 """
@@ -43,6 +45,7 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from service import replan
 from service.jobs import WORKER_LOST, Notifier, execute_started, job_store
 from service.pool import SolvePool, WorkerLost
 from service.settings import Settings
@@ -231,9 +234,15 @@ class JobWorker:
 
     async def on_startup(self, ctx: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
+        redis = ctx["redis"]
+
+        async def submit(job_id: str) -> None:
+            await enqueue(redis, job_id, 0)
+
         self._tasks = [
             loop.create_task(self.heartbeat()),
-            loop.create_task(self.sweeper(ctx["redis"])),
+            loop.create_task(self.sweeper(redis)),
+            loop.create_task(replan.run_forever(self.url, submit, self.settings.replan_check_s)),
         ]
         log.info("worker %s: %d solver processes", self.name, self.pool.workers)
 

@@ -48,6 +48,11 @@ class Settings(BaseSettings):
         description="let webhooks reach loopback, private and link-local addresses (an EMS "
         "on the server's own network)",
     )
+    replan_check_s: float = Field(
+        15.0,
+        gt=0,
+        description="how often sites with replan_each_period are checked for a new period",
+    )
     job_max_attempts: int = Field(
         3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
     )

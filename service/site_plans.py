@@ -33,9 +33,13 @@ class Current(Strict):
     state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
 
 
+#: what a stored site body holds besides its schedule request
+SITE_ONLY = ("plan_start", "replan_each_period")
+
+
 def request_of(body: dict[str, Any]) -> dict[str, Any]:
-    """The schedule request a stored site body holds (its clock left out)."""
-    return {k: v for k, v in body.items() if k != "plan_start"}
+    """The schedule request a stored site body holds (its clock and options left out)."""
+    return {k: v for k, v in body.items() if k not in SITE_ONLY}
 
 
 def n_periods(body: dict[str, Any]) -> int:

@@ -147,6 +147,11 @@ class SiteRequest(ScheduleRequest):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
     name: str = Field(min_length=1, max_length=128)
     plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
+    replan_each_period: bool = Field(
+        False,
+        description="re-plan, as a job, each time the site's clock enters a new period, "
+        "from the configuration its latest plan runs (see service/replan.py)",
+    )
 
 
 class PlanBody(Strict):

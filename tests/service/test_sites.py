@@ -37,7 +37,7 @@ BASE_CAP_W = 20_000.0
 def site_body(**extra: Any) -> dict[str, Any]:
     """small_schedule (2 deployments, 4 hourly periods, fixed workloads) as a site."""
     body = small_schedule(time_limit_s=10)
-    body.update(name="dc-east", plan_start=PLAN_START, **extra)
+    body.update({"name": "dc-east", "plan_start": PLAN_START, **extra})
     return body
 
 
