@@ -28,7 +28,7 @@ from model.simulator import (
     simulate,
 )
 from model.workload import Workload
-from service import cli_simulate
+from service.cli import simulate as cli_simulate
 
 # Round numbers, so that expected times can be worked out by hand.
 TIMING = SimTiming(

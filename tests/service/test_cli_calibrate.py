@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import load_calibration
-from service.cli import main
+from service.cli.app import main
 from tests.model.test_calibrate import TRUE, synthetic
 
 
@@ -119,7 +119,7 @@ def test_plan_deployments_take_their_gpus_calibration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from formulation.demo import demo_request
-    from service.cli_plan import with_calibration_file
+    from service.cli.plan import with_calibration_file
 
     _, cal = _calibrated(tmp_path, capsys)
     body = demo_request()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import main
+from service.cli.app import main
 
 # SPEC 2.1-2.3 by hand for Qwen3-32B on H200, fixed:4096:256.
 A_P = 2 * 32.8e9 / (989e12 * 0.67)

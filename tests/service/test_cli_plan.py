@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.cli import main
+from service.cli.app import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOTALS = (

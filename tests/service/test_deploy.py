@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from service.cli import build_parser
+from service.cli.app import build_parser
 from service.settings import Settings
 from tests.service.conftest import REPO
 

@@ -14,7 +14,7 @@ from formulation.problem import problem_from_dict
 from model.capacity import DEFAULT_VARIANT, evaluate
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
-from service.cli import main
+from service.cli.app import main
 
 
 def _expected(variant: str, workload: str, n_p: int, n_d: int) -> float:
@@ -97,7 +97,7 @@ def test_simulate_has_no_variant_option(capsys):
 
 
 def test_plan_flag_fills_only_deployments_without_their_own(tmp_path):
-    from service.cli_plan import with_model_variant
+    from service.cli.plan import with_model_variant
 
     body = demo_request()
     body["deployments"][0]["model_variant"] = "paper"

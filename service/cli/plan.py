@@ -12,6 +12,8 @@ from typing import Any
 from formulation.demo import demo_request
 from formulation.problem import Host, fill_model_variant, problem_from_dict
 from model.errors import InputError
+from service.cli.calibrate import calibration_for_gpu, read_calibration_file
+from service.cli.common import add_variant_arg
 
 
 class Progress:
@@ -70,8 +72,6 @@ def with_model_variant(body: Any, variant: str | None) -> Any:
 def add_host_args(p: argparse.ArgumentParser) -> None:
     """``--max-memory-mb`` and ``--model-variant``: the flags of every command that solves
     schedules."""
-    from service.cli import add_variant_arg
-
     add_variant_arg(p, per_deployment=True)
     p.add_argument(
         "--max-memory-mb",
@@ -180,8 +180,6 @@ def with_calibration_file(body: dict[str, Any], path: str) -> dict[str, Any]:
     GPU (the deployment's own ``overrides.calibration`` fields still win)."""
     import copy
     import dataclasses
-
-    from service.cli_calibrate import calibration_for_gpu, read_calibration_file
 
     fitted = read_calibration_file(path)
     out = copy.deepcopy(body)

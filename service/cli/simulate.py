@@ -33,6 +33,7 @@ from model.simulator import (
     simulate_report,
     slo_front,
 )
+from service.cli.common import add_spec_args, spec_from_args
 
 WORKLOAD_HELP = (
     "fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
@@ -44,14 +45,10 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     """The deployment options, as in the other sub-commands (the simulator needs samples,
     so moments are not accepted; it never uses the memory balance, so it has no
     ``--model-variant``)."""
-    from service.cli import add_spec_args
-
     add_spec_args(p, WORKLOAD_HELP, variant=False)
 
 
 def _spec_from_args(a: argparse.Namespace) -> DeploymentSpec:
-    from service.cli import spec_from_args
-
     spec: DeploymentSpec = spec_from_args(a)[0]
     return spec
 

@@ -1,0 +1,7 @@
+"""``python -m service.cli``: the ``pdwatt`` command."""
+
+import sys
+
+from service.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,129 @@
+"""``pdwatt capacity`` and ``pdwatt front``: one configuration, and every configuration
+with the capacity-power Pareto front."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from model.operations import capacity_report, front_report
+from service.cli import simulate
+from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
+
+
+def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
+    spec, overridden = spec_from_args(a)
+    rep = capacity_report(spec, a.np, a.nd, a.load, overridden=overridden)
+    if not a.json:
+        print(
+            f"{rep['model']} on {rep['gpu']}, workload {rep['workload']}: "
+            f"{rep['n_p']}P{rep['n_d']}D"
+        )
+        print(calibration_line(rep))
+        at = f"at served load {fmt(rep['load_rps'])} req/s" if a.load is not None else "at capacity"
+        items = [
+            ("capacity", f"{fmt(rep['capacity_rps'])} req/s"),
+            (f"power {at}", f"{fmt(rep['power_w'], 1)} W"),
+            ("prefill capacity / instance", f"{fmt(rep['mu_p_rps'])} req/s"),
+            ("decode capacity / instance", f"{fmt(rep['mu_d_rps'])} req/s (coupled)"),
+            ("decode capacity / instance, no reservations", f"{fmt(rep['mu_d_max_rps'])} req/s"),
+            ("operating batch B*", fmt(rep["batch"], 2)),
+            ("prefill utilisation at capacity", fmt(rep["rho_star"], 4)),
+            ("uncoupled bottleneck", rep["bottleneck"]),
+            ("active context", f"{fmt(rep['ctx_tokens'], 1)} tokens"),
+            ("KV pool per decode instance", f"{rep['kv_pool_tokens']:,} tokens"),
+            (
+                "power idle .. saturated",
+                f"{fmt(rep['power_idle_w'], 0)} .. {fmt(rep['power_saturated_w'], 0)} W",
+            ),
+        ]
+        w = max(len(k) for k, _ in items)
+        for k, v in items:
+            print(f"  {k.ljust(w)}  {v}")
+    return rep
+
+
+def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
+    spec, overridden = spec_from_args(a)
+    rep = front_report(
+        spec, a.max_gpus, a.required_rps, a.headroom, a.budget_w, overridden=overridden
+    )
+    rep = simulate.apply_slo(rep, a)
+    if a.plot:
+        from service.charts import front_chart
+
+        front_chart(rep, a.plot)
+    if not a.json:
+        print(
+            f"{rep['model']} on {rep['gpu']}, workload {rep['workload']}: "
+            f"{len(rep['configs'])} configurations with <= {rep['max_gpus']} GPUs, "
+            f"{len(rep['front'])} on the capacity-power front"
+        )
+        print(calibration_line(rep))
+        rows = [
+            [
+                f"{c['n_p']}P{c['n_d']}D",
+                str(c["gpus"]),
+                fmt(c["capacity_rps"]),
+                fmt(c["power_w"], 0),
+                fmt(c["power_w"] / c["capacity_rps"] if c["capacity_rps"] else None, 1),
+                fmt(c["rho_star"], 3),
+                c["bottleneck"],
+            ]
+            for c in rep["front"]
+        ]
+        print(table(rows, ["config", "GPUs", "req/s", "W", "J/req", "rho*", "bottleneck"]))
+        if "slo" in rep:
+            slo = rep["slo"]
+            print(
+                f"latency targets (TTFT p99 <= {slo['ttft_p99_s']} s, TPOT p99 <= "
+                f"{slo['tpot_p99_s']} s at {slo['at_load']:g} x capacity, simulated): "
+                f"{slo['meeting']} of {slo['simulated']} simulated configurations meet them; "
+                "the front above keeps only those"
+            )
+        for key, label in (
+            ("min_power_for_rate", "least power for"),
+            ("max_capacity_under_budget", "most capacity within"),
+        ):
+            if key in rep:
+                sel = rep[key]
+                what = (
+                    f"{sel['required_rps']} req/s (headroom {sel['headroom']})"
+                    if key == "min_power_for_rate"
+                    else f"{sel['budget_w']} W"
+                )
+                c = sel["config"]
+                res = (
+                    "none on the front qualifies"
+                    if c is None
+                    else f"{c['n_p']}P{c['n_d']}D: {fmt(c['capacity_rps'])} req/s "
+                    f"at {fmt(c['power_w'], 0)} W"
+                )
+                print(f"{label} {what}: {res}")
+        if a.plot:
+            print(f"chart written to {a.plot}")
+    return rep
+
+
+def register(sub: Any) -> None:
+    """Add ``capacity`` and ``front`` to an ``add_subparsers()`` object."""
+    c = sub.add_parser("capacity", help="capacity and power of one (n_P, n_D) configuration")
+    add_spec_args(c)
+    c.add_argument("--np", type=int, required=True, help="prefill instances")
+    c.add_argument("--nd", type=int, required=True, help="decode instances")
+    c.add_argument("--load", type=float, help="served load (req/s) for power_w; default: capacity")
+    c.set_defaults(func=cmd_capacity)
+
+    f = sub.add_parser("front", help="every configuration and the capacity-power Pareto front")
+    add_spec_args(f)
+    f.add_argument("--max-gpus", type=int, default=16, help="n_P + n_D <= this (default 16)")
+    f.add_argument(
+        "--required-rps", type=float, help="also select the least-power config for this rate"
+    )
+    f.add_argument(
+        "--headroom", type=float, default=1.0, help="utilisation headroom rho_bar (default 1)"
+    )
+    f.add_argument("--budget-w", type=float, help="also select the most capacity within this power")
+    f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
+    f.set_defaults(func=cmd_front)
+    simulate.add_slo_args(f)
