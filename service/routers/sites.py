@@ -27,44 +27,30 @@ Choices where the issue is silent:
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from formulation.data import check_memory
-from formulation.problem import Host, problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
-from service import work
+from service import sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
-from service.limits import check_schedule_limits
+from service.jobs import run_kind
 from service.metrics import solve_seconds, solver_outcomes_total
-from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
-from service.schemas import NonNeg, ScheduleRequest, Strict, dump
+from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
 from service.settings import Settings
 from service.site_plans import (
     Current,
-    keep_plan,
-    n_periods,
-    name_the_state,
-    period,
     plan_doc,
-    plan_start,
-    request_of,
-    sub_request,
 )
 from service.store import (
     Contention,
@@ -117,82 +103,6 @@ def get_store(settings: SettingsDep) -> Store:
 
 StoreDep = Annotated[Store, Depends(get_store)]
 
-# ---------------------------------------------------------------- schemas
-
-_EXAMPLE: dict[str, Any] = {
-    "name": "dc-east",
-    "plan_start": "2026-07-01T12:00:00Z",
-    "period_minutes": 60,
-    "site": {"gpu_inventory": {"h200": 8}, "pue": 1.2, "idle_gpu_power_w": 120},
-    "deployments": [
-        {
-            "name": "chat",
-            "model": "qwen3-32b",
-            "gpu": "h200",
-            "workload": "fixed:2048:256",
-            "demand_rps": [1.0, 3.0, 5.0, 2.0],
-            "max_gpus": 4,
-            "initial": {"n_p": 1, "n_d": 1},
-        }
-    ],
-    "grid": {"power_cap_w": 20000, "price_usd_per_mwh": [50, 60, 80, 40]},
-    "transitions": {"max_instance_changes_per_period": 2},
-    "solver": {"time_limit_s": 10},
-}
-
-
-class SiteRequest(ScheduleRequest):
-    """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
-    name: str = Field(min_length=1, max_length=128)
-    plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
-    replan_each_period: bool = Field(
-        False,
-        description="re-plan, as a job, each time the site's clock enters a new period, "
-        "from the configuration its latest plan runs (see service/replan.py)",
-    )
-
-
-class PlanBody(Strict):
-    current: Current | None = None
-
-
-class EventBody(Strict):
-    event: OadrEvent
-    current: Current | None = None
-
-
-class ForecastBody(Strict):
-    demand_rps: dict[str, Annotated[list[NonNeg], Field(min_length=1)]] = Field(
-        min_length=1, description="new demand per deployment, from `from_period` on"
-    )
-    from_period: int | None = Field(
-        None, ge=0, description="first period replaced (default: current.period, else 0)"
-    )
-    current: Current | None = None
-
-
-class Target(BaseModel):
-    deployment: str
-    period: int
-    start: str
-    end: str
-    num_prefill: int
-    num_decode: int
-    replicas: dict[str, int]
-    gpus: int
-
-
-class Targets(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    site_id: str
-    plan_id: int
-    stale: bool
-    period_minutes: float
-    targets: list[Target]
-
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -208,43 +118,8 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise HTTPException(409, str(e)) from None
 
 
-def _site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
-    check_schedule_limits(req, settings)
-    body = dump(req)
-    name = body.pop("name")
-    host = Host(memory_budget_mb=settings.max_solve_memory_mb)
-    check_memory(problem_from_dict(request_of(body), host))  # as POST /v1/schedule
-    try:
-        req.plan_start + timedelta(minutes=req.period_minutes) * (n_periods(body) + 1)
-    except OverflowError:
-        raise InputError("plan_start", "the horizon ends past the year 9999") from None
-    return name, body
-
-
-def _site_doc(site: Site) -> dict[str, Any]:
-    return {
-        "id": site.id,
-        "name": site.name,
-        "version": site.version,
-        "created": site.created.isoformat(),
-        "updated": site.updated.isoformat(),
-        **site.body,
-    }
-
-
 def _etag(version: int) -> dict[str, str]:
     return {"ETag": f'"{version}"'}
-
-
-async def _solve(pool: SolvePool, req: dict[str, Any], current: Current | None) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    try:
-        resp: dict[str, Any] = await pool.run(work.schedule, req, pool.memory_budget_mb)
-    except InputError as e:
-        raise name_the_state(e, req, current) from None
-    solve_seconds.observe(time.perf_counter() - t0)
-    solver_outcomes_total.labels(resp["status"]).inc()
-    return resp
 
 
 def _too_busy(settings: Settings) -> Exception:
@@ -252,15 +127,24 @@ def _too_busy(settings: Settings) -> Exception:
 
 
 async def _replan(
-    store: Store, pool: SolvePool, site: Site, current: Current | None
+    settings: Settings, pool: SolvePool, site: Site, current: Current | None
 ) -> dict[str, Any]:
-    req, first = sub_request(site.body, current)
-    resp = await _solve(pool, req, current)
-    return await _db(keep_plan, store, site, resp, first, current)
+    """Plan ``site`` and keep the plan: the same steps as a ``site_plan`` job
+    (:func:`service.jobs.run_kind`), run in the solver pool."""
+    request = {"site_id": site.id, "current": None if current is None else current.model_dump()}
+    t0 = time.perf_counter()
+    try:
+        doc: dict[str, Any] = await pool.run(
+            run_kind, "site_plan", request, pool.memory_budget_mb, None, settings.database_url
+        )
+    except SiteNotFound as e:  # deleted meanwhile
+        raise HTTPException(404, f"no site {e.site_id!r}") from None
+    solve_seconds.observe(time.perf_counter() - t0)
+    solver_outcomes_total.labels(doc["status"]).inc()
+    return doc
 
 
 async def _replan_after_update(
-    store: Store,
     pool: SolvePool,
     settings: Settings,
     site: Site,
@@ -269,7 +153,7 @@ async def _replan_after_update(
 ) -> JSONResponse:
     """Re-plan a site that was just updated; the update stands whatever happens."""
     try:
-        answer["plan"] = await _replan(store, pool, site, current)
+        answer["plan"] = await _replan(settings, pool, site, current)
     except (PoolFull, WorkerLost) as e:
         why = "every solver worker is busy" if isinstance(e, PoolFull) else "the solver worker died"
         answer["plan"] = None
@@ -303,10 +187,10 @@ def _if_match(value: str | None) -> int | None:
 @router.post("", status_code=201, responses=_problems(413, 422))
 async def create_site(req: SiteRequest, settings: SettingsDep, store: StoreDep) -> JSONResponse:
     """Register a site (a schedule request plus `name` and `plan_start`); returns its id."""
-    name, body = _site_body(req, settings)
+    name, body = sites.site_body(req, settings)
     site = await _db(store.create_site, name, body)
     return JSONResponse(
-        _site_doc(site),
+        sites.site_doc(site),
         status_code=201,
         headers={**_etag(site.version), "Location": f"/v1/sites/{site.id}"},
     )
@@ -322,7 +206,7 @@ async def list_sites(store: StoreDep) -> dict[str, Any]:
 async def get_site(site_id: SiteId, store: StoreDep) -> JSONResponse:
     """The site as stored (grid signals include the events merged so far)."""
     site = await _db(store.get_site, site_id)
-    return JSONResponse(_site_doc(site), headers=_etag(site.version))
+    return JSONResponse(sites.site_doc(site), headers=_etag(site.version))
 
 
 @router.put("/{site_id}", responses=_problems(404, 409, 412, 413, 422))
@@ -334,11 +218,11 @@ async def replace_site(
     if_match: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
     """Replace the whole site; `If-Match: "<version>"` guards against a newer version."""
-    name, body = _site_body(req, settings)
+    name, body = sites.site_body(req, settings)
     site, _ = await _db(
         store.update_site, site_id, lambda _s: Update(name, body), _if_match(if_match)
     )
-    return JSONResponse(_site_doc(site), headers=_etag(site.version))
+    return JSONResponse(sites.site_doc(site), headers=_etag(site.version))
 
 
 @router.delete("/{site_id}", status_code=204, responses=_problems(404, 422))
@@ -366,7 +250,7 @@ async def plan_site(
     site = await _db(store.get_site, site_id)
     current = body.current if body else None
     try:
-        doc = await _replan(store, pool, site, current)
+        doc = await _replan(settings, pool, site, current)
     except PoolFull:
         raise _too_busy(settings) from None
     except WorkerLost:
@@ -413,13 +297,8 @@ async def post_event(
     seen: dict[str, Any] = {}
 
     def change(site: Site) -> Update:
-        n = n_periods(site.body)
-        signals = event_to_signals(
-            body.event, plan_start(site.body), site.body["period_minutes"], n
-        )
-        seen["signals"] = signals
-        grid = merge_signals(site.body["grid"], signals, n)
-        return Update(site.name, {**site.body, "grid": grid}, doc)
+        update, seen["signals"] = sites.with_event(site, body.event, doc)
+        return update
 
     duplicate = await _db(store.find_event, site_id, doc)
     if duplicate is not None:
@@ -445,7 +324,7 @@ async def post_event(
         },
         "site_version": site.version,
     }
-    return await _replan_after_update(store, pool, settings, site, body.current, answer)
+    return await _replan_after_update(pool, settings, site, body.current, answer)
 
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
@@ -486,83 +365,14 @@ async def post_forecast(
         start = body.current.period if body.current is not None else 0
 
     def change(site: Site) -> Update:
-        n = n_periods(site.body)
-        if start >= n:
-            raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
-        names = [d["name"] for d in site.body["deployments"]]
-        for name, series in body.demand_rps.items():
-            if name not in names:
-                raise InputError(f"demand_rps.{name}", f"no such deployment; known: {names}")
-            if start + len(series) > n:
-                raise InputError(
-                    f"demand_rps.{name}",
-                    f"has {len(series)} values but only {n - start} periods remain from "
-                    f"period {start}",
-                )
-        deps = []
-        for d in site.body["deployments"]:
-            new = body.demand_rps.get(d["name"])
-            demand = list(d["demand_rps"])
-            if new is not None:
-                demand[start : start + len(new)] = new
-            deps.append({**d, "demand_rps": demand})
-        return Update(site.name, {**site.body, "deployments": deps})
+        return sites.with_forecast(site, body.demand_rps, start)
 
     site, _ = await _db(store.update_site, site_id, change)
     answer: dict[str, Any] = {"site_version": site.version, "from_period": start}
-    return await _replan_after_update(store, pool, settings, site, body.current, answer)
+    return await _replan_after_update(pool, settings, site, body.current, answer)
 
 
 # ---------------------------------------------------------------- orchestrator output
-
-
-def _targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for per in periods:
-        for name, d in per["deployments"].items():
-            out.append(
-                {
-                    "deployment": name,
-                    "period": per["index"],
-                    "start": per["start"],
-                    "end": per["end"],
-                    "num_prefill": d["n_p"],
-                    "num_decode": d["n_d"],
-                    "replicas": {"prefill": d["n_p"], "decode": d["n_d"]},
-                    "gpus": d["gpus"],
-                }
-            )
-    return out
-
-
-def _targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "site_id": site.id,
-        "plan_id": plan.id,
-        "plan_created": plan.created.isoformat(),
-        "stale": plan.site_version < site.version,
-        "period_minutes": plan.response["period_minutes"],
-        "targets": _targets(periods),
-    }
-
-
-def _targets_csv(targets: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["deployment", "period", "start", "end", "num_prefill", "num_decode", "gpus"])
-    for t in targets:
-        w.writerow(
-            [
-                t["deployment"],
-                t["period"],
-                t["start"],
-                t["end"],
-                t["num_prefill"],
-                t["num_decode"],
-                t["gpus"],
-            ]
-        )
-    return buf.getvalue()
 
 
 @router.get(
@@ -581,9 +391,9 @@ async def targets(
     `replicas` gives the same counts per component for a Kubernetes scaler.
     """
     site, plan = await _latest(store, site_id)
-    doc = _targets_doc(site, plan, plan.response["schedule"]["periods"])
+    doc = sites.targets_doc(site, plan, plan.response["schedule"]["periods"])
     if format == "csv":
-        return Response(_targets_csv(doc["targets"]), media_type="text/csv")
+        return Response(sites.targets_csv(doc["targets"]), media_type="text/csv")
     return JSONResponse(doc)
 
 
@@ -604,17 +414,11 @@ async def targets_now(
         raise InputError("at", "needs a UTC offset, e.g. 2026-07-01T13:30:00Z")
     when = at or datetime.now(UTC)
     site, plan = await _latest(store, site_id)
-    start, step = plan_start(plan.response), period(plan.response)  # the plan's own clock
-    t = math.floor((when - start) / step)
-    periods = [p for p in plan.response["schedule"]["periods"] if p["index"] == t]
-    if not periods:
-        first, n = plan.first_period, plan.response["n_periods"]
-        raise HTTPException(
-            404,
-            f"the latest plan has no period at {when.isoformat()}: it covers "
-            f"[{(start + step * first).isoformat()}, {(start + step * n).isoformat()})",
-        )
-    doc = _targets_doc(site, plan, periods)
+    try:
+        t, periods = sites.periods_at(plan, when)
+    except sites.NoPeriod as e:
+        raise HTTPException(404, str(e)) from None
+    doc = sites.targets_doc(site, plan, periods)
     doc["period"] = t
     doc["at"] = when.isoformat()
     return JSONResponse(doc)

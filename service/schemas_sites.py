@@ -1,0 +1,85 @@
+"""Schemas of the sites API (``/v1/sites``): a registration is a schedule request with
+a name and a clock; the bodies of plan, event and forecast posts; replica targets."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from service.openadr import OadrEvent
+from service.schemas import NonNeg, ScheduleRequest, Strict
+from service.site_plans import Current
+
+_EXAMPLE: dict[str, Any] = {
+    "name": "dc-east",
+    "plan_start": "2026-07-01T12:00:00Z",
+    "period_minutes": 60,
+    "site": {"gpu_inventory": {"h200": 8}, "pue": 1.2, "idle_gpu_power_w": 120},
+    "deployments": [
+        {
+            "name": "chat",
+            "model": "qwen3-32b",
+            "gpu": "h200",
+            "workload": "fixed:2048:256",
+            "demand_rps": [1.0, 3.0, 5.0, 2.0],
+            "max_gpus": 4,
+            "initial": {"n_p": 1, "n_d": 1},
+        }
+    ],
+    "grid": {"power_cap_w": 20000, "price_usd_per_mwh": [50, 60, 80, 40]},
+    "transitions": {"max_instance_changes_per_period": 2},
+    "solver": {"time_limit_s": 10},
+}
+
+
+class SiteRequest(ScheduleRequest):
+    """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
+    name: str = Field(min_length=1, max_length=128)
+    plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
+    replan_each_period: bool = Field(
+        False,
+        description="re-plan, as a job, each time the site's clock enters a new period, "
+        "from the configuration its latest plan runs (see service/replan.py)",
+    )
+
+
+class PlanBody(Strict):
+    current: Current | None = None
+
+
+class EventBody(Strict):
+    event: OadrEvent
+    current: Current | None = None
+
+
+class ForecastBody(Strict):
+    demand_rps: dict[str, Annotated[list[NonNeg], Field(min_length=1)]] = Field(
+        min_length=1, description="new demand per deployment, from `from_period` on"
+    )
+    from_period: int | None = Field(
+        None, ge=0, description="first period replaced (default: current.period, else 0)"
+    )
+    current: Current | None = None
+
+
+class Target(BaseModel):
+    deployment: str
+    period: int
+    start: str
+    end: str
+    num_prefill: int
+    num_decode: int
+    replicas: dict[str, int]
+    gpus: int
+
+
+class Targets(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    site_id: str
+    plan_id: int
+    stale: bool
+    period_minutes: float
+    targets: list[Target]

@@ -1,0 +1,144 @@
+"""Registered sites: the use cases behind ``/v1/sites`` that are not planning
+(:mod:`service.site_plans`): what a registration stores, how an OpenADR event or a
+demand forecast changes a site, and the replica targets of a plan. No HTTP here: the
+router maps these results and errors to responses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from formulation.data import check_memory
+from formulation.problem import Host, problem_from_dict
+from model.errors import InputError
+from service.limits import check_schedule_limits
+from service.openadr import OadrEvent, event_to_signals, merge_signals
+from service.schemas import dump
+from service.schemas_sites import SiteRequest
+from service.settings import Settings
+from service.site_plans import n_periods, period, plan_start, request_of
+from service.store import Plan, Site, Update
+
+
+class NoPeriod(LookupError):
+    """The plan has no period at the time asked for."""
+
+
+def site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The name and the stored body of a site registration, checked as ``POST
+    /v1/schedule`` checks its request (limits, memory), and its clock."""
+    check_schedule_limits(req, settings)
+    body = dump(req)
+    name = body.pop("name")
+    host = Host(memory_budget_mb=settings.max_solve_memory_mb)
+    check_memory(problem_from_dict(request_of(body), host))
+    try:
+        req.plan_start + timedelta(minutes=req.period_minutes) * (n_periods(body) + 1)
+    except OverflowError:
+        raise InputError("plan_start", "the horizon ends past the year 9999") from None
+    return name, body
+
+
+def site_doc(site: Site) -> dict[str, Any]:
+    return {
+        "id": site.id,
+        "name": site.name,
+        "version": site.version,
+        "created": site.created.isoformat(),
+        "updated": site.updated.isoformat(),
+        **site.body,
+    }
+
+
+def with_event(site: Site, event: OadrEvent, doc: dict[str, Any]) -> tuple[Update, dict[str, Any]]:
+    """The site with an OpenADR event merged into its grid signals (the event ``doc``
+    logged with it), and the signals the event gave."""
+    n = n_periods(site.body)
+    signals = event_to_signals(event, plan_start(site.body), site.body["period_minutes"], n)
+    grid = merge_signals(site.body["grid"], signals, n)
+    return Update(site.name, {**site.body, "grid": grid}, doc), signals
+
+
+def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) -> Update:
+    """The site with the demand of the named deployments replaced from period
+    ``start`` on (a series may be shorter than the rest of the horizon)."""
+    n = n_periods(site.body)
+    if start >= n:
+        raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
+    names = [d["name"] for d in site.body["deployments"]]
+    for name, series in demand_rps.items():
+        if name not in names:
+            raise InputError(f"demand_rps.{name}", f"no such deployment; known: {names}")
+        if start + len(series) > n:
+            raise InputError(
+                f"demand_rps.{name}",
+                f"has {len(series)} values but only {n - start} periods remain from period {start}",
+            )
+    deps = []
+    for d in site.body["deployments"]:
+        new = demand_rps.get(d["name"])
+        demand = list(d["demand_rps"])
+        if new is not None:
+            demand[start : start + len(new)] = new
+        deps.append({**d, "demand_rps": demand})
+    return Update(site.name, {**site.body, "deployments": deps})
+
+
+def targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One replica target per deployment and period of a plan."""
+    out = []
+    for per in periods:
+        for name, d in per["deployments"].items():
+            out.append(
+                {
+                    "deployment": name,
+                    "period": per["index"],
+                    "start": per["start"],
+                    "end": per["end"],
+                    "num_prefill": d["n_p"],
+                    "num_decode": d["n_d"],
+                    "replicas": {"prefill": d["n_p"], "decode": d["n_d"]},
+                    "gpus": d["gpus"],
+                }
+            )
+    return out
+
+
+def targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "site_id": site.id,
+        "plan_id": plan.id,
+        "plan_created": plan.created.isoformat(),
+        "stale": plan.site_version < site.version,
+        "period_minutes": plan.response["period_minutes"],
+        "targets": targets(periods),
+    }
+
+
+def targets_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    cols = ["deployment", "period", "start", "end", "num_prefill", "num_decode", "gpus"]
+    w.writerow(cols)
+    for t in rows:
+        w.writerow([t[c] for c in cols])
+    return buf.getvalue()
+
+
+def periods_at(plan: Plan, when: datetime) -> tuple[int, list[dict[str, Any]]]:
+    """The period index the plan's clock is in at ``when`` and its periods; raises
+    :class:`NoPeriod` when the plan does not cover it."""
+    start, step = plan_start(plan.response), period(plan.response)  # the plan's own clock
+    t = math.floor((when - start) / step)
+    periods = [p for p in plan.response["schedule"]["periods"] if p["index"] == t]
+    if not periods:
+        first, n = plan.first_period, plan.response["n_periods"]
+        raise NoPeriod(
+            f"the latest plan has no period at {when.isoformat()}: it covers "
+            f"[{(start + step * first).isoformat()}, {(start + step * n).isoformat()})"
+        )
+    return t, periods
