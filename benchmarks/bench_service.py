@@ -16,11 +16,13 @@ figures as JSON. Traffic goes to 127.0.0.1 only; every loop is bounded in count 
 
 ``--jobs N`` measures job throughput instead: N demo schedule jobs submitted at once
 through ``POST /v1/jobs`` to a server with 1, then 2, solver workers, polled until all
-have ended.
+have ended. With ``--queue`` the jobs go through a Redis queue (a ``redis-server``
+started here on loopback) to 1, then 2, ``pdwatt worker`` processes of one solver each;
+the API runs none (``--database-url`` for a database server; SQLite otherwise).
 
     python benchmarks/bench_service.py [--clients 20] [--requests 5] [--duration 120]
                                        [--workers 2] [--time-limit S] [--json]
-    python benchmarks/bench_service.py --jobs 12 --time-limit 3
+    python benchmarks/bench_service.py --jobs 12 --time-limit 3 [--queue]
 """
 
 from __future__ import annotations
@@ -53,12 +55,52 @@ def free_port() -> int:
         return port
 
 
-def start_server(workers: int, logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def service_env(workers: int, logdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
     env |= {"PDWATT_WORKERS": str(workers), "MPLCONFIGDIR": str(logdir / "mpl")}
     env["PDWATT_DATABASE_URL"] = f"sqlite:///{logdir / 'pdwatt.db'}"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env | (extra or {})
+
+
+def start_redis(logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(logdir)],
+        stdout=open(logdir / "redis.log", "wb"),  # noqa: SIM115 (kept open for its life)
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("redis-server did not start")
+
+
+def start_workers(n: int, env: dict[str, str], logdir: Path) -> list[subprocess.Popen[bytes]]:
+    """``n`` ``pdwatt worker`` processes of one solver each."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--workers", "1"],
+            cwd=REPO,
+            env=env,
+            stdout=open(logdir / f"worker-{i}.log", "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(n)
+    ]
+
+
+def start_server(
+    workers: int, logdir: Path, extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = service_env(workers, logdir, extra)
     log = open(logdir / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
     proc = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
@@ -201,11 +243,26 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def jobs_throughput(workers: int, n_jobs: int, body: dict[str, Any]) -> dict[str, Any]:
+def jobs_throughput(
+    workers: int,
+    n_jobs: int,
+    body: dict[str, Any],
+    queue: bool = False,
+    database_url: str | None = None,
+) -> dict[str, Any]:
     """Submit ``n_jobs`` schedule jobs at once to a fresh server with ``workers`` solver
-    workers; poll until every one has ended. Jobs per second over the whole batch."""
+    workers (with ``queue``: ``workers`` queue workers of one solver each, behind Redis);
+    poll until every one has ended. Jobs per second over the whole batch."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc, base = start_server(workers, Path(tmp))
+        logdir = Path(tmp)
+        extra: dict[str, str] = {}
+        if database_url is not None:
+            extra["PDWATT_DATABASE_URL"] = database_url
+        others: list[subprocess.Popen[bytes]] = []
+        if queue:
+            redis, extra["PDWATT_REDIS_URL"] = start_redis(logdir)
+            others = [redis, *start_workers(workers, service_env(1, logdir, extra), logdir)]
+        proc, base = start_server(workers, logdir, extra)
         try:
             with httpx.Client(timeout=60) as c:
                 t0 = time.perf_counter()
@@ -231,7 +288,10 @@ def jobs_throughput(workers: int, n_jobs: int, body: dict[str, Any]) -> dict[str
                 wall = time.perf_counter() - t0
         finally:
             code = stop_server(proc)
+            for p in reversed(others):  # workers first, then Redis
+                stop_server(p)
     return {
+        "mode": "redis queue, pdwatt worker processes" if queue else "in-process pool",
         "workers": workers,
         "jobs": n_jobs,
         "submit_s": round(submit_s, 3),
@@ -257,19 +317,25 @@ def main() -> None:
         metavar="N",
         help="instead: N schedule jobs of the demo through /v1/jobs, with 1 and 2 workers",
     )
+    ap.add_argument(
+        "--queue",
+        action="store_true",
+        help="with --jobs: through a Redis queue to pdwatt worker processes",
+    )
+    ap.add_argument("--database-url", help="with --jobs: PDWATT_DATABASE_URL (default SQLite)")
     a = ap.parse_args()
 
     body = demo_request()
     if a.time_limit is not None:
         body["solver"]["time_limit_s"] = a.time_limit
     if a.jobs:
-        rows = [jobs_throughput(w, a.jobs, body) for w in (1, 2)]
+        rows = [jobs_throughput(w, a.jobs, body, a.queue, a.database_url) for w in (1, 2)]
         if a.json:
             print(json.dumps(rows, indent=2))
             return
         print(
             f"POST /v1/jobs x {a.jobs}, demo (time limit {body['solver']['time_limit_s']} s), "
-            f"{os.cpu_count()} CPUs"
+            f"{os.cpu_count()} CPUs, {rows[0]['mode']}"
         )
         for r in rows:
             print(
