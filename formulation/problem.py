@@ -1,8 +1,9 @@
 """The site scheduling problem of SPEC 4, as validated frozen dataclasses.
 
-The HTTP and CLI layers parse the request body of SPEC 6.1 into these; everything
-here is checked again before any model is built, and every error names the field
-(``deployments[1].demand_rps[7]``) and the reason.
+A request of SPEC 6.1 is validated by its one schema (:mod:`formulation.request`, which
+the HTTP API publishes) and turned into these by :func:`problem_from_request`; the
+rules that span fields are checked here before any model is built, and every error
+names the field (``deployments[1].demand_rps[7]``) and the reason.
 
 Choices where SPEC is silent:
 
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from model.capacity import DEFAULT_VARIANT, check_variant
+from formulation.request import ScheduleRequest, parse_request
+from model.capacity import DEFAULT_VARIANT
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -235,58 +237,6 @@ def validate(p: ScheduleProblem) -> None:
         _int("solver.threads", so.threads, 1)
 
 
-_TOP_KEYS = {"period_minutes", "site", "deployments", "grid", "transitions", "solver"}
-_DEP_KEYS = {
-    "name",
-    "model",
-    "gpu",
-    "workload",
-    "demand_rps",
-    "unserved_penalty_usd_per_request",
-    "headroom",
-    "max_gpus",
-    "bounds",
-    "initial",
-    "overrides",
-    "model_variant",
-}
-
-
-def _obj(path: str, v: Any) -> Mapping[str, Any]:
-    if not isinstance(v, Mapping):
-        raise InputError(path, f"must be an object, got {type(v).__name__}")
-    return v
-
-
-def _no_unknown(path: str, obj: Mapping[str, Any], known: set[str]) -> None:
-    extra = sorted(set(obj) - known)
-    if extra:
-        where = f"{path}." if path else ""
-        raise InputError(f"{where}{extra[0]}", f"unknown field; known: {', '.join(sorted(known))}")
-
-
-def _req(path: str, obj: Mapping[str, Any], key: str) -> Any:
-    if key not in obj:
-        raise InputError(f"{path}.{key}" if path else key, "is required")
-    return obj[key]
-
-
-def _num_list(path: str, v: Any) -> tuple[float, ...]:
-    if isinstance(v, str | bytes) or not isinstance(v, Sequence):
-        raise InputError(path, "must be a list of numbers")
-    for i, x in enumerate(v):
-        _finite(f"{path}[{i}]", x)
-    return tuple(float(x) for x in v)
-
-
-def _variant(path: str, dep: Mapping[str, Any]) -> str:
-    """The deployment's ``model_variant``: the default when absent (``null`` is refused,
-    as the API refuses it)."""
-    if "model_variant" not in dep:
-        return DEFAULT_VARIANT
-    return check_variant(dep["model_variant"], path)
-
-
 def fill_model_variant(body: Any, variant: str) -> Any:
     """``body`` (a schedule request) with ``model_variant`` set on each deployment that
     does not name its own; anything malformed is left for :func:`problem_from_dict`."""
@@ -298,98 +248,65 @@ def fill_model_variant(body: Any, variant: str) -> Any:
 
 
 def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
-    """Parse and validate a schedule request body (SPEC 6.1). Unknown fields are errors.
+    """Parse and validate a schedule request document (SPEC 6.1) with the request schema
+    (:mod:`formulation.request`; unknown fields are errors), then build the problem.
 
     Workload files (`trace:`, `moments:`) are refused unless ``host.read_files``."""
-    body = _obj("body", body)
-    _no_unknown("", body, _TOP_KEYS)
-    deps_raw = _req("", body, "deployments")
-    if not isinstance(deps_raw, Sequence) or isinstance(deps_raw, str | bytes) or not deps_raw:
-        raise InputError("deployments", "must be a non-empty list")
-    deps = []
-    for i, dr in enumerate(deps_raw):
-        at = f"deployments[{i}]"
-        dr = _obj(at, dr)
-        _no_unknown(at, dr, _DEP_KEYS)
-        for key in ("name", "model", "gpu", "workload"):
-            if not isinstance(_req(at, dr, key), str):
-                raise InputError(f"{at}.{key}", "must be a string")
-        bounds = _obj(f"{at}.bounds", dr.get("bounds", {}))
-        _no_unknown(f"{at}.bounds", bounds, {"min_n_p", "max_n_p", "min_n_d", "max_n_d"})
-        init = _obj(f"{at}.initial", dr.get("initial", {"n_p": 0, "n_d": 0}))
-        _no_unknown(f"{at}.initial", init, {"n_p", "n_d"})
-        overrides = _obj(f"{at}.overrides", dr.get("overrides", {}))
-        deps.append(
-            DeploymentInput(
-                name=dr["name"],
-                model=dr["model"],
-                gpu=dr["gpu"],
-                workload=dr["workload"],
-                demand_rps=_num_list(f"{at}.demand_rps", _req(at, dr, "demand_rps")),
-                unserved_penalty_usd_per_request=dr.get("unserved_penalty_usd_per_request", 0.01),
-                headroom=dr.get("headroom", 1.0),
-                max_gpus=dr.get("max_gpus", 16),
-                min_n_p=bounds.get("min_n_p", 0),
-                max_n_p=bounds.get("max_n_p"),
-                min_n_d=bounds.get("min_n_d", 0),
-                max_n_d=bounds.get("max_n_d"),
-                initial_n_p=init.get("n_p", 0),
-                initial_n_d=init.get("n_d", 0),
-                overrides={k: dict(_obj(f"{at}.overrides.{k}", v)) for k, v in overrides.items()},
-                model_variant=_variant(f"{at}.model_variant", dr),
-            )
+    host = host or Host()
+    return problem_from_request(parse_request(body, host.read_files), host)
+
+
+def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> ScheduleProblem:
+    """The problem of a validated request, checked across fields (:func:`validate`)."""
+    deps = tuple(
+        DeploymentInput(
+            name=d.name,
+            model=d.model,
+            gpu=d.gpu,
+            workload=d.workload,
+            demand_rps=tuple(float(x) for x in d.demand_rps),
+            unserved_penalty_usd_per_request=d.unserved_penalty_usd_per_request,
+            headroom=d.headroom,
+            max_gpus=d.max_gpus,
+            min_n_p=d.bounds.min_n_p,
+            max_n_p=d.bounds.max_n_p,
+            min_n_d=d.bounds.min_n_d,
+            max_n_d=d.bounds.max_n_d,
+            initial_n_p=d.initial.n_p,
+            initial_n_d=d.initial.n_d,
+            overrides={k: dict(v) for k, v in d.overrides.items()},
+            model_variant=d.model_variant,
         )
+        for d in req.deployments
+    )
     n = len(deps[0].demand_rps)
-    site_raw = _obj("site", _req("", body, "site"))
-    _no_unknown(
-        "site", site_raw, {"gpu_inventory", "pue", "idle_gpu_power_w", "carbon_price_usd_per_tonne"}
-    )
-    inv = _obj("site.gpu_inventory", _req("site", site_raw, "gpu_inventory"))
     site = SiteInput(
-        gpu_inventory=dict(inv),
-        pue=site_raw.get("pue", 1.0),
-        idle_gpu_power_w=site_raw.get("idle_gpu_power_w", 120.0),
-        carbon_price_usd_per_tonne=site_raw.get("carbon_price_usd_per_tonne", 0.0),
+        gpu_inventory=dict(req.site.gpu_inventory),
+        pue=req.site.pue,
+        idle_gpu_power_w=req.site.idle_gpu_power_w,
+        carbon_price_usd_per_tonne=req.site.carbon_price_usd_per_tonne,
     )
-    grid_raw = _obj("grid", body.get("grid", {}))
-    _no_unknown("grid", grid_raw, {"power_cap_w", "price_usd_per_mwh", "carbon_g_per_kwh"})
-    if "power_cap_w" not in grid_raw:
-        raise InputError("grid.power_cap_w", "is required (a number or one value per period)")
+    g = req.grid
     grid = GridInput(
-        power_cap_w=expand_series("grid.power_cap_w", grid_raw["power_cap_w"], n),
-        price_usd_per_mwh=expand_series(
-            "grid.price_usd_per_mwh", grid_raw.get("price_usd_per_mwh", 0.0), n
-        ),
-        carbon_g_per_kwh=expand_series(
-            "grid.carbon_g_per_kwh", grid_raw.get("carbon_g_per_kwh", 0.0), n
-        ),
-    )
-    tr_raw = _obj("transitions", body.get("transitions", {}))
-    _no_unknown(
-        "transitions",
-        tr_raw,
-        {"start_cost_usd", "stop_cost_usd", "max_instance_changes_per_period"},
+        power_cap_w=expand_series("grid.power_cap_w", g.power_cap_w, n),
+        price_usd_per_mwh=expand_series("grid.price_usd_per_mwh", g.price_usd_per_mwh, n),
+        carbon_g_per_kwh=expand_series("grid.carbon_g_per_kwh", g.carbon_g_per_kwh, n),
     )
     tr = TransitionInput(
-        start_cost_usd=tr_raw.get("start_cost_usd", 0.0),
-        stop_cost_usd=tr_raw.get("stop_cost_usd", 0.0),
-        max_instance_changes_per_period=tr_raw.get("max_instance_changes_per_period"),
+        start_cost_usd=req.transitions.start_cost_usd,
+        stop_cost_usd=req.transitions.stop_cost_usd,
+        max_instance_changes_per_period=req.transitions.max_instance_changes_per_period,
     )
-    so_raw = _obj("solver", body.get("solver", {}))
-    _no_unknown("solver", so_raw, {"time_limit_s", "mip_gap", "threads", "method"})
-    method = so_raw.get("method", "auto")
-    if method not in {m.value for m in Method}:
-        raise InputError("solver.method", f"must be one of {[m.value for m in Method]}")
     so = SolverOptions(
-        time_limit_s=so_raw.get("time_limit_s", 30.0),
-        mip_gap=so_raw.get("mip_gap", 1e-3),
-        threads=so_raw.get("threads"),
-        method=Method(method),
+        time_limit_s=req.solver.time_limit_s,
+        mip_gap=req.solver.mip_gap,
+        threads=req.solver.threads,
+        method=Method(req.solver.method),
     )
     prob = ScheduleProblem(
-        period_minutes=_req("", body, "period_minutes"),
+        period_minutes=req.period_minutes,
         site=site,
-        deployments=tuple(deps),
+        deployments=deps,
         grid=grid,
         transitions=tr,
         solver=so,

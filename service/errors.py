@@ -8,7 +8,6 @@ Nothing a client sends produces a stack trace or a bare 500.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from formulation.request import field_path
 from formulation.solve import InfeasibleError
 from model.errors import InputError, NotFoundError, PdwattError
 
@@ -95,26 +95,11 @@ def problem(
 
 # the member tags pydantic puts in the location of an error inside a union
 # (``float | list[float]``): not fields, so not named
-_UNION_TAG = re.compile(
-    r"^(constrained-)?(float|int|str|bool)$|^(list|dict|tuple|set|function-\w+)\[.*\]$"
-)
-
-
-def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
-    out = ""
-    for p in parts:
-        if isinstance(p, str) and _UNION_TAG.match(p):
-            continue
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "body"
-
-
 def _field_error(e: Any) -> dict[str, str]:
     if e.get("type") == "json_invalid":  # loc is ("body", character offset), not a field
         err = (e.get("ctx") or {}).get("error")
         return {"field": "body", "reason": f"not valid JSON: {err}" if err else "not valid JSON"}
-    return {"field": _loc(e.get("loc", ())), "reason": e.get("msg", "")}
+    return {"field": field_path(e.get("loc", ())), "reason": e.get("msg", "")}
 
 
 def unavailable(detail: str) -> JSONResponse:

@@ -1,0 +1,224 @@
+"""The schedule request (SPEC 6.1): one pydantic schema, the single source of its field
+names, defaults and limits, for the HTTP API (which publishes it in OpenAPI) and the
+command line alike; :func:`formulation.problem.problem_from_request` turns a validated
+request into the typed problem, and :func:`parse_request` validates a plain document,
+naming the field at fault.
+
+Cross-field rules (series lengths, inventories, initial states) are checked on the
+problem (:func:`formulation.problem.validate`). Workload files (``trace:``,
+``moments:``) are refused unless the caller passes ``read_files`` (the command line);
+``true``/``false`` are refused where a number is expected.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from formulation.demo import demo_request
+from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS, check_variant
+from model.errors import InputError
+from model.workload import check_no_file
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Scalar = float | int | str | bool
+Overrides = dict[Literal["model", "gpu", "calibration", "serving"], dict[str, Scalar]]
+
+
+def _types_in(annotation: Any) -> set[Any]:
+    """Every plain type named anywhere in ``annotation`` (unions, lists, dicts, ...)."""
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    out: set[Any] = set()
+    for a in args:
+        out |= _types_in(a)
+    return out
+
+
+def _has_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, list):
+        return any(isinstance(v, bool) for v in value)
+    if isinstance(value, dict):
+        return any(isinstance(v, bool) for v in value.values())
+    return False
+
+
+class Strict(BaseModel):
+    """Unknown fields are refused, and so is ``true``/``false`` where a number is
+    expected (JSON booleans are not numbers, though Python would take them as 1/0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None or not _has_bool(value):
+            return value
+        kinds = _types_in(cls.model_fields[info.field_name].annotation)
+        if bool not in kinds and kinds & {int, float}:
+            raise ValueError("must be a number, not true or false")
+        return value
+
+
+WORKLOAD_DOC = (
+    "fixed:IN:OUT or a preset name (azure-conv-2023, azure-code-2023, mooncake); "
+    "files (trace:, moments:, in any spelling) are never read over HTTP: send `moments`"
+)
+
+
+def _no_file(v: str, info: ValidationInfo) -> str:
+    """File forms are refused unless the caller reads files (``context={"read_files":
+    True}``: the command line, on the user's own files)."""
+    if not (info.context or {}).get("read_files"):
+        check_no_file(v)  # InputError is a ValueError: pydantic reports it at the field
+    return v
+
+
+WorkloadText = Annotated[
+    str, Field(min_length=1, max_length=64, description=WORKLOAD_DOC), AfterValidator(_no_file)
+]
+
+
+def _known_variant(v: str) -> str:
+    try:
+        return check_variant(v)
+    except InputError as e:
+        raise ValueError(e.reason) from e
+
+
+ModelVariant = Annotated[
+    str,
+    Field(
+        description="memory balance: paper (SPEC 2.5) or admission (docs/admission.md)",
+        json_schema_extra={"enum": list(MODEL_VARIANTS)},
+    ),
+    AfterValidator(_known_variant),
+]
+
+
+# Upper bounds far beyond any real site keep every total finite (a response with an
+# overflowed total cannot be written as JSON).
+Rate = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]  # req/s
+Usd = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+PowerW = Annotated[float, Field(le=1e10, allow_inf_nan=False)]  # lower bounds: problem.py
+PriceMWh = Annotated[float, Field(ge=0, le=1e5, allow_inf_nan=False)]
+CarbonKWh = Annotated[float, Field(ge=0, le=1e5, allow_inf_nan=False)]
+
+
+class Initial(Strict):
+    n_p: int = Field(0, ge=0, le=4096)
+    n_d: int = Field(0, ge=0, le=4096)
+
+
+class Bounds(Strict):
+    min_n_p: int = Field(0, ge=0)
+    max_n_p: int | None = Field(None, ge=0)
+    min_n_d: int = Field(0, ge=0)
+    max_n_d: int | None = Field(None, ge=0)
+
+
+class DeploymentIn(Strict):
+    name: Name
+    model: Name
+    gpu: Name
+    workload: WorkloadText
+    demand_rps: list[Rate] = Field(min_length=1)
+    unserved_penalty_usd_per_request: Usd = 0.01
+    headroom: float = Field(1.0, gt=0, le=1)
+    max_gpus: int = Field(16, ge=0, le=512)
+    bounds: Bounds = Bounds()
+    initial: Initial = Initial()
+    overrides: Overrides = Field(default_factory=dict)
+    model_variant: ModelVariant = DEFAULT_VARIANT
+
+
+class SiteIn(Strict):
+    gpu_inventory: dict[Name, Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    pue: float = Field(1.0, ge=1, le=5)
+    idle_gpu_power_w: float = Field(120.0, ge=0, le=1e5)
+    carbon_price_usd_per_tonne: float = Field(0.0, ge=0, le=1e5)
+
+
+class GridIn(Strict):
+    power_cap_w: PowerW | Annotated[list[PowerW], Field(min_length=1)]
+    price_usd_per_mwh: PriceMWh | Annotated[list[PriceMWh], Field(min_length=1)] = 0.0
+    carbon_g_per_kwh: CarbonKWh | Annotated[list[CarbonKWh], Field(min_length=1)] = 0.0
+
+
+class TransitionsIn(Strict):
+    start_cost_usd: Usd = 0.0
+    stop_cost_usd: Usd = 0.0
+    max_instance_changes_per_period: int | None = Field(None, ge=0)
+
+
+class SolverIn(Strict):
+    time_limit_s: float = Field(30.0, gt=0, le=86400)
+    mip_gap: float = Field(1e-3, ge=0, le=1)
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="HiGHS threads and worker processes for the per-deployment dynamic "
+        "programs (at most the server's cores); default: every core",
+    )
+    method: Literal["auto", "volume", "compact"] = Field(
+        "auto",
+        description="auto: the phased solve with column-generation multipliers; volume: "
+        "the same with volume-algorithm multipliers; compact: one MILP over every "
+        "candidate (exact reference, small sites only)",
+    )
+
+
+class ScheduleRequest(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [demo_request()]})
+    period_minutes: float = Field(gt=0, le=1440)
+    site: SiteIn
+    deployments: list[DeploymentIn] = Field(min_length=1)
+    grid: GridIn
+    transitions: TransitionsIn = TransitionsIn()
+    solver: SolverIn = SolverIn()
+
+
+_UNION_TAG = re.compile(
+    r"^(constrained-)?(float|int|str|bool)$|^(list|dict|tuple|set|function-\w+)\[.*\]$"
+)
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A pydantic error location as a field path: ``deployments[0].demand_rps[2]`` (the
+    tags pydantic adds for the members of a union left out)."""
+    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
+    out = ""
+    for p in parts:
+        if isinstance(p, str) and _UNION_TAG.match(p):
+            continue
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+def parse_request(body: Any, read_files: bool = False) -> ScheduleRequest:
+    """``body`` validated as a schedule request; :class:`InputError` naming the field at
+    fault."""
+    try:
+        return ScheduleRequest.model_validate(body, context={"read_files": read_files})
+    except ValidationError as exc:
+        # a union reports one error per member: the deepest one names the value at fault
+        # (``[10, -1]`` for a number-or-list: ``grid.price_usd_per_mwh[1]``)
+        errors = [(field_path(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()]
+        where, why = max(errors, key=lambda fe: fe[0].count(".") + fe[0].count("["))
+        raise InputError(where, why) from None
