@@ -214,6 +214,9 @@ class Coefficients:
     p_idle_w: float
     gpus_per_instance: int
     variant: str = "paper"  # Coefficients.of sets the spec's variant
+    # the part of g proportional to the request's context (KV read and attention
+    # FLOPs), per token: g = g(0) + g_context * ctx (analytic latency, model/latency.py)
+    g_context_s_per_token: float = 0.0
     # admission variant: uncommitted pool under FIFO admission (0 for paper)
     fragment_tokens: float = 0.0
 
@@ -301,6 +304,9 @@ class Coefficients:
         ctx = w.ctx_tokens if iters > 0 else math.nan
         terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
         alpha, g = terms.alpha_g(cal)
+        g_context = 0.0
+        if iters > 0 and ctx > 0:
+            g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
         if not iters > 0:
             g = math.nan
         variant = spec.variant  # checked by DeploymentSpec
@@ -340,6 +346,7 @@ class Coefficients:
             gpus_per_instance=tp,
             variant=variant,
             fragment_tokens=fragment,
+            g_context_s_per_token=g_context,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------

@@ -14,7 +14,10 @@ Choices where SPEC leaves room:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -145,3 +148,75 @@ def eps_pareto_agreement(
         pa[i], pb[i] = p_a[ia], p_b[ib]
         agree[i] = id_a[ia] == id_b[ib] or abs(pa[i] - pb[i]) <= epsilon * pb[i]
     return Agreement(float(agree.mean()), rates, agree, pa, pb)
+
+
+def restrict_front(
+    report: dict[str, Any], check: Callable[[dict[str, Any]], dict[str, Any]]
+) -> tuple[dict[str, Any], int]:
+    """A front report (``pdwatt front``) restricted to the configurations that ``check``
+    accepts: ``check(config)`` returns a verdict whose ``meets`` says whether the
+    configuration stays; it is stored under the configuration's ``slo``. Only
+    configurations that reach the front of the remaining candidates are checked: one
+    dominated by a configuration that meets the check can never be on the new front, so
+    the result is the same as checking every configuration first (those never checked
+    get ``{"checked": False, "simulated": False, "meets": None}``). The selections
+    (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
+    Returns the new report and the number of configurations checked."""
+    configs = [dict(c) for c in report["configs"]]
+    mu = np.array([c["capacity_rps"] for c in configs], dtype=float)
+    power = np.array([c["power_w"] for c in configs], dtype=float)
+    alive = mu > 0
+    verdict: dict[int, dict[str, Any]] = {}
+    while True:
+        idx = np.flatnonzero(alive)
+        front = idx[front_indices(mu[idx], power[idx])] if idx.size else idx
+        todo = [int(i) for i in front if int(i) not in verdict]
+        if not todo:
+            break
+        for i in todo:
+            verdict[i] = {"checked": True} | check(configs[i])
+            if not verdict[i]["meets"]:
+                alive[i] = False
+    for i, c in enumerate(configs):
+        c["slo"] = verdict.get(i, {"checked": False, "simulated": False, "meets": None})
+    out = dict(report)
+    out["configs"] = configs
+    out["front"] = [configs[int(i)] for i in front]
+    mu_f, p_f = mu[front], power[front]
+    gpus_f = np.array([configs[int(i)]["gpus"] for i in front], dtype=float)
+    if "min_power_for_rate" in report:
+        sel = dict(report["min_power_for_rate"])
+        j = (
+            min_power_index(mu_f, p_f, sel["required_rps"], sel["headroom"], gpus_f)
+            if front.size
+            else None
+        )
+        sel["config"] = None if j is None else configs[int(front[j])]
+        out["min_power_for_rate"] = sel
+    if "max_capacity_under_budget" in report:
+        sel = dict(report["max_capacity_under_budget"])
+        j = max_capacity_index(mu_f, p_f, sel["budget_w"]) if front.size else None
+        sel["config"] = None if j is None else configs[int(front[j])]
+        out["max_capacity_under_budget"] = sel
+    return out, len(verdict)
+
+
+def check_slo_targets(ttft_p99_s: float | None, tpot_p99_s: float | None, at_load: float) -> None:
+    """The latency targets of a front's SLO filter: at least one, each > 0 s, and a load
+    fraction in (0, 1]."""
+    if ttft_p99_s is None and tpot_p99_s is None:
+        raise InputError("slo", "give --ttft-p99 and/or --tpot-p99")
+    for name, v in (("ttft_p99", ttft_p99_s), ("tpot_p99", tpot_p99_s)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise InputError(name, "must be > 0 seconds")
+    if not (0 < at_load <= 1):
+        raise InputError("at_load", "must be in (0, 1]")
+
+
+def within_targets(
+    values: tuple[float | None, float | None], targets: tuple[float | None, float | None]
+) -> bool:
+    """Whether each latency is within its target (a missing target always is; a missing
+    value never meets a target)."""
+    pairs = zip(values, targets, strict=True)
+    return all(t is None or (v is not None and v <= t) for v, t in pairs)

@@ -1574,6 +1574,40 @@ def capacity_search_report(
     return out
 
 
+def simulated_slo(
+    timing: SimTiming,
+    samples: Samples,
+    n_p: int,
+    n_d: int,
+    load_rps: float,
+    targets: tuple[float | None, float | None],
+    *,
+    seeds: int = 2,
+    requests: int = 4000,
+    dispatch: str = "round_robin",
+) -> dict[str, Any]:
+    """Whether ``(n_p, n_d)`` meets p99 latency ``targets`` (TTFT, TPOT; None: no
+    target) when simulated with Poisson arrivals at ``load_rps``: stable (completions
+    >= 98% of arrivals) and its p99s (pooled over ``seeds`` seeds) within them."""
+    from model.pareto import within_targets
+
+    runs = [
+        simulate(timing, samples, n_p, n_d, load_rps, requests=requests, seed=s, dispatch=dispatch)
+        for s in range(seeds)
+    ]
+    lat = _latency(runs)
+    ttft, tpot = lat["ttft_s"]["p99"], lat["tpot_s"]["p99"]
+    stable = _pooled_stable(runs)
+    return {
+        "simulated": True,
+        "load_rps": float(load_rps),
+        "ttft_p99_s": ttft,
+        "tpot_p99_s": tpot,
+        "stable": stable,
+        "meets": stable and within_targets((ttft, tpot), targets),
+    }
+
+
 def slo_front(
     report: Mapping[str, Any],
     timing: SimTiming,
@@ -1598,89 +1632,34 @@ def slo_front(
     is the same as filtering every configuration first. The selections
     (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
     """
-    from model.pareto import front_indices, max_capacity_index, min_power_index
+    from model.pareto import check_slo_targets, restrict_front
 
-    if ttft_p99_s is None and tpot_p99_s is None:
-        raise InputError("slo", "give --ttft-p99 and/or --tpot-p99")
-    for name, v in (("ttft_p99", ttft_p99_s), ("tpot_p99", tpot_p99_s)):
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise InputError(name, "must be > 0 seconds")
-    if not (0 < at_load <= 1):
-        raise InputError("at_load", "must be in (0, 1]")
-    configs = [dict(c) for c in report["configs"]]
-    mu = np.array([c["capacity_rps"] for c in configs], dtype=float)
-    power = np.array([c["power_w"] for c in configs], dtype=float)
-    alive = mu > 0
-    verdict: dict[int, dict[str, Any]] = {}
-    while True:
-        idx = np.flatnonzero(alive)
-        front = idx[front_indices(mu[idx], power[idx])] if idx.size else idx
-        todo = [int(i) for i in front if int(i) not in verdict]
-        if not todo:
-            break
-        for i in todo:
-            c = configs[i]
-            load = at_load * mu[i]
-            runs = [
-                simulate(
-                    timing,
-                    samples,
-                    int(c["n_p"]),
-                    int(c["n_d"]),
-                    load,
-                    requests=requests,
-                    seed=s,
-                    dispatch=dispatch,
-                )
-                for s in range(seeds)
-            ]
-            lat = _latency(runs)
-            ttft, tpot = lat["ttft_s"]["p99"], lat["tpot_s"]["p99"]
-            stable = _pooled_stable(runs)
-            meets = stable and all(
-                target is None or (value is not None and value <= target)
-                for value, target in ((ttft, ttft_p99_s), (tpot, tpot_p99_s))
-            )
-            verdict[i] = {
-                "simulated": True,
-                "load_rps": float(load),
-                "ttft_p99_s": ttft,
-                "tpot_p99_s": tpot,
-                "stable": stable,
-                "meets": meets,
-            }
-            if not meets:
-                alive[i] = False
-    for i, c in enumerate(configs):
-        c["slo"] = verdict.get(i, {"simulated": False, "meets": None})
-    out = dict(report)
-    out["configs"] = configs
-    out["front"] = [configs[int(i)] for i in front]
-    mu_f, p_f = mu[front], power[front]
-    gpus_f = np.array([configs[int(i)]["gpus"] for i in front], dtype=float)
-    if "min_power_for_rate" in report:
-        sel = dict(report["min_power_for_rate"])
-        j = (
-            min_power_index(mu_f, p_f, sel["required_rps"], sel["headroom"], gpus_f)
-            if front.size
-            else None
+    check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
+
+    def check(c: dict[str, Any]) -> dict[str, Any]:
+        return simulated_slo(
+            timing,
+            samples,
+            int(c["n_p"]),
+            int(c["n_d"]),
+            at_load * float(c["capacity_rps"]),
+            (ttft_p99_s, tpot_p99_s),
+            seeds=seeds,
+            requests=requests,
+            dispatch=dispatch,
         )
-        sel["config"] = None if j is None else configs[int(front[j])]
-        out["min_power_for_rate"] = sel
-    if "max_capacity_under_budget" in report:
-        sel = dict(report["max_capacity_under_budget"])
-        j = max_capacity_index(mu_f, p_f, sel["budget_w"]) if front.size else None
-        sel["config"] = None if j is None else configs[int(front[j])]
-        out["max_capacity_under_budget"] = sel
-    failing = sum(1 for v in verdict.values() if not v["meets"])
+
+    out, checked = restrict_front(dict(report), check)
+    verdict = [c["slo"] for c in out["configs"] if c["slo"]["checked"]]
+    failing = sum(1 for v in verdict if not v["meets"])
     out["slo"] = {
         "ttft_p99_s": ttft_p99_s,
         "tpot_p99_s": tpot_p99_s,
         "at_load": at_load,
         "seeds": seeds,
         "requests_per_seed": requests,
-        "simulated": len(verdict),
-        "meeting": len(verdict) - failing,
+        "simulated": checked,
+        "meeting": checked - failing,
         "failing": failing,
         "rule": (
             "simulated at at_load x capacity with Poisson arrivals; meets = stable "

@@ -3,6 +3,8 @@ before any work; one place for every route and job that takes a schedule request
 
 from __future__ import annotations
 
+from formulation.data import check_memory
+from formulation.problem import Host, problem_from_request
 from model.errors import InputError
 from service.schemas import ScheduleRequest
 from service.settings import Settings
@@ -23,3 +25,16 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
         raise InputError(
             f"{prefix}solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server"
         )
+
+
+def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
+    """Everything a schedule request is checked for before any solve, as the synchronous
+    routes check it: the server's limits, the rules across fields and the memory budget
+    (no table built). InputError names the field under ``prefix``."""
+    check_schedule_limits(req, s, prefix)
+    try:
+        check_memory(problem_from_request(req, Host(memory_budget_mb=s.max_solve_memory_mb)))
+    except InputError as exc:
+        exc.field = prefix + exc.field
+        exc.args = (f"{exc.field}: {exc.reason}",)
+        raise

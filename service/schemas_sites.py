@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from formulation.request import Rate, ScheduleRequest, Strict
 from service.openadr import OadrEvent
-from service.schemas import NonNeg, ScheduleRequest, Strict
 from service.site_plans import Current
 
 _EXAMPLE: dict[str, Any] = {
@@ -56,7 +56,7 @@ class EventBody(Strict):
 
 
 class ForecastBody(Strict):
-    demand_rps: dict[str, Annotated[list[NonNeg], Field(min_length=1)]] = Field(
+    demand_rps: dict[str, Annotated[list[Rate], Field(min_length=1)]] = Field(
         min_length=1, description="new demand per deployment, from `from_period` on"
     )
     from_period: int | None = Field(

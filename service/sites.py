@@ -12,10 +12,9 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from formulation.data import check_memory
-from formulation.problem import Host, problem_from_dict
+from formulation.problem import problem_from_dict
 from model.errors import InputError
-from service.limits import check_schedule_limits
+from service.limits import check_schedule
 from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.schemas import dump
 from service.schemas_sites import SiteRequest
@@ -31,11 +30,9 @@ class NoPeriod(LookupError):
 def site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
     """The name and the stored body of a site registration, checked as ``POST
     /v1/schedule`` checks its request (limits, memory), and its clock."""
-    check_schedule_limits(req, settings)
+    check_schedule(req, settings)
     body = dump(req)
     name = body.pop("name")
-    host = Host(memory_budget_mb=settings.max_solve_memory_mb)
-    check_memory(problem_from_dict(request_of(body), host))
     try:
         req.plan_start + timedelta(minutes=req.period_minutes) * (n_periods(body) + 1)
     except OverflowError:
@@ -54,13 +51,20 @@ def site_doc(site: Site) -> dict[str, Any]:
     }
 
 
+def checked(update: Update) -> Update:
+    """The update, once its body passes the checks of a schedule request: nothing that a
+    registration would refuse is ever stored by an event or a forecast."""
+    problem_from_dict(request_of(update.body))
+    return update
+
+
 def with_event(site: Site, event: OadrEvent, doc: dict[str, Any]) -> tuple[Update, dict[str, Any]]:
     """The site with an OpenADR event merged into its grid signals (the event ``doc``
     logged with it), and the signals the event gave."""
     n = n_periods(site.body)
     signals = event_to_signals(event, plan_start(site.body), site.body["period_minutes"], n)
     grid = merge_signals(site.body["grid"], signals, n)
-    return Update(site.name, {**site.body, "grid": grid}, doc), signals
+    return checked(Update(site.name, {**site.body, "grid": grid}, doc)), signals
 
 
 def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) -> Update:
@@ -85,7 +89,7 @@ def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) ->
         if new is not None:
             demand[start : start + len(new)] = new
         deps.append({**d, "demand_rps": demand})
-    return Update(site.name, {**site.body, "deployments": deps})
+    return checked(Update(site.name, {**site.body, "deployments": deps}))
 
 
 def targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:

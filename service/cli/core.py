@@ -75,10 +75,17 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         print(table(rows, ["config", "GPUs", "req/s", "W", "J/req", "rho*", "bottleneck"]))
         if "slo" in rep:
             slo = rep["slo"]
+            analytic = slo.get("method") == "analytic"
+            checked = slo["checked"] if analytic else slo["simulated"]
+            how = (
+                f"analytic, {slo['simulated']} simulated where pool admission binds"
+                if analytic
+                else "simulated"
+            )
             print(
                 f"latency targets (TTFT p99 <= {slo['ttft_p99_s']} s, TPOT p99 <= "
-                f"{slo['tpot_p99_s']} s at {slo['at_load']:g} x capacity, simulated): "
-                f"{slo['meeting']} of {slo['simulated']} simulated configurations meet them; "
+                f"{slo['tpot_p99_s']} s at {slo['at_load']:g} x capacity; {how}): "
+                f"{slo['meeting']} of {checked} checked configurations meet them; "
                 "the front above keeps only those"
             )
         for key, label in (

@@ -9,8 +9,10 @@
 
 ``add_slo_args(front_parser)`` adds ``--ttft-p99 S``, ``--tpot-p99 S`` and
 ``--at-load FRACTION`` to ``pdwatt front``; ``apply_slo(report, args)`` then keeps
-only the configurations whose simulated p99 latencies meet the targets at that
-fraction of their capacity (and returns the report unchanged when no target is set).
+only the configurations whose p99 latencies meet the targets at that fraction of their
+capacity (and returns the report unchanged when no target is set): analytic
+(:mod:`model.latency`, simulating only where admission waits for pool memory make the
+analytic TTFT optimistic) or, with ``--slo-method simulate``, simulated.
 
 The simulator needs per-request lengths: fixed workloads have them; a trace preset
 reads its public trace from the directory named by ``PDWATT_DATA_DIR``; otherwise
@@ -23,14 +25,16 @@ import argparse
 import math
 from typing import Any
 
-from model.capacity import DeploymentSpec
+from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
+from model.latency import analytic_slo_front, latency_at
 from model.simulator import (
     SimTiming,
     capacity_search_report,
     default_requests,
     resolve_samples,
     simulate_report,
+    simulated_slo,
     slo_front,
 )
 from service.cli.common import add_spec_args, spec_from_args
@@ -136,6 +140,9 @@ def cmd_simulate(a: argparse.Namespace) -> dict[str, Any]:
             duration_s=a.duration,
             replay=a.trace_arrivals,
         )
+        if not a.trace_arrivals:  # Poisson arrivals: the analytic figures beside
+            lat = latency_at(Coefficients.of(spec), a.np, a.nd, a.rate, samples.l_in, samples.l_out)
+            rep["analytic"] = lat.record()
     if not a.json:
         print(_summary(rep))
     return rep
@@ -188,20 +195,31 @@ def _summary(rep: dict[str, Any]) -> str:
             f"  queues (mean)       admission {_f(q['admission_mean'], 2)}, "
             f"prefill {_f(q['prefill_mean'], 2)}"
         )
+    an = rep.get("analytic")
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
         if key in rep:
             v = rep[key]
-            lines.append(
+            line = (
                 f"  {label} p50/p90/p99   {_f(v['p50'], 4)} / {_f(v['p90'], 4)} / "
                 f"{_f(v['p99'], 4)} s"
             )
+            if an is not None:
+                q = an[f"{label.lower()}_quantile_s"]
+                line += f"   (analytic p99 {_f(q, 4)} s)"
+            lines.append(line)
+    if an is not None and an["admission_bound"]:
+        lines.append(
+            "  note: admission waits for KV pool memory matter at this rate; the analytic "
+            "TTFT leaves them out (docs/latency.md)"
+        )
     return "\n".join(lines)
 
 
 def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     """Add the latency-SLO options to the ``front`` sub-command's parser."""
     g = front_parser.add_argument_group(
-        "latency SLOs (simulated; needs per-request lengths, see pdwatt simulate)"
+        "latency SLOs (analytic, docs/latency.md, or simulated; needs per-request "
+        "lengths, see pdwatt simulate)"
     )
     g.add_argument("--ttft-p99", type=float, metavar="S", help="p99 time to first token (s)")
     g.add_argument("--tpot-p99", type=float, metavar="S", help="p99 time per output token (s)")
@@ -211,6 +229,14 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
         default=0.8,
         metavar="FRACTION",
         help="check the SLOs at this fraction of each configuration's capacity (default 0.8)",
+    )
+    g.add_argument(
+        "--slo-method",
+        choices=("analytic", "simulate"),
+        default="analytic",
+        help="analytic: the queue model's p99s, simulating only where admission waits for "
+        "KV pool memory make its TTFT optimistic; simulate: every check simulated "
+        "(default analytic)",
     )
     g.add_argument("--slo-seeds", type=int, default=2, help="seeds per SLO check (default 2)")
     g.add_argument(
@@ -236,9 +262,35 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         raise InputError("slo_seeds", "must be >= 1")
     if args.slo_requests < 1:
         raise InputError("slo_requests", "must be >= 1")
+    timing = SimTiming.of(spec)
+    if getattr(args, "slo_method", "analytic") == "analytic":
+
+        def simulated(cfg: dict[str, Any]) -> dict[str, Any]:
+            return simulated_slo(
+                timing,
+                samples,
+                int(cfg["n_p"]),
+                int(cfg["n_d"]),
+                args.at_load * float(cfg["capacity_rps"]),
+                (ttft, tpot),
+                seeds=args.slo_seeds,
+                requests=args.slo_requests,
+                dispatch=spec.serving.dispatch,
+            )
+
+        return analytic_slo_front(
+            report,
+            Coefficients.of(spec),
+            samples.l_in,
+            samples.l_out,
+            ttft_p99_s=ttft,
+            tpot_p99_s=tpot,
+            at_load=args.at_load,
+            fallback=simulated,
+        )
     return slo_front(
         report,
-        SimTiming.of(spec),
+        timing,
         samples,
         ttft_p99_s=ttft,
         tpot_p99_s=tpot,

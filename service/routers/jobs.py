@@ -19,7 +19,7 @@ from service.jobs import (
     Notifier,
     job_store,
 )
-from service.limits import check_schedule_limits
+from service.limits import check_schedule
 from service.queue import RedisJobs
 from service.schemas import ScheduleRequest, dump
 from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
@@ -57,7 +57,7 @@ async def submit_job(
     """Queue a solve; 202 with its ``Location``. With an ``Idempotency-Key`` already
     used for the same job, 200 with that job; for another job, 409."""
     if isinstance(job.request, ScheduleRequest):
-        check_schedule_limits(job.request, settings, "request.")
+        await run_in_threadpool(check_schedule, job.request, settings, "request.")
     elif isinstance(job.request, SitePlanRequest):
         # the site's request was checked when it was registered; it must exist now
         try:
@@ -70,7 +70,7 @@ async def submit_job(
                 errors=[{"field": "request.site_id", "reason": "no such site"}],
             )
     else:
-        check_schedule_limits(job.request.request, settings, "request.request.")
+        await run_in_threadpool(check_schedule, job.request.request, settings, "request.request.")
     webhook_url = None if job.webhook is None else job.webhook.url
     if webhook_url is not None:
         refused = await _webhook_refused(webhook_url, settings)

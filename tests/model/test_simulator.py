@@ -354,7 +354,8 @@ def test_cli_needs_rate_or_capacity() -> None:
         _cli("simulate --workload fixed:1024:256 --np 1 --nd 1")
 
 
-def test_slo_front_filters_configurations() -> None:
+@pytest.mark.parametrize("method", ["simulate", "analytic"])
+def test_slo_front_filters_configurations(method: str) -> None:
     front = argparse.ArgumentParser()
     for flag in ("--model", "--gpu", "--workload", "--override", "--dispatch"):
         front.add_argument(flag)
@@ -362,7 +363,10 @@ def test_slo_front_filters_configurations() -> None:
     cli_simulate.add_slo_args(front)
     spec = resolve_spec(SpecRequest(workload="fixed:1024:256"))
     report = front_report(spec, max_gpus=4, required_rps=5.0)
-    base = "--model qwen3-32b --gpu h200 --workload fixed:1024:256 --slo-requests 400 "
+    base = (
+        "--model qwen3-32b --gpu h200 --workload fixed:1024:256 --slo-requests 400 "
+        f"--slo-method {method} "
+    )
 
     lax = front.parse_args(shlex.split(base + "--ttft-p99 100 --tpot-p99 1"))
     out = cli_simulate.apply_slo(report, lax)
@@ -374,7 +378,11 @@ def test_slo_front_filters_configurations() -> None:
     strict = front.parse_args(shlex.split(base + "--tpot-p99 0.001"))
     out = cli_simulate.apply_slo(report, strict)
     assert out["front"] == [] and out["min_power_for_rate"]["config"] is None
-    assert out["slo"]["meeting"] == 0 and out["slo"]["simulated"] == len(report["configs"])
+    checked = out["slo"]["simulated" if method == "simulate" else "checked"]
+    assert out["slo"]["meeting"] == 0 and checked == len(report["configs"])
+    if method == "analytic":  # fixed lengths on a small pool: no admission waits
+        assert out["slo"]["simulated"] == 0
+        assert all(c["slo"]["simulated"] is False for c in out["configs"])
 
     none = front.parse_args(shlex.split(base))
     assert cli_simulate.apply_slo(report, none) is report

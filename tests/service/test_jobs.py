@@ -79,6 +79,17 @@ def test_invalid_jobs_are_refused_naming_the_field(client: TestClient) -> None:
     body = assert_problem(r, 422)
     assert "max_gpus" in body["errors"][0]["field"]
     assert "request" in body["errors"][0]["field"]
+    # found by fuzzing: rules across fields were checked only when the job ran, so a
+    # job was accepted (202) that POST /v1/schedule refuses (422); now both refuse it
+    bad = small_schedule()
+    bad["grid"]["power_cap_w"] = -5.0
+    sync = assert_problem(client.post("/v1/schedule", json=bad), 422)
+    body = assert_problem(client.post("/v1/jobs", json={"kind": "schedule", "request": bad}), 422)
+    assert body["errors"][0]["field"] == "request." + sync["errors"][0]["field"]
+    event = {"start_period": 0, "end_period": 1, "reduction_pct": 10}
+    dr = {"kind": "demand_response", "request": {"request": bad, "event": event}}
+    r = client.post("/v1/jobs", json=dr)
+    assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("request.")
     assert_problem(client.get("/v1/jobs/no-such-job"), 404)
     assert_problem(client.delete("/v1/jobs/no-such-job"), 404)
 

@@ -323,6 +323,20 @@ def test_forecast_replaces_the_remaining_demand_and_replans(client: TestClient) 
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "demand_rps.a"
 
 
+def test_a_refused_forecast_or_event_changes_nothing(client: TestClient) -> None:
+    """Found by fuzzing: a demand above the schedule request's limit (1e6 req/s) was
+    stored before the 422, so every later plan of the site failed."""
+    site_id = register(client)
+    before = client.get(f"/v1/sites/{site_id}").json()
+    bad = client.post(
+        f"/v1/sites/{site_id}/forecast", json={"demand_rps": {"a": [2e6]}, "from_period": 3}
+    )
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["field"].startswith("demand_rps.a")
+    assert client.get(f"/v1/sites/{site_id}").json() == before
+    assert client.post(f"/v1/sites/{site_id}/plan", json={}).status_code == 200
+
+
 # ---------------------------------------------------------------- concurrency
 
 

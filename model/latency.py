@@ -1,0 +1,333 @@
+"""Analytic latency at a load: time to first token (TTFT) and time per output token
+(TPOT), mean and a high quantile, from the queue model of SPEC 2.2-2.5 without
+simulation. Derivation and validation against :mod:`model.simulator`:
+``docs/latency.md``.
+
+One configuration ``(n_P, n_D)`` at an arrival rate ``lambda`` below its capacity:
+
+* **Prefill queue** (per instance, FCFS, utilisation ``rho = lambda E[t_P] / n_P``):
+  mean wait by Kingman, ``E[W] = rho/(1-rho) (c_a^2 + c_s^2)/2 E[t_P]`` (SPEC 2.5's
+  formula, ``c_a^2 = 1/n_P`` for round robin, 1 for random dispatch); its tail
+  ``P(W > x) = C exp(-eta x)`` with ``eta`` the Cramer-Lundberg exponent of the
+  GI/G/1 queue (Erlang-``n_P`` gaps, the workload's own prefill times) and ``C`` set so
+  that the mean is Kingman's, at most ``rho``.
+* **TTFT** ``= W + t_P(l_in)``: FCFS makes ``W`` independent of the request's own
+  prompt, so its distribution is the mixture over the workload's requests.
+* **Decode** (per instance, ``lambda_D = lambda / n_D``): a request sees itself and the
+  others present, ``1 + N``; by Little's law the time-average ``B = E[N]`` solves
+  ``B = lambda_D E[l_out - 1] (alpha + g (B + 1))`` (SPEC 2.3's ``t_D``).
+* **TPOT** ``= (J + sum of its iterations) / (l_out - 1)``: ``J``, the wait from the end of
+  its prefill to the next iteration boundary, uniform over an iteration while the
+  instance is busy; the iterations at ``alpha + g (1 + N_avg)`` with ``N_avg`` the
+  others' count averaged over the request's own residence: normal, of variance from
+  the GI/G/infinity peakedness (Whitt) and the residence-time autocorrelation.
+
+The decode admission queue (requests waiting for pool memory) is not modelled: it is
+empty while the pool does not bind, and ``docs/latency.md`` shows where that fails
+(heavy-tailed prompts near capacity, where a long head blocks the FIFO queue).
+Pure numerics on plain arrays; the simulator never imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import brentq
+from scipy.special import logsumexp, ndtr
+
+from model.capacity import Coefficients
+from model.errors import InputError
+
+FloatArray = NDArray[np.float64]
+
+#: quadrature points for the join wait ``J`` (uniform over one iteration)
+JOIN_POINTS = 16
+#: points per residence for the variance of the time-averaged batch
+RESIDENCE_POINTS = 64
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Latency of one configuration at ``rate_rps`` (seconds; inf when unstable)."""
+
+    rate_rps: float
+    quantile: float
+    prefill_utilisation: float
+    prefill_wait_mean_s: float
+    decode_batch: float  # time-average requests in a decode instance
+    ttft_mean_s: float
+    ttft_quantile_s: float
+    tpot_mean_s: float
+    tpot_quantile_s: float
+    # the share of requests whose admission would find the pool too full for them
+    # (normal occupancy of an infinite-server pool); above 1 - quantile the decode
+    # admission queue, not modelled here, shapes TTFT: see admission_bound
+    pool_block_probability: float = 0.0
+
+    @property
+    def admission_bound(self) -> bool:
+        """Whether admission waits for pool memory matter at this quantile, so that
+        the TTFT figures here are optimistic (docs/latency.md: simulate instead)."""
+        return self.pool_block_probability > 1.0 - self.quantile
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self) | {"admission_bound": self.admission_bound}
+
+
+def _lengths(l_in: ArrayLike, l_out: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    li = np.atleast_1d(np.asarray(l_in, dtype=float))
+    lo = np.atleast_1d(np.asarray(l_out, dtype=float))
+    if li.ndim != 1 or li.size == 0 or li.shape != lo.shape:
+        raise InputError("samples", "l_in and l_out must be non-empty 1-D arrays of one length")
+    if li.min() < 1 or lo.min() < 1 or not (np.all(np.isfinite(li)) and np.all(np.isfinite(lo))):
+        raise InputError("samples", "every l_in and l_out must be >= 1 (SPEC 2.5)")
+    return li, lo
+
+
+def _quantile(tail: Any, q: float, hi: float) -> float:
+    """Least ``x`` with ``tail(x) <= 1 - q`` (``tail`` non-increasing), by bisection."""
+    lo = 0.0
+    while tail(hi) > 1.0 - q:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if tail(mid) > 1.0 - q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return hi
+
+
+def lundberg_exponent(service_s: FloatArray, rate_rps: float, phases: int) -> float:
+    """The decay rate ``eta > 0`` of a GI/G/1 wait: the root of
+    ``E[exp(eta S)] E[exp(-eta A)] = 1`` with ``S`` the service times (the samples
+    given, equally likely) and ``A`` Erlang-``phases`` gaps of mean ``1/rate_rps``."""
+    k = float(phases)
+
+    def f(eta: float) -> float:
+        mgf = float(logsumexp(eta * service_s)) - math.log(service_s.size)
+        return mgf + k * math.log(k * rate_rps / (k * rate_rps + eta))
+
+    mean = float(service_s.mean())
+    if rate_rps * mean >= 1.0:
+        raise InputError("rate_rps", "the prefill queue is unstable at this rate")
+    hi = 1.0 / mean
+    while f(hi) < 0.0:
+        hi *= 2.0
+    # f(0) = 0 with a negative slope (1 - rho) / rate: the root is beyond a tiny eta
+    lo = hi
+    while f(lo) >= 0.0:
+        lo *= 0.5
+    return float(brentq(f, lo, hi, xtol=1e-14 * hi, rtol=1e-12))
+
+
+def _stationary_excess(residence: FloatArray, weight: FloatArray) -> Any:
+    """``s -> E[(R - s)^+] / E[R]``: the autocorrelation of the number in an infinite-
+    server queue whose residence times are ``residence`` with probabilities ``weight``
+    (sorted ascending)."""
+    mass = np.concatenate([np.cumsum((weight * residence)[::-1])[::-1], [0.0]])
+    prob = np.concatenate([np.cumsum(weight[::-1])[::-1], [0.0]])
+    mean = float(mass[0])
+
+    def rho(s: FloatArray) -> FloatArray:
+        i = np.searchsorted(residence, s, side="right")
+        return np.asarray((mass[i] - s * prob[i]) / mean, dtype=float)
+
+    return rho
+
+
+def peakedness(residence: FloatArray, weight: FloatArray, arrival_scv: float) -> float:
+    """Variance over mean of the number in a GI/G/infinity queue (Whitt's
+    approximation): ``1 + (c_a^2 - 1) int P(R > u)^2 du / E[R]``, 1 for Poisson input;
+    residence times ``residence`` (ascending) with probabilities ``weight``."""
+    survival = np.concatenate([[1.0], 1.0 - np.cumsum(weight)[:-1]])  # on (r[i-1], r[i])
+    widths = np.diff(np.concatenate([[0.0], residence]))
+    eta = float(np.sum(widths * survival**2) / np.sum(weight * residence))
+    return 1.0 + (arrival_scv - 1.0) * eta
+
+
+def latency_at(
+    c: Coefficients,
+    n_p: int,
+    n_d: int,
+    rate_rps: float,
+    l_in: ArrayLike,
+    l_out: ArrayLike,
+    quantile: float = 0.99,
+) -> Latency:
+    """TTFT and TPOT (mean and ``quantile``) of ``(n_p, n_d)`` at ``rate_rps``, for
+    requests whose lengths are the samples ``(l_in, l_out)`` (equally likely)."""
+    if not (isinstance(n_p, int | np.integer) and isinstance(n_d, int | np.integer)):
+        raise InputError("n_p", "instance counts must be integers")
+    if n_p < 1 or n_d < 1:
+        raise InputError("n_p" if n_p < 1 else "n_d", "must be >= 1")
+    if not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise InputError("rate_rps", "must be a positive number")
+    if not 0.5 <= quantile < 1.0:
+        raise InputError("quantile", "must be in [0.5, 1)")
+    li, lo = _lengths(l_in, l_out)
+    inf = math.inf
+
+    # prefill
+    t_p = c.a_p_s_per_token * li + c.b_p_s_per_token2 * li * li
+    e_t = float(t_p.mean())
+    scv_s = float(t_p.var()) / (e_t * e_t)
+    lam_p = rate_rps / n_p
+    rho = lam_p * e_t
+    phases = 1 if c.random_dispatch else int(n_p)
+    if rho >= 1.0:
+        wait, ttft_mean, ttft_q = inf, inf, inf
+    else:
+        wait = rho / (1.0 - rho) * (1.0 / phases + scv_s) / 2.0 * e_t
+        eta = lundberg_exponent(t_p, lam_p, phases)
+        atom = min(rho, eta * wait)
+
+        def ttft_tail(x: float) -> float:
+            r = x - t_p
+            return float(np.mean(np.where(r < 0.0, 1.0, atom * np.exp(-eta * np.maximum(r, 0.0)))))
+
+        ttft_mean = wait + e_t
+        ttft_q = _quantile(ttft_tail, quantile, float(t_p.max()) + 1.0 / eta)
+
+    # decode
+    n_it = lo - 1.0
+    multi = n_it > 0
+    if not multi.any():  # every request ends at prefill
+        return Latency(rate_rps, quantile, rho, wait, 0.0, ttft_mean, ttft_q, math.nan, math.nan)
+    e_n = float(n_it.mean())
+    lam_d = rate_rps / n_d
+    alpha, g = c.alpha_s, c.g_s_per_request
+    load = lam_d * e_n * g
+    if load >= 1.0:
+        return Latency(rate_rps, quantile, rho, wait, inf, ttft_mean, ttft_q, inf, inf)
+    batch = lam_d * e_n * (alpha + g) / (1.0 - load)
+    tau = alpha + g * (batch + 1.0)  # the mean iteration a request takes part in
+    busy = 1.0 - math.exp(-batch)  # an idle instance starts a joining request at once
+    # a request's own context (l_in + l_out/2 over its iterations, SPEC 2.4) against the
+    # mean of the others' (ctx): its own share of each iteration it takes part in
+    own = c.g_context_s_per_token * (li + lo / 2.0 - c.ctx_tokens)
+    step = 1e-3 * g  # a thousandth of a request's share: finer differences do not matter
+    own = np.round(own / step) * step
+    # requests with the same iterations and context share their TPOT distribution
+    pairs, counts = np.unique(np.stack([n_it[multi], own[multi]]), axis=1, return_counts=True)
+    n, own = pairs[0], pairs[1]
+    weight = counts / counts.sum()
+    residence, order = np.unique(n * tau, return_inverse=True)
+    r_weight = np.asarray(np.bincount(order, weights=weight), dtype=float)
+    z = peakedness(residence, r_weight, 1.0 if c.random_dispatch else 1.0 / n_d)
+    var_n = max(batch * z, 0.0)
+    acf = _stationary_excess(residence, r_weight)
+    u = (np.arange(RESIDENCE_POINTS) + 0.5) / RESIDENCE_POINTS  # s = u r on (0, r)
+    # Var of the average over a window r: (2/r^2) int_0^r (r - s) C(s) ds, s = u r
+    grid = np.outer(residence, u)
+    var_avg = 2.0 * var_n * np.mean((1.0 - u) * acf(grid.ravel()).reshape(grid.shape), axis=1)
+    sd = np.sqrt(np.maximum(var_avg, 0.0))[order]
+    joins = busy * tau * (np.arange(JOIN_POINTS) + 0.5) / JOIN_POINTS
+    base = alpha + g + own  # the request itself
+
+    def tpot_tail(x: float) -> float:
+        excess = (x - base[None, :] - joins[:, None] / n[None, :]) / g - batch  # others above
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zed = np.where(sd > 0, excess / np.where(sd > 0, sd, 1.0), np.sign(excess) * inf)
+        return float(np.sum(ndtr(-zed).mean(axis=0) * weight))
+
+    tpot_mean = float(np.sum(weight * (tau + own + busy * tau / 2.0 / n)))
+    tpot_q = _quantile(tpot_tail, quantile, 2.0 * tau)
+    blocked = pool_block_probability(c, li, lo, lam_d, t_p + wait, n_it * tau)
+    return Latency(
+        rate_rps, quantile, rho, wait, batch, ttft_mean, ttft_q, tpot_mean, tpot_q, blocked
+    )
+
+
+def pool_block_probability(
+    c: Coefficients,
+    l_in: FloatArray,
+    l_out: FloatArray,
+    rate_rps: float,
+    prefill_s: FloatArray,
+    decode_s: FloatArray,
+) -> float:
+    """``P(O + S > C)``: the chance that a request's ``S = l_in + R`` does not fit beside
+    the pool's occupancy ``O`` (tokens held by the requests admitted to one decode
+    instance: ``l_in + R`` through prefill (``prefill_s``, its wait included), then
+    ``l_in + l_out/2 + R`` on average through decode (``decode_s``); Poisson arrivals at
+    ``rate_rps`` make ``O`` compound Poisson, taken as normal with its exact mean
+    ``rate E[sum h dt]`` and variance ``rate E[sum h^2 dt]``); ``C`` the packable pool."""
+    r = float(c.reserved_tokens)
+    held_p, held_d = l_in + r, l_in + l_out / 2.0 + r
+    mean = rate_rps * float(np.mean(held_p * prefill_s + held_d * decode_s))
+    var = rate_rps * float(np.mean(held_p**2 * prefill_s + held_d**2 * decode_s))
+    room = c.kv_usable_tokens - c.fragment_tokens - mean - (l_in + r)
+    if var <= 0.0:
+        return float(np.mean(room < 0.0))
+    return float(np.mean(ndtr(-room / math.sqrt(var))))
+
+
+def analytic_slo_front(
+    report: dict[str, Any],
+    c: Coefficients,
+    l_in: ArrayLike,
+    l_out: ArrayLike,
+    *,
+    ttft_p99_s: float | None,
+    tpot_p99_s: float | None,
+    at_load: float,
+    fallback: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A front report restricted to the configurations whose analytic p99 TTFT and TPOT
+    at ``at_load`` times their capacity meet the targets (see
+    :func:`model.pareto.restrict_front`). Where admission waits for pool memory matter
+    (:attr:`Latency.admission_bound`) the analytic TTFT is optimistic: ``fallback``
+    (a simulation, given by the caller) decides those configurations instead, and the
+    analytic figures stay beside its verdict."""
+    from model.pareto import check_slo_targets, restrict_front, within_targets
+
+    check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
+    targets = (ttft_p99_s, tpot_p99_s)
+    li, lo = _lengths(l_in, l_out)
+    bound = 0
+
+    def check(cfg: dict[str, Any]) -> dict[str, Any]:
+        nonlocal bound
+        load = at_load * float(cfg["capacity_rps"])
+        lat = latency_at(c, int(cfg["n_p"]), int(cfg["n_d"]), load, li, lo)
+        analytic = {
+            "simulated": False,
+            "load_rps": load,
+            "ttft_p99_s": lat.ttft_quantile_s,
+            "tpot_p99_s": lat.tpot_quantile_s,
+            "admission_bound": lat.admission_bound,
+            "meets": within_targets((lat.ttft_quantile_s, lat.tpot_quantile_s), targets),
+        }
+        if lat.admission_bound and fallback is not None:
+            bound += 1
+            return fallback(cfg) | {"analytic": analytic}
+        return analytic
+
+    out, checked = restrict_front(report, check)
+    failing = sum(1 for cfg in out["configs"] if cfg["slo"]["checked"] and not cfg["slo"]["meets"])
+    out["slo"] = {
+        "ttft_p99_s": ttft_p99_s,
+        "tpot_p99_s": tpot_p99_s,
+        "at_load": at_load,
+        "method": "analytic",
+        "checked": checked,
+        "simulated": bound,
+        "meeting": checked - failing,
+        "failing": failing,
+        "rule": (
+            "analytic p99 TTFT and TPOT at at_load x capacity (docs/latency.md); where "
+            "admission waits for KV pool memory matter (admission_bound) the analytic "
+            "TTFT is optimistic and "
+            + ("a simulation decides" if fallback is not None else "it is used anyway")
+            + "; configurations never checked are dominated by ones that meet the targets"
+        ),
+    }
+    return out
