@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from formulation.request import ScheduleRequest, parse_request
+from formulation.request import (
+    MIN_HEADROOM,
+    MIN_PERIOD_MINUTES,
+    MIN_TIME_LIMIT_S,
+    ScheduleRequest,
+    parse_request,
+)
 from model.capacity import DEFAULT_VARIANT
 from model.errors import InputError
 from model.workload import check_no_file
@@ -161,7 +167,7 @@ def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[fl
 
 def validate(p: ScheduleProblem) -> None:
     """Every check that does not need the catalog; raises InputError naming the field."""
-    _finite("period_minutes", p.period_minutes, 1e-3, 24 * 60)
+    _finite("period_minutes", p.period_minutes, MIN_PERIOD_MINUTES, 24 * 60)
     if not p.deployments:
         raise InputError("deployments", "at least one deployment is required")
     if len(p.deployments) > MAX_DEPLOYMENTS:
@@ -201,7 +207,7 @@ def validate(p: ScheduleProblem) -> None:
                 f"({', '.join(sorted(s.gpu_inventory))})",
             )
         _finite(f"{at}.unserved_penalty_usd_per_request", d.unserved_penalty_usd_per_request, 0.0)
-        _finite(f"{at}.headroom", d.headroom, 1e-6, 1.0)
+        _finite(f"{at}.headroom", d.headroom, MIN_HEADROOM, 1.0)
         _int(f"{at}.max_gpus", d.max_gpus, 0)
         for fld in ("min_n_p", "min_n_d", "initial_n_p", "initial_n_d"):
             _int(f"{at}.{fld}", getattr(d, fld), 0)
@@ -231,7 +237,7 @@ def validate(p: ScheduleProblem) -> None:
     if tr.max_instance_changes_per_period is not None:
         _int("transitions.max_instance_changes_per_period", tr.max_instance_changes_per_period, 0)
     so = p.solver
-    _finite("solver.time_limit_s", so.time_limit_s, 0.01, 86400.0)
+    _finite("solver.time_limit_s", so.time_limit_s, MIN_TIME_LIMIT_S, 86400.0)
     _finite("solver.mip_gap", so.mip_gap, 0.0, 1.0)
     if so.threads is not None:
         _int("solver.threads", so.threads, 1)

@@ -31,6 +31,12 @@ from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS, check_variant
 from model.errors import InputError
 from model.workload import check_no_file
 
+#: the least values a schedule accepts (the schema publishes them; validate() applies
+#: them to problems built without the schema)
+MIN_PERIOD_MINUTES = 1e-3
+MIN_HEADROOM = 1e-6
+MIN_TIME_LIMIT_S = 0.01
+
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Scalar = float | int | str | bool
@@ -139,7 +145,7 @@ class DeploymentIn(Strict):
     workload: WorkloadText
     demand_rps: list[Rate] = Field(min_length=1)
     unserved_penalty_usd_per_request: Usd = 0.01
-    headroom: float = Field(1.0, gt=0, le=1)
+    headroom: float = Field(1.0, ge=MIN_HEADROOM, le=1)
     max_gpus: int = Field(16, ge=0, le=512)
     bounds: Bounds = Bounds()
     initial: Initial = Initial()
@@ -167,7 +173,7 @@ class TransitionsIn(Strict):
 
 
 class SolverIn(Strict):
-    time_limit_s: float = Field(30.0, gt=0, le=86400)
+    time_limit_s: float = Field(30.0, ge=MIN_TIME_LIMIT_S, le=86400)
     mip_gap: float = Field(1e-3, ge=0, le=1)
     threads: int | None = Field(
         None,
@@ -186,7 +192,7 @@ class SolverIn(Strict):
 
 class ScheduleRequest(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [demo_request()]})
-    period_minutes: float = Field(gt=0, le=1440)
+    period_minutes: float = Field(ge=MIN_PERIOD_MINUTES, le=1440)
     site: SiteIn
     deployments: list[DeploymentIn] = Field(min_length=1)
     grid: GridIn
