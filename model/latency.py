@@ -76,7 +76,14 @@ class Latency:
         return self.pool_block_probability > 1.0 - self.quantile
 
     def record(self) -> dict[str, Any]:
-        return asdict(self) | {"admission_bound": self.admission_bound}
+        """As a JSON document: an infinite (unstable) or undefined (no decode work)
+        latency is null."""
+        out: dict[str, Any] = {k: _finite_or_none(v) for k, v in asdict(self).items()}
+        return out | {"admission_bound": self.admission_bound}
+
+
+def _finite_or_none(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _lengths(l_in: ArrayLike, l_out: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -206,7 +213,7 @@ def latency_at(
     alpha, g = c.alpha_s, c.g_s_per_request
     load = lam_d * e_n * g
     if load >= 1.0:
-        return Latency(rate_rps, quantile, rho, wait, inf, ttft_mean, ttft_q, inf, inf)
+        return Latency(rate_rps, quantile, rho, wait, inf, ttft_mean, ttft_q, inf, inf, 1.0)
     batch = lam_d * e_n * (alpha + g) / (1.0 - load)
     tau = alpha + g * (batch + 1.0)  # the mean iteration a request takes part in
     busy = 1.0 - math.exp(-batch)  # an idle instance starts a joining request at once
@@ -240,7 +247,11 @@ def latency_at(
 
     tpot_mean = float(np.sum(weight * (tau + own + busy * tau / 2.0 / n)))
     tpot_q = _quantile(tpot_tail, quantile, 2.0 * tau)
-    blocked = pool_block_probability(c, li, lo, lam_d, t_p + wait, n_it * tau)
+    blocked = (
+        pool_block_probability(c, li, lo, lam_d, t_p + wait, n_it * tau)
+        if math.isfinite(wait)
+        else 1.0  # an unbounded prefill queue fills any pool
+    )
     return Latency(
         rate_rps, quantile, rho, wait, batch, ttft_mean, ttft_q, tpot_mean, tpot_q, blocked
     )
@@ -301,8 +312,8 @@ def analytic_slo_front(
         analytic = {
             "simulated": False,
             "load_rps": load,
-            "ttft_p99_s": lat.ttft_quantile_s,
-            "tpot_p99_s": lat.tpot_quantile_s,
+            "ttft_p99_s": _finite_or_none(lat.ttft_quantile_s),
+            "tpot_p99_s": _finite_or_none(lat.tpot_quantile_s),
             "admission_bound": lat.admission_bound,
             "meets": within_targets((lat.ttft_quantile_s, lat.tpot_quantile_s), targets),
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -97,6 +98,11 @@ def test_unstable_rates_give_infinite_latency() -> None:
             latency_at(c, 1, 1, l_in=[1024], l_out=[256], **kw)  # type: ignore[arg-type]
     with pytest.raises(InputError):
         latency_at(c, 0, 1, 1.0, [1024], [256])
+    # as JSON, an unstable or undefined latency is null, never inf or NaN
+    doc = json.dumps(lat.record(), allow_nan=False)
+    assert json.loads(doc)["ttft_quantile_s"] is None
+    no_decode = latency_at(c, 1, 1, 1.0, [1024], [1]).record()
+    assert no_decode["tpot_mean_s"] is None and no_decode["ttft_mean_s"] > 0
 
 
 @settings(max_examples=25, deadline=None)
