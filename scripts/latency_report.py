@@ -30,15 +30,8 @@ from model.capacity import Coefficients, evaluate  # noqa: E402
 from model.latency import latency_at  # noqa: E402
 from model.operations import SpecRequest, resolve_spec  # noqa: E402
 from model.simulator import SimTiming, resolve_samples, simulate  # noqa: E402
+from scripts.validation_report import WORKLOADS  # noqa: E402
 
-WORKLOADS = [
-    "fixed:1024:256",
-    "fixed:4096:256",
-    "fixed:8192:256",
-    "azure-conv-2023",
-    "azure-code-2023",
-    "mooncake",
-]
 CONFIGS = [(1, 1), (2, 1), (1, 2), (4, 2), (2, 6), (6, 2)]
 LOADS = [0.5, 0.7, 0.85]
 KEYS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from model.errors import InputError
@@ -140,13 +141,26 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         print(f"error: {e}", file=sys.stderr)
         _print_conflicts(e.conflicts)
         raise
-    plot = a.plot or ("pdwatt-dr-demo.png" if a.demo and not a.json else None)
-    if plot:
-        from service.charts_dr import dr_chart
+    from service.charts_dr import dr_chart
 
-        dr_chart(result, plot, "pdwatt demo: demand response" if a.demo else "demand response")
+    return _report(a, result, "demand response", "pdwatt-dr-demo.png", dr_chart, print_dr)
+
+
+def _report(
+    a: argparse.Namespace,
+    result: dict[str, Any],
+    what: str,
+    demo_file: str,
+    chart: Callable[[dict[str, Any], str, str], Any],
+    show: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Chart ``result`` (to ``--plot``, or ``demo_file`` for a demo shown as text), print
+    it unless ``--json``, and return it."""
+    plot = a.plot or (demo_file if a.demo and not a.json else None)
+    if plot:
+        chart(result, plot, f"pdwatt demo: {what}" if a.demo else what)
     if not a.json:
-        print_dr(result)
+        show(result)
         if plot:
             print(f"chart written to {plot}")
     return result
@@ -203,16 +217,9 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     if period is None and a.demo and not a.all:
         period = DEMO_FLEX_PERIOD
     result = flexibility_curve(body, period, a.points, host=host_from_args(a))
-    plot = a.plot or ("pdwatt-flex-demo.png" if a.demo and not a.json else None)
-    if plot:
-        from service.charts_dr import flex_chart
+    from service.charts_dr import flex_chart
 
-        flex_chart(result, plot, "pdwatt demo: flexibility" if a.demo else "flexibility")
-    if not a.json:
-        print_flex(result)
-        if plot:
-            print(f"chart written to {plot}")
-    return result
+    return _report(a, result, "flexibility", "pdwatt-flex-demo.png", flex_chart, print_flex)
 
 
 def register(sub: Any) -> None:

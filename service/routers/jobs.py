@@ -123,22 +123,18 @@ async def cancel_job(
 async def _webhook_refused(url: str, settings: Settings) -> JSONResponse | None:
     if settings.webhook_secret is None:
         why = "this server has no PDWATT_WEBHOOK_SECRET and sends no unsigned notification"
-        return problem(
-            422,
-            "Invalid request",
-            f"webhook: {why}",
-            "/problems/validation",
-            errors=[{"field": "webhook", "reason": why}],
-        )
+        return _invalid("webhook", why)
     reason = await run_in_threadpool(webhooks.target_error, url, settings.webhook_allow_private)
-    if reason is None:
-        return None
+    return None if reason is None else _invalid("webhook.url", reason)
+
+
+def _invalid(field: str, reason: str) -> JSONResponse:
     return problem(
         422,
         "Invalid request",
-        f"webhook.url: {reason}",
+        f"{field}: {reason}",
         "/problems/validation",
-        errors=[{"field": "webhook.url", "reason": reason}],
+        errors=[{"field": field, "reason": reason}],
     )
 
 
