@@ -23,11 +23,16 @@ the API runs none (``--database-url`` for a database server; SQLite otherwise).
     python benchmarks/bench_service.py [--clients 20] [--requests 5] [--duration 120]
                                        [--workers 2] [--time-limit S] [--json]
     python benchmarks/bench_service.py --jobs 12 --time-limit 3 [--queue]
+    python benchmarks/bench_service.py --sigterm
+
+``--sigterm`` measures shutdown instead: SIGTERM while a synchronous solve runs, the
+seconds to exit, the exit status and what the client got.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import signal
@@ -303,6 +308,35 @@ def jobs_throughput(
     }
 
 
+def sigterm_during_solve(body: dict[str, Any]) -> dict[str, Any]:
+    """SIGTERM to a server while a synchronous schedule (120 s limit) runs: seconds from
+    the signal to the process's exit, its status, and what the client got."""
+    long = copy.deepcopy(body)
+    long["solver"] |= {"time_limit_s": 120, "mip_gap": 1e-9}
+    got: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = start_server(1, Path(tmp))
+
+        def post() -> None:
+            r = httpx.post(f"{base}/v1/schedule", json=long, timeout=180)
+            got["http"] = r.status_code
+            got["solve_status"] = r.json().get("status")
+
+        t = threading.Thread(target=post)
+        t.start()
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{base}/readyz", timeout=10).json().get("busy_workers", 0) < 1:
+            if time.monotonic() > deadline:
+                raise SystemExit("the solve never started")
+            time.sleep(0.1)
+        time.sleep(5.0)  # the solve is under way, with an incumbent
+        t0 = time.perf_counter()
+        code = stop_server(proc)
+        exit_s = time.perf_counter() - t0
+        t.join(timeout=60)
+    return {"exit_s": exit_s, "exit_status": code, **got}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=20, help="concurrent clients (default 20)")
@@ -323,11 +357,24 @@ def main() -> None:
         help="with --jobs: through a Redis queue to pdwatt worker processes",
     )
     ap.add_argument("--database-url", help="with --jobs: PDWATT_DATABASE_URL (default SQLite)")
+    ap.add_argument(
+        "--sigterm",
+        action="store_true",
+        help="instead: seconds from SIGTERM to exit while a 120 s synchronous solve runs",
+    )
     a = ap.parse_args()
 
     body = demo_request()
     if a.time_limit is not None:
         body["solver"]["time_limit_s"] = a.time_limit
+    if a.sigterm:
+        r = sigterm_during_solve(body)
+        print(
+            f"SIGTERM during a synchronous solve (120 s limit): exit {r['exit_status']} after "
+            f"{r['exit_s']:.2f} s; client got HTTP {r.get('http')} with status "
+            f"{r.get('solve_status')}"
+        )
+        return
     if a.jobs:
         rows = [jobs_throughput(w, a.jobs, body, a.queue, a.database_url) for w in (1, 2)]
         if a.json:

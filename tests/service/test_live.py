@@ -79,9 +79,7 @@ def wait_busy(base: str, timeout: float = 15.0) -> None:
 
 def test_demo_schedule(live_server: Callable[..., str]) -> None:
     base = live_server()
-    t0 = time.perf_counter()
     r = httpx.post(f"{base}/v1/schedule", json=demo(8), timeout=120)
-    took = time.perf_counter() - t0
     assert r.status_code == 200, r.text
     got = r.json()
     assert got["status"] in {"optimal", "time_limit"}
@@ -90,7 +88,6 @@ def test_demo_schedule(live_server: Callable[..., str]) -> None:
     assert set(got["periods"][0]["deployments"]) == {"chat", "code", "long-context"}
     assert all(p["power_w"] <= p["power_cap_w"] * (1 + 1e-9) for p in got["periods"])
     assert {"static_peak", "greedy"} <= set(got["baselines"])
-    assert took < 60
     metrics = httpx.get(f"{base}/metrics").text
     assert 'pdwatt_requests_total{method="POST",route="/v1/schedule",status="200"} 1.0' in metrics
 
