@@ -240,6 +240,9 @@ class Relaxation:
     seconds: float
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
     hints: list[Schedule] = field(default_factory=list)  # other schedules worth repairing
+    # (deployment, configuration path) of the columns the final master LP uses (column
+    # generation only): the configurations a near-optimal schedule tends to use
+    support: list[tuple[int, NDArray[np.int64]]] = field(default_factory=list)
 
 
 def cost_ceiling(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:

@@ -381,9 +381,14 @@ def _phases(run: Run) -> Outcome:
     guided = enumeration_applies(data)
     with run.phase("relaxation"):
         relaxation, lgrids = _relaxation(run, data, grids, rounds=not guided)
+    if not run.done() and relaxation.support:
+        with run.phase("lp_support"):
+            _lp_support(run, data, lgrids, relaxation)
     if not run.done() and not guided:
         with run.phase("repair"):
             starts = [*relaxation.hints, relaxation.best.schedule, relaxation.first.schedule]
+            if run.best is not None:
+                starts.insert(0, run.best.schedule)
             _repair(run, data, grids, starts)
     if not run.done():
         with run.phase("exact_window"):
@@ -563,7 +568,9 @@ def _column_generation(
         own = [i for i, c in enumerate(dec.columns) if c.deployment == m]
         rounded.append(dec.columns[max(own, key=lambda i: dec.weights[i])])
     hints = [schedule_of_columns(data, rounded)]
-    return Relaxation(best, first, dec.iterations, dec.seconds, dec.history, hints)
+    used = zip(dec.columns, dec.weights, strict=True)
+    support = [(c.deployment, c.config) for c, w in used if w > 1e-9]
+    return Relaxation(best, first, dec.iterations, dec.seconds, dec.history, hints, support)
 
 
 def _repair(
@@ -585,6 +592,47 @@ def _repair(
             return
         cand = coordinate_descent(data, grids, st, time_limit_s=limit)
         run.offer(cand, "Lagrangian heuristic")
+
+
+def _lp_support(
+    run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], relaxation: Relaxation
+) -> None:
+    """The compact MILP restricted to the configurations of the master LP's columns and
+    of the incumbent, in every period (price-and-branch on the final LP's support): a
+    small MILP whose optimum is usually close to the best schedule. Schedules only."""
+    if run.best is None:
+        return
+    base = run.best.schedule.config
+    paths = [base]
+    for m, cfg in relaxation.support:
+        path = base.copy()
+        path[m] = cfg
+        paths.append(path)
+    allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
+    choices = sum(len(r) for rows in allowed for r in rows)
+    until = TimeBudget.REPAIR
+    if not run.budget.fits(choices, until):
+        run.stats["lp_support"] = {"choices": choices, "status": "not built: no time"}
+        return
+    run.say(f"MILP over the master LP's support: {choices:,} choices")
+    r = solve_compact(
+        data,
+        min(run.budget.left(until), TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
+        run.opts.mip_gap / 2,
+        run.opts.threads,
+        allowed,
+        start=run.best.schedule,
+    )
+    improved = r.schedule is not None and run.offer(
+        price_schedule(data, r.schedule), "MILP over the master LP's support"
+    )
+    run.stats["lp_support"] = {
+        "choices": choices,
+        "build_s": round(r.build_s, 3),
+        "solve_s": round(r.solve_s, 3),
+        "status": r.status,
+        "improved": improved,
+    }
 
 
 def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1) -> list[set[int]]:
