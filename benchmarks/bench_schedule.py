@@ -173,6 +173,7 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
         "windows": st.get("windows"),
         "neighbourhoods": st.get("neighbourhoods"),
         "exact_window": st.get("exact_window"),
+        "lp_support": st.get("lp_support"),
         "choices_kept": st.get("choices_kept"),
         "choices_total": st.get("choices_total"),
         "bound_history": relaxation.get("history"),

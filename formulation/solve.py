@@ -15,6 +15,9 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    enumeration applies (a few deployments), only that first point runs: the window's
    Lagrangian decomposition of phase 5 (one-period optima, cap included, against
    each deployment's path) is the stronger bound there, and gets the time;
+   ``lp_support`` (after column generation): the compact MILP restricted to the
+   configurations of the final master LP's columns and of the incumbent, every period
+   (price-and-branch on the LP's support); schedules only;
 4. ``repair`` (not when enumeration applies: phase 5 repairs its own starts):
    Lagrangian heuristic: the DP solutions at the best multipliers, made feasible by
    exact per-deployment re-optimisation (:mod:`formulation.heuristics`), which
@@ -75,7 +78,7 @@ from formulation.lagrange import (
     relax,
     uncoupled_bound,
 )
-from formulation.milp import estimated_build_s, solve_compact
+from formulation.milp import estimated_build_s, estimated_root_s, solve_compact
 from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import solve_guided, solve_windowed, window_choices, window_span
@@ -242,9 +245,14 @@ class TimeBudget:
     def left(self, until: float = END, at_least: float = 0.0) -> float:
         return max(self.deadline(until, at_least) - time.perf_counter(), 0.0)
 
-    def fits(self, choices: int, until: float) -> bool:
-        """Whether a MILP over ``choices`` can be built and solved before ``until``."""
-        return estimated_build_s(choices) <= self.BUILD_SHARE * self.left(until)
+    def fits(self, choices: int, until: float, root: bool = True) -> bool:
+        """Whether a MILP over ``choices`` can be built and solved before ``until``: its
+        build within ``BUILD_SHARE`` of the time left and, with ``root``, its root node
+        (which HiGHS does not interrupt for its time limit) within the time left."""
+        left = self.left(until)
+        if estimated_build_s(choices) > self.BUILD_SHARE * left:
+            return False
+        return not root or estimated_root_s(choices) <= left
 
 
 class Run:
@@ -415,7 +423,9 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     run.bound(uncoupled_bound(data, local_grids(data, grids)))
     run.stats["lower_bound"] = "compact MILP (HiGHS)"
     choices = data.n_periods * sum(int(d.allowed.sum()) for d in data.deployments)
-    if not run.budget.fits(choices, TimeBudget.END):
+    # the compact MILP is the exact reference the caller asked for: only its build is
+    # weighed against the time (its root may then run past the limit)
+    if not run.budget.fits(choices, TimeBudget.END, root=False):
         # building alone would overrun the limit: the best baseline and the
         # zero-price bound come back, and the reason with them
         run.stats["compact"] = (
@@ -610,7 +620,7 @@ def _lp_support(
         paths.append(path)
     allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
     choices = sum(len(r) for rows in allowed for r in rows)
-    until = TimeBudget.REPAIR
+    until = TimeBudget.EXACT_WINDOW  # the repair that follows keeps REPAIR_AT_LEAST
     if not run.budget.fits(choices, until):
         run.stats["lp_support"] = {"choices": choices, "status": "not built: no time"}
         return

@@ -296,13 +296,13 @@ def test_a_milp_over_the_master_lp_support_follows_column_generation() -> None:
     body["site"]["gpu_inventory"] = {g: 3 * n for g, n in body["site"]["gpu_inventory"].items()}
     cap = body["grid"]["power_cap_w"]
     body["grid"]["power_cap_w"] = [3 * c for c in cap] if isinstance(cap, list) else 3 * cap
-    body["solver"] |= {"time_limit_s": 10.0}
+    body["solver"] |= {"time_limit_s": 30.0}
     o = solve(problem_from_dict(body))
     phases = [p["name"] for p in o.stats["phases"]]
     assert phases.index("relaxation") < phases.index("lp_support") < phases.index("repair")
     lp = o.stats["lp_support"]
     assert lp["choices"] >= len(deps) * len(cap if isinstance(cap, list) else [0])
-    assert lp["status"] in {"optimal", "time_limit"}
+    assert lp["status"] in {"optimal", "time_limit"}, lp
     assert o.priced.violations() == {
         "cap_violations": 0,
         "inventory_violations": 0,
