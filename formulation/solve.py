@@ -78,7 +78,13 @@ from formulation.lagrange import (
     relax,
     uncoupled_bound,
 )
-from formulation.milp import estimated_build_s, estimated_root_s, solve_compact
+from formulation.milp import (
+    Allowed,
+    MilpResult,
+    estimated_build_s,
+    estimated_root_s,
+    solve_compact,
+)
 from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import solve_guided, solve_windowed, window_choices, window_span
@@ -625,6 +631,23 @@ def _lp_support(
         run.stats["lp_support"] = {"choices": choices, "status": "not built: no time"}
         return
     run.say(f"MILP over the master LP's support: {choices:,} choices")
+    r, improved = _restricted_milp(run, data, allowed, until, "MILP over the master LP's support")
+    run.stats["lp_support"] = {
+        "choices": choices,
+        "build_s": round(r.build_s, 3),
+        "solve_s": round(r.solve_s, 3),
+        "status": r.status,
+        "improved": improved,
+    }
+
+
+def _restricted_milp(
+    run: Run, data: ScheduleData, allowed: Allowed, until: float, label: str
+) -> tuple[MilpResult, bool]:
+    """The compact MILP over ``allowed``, started from the incumbent, given the time
+    left before ``until`` but at most ``TimeBudget.NEIGHBOURHOOD`` of the limit; its
+    schedule offered as ``label``. Returns the result and whether it improved."""
+    assert run.best is not None
     r = solve_compact(
         data,
         min(run.budget.left(until), TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
@@ -633,16 +656,8 @@ def _lp_support(
         allowed,
         start=run.best.schedule,
     )
-    improved = r.schedule is not None and run.offer(
-        price_schedule(data, r.schedule), "MILP over the master LP's support"
-    )
-    run.stats["lp_support"] = {
-        "choices": choices,
-        "build_s": round(r.build_s, 3),
-        "solve_s": round(r.solve_s, 3),
-        "status": r.status,
-        "improved": improved,
-    }
+    improved = r.schedule is not None and run.offer(price_schedule(data, r.schedule), label)
+    return r, improved
 
 
 def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1) -> list[set[int]]:
@@ -697,16 +712,8 @@ def _neighbourhoods(
             break
         where = "all periods" if focus is None else f"periods {min(focus)}..{max(focus)}"
         run.say(f"corridor MILP: radius {radius}, {where}, {choices:,} choices")
-        r = solve_compact(
-            data,
-            min(run.budget.left(until), TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
-            run.opts.mip_gap / 2,
-            run.opts.threads,
-            allowed,
-            start=run.best.schedule,
-        )
-        improved = r.schedule is not None and run.offer(
-            price_schedule(data, r.schedule), f"corridor MILP (radius {radius})"
+        r, improved = _restricted_milp(
+            run, data, allowed, until, f"corridor MILP (radius {radius})"
         )
         log_rows.append(
             {
