@@ -93,8 +93,6 @@ def problem(
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
-# the member tags pydantic puts in the location of an error inside a union
-# (``float | list[float]``): not fields, so not named
 def _field_error(e: Any) -> dict[str, str]:
     if e.get("type") == "json_invalid":  # loc is ("body", character offset), not a field
         err = (e.get("ctx") or {}).get("error")

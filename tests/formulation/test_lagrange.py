@@ -283,20 +283,11 @@ def test_a_milp_over_the_master_lp_support_follows_column_generation() -> None:
     generation runs, then the MILP over its LP's columns and the incumbent; its schedule
     is a real one (within cap, inventory and transition limits) and never worse than a
     violation-free baseline."""
-    import copy
+    from tests.demo_sites import demo_three_times
 
-    from formulation.demo import demo_request
-
-    body = demo_request()
-    deps = []
-    for k in range(3):
-        for d in body["deployments"]:
-            deps.append(copy.deepcopy(d) | {"name": f"{d['name']}-{k}"})
-    body["deployments"] = deps
-    body["site"]["gpu_inventory"] = {g: 3 * n for g, n in body["site"]["gpu_inventory"].items()}
+    body = demo_three_times(30.0)
+    deps = body["deployments"]
     cap = body["grid"]["power_cap_w"]
-    body["grid"]["power_cap_w"] = [3 * c for c in cap] if isinstance(cap, list) else 3 * cap
-    body["solver"] |= {"time_limit_s": 30.0}
     o = solve(problem_from_dict(body))
     phases = [p["name"] for p in o.stats["phases"]]
     assert phases.index("relaxation") < phases.index("lp_support") < phases.index("repair")

@@ -3,16 +3,15 @@ synchronous route, idempotency keys, cancellation, and jobs kept across a restar
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from formulation.demo import demo_request
 from service.jobs import job_store
 from service.main import create_app
+from tests.demo_sites import demo_three_times
 from tests.service.conftest import app_settings, small_schedule
 from tests.service.test_routes import assert_problem
 
@@ -95,19 +94,10 @@ def test_invalid_jobs_are_refused_naming_the_field(client: TestClient) -> None:
 
 
 def long_request(time_limit_s: float) -> dict[str, Any]:
-    """The demo site three times over (nine deployments, three times the GPUs and the
-    cap), with a gap target no solve reaches: a job that runs to its time limit."""
-    body = demo_request()
-    deps = []
-    for k in range(3):
-        for d in body["deployments"]:
-            deps.append(copy.deepcopy(d) | {"name": f"{d['name']}-{k}"})
-    body["deployments"] = deps
-    inv = body["site"]["gpu_inventory"]
-    body["site"]["gpu_inventory"] = {g: 3 * n for g, n in inv.items()}
-    cap = body["grid"]["power_cap_w"]
-    body["grid"]["power_cap_w"] = [3 * c for c in cap] if isinstance(cap, list) else 3 * cap
-    body["solver"] |= {"time_limit_s": time_limit_s, "mip_gap": 1e-9}
+    """The demo site three times over, with a gap target no solve reaches: a job that
+    runs to its time limit."""
+    body = demo_three_times(time_limit_s)
+    body["solver"]["mip_gap"] = 1e-9
     return body
 
 
