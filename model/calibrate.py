@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 
 from model.capacity import DecodeTerms, instance_power_w, kv_memory_bytes
 from model.catalog import (
+    PRECISION_BYTES,
     Calibration,
     GpuSpec,
     ModelArch,
@@ -57,13 +58,22 @@ BOUNDS = {
     "mfu_decode": (0.02, 1.0),
     "t_coll_s": (0.0, 1e-3),
     "t_moe_layer_s": (0.0, 1e-3),
+    "t_fp8_layer_s": (0.0, 1e-3),
+    "mbu_expert": (0.05, 1.0),
 }
 #: where the terms SPEC does not have start (the others start from the catalog's set)
-START = {"mfu_decode": 0.5, "t_coll_s": 1e-5, "t_moe_layer_s": 1e-5}
+START = {
+    "mfu_decode": 0.5,
+    "t_coll_s": 1e-5,
+    "t_moe_layer_s": 1e-5,
+    "t_fp8_layer_s": 1e-5,
+    "mbu_expert": 0.7,
+}
 PROMPT_BOUNDS = (1.0, 32768.0)
-#: bytes per weight of the precisions modelled (FP8 releases quantise every linear
-#: layer; their few bf16 tensors, embeddings and norms, are under 1% of the bytes)
-WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0}
+#: bytes per weight of the precisions a whole model may be released in (FP8 releases
+#: quantise every linear layer; their few bf16 tensors, embeddings and norms, are under
+#: 1% of the bytes)
+WEIGHT_BYTES = {p: PRECISION_BYTES[p] for p in ("bf16", "fp8")}
 #: robust loss: relative residuals beyond F_SCALE weigh in linearly, not squared, so
 #: that a few measurements far from every model do not pull the fit
 LOSS = "soft_l1"
@@ -136,7 +146,7 @@ def context_tokens(u: Usable, prompts: dict[str, float]) -> float:
 
 
 def terms_of(u: Usable, prompts: dict[str, float]) -> DecodeTerms:
-    return DecodeTerms.of(u.model, u.gpu, u.m.tp, context_tokens(u, prompts), u.m.dp)
+    return DecodeTerms.of(u.model, u.gpu, u.m.tp, context_tokens(u, prompts), u.m.dp, u.m.ep)
 
 
 def iteration_s(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float:
@@ -219,6 +229,108 @@ def _check_determined(key: tuple[str, str], rows: list[Usable]) -> None:
         )
 
 
+#: the terms only mixtures of experts determine (fitted in the second stage)
+EXPERT_TERMS = ("t_moe_layer_s", "mbu_expert")
+
+
+def _tasks(rows: Sequence[Usable]) -> list[str]:
+    """Tasks whose prompt length the rows do not give (fitted with the calibration)."""
+    return sorted(
+        {u.m.task for u in rows if u.m.prompt_tokens is None and u.m.context_tokens is None}
+    )
+
+
+def _determined(rows: list[Usable]) -> bool:
+    """Whether ``rows`` alone determine the shared decode terms (two batch sizes and
+    two weight sizes per GPU; see :func:`_check_determined`)."""
+    if not rows:
+        return False
+    groups: dict[tuple[str, str], list[Usable]] = {}
+    for u in rows:
+        groups.setdefault((u.gpu.name, u.m.stack), []).append(u)
+    try:
+        for key, g_rows in groups.items():
+            _check_determined(key, g_rows)
+    except InputError:
+        return False
+    return True
+
+
+def _started(base: Calibration, free: list[str]) -> Calibration:
+    """``base`` with the terms SPEC does not have at 0 unless fitted, and every fitted
+    term at its starting point."""
+    v: dict[str, Any] = {n: 0.0 for n in START}
+    for n in free:
+        a, b = BOUNDS[n]
+        v[n] = min(max(START.get(n, getattr(base, n)), a), b)
+    return dataclasses.replace(base, **v)
+
+
+def _fit_decode(
+    rows: list[Usable],
+    free: dict[tuple[str, str], list[str]],
+    start: dict[tuple[str, str], Calibration],
+    known_prompts: dict[str, float],
+) -> tuple[
+    dict[tuple[str, str], Calibration],
+    dict[str, float],
+    dict[tuple[tuple[str, str] | None, str], float],
+]:
+    """Least squares of the decode times of ``rows`` over the groups' ``free`` terms
+    (the others as in ``start``) and the prompt lengths of the tasks not in
+    ``known_prompts``. Returns the calibrations, the fitted prompt lengths and the
+    standard error of every fitted value."""
+    keys = sorted(start)
+    tasks = [t for t in _tasks(rows) if t not in known_prompts]
+    index: list[tuple[tuple[str, str] | None, str]] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    x0: list[float] = []
+    for key in keys:
+        for n in free.get(key, []):
+            index.append((key, n))
+            a, b = BOUNDS[n]
+            lo.append(a)
+            hi.append(b)
+            x0.append(min(max(getattr(start[key], n), a), b))
+    for t in tasks:
+        index.append((None, t))
+        lo.append(PROMPT_BOUNDS[0])
+        hi.append(PROMPT_BOUNDS[1])
+        x0.append(PROMPT_START)
+
+    def unpack(x: FloatArray) -> tuple[dict[tuple[str, str], Calibration], dict[str, float]]:
+        vals: dict[tuple[str, str], dict[str, Any]] = {k: {} for k in keys}
+        prompts = dict(known_prompts)
+        for (key, n), v in zip(index, x, strict=True):
+            if key is None:
+                prompts[n] = float(v)
+            else:
+                vals[key][n] = float(v)
+        return {k: dataclasses.replace(start[k], **vals[k]) for k in keys}, prompts
+
+    def residuals(x: FloatArray) -> FloatArray:
+        cals, prompts = unpack(x)
+        return np.array(
+            [iteration_s(u, cals[(u.gpu.name, u.m.stack)], prompts) / u.m.itl_s - 1.0 for u in rows]
+        )
+
+    if not index:
+        return dict(start), {}, {}
+    res = least_squares(
+        residuals,
+        np.array(x0),
+        bounds=(np.array(lo), np.array(hi)),
+        x_scale="jac",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
+    std = _std(res.jac, res.fun, len(x0))
+    cals, prompts = unpack(res.x)
+    fitted_prompts = {t: prompts[t] for t in tasks}
+    return cals, fitted_prompts, {k: float(v) for k, v in zip(index, std, strict=True)}
+
+
 def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = None) -> Fit:
     """Fit every (GPU, stack) the rows cover (see the module docstring)."""
     say = progress or (lambda _m: None)
@@ -231,9 +343,6 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
         groups.setdefault((u.gpu.name, u.m.stack), []).append(u)
     for key, g_rows in groups.items():
         _check_determined(key, g_rows)
-    tasks = sorted(
-        {u.m.task for u in usable if u.m.prompt_tokens is None and u.m.context_tokens is None}
-    )
     keys = sorted(groups)
     names = list(BOUNDS)
     # which parameters each group can determine
@@ -246,73 +355,48 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
             nf["t_coll_s"] = "no rows on more than one GPU"
         if not any(u.model.experts for u in g_rows):
             nf["t_moe_layer_s"] = "no rows of a mixture-of-experts model"
+            nf["mbu_expert"] = "no rows of a mixture-of-experts model (the experts read at mbu)"
+        if not any(u.model.fp8_layers for u in g_rows):
+            nf["t_fp8_layer_s"] = "no rows of a model with FP8 weights"
         free[key] = [n for n in names if n not in nf]
         not_fitted[key] = nf
-    # parameter vector: per group its free decode parameters, then one prompt per task
-    index: list[tuple[tuple[str, str] | None, str]] = []
-    lo: list[float] = []
-    hi: list[float] = []
-    x0: list[float] = []
     bases = {key: _base(key[0], groups[key][0].model.name) for key in keys}
-    for key in keys:
-        for n in free[key]:
-            index.append((key, n))
-            a, b = BOUNDS[n]
-            lo.append(a)
-            hi.append(b)
-            x0.append(min(max(START.get(n, getattr(bases[key], n)), a), b))
-    for t in tasks:
-        index.append((None, t))
-        lo.append(PROMPT_BOUNDS[0])
-        hi.append(PROMPT_BOUNDS[1])
-        x0.append(PROMPT_START)
-
-    def unpack(x: FloatArray) -> tuple[dict[tuple[str, str], Calibration], dict[str, float]]:
-        vals: dict[tuple[str, str], dict[str, float]] = {k: {} for k in keys}
-        prompts: dict[str, float] = {}
-        for (key, n), v in zip(index, x, strict=True):
-            if key is None:
-                prompts[n] = float(v)
-            else:
-                vals[key][n] = float(v)
-        cals = {}
-        for key in keys:
-            v = {n: vals[key].get(n, 0.0 if n in START else getattr(bases[key], n)) for n in names}
-            cals[key] = dataclasses.replace(bases[key], **v)
-        return cals, prompts
-
-    def residuals(x: FloatArray) -> FloatArray:
-        cals, prompts = unpack(x)
-        return np.array(
-            [
-                iteration_s(u, cals[(u.gpu.name, u.m.stack)], prompts) / u.m.itl_s - 1.0
-                for u in usable
-            ]
-        )
-
+    start = {key: _started(bases[key], free[key]) for key in keys}
+    # two stages: the terms every model shares from the dense rows, where the model
+    # describes all the work; then the experts' own terms from the MoE rows, the
+    # shared ones held (docs/calibration.md, section 4). A group whose dense rows
+    # cannot determine the shared terms alone is fitted in one stage.
+    split = {
+        key: _determined([u for u in groups[key] if not u.model.experts])
+        and any(u.model.experts for u in groups[key])
+        for key in keys
+    }
+    first = {key: [n for n in free[key] if not (split[key] and n in EXPERT_TERMS)] for key in keys}
+    rows1 = [u for u in usable if not (split[(u.gpu.name, u.m.stack)] and u.model.experts)]
     say(
-        f"fitting decode times: {len(usable)} rows, {len(keys)} GPU/stack groups, "
-        f"{len(tasks)} tasks"
+        f"fitting decode times: {len(rows1)} rows, {len(keys)} GPU/stack groups, "
+        f"{len(_tasks(rows1))} tasks"
     )
-    res = least_squares(
-        residuals,
-        np.array(x0),
-        bounds=(np.array(lo), np.array(hi)),
-        x_scale="jac",
-        loss=LOSS,
-        f_scale=F_SCALE,
-    )
-    std = _std(res.jac, res.fun, len(x0))
-    cals, prompts = unpack(res.x)
-    prompts_std = {n: float(s) for (key, n), s in zip(index, std, strict=True) if key is None}
+    cals, prompts, std = _fit_decode(rows1, first, start, {})
+    rows2 = [u for u in usable if split[(u.gpu.name, u.m.stack)] and u.model.experts]
+    if rows2:
+        second = {key: [n for n in free[key] if n not in first[key]] for key in keys}
+        say(f"fitting the experts' terms: {len(rows2)} rows of mixtures of experts")
+        cals, more, std2 = _fit_decode(rows2, second, cals, prompts)
+        prompts.update(more)
+        std.update(std2)
+    prompts_std = {n: s for (key, n), s in std.items() if key is None}
     out: dict[tuple[str, str], GroupFit] = {}
     for key in keys:
         g_rows = groups[key]
         cal = cals[key]
-        g_std = {n: float(s) for (k, n), s in zip(index, std, strict=True) if k == key}
+        g_std = {n: s for (k, n), s in std.items() if k == key}
         fitted = list(free[key])
         nf = dict(not_fitted[key])
-        cal, p_std, p_nf = _fit_power(g_rows, cal, prompts, say)
+        # like the shared decode terms, the power ramp comes from the dense rows when
+        # they determine it alone
+        p_rows = [u for u in g_rows if not (split[key] and u.model.experts)]
+        cal, p_std, p_nf = _fit_power(p_rows, cal, prompts, say)
         g_std.update(p_std)
         nf.update(p_nf)
         fitted += [n for n in p_std]
@@ -440,6 +524,7 @@ def predict(rows: Sequence[Measurement], f: Fit) -> dict[str, Any]:
                 "gpu": u.gpu.name,
                 "tp": u.m.tp,
                 "ep": u.m.ep,
+                "kind": "moe" if u.model.experts else "dense",
                 "batch": u.m.batch,
                 "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
                 "power_w": {"measured": u.m.power_w, "predicted": power},
@@ -463,7 +548,8 @@ def _errors(rows: list[dict[str, Any]], key: str) -> FloatArray:
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst relative error, ITL and power, overall and per GPU."""
+    """Median and worst relative error, ITL and power, overall, per GPU and per GPU and
+    kind (dense or mixture of experts)."""
 
     def stats(sel: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"rows": len(sel)}
@@ -483,7 +569,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     per_gpu = {
         g: stats([r for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})
     }
-    return {"all": stats(rows), "per_gpu": per_gpu}
+    per_kind = {
+        f"{g}/{k}": stats([r for r in rows if r["gpu"] == g and r.get("kind") == k])
+        for g in sorted({r["gpu"] for r in rows})
+        for k in ("dense", "moe")
+        if any(r["gpu"] == g and r.get("kind") == k for r in rows)
+    }
+    return {"all": stats(rows), "per_gpu": per_gpu, "per_gpu_and_kind": per_kind}
 
 
 def leave_one_model_out(

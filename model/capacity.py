@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.stats import binom
 
 from model import admission
 from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack
@@ -103,6 +104,11 @@ def kv_memory_bytes(
 ACTIVATION_BYTES = 2.0
 
 
+def _expert_mbu(cal: Calibration) -> float:
+    """Bandwidth fraction of the routed experts' reads: ``mbu_expert``, else ``mbu``."""
+    return cal.mbu_expert or cal.mbu
+
+
 @dataclass(frozen=True)
 class DecodeTerms:
     """The parts of one decode iteration's time on one GPU of an instance, each at
@@ -124,12 +130,24 @@ class DecodeTerms:
     collectives: int  # per iteration: 2 all-reduces per layer (TP > 1), 2 all-to-alls
     # per MoE layer (experts over several GPUs)
     link_s: float  # per request: collective bytes per GPU / link bandwidth
+    # GPUs (or groups of GPUs) that each hold whole experts, E/ep of them (expert
+    # parallelism); 1: every GPU holds a slice of every expert
+    expert_groups: int = 1
+    fp8_layers: int = 0  # layers whose linear weights are FP8 (ModelArch.fp8_layers)
 
     @classmethod
     def of(
-        cls, model: ModelArch, gpu: GpuSpec, tp: int, ctx_tokens: float, dp: int = 1
+        cls,
+        model: ModelArch,
+        gpu: GpuSpec,
+        tp: int,
+        ctx_tokens: float,
+        dp: int = 1,
+        ep: int = 1,
     ) -> DecodeTerms:
         gpus = tp * dp
+        if ep < 1 or gpus % ep:
+            raise InputError("ep", f"must be >= 1 and divide the instance's {gpus} GPUs")
         kv_split = min(tp, model.n_kv_heads)  # KV heads are split, never below one per GPU
         flops = 2.0 * model.active_params + 4.0 * model.layers * model.attn_width * ctx_tokens
         all_reduces = 2 * model.layers if tp > 1 else 0
@@ -157,6 +175,8 @@ class DecodeTerms:
             flops_s=flops / gpus / gpu.flops_per_s,
             collectives=all_reduces + all_to_alls,
             link_s=link,
+            expert_groups=ep if model.experts else 1,
+            fp8_layers=model.fp8_layers,
         )
 
     def touched(self, batch: float) -> float:
@@ -166,22 +186,44 @@ class DecodeTerms:
             return 1.0
         return 1.0 - (1.0 - self.experts_per_token / self.experts) ** batch
 
+    def slowest_share(self, batch: float) -> float:
+        """Share of its experts that the busiest GPU reads at ``batch``.
+
+        With the experts sliced over every GPU (``expert_groups`` 1) each GPU reads its
+        slice of the touched ones: :meth:`touched`. With expert parallelism, group
+        ``g`` holds ``n = E / ep`` whole experts and reads the ``X_g`` of them the batch
+        touched; the layer ends when the busiest group does, so the iteration reads
+        ``E[max_g X_g] / n`` of a group's experts. Each ``X_g`` is binomial
+        ``(n, p)`` with ``p`` = :meth:`touched` (the experts taken as independent, which
+        the routing of ``k`` distinct experts per token makes slightly pessimistic), so
+        ``E[max] = sum_{j=1..n} (1 - F(j - 1)^ep)`` with ``F`` their distribution
+        function (``docs/calibration.md``, section 7)."""
+        p = self.touched(batch)
+        ep = self.expert_groups
+        if ep <= 1 or p >= 1.0:
+            return p
+        n = math.ceil(self.experts / ep)
+        j = np.arange(n)
+        cdf = binom.cdf(j, n, p)
+        return float(np.sum(1.0 - cdf**ep)) / (self.experts / ep)
+
     def alpha_g(self, cal: Calibration) -> tuple[float, float]:
         """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request), every expert
         read (the batch touches nearly all once ``B`` exceeds a few ``E/k``). With TP 1,
         a dense model and ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
-        weights = self.weight_read_s + self.expert_read_s
-        alpha = weights / cal.mbu + cal.t_iter_s + self.collectives * cal.t_coll_s
-        alpha += self.moe_layers * cal.t_moe_layer_s
+        alpha = self.weight_read_s / cal.mbu + self.expert_read_s / _expert_mbu(cal)
+        alpha += cal.t_iter_s + self.collectives * cal.t_coll_s
+        alpha += self.moe_layers * cal.t_moe_layer_s + self.fp8_layers * cal.t_fp8_layer_s
         g = self.kv_read_s / cal.mbu + cal.t_req_s + self.link_s
         if cal.mfu_decode > 0:
             g += self.flops_s / cal.mfu_decode
         return alpha, g
 
     def time_s(self, cal: Calibration, batch: float) -> float:
-        """The iteration time at ``batch``, with the experts the batch touches."""
+        """The iteration time at ``batch``, with the experts the batch touches on the
+        busiest GPU (:meth:`slowest_share`)."""
         alpha, g = self.alpha_g(cal)
-        unread = (1.0 - self.touched(batch)) * self.expert_read_s / cal.mbu
+        unread = (1.0 - self.slowest_share(batch)) * self.expert_read_s / _expert_mbu(cal)
         return alpha - unread + g * batch
 
 

@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 T = TypeVar("T", bound="DataclassInstance")
 
 DISPATCH_MODES = ("round_robin", "random")
+#: bytes per weight of each storage format: bf16 and fp8 one value each; MXFP4 (OCP
+#: Microscaling spec v1.0) 4-bit E2M1 values with one 8-bit E8M0 scale per block of 32
+#: (4.25 bits); NVFP4 4-bit E2M1 values with one FP8 E4M3 scale per block of 16 (4.5 bits)
+PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8}
+FP8_BYTES = PRECISION_BYTES["fp8"]
 OVERRIDE_SECTIONS = ("model", "gpu", "calibration", "serving")
 
 
@@ -203,6 +208,12 @@ class ModelArch:
         return self.params - unused
 
     @property
+    def fp8_layers(self) -> int:
+        """Layers whose linear weights are FP8 (all of them when the dense weights are:
+        the FP8 releases quantise every linear layer), else 0."""
+        return self.layers if self.bytes_per_param == FP8_BYTES else 0
+
+    @property
     def dense_weight_bytes(self) -> float:
         """Bytes of every weight but the routed experts'."""
         return (self.params - self.expert_total_params) * self.bytes_per_param
@@ -262,7 +273,12 @@ class Calibration:
     beyond ``t_req``, as in SPEC), and `t_coll_s`, the fixed latency of one
     tensor-parallel all-reduce (two per layer per iteration when TP > 1), and
     `t_moe_layer_s`, the fixed cost of one MoE layer per iteration (routing and the
-    expert kernels' launches; 0 for dense models and in SPEC).
+    expert kernels' launches; 0 for dense models and in SPEC), `t_fp8_layer_s`, the
+    fixed cost per layer and iteration of a model whose linear layers run in FP8 (the
+    per-token activation quantisation before each FP8 matrix product; 0 for other
+    weights and in SPEC), and `mbu_expert`, the fraction of HBM bandwidth the grouped
+    expert kernels achieve on the routed experts' weights (0: ``mbu``, as for every
+    other weight).
     """
 
     mfu: float
@@ -282,15 +298,30 @@ class Calibration:
     mfu_decode: float = 0.0
     t_coll_s: float = 0.0
     t_moe_layer_s: float = 0.0
+    t_fp8_layer_s: float = 0.0
+    mbu_expert: float = 0.0
 
     def __post_init__(self) -> None:
-        _set_floats(self, (*_CALIBRATION_NUMBERS, "mfu_decode", "t_coll_s", "t_moe_layer_s"))
+        _set_floats(
+            self,
+            (
+                *_CALIBRATION_NUMBERS,
+                "mfu_decode",
+                "t_coll_s",
+                "t_moe_layer_s",
+                "t_fp8_layer_s",
+                "mbu_expert",
+            ),
+        )
         _fraction("mfu", self.mfu)
         _fraction("mbu", self.mbu)
         if not 0 <= self.mfu_decode <= 1:
             raise InputError("mfu_decode", f"must be in [0, 1], got {self.mfu_decode!r}")
         _non_negative("t_coll_s", self.t_coll_s)
         _non_negative("t_moe_layer_s", self.t_moe_layer_s)
+        _non_negative("t_fp8_layer_s", self.t_fp8_layer_s)
+        if not 0 <= self.mbu_expert <= 1:
+            raise InputError("mbu_expert", f"must be in [0, 1], got {self.mbu_expert!r}")
         for name in _CALIBRATION_NUMBERS[2:]:
             _non_negative(name, getattr(self, name))
         for phase in ("prefill", "decode"):
@@ -602,8 +633,8 @@ def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
         )
         if _models()[model].experts:
             values["source"] = (
-                f"{values['source']}; a mixture of experts: its measured decode times run "
-                "about 20-25% above what these dense-model values predict "
+                f"{values['source']}; a mixture of experts: leave-one-model-out, the "
+                "decode times of such models are predicted within 16-18% in the median "
                 "(docs/calibration.md)"
             )
     try:

@@ -207,6 +207,10 @@ def read_mlenergy(file: str, raw: dict[str, Any]) -> list[Measurement]:
         n_gpus = _count(file, row, "num_gpus", c.get("num_gpus"))
         if n_gpus % dp:
             raise _err(file, row, "num_gpus", f"must be a multiple of data_parallel ({dp})")
+        if n_gpus % ep:
+            raise _err(
+                file, row, "parallelization.expert_parallel", f"must divide num_gpus ({n_gpus})"
+            )
         mean_out = _number(file, row, "avg_output_len", c.get("avg_output_len"))
         power = _number(file, row, "avg_power_watts", c.get("avg_power_watts"))
         itl = _number(file, row, "median_itl_ms", c.get("median_itl_ms"))
@@ -265,6 +269,11 @@ def read_csv(file: str, text: str) -> list[Measurement]:
         model = (r.get("model") or "").strip()
         if not model:
             raise _err(file, row, "model", "missing")
+        tp = _count(file, row, "tp", r.get("tp"))
+        ep = _count(file, row, "ep", r.get("ep") or 1)
+        dp = _count(file, row, "dp", r.get("dp") or 1)
+        if (tp * dp) % ep:
+            raise _err(file, row, "ep", f"must divide the instance's tp x dp = {tp * dp} GPUs")
         out.append(
             Measurement(
                 file=file,
@@ -273,9 +282,9 @@ def read_csv(file: str, text: str) -> list[Measurement]:
                 gpu=_gpu(file, row, r.get("gpu")),
                 stack=(r.get("stack") or "").strip().lower() or "unknown",
                 task=(r.get("task") or "").strip(),
-                tp=_count(file, row, "tp", r.get("tp")),
-                ep=_count(file, row, "ep", r.get("ep") or 1),
-                dp=_count(file, row, "dp", r.get("dp") or 1),
+                tp=tp,
+                ep=ep,
+                dp=dp,
                 precision=_precision(file, row, r.get("precision") or "bf16"),
                 architecture="",
                 batch=batch,

@@ -6,9 +6,9 @@ Usage:
     python scripts/fit_calibrations.py DATA_DIR [--out FILE] [--check]
 
 DATA_DIR holds the ML.ENERGY per-model JSON files (``DATA_DIR/mlenergy/*.json``, see
-their README). The script fits the dense models' rows of every (GPU, stack) they cover
-with
-:func:`model.calibrate.fit` and writes the calibration document, with the files read
+their README). The script fits the rows of every (GPU, stack) they cover with
+:func:`model.calibrate.fit` (the dense models' rows first, then the mixtures of
+experts' for the experts' own terms) and writes the calibration document, with the files read
 (name and sha256) and the source, to ``model/data/measured_calibrations.json``. Only
 the fitted numbers ship, never the measurements.
 
@@ -34,7 +34,8 @@ from model.workload import file_sha256  # noqa: E402
 DEFAULT_OUT = REPO_ROOT / "model" / "data" / "measured_calibrations.json"
 SOURCE = {
     "description": (
-        "dense models of the ML.ENERGY Leaderboard v3 per-model files (vLLM on H100 and B200)"
+        "dense models and mixtures of experts of the ML.ENERGY Leaderboard v3 per-model "
+        "files (vLLM on H100 and B200)"
     ),
     "repository": "https://github.com/ml-energy/leaderboard",
     "folder": "public/data/models/",
@@ -50,9 +51,9 @@ def build(data_dir: Path) -> dict[str, object]:
     files = sorted((data_dir / "mlenergy").glob("*.json"))
     if not files:
         raise SystemExit(f"no ML.ENERGY files in {data_dir / 'mlenergy'}")
-    # dense models only: the mixture-of-experts terms do not reach their accuracy yet
-    # (docs/calibration.md), and fitting them here would pull the dense parameters
-    rows = [r for r in read_measurements(files) if r.architecture == "dense"]
+    # every row the model describes: the shared terms come from the dense models, the
+    # experts' terms from the mixtures of experts (docs/calibration.md, section 4)
+    rows = read_measurements(files)
     doc = to_document(fit(rows), rows)
     doc.pop("skipped")  # which published rows the model cannot describe yet: in the docs
     doc["source"] = SOURCE | {"files": {f.name: file_sha256(f) for f in files}}

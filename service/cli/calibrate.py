@@ -99,7 +99,8 @@ def calibration_for_gpu(path: str, gpu: str, f: Fit | None = None) -> Calibratio
 
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
     out = []
-    for label, s in [("all", summary["all"]), *summary["per_gpu"].items()]:
+    per_kind = summary.get("per_gpu_and_kind", {})
+    for label, s in [("all", summary["all"]), *summary["per_gpu"].items(), *per_kind.items()]:
         parts = [f"{label}: {s['rows']} rows"]
         for key, name in (("itl_ms", "ITL"), ("power_w", "power")):
             if s[key]:

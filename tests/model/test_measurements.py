@@ -63,6 +63,11 @@ def test_generic_csv(tmp_path: Path) -> None:
         (HEADER + "qwen3-8b,h100,1.5,32,10,900,300,500,vllm,chat\n", "line 2", "tp"),
         (HEADER.replace("task", "colour") + "x,h100,1,1,1,1,1,1,v,c\n", "header", "colour"),
         (HEADER, "", "rows"),
+        (
+            HEADER.replace("task", "task,ep") + "qwen3-8b,h100,2,32,10,900,300,500,v,c,3\n",
+            "line 2",
+            "ep",
+        ),
     ],
 )
 def test_bad_csv_names_file_row_and_field(
@@ -85,6 +90,10 @@ def test_bad_mlenergy_row_names_the_configuration(tmp_path: Path) -> None:
         read_measurements([p])
     p.write_text(json.dumps({"model_id": "x"}))
     with pytest.raises(InputError, match="configurations"):
+        read_measurements([p])
+    conf |= {"avg_power_watts": 300.0, "num_gpus": 4, "parallelization": {"expert_parallel": 3}}
+    p.write_text(json.dumps({"model_id": "Qwen/Qwen3-8B", "configurations": [conf]}))
+    with pytest.raises(InputError, match="expert_parallel"):
         read_measurements([p])
 
 
