@@ -32,7 +32,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from model.capacity import DecodeTerms, instance_power_w, kv_memory_bytes
+from model.capacity import (
+    DecodeTerms,
+    instance_power_w,
+    kv_memory_bytes,
+    prefill_coefficients,
+)
 from model.catalog import (
     PRECISION_BYTES,
     Calibration,
@@ -114,13 +119,19 @@ def usable_rows(rows: Sequence[Measurement]) -> tuple[list[Usable], list[Skipped
         except NotFoundError:
             skipped.append(Skipped(r.where, f"model {r.model!r} is not in the catalog"))
             continue
-        if r.precision not in WEIGHT_BYTES:
-            skipped.append(Skipped(r.where, f"{r.precision} weights are not modelled yet"))
+        if r.precision != arch.precision and r.precision not in WEIGHT_BYTES:
+            skipped.append(
+                Skipped(
+                    r.where,
+                    f"{r.precision} weights of {arch.name} are not in the catalog (it "
+                    f"describes its {arch.precision} release)",
+                )
+            )
             continue
         if arch.experts and r.architecture == "dense" or not arch.experts and r.ep > 1:
             skipped.append(Skipped(r.where, f"the file's architecture differs from {arch.name}'s"))
             continue
-        if arch.bytes_per_param != WEIGHT_BYTES[r.precision]:
+        if r.precision != arch.precision:
             # the same model released with other weights (e.g. -FP8): its weight bytes
             arch = dataclasses.replace(
                 arch, bytes_per_param=WEIGHT_BYTES[r.precision], expert_bytes_per_param=0.0
@@ -162,7 +173,7 @@ def decode_load(u: Usable, cal: Calibration, prompts: dict[str, float]) -> float
     ctx = context_tokens(u, prompts)
     terms = terms_of(u, prompts)
     mem = kv_memory_bytes(u.model, u.gpu, u.m.tp, MEM_FRACTION, u.m.dp)
-    b_max = max(mem / (u.model.kv_bytes_per_token * ctx), u.m.batch)
+    b_max = max(mem / u.model.kv_bytes_at(ctx), u.m.batch)
     rate = u.m.batch / terms.time_s(cal, u.m.batch)
     return min(rate / (b_max / terms.time_s(cal, b_max)), 1.0)
 
@@ -475,17 +486,15 @@ def _fit_prefill(
     ]
     if not pts:
         return cal, {}, {"mfu": "no prefill rates with prompt lengths"}
-    est = np.array(
-        [
-            (u.m.prefill_tokens_per_s or 0.0)
-            * (
-                2.0 * u.model.active_params
-                + cal.c_attn * u.model.layers * u.model.attn_width * (u.m.prompt_tokens or 0.0)
-            )
-            / (u.gpu.flops_per_s * u.m.tp * u.m.dp)
-            for u in pts
-        ]
-    )
+    rates = []
+    for u in pts:
+        l_in = u.m.prompt_tokens or 0.0
+        # t_P at full peak (mfu 1) per token: a_P + b_P l (sliding layers included)
+        a_p, b_p = prefill_coefficients(
+            u.model, cal, u.gpu.flops_per_s * u.m.tp * u.m.dp, l_in, l_in * l_in
+        )
+        rates.append((u.m.prefill_tokens_per_s or 0.0) * (a_p + b_p * l_in))
+    est = np.array(rates)
     mfu = float(np.mean(est))
     if not 0 < mfu <= 1:
         raise InputError(

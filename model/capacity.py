@@ -104,6 +104,40 @@ def kv_memory_bytes(
 ACTIVATION_BYTES = 2.0
 
 
+def kv_bytes_per_pool_token(model: ModelArch, ctx_tokens: float) -> float:
+    """KV bytes per token of context that the pool's token count is measured in:
+    ``kappa`` (SPEC 2.1), or with sliding-window layers the bytes a request keeps at
+    the mean context ``ctx`` over ``ctx``. Sliding layers keep ``min(c, window)``
+    tokens and ``E[min(c, W)] <= min(E[c], W)``, so at the mean context this is an
+    upper bound on the mean bytes per token: the pool it gives is never larger than
+    the one requests actually fill (``docs/sliding_window.md``)."""
+    if not model.sliding_layers or not ctx_tokens > 0:
+        return model.kv_bytes_per_token
+    return model.kv_bytes_at(ctx_tokens) / ctx_tokens
+
+
+def prefill_coefficients(
+    model: ModelArch, cal: Calibration, flops: float, mean_in: float, e_in2: float
+) -> tuple[float, float]:
+    """``(a_P, b_P)`` of SPEC 2.2 (``t_P(l) = a_P l + b_P l^2``). With sliding-window
+    layers a prompt of ``l`` tokens costs those layers ``c_a d g(l)``, ``g(l) = l^2``
+    up to the window ``W`` and ``2 l W - W^2`` beyond it; both ``l^2`` and ``2 W l``
+    bound ``g`` from above at every ``l``, and the one with the smaller mean over the
+    workload's prompts is taken (``docs/sliding_window.md``), so that ``t_P`` stays a
+    quadratic in ``l`` and SPEC's prefill moments hold."""
+    a_p = 2.0 * model.active_params / flops
+    full = model.layers - model.sliding_layers
+    b_p = cal.c_attn * full * model.attn_width / flops
+    if model.sliding_layers:
+        per_token2 = cal.c_attn * model.sliding_layers * model.attn_width / flops
+        window = float(model.sliding_window)
+        if e_in2 <= 2.0 * window * mean_in:
+            b_p += per_token2
+        else:
+            a_p += per_token2 * 2.0 * window
+    return a_p, b_p
+
+
 def _expert_mbu(cal: Calibration) -> float:
     """Bandwidth fraction of the routed experts' reads: ``mbu_expert``, else ``mbu``."""
     return cal.mbu_expert or cal.mbu
@@ -149,7 +183,8 @@ class DecodeTerms:
         if ep < 1 or gpus % ep:
             raise InputError("ep", f"must be >= 1 and divide the instance's {gpus} GPUs")
         kv_split = min(tp, model.n_kv_heads)  # KV heads are split, never below one per GPU
-        flops = 2.0 * model.active_params + 4.0 * model.layers * model.attn_width * ctx_tokens
+        attended = model.attended_layers(ctx_tokens)
+        flops = 2.0 * model.active_params + 4.0 * attended * model.attn_width * ctx_tokens
         all_reduces = 2 * model.layers if tp > 1 else 0
         # experts spread over several GPUs: each MoE layer sends its tokens to their
         # experts and back (two all-to-all exchanges)
@@ -171,7 +206,7 @@ class DecodeTerms:
             experts=model.experts,
             experts_per_token=model.experts_per_token,
             moe_layers=model.moe_layers,
-            kv_read_s=model.kv_bytes_per_token * ctx_tokens / kv_split / dp / bw,
+            kv_read_s=model.kv_bytes_at(ctx_tokens) / kv_split / dp / bw,
             flops_s=flops / gpus / gpu.flops_per_s,
             collectives=all_reduces + all_to_alls,
             link_s=link,
@@ -309,7 +344,9 @@ class Coefficients:
         tp = st.tensor_parallel
         flops = hw.flops_per_s * tp * cal.mfu
         mem = hw.mem_bytes * tp
-        kappa = m.kv_bytes_per_token
+        iters = w.e_out_m1
+        ctx = w.ctx_tokens if iters > 0 else math.nan
+        kappa = kv_bytes_per_pool_token(m, ctx if iters > 0 else w.mean_in)
 
         if st.kv_pool_tokens is not None:
             pool = int(st.kv_pool_tokens)
@@ -334,16 +371,13 @@ class Coefficients:
                 f"the usable KV pool of {m.name} on {hw.name} holds {usable:,.0f}",
             )
 
-        a_p = 2.0 * m.active_params / flops
-        b_p = cal.c_attn * m.layers * m.attn_width / flops
         e1, e2, e3, e4 = w.mean_in, w.e_in2, w.e_in3, w.e_in4
+        a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
         t_mean = a_p * e1 + b_p * e2
         t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
         scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
         reserve = a_p * e2 + b_p * e3 + st.reserved_tokens * t_mean
 
-        iters = w.e_out_m1
-        ctx = w.ctx_tokens if iters > 0 else math.nan
         terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
         alpha, g = terms.alpha_g(cal)
         g_context = 0.0

@@ -120,6 +120,11 @@ class ModelArch:
     differs (0: `bytes_per_param`). `kv_latent` (MLA, DeepSeek): elements a token
     keeps per layer in the KV cache instead of ``2 h_kv d_head`` (0: GQA).
     ``docs/calibration.md`` derives the decode time of such models.
+
+    Sliding-window attention (Gemma 3, gpt-oss): `sliding_layers` of the layers attend
+    to the last `sliding_window` tokens only and keep only those in the KV cache (0:
+    every layer attends to the whole context). ``docs/sliding_window.md`` derives how
+    the KV pool, the decode reads and the attention FLOPs follow.
     """
 
     name: str
@@ -139,6 +144,8 @@ class ModelArch:
     expert_params: float = 0.0
     expert_bytes_per_param: float = 0.0
     kv_latent: int = 0
+    sliding_window: int = 0
+    sliding_layers: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -150,8 +157,21 @@ class ModelArch:
         for name in ("layers", "n_heads", "n_kv_heads", "head_dim"):
             _positive(name, _integer(name, getattr(self, name)))
         _non_negative("hidden_size", _integer("hidden_size", self.hidden_size))
-        for name in ("experts", "experts_per_token", "moe_layers", "kv_latent"):
+        for name in (
+            "experts",
+            "experts_per_token",
+            "moe_layers",
+            "kv_latent",
+            "sliding_window",
+            "sliding_layers",
+        ):
             _non_negative(name, _integer(name, getattr(self, name)))
+        if bool(self.sliding_window) != bool(self.sliding_layers):
+            raise InputError(
+                "sliding_window", "sliding_window and sliding_layers must be set together"
+            )
+        if self.sliding_layers > self.layers:
+            raise InputError("sliding_layers", f"must be <= layers ({self.layers})")
         _set_floats(self, ("expert_params", "expert_bytes_per_param"))
         _non_negative("expert_params", self.expert_params)
         _non_negative("expert_bytes_per_param", self.expert_bytes_per_param)
@@ -196,6 +216,26 @@ class ModelArch:
             return self.kv_bytes_per_elem * self.layers * self.kv_latent
         return 2.0 * self.kv_bytes_per_elem * self.layers * self.n_kv_heads * self.head_dim
 
+    def kv_bytes_at(self, ctx_tokens: float) -> float:
+        """KV bytes a request keeps at a context of ``ctx_tokens``: every token in the
+        full-attention layers, at most ``sliding_window`` in the sliding ones
+        (``kv_bytes_per_token x ctx`` without sliding layers)."""
+        if not self.sliding_layers:
+            return self.kv_bytes_per_token * ctx_tokens
+        per_layer = self.kv_bytes_per_token / self.layers
+        full = self.layers - self.sliding_layers
+        return per_layer * (
+            full * ctx_tokens + self.sliding_layers * min(ctx_tokens, self.sliding_window)
+        )
+
+    def attended_layers(self, ctx_tokens: float) -> float:
+        """Layers' worth of attention over a context of ``ctx_tokens`` (``layers``
+        without sliding layers): a sliding layer attends to ``min(ctx, window)`` tokens."""
+        if not self.sliding_layers or ctx_tokens <= self.sliding_window:
+            return float(self.layers)
+        full = self.layers - self.sliding_layers
+        return full + self.sliding_layers * self.sliding_window / ctx_tokens
+
     @property
     def expert_total_params(self) -> float:
         """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
@@ -206,6 +246,19 @@ class ModelArch:
         """Parameters one token uses: the dense ones and its experts (= params if dense)."""
         unused = self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
         return self.params - unused
+
+    @property
+    def precision(self) -> str:
+        """The weight format the entry describes: the experts' when they are stored in
+        a 4-bit block format (gpt-oss: MXFP4 experts, bf16 elsewhere), else the
+        weights' (``bf16``, ``fp8``)."""
+        for name in ("mxfp4", "nvfp4"):
+            if self.experts and self.expert_bytes_per_param == PRECISION_BYTES[name]:
+                return name
+        for name, size in PRECISION_BYTES.items():
+            if self.bytes_per_param == size:
+                return name
+        return f"{self.bytes_per_param:g} bytes per weight"
 
     @property
     def fp8_layers(self) -> int:
@@ -438,6 +491,8 @@ _MODEL_OPTIONAL = {
     "expert_params",
     "expert_bytes_per_param",
     "kv_latent",
+    "sliding_window",
+    "sliding_layers",
 }
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s"}
@@ -634,7 +689,7 @@ def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
         if _models()[model].experts:
             values["source"] = (
                 f"{values['source']}; a mixture of experts: leave-one-model-out, the "
-                "decode times of such models are predicted within 16-18% in the median "
+                "decode times of such models are predicted within 15-18% in the median "
                 "(docs/calibration.md)"
             )
     try:

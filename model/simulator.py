@@ -164,6 +164,13 @@ class SimTiming:
     @classmethod
     def of(cls, spec: DeploymentSpec) -> SimTiming:
         """The timing of a deployment (its workload only serves the fit check)."""
+        if spec.model.sliding_layers:
+            raise InputError(
+                "model",
+                f"{spec.model.name} has sliding-window attention layers, which the simulator "
+                "does not model (it keeps every token of every layer in the KV pool); the "
+                "analytic model describes them (docs/sliding_window.md)",
+            )
         c = Coefficients.of(spec)
         tp = spec.serving.tensor_parallel
         return cls(

@@ -81,6 +81,11 @@ HF_CONFIGS = {
     "deepseek-v3.1": (61, 128, 1, 192, 7168),
     "llama-4-scout": (48, 40, 8, 128, 5120),
     "llama-4-maverick": (48, 40, 8, 128, 5120),
+    # sliding-window attention (alternating 128 tokens / every sixth layer full)
+    "gpt-oss-120b": (36, 64, 8, 64, 2880),
+    "gpt-oss-20b": (24, 64, 8, 64, 2880),
+    "gemma-3-12b": (48, 16, 8, 256, 3840),
+    "gemma-3-27b": (62, 32, 16, 128, 5376),
 }
 # (experts, experts_per_token, MoE layers, moe_intermediate_size) from the same configs
 MOE_CONFIGS = {
@@ -90,7 +95,11 @@ MOE_CONFIGS = {
     "deepseek-v3.1": (256, 8, 58, 2048),
     "llama-4-scout": (16, 1, 48, 8192),
     "llama-4-maverick": (128, 1, 24, 8192),
+    "gpt-oss-120b": (128, 4, 36, 2880),
+    "gpt-oss-20b": (32, 4, 24, 2880),
 }
+#: gpt-oss's experts have biases: gate_up (2 x intermediate) and down (hidden)
+EXPERT_BIASES = {"gpt-oss-120b": 2 * 2880 + 2880, "gpt-oss-20b": 2 * 2880 + 2880}
 
 
 def test_catalog_lists_exactly_the_documented_models():
@@ -109,7 +118,8 @@ def test_model_architecture_matches_hf_config(name):
     if name in MOE_CONFIGS:
         experts, k, layers, width = MOE_CONFIGS[name]
         assert (arch.experts, arch.experts_per_token, arch.moe_layers) == (experts, k, layers)
-        assert arch.expert_params == 3 * arch.hidden_size * width  # SwiGLU: 3 matrices
+        # SwiGLU: 3 matrices (and gpt-oss's biases)
+        assert arch.expert_params == 3 * arch.hidden_size * width + EXPERT_BIASES.get(name, 0)
         assert arch.active_params < arch.params
     else:
         assert arch.experts == 0 and arch.active_params == arch.params

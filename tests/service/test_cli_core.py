@@ -245,3 +245,18 @@ def test_console_script_prints_json():
     assert rep["n_p"] == 3 and rep["n_d"] == 1
     assert rep["kv_pool_tokens"] == 233_840
     assert rep["mu_p_rps"] == pytest.approx(MU_P, rel=1e-12)
+
+
+def test_sliding_window_models_plan_without_the_simulator(capsys):
+    """Gemma 3 keeps a 1,024-token window in five layers of six: its front with latency
+    targets is decided by the analytic figures alone (the simulator does not describe
+    sliding windows), and simulating it is refused with the reason."""
+    args = ["front", "--model", "gemma-3-12b", "--gpu", "h100-sxm", "--workload"]
+    args += ["fixed:1000:200", "--max-gpus", "4", "--ttft-p99", "5", "--tpot-p99", "0.1"]
+    out = run_json(capsys, [*args, "--json"])
+    assert out["slo"]["method"] == "analytic" and out["slo"]["simulated"] == 0
+    assert "used anyway" in out["slo"]["rule"] and out["slo"]["checked"] >= 1
+    sim = ["simulate", "--model", "gemma-3-12b", "--gpu", "h100-sxm", "--np", "1", "--nd", "1"]
+    code = main([*sim, "--rate", "1"])
+    err = capsys.readouterr().err
+    assert code != 0 and "sliding-window" in err and "Traceback" not in err
