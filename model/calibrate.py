@@ -491,7 +491,7 @@ def _fit_prefill(
         l_in = u.m.prompt_tokens or 0.0
         # t_P at full peak (mfu 1) per token: a_P + b_P l (sliding layers included)
         a_p, b_p = prefill_coefficients(
-            u.model, cal, u.gpu.flops_per_s * u.m.tp * u.m.dp, l_in, l_in * l_in
+            u.model, cal, u.gpu.peak_flops(u.model) * u.m.tp * u.m.dp, l_in, l_in * l_in
         )
         rates.append((u.m.prefill_tokens_per_s or 0.0) * (a_p + b_p * l_in))
     est = np.array(rates)

@@ -207,7 +207,7 @@ class DecodeTerms:
             experts_per_token=model.experts_per_token,
             moe_layers=model.moe_layers,
             kv_read_s=model.kv_bytes_at(ctx_tokens) / kv_split / dp / bw,
-            flops_s=flops / gpus / gpu.flops_per_s,
+            flops_s=flops / gpus / gpu.peak_flops(model),
             collectives=all_reduces + all_to_alls,
             link_s=link,
             expert_groups=ep if model.experts else 1,
@@ -342,7 +342,7 @@ class Coefficients:
     def of(cls, spec: DeploymentSpec) -> Coefficients:
         m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
         tp = st.tensor_parallel
-        flops = hw.flops_per_s * tp * cal.mfu
+        flops = hw.peak_flops(m) * tp * cal.mfu
         mem = hw.mem_bytes * tp
         iters = w.e_out_m1
         ctx = w.ctx_tokens if iters > 0 else math.nan

@@ -261,6 +261,18 @@ class ModelArch:
         return f"{self.bytes_per_param:g} bytes per weight"
 
     @property
+    def compute_precision(self) -> str:
+        """Precision of the dense matrix products: ``fp8`` for FP8 weights (served W8A8,
+        the activations quantised per token), ``fp4`` for 4-bit dense weights, else
+        ``bf16`` (4-bit experts alone, as gpt-oss's, are taken to compute at the
+        activations' bf16: Hopper has no FP4 Tensor Cores)."""
+        if self.bytes_per_param == FP8_BYTES:
+            return "fp8"
+        if self.bytes_per_param in (PRECISION_BYTES["mxfp4"], PRECISION_BYTES["nvfp4"]):
+            return "fp4"
+        return "bf16"
+
+    @property
     def fp8_layers(self) -> int:
         """Layers whose linear weights are FP8 (all of them when the dense weights are:
         the FP8 releases quantise every linear layer), else 0."""
@@ -289,7 +301,9 @@ class GpuSpec:
     """One GPU in SI units (SPEC 2.1): peak dense BF16 `flops_per_s` (pi, FLOP/s),
     HBM bandwidth `mem_bw_bytes_per_s` (beta, B/s), memory `mem_bytes` (M, B) and
     board power `tdp_w` (W); `link_bw_bytes_per_s`: GPU-to-GPU (NVLink) bandwidth per
-    direction (B/s; 0: unknown, tensor-parallel traffic then costs no time)."""
+    direction (B/s; 0: unknown, tensor-parallel traffic then costs no time);
+    `fp8_flops_per_s` and `fp4_flops_per_s`: dense peaks of the FP8 and FP4 Tensor
+    Cores (0: the GPU has none, and such models compute at the next wider peak)."""
 
     name: str
     flops_per_s: float
@@ -298,15 +312,30 @@ class GpuSpec:
     tdp_w: float
     source: str = ""
     link_bw_bytes_per_s: float = 0.0
+    fp8_flops_per_s: float = 0.0
+    fp4_flops_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_str("source", self.source)
         names = ("flops_per_s", "mem_bw_bytes_per_s", "mem_bytes", "tdp_w")
-        _set_floats(self, (*names, "link_bw_bytes_per_s"))
+        optional = ("link_bw_bytes_per_s", "fp8_flops_per_s", "fp4_flops_per_s")
+        _set_floats(self, (*names, *optional))
         for name in names:
             _positive(name, getattr(self, name))
-        _non_negative("link_bw_bytes_per_s", self.link_bw_bytes_per_s)
+        for name in optional:
+            _non_negative(name, getattr(self, name))
+
+    def peak_flops(self, model: ModelArch) -> float:
+        """Dense peak FLOP/s at the precision ``model``'s matrix products run in
+        (:attr:`ModelArch.compute_precision`), falling back to the next wider one the
+        GPU has."""
+        p = model.compute_precision
+        if p == "fp4" and self.fp4_flops_per_s:
+            return self.fp4_flops_per_s
+        if p in ("fp4", "fp8") and self.fp8_flops_per_s:
+            return self.fp8_flops_per_s
+        return self.flops_per_s
 
 
 @dataclass(frozen=True)
@@ -495,7 +524,7 @@ _MODEL_OPTIONAL = {
     "sliding_layers",
 }
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
-_GPU_OPTIONAL = {"source", "nvlink_gb_per_s"}
+_GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops"}
 
 
 @functools.cache
@@ -532,6 +561,8 @@ def _gpus() -> Mapping[str, GpuSpec]:
                 source=entry.get("source", ""),
                 # datasheets give NVLink bandwidth summed over both directions
                 link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
+                fp8_flops_per_s=_scaled(entry.get("fp8_dense_tflops", 0), "1e12", "fp8"),
+                fp4_flops_per_s=_scaled(entry.get("fp4_dense_tflops", 0), "1e12", "fp4"),
             )
         except InputError as error:
             raise _catalog_error(where, error) from None
@@ -689,7 +720,7 @@ def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
         if _models()[model].experts:
             values["source"] = (
                 f"{values['source']}; a mixture of experts: leave-one-model-out, the "
-                "decode times of such models are predicted within 15-18% in the median "
+                "decode times of such models are predicted within 13-17% in the median "
                 "(docs/calibration.md)"
             )
     try:

@@ -510,3 +510,19 @@ def test_override_file_missing(tmp_path):
     with pytest.raises(InputError) as info:
         load_override_file(str(tmp_path / "absent.toml"))
     assert info.value.field == "override_file"
+
+
+def test_peak_flops_follow_the_models_precision():
+    """Datasheet dense peaks (model/data/gpus.json): H100 SXM BF16 989, FP8 1,979
+    TFLOPS; B200 FP8 4,500, FP4 9,000; the A100 has no FP8 Tensor Cores."""
+    bf16 = load_model("llama-3.1-70b")
+    fp8 = dataclasses.replace(bf16, bytes_per_param=1.0)
+    nvfp4 = dataclasses.replace(bf16, bytes_per_param=4.5 / 8)
+    h100, a100, b200 = load_gpu("h100-sxm"), load_gpu("a100-80gb"), load_gpu("b200")
+    assert (bf16.compute_precision, fp8.compute_precision) == ("bf16", "fp8")
+    assert h100.peak_flops(bf16) == 989e12 and h100.peak_flops(fp8) == 1979e12
+    assert a100.peak_flops(fp8) == a100.flops_per_s == 312e12
+    assert b200.peak_flops(fp8) == 4500e12 and b200.peak_flops(nvfp4) == 9000e12
+    assert h100.peak_flops(nvfp4) == 1979e12  # no FP4 Tensor Cores: the FP8 peak
+    # gpt-oss: MXFP4 experts, bf16 elsewhere -> the BF16 peak
+    assert h100.peak_flops(load_model("gpt-oss-120b")) == 989e12
