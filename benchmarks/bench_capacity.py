@@ -1,7 +1,7 @@
 """Benchmark: capacity and power of every configuration with n_P + n_D <= 256.
 
-Evaluates all 32,640 configurations on the azure-conv-2023 preset (Qwen3-32B, H200)
-with the vectorised core, beside a per-configuration scipy ``brentq`` loop on the
+Evaluates all 32,640 configurations on the azure-conv-2023 preset (Qwen3-32B, H200;
+``--model`` and ``--gpu`` for others, e.g. a mixture of experts) with the vectorised core, beside a per-configuration scipy ``brentq`` loop on the
 memory balance measured in the same run, and prints configurations per second and
 the largest relative difference of ``B*`` between the two. ``--model-variant`` picks
 the memory balance (the admission variant's brentq loop runs on ``--brentq-sample``
@@ -9,6 +9,7 @@ configurations, 2,000 by default).
 
     python benchmarks/bench_capacity.py [--max-gpus 256] [--repeat 50] [--workload W]
                                         [--model-variant paper|admission]
+                                        [--model M] [--gpu G] [--tp N]
 """
 
 from __future__ import annotations
@@ -41,15 +42,26 @@ def main() -> None:
     ap.add_argument("--workload", default="azure-conv-2023")
     ap.add_argument("--brentq-sample", type=int, default=None, help="0: every configuration")
     ap.add_argument("--model-variant", choices=MODEL_VARIANTS, default=DEFAULT_VARIANT)
+    ap.add_argument("--model", default="qwen3-32b")
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--tp", type=int, default=1, help="GPUs per instance")
     a = ap.parse_args()
 
-    spec = resolve_spec(SpecRequest(workload=a.workload, model_variant=a.model_variant))
+    spec = resolve_spec(
+        SpecRequest(
+            model=a.model,
+            gpu=a.gpu,
+            workload=a.workload,
+            model_variant=a.model_variant,
+            overrides={"serving": {"tensor_parallel": a.tp}},
+        )
+    )
     c = Coefficients.of(spec)
     n_p, n_d = candidate_configs(a.max_gpus)
     n = len(n_p)
     print(
-        f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), workload {a.workload}, "
-        f"{a.model_variant} variant"
+        f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), {spec.model.name} on "
+        f"{spec.gpu.name}, workload {a.workload}, {a.model_variant} variant"
     )
     evaluate(c, n_p, n_d)  # warm-up
     times = []
