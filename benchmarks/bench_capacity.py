@@ -1,10 +1,11 @@
 """Benchmark: capacity and power of every configuration with n_P + n_D <= 256.
 
 Evaluates all 32,640 configurations on the azure-conv-2023 preset (Qwen3-32B, H200;
-``--model`` and ``--gpu`` for others, e.g. a mixture of experts) with the vectorised core, beside a per-configuration scipy ``brentq`` loop on the
-memory balance measured in the same run, and prints configurations per second and
-the largest relative difference of ``B*`` between the two. ``--model-variant`` picks
-the memory balance (the admission variant's brentq loop runs on ``--brentq-sample``
+``--model``, ``--gpu`` and ``--tp`` for others, e.g. a mixture of experts) with the
+vectorised core, beside a per-configuration scipy ``brentq`` loop on the memory
+balance measured in the same run, and prints configurations per second and the
+largest relative difference of ``B*`` between the two. ``--model-variant`` picks the
+memory balance (the admission variant's brentq loop runs on ``--brentq-sample``
 configurations, 2,000 by default).
 
     python benchmarks/bench_capacity.py [--max-gpus 256] [--repeat 50] [--workload W]

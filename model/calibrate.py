@@ -65,6 +65,7 @@ BOUNDS = {
     "t_moe_layer_s": (0.0, 1e-3),
     "t_fp8_layer_s": (0.0, 1e-3),
     "mbu_expert": (0.05, 1.0),
+    "mbu_expert_fp4": (0.05, 1.0),
 }
 #: where the terms SPEC does not have start (the others start from the catalog's set)
 START = {
@@ -73,6 +74,7 @@ START = {
     "t_moe_layer_s": 1e-5,
     "t_fp8_layer_s": 1e-5,
     "mbu_expert": 0.7,
+    "mbu_expert_fp4": 0.7,
 }
 PROMPT_BOUNDS = (1.0, 32768.0)
 #: bytes per weight of the precisions a whole model may be released in (FP8 releases
@@ -241,7 +243,7 @@ def _check_determined(key: tuple[str, str], rows: list[Usable]) -> None:
 
 
 #: the terms only mixtures of experts determine (fitted in the second stage)
-EXPERT_TERMS = ("t_moe_layer_s", "mbu_expert")
+EXPERT_TERMS = ("t_moe_layer_s", "mbu_expert", "mbu_expert_fp4")
 
 
 def _tasks(rows: Sequence[Usable]) -> list[str]:
@@ -367,6 +369,8 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
         if not any(u.model.experts for u in g_rows):
             nf["t_moe_layer_s"] = "no rows of a mixture-of-experts model"
             nf["mbu_expert"] = "no rows of a mixture-of-experts model (the experts read at mbu)"
+        if not any(u.model.fp4_experts for u in g_rows):
+            nf["mbu_expert_fp4"] = "no rows with 4-bit experts (they read at mbu_expert)"
         if not any(u.model.fp8_layers for u in g_rows):
             nf["t_fp8_layer_s"] = "no rows of a model with FP8 weights"
         free[key] = [n for n in names if n not in nf]

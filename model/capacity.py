@@ -138,9 +138,10 @@ def prefill_coefficients(
     return a_p, b_p
 
 
-def _expert_mbu(cal: Calibration) -> float:
-    """Bandwidth fraction of the routed experts' reads: ``mbu_expert``, else ``mbu``."""
-    return cal.mbu_expert or cal.mbu
+def _expert_mbu(cal: Calibration, fp4: bool = False) -> float:
+    """Bandwidth fraction of the routed experts' reads: ``mbu_expert_fp4`` for 4-bit
+    experts, else ``mbu_expert``, else ``mbu``."""
+    return (cal.mbu_expert_fp4 if fp4 else 0.0) or cal.mbu_expert or cal.mbu
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class DecodeTerms:
     # parallelism); 1: every GPU holds a slice of every expert
     expert_groups: int = 1
     fp8_layers: int = 0  # layers whose linear weights are FP8 (ModelArch.fp8_layers)
+    fp4_experts: bool = False  # experts in a 4-bit block format (ModelArch.fp4_experts)
 
     @classmethod
     def of(
@@ -212,6 +214,7 @@ class DecodeTerms:
             link_s=link,
             expert_groups=ep if model.experts else 1,
             fp8_layers=model.fp8_layers,
+            fp4_experts=model.fp4_experts,
         )
 
     def touched(self, batch: float) -> float:
@@ -246,7 +249,8 @@ class DecodeTerms:
         """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request), every expert
         read (the batch touches nearly all once ``B`` exceeds a few ``E/k``). With TP 1,
         a dense model and ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
-        alpha = self.weight_read_s / cal.mbu + self.expert_read_s / _expert_mbu(cal)
+        alpha = self.weight_read_s / cal.mbu
+        alpha += self.expert_read_s / _expert_mbu(cal, self.fp4_experts)
         alpha += cal.t_iter_s + self.collectives * cal.t_coll_s
         alpha += self.moe_layers * cal.t_moe_layer_s + self.fp8_layers * cal.t_fp8_layer_s
         g = self.kv_read_s / cal.mbu + cal.t_req_s + self.link_s
@@ -258,7 +262,8 @@ class DecodeTerms:
         """The iteration time at ``batch``, with the experts the batch touches on the
         busiest GPU (:meth:`slowest_share`)."""
         alpha, g = self.alpha_g(cal)
-        unread = (1.0 - self.slowest_share(batch)) * self.expert_read_s / _expert_mbu(cal)
+        unread = (1.0 - self.slowest_share(batch)) * self.expert_read_s
+        unread /= _expert_mbu(cal, self.fp4_experts)
         return alpha - unread + g * batch
 
 

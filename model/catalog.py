@@ -261,6 +261,11 @@ class ModelArch:
         return f"{self.bytes_per_param:g} bytes per weight"
 
     @property
+    def fp4_experts(self) -> bool:
+        """Whether the routed experts are stored in a 4-bit block format."""
+        return self.precision in ("mxfp4", "nvfp4") and bool(self.experts)
+
+    @property
     def compute_precision(self) -> str:
         """Precision of the dense matrix products: ``fp8`` for FP8 weights (served W8A8,
         the activations quantised per token), ``fp4`` for 4-bit dense weights, else
@@ -360,7 +365,8 @@ class Calibration:
     per-token activation quantisation before each FP8 matrix product; 0 for other
     weights and in SPEC), and `mbu_expert`, the fraction of HBM bandwidth the grouped
     expert kernels achieve on the routed experts' weights (0: ``mbu``, as for every
-    other weight).
+    other weight), and `mbu_expert_fp4` the same for experts stored in a 4-bit block
+    format (MXFP4, NVFP4: other kernels; 0: ``mbu_expert``).
     """
 
     mfu: float
@@ -382,6 +388,7 @@ class Calibration:
     t_moe_layer_s: float = 0.0
     t_fp8_layer_s: float = 0.0
     mbu_expert: float = 0.0
+    mbu_expert_fp4: float = 0.0
 
     def __post_init__(self) -> None:
         _set_floats(
@@ -393,6 +400,7 @@ class Calibration:
                 "t_moe_layer_s",
                 "t_fp8_layer_s",
                 "mbu_expert",
+                "mbu_expert_fp4",
             ),
         )
         _fraction("mfu", self.mfu)
@@ -402,8 +410,9 @@ class Calibration:
         _non_negative("t_coll_s", self.t_coll_s)
         _non_negative("t_moe_layer_s", self.t_moe_layer_s)
         _non_negative("t_fp8_layer_s", self.t_fp8_layer_s)
-        if not 0 <= self.mbu_expert <= 1:
-            raise InputError("mbu_expert", f"must be in [0, 1], got {self.mbu_expert!r}")
+        for name in ("mbu_expert", "mbu_expert_fp4"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise InputError(name, f"must be in [0, 1], got {getattr(self, name)!r}")
         for name in _CALIBRATION_NUMBERS[2:]:
             _non_negative(name, getattr(self, name))
         for phase in ("prefill", "decode"):
@@ -720,7 +729,7 @@ def _calibration(model: str, gpu: str, measured: bool = True) -> Calibration:
         if _models()[model].experts:
             values["source"] = (
                 f"{values['source']}; a mixture of experts: leave-one-model-out, the "
-                "decode times of such models are predicted within 13-17% in the median "
+                "decode times of such models are predicted within 14% in the median "
                 "(docs/calibration.md)"
             )
     try:

@@ -164,3 +164,22 @@ def test_mxfp4_rows_describe_the_release_the_catalog_holds() -> None:
     assert ok[0].model.expert_bytes_per_param == 4.25 / 8
     (s,) = skipped
     assert "mxfp4 weights of qwen3-8b are not in the catalog" in s.reason
+
+
+def test_four_bit_experts_read_at_their_own_efficiency() -> None:
+    """gpt-oss's MXFP4 experts read at mbu_expert_fp4 when it is set, else at
+    mbu_expert, else at mbu; bf16 experts never at mbu_expert_fp4."""
+    gpu = load_gpu("b200")
+    base = load_calibration("qwen3-8b", "b200")
+    cal = dataclasses.replace(base, mbu=0.7, mbu_expert=0.5, mbu_expert_fp4=0.9)
+    oss = DecodeTerms.of(load_model("gpt-oss-120b"), gpu, 1, 1000.0)
+    qwen = DecodeTerms.of(load_model("qwen3-30b-a3b"), gpu, 1, 1000.0)
+    assert oss.fp4_experts and not qwen.fp4_experts
+    for terms, expected in ((oss, 0.9), (qwen, 0.5)):
+        a = terms.alpha_g(cal)[0]
+        b = terms.alpha_g(dataclasses.replace(cal, mbu_expert=1.0, mbu_expert_fp4=1.0))[0]
+        assert a - b == pytest.approx(terms.expert_read_s * (1 / expected - 1))
+    unset = dataclasses.replace(cal, mbu_expert_fp4=0.0)
+    assert oss.alpha_g(unset)[0] == pytest.approx(
+        oss.alpha_g(dataclasses.replace(cal, mbu_expert_fp4=0.5))[0]
+    )
