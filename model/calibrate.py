@@ -411,6 +411,8 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
         # like the shared decode terms, the power ramp comes from the dense rows when
         # they determine it alone
         p_rows = [u for u in g_rows if not (split[key] and u.model.experts)]
+        if not any(u.m.power_w is not None for u in p_rows):
+            p_rows = g_rows  # only the mixtures of experts measured power
         cal, p_std, p_nf = _fit_power(p_rows, cal, prompts, say)
         g_std.update(p_std)
         nf.update(p_nf)

@@ -393,3 +393,17 @@ def test_every_published_model_but_the_hybrids_is_described(shared_data_dir: Pat
     assert per["h100-sxm/moe"]["itl_ms"]["median_abs_error"] <= 0.15
     assert per["b200/moe"]["itl_ms"]["median_abs_error"] <= 0.15
     assert per["h100-sxm/dense"]["itl_ms"]["median_abs_error"] <= 0.05
+
+
+def test_the_power_ramp_comes_from_the_moe_rows_when_only_they_measured_power() -> None:
+    cal = dataclasses.replace(load_calibration("qwen3-8b", "h100-sxm"), **TRUE, **MOE_TRUE)
+    dense = [dataclasses.replace(r, power_w=None) for r in synthetic(noise=0.0)]
+    moe = []
+    for r in _moe_rows(cal):
+        u = Usable(r, load_model(r.model), load_gpu("h100-sxm"))
+        x = decode_load(u, cal, {"chat": PROMPT})
+        p = instance_power_w(TRUE["p0_decode_w"], TRUE["gamma_decode_w"], TRUE["psat_decode_w"], x)
+        moe.append(dataclasses.replace(r, power_w=float(p)))
+    g = fit([*dense, *moe]).groups[("h100-sxm", "vllm")]
+    assert "p0_decode_w" in g.fitted
+    assert g.calibration.p0_decode_w == pytest.approx(TRUE["p0_decode_w"], rel=0.05)

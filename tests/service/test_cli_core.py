@@ -257,6 +257,7 @@ def test_sliding_window_models_plan_without_the_simulator(capsys):
     assert out["slo"]["method"] == "analytic" and out["slo"]["simulated"] == 0
     assert "used anyway" in out["slo"]["rule"] and out["slo"]["checked"] >= 1
     sim = ["simulate", "--model", "gemma-3-12b", "--gpu", "h100-sxm", "--np", "1", "--nd", "1"]
+    sim += ["--workload", "fixed:1000:200"]
     code = main([*sim, "--rate", "1"])
     err = capsys.readouterr().err
     assert code != 0 and "sliding-window" in err and "Traceback" not in err
