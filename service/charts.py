@@ -161,24 +161,38 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
 
 def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
     """Predicted against measured, decode iteration time and power per GPU, one colour
-    per GPU, with the identity and +-10% lines."""
+    per GPU and one marker per kind of model (dense: circles, mixtures of experts:
+    triangles), with the identity and +-10% lines."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 5), dpi=120)
     gpus = sorted({r["gpu"] for r in rows})
+    kinds = [k for k in ("dense", "moe") if any(r.get("kind", "dense") == k for r in rows)]
+    marker = {"dense": "o", "moe": "^"}
     for ax, key, unit in ((axes[0], "itl_ms", "ms"), (axes[1], "power_w", "W")):
         lo, hi = float("inf"), 0.0
         for i, g in enumerate(gpus):
-            pts = [
-                (r[key]["measured"], r[key]["predicted"])
-                for r in rows
-                if r["gpu"] == g
-                and r[key]["measured"] is not None
-                and r[key]["predicted"] is not None
-            ]
-            if not pts:
-                continue
-            xs, ys = zip(*pts, strict=True)
-            ax.scatter(xs, ys, s=14, color=COLOURS[i % len(COLOURS)], label=f"{g} ({len(pts)})")
-            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+            for kind in kinds:
+                pts = [
+                    (r[key]["measured"], r[key]["predicted"])
+                    for r in rows
+                    if r["gpu"] == g
+                    and r.get("kind", "dense") == kind
+                    and r[key]["measured"] is not None
+                    and r[key]["predicted"] is not None
+                ]
+                if not pts:
+                    continue
+                xs, ys = zip(*pts, strict=True)
+                label = f"{g}, {'MoE' if kind == 'moe' else kind} ({len(pts)})"
+                ax.scatter(
+                    xs,
+                    ys,
+                    s=14,
+                    marker=marker[kind],
+                    color=COLOURS[i % len(COLOURS)],
+                    alpha=0.8,
+                    label=label,
+                )
+                lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
         if hi > 0:
             span = [lo * 0.9, hi * 1.1]
             ax.plot(span, span, "k-", lw=0.8)
