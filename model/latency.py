@@ -97,19 +97,22 @@ def _lengths(l_in: ArrayLike, l_out: ArrayLike) -> tuple[FloatArray, FloatArray]
 
 
 def _quantile(tail: Any, q: float, hi: float) -> float:
-    """Least ``x`` with ``tail(x) <= 1 - q`` (``tail`` non-increasing), by bisection."""
+    """Least ``x`` with ``tail(x) <= 1 - q`` (``tail`` non-increasing), to a relative
+    1e-9: the bracket doubles until it holds the quantile, then Brent's method (a few
+    evaluations of ``tail`` where bisection needs thirty)."""
     lo = 0.0
-    while tail(hi) > 1.0 - q:
+    target = 1.0 - q
+    while tail(hi) > target:
         lo, hi = hi, 2.0 * hi
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if tail(mid) > 1.0 - q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * hi:
-            break
-    return hi
+    if tail(lo) <= target:
+        return lo
+    x = float(brentq(lambda v: tail(v) - target, lo, hi, xtol=1e-12, rtol=1e-9))
+    # a tail with jumps (TTFT's own prefill times) may leave x just below the jump
+    step = 1e-9 * max(abs(x), 1e-12)
+    while tail(x) > target:
+        x = min(x + step, hi)
+        step *= 2.0
+    return x
 
 
 def lundberg_exponent(service_s: FloatArray, rate_rps: float, phases: int) -> float:
