@@ -9,12 +9,19 @@ model with descriptor 1 pointed at standard error, then turns its log off.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
 
 import highspy
+import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 def _flush_c_stdio() -> None:
@@ -47,3 +54,201 @@ def quiet_highs() -> highspy.Highs:
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
     return h
+
+
+# --------------------------------------------------------------------------- a process
+
+
+class HighsProcess:
+    """HiGHS in a process of its own (:mod:`formulation.highs_child`), started once and
+    reused: a MILP that runs past its deadline (HiGHS does not look at its time limit
+    inside the root node's separation rounds) or whose run is asked to stop is ended
+    with the process, keeping the last improving solution HiGHS sent; the next MILP
+    starts a new process."""
+
+    #: how long past its own time limit a MILP may run before its process is ended:
+    #: HiGHS usually stops by itself within this
+    GRACE_S = 0.5
+    GRACE_SHARE = 0.02
+    POLL_S = 0.05
+
+    def __init__(self) -> None:
+        self._proc: Any = None
+        self._conn: Any = None  # messages from the process
+        self._send: Any = None  # models to it
+        self.restarts = 0
+        self.incumbents = 0  # improving solutions HiGHS sent for the current MILP
+
+    def _ensure(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        import subprocess
+        from multiprocessing.connection import Connection
+
+        # a new interpreter running one module (not multiprocessing's spawn, which
+        # would run the parent's main script again)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "formulation.highs_child", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": _import_path()},
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        self._send = Connection(os.dup(proc.stdin.fileno()), readable=False)
+        self._conn = Connection(os.dup(proc.stdout.fileno()), writable=False)
+        proc.stdin.close()
+        proc.stdout.close()
+        self._proc = proc
+
+    def peak_rss_mb(self) -> float:
+        """Peak resident memory of the running HiGHS process (MB; 0 when none runs or
+        the system does not tell)."""
+        if self._proc is None:
+            return 0.0
+        try:
+            with open(f"/proc/{self._proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return 0.0
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            with suppress(Exception):
+                self._proc.kill()
+                self._proc.wait(2.0)
+            for c in (self._conn, self._send):
+                with suppress(Exception):
+                    c.close()
+            self.restarts += 1
+        self._proc = self._conn = self._send = None
+
+    def solve(
+        self,
+        model: dict[str, Any],
+        time_limit_s: float,
+        stop: Callable[[], bool] | None = None,
+    ) -> HighsOutcome:
+        """Run ``model`` (the arrays :func:`lp_arrays` gives, with ``options`` and
+        ``start_values``) for at most ``time_limit_s`` plus the grace."""
+        started = time.perf_counter()
+        deadline = started + time_limit_s * (1.0 + self.GRACE_SHARE) + self.GRACE_S
+        try:
+            self._ensure()
+            self._send.send(model)
+        except OSError:  # no process could be started, or it died: HiGHS here, unguarded
+            log.warning("HiGHS process unavailable; solving in this process")
+            self.kill()
+            return _in_process(model)
+        best: tuple[float, Any] | None = None
+        bound: float | None = None
+        self.incumbents = 0
+        while True:
+            ready = False
+            try:
+                ready = self._conn.poll(self.POLL_S)
+                msg = self._conn.recv() if ready else None
+            except (EOFError, OSError):  # the process died (memory): what it sent stands
+                self.kill()
+                return HighsOutcome("lost", best, bound, None)
+            if msg is not None and msg[0] == "incumbent":
+                best = (msg[1], msg[2])
+                self.incumbents += 1
+                continue
+            if msg is not None and msg[0] == "bound":
+                bound = msg[1]
+                continue
+            if msg is not None and msg[0] == "done":
+                _, status, objective, bound, x = msg
+                final = (objective, x) if x is not None else best
+                return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
+            asked = False
+            if stop is not None:
+                try:
+                    asked = bool(stop())
+                except Exception:  # noqa: BLE001 - a broken check stops the MILP
+                    asked = True
+            if asked or time.perf_counter() > deadline:
+                self.kill()
+                return HighsOutcome("stopped" if asked else "killed", best, bound, None)
+
+
+@dataclass
+class HighsOutcome:
+    status: str  # optimal | time_limit | infeasible | interrupted | killed | stopped | lost | error
+    best: tuple[float, Any] | None  # (objective, column values) of the best solution sent
+    bound: float | None  # HiGHS's dual bound (the last one it sent if the process was ended)
+    highs_status: int | None
+
+
+_STATUS = {
+    int(highspy.HighsModelStatus.kOptimal): "optimal",
+    int(highspy.HighsModelStatus.kTimeLimit): "time_limit",
+    int(highspy.HighsModelStatus.kInterrupt): "interrupted",
+    int(highspy.HighsModelStatus.kInfeasible): "infeasible",
+    int(highspy.HighsModelStatus.kSolutionLimit): "time_limit",
+    int(highspy.HighsModelStatus.kIterationLimit): "time_limit",
+}
+
+
+def lp_arrays(h: highspy.Highs) -> dict[str, Any]:
+    """The model loaded in ``h`` as plain arrays, for another process."""
+    lp = h.getLp()
+    a = lp.a_matrix_
+    return {
+        "format": int(a.format_),
+        "num_col": lp.num_col_,
+        "num_row": lp.num_row_,
+        "col_cost": np.asarray(lp.col_cost_, dtype=float),
+        "col_lower": np.asarray(lp.col_lower_, dtype=float),
+        "col_upper": np.asarray(lp.col_upper_, dtype=float),
+        "row_lower": np.asarray(lp.row_lower_, dtype=float),
+        "row_upper": np.asarray(lp.row_upper_, dtype=float),
+        "offset": float(lp.offset_),
+        "sense": int(lp.sense_),
+        "start": np.asarray(a.start_, dtype=np.int64),
+        "index": np.asarray(a.index_, dtype=np.int64),
+        "value": np.asarray(a.value_, dtype=float),
+        "integrality": np.asarray([int(v) for v in lp.integrality_], dtype=np.int64),
+    }
+
+
+def _import_path() -> str:
+    """PYTHONPATH for the HiGHS process: where this package is imported from, then the
+    caller's own."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rest = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + rest if rest else "")
+
+
+class _Collect:
+    """A connection that keeps what is sent to it (HiGHS run in this process)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, obj: Any) -> None:
+        self.sent.append(obj)
+
+
+def _in_process(model: dict[str, Any]) -> HighsOutcome:
+    from formulation import highs_child
+
+    conn = _Collect()
+    with stdout_to_stderr():
+        highs_child.solve(conn, model)
+    best: tuple[float, Any] | None = None
+    for msg in conn.sent:
+        if msg[0] == "incumbent":
+            best = (msg[1], msg[2])
+        elif msg[0] == "done":
+            _, status, objective, bound, x = msg
+            final = (objective, x) if x is not None else best
+            return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
+    return HighsOutcome("error", best, None, None)
+
+
+#: one HiGHS process per solver process (a server's solve workers each have theirs)
+PROCESS = HighsProcess()

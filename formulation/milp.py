@@ -31,13 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import highspy
 import numpy as np
 import pyomo.environ as pyo
 
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
-from formulation.highs import stdout_to_stderr
+from formulation.highs import PROCESS, lp_arrays, stdout_to_stderr
 from formulation.interrupt import STOP
 from formulation.lagrange import site_constant_usd
 
@@ -389,124 +388,67 @@ def solve_model(
     start: Schedule | None = None,
     build_s: float = 0.0,
 ) -> MilpResult:
-    """Solve with HiGHS (appsi interface), optionally from a MIP start, within
-    ``time_limit_s`` of wall time from the call: loading the model into HiGHS counts
-    against it (HiGHS's own limit starts only once the model is loaded)."""
-    from pyomo.contrib.appsi.base import TerminationCondition as TC
+    """Solve with HiGHS, optionally from a MIP start, within ``time_limit_s`` of wall
+    time from the call: loading the model into HiGHS counts against it. Pyomo's appsi
+    interface builds HiGHS's model; HiGHS runs in a process of its own
+    (:class:`formulation.highs.HighsProcess`), ended with the best schedule it sent if
+    it runs past the limit (plus a grace) or the run is asked to stop."""
     from pyomo.contrib.appsi.solvers.highs import Highs
 
     t_call = time.perf_counter()
-    opt = Highs()
-    opt.config.mip_gap = mip_gap
-    opt.config.load_solution = False
+    opt = Highs()  # builds HiGHS's model from Pyomo's; HiGHS then runs in its process
     opt.config.stream_solver = False
-    opts = {"mip_abs_gap": 1e-9}
-    if threads:
-        opts["threads"] = threads
-    opt.highs_options = opts
     if start is not None:
         set_start(m, start)
-        opt.config.warmstart = True
     n_bin = sum(1 for v in m.component_data_objects(pyo.Var) if v.is_binary())
     t0 = time.perf_counter()
     with stdout_to_stderr():  # HiGHS's banner and log never reach standard output
         opt.set_instance(m)
-        # the model is loaded and unchanged: skip appsi's scan for changes
-        for flag in (
-            "check_for_new_or_removed_constraints",
-            "check_for_new_or_removed_vars",
-            "check_for_new_or_removed_params",
-            "check_for_new_objective",
-            "update_constraints",
-            "update_vars",
-            "update_params",
-            "update_named_expressions",
-            "update_objective",
-        ):
-            setattr(opt.update_config, flag, False)
-        # what is left, less a share for reading the solution back
-        left = time_limit_s - (time.perf_counter() - t_call)
-        opt.config.time_limit = max(0.95 * left, 0.01)
-        _stop_on_request(opt)
-        res = opt.solve(m)
+    highs = opt._solver_model
+    col_of = opt._pyomo_var_to_solver_var_map
+    variables = [v for v in m.component_data_objects(pyo.Var) if id(v) in col_of]
+    payload = lp_arrays(highs)
+    if start is not None:
+        values = np.zeros(payload["num_col"])
+        for v in variables:
+            if v.value is not None:
+                values[col_of[id(v)]] = v.value
+        payload["start_values"] = values
+    # what is left, less a share for reading the solution back
+    left = time_limit_s - (time.perf_counter() - t_call)
+    options: dict[str, Any] = {
+        "mip_rel_gap": float(mip_gap),
+        "mip_abs_gap": 1e-9,
+        "time_limit": max(0.95 * left, 0.01),
+    }
+    if threads:
+        options["threads"] = int(threads)
+    payload["options"] = options
+    out = PROCESS.solve(payload, max(left, 0.01), STOP.get())
     solve_s = time.perf_counter() - t0
-    tc = res.termination_condition
-    term = str(tc).split(".")[-1]
-    best = res.best_feasible_objective
-    bound = res.best_objective_bound
-    has_sol = best is not None and math.isfinite(best)
-    if tc == TC.infeasible:
+    term = out.status
+    if out.status == "infeasible":
         return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
-    interrupted = _interrupted_with_incumbent(opt)
-    if interrupted is not None:
-        # appsi does not know HiGHS's "interrupted" status and drops the incumbent:
-        # take it from HiGHS (objective and bound shifted by the model's constant)
-        opt.load_vars()
+    has_sol = out.best is not None
+    best = bound = None
+    if out.best is not None:
+        x = out.best[1]
+        for v in variables:
+            v.set_value(float(x[col_of[id(v)]]), skip_validation=True)
         best = float(pyo.value(m.total_cost_usd))
-        bound = interrupted[1] + (best - interrupted[0])
-        has_sol, tc, term = True, TC.interrupted, "interrupted"
-    elif has_sol:
-        res.solution_loader.load_vars()
+        if out.bound is not None and math.isfinite(out.bound):
+            bound = out.bound + (best - out.best[0])
+    if term in ("killed", "stopped", "lost"):
+        found = "with" if has_sol else "without"
+        log.info("HiGHS ended after %.1f s (%s), %s a schedule", solve_s, term, found)
     sched = extract(m) if has_sol else None
     gap = None
-    if has_sol and bound is not None and math.isfinite(bound):
+    if best is not None and bound is not None:
         gap = max(0.0, (best - bound) / max(abs(best), 1e-9))
-    if tc == TC.optimal:
-        status = "optimal"
-    elif tc in (TC.maxTimeLimit, TC.interrupted, TC.maxIterations):
-        status = "time_limit"
-    else:
-        status = "error" if not has_sol else "time_limit"
+    status = "optimal" if term == "optimal" else "time_limit" if has_sol else "error"
     return MilpResult(
         status, sched, best if has_sol else None, bound, gap, build_s, solve_s, n_bin, term
     )
-
-
-#: seconds between two checks of a stop request while HiGHS runs
-STOP_CHECK_S = 0.25
-
-
-def _interrupted_with_incumbent(opt: Any) -> tuple[float, float] | None:
-    """(objective, dual bound) in HiGHS's terms when the MILP was interrupted on a stop
-    request and holds a feasible schedule; None otherwise."""
-    highs = getattr(opt, "_solver_model", None)
-    if highs is None or highs.getModelStatus() != highspy.HighsModelStatus.kInterrupt:
-        return None
-    info = highs.getInfo()
-    if info.primal_solution_status != FEASIBLE_POINT:
-        return None
-    return float(info.objective_function_value), float(info.mip_dual_bound)
-
-
-#: HiGHS's ``primal_solution_status`` of a feasible point
-FEASIBLE_POINT = 2
-
-
-def _stop_on_request(opt: Any) -> None:
-    """Let HiGHS's branch and bound end early (keeping its incumbent) once the run that
-    started it is asked to stop (:mod:`formulation.interrupt`). Pyomo's appsi interface
-    exposes the HiGHS object only as ``_solver_model``; without it the MILP runs to its
-    time limit."""
-    stop = STOP.get()  # read here: HiGHS calls back on its own thread's context
-    highs = getattr(opt, "_solver_model", None)
-    if stop is None or highs is None or not hasattr(highs, "cbMipInterrupt"):
-        return
-    last = [time.perf_counter()]
-
-    def check(event: Any) -> None:
-        now = time.perf_counter()
-        if now - last[0] < STOP_CHECK_S:
-            return
-        last[0] = now
-        try:
-            asked = stop()
-        except Exception:  # noqa: BLE001 - HiGHS would swallow it and end in "error"
-            log.exception("stop check failed; the MILP stops with what it has")
-            asked = True
-        if asked:
-            event.data_in.user_interrupt = True
-
-    highs.cbMipInterrupt.subscribe(check)
 
 
 def solve_compact(
