@@ -153,14 +153,13 @@ class HighsProcess:
             except (EOFError, OSError):  # the process died (memory): what it sent stands
                 self.kill()
                 return HighsOutcome("lost", best, bound, None)
+            # the stop request and the deadline are checked whatever HiGHS sends
             if msg is not None and msg[0] == "incumbent":
                 best = (msg[1], msg[2])
                 self.incumbents += 1
-                continue
-            if msg is not None and msg[0] == "bound":
+            elif msg is not None and msg[0] == "bound":
                 bound = msg[1]
-                continue
-            if msg is not None and msg[0] == "done":
+            elif msg is not None and msg[0] == "done":
                 _, status, objective, bound, x = msg
                 final = (objective, x) if x is not None else best
                 return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
