@@ -146,7 +146,6 @@ class HighsProcess:
         bound: float | None = None
         self.incumbents = 0
         while True:
-            ready = False
             try:
                 ready = self._conn.poll(self.POLL_S)
                 msg = self._conn.recv() if ready else None
@@ -160,9 +159,7 @@ class HighsProcess:
             elif msg is not None and msg[0] == "bound":
                 bound = msg[1]
             elif msg is not None and msg[0] == "done":
-                _, status, objective, bound, x = msg
-                final = (objective, x) if x is not None else best
-                return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
+                return _finished(msg, best)
             asked = False
             if stop is not None:
                 try:
@@ -190,6 +187,13 @@ _STATUS = {
     int(highspy.HighsModelStatus.kSolutionLimit): "time_limit",
     int(highspy.HighsModelStatus.kIterationLimit): "time_limit",
 }
+
+
+def _finished(msg: tuple[Any, ...], best: tuple[float, Any] | None) -> HighsOutcome:
+    """The outcome of HiGHS's final message (its solution, else the last one it sent)."""
+    _, status, objective, bound, x = msg
+    final = (objective, x) if x is not None else best
+    return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
 
 
 def lp_arrays(h: highspy.Highs) -> dict[str, Any]:
@@ -243,9 +247,7 @@ def _in_process(model: dict[str, Any]) -> HighsOutcome:
         if msg[0] == "incumbent":
             best = (msg[1], msg[2])
         elif msg[0] == "done":
-            _, status, objective, bound, x = msg
-            final = (objective, x) if x is not None else best
-            return HighsOutcome(_STATUS.get(status, "error"), final, bound, status)
+            return _finished(msg, best)
     return HighsOutcome("error", best, None, None)
 
 

@@ -397,16 +397,15 @@ def solve_model(
 
     t_call = time.perf_counter()
     opt = Highs()  # builds HiGHS's model from Pyomo's; HiGHS then runs in its process
-    opt.config.stream_solver = False
     if start is not None:
         set_start(m, start)
-    n_bin = sum(1 for v in m.component_data_objects(pyo.Var) if v.is_binary())
     t0 = time.perf_counter()
     with stdout_to_stderr():  # HiGHS's banner and log never reach standard output
         opt.set_instance(m)
     highs = opt._solver_model
     col_of = opt._pyomo_var_to_solver_var_map
     variables = [v for v in m.component_data_objects(pyo.Var) if id(v) in col_of]
+    n_bin = sum(1 for v in variables if v.is_binary())
     payload = lp_arrays(highs)
     if start is not None:
         values = np.zeros(payload["num_col"])
@@ -430,7 +429,8 @@ def solve_model(
     if out.status == "infeasible":
         return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
     has_sol = out.best is not None
-    best = bound = None
+    best: float | None = None
+    bound: float | None = None
     if out.best is not None:
         x = out.best[1]
         for v in variables:
@@ -446,9 +446,7 @@ def solve_model(
     if best is not None and bound is not None:
         gap = max(0.0, (best - bound) / max(abs(best), 1e-9))
     status = "optimal" if term == "optimal" else "time_limit" if has_sol else "error"
-    return MilpResult(
-        status, sched, best if has_sol else None, bound, gap, build_s, solve_s, n_bin, term
-    )
+    return MilpResult(status, sched, best, bound, gap, build_s, solve_s, n_bin, term)
 
 
 def solve_compact(

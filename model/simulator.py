@@ -105,7 +105,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from model.capacity import Coefficients, DeploymentSpec
-from model.catalog import DISPATCH_MODES
+from model.catalog import DISPATCH_MODES, ModelArch
 from model.errors import DoesNotFitError, InputError
 from model.workload import Workload, load_trace, parse_workload, workload_kind
 
@@ -124,6 +124,17 @@ _ARRIVAL, _PREFILL_DONE, _STEP_END, _MARK = 0, 1, 2, 3
 
 # --------------------------------------------------------------------------------------
 # Inputs
+
+
+def not_simulated(model: ModelArch) -> str | None:
+    """Why the simulator cannot describe ``model``, or None when it can."""
+    if model.sliding_layers:
+        return (
+            f"{model.name} has sliding-window attention layers, which the simulator does "
+            "not model (it keeps every token of every layer in the KV pool); the analytic "
+            "model describes them (docs/sliding_window.md)"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -164,13 +175,9 @@ class SimTiming:
     @classmethod
     def of(cls, spec: DeploymentSpec) -> SimTiming:
         """The timing of a deployment (its workload only serves the fit check)."""
-        if spec.model.sliding_layers:
-            raise InputError(
-                "model",
-                f"{spec.model.name} has sliding-window attention layers, which the simulator "
-                "does not model (it keeps every token of every layer in the KV pool); the "
-                "analytic model describes them (docs/sliding_window.md)",
-            )
+        reason = not_simulated(spec.model)
+        if reason is not None:
+            raise InputError("model", reason)
         c = Coefficients.of(spec)
         tp = spec.serving.tensor_parallel
         return cls(

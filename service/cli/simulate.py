@@ -33,6 +33,7 @@ from model.simulator import (
     SimTiming,
     capacity_search_report,
     default_requests,
+    not_simulated,
     resolve_samples,
     simulate_report,
     simulated_slo,
@@ -265,9 +266,9 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         raise InputError("slo_requests", "must be >= 1")
     if getattr(args, "slo_method", "analytic") == "analytic":
         simulated: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-        # the simulator does not describe sliding-window attention: the analytic figures
-        # decide every configuration of such a model (the report's rule says so)
-        if not spec.model.sliding_layers:
+        # a model the simulator does not describe (sliding-window attention): the
+        # analytic figures decide every configuration (the report's rule says so)
+        if not_simulated(spec.model) is None:
             timing = SimTiming.of(spec)
 
             def simulated(cfg: dict[str, Any]) -> dict[str, Any]:
