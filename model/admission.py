@@ -22,8 +22,13 @@ that loop. Three changes to SPEC 2.5, each derived in docs/admission.md:
    1982) in closed form, inverted for ``n`` (:func:`population_for_throughput`).
 2. **General service and arrivals.** As Kingman does for the open queue, the
    exponential-service wait is scaled by ``(c_a^2 + c_s^2)/2``: ``c_s^2`` of ``t_P``, and
-   ``c_a^2 = 1/a`` (each pool sends every ``a``-th admission to a given server), 1 for
-   random dispatch. With an unbounded population this is SPEC 2.5's Kingman wait.
+   ``c_a^2`` the loop's own (:func:`arrival_scv`): at capacity a pool's admissions are
+   its completions, its prefill departures displaced by the decode residences, which
+   keep the share :func:`order_kept` of their variability. Outputs that vary reorder
+   them completely and ``c_a^2 = 1/a`` (each pool sends every ``a``-th admission to a
+   given server); deterministic lengths keep a deterministic cycle without waiting. 1
+   for random dispatch. With an unbounded population and varied outputs this is SPEC
+   2.5's Kingman wait.
 3. **Fragmentation.** FIFO admission needs the head's whole ``S = l_in + R``: after the
    admissions a completion allows, the uncommitted rest is the age of the renewal
    process of admitted sizes, ``E[S^2]/(2 E[S])`` on average; between completions the
@@ -71,6 +76,9 @@ class LoopTerms:
     usable_tokens: float  # C_tok - U
     fragment_tokens: float  # FIFO admission's uncommitted pool (section 4)
     random_dispatch: bool
+    # squared coefficient of variation of l_out - 1 (of the decode residence): how far
+    # the decode stage reorders the stream that returns to prefill (section 3)
+    out_scv: float = math.inf
 
     @property
     def active_tokens(self) -> float:
@@ -167,6 +175,47 @@ def population_for_throughput(
     return n
 
 
+def order_kept(batch: FloatArray, out_scv: float) -> FloatArray:
+    """``phi = exp(-4 pi^2 B^2 c_out^2)``: the share of the admission stream's
+    structure that survives the decode stage (docs/admission.md, section 3).
+
+    A request's decode residence is ``R = (l_out - 1) t_D(B)``, and a pool admits at
+    ``lambda_D = B / (E[l_out - 1] t_D(B))``. Displacing the points of a stream by
+    independent delays ``R`` multiplies its spectrum at frequency ``w`` by
+    ``|chi_R(w)|^2`` and fills the rest with a Poisson stream's; at the admissions'
+    own frequency ``w = 2 pi lambda_D``, with ``R`` taken as normal,
+    ``|chi_R|^2 = exp(-w^2 Var R) = exp(-4 pi^2 B^2 Var(l_out) / E[l_out - 1]^2)``.
+    1 for deterministic outputs, 0 once the spread of ``R`` exceeds the gap between
+    admissions."""
+    if math.isinf(out_scv):
+        return np.zeros_like(batch)
+    return np.exp(-4.0 * math.pi**2 * out_scv * batch * batch)
+
+
+def arrival_scv(
+    rho: FloatArray, phi: FloatArray, scv: float, a: FloatArray, b: FloatArray
+) -> FloatArray:
+    """Squared coefficient of variation ``c_a^2`` of the admissions reaching one prefill
+    server of a round-robin component at capacity (docs/admission.md, section 3).
+
+    At capacity each completion admits the next request, so a pool's admissions are its
+    completions: its stream of prefill departures, displaced by the decode stage, which
+    keeps the share ``phi`` of its variability and makes the rest Poisson's. A server's
+    departures have ``c_d^2 = rho^2 c_s^2 + (1 - rho^2) c_a^2`` (Whitt's linking
+    equation); each of its ``b`` pools takes every ``b``-th of them and merges ``a`` such
+    streams; each pool sends every ``a``-th admission to a server, which merges ``b``
+    such streams. The loop's fixed point is
+
+        c_a^2 = (phi rho^2 c_s^2 + (1 - phi) b) / (a b - phi (1 - rho^2)),
+
+    ``1/a`` when the decode stage reorders completely (``phi = 0``), ``c_s^2`` for one
+    server and one pool that keep the order, 0 for deterministic prefill times too."""
+    num = phi * rho * rho * scv + (1.0 - phi) * b
+    den = a * b - phi * (1.0 - rho * rho)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0.0, num / den, scv)
+
+
 def prefill_wait_s(
     t: LoopTerms, batch: FloatArray, a: FloatArray, b: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
@@ -175,7 +224,11 @@ def prefill_wait_s(
     lam = batch / z
     x = b * lam
     n = population_for_throughput(x, z, t.t_prefill_mean_s, a)
-    ca2 = np.ones_like(a) if t.random_dispatch else 1.0 / a
+    if t.random_dispatch:
+        ca2 = np.ones_like(a)
+    else:
+        rho = x * t.t_prefill_mean_s / a
+        ca2 = arrival_scv(rho, order_kept(batch, t.out_scv), t.t_prefill_scv, a, b)
     kappa = (ca2 + t.t_prefill_scv) / 2.0
     with np.errstate(invalid="ignore", divide="ignore"):
         w_exp = np.maximum(n / x - z - t.t_prefill_mean_s, 0.0)

@@ -301,6 +301,9 @@ class Coefficients:
     g_context_s_per_token: float = 0.0
     # admission variant: uncommitted pool under FIFO admission (0 for paper)
     fragment_tokens: float = 0.0
+    # squared coefficient of variation of l_out - 1 (admission variant: how far the
+    # decode stage reorders requests; inf: completely, docs/admission.md section 3)
+    out_scv: float = math.inf
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -341,6 +344,7 @@ class Coefficients:
             usable_tokens=self.kv_usable_tokens,
             fragment_tokens=self.fragment_tokens,
             random_dispatch=self.random_dispatch,
+            out_scv=self.out_scv,
         )
 
     @classmethod
@@ -427,6 +431,7 @@ class Coefficients:
             gpus_per_instance=tp,
             variant=variant,
             fragment_tokens=fragment,
+            out_scv=w.var_out / (iters * iters) if iters > 0 else math.inf,
             g_context_s_per_token=g_context,
         )
 

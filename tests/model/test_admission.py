@@ -23,6 +23,7 @@ from model.admission import fragmentation_tokens, population_for_throughput
 from model.capacity import DEFAULT_VARIANT, ROOT_RTOL, Coefficients, DeploymentSpec, evaluate
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
+from model.workload import Workload
 
 RESERVED = 512  # R, the ServingStack default (model/catalog.py, SPEC 2.1)
 WORKLOADS = ("fixed:1024:256", "fixed:8192:256", "azure-conv-2023", "azure-code-2023", "mooncake")
@@ -147,6 +148,83 @@ def test_prefill_wait_unbounded_population_is_kingman(rho, random_dispatch):
     assert wait[0] == pytest.approx(kingman, rel=1e-4)
 
 
+# ---- 2b: the admissions' variability around the closed loop ------------------------------
+
+
+def test_order_kept_is_the_displacement_attenuation_of_normal_residences():
+    """``phi`` is ``|E exp(i w R)|^2`` at the admissions' frequency ``w = 2 pi lambda_D``
+    for a normal decode residence ``R = (l_out - 1) t_D`` (docs/admission.md, section 3).
+    Reference: the empirical characteristic function of 400,000 normal residences with
+    ``lambda_D = B / (E[l_out - 1] t_D)``; its sampling error is about 2e-3."""
+    iters, t_d, out_scv, batch = 255.0, 0.03, 4e-4, 10.0
+    lam = batch / (iters * t_d)
+    rng = np.random.default_rng(7)
+    r = rng.normal(iters * t_d, math.sqrt(out_scv) * iters * t_d, 400_000)
+    reference = abs(np.mean(np.exp(2j * math.pi * lam * r))) ** 2
+    got = float(admission.order_kept(np.array([batch]), out_scv)[0])
+    assert 0.1 < got < 0.3  # the case is neither limit
+    assert got == pytest.approx(reference, abs=6e-3)
+    # deterministic outputs keep the order at every batch; infinite spread keeps none
+    assert np.all(admission.order_kept(np.array([0.5, 8.0, 300.0]), 0.0) == 1.0)
+    assert np.all(admission.order_kept(np.array([0.5, 8.0]), math.inf) == 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rho=st.floats(0.01, 0.99),
+    phi=st.floats(0.0, 1.0),
+    scv=st.floats(0.0, 10.0),
+    a=st.integers(1, 8),
+    b=st.integers(1, 8),
+)
+def test_arrival_scv_is_the_fixed_point_of_the_loop(rho, phi, scv, a, b):
+    """The loop of docs/admission.md, section 3, written out link by link: a server's
+    departures ``c_d^2 = rho^2 c_s^2 + (1 - rho^2) c_a^2`` (Whitt's linking equation),
+    every ``b``-th of them for a pool, merged over ``a`` servers (``c_d^2 / b``), kept
+    through decode with weight ``phi`` (``v = phi c_d^2 / b + 1 - phi``), every
+    ``a``-th admission for a server, merged over ``b`` pools (``c_a^2 = v / a``)."""
+    ca2 = float(admission.arrival_scv(np.array(rho), np.array(phi), scv, np.array(a), np.array(b)))
+    cd2 = rho * rho * scv + (1.0 - rho * rho) * ca2
+    v = phi * cd2 / b + 1.0 - phi
+    assert ca2 >= 0.0
+    assert ca2 == pytest.approx(v / a, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.6, 0.95])
+def test_arrival_scv_limits(rho):
+    """Complete reordering gives round robin's Erlang-``a`` gaps, ``1/a`` (the wait of
+    docs/admission.md before section 3 took the loop into account); one server and one
+    pool that keep the order see their own departures, ``c_s^2``; deterministic prefill
+    times in a loop that keeps the order give regular arrivals, 0."""
+    a = np.array([1.0, 2.0, 5.0])
+    b = np.array([1.0, 3.0, 2.0])
+    r = np.full(3, rho)
+    assert np.allclose(admission.arrival_scv(r, np.zeros(3), 4.0, a, b), 1.0 / a, rtol=1e-12)
+    one = admission.arrival_scv(np.array([rho]), np.ones(1), 2.5, np.ones(1), np.ones(1))
+    assert one[0] == pytest.approx(2.5, rel=1e-12)
+    assert np.all(admission.arrival_scv(r, np.ones(3), 0.0, a, b) == 0.0)
+
+
+def test_fixed_lengths_round_robin_closed_form():
+    """Fixed lengths under round robin: outputs are deterministic (``phi = 1``) and so
+    are prefill times (``c_s^2 = 0``), so nobody waits for prefill, and the balance is
+    the quadratic without waiting (``admission.no_wait_batch``): capacity
+    ``min(n_P mu_P, n_D lambda_D(B0))`` with ``B0`` that root, clipped at the packable
+    pool's batch, for every configuration."""
+    spec = make_spec("fixed:4096:256")
+    c = Coefficients.of(spec)
+    b0 = min(admission.no_wait_batch(c.loop_terms()), c.batch_max)
+    res = evaluate(spec, GRID_P, GRID_D)
+    expected = np.minimum(GRID_P * c.mu_prefill_rps, GRID_D * c.decode_rate_rps(b0))
+    assert np.allclose(res.capacity_rps, expected, rtol=1e-8)
+    # both sides of the minimum occur on the grid
+    assert np.any(GRID_P * c.mu_prefill_rps < GRID_D * c.decode_rate_rps(b0))
+    assert np.any(GRID_P * c.mu_prefill_rps > GRID_D * c.decode_rate_rps(b0))
+    # random dispatch scatters the admissions: they wait, and capacity is lower
+    rnd = evaluate(make_spec("fixed:4096:256", dispatch="random"), GRID_P, GRID_D)
+    assert np.all(rnd.capacity_rps < res.capacity_rps)
+
+
 # ---- 3: fragmentation --------------------------------------------------------------------
 
 
@@ -195,8 +273,21 @@ def test_batch_is_root_of_admission_balance(workload, dispatch):
     spec = make_spec(workload, dispatch=dispatch)
     c = Coefficients.of(spec)
     terms = c.loop_terms()
-    batch = evaluate(spec, GRID_P, GRID_D).batch
+    res = evaluate(spec, GRID_P, GRID_D)
     _, a, b = admission.components(GRID_P, GRID_D, terms.random_dispatch)
+    # where the admissions keep their order and prefill times are deterministic (fixed
+    # lengths, round robin) nobody waits for prefill (docs/admission.md, section 3): the
+    # pool may then still have room when the prefill servers saturate, and the batch is
+    # the one that saturates them
+    end = np.asarray(c.batch_rho(GRID_P.astype(float), GRID_D.astype(float)))
+    saturated = res.batch >= end * (1 - 1e-9)
+    assert np.all(admission.balance(terms, res.batch[saturated], a[saturated], b[saturated]) <= 0)
+    assert np.allclose(res.capacity_rps[saturated], GRID_P[saturated] * c.mu_prefill_rps, rtol=1e-9)
+    if dispatch == "random" or "fixed" not in workload:
+        assert not saturated.any()
+    else:
+        assert saturated.any()
+    batch, a, b = res.batch[~saturated], a[~saturated], b[~saturated]
     f = admission.balance(terms, batch, a, b)
     f_lo = admission.balance(terms, batch * (1 - 1e-6), a, b)
     f_hi = admission.balance(terms, batch * (1 + 1e-6), a, b)
@@ -463,6 +554,33 @@ def test_balance_increases_for_long_prompts_and_short_outputs(model, gpu, tp, wo
         xs = np.linspace(hi * 1e-6, hi * (1 - 1e-9), 20_001)
         f = admission.balance(t, xs, np.full_like(xs, a[0]), np.full_like(xs, b[0]))
         assert np.all(np.diff(f) > 0), (n_p, n_d)
+
+
+@pytest.mark.parametrize("out_spread", [1, 3, 10])
+def test_balance_increases_when_outputs_vary_a_little(out_spread):
+    """Outputs that vary a little keep part of the admissions' order through decode
+    (``phi`` between 0 and 1 over the bracket) while prompts vary a lot (``c_s^2`` far
+    from ``1/a``): ``c_a^2`` then moves with ``B`` through ``phi`` and ``rho`` in
+    opposite directions. The balance must still increase, so the root stays unique."""
+    l_in = [200, 500, 1500, 6000, 12000]
+    l_out = [256 - out_spread, 256 + out_spread]
+    w = Workload.from_samples(
+        [x for x in l_in for _ in l_out], [y for _ in l_in for y in l_out], name="mixed"
+    )
+    spec = dataclasses.replace(make_spec("fixed:1024:256"), workload=w)
+    c = Coefficients.of(spec)
+    t = c.loop_terms()
+    assert c.t_prefill_scv > 1.0
+    phis = []
+    for n_p, n_d in [(1, 1), (1, 2), (2, 1), (3, 2), (5, 1), (2, 5)]:
+        _, a, b = admission.components([n_p], [n_d], False)
+        hi = min(c.batch_max, float(c.batch_rho(n_p, n_d)[()]), admission.no_wait_batch(t))
+        xs = np.linspace(hi * 1e-6, hi * (1 - 1e-9), 20_001)
+        f = admission.balance(t, xs, np.full_like(xs, a[0]), np.full_like(xs, b[0]))
+        assert np.all(np.diff(f) > 0), (n_p, n_d)
+        phis.append(admission.order_kept(xs, t.out_scv))
+    phi = np.concatenate(phis)
+    assert phi.max() - phi.min() > 0.5  # phi really moves over the bracket
 
 
 def test_capacity_grows_with_the_pool_through_small_populations():
