@@ -10,11 +10,7 @@ root node's separation rounds, and only a process boundary makes the limit hard.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -22,15 +18,12 @@ from typing import Any
 import highspy
 import numpy as np
 
-_PR_SET_PDEATHSIG = 1
+from formulation.lifetime import kill_on_parent_death
 
 
 def serve(conn: Any, parent_pid: int) -> None:
     """Solve the models ``conn`` sends until it sends None or closes."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    kill_on_parent_death()
     if os.getppid() != parent_pid:
         return
     while True:

@@ -13,12 +13,9 @@ a fraction of a second; each answers with the best schedule it has.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
+from formulation.lifetime import kill_on_parent_death
 
 
 class PoolFull(Exception):
@@ -54,9 +51,7 @@ def _die_with_parent(server_pid: int) -> None:
     check after it one that died while this worker was still starting (the task it was
     given would otherwise run orphaned). Elsewhere a watchdog thread notices the
     re-parenting within half a second."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if kill_on_parent_death():
         if os.getppid() != server_pid:
             os.kill(os.getpid(), signal.SIGKILL)
         return
