@@ -5,14 +5,14 @@ simulation. Derivation and validation against :mod:`model.simulator`:
 
 One configuration ``(n_P, n_D)`` at an arrival rate ``lambda`` below its capacity:
 
-* **Prefill queue** (per instance, FCFS, utilisation ``rho = lambda E[t_P] / n_P``):
-  mean wait by Kingman, ``E[W] = rho/(1-rho) (c_a^2 + c_s^2)/2 E[t_P]`` (SPEC 2.5's
-  formula, ``c_a^2 = 1/n_P`` for round robin, 1 for random dispatch); its tail
-  ``P(W > x) = C exp(-eta x)`` with ``eta`` the Cramer-Lundberg exponent of the
-  GI/G/1 queue (Erlang-``n_P`` gaps, the workload's own prefill times) and ``C`` set so
-  that the mean is Kingman's, at most ``rho``.
-* **TTFT** ``= W + t_P(l_in)``: FCFS makes ``W`` independent of the request's own
-  prompt, so its distribution is the mixture over the workload's requests.
+* **Prefill queue** (per instance, FCFS, utilisation ``rho = lambda E[t_P] / n_P``): a
+  GI/G/1 queue with Erlang-``n_P`` gaps (round robin; Poisson for random dispatch) and
+  the workload's own prefill times; its wait's law is the fixed point of Lindley's
+  recursion ``W' = max(0, W + S - A)`` on a grid (:func:`prefill_wait_distribution`).
+* **TTFT** ``= J_a + W + t_P(l_in)``: ``J_a``, the wait for the decode instance's next
+  iteration boundary, where admission happens (uniform over an iteration while the
+  instance is busy); FCFS makes ``W`` independent of the request's own prompt, so the
+  distribution is the mixture over the workload's requests.
 * **Decode** (per instance, ``lambda_D = lambda / n_D``): a request sees itself and the
   others present, ``1 + N``; by Little's law the time-average ``B = E[N]`` solves
   ``B = lambda_D E[l_out - 1] (alpha + g (B + 1))`` (SPEC 2.3's ``t_D``).
@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 from scipy.special import logsumexp, ndtr
+from scipy.stats import gamma as gamma_dist
 
 from model.capacity import Coefficients
 from model.errors import InputError
@@ -49,6 +50,11 @@ FloatArray = NDArray[np.float64]
 JOIN_POINTS = 16
 #: points per residence for the variance of the time-averaged batch
 RESIDENCE_POINTS = 64
+#: grid points of the prefill wait (Lindley's recursion), its convergence test (largest
+#: change of the distribution function over ten iterations) and its iteration cap
+WAIT_POINTS = 4096
+WAIT_TOL = 1e-12
+WAIT_MAX_ITERATIONS = 200_000
 
 
 @dataclass(frozen=True)
@@ -115,17 +121,21 @@ def _quantile(tail: Any, q: float, hi: float) -> float:
     return x
 
 
-def lundberg_exponent(service_s: FloatArray, rate_rps: float, phases: int) -> float:
+def lundberg_exponent(
+    service_s: FloatArray, rate_rps: float, phases: int, weights: FloatArray | None = None
+) -> float:
     """The decay rate ``eta > 0`` of a GI/G/1 wait: the root of
     ``E[exp(eta S)] E[exp(-eta A)] = 1`` with ``S`` the service times (the samples
-    given, equally likely) and ``A`` Erlang-``phases`` gaps of mean ``1/rate_rps``."""
+    given, equally likely unless ``weights`` are given) and ``A`` Erlang-``phases``
+    gaps of mean ``1/rate_rps``."""
     k = float(phases)
+    w = np.full(service_s.size, 1.0 / service_s.size) if weights is None else weights
 
     def f(eta: float) -> float:
-        mgf = float(logsumexp(eta * service_s)) - math.log(service_s.size)
+        mgf = float(logsumexp(eta * service_s, b=w))
         return mgf + k * math.log(k * rate_rps / (k * rate_rps + eta))
 
-    mean = float(service_s.mean())
+    mean = float(np.sum(w * service_s))
     if rate_rps * mean >= 1.0:
         raise InputError("rate_rps", "the prefill queue is unstable at this rate")
     hi = 1.0 / mean
@@ -136,6 +146,95 @@ def lundberg_exponent(service_s: FloatArray, rate_rps: float, phases: int) -> fl
     while f(lo) >= 0.0:
         lo *= 0.5
     return float(brentq(f, lo, hi, xtol=1e-14 * hi, rtol=1e-12))
+
+
+@dataclass(frozen=True)
+class WaitDistribution:
+    """The stationary wait before service of a GI/G/1 queue, on a grid of step ``step_s``:
+    ``cdf[j] = P(W <= j step_s)``; ``iterations`` of Lindley's recursion it took."""
+
+    step_s: float
+    cdf: FloatArray
+    iterations: int
+
+    @property
+    def mean_s(self) -> float:
+        pmf = np.diff(self.cdf, prepend=0.0)
+        return float(np.sum(pmf * np.arange(self.cdf.size)) * self.step_s)
+
+    def tail(self, x: FloatArray) -> FloatArray:
+        """``P(W > x)`` (1 for ``x < 0``), linear between grid points."""
+        grid = np.arange(self.cdf.size) * self.step_s
+        inside = np.interp(x, grid, self.cdf, right=1.0)
+        return np.where(x < 0.0, 1.0, 1.0 - inside)
+
+
+def prefill_wait_distribution(
+    service_s: FloatArray,
+    weights: FloatArray,
+    rate_rps: float,
+    phases: int,
+    points: int = WAIT_POINTS,
+) -> WaitDistribution:
+    """The wait of a FCFS server with Erlang-``phases`` gaps of mean ``1/rate_rps`` and
+    service times ``service_s`` (probabilities ``weights``), from Lindley's recursion
+    ``W' = max(0, W + S - A)`` iterated to its fixed point on a grid
+    (``docs/latency.md``, section 1).
+
+    Exact up to the grid: ``S`` and ``A`` are put on the grid by splitting each value's
+    probability between its two neighbouring points in proportion to its position, which
+    keeps ``E[S]``, ``E[A]`` and so the utilisation exact. The grid reaches where
+    ``rho exp(-eta x)`` (Cramer-Lundberg) is 1e-9."""
+    e_s = float(np.sum(weights * service_s))
+    rho = rate_rps * e_s
+    if not rho < 1.0:
+        raise InputError("rate_rps", "the prefill queue is unstable at this rate")
+    k = float(phases)
+    scale = 1.0 / (k * rate_rps)
+    eta = lundberg_exponent(service_s, rate_rps, phases, weights)
+    extent = max(math.log(max(rho, 1e-300) * 1e9) / eta, 0.0) + float(service_s.max())
+    # a gap beyond extent + max S empties the queue whatever W and S are: the Erlang's
+    # mass beyond that point acts as if it were at it
+    a_max = min(float(gamma_dist.ppf(1.0 - 1e-12, k, scale=scale)), extent + service_s.max())
+    step = max(extent, a_max) / points
+    n = int(math.ceil(extent / step))
+    pos = service_s / step
+    low = np.floor(pos).astype(np.int64)
+    frac = pos - low
+    width = int(low.max()) + 2
+    p_s = np.bincount(low, weights=weights * (1.0 - frac), minlength=width)
+    p_s += np.bincount(low + 1, weights=weights * frac, minlength=width)
+    n_a = int(math.ceil(a_max / step)) + 1
+    x = np.arange(n_a + 1) * step
+    mass = np.diff(gamma_dist.cdf(x, k, scale=scale))
+    # E[A 1{x_j < A <= x_j+1}], from the Erlang's size-biased law (shape k + 1)
+    part = np.diff(k * scale * gamma_dist.cdf(x, k + 1.0, scale=scale))
+    up = np.clip((part - x[:-1] * mass) / step, 0.0, mass)
+    p_a = np.zeros(n_a + 1)
+    p_a[:-1] += mass - up
+    p_a[1:] += up
+    p_a[-1] += max(1.0 - float(p_a.sum()), 0.0)  # the rest of the gaps (see above)
+    p_u = np.convolve(p_s, p_a[::-1])  # index i: S - A = (i - n_a) step
+    size = n + p_u.size
+    fft_n = 1 << int(math.ceil(math.log2(size)))
+    u_hat = np.fft.rfft(p_u, fft_n)
+    pmf = np.zeros(n + 1)
+    pmf[0] = 1.0
+    cdf = np.cumsum(pmf)
+    it = 0
+    for it in range(1, WAIT_MAX_ITERATIONS + 1):
+        g = np.maximum(np.fft.irfft(np.fft.rfft(pmf, fft_n) * u_hat, fft_n)[:size], 0.0)
+        pmf = g[n_a : n_a + n + 1].copy()
+        pmf[0] = g[: n_a + 1].sum()  # W + S - A <= 0: no wait
+        pmf[n] += g[n_a + n + 1 :].sum()  # beyond the grid (probability < 1e-9)
+        pmf /= pmf.sum()
+        if it % 10 == 0:
+            new = np.cumsum(pmf)
+            done = float(np.max(np.abs(new - cdf))) < WAIT_TOL
+            cdf = new
+            if done:
+                break
+    return WaitDistribution(step, np.minimum(np.cumsum(pmf), 1.0), it)
 
 
 def _stationary_excess(residence: FloatArray, weight: FloatArray) -> Any:
@@ -185,41 +284,55 @@ def latency_at(
     li, lo = _lengths(l_in, l_out)
     inf = math.inf
 
-    # prefill
-    t_p = c.a_p_s_per_token * li + c.b_p_s_per_token2 * li * li
-    e_t = float(t_p.mean())
-    scv_s = float(t_p.var()) / (e_t * e_t)
-    lam_p = rate_rps / n_p
-    rho = lam_p * e_t
-    phases = 1 if c.random_dispatch else int(n_p)
-    if rho >= 1.0:
-        wait, ttft_mean, ttft_q = inf, inf, inf
-    else:
-        wait = rho / (1.0 - rho) * (1.0 / phases + scv_s) / 2.0 * e_t
-        eta = lundberg_exponent(t_p, lam_p, phases)
-        atom = min(rho, eta * wait)
-
-        def ttft_tail(x: float) -> float:
-            r = x - t_p
-            return float(np.mean(np.where(r < 0.0, 1.0, atom * np.exp(-eta * np.maximum(r, 0.0)))))
-
-        ttft_mean = wait + e_t
-        ttft_q = _quantile(ttft_tail, quantile, float(t_p.max()) + 1.0 / eta)
-
-    # decode
+    # decode: the batch an instance carries at this rate (needed by TTFT as well)
     n_it = lo - 1.0
     multi = n_it > 0
-    if not multi.any():  # every request ends at prefill
-        return Latency(rate_rps, quantile, rho, wait, 0.0, ttft_mean, ttft_q, math.nan, math.nan)
     e_n = float(n_it.mean())
     lam_d = rate_rps / n_d
     alpha, g = c.alpha_s, c.g_s_per_request
-    load = lam_d * e_n * g
+    if multi.any():
+        load = lam_d * e_n * g
+        batch = lam_d * e_n * (alpha + g) / (1.0 - load) if load < 1.0 else inf
+    else:  # every request ends at prefill: the decode instances never iterate
+        load, batch = 0.0, 0.0
+    busy = 1.0 - math.exp(-batch)  # an idle instance starts a joining request at once
+
+    # prefill
+    t_p = c.a_p_s_per_token * li + c.b_p_s_per_token2 * li * li
+    e_t = float(t_p.mean())
+    lam_p = rate_rps / n_p
+    rho = lam_p * e_t
+    phases = 1 if c.random_dispatch else int(n_p)
+    # admission waits for the decode scheduler's next iteration boundary (SPEC 2.1): a
+    # request arriving while its instance is busy waits out the running iteration,
+    # uniform over it (mean length alpha + g B, the others' batch)
+    running = (alpha + g * batch if math.isfinite(batch) else inf) if multi.any() else 0.0
+    if rho >= 1.0 or not math.isfinite(running):
+        wait, ttft_mean, ttft_q = inf, inf, inf
+    else:
+        t_u, t_count = np.unique(t_p, return_counts=True)
+        t_w = t_count / t_count.sum()
+        dist = prefill_wait_distribution(t_u, t_w, lam_p, phases)
+        wait = dist.mean_s
+        edge = running * (np.arange(JOIN_POINTS) + 0.5) / JOIN_POINTS
+        # the boundary wait: none when idle (probability 1 - busy), else uniform
+        delay = np.concatenate([[0.0], edge])
+        d_w = np.concatenate([[1.0 - busy], np.full(JOIN_POINTS, busy / JOIN_POINTS)])
+        ahead = (t_u[None, :] + delay[:, None]).ravel()
+        a_w = (d_w[:, None] * t_w[None, :]).ravel()
+
+        def ttft_tail(x: float) -> float:
+            return float(np.sum(a_w * dist.tail(x - ahead)))
+
+        ttft_mean = wait + e_t + busy * running / 2.0
+        top = float(t_p.max()) + running + dist.step_s * (dist.cdf.size - 1)
+        ttft_q = _quantile(ttft_tail, quantile, top)
+
+    if not multi.any():  # every request ends at prefill
+        return Latency(rate_rps, quantile, rho, wait, 0.0, ttft_mean, ttft_q, math.nan, math.nan)
     if load >= 1.0:
         return Latency(rate_rps, quantile, rho, wait, inf, ttft_mean, ttft_q, inf, inf, 1.0)
-    batch = lam_d * e_n * (alpha + g) / (1.0 - load)
     tau = alpha + g * (batch + 1.0)  # the mean iteration a request takes part in
-    busy = 1.0 - math.exp(-batch)  # an idle instance starts a joining request at once
     # a request's own context (l_in + l_out/2 over its iterations, SPEC 2.4) against the
     # mean of the others' (ctx): its own share of each iteration it takes part in
     own = c.g_context_s_per_token * (li + lo / 2.0 - c.ctx_tokens)
