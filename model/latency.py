@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import solve, toeplitz
 from scipy.optimize import brentq
 from scipy.special import logsumexp, ndtr
 from scipy.stats import gamma as gamma_dist
@@ -45,16 +46,19 @@ from model.capacity import Coefficients
 from model.errors import InputError
 
 FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
 
 #: quadrature points for the join wait ``J`` (uniform over one iteration)
 JOIN_POINTS = 16
 #: points per residence for the variance of the time-averaged batch
 RESIDENCE_POINTS = 64
 #: grid points of the prefill wait (Lindley's recursion), its convergence test (largest
-#: change of the distribution function over ten iterations) and its iteration cap
-WAIT_POINTS = 4096
+#: change of the distribution function over ten iterations) and the iterations tried
+WAIT_POINTS = 2048
 WAIT_TOL = 1e-12
-WAIT_MAX_ITERATIONS = 200_000
+WAIT_ITERATIONS = 2000  # then the balance equations are solved directly
+#: the grid's largest share of the variance of S - A (prefill_wait_distribution)
+WAIT_GRID_VARIANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -150,20 +154,42 @@ def lundberg_exponent(
 
 @dataclass(frozen=True)
 class WaitDistribution:
-    """The stationary wait before service of a GI/G/1 queue, on a grid of step ``step_s``:
-    ``cdf[j] = P(W <= j step_s)``; ``iterations`` of Lindley's recursion it took."""
+    """The stationary wait before service of a GI/G/1 queue.
+
+    On a grid of step ``step_s``, ``cdf[j] = P(W <= j step_s)`` (``iterations`` of
+    Lindley's recursion it took, then the balance equations if it had not converged).
+    Where the grid would be too coarse for the queue (near saturation), the
+    heavy-traffic law instead (``cdf`` empty): an atom at 0 and the tail
+    ``atom exp(-eta x)``, whose mean is Kingman's ``kingman_s``."""
 
     step_s: float
     cdf: FloatArray
     iterations: int
+    eta: float = math.nan
+    kingman_s: float = math.nan
+    rho: float = math.nan
+
+    @property
+    def exact(self) -> bool:
+        return self.cdf.size > 0
 
     @property
     def mean_s(self) -> float:
+        if not self.exact:
+            return self.kingman_s
         pmf = np.diff(self.cdf, prepend=0.0)
         return float(np.sum(pmf * np.arange(self.cdf.size)) * self.step_s)
 
+    @property
+    def reach_s(self) -> float:
+        """Beyond this the tail is negligible (below 1e-9 on the grid)."""
+        return self.step_s * (self.cdf.size - 1) if self.exact else 25.0 / self.eta
+
     def tail(self, x: FloatArray) -> FloatArray:
         """``P(W > x)`` (1 for ``x < 0``), linear between grid points."""
+        if not self.exact:
+            atom = min(self.rho, self.eta * self.kingman_s)  # at most P(wait) = rho
+            return np.where(x < 0.0, 1.0, atom * np.exp(-self.eta * np.maximum(x, 0.0)))
         grid = np.arange(self.cdf.size) * self.step_s
         inside = np.interp(x, grid, self.cdf, right=1.0)
         return np.where(x < 0.0, 1.0, 1.0 - inside)
@@ -197,6 +223,16 @@ def prefill_wait_distribution(
     # mass beyond that point acts as if it were at it
     a_max = min(float(gamma_dist.ppf(1.0 - 1e-12, k, scale=scale)), extent + service_s.max())
     step = max(extent, a_max) / points
+    # splitting a value between two grid points adds at most step^2/4 to the variance of
+    # S and of A; where that would exceed WAIT_GRID_VARIANCE of Var(S - A) the grid is
+    # too coarse for the queue (near saturation, where the wait spans thousands of
+    # services) and the heavy-traffic law takes over: Kingman's mean, which is exact as
+    # rho -> 1, and the Cramer-Lundberg tail
+    var_s = float(np.sum(weights * service_s**2)) - e_s * e_s
+    var_u = var_s + k * scale * scale
+    if step * step / 2.0 > WAIT_GRID_VARIANCE * var_u:
+        kingman = rho / (1.0 - rho) * (1.0 / k + var_s / (e_s * e_s)) / 2.0 * e_s
+        return WaitDistribution(step, np.zeros(0), 0, eta, kingman, rho)
     n = int(math.ceil(extent / step))
     pos = service_s / step
     low = np.floor(pos).astype(np.int64)
@@ -222,7 +258,7 @@ def prefill_wait_distribution(
     pmf[0] = 1.0
     cdf = np.cumsum(pmf)
     it = 0
-    for it in range(1, WAIT_MAX_ITERATIONS + 1):
+    for it in range(1, WAIT_ITERATIONS + 1):
         g = np.maximum(np.fft.irfft(np.fft.rfft(pmf, fft_n) * u_hat, fft_n)[:size], 0.0)
         pmf = g[n_a : n_a + n + 1].copy()
         pmf[0] = g[: n_a + 1].sum()  # W + S - A <= 0: no wait
@@ -233,8 +269,39 @@ def prefill_wait_distribution(
             done = float(np.max(np.abs(new - cdf))) < WAIT_TOL
             cdf = new
             if done:
-                break
-    return WaitDistribution(step, np.minimum(np.cumsum(pmf), 1.0), it)
+                return WaitDistribution(step, np.minimum(new, 1.0), it)
+    # near saturation the recursion needs ~1/(1 - rho)^2 steps: solve the grid chain's
+    # balance equations instead (the same chain, so the same answer)
+    return WaitDistribution(step, np.minimum(np.cumsum(_stationary(p_u, n_a, n)), 1.0), it)
+
+
+def _stationary(p_u: FloatArray, n_a: int, n: int) -> FloatArray:
+    """Stationary law of the grid chain ``j -> min(max(j + u, 0), n)``, ``u = i - n_a``
+    with probability ``p_u[i]``: its balance equations solved directly."""
+    cum = np.concatenate([[0.0], np.cumsum(p_u)])  # cum[i] = P(index < i)
+
+    def prob(lo: IntArray, hi: IntArray) -> FloatArray:
+        """P(lo <= index < hi) with the indices clipped to the support."""
+        return cum[np.clip(hi, 0, p_u.size)] - cum[np.clip(lo, 0, p_u.size)]
+
+    j = np.arange(n + 1)
+    col = np.zeros(n + 1)  # T[k, 0] = p_u[k + n_a]
+    inside = np.arange(n + 1) + n_a
+    ok = inside < p_u.size
+    col[ok] = p_u[inside[ok]]
+    row = np.zeros(n + 1)  # T[0, j] = p_u[n_a - j]
+    back = n_a - j
+    ok = back >= 0
+    row[ok] = p_u[back[ok]]
+    t = toeplitz(col, row)  # T[k, j] = P(j -> k) for 0 < k < n
+    t[0, :] = prob(np.zeros_like(j), n_a - j + 1)  # j + u <= 0
+    t[n, :] = prob(n + n_a - j, np.full_like(j, p_u.size))  # j + u >= n
+    t -= np.eye(n + 1)
+    t[0, :] = 1.0  # one balance equation is redundant: normalise instead
+    rhs = np.zeros(n + 1)
+    rhs[0] = 1.0
+    pmf = np.maximum(solve(t, rhs, check_finite=False), 0.0)
+    return np.asarray(pmf / pmf.sum(), dtype=float)
 
 
 def _stationary_excess(residence: FloatArray, weight: FloatArray) -> Any:
@@ -325,7 +392,7 @@ def latency_at(
             return float(np.sum(a_w * dist.tail(x - ahead)))
 
         ttft_mean = wait + e_t + busy * running / 2.0
-        top = float(t_p.max()) + running + dist.step_s * (dist.cdf.size - 1)
+        top = float(t_p.max()) + running + dist.reach_s
         ttft_q = _quantile(ttft_tail, quantile, top)
 
     if not multi.any():  # every request ends at prefill
