@@ -9,7 +9,10 @@ the file's content:
 
 * the ML.ENERGY Leaderboard per-model JSON files, exactly as published (an object
   with ``model_id`` and ``configurations``);
-* a generic CSV, one row per measurement (:data:`CSV_COLUMNS`).
+* a generic CSV, one row per measurement (:data:`CSV_COLUMNS`);
+* vLLM's and SGLang's ``bench_serving`` result JSON, with the GPUs' power from an
+  ``nvidia-smi`` CSV log or from DCGM (dcgm-exporter's power through a Prometheus
+  range query, as JSON).
 
 Every error names the file, the row and the field. Nothing here imports the model's
 equations: a measurement is what was measured, with the tokens it states.
@@ -23,7 +26,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -320,12 +323,15 @@ SMI_TIME = "%Y/%m/%d %H:%M:%S.%f"
 
 @dataclass(frozen=True)
 class PowerLog:
-    """An ``nvidia-smi --query-gpu=timestamp,index,power.draw --format=csv`` log (a
-    ``name`` column is optional): samples per GPU."""
+    """GPU power samples: an ``nvidia-smi --query-gpu=timestamp,index,power.draw
+    --format=csv`` log (a ``name`` column is optional; times in the logging machine's
+    local time) or a Prometheus range query of DCGM's power (:func:`read_dcgm_power`;
+    times in UTC)."""
 
     file: str
     samples: list[tuple[datetime, int, float]]  # (time, GPU index, W)
-    gpu: str | None  # catalog name, from the ``name`` column
+    gpu: str | None  # catalog name, from the ``name`` column or the ``modelName`` label
+    utc: bool = False  # sample times are UTC (else local time, as nvidia-smi writes them)
 
     def mean_per_gpu(self, start: datetime, end: datetime) -> tuple[float, int] | None:
         """Mean power per GPU over ``[start, end]`` and the number of GPUs, or None
@@ -368,14 +374,84 @@ def read_power_log(file: str, text: str) -> PowerLog:
     return PowerLog(file, samples, gpu)
 
 
+#: the DCGM field of a GPU's power draw in W, as dcgm-exporter names it in Prometheus
+DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"
+
+
+def read_dcgm_power(file: str, raw: dict[str, Any]) -> PowerLog:
+    """A Prometheus range query (``/api/v1/query_range``, ``resultType`` ``matrix``) of
+    dcgm-exporter's ``DCGM_FI_DEV_POWER_USAGE``: one series per GPU (its ``gpu`` label,
+    with ``Hostname`` where several machines answer), values ``[unix time, "W"]``. The
+    GPU's name comes from the ``modelName`` label when the catalog knows it."""
+    data = raw.get("data")
+    if raw.get("status") != "success" or not isinstance(data, dict):
+        raise _err(file, "", "status", "not a successful Prometheus query result")
+    if data.get("resultType") != "matrix":
+        raise _err(
+            file, "data", "resultType", "must be 'matrix' (a range query: /api/v1/query_range)"
+        )
+    result = data.get("result")
+    if not isinstance(result, list) or not result:
+        raise _err(file, "data", "result", "no series")
+    gpus: dict[tuple[str, str], int] = {}
+    samples: list[tuple[datetime, int, float]] = []
+    gpu = None
+    for n, series in enumerate(result):
+        at = f"data.result[{n}]"
+        metric = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(metric, dict):
+            raise _err(file, at, "metric", "missing")
+        name = metric.get("__name__", DCGM_POWER)
+        if name != DCGM_POWER:
+            raise _err(file, at, "metric.__name__", f"{name!r} is not {DCGM_POWER}")
+        index = str(metric.get("gpu", ""))
+        if not index.isdigit():
+            raise _err(file, at, "metric.gpu", f"must be a GPU index, got {index!r}")
+        key = (str(metric.get("Hostname", "")), index)
+        g = gpus.setdefault(key, len(gpus))
+        if "modelName" in metric and gpu is None:
+            gpu = _named(file, at, "metric.modelName", metric["modelName"], SMI_GPU_NAMES)
+        values = series.get("values")
+        if not isinstance(values, list) or not values:
+            raise _err(file, at, "values", "no samples")
+        for k, v in enumerate(values):
+            where = f"{at}.values[{k}]"
+            if not (isinstance(v, list) and len(v) == 2):
+                raise _err(file, where, "value", "expected [unix time, value]")
+            t = _number(file, where, "time", v[0])
+            w = _number(file, where, "power", str(v[1]), positive=False)
+            assert t is not None and w is not None
+            samples.append((datetime.fromtimestamp(t, tz=UTC).replace(tzinfo=None), g, w))
+    return PowerLog(file, samples, gpu, utc=True)
+
+
+def _offset(text: str) -> timedelta:
+    """``+HH:MM`` or ``-HH:MM`` (``Z``: 0), the local time's offset from UTC."""
+    t = text.strip()
+    if t.upper() in ("Z", "UTC", "0"):
+        return timedelta(0)
+    sign = -1 if t.startswith("-") else 1
+    hh, _, mm = t.lstrip("+-").partition(":")
+    if not (hh.isdigit() and (mm.isdigit() or not mm) and int(hh) <= 14 and int(mm or 0) < 60):
+        raise InputError("utc_offset", f"expected +HH:MM or -HH:MM, got {text!r}")
+    return sign * timedelta(hours=int(hh), minutes=int(mm or 0))
+
+
 def read_bench_serving(
-    file: str, raw: dict[str, Any], logs: list[PowerLog], gpu: str | None, tp: int | None
+    file: str,
+    raw: dict[str, Any],
+    logs: list[PowerLog],
+    gpu: str | None,
+    tp: int | None,
+    utc_offset: str | None = None,
 ) -> Measurement:
     """One operating point from a vLLM or SGLang ``bench_serving`` result: the median
     ITL is the iteration time; the mean running batch is the output token rate times
     the mean ITL (each running request makes one token per iteration); prompt and
     output lengths are the totals over the completed requests; power per GPU is the
-    mean of the power log over the run (``date`` minus ``duration`` to ``date``)."""
+    mean of the power log over the run (``date`` minus ``duration`` to ``date``).
+    ``date`` is the benchmark machine's local time: a log in UTC (DCGM through
+    Prometheus) needs that machine's ``utc_offset`` (``+HH:MM``) to place the run."""
     row = "result"
     done = _number(file, row, "completed", raw.get("completed"))
     duration = _number(file, row, "duration", raw.get("duration"))
@@ -396,7 +472,24 @@ def read_bench_serving(
                 file, row, "date", f"expected {BENCH_DATE!r} to place the run in the power log"
             ) from None
         start = end - timedelta(seconds=duration)
-        hits = [(log, m) for log in logs if (m := log.mean_per_gpu(start, end)) is not None]
+        shift = None if utc_offset is None else _offset(utc_offset)
+        if shift is None and any(log.utc for log in logs):
+            utc_log = next(log for log in logs if log.utc)
+            raise _err(
+                file,
+                row,
+                "date",
+                f"is the benchmark machine's local time but {utc_log.file} is in UTC: give "
+                "that machine's offset from UTC (--utc-offset +HH:MM)",
+            )
+
+        def mean(log: PowerLog) -> tuple[float, int] | None:
+            if log.utc:
+                assert shift is not None
+                return log.mean_per_gpu(start - shift, end - shift)
+            return log.mean_per_gpu(start, end)
+
+        hits = [(log, m) for log in logs if (m := mean(log)) is not None]
         if not hits:
             names = ", ".join(log.file for log in logs)
             raise _err(file, row, "date", f"no power sample from {start} to {end} in {names}")
@@ -455,14 +548,19 @@ def _text(path: Path) -> str:
 
 
 def read_measurements(
-    paths: Iterable[str | Path], gpu: str | None = None, tp: int | None = None
+    paths: Iterable[str | Path],
+    gpu: str | None = None,
+    tp: int | None = None,
+    utc_offset: str | None = None,
 ) -> list[Measurement]:
     """Every measurement in the given files, each file's format recognised from its
     content: a JSON object with ``configurations`` (ML.ENERGY), a JSON object with
     ``median_itl_ms`` and ``duration`` (a ``bench_serving`` result), a CSV with a
     ``power.draw`` column (an ``nvidia-smi`` power log, for the ``bench_serving``
-    results), or the generic CSV. ``gpu`` and ``tp`` describe the ``bench_serving``
-    runs (default: the power log's GPU name and its number of GPUs)."""
+    results), a Prometheus query result JSON (``status``, ``data``: DCGM's power, for
+    them too), or the generic CSV. ``gpu`` and ``tp`` describe the ``bench_serving``
+    runs (default: the power log's GPU name and its number of GPUs); ``utc_offset``
+    (``+HH:MM``) places their local ``date`` in a UTC log."""
     docs: list[tuple[str, dict[str, Any]]] = []
     logs: list[PowerLog] = []
     out: list[Measurement] = []
@@ -482,10 +580,15 @@ def read_measurements(
             out.extend(read_csv(name, text))
     benches = 0
     for name, raw in docs:
+        if "data" in raw and "status" in raw:
+            logs.append(read_dcgm_power(name, raw))
+    for name, raw in docs:
+        if "data" in raw and "status" in raw:
+            continue
         if "configurations" in raw:
             out.extend(read_mlenergy(name, raw))
         elif "median_itl_ms" in raw and "duration" in raw:
-            out.append(read_bench_serving(name, raw, logs, gpu, tp))
+            out.append(read_bench_serving(name, raw, logs, gpu, tp, utc_offset))
             benches += 1
         else:
             raise InputError(

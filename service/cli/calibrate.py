@@ -64,6 +64,12 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
         help="GPUs per instance of the bench_serving runs (default: the "
         "number of GPUs in the power log)",
     )
+    p.add_argument(
+        "--utc-offset",
+        metavar="+HH:MM",
+        help="the bench_serving machine's local time against UTC, to place its runs in a "
+        "DCGM power log from Prometheus (whose times are UTC)",
+    )
 
 
 def read_calibration_file(path: str) -> Fit:
@@ -113,7 +119,7 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
-    rows = read_measurements(a.files, a.gpu, a.tp)
+    rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
     f = fit(rows, _say)
     doc = to_document(f, rows)
@@ -167,7 +173,7 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     f = read_calibration_file(a.calibration)
-    rows = read_measurements(a.files, a.gpu, a.tp)
+    rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     res = predict(rows, f)
     if a.chart:
         from service.charts import calibration_chart

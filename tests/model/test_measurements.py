@@ -183,3 +183,85 @@ def test_a_power_log_alone_or_broken_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError) as e:
         read_measurements([log])
     assert e.value.field == "smi.csv: line 5.power.draw"
+
+
+# dcgm-exporter's power through Prometheus: the JSON of
+# /api/v1/query_range?query=DCGM_FI_DEV_POWER_USAGE (format of the Prometheus HTTP API;
+# labels as dcgm-exporter sets them). The run of BENCH, 20261201-101000 local time on a
+# machine at UTC+01:00, is 09:09:00 to 09:10:00 UTC = unix 1796116140 to 1796116200.
+def _series(gpu: str, values: list[list[object]]) -> dict[str, object]:
+    return {
+        "metric": {
+            "__name__": "DCGM_FI_DEV_POWER_USAGE",
+            "gpu": gpu,
+            "UUID": f"GPU-{gpu}",
+            "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": "node-1",
+        },
+        "values": values,
+    }
+
+
+DCGM = {
+    "status": "success",
+    "data": {
+        "resultType": "matrix",
+        "result": [
+            _series("0", [[1796116080, "100"], [1796116150, "500"], [1796116180, "540"]]),
+            _series("1", [[1796116150, "520.5"], [1796116180, "559.5"]]),
+        ],
+    },
+}
+
+
+def test_bench_serving_result_with_dcgm_power_from_prometheus(tmp_path: Path) -> None:
+    res, log = tmp_path / "bench.json", tmp_path / "dcgm.json"
+    res.write_text(json.dumps(BENCH))
+    log.write_text(json.dumps(DCGM))
+    (r,) = read_measurements([res, log], utc_offset="+01:00")
+    assert (r.gpu, r.tp) == ("h100-sxm", 2)
+    # the sample a minute before the run (09:08 UTC) is left out
+    assert r.power_w == pytest.approx((500 + 540 + 520.5 + 559.5) / 4)
+    # without the offset the run cannot be placed in a UTC log: refused, not guessed
+    with pytest.raises(InputError, match="utc-offset") as e:
+        read_measurements([res, log])
+    assert e.value.field == "bench.json: result.date"
+    # the wrong offset puts the run where the log has no sample
+    with pytest.raises(InputError, match="no power sample"):
+        read_measurements([res, log], utc_offset="-05:00")
+    with pytest.raises(InputError) as e:
+        read_measurements([res, log], utc_offset="1 hour")
+    assert e.value.field == "utc_offset"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"status": "error"}, "dcgm.json: status"),
+        ({"data": {"resultType": "vector", "result": []}}, "dcgm.json: data.resultType"),
+        (
+            {"data": {"resultType": "matrix", "result": [_series("x", [[1, "1"]])]}},
+            "dcgm.json: data.result[0].metric.gpu",
+        ),
+        (
+            {"data": {"resultType": "matrix", "result": [_series("0", [[1, "-3"]])]}},
+            "dcgm.json: data.result[0].values[0].power",
+        ),
+        (
+            {
+                "data": {
+                    "resultType": "matrix",
+                    "result": [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0"}}],
+                }
+            },
+            "dcgm.json: data.result[0].metric.__name__",
+        ),
+    ],
+)
+def test_bad_dcgm_logs_are_named(tmp_path: Path, change: dict[str, object], field: str) -> None:
+    res, log = tmp_path / "bench.json", tmp_path / "dcgm.json"
+    res.write_text(json.dumps(BENCH))
+    log.write_text(json.dumps(DCGM | change))
+    with pytest.raises(InputError) as e:
+        read_measurements([res, log], utc_offset="+01:00")
+    assert e.value.field == field

@@ -73,6 +73,25 @@ def test_calibrate_then_predict(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert res["summary"]["all"]["itl_ms"]["median_abs_error"] < 0.01
 
 
+def test_predict_a_bench_serving_run_with_dcgm_power(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.model.test_measurements import BENCH, DCGM
+
+    _, cal = _calibrated(tmp_path, capsys)
+    res, log = tmp_path / "bench.json", tmp_path / "dcgm.json"
+    res.write_text(json.dumps(BENCH))
+    log.write_text(json.dumps(DCGM))
+    args = ["predict", str(res), str(log), "--calibration", str(cal), "--json"]
+    assert main(args) == 2  # a local date against a UTC log: the offset is asked for
+    assert "--utc-offset" in capsys.readouterr().err
+    assert main([*args, "--utc-offset", "+01:00"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert (row["gpu"], row["tp"]) == ("h100-sxm", 2)
+    assert row["power_w"]["measured"] == pytest.approx((500 + 540 + 520.5 + 559.5) / 4)
+    assert row["power_w"]["predicted"] > 0
+
+
 def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "runs.csv"
     data.write_text("model,gpu\nqwen3-8b,h100\n")
