@@ -373,7 +373,7 @@ def latency_at(
     # admission waits for the decode scheduler's next iteration boundary (SPEC 2.1): a
     # request arriving while its instance is busy waits out the running iteration,
     # uniform over it (mean length alpha + g B, the others' batch)
-    running = (alpha + g * batch if math.isfinite(batch) else inf) if multi.any() else 0.0
+    running = alpha + g * batch if multi.any() else 0.0  # inf when decode is overloaded
     if rho >= 1.0 or not math.isfinite(running):
         wait, ttft_mean, ttft_q = inf, inf, inf
     else:

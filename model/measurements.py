@@ -333,9 +333,16 @@ class PowerLog:
     gpu: str | None  # catalog name, from the ``name`` column or the ``modelName`` label
     utc: bool = False  # sample times are UTC (else local time, as nvidia-smi writes them)
 
-    def mean_per_gpu(self, start: datetime, end: datetime) -> tuple[float, int] | None:
-        """Mean power per GPU over ``[start, end]`` and the number of GPUs, or None
-        when no sample falls in it."""
+    def mean_per_gpu(
+        self, start: datetime, end: datetime, utc_offset: timedelta | None = None
+    ) -> tuple[float, int] | None:
+        """Mean power per GPU over ``[start, end]`` (local time; a UTC log shifts it by
+        ``utc_offset``, which it then needs) and the number of GPUs, or None when no
+        sample falls in it."""
+        if self.utc:
+            if utc_offset is None:
+                raise ValueError("a UTC log needs the local time's offset")
+            start, end = start - utc_offset, end - utc_offset
         inside = [(i, w) for t, i, w in self.samples if start <= t <= end]
         if not inside:
             return None
@@ -425,6 +432,11 @@ def read_dcgm_power(file: str, raw: dict[str, Any]) -> PowerLog:
     return PowerLog(file, samples, gpu, utc=True)
 
 
+def _is_prometheus(raw: dict[str, Any]) -> bool:
+    """A Prometheus HTTP API answer (``status``, ``data``): DCGM's power."""
+    return "data" in raw and "status" in raw
+
+
 def _offset(text: str) -> timedelta:
     """``+HH:MM`` or ``-HH:MM`` (``Z``: 0), the local time's offset from UTC."""
     t = text.strip()
@@ -482,14 +494,7 @@ def read_bench_serving(
                 f"is the benchmark machine's local time but {utc_log.file} is in UTC: give "
                 "that machine's offset from UTC (--utc-offset +HH:MM)",
             )
-
-        def mean(log: PowerLog) -> tuple[float, int] | None:
-            if log.utc:
-                assert shift is not None
-                return log.mean_per_gpu(start - shift, end - shift)
-            return log.mean_per_gpu(start, end)
-
-        hits = [(log, m) for log in logs if (m := mean(log)) is not None]
+        hits = [(log, m) for log in logs if (m := log.mean_per_gpu(start, end, shift))]
         if not hits:
             names = ", ".join(log.file for log in logs)
             raise _err(file, row, "date", f"no power sample from {start} to {end} in {names}")
@@ -579,11 +584,10 @@ def read_measurements(
         else:
             out.extend(read_csv(name, text))
     benches = 0
+    # power logs first: every bench_serving result is placed in all of them
+    logs += [read_dcgm_power(name, raw) for name, raw in docs if _is_prometheus(raw)]
     for name, raw in docs:
-        if "data" in raw and "status" in raw:
-            logs.append(read_dcgm_power(name, raw))
-    for name, raw in docs:
-        if "data" in raw and "status" in raw:
+        if _is_prometheus(raw):
             continue
         if "configurations" in raw:
             out.extend(read_mlenergy(name, raw))
