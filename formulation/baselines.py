@@ -9,8 +9,12 @@
 * greedy: every period on its own, the configurations and served loads that minimise
   that period's cost under the cap and inventory, ignoring transitions. Where the
   deployments' individual optima fit the site they are the period's optimum; where
-  they do not, the one-period problem is solved exactly by Pareto enumeration
-  (:mod:`formulation.period`), or by the compact MILP when a GPU pool can bind.
+  they do not, the one-period problem is solved exactly by Lagrangian-bounded Pareto
+  enumeration (:func:`formulation.period.solve_period`) within the baseline's time
+  (a period whose search outlasts it keeps the best choice found, and the report says
+  how many periods are proven), or, when a GPU pool can bind, by the compact MILP over
+  those periods (restricted to each deployment's capacity-power front when the full
+  model cannot be built in time).
 
 Both are priced with the same objective as the schedule (transitions included), with
 their cap, inventory and transition-limit violations counted.
@@ -19,7 +23,9 @@ their cap, inventory and transition-limit violations counted.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +39,7 @@ from formulation.dp import (
 )
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp import estimated_build_s, solve_compact
-from formulation.period import enumeration_applies, solve_period
+from formulation.period import pool_can_bind, solve_period
 from model.pareto import pareto_mask
 
 MAX_ENUMERATED = 12
@@ -170,6 +176,17 @@ def greedy(
     grids: Sequence[DeploymentGrid] | None = None,
 ) -> Priced:
     """See the module docstring; ``grids``: the deployments' DP grids, if built already."""
+    return greedy_with_report(data, time_limit_s, grids)[0]
+
+
+def greedy_with_report(
+    data: ScheduleData,
+    time_limit_s: float = 10.0,
+    grids: Sequence[DeploymentGrid] | None = None,
+) -> tuple[Priced, dict[str, Any]]:
+    """:func:`greedy` and how its periods were solved: ``periods_over_cap`` (where the
+    deployments' own optima break the cap or an inventory), ``periods_proven`` (of
+    those, solved to their exact optimum) and ``method``."""
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
@@ -183,30 +200,40 @@ def greedy(
     bad = np.array(
         sorted(set(first.cap_violations) | set(first.inventory_violations)), dtype=np.int64
     )
-    exact = [int(t) for t in bad] if enumeration_applies(data) else []
-    for t in exact:  # exact one-period optimum by Pareto enumeration
-        sol = solve_period(data, int(t))
-        if sol is not None:
-            cfg[:, t] = sol.config
-            served[:, t] = sol.served
-    rest = np.array([t for t in bad if t not in set(exact)], dtype=np.int64)
-    if rest.size:
-        # large sites, or a GPU pool can bind: each period priced on its own first
-        # (a feasible mix wherever shedding can meet the cap), then, if it can be
-        # built in time, one MILP over those periods (independent once transitions
-        # are ignored) restricted to each deployment's capacity-power front (plus
-        # off): small, but it may miss a better off-front mix, so an approximation
-        for t in rest:
+    report: dict[str, Any] = {"periods_over_cap": int(bad.size), "periods_proven": 0}
+    if bad.size and not pool_can_bind(data, int(bad[0])):
+        # exact one-period optima (formulation.period); a period whose search outlasts
+        # the time limit keeps the best choice found, counted as not proven
+        report["method"] = "one-period optimum by Lagrangian-bounded Pareto enumeration"
+        deadline = time.perf_counter() + time_limit_s
+        for t in bad:
+            sol = solve_period(data, int(t), deadline=deadline)
+            if sol is None:  # no mix meets the cap: shed what the least-power mix can
+                cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
+                continue
+            cfg[:, t], served[:, t] = sol.config, sol.served
+            report["periods_proven"] += int(sol.proven)
+        return price_schedule(data, Schedule(cfg, served)), report
+    if bad.size:
+        # a GPU pool can bind: each period priced on its own first (a feasible mix
+        # wherever shedding can meet the cap), then, if it can be built in time, one
+        # MILP over those periods (independent once transitions are ignored)
+        # restricted to each deployment's capacity-power front (plus off): small,
+        # but it may miss a better off-front mix, so an approximation
+        for t in bad:
             cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
-        sub = periods_alone(data, rest)
-        allowed = None if enumeration_applies(data) else _front_allowed(sub)
-        choices = (
-            sum(len(rows[0]) for rows in allowed) * rest.size
-            if allowed is not None
-            else sum(int(d.allowed.sum()) for d in data.deployments) * rest.size
-        )
-        if estimated_build_s(choices) <= 0.3 * time_limit_s:
-            start = Schedule(cfg[:, rest], served[:, rest])
+        sub = periods_alone(data, bad)
+        allowed: list[list[list[int]]] | None = None
+        choices = sum(int(d.allowed.sum()) for d in data.deployments) * bad.size
+        report["method"] = "compact MILP over every configuration (gap 1e-4)"
+        if estimated_build_s(choices) > 0.3 * time_limit_s:
+            allowed = _front_allowed(sub)
+            choices = sum(len(rows[0]) for rows in allowed) * bad.size
+            report["method"] = "MILP over each deployment's capacity-power front"
+        if estimated_build_s(choices) > 0.3 * time_limit_s:
+            report["method"] = "each period priced on its own (no MILP fits the time)"
+        else:
+            start = Schedule(cfg[:, bad], served[:, bad])
             r = solve_compact(sub, time_limit_s, 1e-4, allowed=allowed, start=start)
             if r.schedule is not None:
                 before = price_schedule(sub, start)
@@ -214,9 +241,11 @@ def greedy(
                 if after.violation_free and (
                     not before.violation_free or after.objective_usd <= before.objective_usd
                 ):
-                    cfg[:, rest] = r.schedule.config
-                    served[:, rest] = r.schedule.served_rps
-    return price_schedule(data, Schedule(cfg, served))
+                    cfg[:, bad] = r.schedule.config
+                    served[:, bad] = r.schedule.served_rps
+                    if allowed is None and r.status == "optimal":
+                        report["periods_proven"] = int(bad.size)
+    return price_schedule(data, Schedule(cfg, served)), report
 
 
 def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = None) -> Priced:

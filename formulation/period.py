@@ -23,7 +23,9 @@ transitions relaxed it bounds the whole schedule from below.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -89,11 +91,160 @@ def _merge(a: Options, pnet: FloatArray, cost: FloatArray, m: int, limit: float)
     return Options(tot_p[keep], tot_c[keep], pick)
 
 
+def cap_price(
+    options: list[tuple[FloatArray, FloatArray]], budget: float, bisections: int = 60
+) -> tuple[float, IntArray | None, IntArray | None]:
+    """The cap's Lagrange multiplier over endpoint options, and a choice that fits.
+
+    ``options[m] = (pnet, cost)`` of deployment ``m``. The dual function
+    ``L(pi) = sum_m min_o (cost_o + pi pnet_o) - pi budget`` is concave in ``pi``, and
+    its slope at ``pi`` is the power of the options it picks less the budget, which
+    falls as ``pi`` rises; bisection on the slope's sign finds the maximiser ``pi``
+    (0 when the cheapest options fit). Returns ``(pi, fit)``: ``fit[m]`` indexes the
+    option each deployment picks at a price just high enough for the picks to fit
+    the budget (a feasible choice); None when even the least-power options do not
+    fit. ``over``: the picks at a price just too low,
+    which break the budget (None when the cheapest options fit)."""
+
+    def pick(pi: float) -> tuple[IntArray, float]:
+        idx = np.array([int(np.argmin(c + pi * p)) for p, c in options], dtype=np.int64)
+        return idx, float(sum(p[i] for (p, _), i in zip(options, idx, strict=True)))
+
+    def dual(pi: float) -> float:
+        return float(sum(np.min(c + pi * p) for p, c in options)) - pi * budget
+
+    if float(sum(p.min() for p, _ in options)) > budget:
+        return 0.0, None, None
+    idx, power = pick(0.0)
+    if power <= budget:
+        return 0.0, idx, None
+    lo, hi = 0.0, 1.0
+    for _ in range(200):  # the least-power options fit, so a high enough price does
+        idx, power = pick(hi)
+        if power <= budget:
+            break
+        lo, hi = hi, 4.0 * hi
+    else:
+        return 0.0, None, None
+    fit, over = idx, pick(lo)[0]
+    for _ in range(bisections):
+        mid = 0.5 * (lo + hi)
+        idx, power = pick(mid)
+        if power <= budget:
+            hi, fit = mid, idx
+        else:
+            lo, over = mid, idx
+    return (lo if dual(lo) >= dual(hi) else hi), fit, over
+
+
+def _spend(options: list[tuple[FloatArray, FloatArray]], budget: float, pick: IntArray) -> IntArray:
+    """Improve a choice that fits: while the budget left lets some deployment switch
+    to a cheaper option, make the switch that saves the most."""
+    pick = pick.copy()
+    left = budget - float(sum(p[i] for (p, _), i in zip(options, pick, strict=True)))
+    for _ in range(4 * len(options)):
+        best_gain, best = 0.0, None
+        for m, (p, c) in enumerate(options):
+            ok = p <= p[pick[m]] + left
+            j = int(np.argmin(np.where(ok, c, np.inf)))
+            gain = float(c[pick[m]] - c[j])
+            if gain > best_gain:
+                best_gain, best = gain, (m, j)
+        if best is None:
+            break
+        m, j = best
+        left -= float(options[m][0][j] - options[m][0][pick[m]])
+        pick[m] = j
+    return pick
+
+
+def dual_rounding(
+    data: ScheduleData,
+    t: int,
+    options: list[tuple[FloatArray, FloatArray, IntArray, FloatArray]],
+    budget: float,
+    fit: IntArray,
+    over: IntArray | None,
+    offsets: list[FloatArray] | None = None,
+) -> tuple[float, IntArray, FloatArray]:
+    """A feasible choice near the dual optimum of :func:`cap_price` (its ``fit`` and
+    ``over`` picks over ``options[m] = (pnet, cost, config, served)``): the best of
+
+    * ``fit`` with the budget left spent on cheaper options;
+    * the same after taking the ``over`` picks one deployment at a time while they fit
+      (as the LP relaxation does up to its one fractional deployment);
+    * each of those with one deployment running its ``over`` pick at the load the
+      budget left allows (the fractional deployment as a partial load);
+    * ``over`` with one deployment's load cut until the picks fit.
+
+    Returns ``(cost, configurations, served loads)``."""
+    M = len(options)
+    idle = data.idle_gpu_power_w
+    pnets = [o[0] for o in options]
+    pc = [(o[0], o[1]) for o in options]
+
+    def of(pick: IntArray) -> tuple[float, IntArray, FloatArray]:
+        cfg = np.array([options[m][2][pick[m]] for m in range(M)], dtype=np.int64)
+        srv = np.array([options[m][3][pick[m]] for m in range(M)])
+        return float(sum(options[m][1][pick[m]] for m in range(M))), cfg, srv
+
+    def power(pick: IntArray) -> float:
+        return float(sum(pnets[m][pick[m]] for m in range(M)))
+
+    def partial(
+        cfg: IntArray, srv: FloatArray, f: int, k: int, room: float
+    ) -> tuple[float, IntArray, FloatArray] | None:
+        d = data.deployments[f]
+        load = float(min(d.max_load_within(k, room + idle * d.gpus[k])[0], d.smax_rps[t, k]))
+        if load < 0:
+            return None
+        cfg, srv = cfg.copy(), srv.copy()
+        cfg[f], srv[f] = k, load
+        return decisions_cost(data, t, cfg, srv, offsets), cfg, srv
+
+    moved = [] if over is None else [int(f) for f in np.flatnonzero(over != fit)]
+    stepped = fit.copy()
+    left = budget - power(stepped)
+    for f in moved:
+        assert over is not None
+        step = float(pnets[f][over[f]] - pnets[f][stepped[f]])
+        if step <= left:
+            stepped[f], left = over[f], left - step
+    found = []
+    for start in (fit, stepped):
+        pick = _spend(pc, budget, start)
+        found.append(of(pick))
+        left = budget - power(pick)
+        _, cfg, srv = found[-1]
+        for f in moved:
+            assert over is not None
+            if over[f] != pick[f]:
+                room = left + float(pnets[f][pick[f]])
+                trial = partial(cfg, srv, f, int(options[f][2][over[f]]), room)
+                if trial is not None:
+                    found.append(trial)
+    if over is not None:
+        excess = power(over) - budget
+        _, cfg, srv = of(over)
+        for f in range(M):
+            room = float(pnets[f][over[f]]) - excess
+            trial = partial(cfg, srv, f, int(cfg[f]), room)
+            if trial is not None and trial[2][f] <= srv[f]:
+                found.append(trial)
+    return min(found, key=lambda x: x[0])
+
+
 @dataclass
 class PeriodSolution:
     cost_usd: float  # period cost without the site's idle constant
     config: IntArray  # (M,)
     served: FloatArray  # (M,)
+    # False when a deadline ended the search first: the best choice found, not proven
+    proven: bool = True
+
+
+class _OutOfTime(Exception):
+    pass
 
 
 #: Sizes beyond which one-period enumeration is too slow to run per period (its work
@@ -157,14 +308,17 @@ def solve_period(
     t: int,
     offsets: list[FloatArray] | None = None,
     hint: PeriodSolution | None = None,
+    deadline: float | None = None,
 ) -> PeriodSolution | None:
     """Exact optimum of period ``t`` alone (transitions ignored); None if infeasible.
 
     ``offsets[m][k]`` (optional) is added to the cost of deployment ``m`` running
     configuration ``k`` (Lagrange multipliers). ``hint`` (optional) is a feasible
     solution of the period (e.g. the previous one under other offsets): its cost bounds
-    the optimum, so partial sums that cannot beat it are pruned early. Raises ValueError
-    if a GPU pool can bind in the period (not handled here)."""
+    the optimum, so partial sums that cannot beat it are pruned early. ``deadline``
+    (optional, ``time.perf_counter`` time): past it the search stops and the best choice
+    found so far comes back with ``proven`` False. Raises ValueError if a GPU pool can
+    bind in the period (not handled here)."""
     if pool_can_bind(data, t):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
     M = len(data.deployments)
@@ -180,20 +334,53 @@ def solve_period(
     # least cost of each deployment over all its options: its cost is concave in the
     # served load, so the least over endpoint options bounds its interior ones too
     min_c = np.array([p[1].min() for p in pruned])
+    # the same at the cap's Lagrange multiplier pi: min (cost + pi pnet), also reached
+    # at an endpoint (cost + pi pnet stays concave in the load)
+    pi, fit, over = cap_price([(p[0], p[1]) for p in pruned], budget)
+    lag_c = np.array([float(np.min(p[1] + pi * p[0])) for p in pruned])
+    tol = 1e-9 * max(abs(float(min_c.sum())), 1.0)
+    # prices around pi (0 among them): the members still to come cost at least
+    # max_i [sum_j min_o (cost_o + p_i pnet_o) - p_i (budget left)], tighter than one
+    # price for partial sums that leave more or less of the budget than the LP does
+    prices = pi * np.array([0.0, 0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0])
+    if pi == 0.0:
+        prices = np.zeros(1)
 
-    def combine(members: list[int], reserve: float, cost_cap: float = np.inf) -> Options:
-        """Pareto sums of the members' endpoint options within the budget; partial sums
-        whose cost plus the least cost of the members still to come (and ``cost_cap``'s
-        caller's own least) exceeds ``cost_cap`` cannot lead to a better optimum."""
+    def price_mins(opts_: list[Any]) -> FloatArray:
+        return np.array(
+            [
+                np.min(o[1][:, None] + prices[None, :] * o[0][:, None], axis=0)
+                if o[0].size
+                else np.full(prices.size, np.inf)
+                for o in opts_
+            ]
+        )
+
+    lag_p = price_mins(pruned)  # (M, prices): over the options the enumeration keeps
+    lag_full = lag_p.copy()  # over every endpoint option (fillers' lower bounds)
+
+    def combine(
+        members: list[int], reserve: float, cost_cap: float, outside: FloatArray | None = None
+    ) -> Options:
+        """Pareto sums of the members' endpoint options within the budget. A partial
+        sum is dropped when even the cheapest completion cannot beat ``cost_cap``: at
+        every price ``p_i >= 0`` the members still to come (and ``outside``, a
+        caller-owned share's ``min (cost + p_i pnet)`` per price) cost at least
+        ``sum min (cost + p_i pnet) - p_i (budget - pnet so far)`` together, for the
+        budget left bounds their power (weak duality)."""
         cur = empty
         rest = float(sum(min_p[j] for j in members))
-        rest_c = float(sum(min_c[j] for j in members))
+        rest_l = lag_p[members].sum(axis=0) + (0.0 if outside is None else outside)
         for j in members:
             rest -= min_p[j]
-            rest_c -= min_c[j]
+            rest_l = rest_l - lag_p[j]
             cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest)
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _OutOfTime
             if np.isfinite(cost_cap) and cur.pnet.size:
-                keep = cur.cost + rest_c <= cost_cap + 1e-9 * max(abs(cost_cap), 1.0)
+                left = budget - cur.pnet
+                low = cur.cost + np.max(rest_l[None, :] - prices[None, :] * left[:, None], axis=1)
+                keep = low <= cost_cap + tol
                 cur = Options(cur.pnet[keep], cur.cost[keep], cur.pick[keep])
             if cur.pnet.size == 0:
                 break
@@ -202,56 +389,98 @@ def solve_period(
     best_cost = np.inf
     best_cfg = np.zeros(M, dtype=np.int64)
     best_srv = np.zeros(M)
+    if fit is not None:
+        found = dual_rounding(data, t, pruned, budget, fit, over, offsets)
+        best_cost, best_cfg, best_srv = found
     if hint is not None:
-        best_cost = decisions_cost(data, t, hint.config, hint.served, offsets)
-        best_cfg = hint.config.copy()
-        best_srv = hint.served.copy()
-    allm = combine(list(range(M)), 0.0, best_cost)
-    if allm.pnet.size and float(allm.cost.min()) < best_cost - 1e-12:
-        i = int(np.argmin(allm.cost))
-        best_cost = float(allm.cost[i])
-        for j in range(M):
-            best_cfg[j] = pruned[j][2][allm.pick[i, j]]
-            best_srv[j] = pruned[j][3][allm.pick[i, j]]
-    idle = data.idle_gpu_power_w
-    cw = float(data.cost_usd_per_w[t])
-    for f in range(M):
-        d = data.deployments[f]
-        others = [j for j in range(M) if j != f]
-        ks = np.flatnonzero(d.allowed & (d.smax_rps[t] > 0))
-        if ks.size == 0:
-            continue
-        # the filler's least net power is its least p0 among these configs
-        f_min = float((d.bp_power_w[ks, 0] - idle * d.gpus[ks]).min())
-        # the filler costs at least its least endpoint cost (concavity, as above)
-        rest = combine(others, f_min, best_cost - min_c[f]) if others else empty
-        if rest.pnet.size == 0:
-            continue
-        # budget for the filler's power, per (rest point, config); the filler is strictly
-        # inside its range only where P_k(0) <= room < P_k(smax) (elsewhere an endpoint
-        # option, already enumerated, is as good), so only those pairs are evaluated
-        smax_k = d.smax_rps[t, ks]
-        p0_k = d.bp_power_w[ks, 0]
-        p1_k = d.full_load_power_w[t, ks]
-        room = budget - rest.pnet[:, None] + idle * d.gpus[ks][None, :]
-        ri, ci = np.nonzero((room >= p0_k[None, :]) & (room < p1_k[None, :]))
-        if ri.size == 0:
-            continue
-        kk = ks[ci]
-        s = np.minimum(d.max_load_within(kk, room[ri, ci]), smax_k[ci])
-        p = d.power_w(kk, s)
-        u = float(d.unserved_usd_per_rps[t])
-        cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
-        if offsets is not None:
-            cost = cost + offsets[f][kk]
-        q = int(np.argmin(cost))
-        if cost[q] < best_cost - 1e-12:
-            best_cost = float(cost[q])
-            for o in others:
-                best_cfg[o] = pruned[o][2][rest.pick[ri[q], o]]
-                best_srv[o] = pruned[o][3][rest.pick[ri[q], o]]
-            best_cfg[f] = kk[q]
-            best_srv[f] = float(s[q])
+        hint_cost = decisions_cost(data, t, hint.config, hint.served, offsets)
+        if hint_cost < best_cost:
+            best_cost, best_cfg, best_srv = hint_cost, hint.config.copy(), hint.served.copy()
+    # Lagrangian reduced costs: a schedule using option o of deployment m costs at least
+    # L(pi) + (cost_o + pi pnet_o - lag_c[m]), so options (and filler configurations)
+    # whose reduced cost exceeds the incumbent's gap to L(pi) cannot beat it
+    dual_value = float(lag_c.sum()) - pi * budget
+    import os
+
+    if os.environ.get("PDBG"):
+        print(
+            "DBG best",
+            best_cost,
+            "L",
+            dual_value,
+            "over",
+            over is not None,
+            None if over is None or fit is None else int((over != fit).sum()),
+        )
+
+    def tighten(best: float) -> float:
+        nonlocal min_p, lag_p
+        gap = best - dual_value + tol
+        for m in range(M):
+            keep = pruned[m][1] + pi * pruned[m][0] - lag_c[m] <= gap
+            pruned[m] = tuple(x[keep] for x in pruned[m])  # type: ignore[assignment]
+        min_p = np.array([p[0].min() if p[0].size else np.inf for p in pruned])
+        lag_p = price_mins(pruned)
+        return gap
+
+    proven = True
+    try:
+        tighten(best_cost)
+        allm = combine(list(range(M)), 0.0, best_cost)
+        if allm.pnet.size and float(allm.cost.min()) < best_cost - 1e-12:
+            i = int(np.argmin(allm.cost))
+            best_cost = float(allm.cost[i])
+            for j in range(M):
+                best_cfg[j] = pruned[j][2][allm.pick[i, j]]
+                best_srv[j] = pruned[j][3][allm.pick[i, j]]
+        gap = tighten(best_cost)
+        idle = data.idle_gpu_power_w
+        cw = float(data.cost_usd_per_w[t])
+        for f in range(M):
+            d = data.deployments[f]
+            others = [j for j in range(M) if j != f]
+            ks = np.flatnonzero(d.allowed & (d.smax_rps[t] > 0))
+            # a filler's cost plus pi times its power is concave in its load: at least its
+            # configuration's least endpoint value
+            pnet_f, cost_f, cfg_f, _ = opts[f]
+            low = np.full(d.n_configs, np.inf)
+            np.minimum.at(low, cfg_f, cost_f + pi * pnet_f)
+            ks = ks[low[ks] - lag_c[f] <= gap]
+            if ks.size == 0:
+                continue
+            # the filler's least net power is its least p0 among these configs
+            f_min = float((d.bp_power_w[ks, 0] - idle * d.gpus[ks]).min())
+            # the filler costs at least its least endpoint cost (concavity, as above)
+            rest = combine(others, f_min, best_cost, lag_full[f]) if others else empty
+            if rest.pnet.size == 0:
+                continue
+            # budget for the filler's power, per (rest point, config); the filler is strictly
+            # inside its range only where P_k(0) <= room < P_k(smax) (elsewhere an endpoint
+            # option, already enumerated, is as good), so only those pairs are evaluated
+            smax_k = d.smax_rps[t, ks]
+            p0_k = d.bp_power_w[ks, 0]
+            p1_k = d.full_load_power_w[t, ks]
+            room = budget - rest.pnet[:, None] + idle * d.gpus[ks][None, :]
+            ri, ci = np.nonzero((room >= p0_k[None, :]) & (room < p1_k[None, :]))
+            if ri.size == 0:
+                continue
+            kk = ks[ci]
+            s = np.minimum(d.max_load_within(kk, room[ri, ci]), smax_k[ci])
+            p = d.power_w(kk, s)
+            u = float(d.unserved_usd_per_rps[t])
+            cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
+            if offsets is not None:
+                cost = cost + offsets[f][kk]
+            q = int(np.argmin(cost))
+            if cost[q] < best_cost - 1e-12:
+                best_cost = float(cost[q])
+                for o in others:
+                    best_cfg[o] = pruned[o][2][rest.pick[ri[q], o]]
+                    best_srv[o] = pruned[o][3][rest.pick[ri[q], o]]
+                best_cfg[f] = kk[q]
+                best_srv[f] = float(s[q])
+    except _OutOfTime:
+        proven = False
     if not np.isfinite(best_cost):
         return None
-    return PeriodSolution(best_cost, best_cfg, best_srv)
+    return PeriodSolution(best_cost, best_cfg, best_srv, proven)

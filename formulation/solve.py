@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from formulation.baselines import greedy, greedy_ramped, static_peak
+from formulation.baselines import greedy_ramped, greedy_with_report, static_peak
 from formulation.data import ScheduleData, build_data
 from formulation.decomposition import decompose, make_column, schedule_of_columns
 from formulation.dp import DeploymentGrid, deployment_grid
@@ -415,9 +415,11 @@ def _phases(run: Run) -> Outcome:
 
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
     run.say("baselines: static peak, greedy and greedy within transition limits")
+    greedy_base, report = greedy_with_report(data, run.budget.left(TimeBudget.BASELINES), grids)
+    run.stats["greedy"] = report
     base = {
         "static_peak": static_peak(data),
-        "greedy": greedy(data, run.budget.left(TimeBudget.BASELINES), grids),
+        "greedy": greedy_base,
         "greedy_ramped": greedy_ramped(data, grids),
     }
     for name, p in base.items():

@@ -18,7 +18,7 @@ from formulation.baselines import periods_alone
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import best_served
 from formulation.milp import solve_compact
-from formulation.period import solve_period
+from formulation.period import cap_price, solve_period
 from formulation.problem import problem_from_dict
 
 WORKLOADS = ["fixed:1024:256", "fixed:4096:256", "fixed:2048:64"]
@@ -124,3 +124,94 @@ def test_a_hint_changes_nothing_but_speed(seed: int) -> None:
             continue
         assert hinted is not None
         assert hinted.cost_usd == pytest.approx(plain.cost_usd, rel=1e-12, abs=1e-9)
+
+
+def _dual(options: list[tuple[np.ndarray, np.ndarray]], budget: float, pi: float) -> float:
+    return float(sum(np.min(c + pi * p) for p, c in options)) - pi * budget
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cap_price_maximises_the_dual_and_its_picks_straddle_the_budget(seed: int) -> None:
+    rng = np.random.default_rng(400 + seed)
+    options = []
+    for _ in range(int(rng.integers(2, 7))):
+        n = int(rng.integers(1, 12))
+        options.append((rng.uniform(0.0, 1000.0, n), rng.uniform(-50.0, 50.0, n)))
+    least = sum(float(p.min()) for p, _ in options)
+    cheapest = sum(float(p[np.argmin(c)]) for p, c in options)
+    budget = float(rng.uniform(least, max(cheapest, least + 1.0)))
+    pi, fit, over = cap_price(options, budget)
+    assert fit is not None
+    assert sum(float(p[i]) for (p, _), i in zip(options, fit, strict=True)) <= budget
+    if over is not None:  # the cheapest picks break the budget
+        assert sum(float(p[i]) for (p, _), i in zip(options, over, strict=True)) > budget
+    # weak duality makes every L(pi) a bound; pi is the best one (a fine scan)
+    grid = np.concatenate([[0.0], np.geomspace(1e-6, 1e3, 4000)])
+    best = max(_dual(options, budget, float(x)) for x in grid)
+    assert _dual(options, budget, pi) >= best - 1e-6 * max(1.0, abs(best))
+
+
+def test_cap_price_reports_a_budget_that_nothing_fits() -> None:
+    options = [(np.array([5.0, 9.0]), np.array([1.0, 0.0])), (np.array([4.0]), np.array([2.0]))]
+    assert cap_price(options, 8.0)[1] is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_larger_one_period_optima_equal_the_milp(seed: int) -> None:
+    # more deployments and configurations than above, so that the Lagrangian
+    # reduced-cost pruning and the dual rounding decide most of the search
+    rng = np.random.default_rng(500 + seed)
+    data = build_data(problem_from_dict(_site(rng, 5, 8)))
+    const_per_w = data.idle_gpu_power_w * data.total_gpus
+    for t in range(data.n_periods):
+        sol = solve_period(data, t)
+        r = solve_compact(periods_alone(data, np.array([t])), 120, 1e-9)
+        if sol is None:
+            assert r.schedule is None
+            continue
+        assert sol.proven
+        assert r.objective_usd is not None
+        expected = r.objective_usd - float(data.cost_usd_per_w[t]) * const_per_w
+        assert sol.cost_usd == pytest.approx(expected, rel=1e-7, abs=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_four_deployments_with_offsets_equal_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(700 + seed)
+    data = build_data(problem_from_dict(_site(rng, 4, 4)))
+    for t in range(data.n_periods):
+        offsets = [rng.normal(0.0, 0.2, size=d.n_configs) for d in data.deployments]
+        sol = solve_period(data, t, offsets)
+        ref = _brute(data, t, offsets)
+        if sol is None:
+            assert not np.isfinite(ref)
+            continue
+        assert sol.cost_usd == pytest.approx(ref, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_search_stopped_by_its_deadline_returns_a_feasible_unproven_choice(seed: int) -> None:
+    rng = np.random.default_rng(600 + seed)
+    data = build_data(problem_from_dict(_site(rng, 4, 6)))
+    for t in range(data.n_periods):
+        exact = solve_period(data, t)
+        stopped = solve_period(data, t, deadline=0.0)  # long past
+        if exact is None:
+            assert stopped is None
+            continue
+        assert stopped is not None
+        # the decisions achieve the reported cost, fit the cap, and cannot beat the optimum
+        ks = tuple(int(k) for k in stopped.config)
+        assert _period_cost(data, t, ks, stopped.served) == pytest.approx(
+            stopped.cost_usd, rel=1e-9, abs=1e-9
+        )
+        net = sum(
+            float(d.power_w(ks[m], float(stopped.served[m]))[0])
+            - data.idle_gpu_power_w * float(d.gpus[ks[m]])
+            for m, d in enumerate(data.deployments)
+        )
+        assert net <= float(data.net_cap_w[t]) * (1 + 1e-9) + 1e-6
+        assert stopped.cost_usd >= exact.cost_usd - 1e-9
+        if not stopped.proven:
+            continue
+        assert stopped.cost_usd == pytest.approx(exact.cost_usd, rel=1e-12, abs=1e-9)
