@@ -247,29 +247,6 @@ class _OutOfTime(Exception):
     pass
 
 
-#: Sizes beyond which one-period enumeration is too slow to run per period (its work
-#: grows with deployments x candidates x Pareto partial sums); beyond them the exact
-#: window of formulation.solve runs over Lagrangian-pruned choices instead.
-MAX_ENUM_DEPLOYMENTS = 6
-MAX_ENUM_CANDIDATES = 300
-#: or, for fewer but larger deployments (still at most MAX_ENUM_DEPLOYMENTS): at most
-#: this many candidates in all, and MAX_ENUM_LARGE per deployment (2 deployments of
-#: 32 GPUs: proven within 0.1% in 13 s this way, against 4.4% after 60 s without;
-#: 4 of 32 gain nothing)
-MAX_ENUM_TOTAL = 1200
-MAX_ENUM_LARGE = 600
-
-
-def enumeration_applies(data: ScheduleData) -> bool:
-    """One-period enumeration is exact here and fast enough to use per period."""
-    sizes = [d.n_configs for d in data.deployments]
-    if len(sizes) > MAX_ENUM_DEPLOYMENTS:
-        return False
-    small = max(sizes) <= MAX_ENUM_CANDIDATES
-    few = sum(sizes) <= MAX_ENUM_TOTAL and max(sizes) <= MAX_ENUM_LARGE
-    return (small or few) and not any(pool_can_bind(data, t) for t in range(data.n_periods))
-
-
 def pool_can_bind(data: ScheduleData, t: int) -> bool:
     for g in range(len(data.pools)):
         most = sum(

@@ -11,23 +11,22 @@ in ``stats["phases"]`` with its time, and share the time limit through one
 3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
    deployment's exact DP, restricted to what the site allows it, as the subproblem
    (:mod:`formulation.lagrange`). Its best bound is the proven lower bound; with one
-   deployment the first point is already the exact optimum. When one-period
-   enumeration applies (a few deployments), only that first point runs: the window's
-   Lagrangian decomposition of phase 5 (one-period optima, cap included, against
-   each deployment's path) is the stronger bound there, and gets the time;
+   deployment the first point is already the exact optimum;
    ``lp_support`` (after column generation): the compact MILP restricted to the
    configurations of the final master LP's columns and of the incumbent, every period
    (price-and-branch on the LP's support); schedules only;
-4. ``repair`` (not when enumeration applies: phase 5 repairs its own starts):
+4. ``repair`` (not when the window is guided: phase 5 repairs its own starts):
    Lagrangian heuristic: the DP solutions at the best multipliers, made feasible by
    exact per-deployment re-optimisation (:mod:`formulation.heuristics`), which
    respects transition limits;
 5. ``exact_window``: the MILP over the periods where the site constraints bind, the
    others solved exactly by DP, over the choices Lagrangian pruning keeps
-   (:mod:`formulation.window`); when one-period enumeration applies (a few
-   deployments, see :func:`formulation.period.enumeration_applies`) it is guided by
-   the one-period optima. It raises the bound when it finishes, and runs only when the
-   model it would build fits in the time left (``TimeBudget.fits``);
+   (:mod:`formulation.window`). When the exact one-period optima are cheap (the greedy
+   baseline measures them, ``_guided``) the window is guided by them instead: its
+   Lagrangian decomposition (one-period optima, cap included, against each
+   deployment's path) can be far stronger than the relaxation. It raises the bound
+   when it finishes, and runs only when the model it would build fits in the time
+   left (``TimeBudget.fits``);
 6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
    corridors of configurations around the incumbent and the Lagrangian paths (local
    branching), the radius growing while a corridor is solved without improvement:
@@ -85,7 +84,6 @@ from formulation.milp import (
     estimated_root_s,
     solve_compact,
 )
-from formulation.period import enumeration_applies
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import solve_guided, solve_windowed, window_choices, window_span
 from model.errors import PdwattError
@@ -232,6 +230,9 @@ class TimeBudget:
     NEIGHBOURHOOD: ClassVar[float] = 0.2
     WINDOW_PERIODS: ClassVar[int] = 12
     RESERVE: ClassVar[float] = 0.03
+    #: the window is guided by one-period optima when one round of them takes at most
+    #: this share of the limit (formulation.solve._guided)
+    GUIDED_ROUND: ClassVar[float] = 0.01
     #: a restricted MILP is built only if its estimated Pyomo build time
     #: (:func:`formulation.milp.estimated_build_s`) is at most this share of the time
     #: its phase has left
@@ -392,9 +393,9 @@ def _phases(run: Run) -> Outcome:
     # with a few deployments the window's split bound (one-period optima coupled to
     # the deployments' paths) dominates the relaxation: only its zero-price point
     # (exact with one deployment) runs, and the window gets the time
-    guided = enumeration_applies(data)
+    guided = _guided(run)
     with run.phase("relaxation"):
-        relaxation, lgrids = _relaxation(run, data, grids, rounds=not guided)
+        relaxation, lgrids = _relaxation(run, data, grids)
     if not run.done() and relaxation.support:
         with run.phase("lp_support"):
             _lp_support(run, data, lgrids, relaxation)
@@ -406,11 +407,24 @@ def _phases(run: Run) -> Outcome:
             _repair(run, data, grids, starts)
     if not run.done():
         with run.phase("exact_window"):
-            _exact_window(run, data, grids, lgrids, relaxation, base)
+            _exact_window(run, data, grids, lgrids, relaxation, base, guided)
     if not run.done():
         with run.phase("neighbourhoods"):
             _neighbourhoods(run, data, lgrids, relaxation)
     return _finish(run, data, base)
+
+
+def _guided(run: Run) -> bool:
+    """Whether the window is solved guided by one-period optima: when the greedy
+    baseline found every over-cap period's exact optimum (no GPU pool can bind) within
+    ``TimeBudget.GUIDED_ROUND`` of the limit, since each round of the window's
+    decomposition bound solves those periods again."""
+    report = run.stats.get("greedy", {})
+    return (
+        report.get("periods_over_cap", 0) > 0
+        and report.get("periods_proven") == report.get("periods_over_cap")
+        and report.get("seconds", np.inf) <= TimeBudget.GUIDED_ROUND * run.budget.limit_s
+    )
 
 
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
@@ -473,18 +487,14 @@ def _workers(run: Run) -> int:
 
 
 def _relaxation(
-    run: Run, data: ScheduleData, grids: list[DeploymentGrid], rounds: bool = True
+    run: Run, data: ScheduleData, grids: list[DeploymentGrid]
 ) -> tuple[Relaxation, list[DeploymentGrid]]:
-    """The Lagrangian bound and its multipliers, by the method the problem names
-    (without ``rounds``, only its zero-price point)."""
+    """The Lagrangian bound and its multipliers, by the method the problem names."""
     lgrids = local_grids(data, grids)
-    oracle = DualOracle(data, lgrids, _workers(run) if rounds else 1)
+    oracle = DualOracle(data, lgrids, _workers(run))
     deadline = run.budget.deadline(TimeBudget.RELAXATION, TimeBudget.RELAXATION_AT_LEAST)
     try:
-        if not rounds:
-            r = _zero_prices(run, data, oracle)
-            how = "its zero-price point"
-        elif run.opts.method == Method.VOLUME:
+        if run.opts.method == Method.VOLUME:
             r = _volume(run, data, grids, oracle, deadline)
             how = "volume algorithm"
         else:
@@ -744,11 +754,12 @@ def _exact_window(
     lgrids: list[DeploymentGrid],
     relaxation: Relaxation,
     base: dict[str, Priced],
+    guided: bool,
 ) -> None:
     opts = run.opts
     if run.best is None:
         return
-    if enumeration_applies(data):
+    if guided:
         g = solve_guided(
             data,
             grids,

@@ -129,9 +129,15 @@ def split_bound(
     for it in range(1, max_iter + 1):  # noqa: B007 - reported
         y = np.zeros((M, W), dtype=np.int64)
         total = constant_usd
+        cut_short = False
         for i, t in enumerate(range(a, b)):
             if dirty[i] or cache[i] is None:
-                cache[i] = solve_period(data, t, [-mu[m][i] for m in range(M)], hint=cache[i])
+                offsets = [-mu[m][i] for m in range(M)]
+                found = solve_period(data, t, offsets, hint=cache[i], deadline=t0 + time_limit_s)
+                if found is not None and not found.proven:
+                    cut_short = True  # this iteration's value would not be a bound
+                    break
+                cache[i] = found
                 dirty[i] = False
             sol = cache[i]
             if sol is None:
@@ -142,6 +148,8 @@ def split_bound(
             if key not in states[i]:
                 true_cost = sol.cost_usd + sum(float(mu[m][i, key[m]]) for m in range(M))
                 states[i][key] = (sol.served.copy(), true_cost)
+        if cut_short:
+            break
         x = np.zeros((M, W), dtype=np.int64)
         for m in range(M):
             v, path = path_with_boundary(
