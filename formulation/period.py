@@ -100,11 +100,11 @@ def cap_price(
     ``L(pi) = sum_m min_o (cost_o + pi pnet_o) - pi budget`` is concave in ``pi``, and
     its slope at ``pi`` is the power of the options it picks less the budget, which
     falls as ``pi`` rises; bisection on the slope's sign finds the maximiser ``pi``
-    (0 when the cheapest options fit). Returns ``(pi, fit)``: ``fit[m]`` indexes the
-    option each deployment picks at a price just high enough for the picks to fit
-    the budget (a feasible choice); None when even the least-power options do not
-    fit. ``over``: the picks at a price just too low,
-    which break the budget (None when the cheapest options fit)."""
+    (0 when the cheapest options fit). Returns ``(pi, fit, over)``: ``fit[m]`` indexes
+    the option each deployment picks at a price just high enough for the picks to fit
+    the budget (a feasible choice; None when even the least-power options do not
+    fit), ``over`` the picks at a price just too low, which break the budget (None
+    when the cheapest options fit)."""
 
     def pick(pi: float) -> tuple[IntArray, float]:
         idx = np.array([int(np.argmin(c + pi * p)) for p, c in options], dtype=np.int64)
