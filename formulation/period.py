@@ -247,6 +247,11 @@ class _OutOfTime(Exception):
     pass
 
 
+#: most (partial sum, option) pairs one merge may form (about 1 GB of arrays); a search
+#: that would need more ends like one past its deadline, with its best choice unproven
+MAX_PAIRS = 30_000_000
+
+
 def pool_can_bind(data: ScheduleData, t: int) -> bool:
     for g in range(len(data.pools)):
         most = sum(
@@ -293,8 +298,10 @@ def solve_period(
     configuration ``k`` (Lagrange multipliers). ``hint`` (optional) is a feasible
     solution of the period (e.g. the previous one under other offsets): its cost bounds
     the optimum, so partial sums that cannot beat it are pruned early. ``deadline``
-    (optional, ``time.perf_counter`` time): past it the search stops and the best choice
-    found so far comes back with ``proven`` False. Raises ValueError if a GPU pool can
+    (optional, ``time.perf_counter`` time): past it, or (with a deadline) when one merge
+    would form more than ``MAX_PAIRS`` pairs, the search stops and the best choice found
+    so far comes back with ``proven`` False; without one the search is exact, whatever
+    it takes. Raises ValueError if a GPU pool can
     bind in the period (not handled here)."""
     if pool_can_bind(data, t):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
@@ -351,6 +358,8 @@ def solve_period(
         for j in members:
             rest -= min_p[j]
             rest_l = rest_l - lag_p[j]
+            if deadline is not None and cur.pnet.size * pruned[j][0].size > MAX_PAIRS:
+                raise _OutOfTime  # the merge's arrays would outgrow its memory
             cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest)
             if deadline is not None and time.perf_counter() > deadline:
                 raise _OutOfTime

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from formulation import period
 from formulation.baselines import periods_alone
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import best_served
@@ -204,3 +205,22 @@ def test_a_search_stopped_by_its_deadline_returns_a_feasible_unproven_choice(see
         if not stopped.proven:
             continue
         assert stopped.cost_usd == pytest.approx(exact.cost_usd, rel=1e-12, abs=1e-9)
+
+
+def test_a_search_too_large_for_its_memory_stops_unproven(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(650)
+    data = build_data(problem_from_dict(_site(rng, 4, 6)))
+    exact = [solve_period(data, t) for t in range(data.n_periods)]
+    monkeypatch.setattr(period, "MAX_PAIRS", 1)  # every merge beyond the first is too big
+    stopped = [solve_period(data, t, deadline=np.inf) for t in range(data.n_periods)]
+    unbounded = [solve_period(data, t) for t in range(data.n_periods)]  # no deadline: exact
+    searched = 0
+    for e, s, u in zip(exact, stopped, unbounded, strict=True):
+        if e is None:
+            assert s is None and u is None
+            continue
+        assert s is not None and u is not None
+        assert s.cost_usd >= e.cost_usd - 1e-9
+        assert u.proven and u.cost_usd == pytest.approx(e.cost_usd, rel=1e-12, abs=1e-9)
+        searched += not s.proven
+    assert searched > 0  # the cap did stop some search
