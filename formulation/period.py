@@ -247,6 +247,11 @@ class _OutOfTime(Exception):
     pass
 
 
+#: the prices, as multiples of the cap's multiplier, whose duals bound partial sums in
+#: :func:`solve_period`; ``AT_PI`` indexes the multiplier itself
+PRICE_FACTORS = np.array([0.0, 0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0])
+AT_PI = int(np.flatnonzero(PRICE_FACTORS == 1.0)[0])
+
 #: most (partial sum, option) pairs one merge may form (about 1 GB of arrays); a search
 #: that would need more ends like one past its deadline, with its best choice unproven
 MAX_PAIRS = 30_000_000
@@ -315,20 +320,14 @@ def solve_period(
     min_p = np.array([p[0].min() for p in pruned])
     empty = Options(np.zeros(1), np.zeros(1), -np.ones((1, M), dtype=np.int64))
 
-    # least cost of each deployment over all its options: its cost is concave in the
-    # served load, so the least over endpoint options bounds its interior ones too
-    min_c = np.array([p[1].min() for p in pruned])
-    # the same at the cap's Lagrange multiplier pi: min (cost + pi pnet), also reached
-    # at an endpoint (cost + pi pnet stays concave in the load)
     pi, fit, over = cap_price([(p[0], p[1]) for p in pruned], budget)
-    lag_c = np.array([float(np.min(p[1] + pi * p[0])) for p in pruned])
-    tol = 1e-9 * max(abs(float(min_c.sum())), 1.0)
-    # prices around pi (0 among them): the members still to come cost at least
-    # max_i [sum_j min_o (cost_o + p_i pnet_o) - p_i (budget left)], tighter than one
-    # price for partial sums that leave more or less of the budget than the LP does
-    prices = pi * np.array([0.0, 0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0])
-    if pi == 0.0:
-        prices = np.zeros(1)
+    # min over each deployment's options of cost + p_i pnet at prices p_i around the
+    # cap's multiplier pi (0 and pi among them), (M, prices): a deployment's cost plus
+    # p_i times its power is concave in its served load, so the least over endpoint
+    # options bounds its interior (filler) states too. The members still to come cost
+    # at least max_i [sum_j min_o (cost_o + p_i pnet_o) - p_i (budget left)], tighter
+    # than one price for partial sums that leave more or less budget than the LP does
+    prices = pi * PRICE_FACTORS
 
     def price_mins(opts_: list[Any]) -> FloatArray:
         return np.array(
@@ -340,8 +339,11 @@ def solve_period(
             ]
         )
 
-    lag_p = price_mins(pruned)  # (M, prices): over the options the enumeration keeps
+    lag_p = price_mins(pruned)  # over the options the enumeration keeps
     lag_full = lag_p.copy()  # over every endpoint option (fillers' lower bounds)
+    min_c = lag_full[:, 0]  # least cost (price 0)
+    lag_c = lag_full[:, AT_PI]  # at the multiplier itself
+    tol = 1e-9 * max(abs(float(min_c.sum())), 1.0)
 
     def combine(
         members: list[int], reserve: float, cost_cap: float, outside: FloatArray | None = None

@@ -392,9 +392,6 @@ def _phases(run: Run) -> Outcome:
         with run.phase("compact"):
             _compact(run, data, grids)
         return _finish(run, data, base)
-    # with a few deployments the window's split bound (one-period optima coupled to
-    # the deployments' paths) dominates the relaxation: only its zero-price point
-    # (exact with one deployment) runs, and the window gets the time
     with run.phase("relaxation"):
         relaxation, lgrids = _relaxation(run, data, grids)
     if not run.done() and relaxation.support:
