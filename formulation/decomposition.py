@@ -75,6 +75,8 @@ class DecompositionResult:
     prices_w: FloatArray | None = None  # pi of the best bound, per IT watt and period
     prices_gpu: FloatArray | None = None  # sigma of the best bound, (G, T)
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
+    # stopped because the master LP fell to a bound proven otherwise (``bound_to_beat``)
+    beaten: bool = False
 
 
 def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatArray) -> Column:
@@ -174,11 +176,15 @@ def decompose(
     oracle: DualOracle | None = None,
     stop: Callable[[], bool] | None = None,
     first: Point | None = None,
+    bound_to_beat: Callable[[], float] | None = None,
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or the time limit). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
     grids of :func:`formulation.lagrange.local_grids`; ``stop``: checked after every
-    round; ``first``: the oracle's point at zero prices, if the caller has it."""
+    round; ``first``: the oracle's point at zero prices, if the caller has it;
+    ``bound_to_beat`` (optional): a lower bound proven otherwise. The restricted master
+    LP's value is at least the Dantzig-Wolfe bound, so once it is no higher than that
+    bound column generation cannot beat it and stops (``beaten`` in the result)."""
     t0 = time.perf_counter()
     own = oracle is None
     if oracle is None:
@@ -196,6 +202,7 @@ def decompose(
             progress,
             stop,
             first,
+            bound_to_beat,
         )
     finally:
         if own:
@@ -221,6 +228,7 @@ def _generate(
     progress: Callable[[str], None] | None,
     stop: Callable[[], bool] | None,
     first: Point | None,
+    bound_to_beat: Callable[[], float] | None,
 ) -> DecompositionResult:
     T, G = data.n_periods, len(data.pools)
     master = Master(data)
@@ -240,7 +248,7 @@ def _generate(
     history = [(time.perf_counter() - t0, best_lb)]
     lp = np.inf
     it = 0
-    converged = False
+    converged = beaten = False
     x = np.zeros(0)
     while it < max_iter:
         it += 1
@@ -273,6 +281,9 @@ def _generate(
         if added == 0 or (lp_total - best_lb) <= rel_tol * scale:
             converged = True
             break
+        if bound_to_beat is not None and lp_total <= bound_to_beat():
+            beaten = True
+            break
         if time.perf_counter() - t0 > time_limit_s or (stop is not None and stop()):
             break
     n_slack = master.n_slack
@@ -295,6 +306,7 @@ def _generate(
         prices_w=best_pi,
         prices_gpu=best_sigma,
         history=history,
+        beaten=beaten,
     )
 
 

@@ -243,6 +243,8 @@ class Relaxation:
     # (deployment, configuration path) of the columns the final master LP uses (column
     # generation only): the configurations a near-optimal schedule tends to use
     support: list[tuple[int, NDArray[np.int64]]] = field(default_factory=list)
+    # column generation stopped when its master LP fell to a bound proven otherwise
+    beaten: bool = False
 
 
 def cost_ceiling(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> float:

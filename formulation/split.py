@@ -102,12 +102,14 @@ def split_bound(
     improve: Callable[[list[dict[tuple[int, ...], tuple[FloatArray, float]]]], float | None]
     | None = None,
     target_gap: float = 0.0,
+    on_bound: Callable[[float], None] | None = None,
 ) -> SplitBound:
     """Best ``L(mu)`` found by subgradient ascent within the time limit.
 
     ``improve(states)`` (optional), called every few iterations with the joint period
     states seen so far, may return a better upper bound (a schedule built from them);
-    the ascent stops once the bound is within ``target_gap`` of the upper bound."""
+    the ascent stops once the bound is within ``target_gap`` of the upper bound.
+    ``on_bound`` (optional) sees every better bound as soon as it is found."""
     t0 = time.perf_counter()
     M = len(data.deployments)
     W = b - a
@@ -165,6 +167,8 @@ def split_bound(
         if total > best + 1e-12 * max(abs(best), 1.0) if np.isfinite(best) else True:
             best, stall = total, 0
             best_mu = [x.copy() for x in mu]
+            if on_bound is not None:
+                on_bound(best)
         else:
             stall += 1
             if stall >= patience:

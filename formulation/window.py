@@ -38,7 +38,7 @@ from formulation.heuristics import coordinate_descent
 from formulation.interrupt import stop_requested
 from formulation.lagrange import site_constant_usd, uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
-from formulation.period import decisions_cost, solve_period
+from formulation.period import PeriodSolution, decisions_cost, solve_period
 from formulation.split import joint_path, split_bound
 
 IntArray = NDArray[np.int64]
@@ -259,6 +259,67 @@ def _guided_allowed(
     return out
 
 
+@dataclass
+class GuidedStart:
+    """What the guided window starts from: each deployment's uncoupled optimum and its
+    DP tables, the span ``[a, b)`` of the periods where those optima break the site
+    (None when they break none), the exact one-period optima in it, and the bound they
+    give (see :func:`guided_start`)."""
+
+    tabs: list[Any]
+    free: Schedule
+    first: Priced
+    span: tuple[int, int] | None
+    solutions: list[PeriodSolution] = field(default_factory=list)
+    bound_usd: float = -np.inf
+    infeasible_period: int | None = None
+
+
+def _span_bound(
+    data: ScheduleData, tabs: list[Any], a: int, b: int, sols: list[PeriodSolution]
+) -> float:
+    """Exact DP before ``a`` and from ``b`` on (caps relaxed there), the one-period optima
+    ``sols`` inside (transitions relaxed), and the site's constant cost."""
+    T, M = data.n_periods, len(data.deployments)
+    before = sum(float(np.min(tabs[m][2][a - 1])) for m in range(M)) if a > 0 else 0.0
+    after = sum(float(np.min(tabs[m][0][b] + tabs[m][3][b])) for m in range(M)) if b < T else 0.0
+    return before + sum(s.cost_usd for s in sols) + after + site_constant_usd(data)
+
+
+def _period_optima(
+    data: ScheduleData, a: int, b: int, deadline: float | None = None
+) -> tuple[list[PeriodSolution], int | None, bool]:
+    """The one-period optima of periods ``a..b-1``; the first period where none exists
+    (or None); and whether every one is proven (a ``deadline`` may cut them short)."""
+    sols: list[PeriodSolution] = []
+    for t in range(a, b):
+        s = solve_period(data, t, deadline=deadline)
+        if s is None:
+            return sols, t, True
+        sols.append(s)
+    return sols, None, all(s.proven for s in sols)
+
+
+def guided_start(
+    data: ScheduleData, grids: list[DeploymentGrid], deadline: float | None = None
+) -> GuidedStart:
+    """The first step of :func:`solve_guided`, on its own so that a solve can take its
+    bound early: exact DP for each deployment before and after the span where the
+    uncoupled optima break the site, and inside it the sum of the exact one-period
+    optima, which ignore transitions. That is a relaxation of the full problem, hence a
+    proven lower bound (-inf when ``deadline``, a ``time.perf_counter`` time, cut a
+    one-period search short; the uncoupled schedule's cost when it meets the site)."""
+    tabs, free = _uncoupled(data, grids)
+    first = price_schedule(data, free)
+    if first.violation_free:
+        return GuidedStart(tabs, free, first, None, bound_usd=first.objective_usd)
+    broken = set(first.cap_violations) | set(first.inventory_violations)
+    a, b = min(broken), max(broken) + 1
+    sols, infeasible, proven = _period_optima(data, a, b, deadline)
+    bound = _span_bound(data, tabs, a, b, sols) if proven and infeasible is None else -np.inf
+    return GuidedStart(tabs, free, first, (a, b), sols, bound, infeasible)
+
+
 def solve_guided(
     data: ScheduleData,
     grids: list[DeploymentGrid],
@@ -269,52 +330,69 @@ def solve_guided(
     progress: Callable[[str], None] | None = None,
     max_radius: int = 4,
     hints: list[Schedule] | None = None,
+    start: GuidedStart | None = None,
+    on_bound: Callable[[float], None] | None = None,
+    on_schedule: Callable[[Priced], object] | None = None,
 ) -> WindowResult:
     """Window solve guided by the exact one-period optima (see :mod:`formulation.period`).
 
-    Lower bound: exact DP before and after the window (caps ignored there, where they
-    do not bind), and inside it the sum of the exact one-period optima, which ignore
-    transitions: a relaxation of the full problem, hence a proven bound.
+    Lower bound: that of :func:`guided_start` (``start``, if the caller has it), raised
+    by the Lagrangian decomposition of :func:`formulation.split.split_bound`, and by the
+    window MILP over every candidate when it runs.
 
     Schedules: the window MILP (transitions exact, entry and exit costs from the DP)
     restricted to configurations within ``radius`` instances of the one-period optima,
     of the DP path and of the incumbent; the radius grows until the gap closes or time
     runs out. The restriction only limits which schedules are found, never the bound.
+
+    ``on_bound`` and ``on_schedule`` (optional) see every better bound and schedule as
+    soon as it is found, before the result comes back.
     """
 
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     T, M = data.n_periods, len(data.deployments)
-    tabs, free = _uncoupled(data, grids)
-    first = price_schedule(data, free)
+    init = start if start is not None else guided_start(data, grids)
+    tabs, free, first = init.tabs, init.free, init.first
     stats: dict[str, Any] = {"windows": []}
     if first.violation_free:
         stats["windows"].append({"periods": 0})
         return WindowResult(first, first.objective_usd, True, stats)
     best = incumbent
+
+    def found_schedule(p: Priced, how: str) -> None:
+        say(f"{how}: ${p.objective_usd:.4f}")
+        if on_schedule is not None:
+            on_schedule(p)
+
+    def found_bound(value: float) -> None:
+        if on_bound is not None:
+            on_bound(value if best is None else min(value, best.objective_usd))
+
     for h in [free, *(hints or [])]:
         cd = coordinate_descent(data, grids, h, time_limit_s=max(0.05 * time_limit_s, 0.1))
         if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
             best = cd
-            say(f"feasible schedule (repaired by coordinate descent): ${best.objective_usd:.4f}")
+            found_schedule(best, "feasible schedule (repaired by coordinate descent)")
     const = site_constant_usd(data)
     broken = set(first.cap_violations) | set(first.inventory_violations)
     lb = -np.inf
+    reuse = True
     while True:
         a, b = min(broken), max(broken) + 1
-        say(f"one-period optima for periods {a}..{b - 1} (transitions relaxed)")
-        sols = []
-        for t in range(a, b):
-            s = solve_period(data, t)
-            if s is None:
-                stats["infeasible_period"] = t
-                return WindowResult(best, lb, False, stats)
-            sols.append(s)
-        before = sum(float(np.min(tabs[m][2][a - 1])) for m in range(M)) if a > 0 else 0.0
-        after = (
-            sum(float(np.min(tabs[m][0][b] + tabs[m][3][b])) for m in range(M)) if b < T else 0.0
-        )
-        lb = max(lb, before + sum(s.cost_usd for s in sols) + after + const)
+        if reuse and init.span == (a, b):
+            sols, infeasible = init.solutions, init.infeasible_period
+            if infeasible is None and not np.isfinite(init.bound_usd):
+                sols, infeasible, _ = _period_optima(data, a, b)  # cut short: again, exactly
+        else:
+            say(f"one-period optima for periods {a}..{b - 1} (transitions relaxed)")
+            sols, infeasible, _ = _period_optima(data, a, b)
+        reuse = False
+        if infeasible is not None:
+            stats["infeasible_period"] = infeasible
+            return WindowResult(best, lb, False, stats)
+        lb = max(lb, _span_bound(data, tabs, a, b, sols))
+        found_bound(lb)
         anchors: list[list[set[int]]] = [[set() for _ in range(a, b)] for _ in range(M)]
         for i, s in enumerate(sols):
             for m in range(M):
@@ -377,6 +455,7 @@ def solve_guided(
                         ):
                             return None
                         found.append(cand)
+                        found_schedule(cand, "joint-state path over the window")
                         return cand.objective_usd
 
                     sb = split_bound(
@@ -394,10 +473,10 @@ def solve_guided(
                         mu0=mu,
                         improve=improve,
                         target_gap=mip_gap,
+                        on_bound=found_bound,
                     )
                     if found and (best is None or found[-1].objective_usd < best.objective_usd):
                         best = found[-1]
-                        say(f"joint-state path over the window: ${best.objective_usd:.4f}")
                     mu = sb.mu
                     stats.setdefault("split_bound", []).append(
                         {
@@ -421,7 +500,7 @@ def solve_guided(
                     )
                     if improved and cand is not None:
                         best = cand
-                        say(f"joint-state path over the window: ${cand.objective_usd:.4f}")
+                        found_schedule(cand, "joint-state path over the window")
                     if best is not None and (best.objective_usd - lb) <= mip_gap * abs(
                         best.objective_usd
                     ):
@@ -441,10 +520,10 @@ def solve_guided(
             )
             label = "all" if radius is None else f"radius {radius}"
             say(f"window MILP, periods {a}..{b - 1}, {label}: {n_choices} choices")
-            start = None
+            warm = None
             if best is not None:
-                start = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
-            r = solve_compact(sub, left, mip_gap / 2, threads, allowed, start, entry, exit_)
+                warm = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
+            r = solve_compact(sub, left, mip_gap / 2, threads, allowed, warm, entry, exit_)
             stats["windows"].append(
                 {
                     "first": a,
@@ -461,6 +540,7 @@ def solve_guided(
                 # every candidate in the window, exact DP outside it, caps outside
                 # relaxed: a relaxation of the full problem, so its bound holds
                 lb = max(lb, r.bound_usd + outside_const)
+                found_bound(lb)
             if r.schedule is None:
                 continue
             full = price_schedule(data, _assemble(data, grids, tabs, a, b, r.schedule))
@@ -471,6 +551,7 @@ def solve_guided(
                 break
             if full.violation_free and (best is None or full.objective_usd < best.objective_usd):
                 best = full
+                found_schedule(full, f"window MILP ({label})")
             if best is not None and (best.objective_usd - lb) <= mip_gap * abs(best.objective_usd):
                 return WindowResult(best, min(lb, best.objective_usd), True, stats)
         if not grown or time.perf_counter() - t0 > time_limit_s or stop_requested():

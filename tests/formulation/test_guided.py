@@ -1,0 +1,155 @@
+"""The window guided by one-period optima: its first bound, taken on its own before the
+relaxation, and the bounds and schedules it reports while it runs, against exhaustive
+enumeration (tests.formulation.test_exact) on small random sites."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from formulation.data import build_data
+from formulation.decomposition import decompose
+from formulation.dp import deployment_grid
+from formulation.evaluate import Priced, price_schedule
+from formulation.lagrange import DualOracle, local_grids, uncoupled_schedule
+from formulation.period import pool_can_bind
+from formulation.problem import problem_from_dict
+from formulation.solve import solve
+from formulation.window import guided_start, solve_guided
+from tests.formulation.test_exact import enumerate_optimum, hand_model, random_request
+
+FEASIBLE = [s for s in range(24) if s % 7 != 3]
+
+
+def _request(seed: int) -> dict[str, Any]:
+    """test_exact's random site with GPUs for every deployment at its largest (the
+    one-period search is for the cap alone: no GPU pool may bind)."""
+    body = random_request(seed)
+    inventory: dict[str, int] = {}
+    for dep in body["deployments"]:
+        inventory[dep["gpu"]] = inventory.get(dep["gpu"], 0) + dep["max_gpus"]
+    body["site"]["gpu_inventory"] = inventory
+    return body
+
+
+def _capped(seed: int) -> tuple[Any, Any, Any]:
+    body = _request(seed)
+    data = build_data(problem_from_dict(body))
+    grids = [deployment_grid(data, d) for d in data.deployments]
+    return data, grids, enumerate_optimum(hand_model(body, data), data)
+
+
+def _binding() -> list[int]:
+    """Seeds with a feasible optimum and uncoupled optima that break the cap somewhere
+    (no GPU pool can bind: checked)."""
+    out = []
+    for seed in FEASIBLE:
+        data, grids, best = _capped(seed)
+        if any(pool_can_bind(data, t) for t in range(data.n_periods)):
+            continue
+        if (
+            best is not None
+            and not price_schedule(data, uncoupled_schedule(data, grids)).violation_free
+        ):
+            out.append(seed)
+    return out
+
+
+BINDING = _binding()
+
+
+def test_some_instances_have_a_binding_site() -> None:
+    assert len(BINDING) >= 4, BINDING
+
+
+@pytest.mark.parametrize("seed", BINDING)
+def test_the_first_guided_bound_is_a_bound(seed: int) -> None:
+    """Weak duality: DPs outside the span, one-period optima inside, never above the
+    enumerated optimum; and above the uncoupled bound (it adds the cap inside)."""
+    data, grids, best = _capped(seed)
+    start = guided_start(data, grids)
+    assert start.span is not None
+    a, b = start.span
+    assert len(start.solutions) == b - a
+    tol = 1e-9 * max(abs(best.value), 1.0)
+    assert start.bound_usd <= best.value + tol
+    free = price_schedule(data, uncoupled_schedule(data, grids))
+    assert start.bound_usd >= free.objective_usd - tol
+
+
+@pytest.mark.parametrize("seed", BINDING[:3])
+def test_a_first_bound_cut_short_by_its_deadline_is_no_bound(seed: int) -> None:
+    data, grids, _ = _capped(seed)
+    start = guided_start(data, grids, deadline=time.perf_counter() - 1.0)
+    if all(s.proven for s in start.solutions):
+        pytest.skip("every one-period search finished before its first deadline check")
+    assert start.bound_usd == -np.inf
+
+
+@pytest.mark.parametrize("seed", BINDING)
+def test_guided_reports_only_bounds_and_feasible_schedules_as_they_come(seed: int) -> None:
+    data, grids, best = _capped(seed)
+    bounds: list[float] = []
+    schedules: list[Priced] = []
+    start = guided_start(data, grids)
+    r = solve_guided(
+        data,
+        grids,
+        30.0,
+        1e-9,
+        start=start,
+        on_bound=bounds.append,
+        on_schedule=schedules.append,
+    )
+    tol = 1e-7 * max(abs(best.value), 1.0)
+    assert bounds, "no bound reported"
+    assert all(v <= best.value + tol for v in bounds)
+    assert bounds[0] == pytest.approx(start.bound_usd, rel=1e-12)
+    assert all(p.violation_free for p in schedules)
+    assert all(p.objective_usd >= best.value - tol for p in schedules)
+    # what comes back is what was reported last
+    assert r.priced is not None
+    assert schedules and schedules[-1].objective_usd == pytest.approx(r.priced.objective_usd)
+    assert max(bounds) == pytest.approx(min(r.lower_bound_usd, r.priced.objective_usd), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", BINDING)
+def test_column_generation_stops_at_a_bound_it_cannot_beat(seed: int) -> None:
+    """The restricted master LP's value is at least the Dantzig-Wolfe bound: once it is
+    at or below a bound proven otherwise, column generation stops (after its first
+    round for a bound above every LP value); without one it runs to convergence."""
+    data, grids, best = _capped(seed)
+    oracle = DualOracle(data, local_grids(data, grids))
+    full = decompose(data, 30.0, oracle=oracle)
+    assert full.converged and not full.beaten
+    assert full.lower_bound_usd <= best.value * (1 + 1e-9) + 1e-9
+    if full.iterations == 1:
+        pytest.skip("converged in its first round")
+    beaten = decompose(data, 30.0, oracle=oracle, bound_to_beat=lambda: np.inf)
+    assert beaten.beaten and not beaten.converged and beaten.iterations == 1
+    assert beaten.lower_bound_usd <= full.lower_bound_usd + 1e-9 * abs(full.lower_bound_usd)
+    # a bound just above the Dantzig-Wolfe one: stopped no later than convergence
+    at = full.lower_bound_usd + 1e-6 * abs(full.lower_bound_usd)
+    near = decompose(data, 30.0, oracle=oracle, bound_to_beat=lambda: at)
+    assert near.iterations <= full.iterations
+    assert near.beaten or near.converged
+    assert not near.beaten or near.lp_value_usd <= at
+
+
+def test_a_solve_takes_the_one_period_bound_first_and_names_the_bound_it_reports() -> None:
+    for seed in BINDING:
+        data, _, best = _capped(seed)
+        out = solve(problem_from_dict(_request(seed)))
+        names = [p["name"] for p in out.stats["phases"]]
+        if "one_period_bound" not in names:
+            continue
+        assert names.index("one_period_bound") < names.index("relaxation")
+        taken = out.stats["one_period_bound"]["bound_usd"]
+        assert taken is not None and taken <= best.value * (1 + 1e-9) + 1e-9
+        assert out.lower_bound_usd >= taken - 1e-9 * abs(taken)
+        assert isinstance(out.stats["lower_bound"], str) and out.stats["lower_bound"]
+        return
+    pytest.fail("no instance took the one-period bound")
