@@ -82,6 +82,12 @@ class DeploymentData:
             out += slope * np.clip(s_arr - np.where(valid, x0, 0.0), 0.0, width)
         return out
 
+    def power_at(self, k: int, load_rps: float) -> float:
+        """:meth:`power_w` of one configuration at one load, for callers pricing single
+        decisions: linear interpolation over the same breakpoints, flat beyond them."""
+        c = int(self.bp_count[k])
+        return float(np.interp(load_rps, self.bp_load_rps[k, :c], self.bp_power_w[k, :c]))
+
     @cached_property
     def full_load_power_w(self) -> FloatArray:
         """(T, K) ``P_k(smax[t, k])``: each candidate's power at the most it may serve
@@ -104,6 +110,20 @@ class DeploymentData:
                 frac = np.where(y1 > y0, (b - y0) / (y1 - y0), 1.0)
             cand = x0 + np.clip(frac, 0.0, 1.0) * (x1 - x0)
             out = np.where(valid, np.maximum(out, cand), out)
+        return out
+
+    def max_load_at(self, k: int, budget_w: float) -> float:
+        """:meth:`max_load_within` of one configuration at one budget, segment by
+        segment in plain floats (the same rule, for callers pricing single decisions)."""
+        c = int(self.bp_count[k])
+        xs = self.bp_load_rps[k, :c].tolist()
+        ys = self.bp_power_w[k, :c].tolist()
+        out = 0.0 if budget_w >= ys[0] else -1.0
+        for j in range(c - 1):
+            x0, x1, y0, y1 = xs[j], xs[j + 1], ys[j], ys[j + 1]
+            if y0 <= budget_w:
+                frac = (budget_w - y0) / (y1 - y0) if y1 > y0 else 1.0
+                out = max(out, x0 + min(max(frac, 0.0), 1.0) * (x1 - x0))
         return out
 
     def curve(self, t: int, k: int) -> tuple[list[float], list[float]]:

@@ -46,11 +46,8 @@ reported; it is valid whatever the multipliers.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -59,6 +56,7 @@ from numpy.typing import NDArray
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, backward_values, shortest_path, stage_costs
 from formulation.evaluate import Schedule
+from formulation.workers import ForkPool
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -149,50 +147,32 @@ def solve_one(
 
 
 # the problems of the live oracles, inherited by their forked worker processes
-_SHARED: dict[int, tuple[ScheduleData, Sequence[DeploymentGrid]]] = {}
-
-
-def _solve_shared(
-    key: int, m: int, pi: FloatArray, sigma_g: FloatArray
+def _solve_in_worker(
+    shared: tuple[ScheduleData, Sequence[DeploymentGrid]],
+    m: int,
+    pi: FloatArray,
+    sigma_g: FloatArray,
 ) -> tuple[float, IntArray, FloatArray]:
-    data, grids = _SHARED[key]
+    data, grids = shared
     return solve_one(data, grids, m, pi, sigma_g)
 
 
 class DualOracle:
-    """Evaluates ``L(pi, sigma)``: one exact DP per deployment. With ``workers > 1``
-    (and more than one deployment, where processes can be forked and this process may
-    have children) the DPs run on that
-    many worker processes, forked once with the problem in memory, so each evaluation
-    sends only the prices and receives the paths. Threads would not help: each DP is
-    many small numpy operations, serialised by the interpreter lock
-    (``benchmarks/bench_dual.py`` measures both)."""
+    """Evaluates ``L(pi, sigma)``: one exact DP per deployment, on ``workers`` forked
+    processes when there are more than one (:class:`formulation.workers.ForkPool`), so
+    each evaluation sends only the prices and receives the paths."""
 
     def __init__(
         self, data: ScheduleData, grids: Sequence[DeploymentGrid], workers: int = 1
     ) -> None:
         self.data = data
         self.grids = list(grids)
-        self._pool: ProcessPoolExecutor | None = None
-        self._key = id(self)
-        if (
-            workers > 1
-            and len(data.deployments) > 1
-            and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon  # may not have children
-        ):
-            _SHARED[self._key] = (data, self.grids)
-            self._pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("fork")
-            )
+        self._pool = ForkPool((data, self.grids), workers if len(data.deployments) > 1 else 1)
         self.calls = 0
         self.seconds = 0.0
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
-        _SHARED.pop(self._key, None)
+        self._pool.close()
 
     def __enter__(self) -> DualOracle:
         return self
@@ -205,19 +185,7 @@ class DualOracle:
         data = self.data
         M = len(data.deployments)
         pools = [int(data.pool_of[m]) for m in range(M)]
-        parts = None
-        if self._pool is not None:
-            try:
-                futures = [
-                    self._pool.submit(_solve_shared, self._key, m, pi, sigma[pools[m]])
-                    for m in range(M)
-                ]
-                parts = [f.result() for f in futures]
-            except (BrokenProcessPool, OSError):
-                # a worker died (e.g. out of memory), or none could start: go on serially
-                self.close()
-        if parts is None:
-            parts = [solve_one(data, self.grids, m, pi, sigma[pools[m]]) for m in range(M)]
+        parts = self._pool.map(_solve_in_worker, [(m, pi, sigma[pools[m]]) for m in range(M)])
         cfg = np.stack([p[1] for p in parts])
         served = np.stack([p[2] for p in parts])
         cap_load = np.zeros(data.n_periods)

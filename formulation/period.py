@@ -106,12 +106,20 @@ def cap_price(
     fit), ``over`` the picks at a price just too low, which break the budget (None
     when the cheapest options fit)."""
 
+    # the options as (M, most options) arrays, padded with options no price picks
+    width = max(p.size for p, _ in options)
+    P = np.zeros((len(options), width))
+    C = np.full((len(options), width), np.inf)
+    for m, (p, c) in enumerate(options):
+        P[m, : p.size], C[m, : c.size] = p, c
+    rows = np.arange(len(options))
+
     def pick(pi: float) -> tuple[IntArray, float]:
-        idx = np.array([int(np.argmin(c + pi * p)) for p, c in options], dtype=np.int64)
-        return idx, float(sum(p[i] for (p, _), i in zip(options, idx, strict=True)))
+        idx = np.argmin(C + pi * P, axis=1).astype(np.int64)
+        return idx, float(P[rows, idx].sum())
 
     def dual(pi: float) -> float:
-        return float(sum(np.min(c + pi * p) for p, c in options)) - pi * budget
+        return float(np.min(C + pi * P, axis=1).sum()) - pi * budget
 
     if float(sum(p.min() for p, _ in options)) > budget:
         return 0.0, None, None
@@ -188,19 +196,29 @@ def dual_rounding(
         srv = np.array([options[m][3][pick[m]] for m in range(M)])
         return float(sum(options[m][1][pick[m]] for m in range(M))), cfg, srv
 
+    def swap(
+        base: tuple[float, IntArray, FloatArray], f: int, k: int, load: float
+    ) -> tuple[float, IntArray, FloatArray]:
+        """``base`` with deployment ``f`` running ``k`` at ``load`` (only its cost changes)."""
+        cost, cfg, srv = base
+        off = None if offsets is None else offsets[f]
+        cost += deployment_cost(data, t, f, k, load, off)
+        cost -= deployment_cost(data, t, f, int(cfg[f]), float(srv[f]), off)
+        cfg, srv = cfg.copy(), srv.copy()
+        cfg[f], srv[f] = k, load
+        return cost, cfg, srv
+
     def power(pick: IntArray) -> float:
         return float(sum(pnets[m][pick[m]] for m in range(M)))
 
     def partial(
-        cfg: IntArray, srv: FloatArray, f: int, k: int, room: float
+        base: tuple[float, IntArray, FloatArray], f: int, k: int, room: float
     ) -> tuple[float, IntArray, FloatArray] | None:
         d = data.deployments[f]
-        load = float(min(d.max_load_within(k, room + idle * d.gpus[k])[0], d.smax_rps[t, k]))
+        load = min(d.max_load_at(k, room + idle * float(d.gpus[k])), float(d.smax_rps[t, k]))
         if load < 0:
             return None
-        cfg, srv = cfg.copy(), srv.copy()
-        cfg[f], srv[f] = k, load
-        return decisions_cost(data, t, cfg, srv, offsets), cfg, srv
+        return swap(base, f, k, load)
 
     moved = [] if over is None else [int(f) for f in np.flatnonzero(over != fit)]
     stepped = fit.copy()
@@ -213,25 +231,26 @@ def dual_rounding(
     found = []
     for start in (fit, stepped):
         pick = _spend(pc, budget, start)
-        found.append(of(pick))
+        base = of(pick)
+        found.append(base)
         left = budget - power(pick)
-        _, cfg, srv = found[-1]
         for f in moved:
             assert over is not None
             if over[f] != pick[f]:
                 room = left + float(pnets[f][pick[f]])
-                trial = partial(cfg, srv, f, int(options[f][2][over[f]]), room)
+                trial = partial(base, f, int(options[f][2][over[f]]), room)
                 if trial is not None:
                     found.append(trial)
     if over is not None:
         excess = power(over) - budget
-        _, cfg, srv = of(over)
+        base = of(over)
         for f in range(M):
             room = float(pnets[f][over[f]]) - excess
-            trial = partial(cfg, srv, f, int(cfg[f]), room)
-            if trial is not None and trial[2][f] <= srv[f]:
+            trial = partial(base, f, int(base[1][f]), room)
+            if trial is not None and trial[2][f] <= base[2][f]:
                 found.append(trial)
-    return min(found, key=lambda x: x[0])
+    _, cfg, srv = min(found, key=lambda x: x[0])
+    return decisions_cost(data, t, cfg, srv, offsets), cfg, srv  # priced afresh, exactly
 
 
 @dataclass
@@ -269,6 +288,24 @@ def pool_can_bind(data: ScheduleData, t: int) -> bool:
     return False
 
 
+def deployment_cost(
+    data: ScheduleData,
+    t: int,
+    m: int,
+    k: int,
+    load: float,
+    offset: FloatArray | None = None,
+) -> float:
+    """Deployment ``m``'s share of period ``t``'s cost running configuration ``k`` at
+    ``load``: its net power (idle GPUs' power credited) priced, and its unserved demand;
+    ``offset[k]`` added."""
+    d = data.deployments[m]
+    p = d.power_at(k, load)
+    cost = float(data.cost_usd_per_w[t]) * (p - data.idle_gpu_power_w * float(d.gpus[k]))
+    cost += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - load)
+    return cost + (0.0 if offset is None else float(offset[k]))
+
+
 def decisions_cost(
     data: ScheduleData,
     t: int,
@@ -277,17 +314,12 @@ def decisions_cost(
     offsets: list[FloatArray] | None = None,
 ) -> float:
     """Period cost of given decisions (without the site's idle constant), offsets added."""
-    idle = data.idle_gpu_power_w
-    cw = float(data.cost_usd_per_w[t])
-    total = 0.0
-    for m, d in enumerate(data.deployments):
-        k = int(cfg[m])
-        p = float(d.power_w(k, float(served[m]))[0])
-        total += cw * (p - idle * float(d.gpus[k]))
-        total += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - float(served[m]))
-        if offsets is not None:
-            total += float(offsets[m][k])
-    return total
+    return sum(
+        deployment_cost(
+            data, t, m, int(cfg[m]), float(served[m]), None if offsets is None else offsets[m]
+        )
+        for m in range(len(data.deployments))
+    )
 
 
 def solve_period(
@@ -388,18 +420,6 @@ def solve_period(
     # L(pi) + (cost_o + pi pnet_o - lag_c[m]), so options (and filler configurations)
     # whose reduced cost exceeds the incumbent's gap to L(pi) cannot beat it
     dual_value = float(lag_c.sum()) - pi * budget
-    import os
-
-    if os.environ.get("PDBG"):
-        print(
-            "DBG best",
-            best_cost,
-            "L",
-            dual_value,
-            "over",
-            over is not None,
-            None if over is None or fit is None else int((over != fit).sum()),
-        )
 
     def tighten(best: float) -> float:
         nonlocal min_p, lag_p

@@ -829,6 +829,7 @@ def _exact_window(
             start=start,
             on_bound=lambda v: run.bound(v, GUIDED_SOURCE),
             on_schedule=lambda p: run.offer(p, label),
+            workers=_workers(run),
         )
         run.stats["windows"] = g.stats.get("windows", [])
         if "infeasible_period" in g.stats:

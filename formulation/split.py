@@ -31,6 +31,7 @@ from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, reach, step_cost_to, transition_cost
 from formulation.interrupt import stop_requested
 from formulation.period import PeriodSolution, solve_period
+from formulation.workers import ForkPool
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -71,6 +72,16 @@ def path_with_boundary(
     return best, path
 
 
+def _period_task(
+    data: ScheduleData,
+    t: int,
+    offsets: list[FloatArray],
+    hint: PeriodSolution | None,
+    deadline: float,
+) -> PeriodSolution | None:
+    return solve_period(data, t, offsets, hint=hint, deadline=deadline)
+
+
 @dataclass
 class SplitBound:
     value_usd: float
@@ -103,13 +114,15 @@ def split_bound(
     | None = None,
     target_gap: float = 0.0,
     on_bound: Callable[[float], None] | None = None,
+    pool: ForkPool[ScheduleData] | None = None,
 ) -> SplitBound:
     """Best ``L(mu)`` found by subgradient ascent within the time limit.
 
     ``improve(states)`` (optional), called every few iterations with the joint period
     states seen so far, may return a better upper bound (a schedule built from them);
     the ascent stops once the bound is within ``target_gap`` of the upper bound.
-    ``on_bound`` (optional) sees every better bound as soon as it is found."""
+    ``on_bound`` (optional) sees every better bound as soon as it is found; ``pool``
+    (optional, sharing ``data``) solves the period problems side by side."""
     t0 = time.perf_counter()
     M = len(data.deployments)
     W = b - a
@@ -131,16 +144,17 @@ def split_bound(
     for it in range(1, max_iter + 1):  # noqa: B007 - reported
         y = np.zeros((M, W), dtype=np.int64)
         total = constant_usd
-        cut_short = False
-        for i, t in enumerate(range(a, b)):
-            if dirty[i] or cache[i] is None:
-                offsets = [-mu[m][i] for m in range(M)]
-                found = solve_period(data, t, offsets, hint=cache[i], deadline=t0 + time_limit_s)
-                if found is not None and not found.proven:
-                    cut_short = True  # this iteration's value would not be a bound
-                    break
-                cache[i] = found
-                dirty[i] = False
+        todo = [i for i in range(W) if dirty[i] or cache[i] is None]
+        tasks = [(a + i, [-mu[m][i] for m in range(M)], cache[i], t0 + time_limit_s) for i in todo]
+        if pool is not None:
+            found = pool.map(_period_task, tasks)
+        else:
+            found = [_period_task(data, *task) for task in tasks]
+        if any(f is not None and not f.proven for f in found):
+            break  # a deadline cut a period short: this iteration's value is no bound
+        for i, f in zip(todo, found, strict=True):
+            cache[i], dirty[i] = f, False
+        for i in range(W):
             sol = cache[i]
             if sol is None:
                 return SplitBound(np.inf, it, time.perf_counter() - t0, hints, states, best_mu)
@@ -150,8 +164,6 @@ def split_bound(
             if key not in states[i]:
                 true_cost = sol.cost_usd + sum(float(mu[m][i, key[m]]) for m in range(M))
                 states[i][key] = (sol.served.copy(), true_cost)
-        if cut_short:
-            break
         x = np.zeros((M, W), dtype=np.int64)
         for m in range(M):
             v, path = path_with_boundary(

@@ -40,6 +40,7 @@ from formulation.lagrange import site_constant_usd, uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
 from formulation.period import PeriodSolution, decisions_cost, solve_period
 from formulation.split import joint_path, split_bound
+from formulation.workers import ForkPool
 
 IntArray = NDArray[np.int64]
 
@@ -333,6 +334,7 @@ def solve_guided(
     start: GuidedStart | None = None,
     on_bound: Callable[[float], None] | None = None,
     on_schedule: Callable[[Priced], object] | None = None,
+    workers: int = 1,
 ) -> WindowResult:
     """Window solve guided by the exact one-period optima (see :mod:`formulation.period`).
 
@@ -346,11 +348,47 @@ def solve_guided(
     runs out. The restriction only limits which schedules are found, never the bound.
 
     ``on_bound`` and ``on_schedule`` (optional) see every better bound and schedule as
-    soon as it is found, before the result comes back.
+    soon as it is found, before the result comes back. The decomposition's period
+    problems run on ``workers`` forked processes (:class:`formulation.workers.ForkPool`).
     """
 
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
+    with ForkPool(data, workers) as pool:
+        return _guided(
+            data,
+            grids,
+            time_limit_s,
+            mip_gap,
+            threads,
+            incumbent,
+            say,
+            max_radius,
+            hints,
+            start,
+            on_schedule,
+            on_bound,
+            pool,
+            t0,
+        )
+
+
+def _guided(
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    time_limit_s: float,
+    mip_gap: float,
+    threads: int | None,
+    incumbent: Priced | None,
+    say: Callable[[str], None],
+    max_radius: int,
+    hints: list[Schedule] | None,
+    start: GuidedStart | None,
+    on_schedule: Callable[[Priced], object] | None,
+    on_bound: Callable[[float], None] | None,
+    pool: ForkPool[ScheduleData],
+    t0: float,
+) -> WindowResult:
     T, M = data.n_periods, len(data.deployments)
     init = start if start is not None else guided_start(data, grids)
     tabs, free, first = init.tabs, init.free, init.first
@@ -474,6 +512,7 @@ def solve_guided(
                         improve=improve,
                         target_gap=mip_gap,
                         on_bound=found_bound,
+                        pool=pool,
                     )
                     if found and (best is None or found[-1].objective_usd < best.objective_usd):
                         best = found[-1]

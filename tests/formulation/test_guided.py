@@ -12,13 +12,15 @@ import pytest
 
 from formulation.data import build_data
 from formulation.decomposition import decompose
-from formulation.dp import deployment_grid
+from formulation.dp import deployment_grid, reach
 from formulation.evaluate import Priced, price_schedule
-from formulation.lagrange import DualOracle, local_grids, uncoupled_schedule
+from formulation.lagrange import DualOracle, local_grids, site_constant_usd, uncoupled_schedule
 from formulation.period import pool_can_bind
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
+from formulation.split import split_bound
 from formulation.window import guided_start, solve_guided
+from formulation.workers import ForkPool
 from tests.formulation.test_exact import enumerate_optimum, hand_model, random_request
 
 FEASIBLE = [s for s in range(24) if s % 7 != 3]
@@ -153,3 +155,51 @@ def test_a_solve_takes_the_one_period_bound_first_and_names_the_bound_it_reports
         assert isinstance(out.stats["lower_bound"], str) and out.stats["lower_bound"]
         return
     pytest.fail("no instance took the one-period bound")
+
+
+def _split_value(seed: int, pool: ForkPool[Any] | None) -> float:
+    data, grids, _ = _capped(seed)
+    start = guided_start(data, grids)
+    assert start.span is not None
+    a, b = start.span
+    T, M = data.n_periods, len(data.deployments)
+    tabs = start.tabs
+    entry = (
+        [reach(data, d, grids[m], tabs[m][2][a - 1], True) for m, d in enumerate(data.deployments)]
+        if a > 0
+        else None
+    )
+    exit_ = [tabs[m][3][b - 1] for m in range(M)] if b < T else None
+    free = price_schedule(data, uncoupled_schedule(data, grids))
+    ub = free.objective_usd * 1.5 + 1.0
+    sb = split_bound(
+        data, grids, a, b, entry, exit_, site_constant_usd(data), ub, 30.0, max_iter=15, pool=pool
+    )
+    return sb.value_usd
+
+
+@pytest.mark.parametrize("seed", BINDING[:4])
+def test_the_decomposition_bound_is_the_same_with_period_problems_on_workers(seed: int) -> None:
+    data, _, best = _capped(seed)
+    serial = _split_value(seed, None)
+    with ForkPool(data, 2) as pool:
+        assert pool.parallel
+        parallel = _split_value(seed, pool)
+    assert parallel == serial
+    assert serial <= best.value * (1 + 1e-9) + 1e-9
+
+
+def _square(shared: int, x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return shared * x * x
+
+
+def test_a_fork_pool_maps_in_order_and_raises_what_its_tasks_raise() -> None:
+    with ForkPool(3, 2) as pool:
+        assert pool.map(_square, [(x,) for x in range(7)]) == [3 * x * x for x in range(7)]
+        with pytest.raises(ValueError, match="negative: -2"):
+            pool.map(_square, [(1,), (-2,)])
+    serial = ForkPool(3, 1)
+    assert not serial.parallel
+    assert serial.map(_square, [(2,)]) == [12]

@@ -224,3 +224,21 @@ def test_a_search_too_large_for_its_memory_stops_unproven(monkeypatch: pytest.Mo
         assert u.proven and u.cost_usd == pytest.approx(e.cost_usd, rel=1e-12, abs=1e-9)
         searched += not s.proven
     assert searched > 0  # the cap did stop some search
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_single_decisions_are_priced_as_the_vectorised_curves_price_them(seed: int) -> None:
+    """``power_at`` and ``max_load_at`` (one configuration, one value) agree with
+    ``power_w`` and ``max_load_within`` everywhere, beyond the breakpoints included."""
+    rng = np.random.default_rng(seed)
+    data = build_data(problem_from_dict(_site(rng, 3, 6)))
+    for d in data.deployments:
+        for _ in range(300):
+            k = int(rng.integers(d.n_configs))
+            top = float(np.nanmax(d.bp_load_rps[k]))
+            load = float(rng.uniform(-0.1, 1.3 * top + 0.1))
+            assert d.power_at(k, load) == pytest.approx(float(d.power_w(k, load)[0]), rel=1e-12)
+            watts = float(rng.uniform(0.0, 1.3 * float(np.nanmax(d.bp_power_w[k])) + 1.0))
+            assert d.max_load_at(k, watts) == pytest.approx(
+                float(d.max_load_within(k, watts)[0]), rel=1e-12, abs=1e-12
+            )

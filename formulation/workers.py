@@ -1,0 +1,77 @@
+"""Worker processes forked once with a solve's data in memory.
+
+The solve's independent subproblems (one DP per deployment, one one-period problem per
+period) are many small numpy operations, serialised by the interpreter lock, so
+threads do not help (``benchmarks/bench_dual.py`` measures both). A :class:`ForkPool`
+forks its workers with the shared state already in memory: each task sends only its
+arguments and receives its result. Where processes cannot be forked, where this
+process may not have children (a daemonic worker) or where a worker dies (e.g. out of
+memory), the tasks run serially in this process, with the same results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Generic, TypeVar
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+_SHARED: dict[int, Any] = {}
+
+
+def _run(key: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return fn(_SHARED[key], *args)
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked from this process."""
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon  # may not have children
+    )
+
+
+class ForkPool(Generic[S]):
+    """``map(fn, tasks)`` runs ``fn(shared, *task)`` for every task, on ``workers``
+    forked processes when there are more than one and they can be forked, else here."""
+
+    def __init__(self, shared: S, workers: int) -> None:
+        self.shared = shared
+        self._key = id(self)
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 1 and can_fork():
+            _SHARED[self._key] = shared  # before the first task forks the workers
+            context = multiprocessing.get_context("fork")
+            self._pool = ProcessPoolExecutor(workers, mp_context=context)
+
+    @property
+    def parallel(self) -> bool:
+        return self._pool is not None
+
+    def map(self, fn: Callable[..., R], tasks: Sequence[tuple[Any, ...]]) -> list[R]:
+        """Results in the order of ``tasks``; ``fn`` must be a module-level function.
+        An exception ``fn`` raises in a worker is raised here."""
+        if self._pool is not None and len(tasks) > 1:
+            try:
+                futures = [self._pool.submit(_run, self._key, fn, args) for args in tasks]
+                return [f.result() for f in futures]
+            except (BrokenProcessPool, OSError):
+                # a worker died (e.g. out of memory), or none could start: go on serially
+                self.close()
+        return [fn(self.shared, *args) for args in tasks]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+        _SHARED.pop(self._key, None)
+
+    def __enter__(self) -> ForkPool[S]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
