@@ -40,6 +40,7 @@ from formulation.dp import (
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp import estimated_build_s, solve_compact
 from formulation.period import pool_can_bind, solve_period
+from formulation.workers import ForkPool
 from model.pareto import pareto_mask
 
 MAX_ENUMERATED = 12
@@ -183,11 +184,12 @@ def greedy_with_report(
     data: ScheduleData,
     time_limit_s: float = 10.0,
     grids: Sequence[DeploymentGrid] | None = None,
+    workers: int = 1,
 ) -> tuple[Priced, dict[str, Any]]:
     """:func:`greedy` and how its periods were solved: ``periods_over_cap`` (where the
     deployments' own optima break the cap or an inventory), ``periods_proven`` (of
     those, solved to their exact optimum), ``method`` and, for the enumeration,
-    ``seconds`` (its time for all those periods)."""
+    ``seconds`` (its time for all those periods, on ``workers`` forked processes)."""
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
@@ -208,8 +210,9 @@ def greedy_with_report(
         report["method"] = "one-period optimum by Lagrangian-bounded Pareto enumeration"
         t0 = time.perf_counter()
         deadline = t0 + time_limit_s
-        for t in bad:
-            sol = solve_period(data, int(t), deadline=deadline)
+        with ForkPool(data, workers) as pool:
+            sols = pool.map(solve_period, [(int(t), None, None, deadline) for t in bad])
+        for t, sol in zip(bad, sols, strict=True):
             if sol is None:  # no mix meets the cap: shed what the least-power mix can
                 cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
                 continue

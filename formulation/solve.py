@@ -8,6 +8,11 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    (a cap below the least the site can draw is reported with its periods);
 2. ``baselines``: SPEC's ``static_peak`` and ``greedy``, and ``greedy_ramped`` (within
    transition limits); the best violation-free one is the first incumbent;
+   ``one_period_bound`` (when the greedy baseline found the one-period optima cheaply,
+   ``_cheap_rounds``): the guided window's first bound, exact DPs outside the span
+   where the site binds and the one-period optima inside it
+   (:func:`formulation.window.guided_start`), taken before the relaxation, which stops
+   once its master LP falls to it;
 3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
    deployment's exact DP, restricted to what the site allows it, as the subproblem
    (:mod:`formulation.lagrange`). Its best bound is the proven lower bound; with one
@@ -24,9 +29,10 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    (:mod:`formulation.window`). When the exact one-period optima are cheap (the greedy
    baseline measures them, ``_guided``) the window is guided by them instead: its
    Lagrangian decomposition (one-period optima, cap included, against each
-   deployment's path) can be far stronger than the relaxation. It raises the bound
-   when it finishes, and runs only when the model it would build fits in the time
-   left (``TimeBudget.fits``);
+   deployment's path) can be far stronger than the relaxation; it reports every
+   better bound and schedule as it finds them. The window MILP over pruned choices
+   runs only when the model it would build fits in the time left
+   (``TimeBudget.fits``);
 6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
    corridors of configurations around the incumbent and the Lagrangian paths (local
    branching), the radius growing while a corridor is solved without improvement:
@@ -464,7 +470,8 @@ def _one_period_bound(run: Run, data: ScheduleData, grids: list[DeploymentGrid])
     relaxation's 3,640 USD); the relaxation then stops once its master LP falls to it."""
     run.say("one-period bound: exact one-period optima where the site binds, DPs elsewhere")
     t0 = time.perf_counter()
-    start = guided_start(data, grids, run.budget.deadline(TimeBudget.ONE_PERIOD_BOUND))
+    deadline = run.budget.deadline(TimeBudget.ONE_PERIOD_BOUND)
+    start = guided_start(data, grids, deadline, _workers(run))
     if np.isfinite(start.bound_usd):
         run.bound(start.bound_usd, GUIDED_SOURCE)
     run.stats["one_period_bound"] = {
@@ -477,7 +484,9 @@ def _one_period_bound(run: Run, data: ScheduleData, grids: list[DeploymentGrid])
 
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
     run.say("baselines: static peak, greedy and greedy within transition limits")
-    greedy_base, report = greedy_with_report(data, run.budget.left(TimeBudget.BASELINES), grids)
+    greedy_base, report = greedy_with_report(
+        data, run.budget.left(TimeBudget.BASELINES), grids, _workers(run)
+    )
     run.stats["greedy"] = report
     base = {
         "static_peak": static_peak(data),

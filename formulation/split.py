@@ -72,16 +72,6 @@ def path_with_boundary(
     return best, path
 
 
-def _period_task(
-    data: ScheduleData,
-    t: int,
-    offsets: list[FloatArray],
-    hint: PeriodSolution | None,
-    deadline: float,
-) -> PeriodSolution | None:
-    return solve_period(data, t, offsets, hint=hint, deadline=deadline)
-
-
 @dataclass
 class SplitBound:
     value_usd: float
@@ -147,9 +137,9 @@ def split_bound(
         todo = [i for i in range(W) if dirty[i] or cache[i] is None]
         tasks = [(a + i, [-mu[m][i] for m in range(M)], cache[i], t0 + time_limit_s) for i in todo]
         if pool is not None:
-            found = pool.map(_period_task, tasks)
+            found = pool.map(solve_period, tasks)
         else:
-            found = [_period_task(data, *task) for task in tasks]
+            found = [solve_period(data, *task) for task in tasks]
         if any(f is not None and not f.proven for f in found):
             break  # a deadline cut a period short: this iteration's value is no bound
         for i, f in zip(todo, found, strict=True):

@@ -288,13 +288,15 @@ def _span_bound(
 
 
 def _period_optima(
-    data: ScheduleData, a: int, b: int, deadline: float | None = None
+    data: ScheduleData, a: int, b: int, deadline: float | None = None, workers: int = 1
 ) -> tuple[list[PeriodSolution], int | None, bool]:
-    """The one-period optima of periods ``a..b-1``; the first period where none exists
-    (or None); and whether every one is proven (a ``deadline`` may cut them short)."""
+    """The one-period optima of periods ``a..b-1`` (on ``workers`` forked processes);
+    the first period where none exists (or None); and whether every one is proven (a
+    ``deadline`` may cut them short)."""
+    with ForkPool(data, workers) as pool:
+        found = pool.map(solve_period, [(t, None, None, deadline) for t in range(a, b)])
     sols: list[PeriodSolution] = []
-    for t in range(a, b):
-        s = solve_period(data, t, deadline=deadline)
+    for t, s in zip(range(a, b), found, strict=True):
         if s is None:
             return sols, t, True
         sols.append(s)
@@ -302,7 +304,10 @@ def _period_optima(
 
 
 def guided_start(
-    data: ScheduleData, grids: list[DeploymentGrid], deadline: float | None = None
+    data: ScheduleData,
+    grids: list[DeploymentGrid],
+    deadline: float | None = None,
+    workers: int = 1,
 ) -> GuidedStart:
     """The first step of :func:`solve_guided`, on its own so that a solve can take its
     bound early: exact DP for each deployment before and after the span where the
@@ -316,7 +321,7 @@ def guided_start(
         return GuidedStart(tabs, free, first, None, bound_usd=first.objective_usd)
     broken = set(first.cap_violations) | set(first.inventory_violations)
     a, b = min(broken), max(broken) + 1
-    sols, infeasible, proven = _period_optima(data, a, b, deadline)
+    sols, infeasible, proven = _period_optima(data, a, b, deadline, workers)
     bound = _span_bound(data, tabs, a, b, sols) if proven and infeasible is None else -np.inf
     return GuidedStart(tabs, free, first, (a, b), sols, bound, infeasible)
 
