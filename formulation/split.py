@@ -105,6 +105,7 @@ def split_bound(
     target_gap: float = 0.0,
     on_bound: Callable[[float], None] | None = None,
     pool: ForkPool[ScheduleData] | None = None,
+    restart_every: int | None = None,
 ) -> SplitBound:
     """Best ``L(mu)`` found by subgradient ascent within the time limit.
 
@@ -112,7 +113,13 @@ def split_bound(
     states seen so far, may return a better upper bound (a schedule built from them);
     the ascent stops once the bound is within ``target_gap`` of the upper bound.
     ``on_bound`` (optional) sees every better bound as soon as it is found; ``pool``
-    (optional, sharing ``data``) solves the period problems side by side."""
+    (optional, sharing ``data``) solves the period problems side by side.
+
+    Steps are Polyak's towards the upper bound, their factor ``theta`` halved after
+    ``patience`` iterations without a better bound; with ``restart_every``, every that
+    many iterations the ascent starts again from the best multipliers with the factor
+    ``theta0`` (a restarted subgradient method: halving alone shrinks the steps long
+    before the multipliers settle)."""
     t0 = time.perf_counter()
     M = len(data.deployments)
     W = b - a
@@ -190,6 +197,11 @@ def split_bound(
         norm2 = 2.0 * float(diff.sum())
         if norm2 == 0 or time.perf_counter() - t0 > time_limit_s or stop_requested():
             break  # x == y: the relaxation's solution is feasible for both copies
+        if restart_every is not None and it % restart_every == 0:
+            mu = [x.copy() for x in best_mu]
+            theta, stall = theta0, 0
+            dirty = [True] * W
+            continue
         step = theta * max(upper_bound_usd - total, 1e-9 * abs(upper_bound_usd)) / norm2
         for m in range(M):
             for q in np.flatnonzero(diff[m]):

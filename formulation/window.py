@@ -44,6 +44,10 @@ from formulation.workers import ForkPool
 
 IntArray = NDArray[np.int64]
 
+#: the decomposition's subgradient ascent starts again from its best multipliers, with
+#: its first step factor, every this many iterations (formulation.split.split_bound)
+RESTART_EVERY = 25
+
 
 @dataclass
 class WindowResult:
@@ -511,8 +515,10 @@ def _guided(
                         const,
                         target,
                         time_limit_s=0.3 * left,
+                        max_iter=100_000,  # each round ends by its time
                         theta0=2.0,
                         patience=10,
+                        restart_every=RESTART_EVERY,
                         mu0=mu,
                         improve=improve,
                         target_gap=mip_gap,
