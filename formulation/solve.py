@@ -105,8 +105,9 @@ log = logging.getLogger(__name__)
 
 UNCOUPLED_SOURCE = "sum of the deployments' optima within their local limits"
 GUIDED_SOURCE = (
-    "Lagrangian decomposition of the window where the site binds (one-period optima x "
-    "per-deployment paths), exact DPs outside it"
+    "the window where the site binds, guided by one-period optima (their Lagrangian "
+    "decomposition against per-deployment paths, or the window MILP over every "
+    "candidate), exact DPs outside it"
 )
 
 Progress = Callable[[str], None]
