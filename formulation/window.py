@@ -44,8 +44,11 @@ from formulation.workers import ForkPool
 
 IntArray = NDArray[np.int64]
 
-#: the decomposition's subgradient ascent starts again from its best multipliers, with
-#: its first step factor, every this many iterations (formulation.split.split_bound)
+#: the decomposition's subgradient ascent halves its step factor after ``PATIENCE``
+#: iterations without a better bound, and starts again from its best multipliers, with
+#: its first step factor, every ``RESTART_EVERY`` iterations
+#: (formulation.split.split_bound)
+PATIENCE = 15
 RESTART_EVERY = 25
 
 
@@ -517,7 +520,7 @@ def _guided(
                         time_limit_s=0.3 * left,
                         max_iter=100_000,  # each round ends by its time
                         theta0=2.0,
-                        patience=10,
+                        patience=PATIENCE,
                         restart_every=RESTART_EVERY,
                         mu0=mu,
                         improve=improve,
