@@ -50,6 +50,9 @@ IntArray = NDArray[np.int64]
 #: (formulation.split.split_bound)
 PATIENCE = 15
 RESTART_EVERY = 25
+#: one round of the ascent (between which the window's schedules are looked for) may
+#: take this share of the time the window has left
+ROUND_SHARE = 0.6
 
 
 @dataclass
@@ -517,7 +520,7 @@ def _guided(
                         exit_,
                         const,
                         target,
-                        time_limit_s=0.3 * left,
+                        time_limit_s=ROUND_SHARE * left,
                         max_iter=100_000,  # each round ends by its time
                         theta0=2.0,
                         patience=PATIENCE,
