@@ -56,6 +56,25 @@ def _pareto(pnet: FloatArray, cost: FloatArray) -> IntArray:
     return order[keep].astype(np.int64)
 
 
+def choice_cost(
+    data: ScheduleData,
+    t: int,
+    m: int,
+    k: Any,
+    load: Any,
+    power_w: Any,
+    offset: FloatArray | None = None,
+) -> Any:
+    """Deployment ``m``'s share of period ``t``'s cost running configuration(s) ``k`` at
+    load(s) ``load`` drawing ``power_w``: its net power (idle GPUs' power credited)
+    priced, and its unserved demand; ``offset[k]`` added. Vectorised over ``k``,
+    ``load`` and ``power_w`` (the one place of this formula in the one-period search)."""
+    d = data.deployments[m]
+    cost = float(data.cost_usd_per_w[t]) * (power_w - data.idle_gpu_power_w * d.gpus[k])
+    cost = cost + float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - load)
+    return cost if offset is None else cost + offset[k]
+
+
 def endpoint_options(
     data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
@@ -63,21 +82,11 @@ def endpoint_options(
     ``offset[k]`` (optional) is added to the cost of running configuration ``k``."""
     d = data.deployments[m]
     ks = np.flatnonzero(d.allowed)
-    idle = data.idle_gpu_power_w
-    cw = float(data.cost_usd_per_w[t])
-    u = float(d.unserved_usd_per_rps[t])
-    lam = float(d.demand_rps[t])
-    smax = d.smax_rps[t, ks]
-    p0 = d.bp_power_w[ks, 0]
-    p1 = d.full_load_power_w[t, ks]
-    g = d.gpus[ks] * idle
-    pnet = np.concatenate([p0 - g, p1 - g])
-    cost = cw * pnet + u * (lam - np.concatenate([np.zeros_like(smax), smax]))
     cfg = np.concatenate([ks, ks]).astype(np.int64)
-    served = np.concatenate([np.zeros_like(smax), smax])
-    if offset is not None:
-        cost = cost + offset[cfg]
-    return pnet, cost, cfg, served
+    served = np.concatenate([np.zeros(ks.size), d.smax_rps[t, ks]])
+    power = np.concatenate([d.bp_power_w[ks, 0], d.full_load_power_w[t, ks]])
+    pnet = power - data.idle_gpu_power_w * d.gpus[cfg]
+    return pnet, choice_cost(data, t, m, cfg, served, power, offset), cfg, served
 
 
 def _merge(a: Options, pnet: FloatArray, cost: FloatArray, m: int, limit: float) -> Options:
@@ -299,11 +308,8 @@ def deployment_cost(
     """Deployment ``m``'s share of period ``t``'s cost running configuration ``k`` at
     ``load``: its net power (idle GPUs' power credited) priced, and its unserved demand;
     ``offset[k]`` added."""
-    d = data.deployments[m]
-    p = d.power_at(k, load)
-    cost = float(data.cost_usd_per_w[t]) * (p - data.idle_gpu_power_w * float(d.gpus[k]))
-    cost += float(d.unserved_usd_per_rps[t]) * (float(d.demand_rps[t]) - load)
-    return cost + (0.0 if offset is None else float(offset[k]))
+    power = data.deployments[m].power_at(k, load)
+    return float(choice_cost(data, t, m, k, load, power, offset))
 
 
 def decisions_cost(
@@ -443,7 +449,6 @@ def solve_period(
                 best_srv[j] = pruned[j][3][allm.pick[i, j]]
         gap = tighten(best_cost)
         idle = data.idle_gpu_power_w
-        cw = float(data.cost_usd_per_w[t])
         for f in range(M):
             d = data.deployments[f]
             others = [j for j in range(M) if j != f]
@@ -474,11 +479,8 @@ def solve_period(
                 continue
             kk = ks[ci]
             s = np.minimum(d.max_load_within(kk, room[ri, ci]), smax_k[ci])
-            p = d.power_w(kk, s)
-            u = float(d.unserved_usd_per_rps[t])
-            cost = rest.cost[ri] + cw * (p - idle * d.gpus[kk]) + u * (float(d.demand_rps[t]) - s)
-            if offsets is not None:
-                cost = cost + offsets[f][kk]
+            off = None if offsets is None else offsets[f]
+            cost = rest.cost[ri] + choice_cost(data, t, f, kk, s, d.power_w(kk, s), off)
             q = int(np.argmin(cost))
             if cost[q] < best_cost - 1e-12:
                 best_cost = float(cost[q])
