@@ -7,7 +7,7 @@ pool memory until its decode instance admits it; requests that do not fit wait i
 decode admission queue at no memory cost. At capacity that queue is never empty, so the
 pool is always full and the admitted requests form a *closed* loop: a decode instance's
 tokens circulate through the prefill queue, prefill, and decode. This module solves
-that loop. Three changes to SPEC 2.5, each derived in docs/admission.md:
+that loop. Four changes to SPEC 2.5, each derived in docs/admission.md:
 
 1. **Finite-source prefill queue.** Round-robin pairs request ``k`` with prefill
    ``k mod n_P`` and decode ``k mod n_D``, so the instances split into ``g =
@@ -35,6 +35,15 @@ that loop. Three changes to SPEC 2.5, each derived in docs/admission.md:
    running contexts grow, one token per request per iteration, ``E[l_out - 1]`` tokens
    per completion. The pool that admitted requests can fill is
    ``C_tok - U - (E[S^2]/(2 E[S]) - E[l_out - 1])``.
+4. **One prefill server per component** (``a = 1``). All the component's admitted
+   requests that are not decoding wait for that one server, so at capacity it is idle
+   only when none is admitted: when the decoding requests leave no room in any of the
+   ``b`` pools for the head of its queue. Its throughput is then ``mu_P`` times the
+   probability that this does not happen (:func:`idle_probability`), whatever the
+   waiting requests hold; the batch is the root of :func:`idle_gap`, capped by the
+   balance without waiting (the pool must still hold the decoding requests, the
+   request in prefill and the fragmentation on average). Needs the workload's third
+   moments; without them the loop of 1-3 serves here too.
 
 The balance in the batch ``B`` (decode requests per pool) is then SPEC 2.5's with the
 wait above and the packable pool; it increases in ``B`` (docs/admission.md, section 5:
@@ -49,10 +58,12 @@ per-deployment scalars; the simulator never imports it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import gammaincc
 
 FloatArray = NDArray[np.float64]
 
@@ -79,6 +90,15 @@ class LoopTerms:
     # squared coefficient of variation of l_out - 1 (of the decode residence): how far
     # the decode stage reorders the stream that returns to prefill (section 3)
     out_scv: float = math.inf
+    # E[(c + R)^2] over a decoding request's iterations and E[(l_in + R)^2] (section 6;
+    # nan without the workload's third moments)
+    decode_held_e2_tokens2: float = math.nan
+    head_e2_tokens2: float = math.nan
+
+    @property
+    def one_server_form(self) -> bool:
+        """Whether components with one prefill server take section 6's form."""
+        return math.isfinite(self.decode_held_e2_tokens2) and math.isfinite(self.head_e2_tokens2)
 
     @property
     def active_tokens(self) -> float:
@@ -236,6 +256,35 @@ def prefill_wait_s(
     return lam, np.where(np.isnan(w), np.inf, w)
 
 
+def idle_probability(t: LoopTerms, batch: FloatArray) -> FloatArray:
+    """``P(D + S > C_tok - U)``: the chance that a pool's decoding requests leave no room
+    for the next request (docs/admission.md, section 6).
+
+    ``D`` sums ``c + R`` over the requests decoding in the pool: their number is Poisson
+    with mean ``B`` and each holds its active context ``c`` at an iteration chosen at
+    random, so ``D`` is compound Poisson with mean ``B E[c + R]`` and variance
+    ``B E[(c + R)^2]`` (Campbell). ``S = l_in + R`` is the next request's. The sum of
+    these positive terms is taken as the gamma law with its mean and variance."""
+    mean = batch * t.active_tokens + t.in_reserve_tokens
+    var = batch * t.decode_held_e2_tokens2 + (t.head_e2_tokens2 - t.in_reserve_tokens**2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shape = mean * mean / var
+        p = gammaincc(shape, t.usable_tokens * mean / var)
+    # no spread at all (every request alike, no batch): the sum is its mean
+    return np.where(var > 0.0, p, (mean > t.usable_tokens).astype(float))
+
+
+def idle_gap(t: LoopTerms, batch: FloatArray, b: FloatArray) -> FloatArray:
+    """``b lambda_D(B) - mu_P (1 - p(B)^b)``: the component's decode throughput at batch
+    ``B`` per pool less what its one prefill server serves when it idles only while
+    every pool is full of decoding requests (``p`` from :func:`idle_probability`, the
+    pools taken as independent). Increasing in ``B``; its root is the batch at
+    capacity (section 6)."""
+    lam = batch / (t.out_iterations * (t.alpha_s + t.g_s_per_request * batch))
+    idle = idle_probability(t, batch) ** b
+    return b * lam - (1.0 - idle) / t.t_prefill_mean_s
+
+
 def balance(t: LoopTerms, batch: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
     """Pool tokens committed at batch ``B`` minus the packable pool (inf where the
     prefill servers cannot carry the decode throughput)."""
@@ -254,24 +303,26 @@ def solve_batch(
     rtol: float = 1e-9,
     max_iter: int = 200,
 ) -> tuple[FloatArray, int]:
-    """Root ``B*`` of :func:`balance` in ``(0, min(B_max, B_rho))``.
+    """Batch ``B*`` at capacity, in ``(0, min(B_max, B0, B_rho))``.
 
-    The balance increases from ``-packable`` at 0 to ``+inf`` at ``B_rho`` (where the
-    prefill servers saturate); times ``1 - B/B_rho`` (positive inside the bracket) it
-    keeps its root and loses its pole. The bracket's end is also at most the root
-    ``B0`` without prefill waiting (the wait only adds reservations). Vectorised false
-    position with the Illinois modification, safeguarded by bisection. Round-robin
-    configurations with the same components ``(a, b)`` share their ``B*``, so each
-    component shape is solved once. Returns ``(B*, passes)``."""
+    Components with one prefill server (section 6, when the workload has its third
+    moments): the root of :func:`idle_gap`. Otherwise the root of :func:`balance`: it
+    increases from ``-packable`` at 0 to ``+inf`` at ``B_rho`` (where the prefill servers
+    saturate); times ``1 - B/B_rho`` (positive inside the bracket) it keeps its root and
+    loses its pole. The bracket's end is also at most the root ``B0`` without prefill
+    waiting (the wait only adds reservations). Vectorised false position with the
+    Illinois modification, safeguarded by bisection. Round-robin configurations with the
+    same components ``(a, b)`` share their ``B*``, so each component shape is solved
+    once. Returns ``(B*, passes)``."""
     _, a, b = components(np.atleast_1d(n_p), np.atleast_1d(n_d), t.random_dispatch)
     if np.any(a <= 0) or np.any(b <= 0):
         raise ValueError("every configuration needs n_P >= 1 and n_D >= 1")
     rho_end = np.broadcast_to(np.asarray(b_rho, dtype=float), a.shape)
     if t.random_dispatch or a.size < 2:
-        return _solve(t, a, b, b_max, rho_end, rtol, max_iter)
+        return _solve_shapes(t, a, b, b_max, rho_end, rtol, max_iter)
     key = a * (b.max() + 1.0) + b
     _, first, back = np.unique(key, return_index=True, return_inverse=True)
-    out, passes = _solve(t, a[first], b[first], b_max, rho_end[first], rtol, max_iter)
+    out, passes = _solve_shapes(t, a[first], b[first], b_max, rho_end[first], rtol, max_iter)
     return out[back.ravel()], passes
 
 
@@ -284,7 +335,7 @@ def no_wait_batch(t: LoopTerms) -> float:
     return (2.0 * -qc) / (qb + math.sqrt(qb * qb - 4.0 * qa * qc))
 
 
-def _solve(
+def _solve_shapes(
     t: LoopTerms,
     a: FloatArray,
     b: FloatArray,
@@ -293,29 +344,60 @@ def _solve(
     rtol: float,
     max_iter: int,
 ) -> tuple[FloatArray, int]:
+    """``B*`` of each component shape ``(a[i], b[i])``: section 6's root where ``a = 1``,
+    the balance's elsewhere."""
     hi = np.minimum(np.minimum(b_max, no_wait_batch(t)), rho_end) * (1.0 - 1e-12)
+    one = (a == 1.0) if t.one_server_form else np.zeros(a.shape, dtype=bool)
+    out = np.empty(a.shape)
+    passes = 0
+    if (~one).any():
 
-    def h(x: FloatArray, a: FloatArray, b: FloatArray, pole: FloatArray) -> FloatArray:
-        return balance(t, x, a, b) * np.where(np.isfinite(pole), 1.0 - x / pole, 1.0)
+        def loop(x: FloatArray, i: NDArray[np.intp]) -> FloatArray:
+            pole = rho_end[i]
+            scale = np.where(np.isfinite(pole), 1.0 - x / pole, 1.0)
+            return balance(t, x, a[i], b[i]) * scale
 
+        idx = np.flatnonzero(~one)
+        f_lo = np.full(idx.size, -t.packable_tokens)
+        out[idx], passes = _illinois(loop, idx, hi[idx], f_lo, rtol, max_iter)
+    if one.any():
+
+        def gap(x: FloatArray, i: NDArray[np.intp]) -> FloatArray:
+            return idle_gap(t, x, b[i])
+
+        idx = np.flatnonzero(one)
+        f_lo = gap(np.zeros(idx.size), idx)
+        out[idx], more = _illinois(gap, idx, hi[idx], f_lo, rtol, max_iter)
+        passes = max(passes, more)
+    return out, passes
+
+
+def _illinois(
+    fn: Callable[[FloatArray, NDArray[np.intp]], FloatArray],
+    idx: NDArray[np.intp],
+    hi: FloatArray,
+    f_lo: FloatArray,
+    rtol: float,
+    max_iter: int,
+) -> tuple[FloatArray, int]:
+    """Roots in ``(0, hi)`` of the increasing ``fn(x, idx)`` (negative at 0: ``f_lo``),
+    each row ``idx[i]`` its own function; ``hi`` itself where ``fn(hi) <= 0``."""
     lo = np.zeros_like(hi)
-    f_lo = np.full_like(hi, -t.packable_tokens)
-    f_hi = h(hi, a, b, rho_end)
+    f_hi = fn(hi, idx)
     # where the pool is not full even at the bracket's end the root is the end itself
     out = np.where(f_hi <= 0.0, hi, np.nan)
-    idx = np.flatnonzero(f_hi > 0.0)
-    lo, hi, f_lo, f_hi = lo[idx], hi[idx], f_lo[idx], f_hi[idx]
-    a, b, pole = a[idx], b[idx], rho_end[idx]
-    side = np.zeros(idx.size, dtype=np.int8)
+    pos = np.flatnonzero(f_hi > 0.0)
+    lo, hi, f_lo, f_hi, rows = lo[pos], hi[pos], f_lo[pos], f_hi[pos], idx[pos]
+    side = np.zeros(pos.size, dtype=np.int8)
     passes = 0
-    while idx.size and passes < max_iter:
+    while pos.size and passes < max_iter:
         passes += 1
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             cand = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
         mid = 0.5 * (lo + hi)
         bad = ~np.isfinite(cand) | (cand <= lo) | (cand >= hi) | (passes <= 2)
         x = np.where(bad, mid, cand)
-        fx = h(x, a, b, pole)
+        fx = fn(x, rows)
         neg = fx < 0.0
         # Illinois: halve the retained end's value when the same end is kept twice
         keep_hi = neg & (side == 1)
@@ -329,10 +411,10 @@ def _solve(
         side = np.where(neg, 1, -1).astype(np.int8)
         done = (hi - lo <= rtol * hi) | (fx == 0.0)
         if done.any():
-            out[idx[done]] = np.where(fx[done] == 0.0, x[done], 0.5 * (lo[done] + hi[done]))
+            out[pos[done]] = np.where(fx[done] == 0.0, x[done], 0.5 * (lo[done] + hi[done]))
             keep = ~done
-            idx, lo, hi, f_lo, f_hi = idx[keep], lo[keep], hi[keep], f_lo[keep], f_hi[keep]
-            a, b, pole, side = a[keep], b[keep], pole[keep], side[keep]
-    if idx.size:
-        out[idx] = 0.5 * (lo + hi)
+            pos, lo, hi, f_lo, f_hi = pos[keep], lo[keep], hi[keep], f_lo[keep], f_hi[keep]
+            rows, side = rows[keep], side[keep]
+    if pos.size:
+        out[pos] = 0.5 * (lo + hi)
     return out, passes

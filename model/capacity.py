@@ -304,6 +304,11 @@ class Coefficients:
     # squared coefficient of variation of l_out - 1 (admission variant: how far the
     # decode stage reorders requests; inf: completely, docs/admission.md section 3)
     out_scv: float = math.inf
+    # admission variant, one prefill server per component (docs/admission.md, section 6):
+    # E[(c + R)^2] of a decoding request over its iterations (c its active context) and
+    # E[(l_in + R)^2] of a request at admission; nan without the workload's third moments
+    decode_held_e2_tokens2: float = math.nan
+    head_e2_tokens2: float = math.nan
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -345,6 +350,8 @@ class Coefficients:
             fragment_tokens=self.fragment_tokens,
             random_dispatch=self.random_dispatch,
             out_scv=self.out_scv,
+            decode_held_e2_tokens2=self.decode_held_e2_tokens2,
+            head_e2_tokens2=self.head_e2_tokens2,
         )
 
     @classmethod
@@ -381,6 +388,7 @@ class Coefficients:
             )
 
         e1, e2, e3, e4 = w.mean_in, w.e_in2, w.e_in3, w.e_in4
+        r = float(st.reserved_tokens)
         a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
         t_mean = a_p * e1 + b_p * e2
         t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
@@ -433,6 +441,10 @@ class Coefficients:
             fragment_tokens=fragment,
             out_scv=w.var_out / (iters * iters) if iters > 0 else math.inf,
             g_context_s_per_token=g_context,
+            decode_held_e2_tokens2=(w.ctx_e2_tokens2 + (2.0 * ctx + r) * r)
+            if iters > 0
+            else math.nan,
+            head_e2_tokens2=e2 + (2.0 * e1 + r) * r,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------

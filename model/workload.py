@@ -10,7 +10,11 @@ of its moments (SPEC 2.2-2.5, 2.8):
   `E[(l_out - 1) l_in]`, `E[(l_out - 1) l_out]` and the residence-weighted
   active context `ctx` (SPEC 2.4) follow;
 * the largest request `max(l_in + l_out)`, to reject a workload whose
-  longest request cannot fit in the KV pool.
+  longest request cannot fit in the KV pool;
+* optionally `E[l_in^2 l_out]`, `E[l_in l_out^2]`, `E[l_out^3]`, from which the
+  second moment of the active context over decode iterations follows (the admission
+  variant's idle prefill server, docs/admission.md section 6). Presets, fixed lengths
+  and traces have them; explicit moments may leave them out.
 
 All moments are population moments (divide by n, SPEC 2.8), computed exactly
 from the integer samples and rounded once to float64.
@@ -103,6 +107,9 @@ _MOMENT_FIELDS = (
     "max_tokens",
 )
 
+#: Third-order moments that explicit moments may leave out (all three or none).
+_OPTIONAL_MOMENT_FIELDS = ("e_in2_out", "e_in_out2", "e_out3")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -124,6 +131,9 @@ class Workload:
     max_tokens: float  # max over requests of l_in + l_out (tokens)
     n_requests: int | None = None
     source: str = ""  # provenance
+    e_in2_out: float | None = None  # E[l_in^2 l_out]  (tokens^3), optional
+    e_in_out2: float | None = None  # E[l_in l_out^2]  (tokens^3), optional
+    e_out3: float | None = None  # E[l_out^3]         (tokens^3), optional
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -131,6 +141,20 @@ class Workload:
         if not isinstance(self.source, str):
             raise InputError("source", "must be a string")
         for field_name in _MOMENT_FIELDS:
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise InputError(field_name, f"must be a number, got {value!r}")
+            value = float(value)
+            if not math.isfinite(value):
+                raise InputError(field_name, f"must be finite, got {value!r}")
+            object.__setattr__(self, field_name, value)
+        given = [f for f in _OPTIONAL_MOMENT_FIELDS if getattr(self, f) is not None]
+        if given and len(given) < len(_OPTIONAL_MOMENT_FIELDS):
+            absent = [f for f in _OPTIONAL_MOMENT_FIELDS if f not in given]
+            raise InputError(
+                absent[0], f"give all of {list(_OPTIONAL_MOMENT_FIELDS)} or none; {absent} missing"
+            )
+        for field_name in given:
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
                 raise InputError(field_name, f"must be a number, got {value!r}")
@@ -216,6 +240,24 @@ class Workload:
                 f"|Cov(l_in, l_out)| = {abs(self.cov_in_out)!r} exceeds "
                 f"sqrt(Var(l_in) Var(l_out)) = {bound!r}",
             )
+        if self.e_out3 is not None:
+            self._check_third_moments(at_least, at_most)
+
+    def _check_third_moments(self, at_least: Any, at_most: Any) -> None:
+        """Necessary conditions for `E[l_in^2 l_out]`, `E[l_in l_out^2]`, `E[l_out^3]`."""
+        top = self.max_tokens
+        for name in _OPTIONAL_MOMENT_FIELDS:
+            at_most(name, getattr(self, name), top**3, "max_tokens**3")
+        # Cauchy-Schwarz: E[l_in l_out]^2 <= E[l_in^2 l_out] E[l_out] <= ..., and alike
+        cross2 = self.e_in_out**2
+        at_least("e_in2_out", self.e_in2_out, cross2 / self.mean_out, "e_in_out**2 / mean_out")
+        at_least("e_in_out2", self.e_in_out2, cross2 / self.mean_in, "e_in_out**2 / mean_in")
+        at_least("e_out3", self.e_out3, self.e_out2**2 / self.mean_out, "e_out2**2 / mean_out")
+        if self.e_out_m1 > 0.0:
+            # the active context's second moment over decode iterations is at least the
+            # square of its mean (ctx, SPEC 2.4)
+            ctx = self.ctx_tokens
+            at_least("e_out3", self.ctx_e2_tokens2, ctx * ctx, f"ctx**2 = {ctx * ctx!r} (from it)")
 
     # ---- derived moments (SPEC 2.3, 2.4) -------------------------------------------
 
@@ -263,18 +305,44 @@ class Workload:
             return float("nan")
         return (self.e_out_m1_in + 0.5 * self.e_out_m1_out) / self.e_out_m1
 
+    @property
+    def ctx_e2_tokens2(self) -> float:
+        """Second moment of the active context over decode iterations (tokens^2).
+
+        A request attends to `l_in + k` tokens in its `k`-th iteration, `k = 1..n` with
+        `n = l_out - 1` (SPEC 2.4), and `sum_k (l_in + k)^2 = n l_in^2 + l_in n (n + 1)
+        + n (n + 1)(2n + 1)/6`, so
+
+            E_iter[c^2] = (E[n l_in^2] + E[n (n + 1) l_in] + E[n (n + 1)(2n + 1)]/6) / E[n]
+
+        with `E[n l_in^2] = E[l_in^2 l_out] - E[l_in^2]`, `E[n (n + 1) l_in] =
+        E[l_in l_out^2] - E[l_in l_out]` and `E[n (n + 1)(2n + 1)] = 2 E[l_out^3] -
+        3 E[l_out^2] + E[l_out]`. NaN without the third moments or without decode work.
+        """
+        if self.e_out3 is None or self.e_in2_out is None or self.e_in_out2 is None:
+            return float("nan")
+        if self.e_out_m1 <= 0.0:
+            return float("nan")
+        in2 = self.e_in2_out - self.e_in2
+        in1 = self.e_in_out2 - self.e_in_out
+        cube = 2.0 * self.e_out3 - 3.0 * self.e_out2 + self.mean_out
+        return (in2 + in1 + cube / 6.0) / self.e_out_m1
+
     # ---- conversion -----------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-able dict; `from_dict(w.to_dict()) == w`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields as a JSON-able dict; `from_dict(w.to_dict()) == w` (the optional
+        third moments only when present)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in out.items() if not (k in _OPTIONAL_MOMENT_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Workload:
         """A workload from explicit moments.
 
         Required keys: `mean_in, e_in2, e_in3, e_in4, mean_out, e_out2, e_in_out,
-        max_tokens`; optional: `name` (default "moments"), `n_requests`, `source`.
+        max_tokens`; optional: `name` (default "moments"), `n_requests`, `source`, and
+        `e_in2_out, e_in_out2, e_out3` (all three or none).
         Unknown keys are rejected (they are most likely misspelt moments).
         """
         if not isinstance(d, Mapping):
@@ -300,6 +368,9 @@ class Workload:
             max_tokens=d["max_tokens"],
             n_requests=d.get("n_requests"),
             source=d.get("source", ""),
+            e_in2_out=d.get("e_in2_out"),
+            e_in_out2=d.get("e_in_out2"),
+            e_out3=d.get("e_out3"),
         )
 
     @classmethod
@@ -321,6 +392,9 @@ class Workload:
             max_tokens=float(i + o),
             n_requests=None,
             source="fixed lengths",
+            e_in2_out=float(i * i * o),
+            e_in_out2=float(i * o * o),
+            e_out3=float(o**3),
         )
 
     @classmethod
@@ -344,17 +418,21 @@ class Workload:
         if not ins:
             raise InputError("l_in", "no samples")
         n = len(ins)
-        s1 = s2 = s3 = s4 = t1 = t2 = st = 0
+        s1 = s2 = s3 = s4 = t1 = t2 = t3 = st = s2t = st2 = 0
         biggest = 0
         for i, o in zip(ins, outs, strict=True):
             i2 = i * i
+            o2 = o * o
             s1 += i
             s2 += i2
             s3 += i2 * i
             s4 += i2 * i2
             t1 += o
-            t2 += o * o
+            t2 += o2
+            t3 += o2 * o
             st += i * o
+            s2t += i2 * o
+            st2 += i * o2
             biggest = max(biggest, i + o)
         # int / int is correctly rounded in Python, whatever the size of the sums.
         return cls(
@@ -369,6 +447,9 @@ class Workload:
             max_tokens=float(biggest),
             n_requests=n,
             source=source,
+            e_in2_out=s2t / n,
+            e_in_out2=st2 / n,
+            e_out3=t3 / n,
         )
 
 

@@ -38,6 +38,11 @@ class Moments(Strict):
     e_out2: float = Field(ge=1, allow_inf_nan=False)
     e_in_out: float = Field(ge=1, allow_inf_nan=False)
     max_tokens: float = Field(ge=2, allow_inf_nan=False)
+    # optional third moments (all three or none): E[l_in^2 l_out], E[l_in l_out^2],
+    # E[l_out^3]; the admission variant's one-prefill-server form needs them
+    e_in2_out: float | None = Field(None, ge=1, allow_inf_nan=False)
+    e_in_out2: float | None = Field(None, ge=1, allow_inf_nan=False)
+    e_out3: float | None = Field(None, ge=1, allow_inf_nan=False)
     name: Name = "moments"
     n_requests: int | None = Field(None, ge=1)
     source: str = Field("", max_length=500)

@@ -25,6 +25,7 @@ from model.workload import (
 from tests.conftest import shared_data_file
 
 MOMENTS = ("mean_in", "e_in2", "e_in3", "e_in4", "mean_out", "e_out2", "e_in_out", "max_tokens")
+THIRD = ("e_in2_out", "e_in_out2", "e_out3")
 
 # ---- SPEC 2.4: residence-weighted context --------------------------------------------
 
@@ -116,6 +117,63 @@ def test_from_samples_moments_are_exact() -> None:
         assert getattr(w, attr) == float(Fraction(sum(x**k for x in l_in), n))
     assert w.e_in_out == float(Fraction(sum(i * o for i, o in zip(l_in, l_out, strict=True)), n))
     assert w.max_tokens == 128_195.0
+    pairs = list(zip(l_in, l_out, strict=True))
+    assert w.e_in2_out == float(Fraction(sum(i * i * o for i, o in pairs), n))
+    assert w.e_in_out2 == float(Fraction(sum(i * o * o for i, o in pairs), n))
+    assert w.e_out3 == float(Fraction(sum(o**3 for _, o in pairs), n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 5000), st.integers(1, 700)), min_size=1, max_size=12).filter(
+        lambda p: any(o > 1 for _, o in p)
+    )
+)
+def test_ctx_second_moment_over_iterations(pairs: list[tuple[int, int]]) -> None:
+    """``ctx_e2_tokens2`` is the mean of ``(l_in + k)^2`` over every decode iteration
+    ``k = 1..l_out - 1`` of every request (SPEC 2.4's iterations), counted one by one."""
+    l_in = [i for i, _ in pairs]
+    l_out = [o for _, o in pairs]
+    w = Workload.from_samples(l_in, l_out, name="iters")
+    contexts = [i + k for i, o in pairs for k in range(1, o)]
+    assert w.ctx_e2_tokens2 == pytest.approx(
+        float(Fraction(sum(c * c for c in contexts), len(contexts))), rel=1e-9
+    )
+    # its first moment is SPEC 2.4's ctx
+    assert w.ctx_tokens == pytest.approx(float(Fraction(sum(contexts), len(contexts))), rel=1e-12)
+
+
+def test_fixed_third_moments_and_ctx_second_moment() -> None:
+    w = Workload.fixed(4096, 256)
+    assert (w.e_in2_out, w.e_in_out2, w.e_out3) == (4096.0**2 * 256, 4096.0 * 256**2, 256.0**3)
+    contexts = 4096 + np.arange(1, 256)
+    assert w.ctx_e2_tokens2 == pytest.approx(float(np.mean(contexts.astype(float) ** 2)), rel=1e-12)
+    assert math.isnan(Workload.fixed(4096, 1).ctx_e2_tokens2)  # no decode work
+
+
+def test_third_moments_are_optional_all_or_none() -> None:
+    full = Workload.from_samples([2, 4, 9], [3, 1, 40], name="rt").to_dict()
+    bare = {k: v for k, v in full.items() if k not in THIRD}
+    w = Workload.from_dict(bare)
+    assert w.e_out3 is None and math.isnan(w.ctx_e2_tokens2)
+    assert not set(THIRD) & set(w.to_dict())  # left out, not written as null
+    assert set(THIRD) <= set(Workload.from_dict(full).to_dict())
+    partial = {**bare, "e_in2_out": full["e_in2_out"], "e_out3": full["e_out3"]}
+    with pytest.raises(InputError, match="e_in_out2") as err:
+        Workload.from_dict(partial)
+    assert err.value.field == "e_in_out2"
+
+
+@pytest.mark.parametrize(
+    ("field", "factor"),
+    [("e_out3", 0.5), ("e_in2_out", 0.5), ("e_in_out2", 0.5), ("e_out3", 1e12)],
+)
+def test_third_moments_are_checked(field: str, factor: float) -> None:
+    d = Workload.fixed(2048, 256).to_dict()
+    d[field] *= factor
+    with pytest.raises(InputError) as err:
+        Workload.from_dict(d)
+    assert err.value.field == field
 
 
 @pytest.mark.parametrize(
@@ -447,7 +505,7 @@ def test_shipped_preset_equals_fresh_derivation(preset: str) -> None:
     fresh = Workload.from_samples(l_in, l_out, name=preset)
     shipped = load_preset(preset)
     assert shipped.n_requests == fresh.n_requests == len(l_in)
-    for attr in MOMENTS:
+    for attr in (*MOMENTS, *THIRD):
         assert getattr(shipped, attr) == pytest.approx(getattr(fresh, attr), rel=1e-12), attr
     # SPEC 2.8 / data README: the mooncake preset is the FAST'25 conversation trace,
     # whose release README states mean input 12,035 and mean output 343.
