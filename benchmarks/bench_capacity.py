@@ -91,16 +91,20 @@ def main() -> None:
     idx = np.arange(n)
     if sample:
         idx = np.random.default_rng(0).choice(n, size=min(sample, n), replace=False)
-    balance = balance_of(c, n_p, n_d)
-    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
+    root_fn, hi, one = root_function_of(c, n_p, n_d)
     ref = np.empty(len(idx))
     t0 = time.perf_counter()
     for j, i in enumerate(idx):
 
         def f(x: float, i: int = int(i)) -> float:
-            return balance(x, i)
+            return root_fn(x, i)
 
-        ref[j] = brentq(f, 1e-300, hi[i] * (1 - 1e-12), xtol=1e-300, rtol=1e-12, maxiter=500)
+        end = hi[i] * (1 - 1e-12)
+        # the batch stops at the bracket's end where the function is not yet positive
+        if f(end) <= 0.0:
+            ref[j] = end
+            continue
+        ref[j] = brentq(f, 1e-300, end, xtol=1e-300, rtol=1e-12, maxiter=500)
     t_brent = time.perf_counter() - t0
     rel = np.abs(r.batch[idx] - ref) / ref
     print(
@@ -109,19 +113,42 @@ def main() -> None:
     )
     print(f"speed-up over brentq: {(t_brent / len(idx)) / (t_full / n):,.0f}x")
     print(f"max relative |B* - B*_brentq| / B*_brentq: {rel.max():.2e} (target <= 1e-9)")
-    fb = np.array([abs(balance(float(r.batch[i]), int(i))) for i in idx]) / c.kv_usable_tokens
-    print(f"max |f(B*)| / (C_tok - U): {fb.max():.2e}")
+    res = np.array([abs(root_fn(float(r.batch[i]), int(i))) for i in idx])
+    loop, lone = ~one[idx], one[idx]
+    if loop.any():
+        print(f"max |f(B*)| / (C_tok - U): {res[loop].max() / c.kv_usable_tokens:.2e}")
+    if lone.any():
+        worst = res[lone].max() / c.mu_prefill_rps
+        print(
+            f"one prefill server per component ({int(lone.sum())} of them): "
+            f"max |b lambda_D(B*) - mu_P (1 - p^b)| / mu_P: {worst:.2e}"
+        )
 
 
-def balance_of(c: Coefficients, n_p: Any, n_d: Any) -> Callable[[float, int], float]:
-    """The variant's memory balance at a batch, for configuration ``i`` (tokens)."""
+def root_function_of(
+    c: Coefficients, n_p: Any, n_d: Any
+) -> tuple[Callable[[float, int], float], np.ndarray, np.ndarray]:
+    """The function whose root is configuration ``i``'s batch, the end of its bracket and
+    which configurations take the one-server form (docs/admission.md, section 6)."""
+    hi = np.minimum(c.batch_max, c.batch_rho(n_p, n_d))
     if c.variant == "paper":
-        return lambda x, i: float(c.memory_balance(x, n_p[i], n_d[i]))
+        return (
+            lambda x, i: float(c.memory_balance(x, n_p[i], n_d[i])),
+            hi,
+            np.zeros(len(n_p), dtype=bool),
+        )
     terms = c.loop_terms()
+    hi = np.minimum(hi, admission.no_wait_batch(terms))
     _, a, b = admission.components(n_p, n_d, terms.random_dispatch)
-    return lambda x, i: float(
-        admission.balance(terms, np.array([x]), a[i : i + 1], b[i : i + 1])[0]
-    )
+    one = (a == 1) & terms.one_server_form
+
+    def fn(x: float, i: int) -> float:
+        at = np.array([x])
+        if one[i]:
+            return float(admission.idle_gap(terms, at, b[i : i + 1])[0])
+        return float(admission.balance(terms, at, a[i : i + 1], b[i : i + 1])[0])
+
+    return fn, hi, one
 
 
 if __name__ == "__main__":
