@@ -224,6 +224,26 @@ def test_trace_workload_refused(client):
     assert "never read" in body["detail"]
 
 
+def test_moments_with_and_without_the_third_moments(client):
+    """Explicit moments carry the optional third moments (all three or none): with them
+    the admission variant's one-prefill-server form applies, exactly as for the preset
+    they came from; a partial set is refused, naming the missing moment."""
+    preset = resolve_spec(SpecRequest(workload="mooncake")).workload
+    full = {k: v for k, v in preset.to_dict().items() if k not in ("name", "source")}
+    body = {**CAPACITY_BODY, "workload": "azure-conv-2023", "n_p": 1, "n_d": 1}
+    r = client.post("/v1/capacity", json={**body, "moments": full})
+    assert r.status_code == 200, r.text
+    expected = capacity_report(resolve_spec(SpecRequest(workload="mooncake")), 1, 1)
+    assert close(r.json()["capacity_rps"], expected["capacity_rps"])
+    bare = {k: v for k, v in full.items() if k not in ("e_in2_out", "e_in_out2", "e_out3")}
+    r2 = client.post("/v1/capacity", json={**body, "moments": bare})
+    assert r2.status_code == 200, r2.text
+    # one prefill server: the loop's balance without them, section 6 with them
+    assert r2.json()["capacity_rps"] < r.json()["capacity_rps"]
+    partial = {**bare, "e_out3": full["e_out3"]}
+    assert_problem(client.post("/v1/capacity", json={**body, "moments": partial}), 422, "e_in2_out")
+
+
 def test_front_max_gpus_above_server_limit(make_client):
     c = make_client(max_front_gpus=8)
     assert c.post("/v1/front", json={"max_gpus": 8}).status_code == 200
