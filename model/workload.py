@@ -140,21 +140,13 @@ class Workload:
             raise InputError("name", "workload name must be a non-empty string")
         if not isinstance(self.source, str):
             raise InputError("source", "must be a string")
-        for field_name in _MOMENT_FIELDS:
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise InputError(field_name, f"must be a number, got {value!r}")
-            value = float(value)
-            if not math.isfinite(value):
-                raise InputError(field_name, f"must be finite, got {value!r}")
-            object.__setattr__(self, field_name, value)
         given = [f for f in _OPTIONAL_MOMENT_FIELDS if getattr(self, f) is not None]
         if given and len(given) < len(_OPTIONAL_MOMENT_FIELDS):
             absent = [f for f in _OPTIONAL_MOMENT_FIELDS if f not in given]
             raise InputError(
                 absent[0], f"give all of {list(_OPTIONAL_MOMENT_FIELDS)} or none; {absent} missing"
             )
-        for field_name in given:
+        for field_name in (*_MOMENT_FIELDS, *given):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
                 raise InputError(field_name, f"must be a number, got {value!r}")
