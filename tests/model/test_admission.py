@@ -703,3 +703,30 @@ def test_one_server_form_needs_the_third_moments():
     # one server: the loop's population-limited wait idles it more than section 6's
     # pools full of decoding requests do
     assert np.all(full.capacity_rps[a == 1] > loop.capacity_rps[a == 1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.floats(min_value=math.log(50.0), max_value=math.log(30_000.0)),  # median prompt
+    st.floats(min_value=0.0, max_value=1.6),  # log-normal sigma of the prompts
+    st.floats(min_value=2.0, max_value=2000.0),  # mean output
+    st.floats(min_value=1.2, max_value=40.0),  # pool in units of the longest request
+)
+def test_idle_gap_increases_so_its_root_is_unique(log_median, sigma, mean_out, room):
+    """Section 6's root is unique because ``p(B)`` does not decrease with the batch (a
+    larger batch adds mean and spread to the decoding requests' tokens) and so
+    ``b lambda_D(B) - mu_P (1 - p(B)^b)`` increases, for any workload and pool."""
+    rng = np.random.default_rng(1)
+    l_in = np.maximum(1, np.ceil(rng.lognormal(log_median, sigma, 500))).astype(int)
+    l_out = 1 + rng.geometric(1.0 / mean_out, 500)
+    w = Workload.from_samples(l_in, l_out, name="any")
+    pool = math.ceil(room * (w.max_tokens + RESERVED))
+    spec = dataclasses.replace(make_spec("fixed:1024:256", pool=pool), workload=w)
+    terms = Coefficients.of(spec).loop_terms()
+    batch = np.geomspace(1e-3, 4.0 * pool / terms.active_tokens, 400)
+    p = admission.idle_probability(terms, batch)
+    assert np.all((p >= 0.0) & (p <= 1.0))
+    assert np.all(np.diff(p) >= -1e-12)
+    for b in (1.0, 3.0):
+        gap = admission.idle_gap(terms, batch, np.full(batch.shape, b))
+        assert np.all(np.diff(gap) > 0.0)
