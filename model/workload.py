@@ -248,8 +248,14 @@ class Workload:
         if self.e_out_m1 > 0.0:
             # the active context's second moment over decode iterations is at least the
             # square of its mean (ctx, SPEC 2.4)
-            ctx = self.ctx_tokens
-            at_least("e_out3", self.ctx_e2_tokens2, ctx * ctx, f"ctx**2 = {ctx * ctx!r} (from it)")
+            ctx, second = self.ctx_tokens, self.ctx_e2_tokens2
+            if second < ctx * ctx * (1.0 - _REL_TOL):
+                raise InputError(
+                    "e_out3",
+                    f"e_in2_out, e_in_out2 and e_out3 give the active context a second moment "
+                    f"over decode iterations of {second!r}, below the square of its mean "
+                    f"ctx**2 = {ctx * ctx!r}",
+                )
 
     # ---- derived moments (SPEC 2.3, 2.4) -------------------------------------------
 
