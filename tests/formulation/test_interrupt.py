@@ -35,8 +35,10 @@ def test_a_stopped_milp_keeps_the_incumbent_highs_sent() -> None:
         return PROCESS.incumbents > 0
 
     restarts = PROCESS.restarts
+    # the stop comes with HiGHS's first schedule; the limit only bounds a slow machine's
+    # wait for it (30 s ran out once, under load, before HiGHS had sent one)
     with interruptible(stop):
-        r = milp.solve_compact(data, 30.0, 0.0, start=start.schedule)
+        r = milp.solve_compact(data, 120.0, 0.0, start=start.schedule)
     if r.termination == "optimal":
         pytest.skip("HiGHS solved this MILP before the stop")
     assert r.termination == "stopped" and PROCESS.restarts == restarts + 1

@@ -92,7 +92,9 @@ def test_a_running_app_replans_a_site_as_its_clock_enters_a_new_period(
     make_client: Any, tmp_path: Path
 ) -> None:
     client: TestClient = make_client(workers=1, replan_check_s=0.2)
-    period_s = 6.0
+    # long enough for a loaded machine to plan within a period (a 6 s period missed the
+    # re-plan from period 1 once, its plan coming after the clock had entered period 2)
+    period_s = 12.0
     body = site_body(
         replan_each_period=True,
         period_minutes=period_s / 60,
