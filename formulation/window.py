@@ -39,7 +39,7 @@ from formulation.interrupt import stop_requested
 from formulation.lagrange import site_constant_usd, uncoupled_schedule
 from formulation.milp import Allowed, solve_compact
 from formulation.period import PeriodSolution, decisions_cost, solve_period
-from formulation.split import joint_path, split_bound
+from formulation.split import SplitBound, joint_path, split_bound
 from formulation.workers import ForkPool
 
 IntArray = NDArray[np.int64]
@@ -61,6 +61,17 @@ class WindowResult:
     lower_bound_usd: float
     proven: bool  # the relaxed MILP was solved to its gap and its schedule is feasible
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+def round_stats(sb: SplitBound) -> dict[str, Any]:
+    """One round of the ascent as the solve's statistics report it. A round cut short
+    before its first bound has none: ``value_usd`` is then null, never -inf (results are
+    stored and served as strict JSON, which has no infinities)."""
+    return {
+        "value_usd": float(sb.value_usd) if np.isfinite(sb.value_usd) else None,
+        "iterations": sb.iterations,
+        "seconds": round(sb.seconds, 3),
+    }
 
 
 def _uncoupled(data: ScheduleData, grids: list[DeploymentGrid]) -> tuple[list[Any], Schedule]:
@@ -534,13 +545,7 @@ def _guided(
                     if found and (best is None or found[-1].objective_usd < best.objective_usd):
                         best = found[-1]
                     mu = sb.mu
-                    stats.setdefault("split_bound", []).append(
-                        {
-                            "value_usd": sb.value_usd,
-                            "iterations": sb.iterations,
-                            "seconds": round(sb.seconds, 3),
-                        }
-                    )
+                    stats.setdefault("split_bound", []).append(round_stats(sb))
                     if np.isfinite(sb.value_usd):
                         cap_ub = np.inf if best is None else best.objective_usd
                         lb = max(lb, min(sb.value_usd, cap_ub))

@@ -4,6 +4,7 @@ enumeration (tests.formulation.test_exact) on small random sites."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -18,8 +19,8 @@ from formulation.lagrange import DualOracle, local_grids, site_constant_usd, unc
 from formulation.period import pool_can_bind
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
-from formulation.split import split_bound
-from formulation.window import guided_start, solve_guided
+from formulation.split import SplitBound, split_bound
+from formulation.window import guided_start, round_stats, solve_guided
 from formulation.workers import ForkPool
 from tests.formulation.test_exact import enumerate_optimum, hand_model, random_request
 
@@ -229,3 +230,23 @@ def test_a_restarted_ascent_still_bounds_the_optimum(seed: int) -> None:
     for every in (2, 3, 5):
         value = _split_value(seed, None, every)
         assert first - 1e-9 * abs(first) <= value <= best.value * (1 + 1e-9) + 1e-9
+
+
+def test_a_round_without_a_bound_is_reported_as_null() -> None:
+    """A round of the ascent given no time ends before its first bound (-inf, or +inf
+    when the site cannot be served); the solve's statistics say null, never an infinity:
+    results are stored as JSON (PostgreSQL refuses -Infinity) and served as JSON."""
+    for value in (-np.inf, np.inf, np.nan):
+        cut = round_stats(SplitBound(value, 0, 0.0))
+        assert cut == {"value_usd": None, "iterations": 0, "seconds": 0.0}
+        json.dumps(cut, allow_nan=False)
+    assert round_stats(SplitBound(12.5, 3, 0.1234)) == {
+        "value_usd": 12.5,
+        "iterations": 3,
+        "seconds": 0.123,
+    }
+    # and a whole guided window's statistics are strict JSON
+    data, grids, _ = _capped(BINDING[0])
+    r = solve_guided(data, grids, 2.0, 1e-9, start=guided_start(data, grids))
+    rounds = json.loads(json.dumps(r.stats, allow_nan=False))["split_bound"]
+    assert rounds and all(e["value_usd"] is None or np.isfinite(e["value_usd"]) for e in rounds)
