@@ -236,11 +236,17 @@ def arrival_scv(
         return np.where(den > 0.0, num / den, scv)
 
 
+def decode_residence_s(t: LoopTerms, batch: FloatArray) -> FloatArray:
+    """``Z = E[l_out - 1] t_D(B)``: a request's mean time in decode at batch ``B`` (SPEC
+    2.3); ``lambda_D(B) = B / Z``."""
+    return t.out_iterations * (t.alpha_s + t.g_s_per_request * batch)
+
+
 def prefill_wait_s(
     t: LoopTerms, batch: FloatArray, a: FloatArray, b: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """``(lambda_D(B), W)``: decode rate per pool and the admitted requests' prefill wait."""
-    z = t.out_iterations * (t.alpha_s + t.g_s_per_request * batch)
+    z = decode_residence_s(t, batch)
     lam = batch / z
     x = b * lam
     n = population_for_throughput(x, z, t.t_prefill_mean_s, a)
@@ -280,7 +286,7 @@ def idle_gap(t: LoopTerms, batch: FloatArray, b: FloatArray) -> FloatArray:
     every pool is full of decoding requests (``p`` from :func:`idle_probability`, the
     pools taken as independent). Increasing in ``B``; its root is the batch at
     capacity (section 6)."""
-    lam = batch / (t.out_iterations * (t.alpha_s + t.g_s_per_request * batch))
+    lam = batch / decode_residence_s(t, batch)
     idle = idle_probability(t, batch) ** b
     return b * lam - (1.0 - idle) / t.t_prefill_mean_s
 
