@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from scipy.stats import gamma as gamma_dist
 
 from model.capacity import Coefficients
 from model.errors import InputError
+from model.pareto import CheckMap
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -464,6 +466,34 @@ def pool_block_probability(
     return float(np.mean(ndtr(-room / math.sqrt(var))))
 
 
+def analytic_slo_check(
+    cfg: dict[str, Any],
+    c: Coefficients,
+    l_in: FloatArray,
+    l_out: FloatArray,
+    targets: tuple[float | None, float | None],
+    at_load: float,
+    fallback: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The verdict of :func:`analytic_slo_front` on one configuration of a front report
+    (a module-level function, so that a process pool can run it)."""
+    from model.pareto import within_targets
+
+    load = at_load * float(cfg["capacity_rps"])
+    lat = latency_at(c, int(cfg["n_p"]), int(cfg["n_d"]), load, l_in, l_out)
+    analytic = {
+        "simulated": False,
+        "load_rps": load,
+        "ttft_p99_s": _finite_or_none(lat.ttft_quantile_s),
+        "tpot_p99_s": _finite_or_none(lat.tpot_quantile_s),
+        "admission_bound": lat.admission_bound,
+        "meets": within_targets((lat.ttft_quantile_s, lat.tpot_quantile_s), targets),
+    }
+    if lat.admission_bound and fallback is not None:
+        return fallback(cfg) | {"analytic": analytic}
+    return analytic
+
+
 def analytic_slo_front(
     report: dict[str, Any],
     c: Coefficients,
@@ -474,46 +504,38 @@ def analytic_slo_front(
     tpot_p99_s: float | None,
     at_load: float,
     fallback: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    map_checks: CheckMap = map,
 ) -> dict[str, Any]:
     """A front report restricted to the configurations whose analytic p99 TTFT and TPOT
     at ``at_load`` times their capacity meet the targets (see
-    :func:`model.pareto.restrict_front`). Where admission waits for pool memory matter
-    (:attr:`Latency.admission_bound`) the analytic TTFT is optimistic: ``fallback``
-    (a simulation, given by the caller) decides those configurations instead, and the
-    analytic figures stay beside its verdict."""
-    from model.pareto import check_slo_targets, restrict_front, within_targets
+    :func:`model.pareto.restrict_front`, which runs the checks through ``map_checks``).
+    Where admission waits for pool memory matter (:attr:`Latency.admission_bound`) the
+    analytic TTFT is optimistic: ``fallback`` (a simulation, given by the caller)
+    decides those configurations instead, and the analytic figures stay beside its
+    verdict."""
+    from model.pareto import check_slo_targets, restrict_front
 
     check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
-    targets = (ttft_p99_s, tpot_p99_s)
     li, lo = _lengths(l_in, l_out)
-    bound = 0
-
-    def check(cfg: dict[str, Any]) -> dict[str, Any]:
-        nonlocal bound
-        load = at_load * float(cfg["capacity_rps"])
-        lat = latency_at(c, int(cfg["n_p"]), int(cfg["n_d"]), load, li, lo)
-        analytic = {
-            "simulated": False,
-            "load_rps": load,
-            "ttft_p99_s": _finite_or_none(lat.ttft_quantile_s),
-            "tpot_p99_s": _finite_or_none(lat.tpot_quantile_s),
-            "admission_bound": lat.admission_bound,
-            "meets": within_targets((lat.ttft_quantile_s, lat.tpot_quantile_s), targets),
-        }
-        if lat.admission_bound and fallback is not None:
-            bound += 1
-            return fallback(cfg) | {"analytic": analytic}
-        return analytic
-
-    out, checked = restrict_front(report, check)
-    failing = sum(1 for cfg in out["configs"] if cfg["slo"]["checked"] and not cfg["slo"]["meets"])
+    check = partial(
+        analytic_slo_check,
+        c=c,
+        l_in=li,
+        l_out=lo,
+        targets=(ttft_p99_s, tpot_p99_s),
+        at_load=at_load,
+        fallback=fallback,
+    )
+    out, checked = restrict_front(report, check, map_checks)
+    verdicts = [cfg["slo"] for cfg in out["configs"] if cfg["slo"]["checked"]]
+    failing = sum(1 for v in verdicts if not v["meets"])
     out["slo"] = {
         "ttft_p99_s": ttft_p99_s,
         "tpot_p99_s": tpot_p99_s,
         "at_load": at_load,
         "method": "analytic",
         "checked": checked,
-        "simulated": bound,
+        "simulated": sum(1 for v in verdicts if v["simulated"]),
         "meeting": checked - failing,
         "failing": failing,
         "rule": (

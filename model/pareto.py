@@ -15,7 +15,7 @@ Choices where SPEC leaves room:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,8 +150,18 @@ def eps_pareto_agreement(
     return Agreement(float(agree.mean()), rates, agree, pa, pb)
 
 
+#: How a round's checks are run: ``map_checks(check, configs)`` yields ``check(c)`` for
+#: each configuration in order (the built-in ``map``: one after the other, here).
+CheckMap = Callable[
+    [Callable[[dict[str, Any]], dict[str, Any]], list[dict[str, Any]]],
+    Iterable[dict[str, Any]],
+]
+
+
 def restrict_front(
-    report: dict[str, Any], check: Callable[[dict[str, Any]], dict[str, Any]]
+    report: dict[str, Any],
+    check: Callable[[dict[str, Any]], dict[str, Any]],
+    map_checks: CheckMap = map,
 ) -> tuple[dict[str, Any], int]:
     """A front report (``pdwatt front``) restricted to the configurations that ``check``
     accepts: ``check(config)`` returns a verdict whose ``meets`` says whether the
@@ -161,6 +171,9 @@ def restrict_front(
     the result is the same as checking every configuration first (those never checked
     get ``{"checked": False, "simulated": False, "meets": None}``). The selections
     (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
+    The configurations of one round (those on the current front, not yet checked) do not
+    depend on each other's verdicts, so ``map_checks`` may run them side by side (in
+    other processes: ``check`` must then pickle); the result does not depend on how.
     Returns the new report and the number of configurations checked."""
     configs = [dict(c) for c in report["configs"]]
     mu = np.array([c["capacity_rps"] for c in configs], dtype=float)
@@ -173,9 +186,10 @@ def restrict_front(
         todo = [int(i) for i in front if int(i) not in verdict]
         if not todo:
             break
-        for i in todo:
-            verdict[i] = {"checked": True} | check(configs[i])
-            if not verdict[i]["meets"]:
+        checked = map_checks(check, [configs[i] for i in todo])
+        for i, v in zip(todo, checked, strict=True):
+            verdict[i] = {"checked": True} | v
+            if not v["meets"]:
                 alive[i] = False
     for i, c in enumerate(configs):
         c["slo"] = verdict.get(i, {"checked": False, "simulated": False, "meets": None})

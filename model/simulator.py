@@ -107,6 +107,7 @@ from numpy.typing import ArrayLike, NDArray
 from model.capacity import Coefficients, DeploymentSpec
 from model.catalog import DISPATCH_MODES, ModelArch
 from model.errors import DoesNotFitError, InputError
+from model.pareto import CheckMap
 from model.workload import Workload, load_trace, parse_workload, workload_kind
 
 logger = logging.getLogger(__name__)
@@ -1622,6 +1623,32 @@ def simulated_slo(
     }
 
 
+def simulated_slo_check(
+    cfg: Mapping[str, Any],
+    timing: SimTiming,
+    samples: Samples,
+    targets: tuple[float | None, float | None],
+    at_load: float,
+    *,
+    seeds: int = 2,
+    requests: int = 4000,
+    dispatch: str = "round_robin",
+) -> dict[str, Any]:
+    """:func:`simulated_slo` for one configuration of a front report, at ``at_load``
+    times its capacity (a module-level function, so that a process pool can run it)."""
+    return simulated_slo(
+        timing,
+        samples,
+        int(cfg["n_p"]),
+        int(cfg["n_d"]),
+        at_load * float(cfg["capacity_rps"]),
+        targets,
+        seeds=seeds,
+        requests=requests,
+        dispatch=dispatch,
+    )
+
+
 def slo_front(
     report: Mapping[str, Any],
     timing: SimTiming,
@@ -1633,6 +1660,7 @@ def slo_front(
     seeds: int = 2,
     requests: int = 4000,
     dispatch: str = "round_robin",
+    map_checks: CheckMap = map,
 ) -> dict[str, Any]:
     """A front report (``pdwatt front``) restricted to configurations meeting latency SLOs.
 
@@ -1645,25 +1673,23 @@ def slo_front(
     dominated by one that meets the SLOs can never be on the new front, so the result
     is the same as filtering every configuration first. The selections
     (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
+    ``map_checks`` runs each round's simulations (:func:`model.pareto.restrict_front`).
     """
     from model.pareto import check_slo_targets, restrict_front
 
     check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
+    check = functools.partial(
+        simulated_slo_check,
+        timing=timing,
+        samples=samples,
+        targets=(ttft_p99_s, tpot_p99_s),
+        at_load=at_load,
+        seeds=seeds,
+        requests=requests,
+        dispatch=dispatch,
+    )
 
-    def check(c: dict[str, Any]) -> dict[str, Any]:
-        return simulated_slo(
-            timing,
-            samples,
-            int(c["n_p"]),
-            int(c["n_d"]),
-            at_load * float(c["capacity_rps"]),
-            (ttft_p99_s, tpot_p99_s),
-            seeds=seeds,
-            requests=requests,
-            dispatch=dispatch,
-        )
-
-    out, checked = restrict_front(dict(report), check)
+    out, checked = restrict_front(dict(report), check, map_checks)
     verdict = [c["slo"] for c in out["configs"] if c["slo"]["checked"]]
     failing = sum(1 for v in verdict if not v["meets"])
     out["slo"] = {

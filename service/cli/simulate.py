@@ -12,7 +12,8 @@
 only the configurations whose p99 latencies meet the targets at that fraction of their
 capacity (and returns the report unchanged when no target is set): analytic
 (:mod:`model.latency`, simulating only where admission waits for pool memory make the
-analytic TTFT optimistic) or, with ``--slo-method simulate``, simulated.
+analytic TTFT optimistic) or, with ``--slo-method simulate``, simulated. The checks of
+each round run side by side in ``--slo-jobs`` processes, each printing a progress line.
 
 The simulator needs per-request lengths: fixed workloads have them; a trace preset
 reads its public trace from the directory named by ``PDWATT_DATA_DIR``; otherwise
@@ -23,20 +24,28 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from functools import partial
+from types import TracebackType
 from typing import Any
 
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
 from model.latency import analytic_slo_front, latency_at
 from model.simulator import (
+    Samples,
     SimTiming,
     capacity_search_report,
     default_requests,
     not_simulated,
     resolve_samples,
     simulate_report,
-    simulated_slo,
+    simulated_slo_check,
     slo_front,
 )
 from service.cli.common import add_spec_args, spec_from_args
@@ -242,6 +251,13 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--slo-seeds", type=int, default=2, help="seeds per SLO check (default 2)")
     g.add_argument(
+        "--slo-jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes that run SLO checks side by side (default: the CPUs this process may use)",
+    )
+    g.add_argument(
         "--slo-requests",
         type=int,
         default=4000,
@@ -249,10 +265,70 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     )
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+class SloChecks:
+    """Runs the SLO checks of each round of :func:`model.pareto.restrict_front` in up to
+    ``jobs`` processes (started once, on the first round with more than one check, and
+    reused), and prints one progress line per verdict to ``stream`` (None: silent)."""
+
+    def __init__(self, jobs: int, stream: Any = None) -> None:
+        if jobs < 1:
+            raise InputError("slo_jobs", "must be >= 1")
+        self.jobs = jobs
+        self.stream = stream
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self._pool: Executor | None = None
+
+    def __enter__(self) -> SloChecks:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __call__(
+        self, check: Callable[[dict[str, Any]], dict[str, Any]], configs: list[dict[str, Any]]
+    ) -> Iterator[dict[str, Any]]:
+        if self.jobs > 1 and len(configs) > 1:
+            if self._pool is None:
+                # spawn: a fresh interpreter per worker, whatever threads this one runs
+                ctx = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+            verdicts: Iterator[dict[str, Any]] = self._pool.map(check, configs)
+        else:
+            verdicts = map(check, configs)
+        for cfg, v in zip(configs, verdicts, strict=True):
+            self.done += 1
+            if self.stream is not None:
+                how = "simulated" if v.get("simulated") else "analytic"
+                print(
+                    f"[{time.perf_counter() - self.t0:6.1f} s] SLO check {self.done}: "
+                    f"{cfg['n_p']}P{cfg['n_d']}D {how}, "
+                    + ("meets the targets" if v["meets"] else "misses"),
+                    file=self.stream,
+                    flush=True,
+                )
+            yield v
+
+
 def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The front report restricted to configurations meeting the SLOs (``slo`` added).
 
     Returns `report` itself when neither ``--ttft-p99`` nor ``--tpot-p99`` is given.
+    Progress goes to stderr unless ``--json`` is given.
     """
     ttft = getattr(args, "ttft_p99", None)
     tpot = getattr(args, "tpot_p99", None)
@@ -264,26 +340,36 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         raise InputError("slo_seeds", "must be >= 1")
     if args.slo_requests < 1:
         raise InputError("slo_requests", "must be >= 1")
+    jobs = getattr(args, "slo_jobs", None)
+    stream = None if getattr(args, "json", False) else sys.stderr
+    with SloChecks(available_cpus() if jobs is None else jobs, stream) as checks:
+        return _restricted(report, args, spec, samples, (ttft, tpot), checks)
+
+
+def _restricted(
+    report: dict[str, Any],
+    args: argparse.Namespace,
+    spec: DeploymentSpec,
+    samples: Samples,
+    targets: tuple[float | None, float | None],
+    checks: SloChecks,
+) -> dict[str, Any]:
+    ttft, tpot = targets
     if getattr(args, "slo_method", "analytic") == "analytic":
         simulated: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         # a model the simulator does not describe (sliding-window attention): the
         # analytic figures decide every configuration (the report's rule says so)
         if not_simulated(spec.model) is None:
-            timing = SimTiming.of(spec)
-
-            def simulated(cfg: dict[str, Any]) -> dict[str, Any]:
-                return simulated_slo(
-                    timing,
-                    samples,
-                    int(cfg["n_p"]),
-                    int(cfg["n_d"]),
-                    args.at_load * float(cfg["capacity_rps"]),
-                    (ttft, tpot),
-                    seeds=args.slo_seeds,
-                    requests=args.slo_requests,
-                    dispatch=spec.serving.dispatch,
-                )
-
+            simulated = partial(
+                simulated_slo_check,
+                timing=SimTiming.of(spec),
+                samples=samples,
+                targets=targets,
+                at_load=args.at_load,
+                seeds=args.slo_seeds,
+                requests=args.slo_requests,
+                dispatch=spec.serving.dispatch,
+            )
         return analytic_slo_front(
             report,
             Coefficients.of(spec),
@@ -293,6 +379,7 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
             tpot_p99_s=tpot,
             at_load=args.at_load,
             fallback=simulated,
+            map_checks=checks,
         )
     return slo_front(
         report,
@@ -304,4 +391,5 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         seeds=args.slo_seeds,
         requests=args.slo_requests,
         dispatch=spec.serving.dispatch,
+        map_checks=checks,
     )
