@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from model.errors import InputError, PdwattError
 from service.cli import calibrate, core, dr, plan, serve, simulate
@@ -42,6 +43,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if getattr(a, "json", False) and out is not None:
-        json.dump(out, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write(json_text(out))
         sys.stdout.write("\n")
     return 0
+
+
+#: Above this size (characters, compact) ``--json`` output stays compact: indenting goes
+#: through the json module's pure-Python encoder, about ten times slower (a front of
+#: 1,024 GPUs, 523,776 configurations and 230 MB: 41 s indented against 5 s).
+INDENT_LIMIT_CHARS = 10_000_000
+
+
+def json_text(doc: Any) -> str:
+    """``doc`` as JSON (no NaN or infinity): indented, unless the document is larger than
+    :data:`INDENT_LIMIT_CHARS`, which is written compact (the same document)."""
+    compact = json.dumps(doc, allow_nan=False)
+    if len(compact) > INDENT_LIMIT_CHARS:
+        return compact
+    return json.dumps(doc, indent=2, allow_nan=False)

@@ -261,3 +261,19 @@ def test_sliding_window_models_plan_without_the_simulator(capsys):
     code = main([*sim, "--rate", "1"])
     err = capsys.readouterr().err
     assert code != 0 and "sliding-window" in err and "Traceback" not in err
+
+
+def test_large_json_output_is_compact_and_the_same_document(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli import app
+
+    argv = ["front", "--max-gpus", "6", "--json"]
+    assert main(argv) == 0
+    indented = capsys.readouterr().out
+    assert indented.startswith("{\n  ")  # small: indented for reading
+    monkeypatch.setattr(app, "INDENT_LIMIT_CHARS", len(indented) // 4)
+    assert main(argv) == 0
+    compact = capsys.readouterr().out
+    assert compact.count("\n") == 1 and len(compact) < len(indented)
+    assert json.loads(compact) == json.loads(indented)
