@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
@@ -255,7 +255,7 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="processes that run SLO checks side by side (default: the CPUs this process may use)",
+        help="processes that run SLO checks side by side (default: the machine's CPUs)",
     )
     g.add_argument(
         "--slo-requests",
@@ -265,19 +265,12 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     )
 
 
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
 class SloChecks:
     """Runs the SLO checks of each round of :func:`model.pareto.restrict_front` in up to
     ``jobs`` processes (started once, on the first round with more than one check, and
     reused), and prints one progress line per verdict to ``stream`` (None: silent)."""
 
-    def __init__(self, jobs: int, stream: Any = None) -> None:
+    def __init__(self, jobs: int, stream: TextIO | None = None) -> None:
         if jobs < 1:
             raise InputError("slo_jobs", "must be >= 1")
         self.jobs = jobs
@@ -342,7 +335,7 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         raise InputError("slo_requests", "must be >= 1")
     jobs = getattr(args, "slo_jobs", None)
     stream = None if getattr(args, "json", False) else sys.stderr
-    with SloChecks(available_cpus() if jobs is None else jobs, stream) as checks:
+    with SloChecks((os.cpu_count() or 1) if jobs is None else jobs, stream) as checks:
         return _restricted(report, args, spec, samples, (ttft, tpot), checks)
 
 
