@@ -21,16 +21,13 @@ import time
 from model.errors import InputError
 from model.operations import SpecRequest, front_report, resolve_spec
 from service.cli import simulate as cli_simulate
+from service.cli.app import build_parser
 
 
 def _args(workload: str, extra: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    for flag in ("--model", "--gpu", "--workload", "--override", "--dispatch"):
-        p.add_argument(flag)
-    p.add_argument("--set", dest="sets", action="append", default=[])
-    p.add_argument("--json", action="store_true")
-    cli_simulate.add_slo_args(p)
-    return p.parse_args(["--model", "qwen3-32b", "--gpu", "h200", "--workload", workload, *extra])
+    """``pdwatt front``'s own options (the command line's parser)."""
+    base = ["front", "--model", "qwen3-32b", "--gpu", "h200", "--workload", workload]
+    return build_parser().parse_args([*base, *extra])
 
 
 def main() -> None:

@@ -348,21 +348,23 @@ def _restricted(
     checks: SloChecks,
 ) -> dict[str, Any]:
     ttft, tpot = targets
+
+    def simulation() -> dict[str, Any]:  # how a configuration is simulated
+        return {
+            "timing": SimTiming.of(spec),
+            "samples": samples,
+            "at_load": args.at_load,
+            "seeds": args.slo_seeds,
+            "requests": args.slo_requests,
+            "dispatch": spec.serving.dispatch,
+        }
+
     if getattr(args, "slo_method", "analytic") == "analytic":
         simulated: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         # a model the simulator does not describe (sliding-window attention): the
         # analytic figures decide every configuration (the report's rule says so)
         if not_simulated(spec.model) is None:
-            simulated = partial(
-                simulated_slo_check,
-                timing=SimTiming.of(spec),
-                samples=samples,
-                targets=targets,
-                at_load=args.at_load,
-                seeds=args.slo_seeds,
-                requests=args.slo_requests,
-                dispatch=spec.serving.dispatch,
-            )
+            simulated = partial(simulated_slo_check, targets=targets, **simulation())
         return analytic_slo_front(
             report,
             Coefficients.of(spec),
@@ -374,15 +376,4 @@ def _restricted(
             fallback=simulated,
             map_checks=checks,
         )
-    return slo_front(
-        report,
-        SimTiming.of(spec),
-        samples,
-        ttft_p99_s=ttft,
-        tpot_p99_s=tpot,
-        at_load=args.at_load,
-        seeds=args.slo_seeds,
-        requests=args.slo_requests,
-        dispatch=spec.serving.dispatch,
-        map_checks=checks,
-    )
+    return slo_front(report, ttft_p99_s=ttft, tpot_p99_s=tpot, map_checks=checks, **simulation())

@@ -15,6 +15,7 @@ from model.errors import InputError
 from model.operations import SpecRequest, front_report, resolve_spec
 from model.pareto import front_indices, restrict_front
 from service.cli import simulate as cli_simulate
+from service.cli.app import build_parser
 
 
 def _report(max_gpus: int = 8) -> dict[str, Any]:
@@ -68,14 +69,9 @@ def test_rounds_check_the_current_front_once_each_whatever_the_order() -> None:
 
 
 def _front_args(extra: str) -> argparse.Namespace:
-    front = argparse.ArgumentParser()
-    for flag in ("--model", "--gpu", "--workload", "--override", "--dispatch"):
-        front.add_argument(flag)
-    front.add_argument("--set", dest="sets", action="append", default=[])
-    front.add_argument("--json", action="store_true")
-    cli_simulate.add_slo_args(front)
-    base = "--model qwen3-32b --gpu h200 --workload fixed:1024:256 --slo-requests 300 "
-    return front.parse_args(shlex.split(base + extra))
+    """``pdwatt front``'s own options (the command line's parser)."""
+    base = "front --model qwen3-32b --gpu h200 --workload fixed:1024:256 --slo-requests 300 "
+    return build_parser().parse_args(shlex.split(base + extra))
 
 
 @pytest.mark.parametrize("method", ["simulate", "analytic"])
