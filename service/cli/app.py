@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from model.errors import InputError, PdwattError
 from service.cli import calibrate, core, dr, plan, serve, simulate
@@ -43,21 +43,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if getattr(a, "json", False) and out is not None:
-        sys.stdout.write(json_text(out))
-        sys.stdout.write("\n")
+        write_json(out, sys.stdout)
     return 0
 
 
-#: Above this size (characters, compact) ``--json`` output stays compact: indenting goes
-#: through the json module's pure-Python encoder, about ten times slower (a front of
+#: Above this size (characters, compact) ``--json`` output is written compact: indenting
+#: goes through the json module's pure-Python encoder, about ten times slower (a front of
 #: 1,024 GPUs, 523,776 configurations and 230 MB: 41 s indented against 5 s).
 INDENT_LIMIT_CHARS = 10_000_000
 
 
-def json_text(doc: Any) -> str:
-    """``doc`` as JSON (no NaN or infinity): indented, unless the document is larger than
-    :data:`INDENT_LIMIT_CHARS`, which is written compact (the same document)."""
-    compact = json.dumps(doc, allow_nan=False)
-    if len(compact) > INDENT_LIMIT_CHARS:
-        return compact
-    return json.dumps(doc, indent=2, allow_nan=False)
+def compact_chunks(doc: Any) -> Iterator[str]:
+    """``json.dumps(doc)`` (compact, no NaN or infinity) in pieces: objects and lists
+    are opened here and each list element is encoded on its own, so that a document of
+    millions of records is never one string (its pieces joined are exactly
+    ``json.dumps(doc, allow_nan=False)``)."""
+    if isinstance(doc, dict):
+        yield "{"
+        for i, (key, value) in enumerate(doc.items()):
+            # the key as json.dumps writes it (a non-string key becomes a string)
+            yield ("" if i == 0 else ", ") + json.dumps({key: None})[1:-7] + ": "
+            yield from compact_chunks(value)
+        yield "}"
+    elif isinstance(doc, list | tuple):
+        yield "["
+        for i, item in enumerate(doc):
+            yield ("" if i == 0 else ", ") + json.dumps(item, allow_nan=False)
+        yield "]"
+    else:
+        yield json.dumps(doc, allow_nan=False)
+
+
+def write_json(doc: Any, stream: TextIO) -> None:
+    """``doc`` as JSON (no NaN or infinity) and a newline: indented, unless the compact
+    form is over :data:`INDENT_LIMIT_CHARS`; then compact (the same document), written
+    piece by piece."""
+    size = 0
+    for piece in compact_chunks(doc):
+        size += len(piece)
+        if size > INDENT_LIMIT_CHARS:
+            for part in compact_chunks(doc):
+                stream.write(part)
+            stream.write("\n")
+            return
+    stream.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")

@@ -7,8 +7,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.cli.app import main
 
@@ -261,6 +264,26 @@ def test_sliding_window_models_plan_without_the_simulator(capsys):
     code = main([*sim, "--rate", "1"])
     err = capsys.readouterr().err
     assert code != 0 and "sliding-window" in err and "Traceback" not in err
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_compact_pieces_join_to_the_compact_document(doc: Any) -> None:
+    from service.cli.app import compact_chunks
+
+    assert "".join(compact_chunks(doc)) == json.dumps(doc, allow_nan=False)
 
 
 def test_large_json_output_is_compact_and_the_same_document(
