@@ -14,8 +14,6 @@ whether every run gave the same report (it must). Trace presets need their trace
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import time
 
 from model.errors import InputError
@@ -60,8 +58,7 @@ def main() -> None:
             )  # fmt: skip
             t0 = time.perf_counter()
             try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    out = cli_simulate.apply_slo(report, args)
+                out = cli_simulate.apply_slo(report, args)
             except InputError as e:
                 print(f"{wl:<16} skipped: {e}")
                 break

@@ -26,13 +26,11 @@ import argparse
 import math
 import multiprocessing
 import os
-import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
@@ -49,6 +47,7 @@ from model.simulator import (
     slo_front,
 )
 from service.cli.common import add_spec_args, spec_from_args
+from service.cli.plan import Progress
 
 WORKLOAD_HELP = (
     "fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
@@ -268,15 +267,14 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
 class SloChecks:
     """Runs the SLO checks of each round of :func:`model.pareto.restrict_front` in up to
     ``jobs`` processes (started once, on the first round with more than one check, and
-    reused), and prints one progress line per verdict to ``stream`` (None: silent)."""
+    reused), and tells ``say`` of each round and each verdict."""
 
-    def __init__(self, jobs: int, stream: TextIO | None = None) -> None:
+    def __init__(self, jobs: int, say: Callable[[str], None]) -> None:
         if jobs < 1:
             raise InputError("slo_jobs", "must be >= 1")
         self.jobs = jobs
-        self.stream = stream
+        self.say = say
         self.done = 0
-        self.t0 = time.perf_counter()
         self._pool: Executor | None = None
 
     def __enter__(self) -> SloChecks:
@@ -303,17 +301,12 @@ class SloChecks:
             verdicts: Iterator[dict[str, Any]] = self._pool.map(check, configs)
         else:
             verdicts = map(check, configs)
+        self.say(f"checking {len(configs)} configurations on the front")
         for cfg, v in zip(configs, verdicts, strict=True):
             self.done += 1
-            if self.stream is not None:
-                how = "simulated" if v.get("simulated") else "analytic"
-                print(
-                    f"[{time.perf_counter() - self.t0:6.1f} s] SLO check {self.done}: "
-                    f"{cfg['n_p']}P{cfg['n_d']}D {how}, "
-                    + ("meets the targets" if v["meets"] else "misses"),
-                    file=self.stream,
-                    flush=True,
-                )
+            how = "simulated" if v["simulated"] else "analytic"
+            verdict = "meets the targets" if v["meets"] else "misses"
+            self.say(f"SLO check {self.done}: {cfg['n_p']}P{cfg['n_d']}D {how}, {verdict}")
             yield v
 
 
@@ -334,8 +327,8 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
     if args.slo_requests < 1:
         raise InputError("slo_requests", "must be >= 1")
     jobs = getattr(args, "slo_jobs", None)
-    stream = None if getattr(args, "json", False) else sys.stderr
-    with SloChecks((os.cpu_count() or 1) if jobs is None else jobs, stream) as checks:
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
+    with Progress(quiet=getattr(args, "json", False)) as say, SloChecks(jobs, say) as checks:
         return _restricted(report, args, spec, samples, (ttft, tpot), checks)
 
 
