@@ -6,16 +6,21 @@ threads do not help (``benchmarks/bench_dual.py`` measures both). A :class:`Fork
 forks its workers with the shared state already in memory: each task sends only its
 arguments and receives its result. Where processes cannot be forked, where this
 process may not have children (a daemonic worker) or where a worker dies (e.g. out of
-memory), the tasks run serially in this process, with the same results.
+memory), the tasks run serially in this process, with the same results. The workers
+end with the process that forked them (:func:`formulation.lifetime.die_with_parent`):
+a solve killed from outside (the out-of-memory killer) leaves none of them running.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Generic, TypeVar
+
+from formulation.lifetime import die_with_parent
 
 S = TypeVar("S")
 R = TypeVar("R")
@@ -46,7 +51,9 @@ class ForkPool(Generic[S]):
         if workers > 1 and can_fork():
             _SHARED[self._key] = shared  # before the first task forks the workers
             context = multiprocessing.get_context("fork")
-            self._pool = ProcessPoolExecutor(workers, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),)
+            )
 
     @property
     def parallel(self) -> bool:
