@@ -3,6 +3,7 @@ to a 4,096-GPU site.
 
 Sites, 96 periods of 15 minutes each (one day), change limit 4 instances per period:
 
+* demo: the README's main job, ``pdwatt plan --demo`` (formulation.demo; 30 s limit);
 * S64: one deployment of up to 64 GPUs (30 s limit);
 * A: 4 deployments of up to 16 GPUs each on a 64-GPU site (10 s);
 * B: 8 deployments of up to 32 GPUs each on a 256-GPU site (60 s);
@@ -11,13 +12,15 @@ Sites, 96 periods of 15 minutes each (one day), change limit 4 instances per per
 
 Deployments mix models and workloads (see ``site_request``); demand follows diurnal
 curves with random phases; the cap binds at the daily peak and a demand-response
-event lowers it further for three evening hours. Each run is a fresh process (its own
+event lowers it further for three evening hours. Each site runs under every model variant
+asked for (default: both, ``paper`` and ``admission``), each in a fresh process (its own
 peak RSS). Prints one JSON row per run (phases, bound history, MILPs, baselines) and
 a table: wall time, final gap, time to a proven 1%, 0.5% and 0.1% gap, peak RSS.
 ``--growth LIMIT_S`` runs the growth table instead (2 to 32 deployments of 32 GPUs;
 8 deployments of 16 to 128 GPUs).
 
-    python benchmarks/bench_schedule.py [--sites S64 A B C D] [--methods auto volume compact]
+    python benchmarks/bench_schedule.py [--sites demo S64 A B C D] [--methods auto volume compact]
+        [--model-variants paper admission]
     python benchmarks/bench_schedule.py --growth 60
 """
 
@@ -33,11 +36,12 @@ from typing import Any
 import numpy as np
 
 from formulation.data import build_data
+from formulation.demo import demo_request
 from formulation.dp import deployment_grid
 from formulation.evaluate import price_schedule
 from formulation.highs import PROCESS
 from formulation.lagrange import uncoupled_schedule
-from formulation.problem import problem_from_dict
+from formulation.problem import fill_model_variant, problem_from_dict
 from formulation.solve import solve
 from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 
@@ -119,6 +123,7 @@ def site_request(
 
 
 SITES = {
+    "demo": (3, 24, 64, 30.0),  # formulation.demo: its own request, as `pdwatt plan --demo`
     "S64": (1, 64, 64, 30.0),
     "A": (4, 16, 64, 10.0),
     "B": (8, 32, 256, 60.0),
@@ -187,7 +192,10 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
 
 def run(name: str, method: str, seed: int, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
     n_dep, gpus_each, site_gpus, limit = SITES[name]
-    body = site_request(n_dep, gpus_each, site_gpus, seed, limit, variant)
+    if name == "demo":
+        body = fill_model_variant(demo_request(), variant)
+    else:
+        body = site_request(n_dep, gpus_each, site_gpus, seed, limit, variant)
     return run_body(name, body, method) | {"model_variant": variant}
 
 
@@ -217,10 +225,16 @@ def site_run(args: tuple[str, str, int, str]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sites", nargs="+", default=["S64", "A", "B"], choices=list(SITES))
+    ap.add_argument("--sites", nargs="+", default=["demo", "S64", "A", "B"], choices=list(SITES))
     ap.add_argument("--methods", nargs="+", default=["auto"], choices=["auto", "volume", "compact"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model-variant", choices=MODEL_VARIANTS, default=DEFAULT_VARIANT)
+    ap.add_argument(
+        "--model-variants",
+        nargs="+",
+        choices=MODEL_VARIANTS,
+        default=sorted(MODEL_VARIANTS, key=lambda v: v != DEFAULT_VARIANT),
+        help="run every site under each (default: all, the default variant first)",
+    )
     ap.add_argument(
         "--growth",
         type=float,
@@ -232,27 +246,28 @@ def main() -> None:
     if a.growth:
         for n_dep, gpus_each in GROWTH:
             for m in a.methods:
-                row = in_fresh_process(
-                    growth_run, (m, a.seed, n_dep, gpus_each, a.growth, a.model_variant)
-                )
-                rows.append(row)
-                print(json.dumps(row, default=_nan_none), flush=True)
+                for v in a.model_variants:
+                    row = in_fresh_process(growth_run, (m, a.seed, n_dep, gpus_each, a.growth, v))
+                    rows.append(row)
+                    print(json.dumps(row, default=_nan_none), flush=True)
     else:
         for s in a.sites:
             for m in a.methods:
-                row = in_fresh_process(site_run, (s, m, a.seed, a.model_variant))
-                rows.append(row)
-                print(json.dumps(row, default=_nan_none), flush=True)
+                for v in a.model_variants:
+                    row = in_fresh_process(site_run, (s, m, a.seed, v))
+                    rows.append(row)
+                    print(json.dumps(row, default=_nan_none), flush=True)
     print()
     print(
-        f"{'site':>8} {'method':>7} {'GPUs':>5} {'limit':>6} {'wall':>7} {'gap':>8} "
+        f"{'site':>8} {'method':>7} {'variant':>9} {'GPUs':>5} {'limit':>6} {'wall':>7} {'gap':>8} "
         f"{'to 1%':>7} {'to 0.5%':>7} {'to 0.1%':>7} {'RSS MB':>7}  objective / bound (USD)"
     )
     for r in rows:
         tt = r["time_to_gap_s"]
         cells = [f"{tt[k]:7.1f}" if tt[k] is not None else f"{'-':>7}" for k in tt]
         print(
-            f"{r['site']:>8} {r['method']:>7} {r['gpus']:>5} {r['time_limit_s']:>6g} "
+            f"{r['site']:>8} {r['method']:>7} {r['model_variant']:>9} {r['gpus']:>5} "
+            f"{r['time_limit_s']:>6g} "
             f"{r['total_s']:>7.1f} {r['gap_pct']:>7.3f}% {' '.join(cells)} "
             f"{r['peak_rss_mb']:>7.0f}  {r['objective_usd']:,.2f} / {r['lower_bound_usd']:,.2f}"
         )
