@@ -28,6 +28,10 @@ from enum import StrEnum
 from typing import Any
 
 from formulation.request import (
+    DEFAULT_TIME_LIMIT_S,
+    MAX_DEPLOYMENTS,
+    MAX_PERIODS,
+    MAX_TIME_LIMIT_S,
     MIN_HEADROOM,
     MIN_PERIOD_MINUTES,
     MIN_TIME_LIMIT_S,
@@ -37,9 +41,6 @@ from formulation.request import (
 from model.capacity import DEFAULT_VARIANT
 from model.errors import InputError
 from model.workload import check_no_file
-
-MAX_PERIODS = 2016  # two weeks of 10-minute periods
-MAX_DEPLOYMENTS = 64
 
 
 class Method(StrEnum):
@@ -97,7 +98,7 @@ class TransitionInput:
 
 @dataclass(frozen=True)
 class SolverOptions:
-    time_limit_s: float = 30.0
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
     mip_gap: float = 1e-3
     threads: int | None = None
     method: Method = Method.AUTO
@@ -237,7 +238,7 @@ def validate(p: ScheduleProblem) -> None:
     if tr.max_instance_changes_per_period is not None:
         _int("transitions.max_instance_changes_per_period", tr.max_instance_changes_per_period, 0)
     so = p.solver
-    _finite("solver.time_limit_s", so.time_limit_s, MIN_TIME_LIMIT_S, 86400.0)
+    _finite("solver.time_limit_s", so.time_limit_s, MIN_TIME_LIMIT_S, MAX_TIME_LIMIT_S)
     _finite("solver.mip_gap", so.mip_gap, 0.0, 1.0)
     if so.threads is not None:
         _int("solver.threads", so.threads, 1)

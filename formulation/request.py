@@ -37,6 +37,16 @@ MIN_PERIOD_MINUTES = 1e-3
 MIN_HEADROOM = 1e-6
 MIN_TIME_LIMIT_S = 0.01
 
+#: the most a schedule may hold or ask for: the hard limits of the formulation, the one
+#: source of each (a server's settings, ``service.settings``, may set lower ones, never
+#: higher ones)
+MAX_PERIODS = 2016  # two weeks of 10-minute periods
+MAX_DEPLOYMENTS = 64
+MAX_TIME_LIMIT_S = 86400.0
+#: the solver's time limit when a request gives none (a server whose own maximum is
+#: lower uses its maximum instead)
+DEFAULT_TIME_LIMIT_S = 30.0
+
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Scalar = float | int | str | bool
@@ -173,7 +183,7 @@ class TransitionsIn(Strict):
 
 
 class SolverIn(Strict):
-    time_limit_s: float = Field(30.0, ge=MIN_TIME_LIMIT_S, le=86400)
+    time_limit_s: float = Field(DEFAULT_TIME_LIMIT_S, ge=MIN_TIME_LIMIT_S, le=MAX_TIME_LIMIT_S)
     mip_gap: float = Field(1e-3, ge=0, le=1)
     threads: int | None = Field(
         None,

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from formulation.request import field_path
@@ -97,7 +97,9 @@ def _field_error(e: Any) -> dict[str, str]:
     if e.get("type") == "json_invalid":  # loc is ("body", character offset), not a field
         err = (e.get("ctx") or {}).get("error")
         return {"field": "body", "reason": f"not valid JSON: {err}" if err else "not valid JSON"}
-    return {"field": field_path(e.get("loc", ())), "reason": e.get("msg", "")}
+    # a validator's own reason, without the "Value error, " pydantic puts before it
+    reason = str(e.get("msg", "")).removeprefix("Value error, ")
+    return {"field": field_path(e.get("loc", ())), "reason": reason}
 
 
 def unavailable(detail: str) -> JSONResponse:
@@ -194,6 +196,19 @@ def install(app: FastAPI) -> None:
             )
         headers = dict(exc.headers) if exc.headers else None
         return problem(exc.status_code, _title(exc.status_code), str(exc.detail), headers=headers)
+
+    @app.exception_handler(DataError)
+    async def _unstorable(_: Request, exc: DataError) -> JSONResponse:
+        # a value the database refuses (the request's fields that could be are checked
+        # first, naming the field): the request's fault, not an outage to retry
+        log.error("database refused a value: %s", str(exc.orig).splitlines()[0])
+        return problem(
+            422,
+            "Invalid request",
+            "a value of this request cannot be stored by the database",
+            "/problems/validation",
+            errors=[{"field": "body", "reason": "a value the database cannot store"}],
+        )
 
     @app.exception_handler(SQLAlchemyError)
     async def _database(_: Request, exc: SQLAlchemyError) -> JSONResponse:

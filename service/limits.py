@@ -1,24 +1,64 @@
-"""The server's limits on a schedule request (settings ``PDWATT_MAX_*``), checked
-before any work; one place for every route and job that takes a schedule request."""
+"""The server's limits on what a solve may ask for (settings ``PDWATT_MAX_*``, and the
+flexibility curve's evaluation count), checked before any work: the one place where
+each route and the job of the same kind find them, so that a job refuses exactly what
+its synchronous route refuses.
+
+* :func:`check_schedule_limits`: a schedule request (``POST /v1/schedule``, and the
+  request inside every other kind);
+* :func:`check_demand_response_limits`, :func:`check_flexibility_limits`: ``POST
+  /v1/demand-response`` and ``POST /v1/flexibility``;
+* :func:`check_job`: a job of any kind, with the memory budget its route's solver
+  worker applies.
+
+A request that leaves ``solver.time_limit_s`` out gets the schedule's default (30 s),
+or this server's maximum when that is lower (:func:`fill_server_defaults`); a value the
+client sent is never changed: above the maximum it is refused.
+"""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from formulation.data import check_memory
 from formulation.problem import Host, problem_from_request
+from formulation.request import DEFAULT_TIME_LIMIT_S
 from model.errors import InputError
 from service.schemas import ScheduleRequest
+from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 from service.settings import Settings
+
+#: Most one-period solves one flexibility curve may ask for (periods x (points + 1)).
+MAX_FLEX_EVALUATIONS = 10_000
+
+
+def default_time_limit_s(s: Settings) -> float:
+    """The time limit of a request that gives none: the schedule's default, or this
+    server's maximum when that is lower."""
+    return min(DEFAULT_TIME_LIMIT_S, s.max_time_limit_s)
+
+
+def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:
+    """Give ``req`` this server's defaults where the client left a field out (only
+    ``solver.time_limit_s``); what the client sent is left as it is."""
+    if "time_limit_s" not in req.solver.model_fields_set:
+        solver = req.solver.model_copy(update={"time_limit_s": default_time_limit_s(s)})
+        solver.model_fields_set.discard("time_limit_s")  # still the server's choice
+        req.solver = solver
 
 
 def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """InputError naming the field (under ``prefix``, e.g. ``request.``) that exceeds a
-    limit of this server."""
+    limit of this server; ``req`` first gets this server's defaults
+    (:func:`fill_server_defaults`)."""
+    fill_server_defaults(req, s)
     if len(req.deployments) > s.max_deployments:
         raise InputError(
             f"{prefix}deployments", f"at most {s.max_deployments} deployments on this server"
         )
     if len(req.deployments[0].demand_rps) > s.max_periods:
-        raise InputError(f"{prefix}deployments[0].demand_rps", f"at most {s.max_periods} periods")
+        raise InputError(
+            f"{prefix}deployments[0].demand_rps", f"at most {s.max_periods} periods on this server"
+        )
     if sum(req.site.gpu_inventory.values()) > s.max_site_gpus:
         raise InputError(f"{prefix}site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
     if req.solver.time_limit_s > s.max_time_limit_s:
@@ -27,14 +67,55 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
         )
 
 
-def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
-    """Everything a schedule request is checked for before any solve, as the synchronous
-    routes check it: the server's limits, the rules across fields and the memory budget
-    (no table built). InputError names the field under ``prefix``."""
-    check_schedule_limits(req, s, prefix)
+def check_demand_response_limits(req: DemandResponseRequest, s: Settings, prefix: str = "") -> None:
+    """The limits of ``POST /v1/demand-response``: those of its schedule request."""
+    check_schedule_limits(req.request, s, f"{prefix}request.")
+
+
+def check_flexibility_limits(req: FlexibilityRequest, s: Settings, prefix: str = "") -> None:
+    """The limits of ``POST /v1/flexibility``: those of its schedule request, and at
+    most :data:`MAX_FLEX_EVALUATIONS` one-period solves."""
+    check_schedule_limits(req.request, s, f"{prefix}request.")
+    periods = 1 if req.period is not None else len(req.request.deployments[0].demand_rps)
+    if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
+        raise InputError(
+            f"{prefix}points",
+            f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
+            "one-period solves; ask for one period or fewer points",
+        )
+
+
+def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
+    """The memory budget of a schedule request, estimated (no table built): InputError
+    naming the field under ``prefix``. The synchronous routes find the same refusal in
+    their solver worker, before any table is built."""
     try:
         check_memory(problem_from_request(req, Host(memory_budget_mb=s.max_solve_memory_mb)))
     except InputError as exc:
         exc.field = prefix + exc.field
         exc.args = (f"{exc.field}: {exc.reason}",)
         raise
+
+
+def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
+    """Everything a schedule request is checked for before any solve, as the synchronous
+    routes check it: the server's limits, the rules across fields and the memory budget
+    (no table built). InputError names the field under ``prefix``."""
+    check_schedule_limits(req, s, prefix)
+    check_memory_budget(req, s, prefix)
+
+
+def check_job(request: BaseModel, s: Settings, prefix: str = "request.") -> None:
+    """What the synchronous route of a job's kind refuses before any solve (its limits,
+    above) and what its solver worker refuses before building a table (the memory
+    budget), on the job's ``request`` (fields named under ``prefix``). A site plan's
+    request was checked when the site was registered, as ``POST /v1/sites/{id}/plan``
+    has it."""
+    if isinstance(request, ScheduleRequest):
+        check_schedule(request, s, prefix)
+    elif isinstance(request, DemandResponseRequest | FlexibilityRequest):
+        if isinstance(request, DemandResponseRequest):
+            check_demand_response_limits(request, s, prefix)
+        else:
+            check_flexibility_limits(request, s, prefix)
+        check_memory_budget(request.request, s, f"{prefix}request.")

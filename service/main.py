@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from service import errors, replan
 from service.jobs import JobRunner, Notifier
+from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
@@ -169,7 +170,8 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     """This server's limits in its OpenAPI document: every one under
     ``info.x-pdwatt-limits``, and the per-field bounds they set (``maximum``,
     ``maxItems``) on the fields they bound, so a client can check a request before
-    sending it."""
+    sending it; the time limit's default is this server's (see
+    :func:`service.limits.default_time_limit_s`), and so is every example's."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -184,6 +186,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             "max_front_gpus": settings.max_front_gpus,
             "max_time_limit_s": settings.max_time_limit_s,
             "max_solve_memory_mb": settings.max_solve_memory_mb,
+            "max_flex_evaluations": MAX_FLEX_EVALUATIONS,
         }
         comps = doc.get("components", {}).get("schemas", {})
 
@@ -193,6 +196,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
                 prop[key] = min(prop.get(key, value), value)
 
         bound("SolverIn", "time_limit_s", "maximum", settings.max_time_limit_s)
+        _time_limit_default(comps, default_time_limit_s(settings), settings.max_time_limit_s)
         bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
         bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
         for schema in ("ScheduleRequest", "SiteRequest"):
@@ -201,6 +205,33 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _time_limit_default(comps: dict[str, Any], default_s: float, max_s: float) -> None:
+    """``solver.time_limit_s`` defaults to ``default_s`` in the schemas (the field, and
+    every ``solver`` default object); no example asks for more than ``max_s``."""
+    prop = comps.get("SolverIn", {}).get("properties", {}).get("time_limit_s")
+    if prop is not None:
+        prop["default"] = default_s
+    for schema in comps.values():
+        solver = schema.get("properties", {}).get("solver", {})
+        if isinstance(solver.get("default"), dict):
+            solver["default"]["time_limit_s"] = default_s
+        _cap_examples(schema.get("examples"), max_s)
+
+
+def _cap_examples(node: Any, max_s: float) -> None:
+    if isinstance(node, dict):
+        solver = node.get("solver")
+        if isinstance(solver, dict):
+            t = solver.get("time_limit_s")
+            if isinstance(t, int | float) and t > max_s:
+                solver["time_limit_s"] = max_s
+        for value in node.values():
+            _cap_examples(value, max_s)
+    elif isinstance(node, list):
+        for value in node:
+            _cap_examples(value, max_s)
 
 
 app = create_app()

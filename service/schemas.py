@@ -9,9 +9,9 @@ documents.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from formulation.request import (
     ModelVariant,
@@ -25,6 +25,20 @@ from formulation.request import (
 from model.capacity import DEFAULT_VARIANT
 
 __all__ = ["NonNeg", "ScheduleRequest", "Strict"]
+
+#: the character no text of PostgreSQL can hold
+NUL = "\x00"
+
+
+def _storable(v: str) -> str:
+    if NUL in v:
+        raise ValueError("must not contain the NUL character (U+0000)")
+    return v
+
+
+#: text the service stores in a text column as it was sent: refused, on every database,
+#: when it holds a NUL character (which PostgreSQL's text cannot hold)
+StorableText = Annotated[str, AfterValidator(_storable)]
 
 
 class Moments(Strict):

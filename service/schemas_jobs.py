@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import ScheduleRequest, Strict
+from service.schemas import ScheduleRequest, StorableText, Strict
 from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 from service.site_plans import Current
 
@@ -15,7 +15,7 @@ from service.site_plans import Current
 class Webhook(Strict):
     """Where the job's end is POSTed, signed (see :mod:`service.webhooks`)."""
 
-    url: str = Field(
+    url: StorableText = Field(
         min_length=1,
         max_length=2048,
         description="http(s) URL of a public host (unless the server allows private ones); "

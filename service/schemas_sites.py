@@ -3,12 +3,14 @@ a name and a clock; the bodies of plan, event and forecast posts; replica target
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from formulation.request import Rate, ScheduleRequest, Strict
 from service.openadr import OadrEvent
+from service.schemas import StorableText
 from service.site_plans import Current
 
 _EXAMPLE: dict[str, Any] = {
@@ -33,14 +35,28 @@ _EXAMPLE: dict[str, Any] = {
 }
 
 
+def _date_time_text(v: Any) -> Any:
+    """An ISO 8601 date-time is text in JSON: a number (which pydantic would read as
+    seconds since 1970) or anything else is refused."""
+    if not isinstance(v, str | datetime):
+        raise ValueError(
+            f"must be an ISO 8601 date-time string with offset (e.g. {_EXAMPLE['plan_start']}), "
+            f"got {type(v).__name__}"
+        )
+    return v
+
+
 class SiteRequest(ScheduleRequest):
     """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
-    name: str = Field(min_length=1, max_length=128)
-    plan_start: AwareDatetime = Field(description="wall-clock start of period 0 (with offset)")
+    name: StorableText = Field(min_length=1, max_length=128)
+    plan_start: Annotated[AwareDatetime, BeforeValidator(_date_time_text)] = Field(
+        description="wall-clock start of period 0: an ISO 8601 date-time string with offset"
+    )
     replan_each_period: bool = Field(
         False,
+        strict=True,
         description="re-plan, as a job, each time the site's clock enters a new period, "
         "from the configuration its latest plan runs (see service/replan.py)",
     )

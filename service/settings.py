@@ -1,27 +1,61 @@
-"""Service settings, from the environment (prefix ``PDWATT_``)."""
+"""Service settings, from the environment (prefix ``PDWATT_``).
+
+The limits on a schedule (``max_periods``, ``max_deployments``, ``max_time_limit_s``)
+may only tighten the formulation's own (:mod:`formulation.request`: 2,016 periods, 64
+deployments, 86,400 s), which are their defaults or bounds: a setting above one is
+refused at start. Invalid settings are an :class:`~model.errors.InputError` naming the
+environment variable (``pdwatt serve`` prints it and exits with status 2).
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from formulation.request import (
+    MAX_DEPLOYMENTS,
+    MAX_PERIODS,
+    MAX_TIME_LIMIT_S,
+    MIN_TIME_LIMIT_S,
+    field_path,
+)
+from model.errors import InputError
+
+ENV_PREFIX = "PDWATT_"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDWATT_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     api_key: str | None = Field(
-        None, min_length=1, description="when set, every POST needs X-API-Key (not empty)"
+        None,
+        min_length=1,
+        description="when set, every POST needs X-API-Key (not blank, no surrounding "
+        "whitespace: HTTP drops it from a header, so no client could send such a key)",
     )
     max_body_bytes: int = Field(4_000_000, ge=1024)
-    max_periods: int = Field(2016, ge=1)
-    max_deployments: int = Field(32, ge=1)
+    max_periods: int = Field(
+        MAX_PERIODS, ge=1, le=MAX_PERIODS, description="may only tighten the schedule's own"
+    )
+    max_deployments: int = Field(
+        MAX_DEPLOYMENTS,
+        ge=1,
+        le=MAX_DEPLOYMENTS,
+        description="may only tighten the schedule's own",
+    )
     max_site_gpus: int = Field(20_000, ge=1)
     max_front_gpus: int = Field(512, ge=2)
-    max_time_limit_s: float = Field(300.0, gt=0)
+    max_time_limit_s: float = Field(
+        300.0,
+        ge=MIN_TIME_LIMIT_S,
+        le=MAX_TIME_LIMIT_S,
+        description="the most solver.time_limit_s a request may ask for; also the "
+        "default time limit when it is below the schedule's default (30 s)",
+    )
     max_solve_memory_mb: float = Field(
         4096.0, gt=0, description="refuse a solve estimated to need more memory (MB)"
     )
@@ -57,7 +91,32 @@ class Settings(BaseSettings):
         3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
     )
 
+    @field_validator("api_key")
+    @classmethod
+    def _usable_key(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or v != v.strip()):
+            what = "is blank" if not v.strip() else "has whitespace around it"
+            raise ValueError(
+                f"the key {what}: HTTP drops whitespace around a header value, so no "
+                "client could send it; unset it or choose another key"
+            )
+        return v
+
 
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()  # type: ignore[call-arg]  # values come from the environment
+    """The settings from the environment; InputError naming the first variable at fault."""
+    try:
+        return Settings()  # type: ignore[call-arg]  # values come from the environment
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        name = ENV_PREFIX + field_path(e.get("loc", ())).upper()
+        reason = e.get("msg", "invalid").removeprefix("Value error, ")
+        if name in _TIGHTEN_ONLY and e.get("type") == "less_than_equal":
+            reason += " (the schedule's own limit: a server may only set a lower one)"
+        raise InputError(name, reason) from None
+
+
+_TIGHTEN_ONLY = {
+    f"{ENV_PREFIX}{n.upper()}" for n in ("max_periods", "max_deployments", "max_time_limit_s")
+}

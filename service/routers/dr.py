@@ -11,11 +11,10 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from model.errors import InputError
 from service import work_dr
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import problem_responses
-from service.limits import check_schedule_limits
+from service.limits import check_demand_response_limits, check_flexibility_limits
 from service.pool import SolvePool, run_or_429
 from service.schemas import dump
 from service.schemas_dr import (
@@ -32,9 +31,6 @@ router = APIRouter(
     dependencies=[ApiKey],
     responses=problem_responses(401, 413, 422, 429, 503),
 )
-
-#: Most one-period solves one flexibility request may ask for (periods x (points + 1)).
-MAX_FLEX_EVALUATIONS = 10_000
 
 
 async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
@@ -69,7 +65,7 @@ async def demand_response(
     An event the site cannot meet is a 422 problem whose `conflicts` give the deepest
     feasible cap per period.
     """
-    check_schedule_limits(req.request, settings, "request.")
+    check_demand_response_limits(req, settings)
     result = await _run(pool, settings, work_dr.demand_response, dump(req))
     if format == "png":
         from service.charts_dr import dr_chart
@@ -93,15 +89,7 @@ async def flexibility(
     the configurations and served demand that are best at each site power cap, from the
     least site draw up to the unconstrained draw. One period on its own: transitions
     are ignored, as an energy-management system bids the curve."""
-    check_schedule_limits(req.request, settings, "request.")
-    n = len(req.request.deployments[0].demand_rps)
-    periods = 1 if req.period is not None else n
-    if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
-        raise InputError(
-            "points",
-            f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
-            "one-period solves; ask for one period or fewer points",
-        )
+    check_flexibility_limits(req, settings)
     result = await _run(pool, settings, work_dr.flexibility, dump(req))
     if format == "png":
         from service.charts_dr import flex_chart

@@ -19,9 +19,9 @@ from service.jobs import (
     Notifier,
     job_store,
 )
-from service.limits import check_schedule
+from service.limits import check_job
 from service.queue import RedisJobs
-from service.schemas import ScheduleRequest, dump
+from service.schemas import NUL, dump
 from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
 from service.settings import Settings
 from service.store import SiteNotFound, store_for
@@ -56,9 +56,11 @@ async def submit_job(
 ) -> JSONResponse:
     """Queue a solve; 202 with its ``Location``. With an ``Idempotency-Key`` already
     used for the same job, 200 with that job; for another job, 409."""
-    if isinstance(job.request, ScheduleRequest):
-        await run_in_threadpool(check_schedule, job.request, settings, "request.")
-    elif isinstance(job.request, SitePlanRequest):
+    if idempotency_key is not None and NUL in idempotency_key:
+        return _invalid("Idempotency-Key", "must not contain the NUL character (U+0000)")
+    # what the synchronous route of the same kind refuses (service.limits)
+    await run_in_threadpool(check_job, job.request, settings)
+    if isinstance(job.request, SitePlanRequest):
         # the site's request was checked when it was registered; it must exist now
         try:
             await run_in_threadpool(store_for(settings.database_url).get_site, job.request.site_id)
@@ -69,8 +71,6 @@ async def submit_job(
                 f"no site {job.request.site_id!r}",
                 errors=[{"field": "request.site_id", "reason": "no such site"}],
             )
-    else:
-        await run_in_threadpool(check_schedule, job.request.request, settings, "request.request.")
     webhook_url = None if job.webhook is None else job.webhook.url
     if webhook_url is not None:
         refused = await _webhook_refused(webhook_url, settings)
@@ -99,6 +99,8 @@ async def submit_job(
 @router.get("/jobs/{job_id}", response_model=JobDocument, responses=problem_responses(401, 404))
 def get_job(job_id: str, store: JobsDep) -> Any:  # sync: runs off the event loop
     """The job's status, progress and, once it has one, its result or error."""
+    if NUL in job_id:  # no id holds one, and no database is asked about it
+        raise _not_found(job_id)
     try:
         return JSONResponse(store.get(job_id).document())
     except JobNotFound:
@@ -111,6 +113,8 @@ async def cancel_job(
 ) -> Any:
     """Cancel: a queued job at once; a running schedule stops at its next check and
     keeps its best schedule so far; a finished job is left as it is."""
+    if NUL in job_id:
+        raise _not_found(job_id)
     try:
         job = await run_in_threadpool(store.cancel, job_id)
     except JobNotFound:

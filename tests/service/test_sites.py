@@ -131,6 +131,34 @@ def test_invalid_site_is_refused_naming_the_field(client: TestClient) -> None:
     assert client.get("/v1/sites").json()["sites"] == []
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("replan_each_period", 0),
+        ("replan_each_period", 1),
+        ("replan_each_period", "true"),
+        ("replan_each_period", None),
+        ("plan_start", 1782907200),  # seconds since 1970, which pydantic would read
+        ("plan_start", 1782907200.5),
+        ("plan_start", None),
+        ("plan_start", ["2026-07-01T12:00:00Z"]),
+    ],
+)
+def test_a_site_takes_its_options_only_as_their_json_types(
+    client: TestClient, field: str, value: Any
+) -> None:
+    """Found by an adversarial test: ``"replan_each_period": 0`` and a number as
+    ``plan_start`` were taken (read as false and as seconds since 1970)."""
+    r = client.post("/v1/sites", json=site_body(**{field: value}))
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    (error,) = r.json()["errors"]
+    assert error["field"] == field and error["reason"]
+    assert client.get("/v1/sites").json()["sites"] == []
+    ok = client.post("/v1/sites", json=site_body(replan_each_period=True))
+    assert ok.status_code == 201 and ok.json()["replan_each_period"] is True
+
+
 # ---------------------------------------------------------------- plan, event, targets
 
 

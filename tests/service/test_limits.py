@@ -1,0 +1,257 @@
+"""The server's limits: a job refuses exactly what its synchronous route refuses, for
+every limit; each limit has one source (the formulation's hard limits, which settings
+may only tighten); the default time limit follows the server's maximum; invalid
+settings stop the server at start, naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from formulation import request as schedule_request
+from formulation.problem import problem_from_dict, validate
+from model.errors import InputError
+from service.limits import MAX_FLEX_EVALUATIONS
+from service.settings import Settings, get_settings
+from tests.service.conftest import REPO, small_schedule
+from tests.service.test_jobs import wait_final
+from tests.service.test_routes import assert_problem
+
+EVENT = {"start_period": 1, "end_period": 3, "reduction_pct": 20}
+
+
+def long_horizon(n: int) -> dict[str, Any]:
+    """``small_schedule`` over ``n`` periods."""
+    body = small_schedule()
+    for d in body["deployments"]:
+        d["demand_rps"] = (d["demand_rps"] * n)[:n]
+    body["grid"]["price_usd_per_mwh"] = (body["grid"]["price_usd_per_mwh"] * n)[:n]
+    return body
+
+
+# kind -> (synchronous route, its body around a schedule request, where that request is)
+KINDS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], str]] = {
+    "schedule": ("/v1/schedule", lambda req: req, ""),
+    "demand_response": (
+        "/v1/demand-response",
+        lambda req: {"request": req, "event": EVENT},
+        "request.",
+    ),
+    "flexibility": (
+        "/v1/flexibility",
+        lambda req: {"request": req, "period": 0, "points": 5},
+        "request.",
+    ),
+}
+
+# every limit a route applies to the schedule request it takes: the settings that set
+# it, a request past it, the field named
+SCHEDULE_LIMITS: dict[str, tuple[dict[str, Any], Callable[[], dict[str, Any]], str]] = {
+    "max_periods": ({"max_periods": 3}, small_schedule, "deployments[0].demand_rps"),
+    "max_deployments": ({"max_deployments": 1}, small_schedule, "deployments"),
+    "max_site_gpus": ({"max_site_gpus": 4}, small_schedule, "site.gpu_inventory"),
+    "max_time_limit_s": (
+        {"max_time_limit_s": 10},
+        lambda: small_schedule(time_limit_s=11),
+        "solver.time_limit_s",
+    ),
+    # below the fixed part of any solve: refused before a table is built (the routes
+    # in their solver worker, a job when it is submitted)
+    "max_solve_memory_mb": (
+        {"max_solve_memory_mb": 100},
+        small_schedule,
+        "deployments[0].max_gpus",
+    ),
+}
+#: settings that bound no job: the body size applies to every request before any
+#: route (one middleware), and no job draws a Pareto front
+NOT_JOB_LIMITS = {"max_body_bytes", "max_front_gpus"}
+
+
+def test_every_limit_setting_is_checked_for_jobs_below() -> None:
+    """A new ``max_*`` setting must be added to SCHEDULE_LIMITS (or said not to bound
+    a job), so that the parity test below covers it."""
+    settings = {name for name in Settings.model_fields if name.startswith("max_")}
+    assert settings == set(SCHEDULE_LIMITS) | NOT_JOB_LIMITS
+
+
+@pytest.mark.parametrize("limit", sorted(SCHEDULE_LIMITS))
+def test_a_job_refuses_what_its_route_refuses(make_client: Any, limit: str) -> None:
+    settings, past, field = SCHEDULE_LIMITS[limit]
+    client = make_client(workers=1, **settings)
+    for kind, (route, wrap, inner) in KINDS.items():
+        sync = assert_problem(client.post(route, json=wrap(past())), 422, inner + field)
+        job = client.post("/v1/jobs", json={"kind": kind, "request": wrap(past())})
+        body = assert_problem(job, 422, "request." + inner + field)
+        assert body["errors"][0]["reason"] == sync["errors"][0]["reason"], kind
+    assert client.get("/openapi.json").json()["info"]["x-pdwatt-limits"][limit] == next(
+        iter(settings.values())
+    )
+
+
+def test_a_flexibility_job_refuses_the_routes_evaluation_limit(client: TestClient) -> None:
+    """Found by review: the count of one-period solves was checked by the route only, so
+    2,016 periods x 201 points (about 405,000 solves) were accepted as a job."""
+    n = MAX_FLEX_EVALUATIONS // 201 + 1  # every period at 200 points: one too many
+    over = {"request": long_horizon(n), "period": None, "points": 200}
+    sync = assert_problem(client.post("/v1/flexibility", json=over), 422, "points")
+    job = client.post("/v1/jobs", json={"kind": "flexibility", "request": over})
+    body = assert_problem(job, 422, "request.points")
+    assert body["errors"][0]["reason"] == sync["errors"][0]["reason"]
+    assert str(MAX_FLEX_EVALUATIONS) in sync["errors"][0]["reason"]
+    # one period of the same horizon is within it: the job is taken and answers
+    one = {"request": long_horizon(n), "period": 0, "points": 3}
+    r = client.post("/v1/jobs", json={"kind": "flexibility", "request": one})
+    assert r.status_code == 202, r.text
+    doc = wait_final(client, r.json()["id"])
+    assert doc["status"] == "succeeded", doc
+    assert [p["period"] for p in doc["result"]["periods"]] == [0]
+    limits = client.get("/openapi.json").json()["info"]["x-pdwatt-limits"]
+    assert limits["max_flex_evaluations"] == MAX_FLEX_EVALUATIONS
+
+
+def test_a_site_plan_job_refuses_what_its_route_refuses(client: TestClient) -> None:
+    assert_problem(client.post("/v1/sites/nosuchsite/plan"), 404)
+    job = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": "nosuchsite"}})
+    assert_problem(job, 404, "request.site_id")
+
+
+# ---------------------------------------------------------------- one source per limit
+
+
+def test_settings_default_to_the_formulations_limits_and_may_only_tighten() -> None:
+    s = Settings()
+    assert s.max_periods == schedule_request.MAX_PERIODS == 2016
+    assert s.max_deployments == schedule_request.MAX_DEPLOYMENTS == 64
+    assert s.max_time_limit_s <= schedule_request.MAX_TIME_LIMIT_S
+    for name, above in (
+        ("max_periods", schedule_request.MAX_PERIODS + 1),
+        ("max_deployments", schedule_request.MAX_DEPLOYMENTS + 1),
+        ("max_time_limit_s", schedule_request.MAX_TIME_LIMIT_S * 2),
+    ):
+        with pytest.raises(ValidationError, match=name):
+            Settings.model_validate({name: above})
+    assert Settings(max_deployments=3).max_deployments == 3
+
+
+def test_the_formulation_refuses_past_its_own_limits() -> None:
+    """The hard limits hold without any server (the command line's problems)."""
+    too_many = small_schedule()
+    too_many["deployments"] = [
+        {**too_many["deployments"][0], "name": f"d{i}"}
+        for i in range(schedule_request.MAX_DEPLOYMENTS + 1)
+    ]
+    with pytest.raises(InputError, match="at most 64 deployments") as e:
+        validate(problem_from_dict(too_many))
+    assert e.value.field == "deployments"
+    with pytest.raises(InputError) as e:
+        validate(problem_from_dict(long_horizon(schedule_request.MAX_PERIODS + 1)))
+    assert e.value.field == "deployments[0].demand_rps"
+
+
+# ---------------------------------------------------------------- the default time limit
+
+
+def test_the_default_time_limit_follows_the_servers_maximum(make_client: Any) -> None:
+    """Found by an adversarial test: with PDWATT_MAX_TIME_LIMIT_S=5 a request with
+    ``"solver": {}`` was refused (the default, 30, above the maximum) while OpenAPI
+    published default 30 with maximum 5."""
+    client = make_client(workers=1, max_time_limit_s=5)
+    doc = client.get("/openapi.json").json()
+    comps = doc["components"]["schemas"]
+    field = comps["SolverIn"]["properties"]["time_limit_s"]
+    assert (field["default"], field["maximum"]) == (5, 5)
+    assert comps["ScheduleRequest"]["properties"]["solver"]["default"]["time_limit_s"] == 5
+    for schema in ("ScheduleRequest", "SiteRequest"):
+        for example in comps[schema]["examples"]:
+            assert example["solver"]["time_limit_s"] <= 5
+    solvers: list[dict[str, Any] | None] = [{}, None]
+    for solver in solvers:
+        body = small_schedule()
+        if solver is None:
+            del body["solver"]
+        else:
+            body["solver"] = solver
+        r = client.post("/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        job = client.post("/v1/jobs", json={"kind": "schedule", "request": body})
+        assert job.status_code == 202, job.text
+        assert wait_final(client, job.json()["id"])["status"] == "succeeded"
+    # a site keeps the time limit it will be planned with
+    site = {**small_schedule(), "name": "s", "plan_start": "2026-07-01T12:00:00Z", "solver": {}}
+    r = client.post("/v1/sites", json=site)
+    assert r.status_code == 201, r.text
+    assert r.json()["solver"]["time_limit_s"] == 5
+    # a value the client sent is never changed: above the maximum it is refused
+    body = small_schedule(time_limit_s=30)
+    assert_problem(client.post("/v1/schedule", json=body), 422, "solver.time_limit_s")
+    job = client.post("/v1/jobs", json={"kind": "schedule", "request": body})
+    assert_problem(job, 422, "request.solver.time_limit_s")
+
+
+def test_the_default_time_limit_is_the_schedules_under_a_higher_maximum(
+    make_client: Any,
+) -> None:
+    client = make_client(workers=1, max_time_limit_s=60)
+    field = client.get("/openapi.json").json()["components"]["schemas"]["SolverIn"]
+    assert field["properties"]["time_limit_s"]["default"] == schedule_request.DEFAULT_TIME_LIMIT_S
+    site = {**small_schedule(), "name": "s", "plan_start": "2026-07-01T12:00:00Z", "solver": {}}
+    r = client.post("/v1/sites", json=site)
+    assert r.json()["solver"]["time_limit_s"] == schedule_request.DEFAULT_TIME_LIMIT_S
+
+
+# ---------------------------------------------------------------- settings at start
+
+
+def _serve(env_extra: dict[str, str], tmp: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
+    env |= {"PDWATT_DATABASE_URL": f"sqlite:///{tmp}/pdwatt.db", "PDWATT_PORT": "1"}
+    env |= env_extra
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [(" ", "is blank"), ("\t\t", "is blank"), ("secret ", "has whitespace around it")],
+)
+def test_a_key_no_client_can_send_stops_the_server_at_start(
+    tmp_path: Any, key: str, why: str
+) -> None:
+    """Found by an adversarial test: PDWATT_API_KEY=' ' started a server no client could
+    use (HTTP drops the whitespace around a header value)."""
+    done = _serve({"PDWATT_API_KEY": key}, str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert f"error: PDWATT_API_KEY: the key {why}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_invalid_settings_are_named_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    get_settings.cache_clear()
+    monkeypatch.setenv("PDWATT_MAX_DEPLOYMENTS", "65")
+    try:
+        with pytest.raises(InputError) as e:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert e.value.field == "PDWATT_MAX_DEPLOYMENTS"
+    assert "may only set a lower one" in e.value.reason
+    done = _serve({"PDWATT_MAX_PERIODS": "5000"}, str(tmp_path))
+    assert done.returncode == 2 and "error: PDWATT_MAX_PERIODS:" in done.stderr
+    assert "Traceback" not in done.stderr
