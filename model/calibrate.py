@@ -44,8 +44,10 @@ from model.catalog import (
     GpuSpec,
     ModelArch,
     estimated_calibration,
+    load_calibration,
     load_gpu,
     load_model,
+    shipped_prompt_tokens,
 )
 from model.errors import InputError, NotFoundError
 from model.measurements import Measurement
@@ -510,25 +512,35 @@ def _fit_prefill(
     return dataclasses.replace(cal, mfu=mfu), {"mfu": std}, {}
 
 
-def predict(rows: Sequence[Measurement], f: Fit) -> dict[str, Any]:
+def predict(rows: Sequence[Measurement], f: Fit | None = None) -> dict[str, Any]:
     """The model's ITL and power per GPU beside each measurement (rows the model cannot
-    describe, or whose GPU and stack the fit lacks, are listed with the reason)."""
+    describe, or whose GPU and stack the fit lacks, are listed with the reason).
+
+    With no fit ``f``, each row is predicted with the shipped calibration of its model
+    and GPU (:func:`model.catalog.load_calibration`, as every other command uses it:
+    measured where the catalog has a measured set, estimated elsewhere) and the
+    shipped prompt lengths of the tasks; each row says which (``calibration``)."""
     usable, skipped = usable_rows(rows)
+    prompts = shipped_prompt_tokens() if f is None else f.prompts
     out_rows = []
     for u in usable:
         key = (u.gpu.name, u.m.stack)
-        if key not in f.groups:
+        if f is not None and key not in f.groups:
             skipped.append(Skipped(u.m.where, f"no calibration for {key[0]}/{key[1]} in the file"))
             continue
         task = u.m.task
-        if u.m.prompt_tokens is None and u.m.context_tokens is None and task not in f.prompts:
-            skipped.append(Skipped(u.m.where, f"task {task!r} has no fitted prompt length"))
+        if u.m.prompt_tokens is None and u.m.context_tokens is None and task not in prompts:
+            why = "fitted" if f is not None else "shipped"
+            skipped.append(Skipped(u.m.where, f"task {task!r} has no {why} prompt length"))
             continue
-        cal = f.groups[key].calibration
-        itl = iteration_s(u, cal, f.prompts)
+        if f is not None:
+            cal = f.groups[key].calibration
+        else:
+            cal = load_calibration(u.model.name, u.gpu.name)
+        itl = iteration_s(u, cal, prompts)
         power = None
         if u.m.power_w is not None:
-            x = decode_load(u, cal, f.prompts)
+            x = decode_load(u, cal, prompts)
             power = float(
                 instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
             )
@@ -543,6 +555,7 @@ def predict(rows: Sequence[Measurement], f: Fit) -> dict[str, Any]:
                 "batch": u.m.batch,
                 "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
                 "power_w": {"measured": u.m.power_w, "predicted": power},
+                "calibration": "measured" if cal.measured else "estimated",
             }
         )
     return {

@@ -633,6 +633,20 @@ def _measured_stacks() -> Mapping[str, tuple[Mapping[str, object], str]]:
     return types.MappingProxyType(out)
 
 
+@functools.cache
+def _shipped_prompts() -> Mapping[str, float]:
+    raw = _read_data("measured_calibrations.json")
+    return types.MappingProxyType(
+        {task: float(v["value"]) for task, v in raw.get("prompt_tokens", {}).items()}
+    )
+
+
+def shipped_prompt_tokens() -> dict[str, float]:
+    """Task -> mean prompt length (tokens) fitted with the shipped calibrations
+    (``measured_calibrations.json``), for measurements that give none (ML.ENERGY)."""
+    return dict(_shipped_prompts())
+
+
 def _key(field: str, name: object) -> str:
     if not isinstance(name, str):
         raise InputError(field, f"must be a name, got {name!r}")

@@ -2,7 +2,7 @@
 :mod:`model.calibrate`)::
 
     pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out] [--json]
-    pdwatt predict FILE... --calibration CAL.json [--chart FIT.png] [--json]
+    pdwatt predict FILE... [--calibration CAL.json] [--chart FIT.png] [--json]
 
 ``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``).
 """
@@ -47,7 +47,12 @@ def register(subparsers: Any) -> None:
     c.set_defaults(func=cmd_calibrate)
     p = subparsers.add_parser("predict", help="the model's predictions beside measurements")
     p.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
-    p.add_argument("--calibration", required=True, metavar="CAL.json", help="from pdwatt calibrate")
+    p.add_argument(
+        "--calibration",
+        metavar="CAL.json",
+        help="from pdwatt calibrate (default: the shipped calibration of each row's model "
+        "and GPU, as every other command uses, with the shipped prompt lengths)",
+    )
     p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     p.add_argument("--json", action="store_true", help="rows and summary as JSON")
     _bench_args(p)
@@ -172,14 +177,17 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
-    f = read_calibration_file(a.calibration)
+    f = None if a.calibration is None else read_calibration_file(a.calibration)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     res = predict(rows, f)
+    used = "the shipped calibrations" if a.calibration is None else Path(a.calibration).name
     if a.chart:
         from service.charts import calibration_chart
 
-        calibration_chart(res["rows"], a.chart, f"pdwatt predict with {Path(a.calibration).name}")
+        calibration_chart(res["rows"], a.chart, f"pdwatt predict with {used}")
     if not a.json:
+        if a.calibration is None:
+            print(_shipped_line(res["rows"]))
         for line in _summary_lines(res["summary"]):
             print(line)
         if res["skipped"]:
@@ -187,3 +195,12 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
         if a.chart:
             print(f"chart written to {a.chart}")
     return res
+
+
+def _shipped_line(rows: list[dict[str, Any]]) -> str:
+    """Which shipped calibrations the rows were predicted with, per GPU."""
+    kinds: dict[str, set[str]] = {}
+    for r in rows:
+        kinds.setdefault(r["gpu"], set()).add(r["calibration"])
+    per_gpu = ", ".join(f"{g} {'/'.join(sorted(k))}" for g, k in sorted(kinds.items()))
+    return f"calibration: the shipped one of each model and GPU ({per_gpu or 'no rows'})"

@@ -12,9 +12,10 @@ import pytest
 from model.catalog import load_calibration
 from service.cli.app import main
 from tests.model.test_calibrate import TRUE, synthetic
+from tests.service.conftest import REPO
 
 
-def _write_csv(path: Path) -> None:
+def _write_csv(path: Path, gpu: str = "H100") -> None:
     rows = synthetic(noise=0.005, seed=3)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -27,7 +28,7 @@ def _write_csv(path: Path) -> None:
             w.writerow(
                 [
                     r.model,
-                    "H100",
+                    gpu,
                     r.tp,
                     r.batch,
                     r.itl_s * 1e3,
@@ -71,6 +72,38 @@ def test_calibrate_then_predict(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert set(row) >= {"model", "gpu", "tp", "ep", "batch", "itl_ms", "power_w"}
     assert row["itl_ms"]["predicted"] == pytest.approx(row["itl_ms"]["measured"], rel=0.03)
     assert res["summary"]["all"]["itl_ms"]["median_abs_error"] < 0.01
+
+
+def test_predict_defaults_to_the_shipped_calibration_of_each_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pdwatt predict FILE`` needed ``--calibration``; without it, each row is
+    predicted with the calibration every other command uses for its model and GPU."""
+    data = tmp_path / "runs.csv"
+    _write_csv(data)
+    assert main(["predict", str(data), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["rows"]) == 35
+    assert {r["calibration"] for r in res["rows"]} == {"measured"}  # H100 ships one
+    # the same numbers as the shipped calibration file given explicitly
+    shipped = REPO / "model" / "data" / "measured_calibrations.json"
+    assert main(["predict", str(data), "--calibration", str(shipped), "--json"]) == 0
+    explicit = json.loads(capsys.readouterr().out)
+    for a, b in zip(res["rows"], explicit["rows"], strict=True):
+        assert a["itl_ms"]["predicted"] == pytest.approx(b["itl_ms"]["predicted"], rel=1e-9)
+        assert a["power_w"]["predicted"] == pytest.approx(b["power_w"]["predicted"], rel=1e-9)
+    # a GPU with no measured set: the catalog's estimate, as plan and capacity use it
+    _write_csv(data, gpu="H200")
+    assert main(["predict", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "calibration: the shipped one of each model and GPU (h200 estimated" in out
+    assert main(["predict", str(data), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert len(rows) == 35 and all(r["gpu"] == "h200" for r in rows)
+    for r in rows:
+        cal = load_calibration(r["model"], "h200")
+        assert r["calibration"] == ("measured" if cal.measured else "estimated")
+        assert r["itl_ms"]["predicted"] > 0
 
 
 def test_predict_a_bench_serving_run_with_dcgm_power(
