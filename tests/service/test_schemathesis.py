@@ -78,7 +78,7 @@ def map_body(context: schemathesis.HookContext, body: Any) -> Any:
             if isinstance(v, list) and v:
                 body["grid"][k] = (v * n)[:n]
     limit = LIMITS["max_time_limit_s"]
-    solver = body.setdefault("solver", {"time_limit_s": limit})  # the default is above it
+    solver = body.setdefault("solver", {"time_limit_s": limit})
     if isinstance(solver, dict):
         t = solver.get("time_limit_s", limit)
         solver["time_limit_s"] = min(t, limit) if isinstance(t, int | float) else t
