@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from formulation.interrupt import process_stopping
 from model.errors import PdwattError
 from service import webhooks
 from service.pool import PoolFull, SolvePool, WorkerLost
@@ -47,6 +48,11 @@ WORKER_LOST = {
     "title": "Worker lost",
     "detail": "the solver worker running this job stopped (it was killed, e.g. out of "
     "memory); submit it again",
+}
+#: the error of a job whose server stopped while it ran
+INTERRUPTED = {
+    "title": "Interrupted",
+    "detail": "the server stopped while this job ran; submit it again",
 }
 #: seconds between two progress writes (and cancellation reads) of a running job
 PROGRESS_EVERY_S = 0.5
@@ -341,6 +347,17 @@ class JobStore:
             )
             return [r.id for r in rows]
 
+    def stop_running(self, job_id: str) -> bool:
+        """Ask job ``job_id`` to stop if it is running (it keeps its best schedule, as a
+        cancelled job); a queued job stays queued. True when it was asked."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(cancel_requested=1)
+            )
+        return res.rowcount == 1
+
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued job at once; ask a running one to stop (it keeps its best
         schedule); a finished job is left as it is."""
@@ -410,7 +427,10 @@ def _problem_of(exc: BaseException) -> dict[str, Any]:
 
 def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
     """Start job ``job_id`` and run it (in a solver worker): its status, progress and
-    result go to the database at ``url``. Returns the final status."""
+    result go to the database at ``url``. Returns the final status; ``queued`` when
+    the server started shutting down before the job started (it runs after a restart)."""
+    if process_stopping():
+        return "queued"
     if not job_store(url).start(job_id):
         return job_store(url).get(job_id).status  # cancelled meanwhile
     return execute_started(url, job_id, memory_budget_mb)
@@ -457,7 +477,8 @@ def execute_started(
         return end(
             "failed", error={"title": "Not Found", "detail": str(exc), "field": "request.site_id"}
         )
-    stop = store.progress(job_id, {**latest, "phase": "done"}, worker)
+    # a solve the server's shutdown stopped ends cancelled, with its best schedule
+    stop = store.progress(job_id, {**latest, "phase": "done"}, worker) or process_stopping()
     return end("cancelled" if stop else "succeeded", result=result)
 
 
@@ -536,14 +557,7 @@ class JobRunner:
 
     def _recover(self) -> None:
         for job_id in self.store.with_status("running"):
-            self.store.finish(
-                job_id,
-                "failed",
-                error={
-                    "title": "Interrupted",
-                    "detail": "the server stopped while this job ran; submit it again",
-                },
-            )
+            self.store.finish(job_id, "failed", error=INTERRUPTED)
         for job_id in self.store.with_status("queued"):
             self._start(job_id)
         self._spawn(self.notifier.pending(self.store))
@@ -571,13 +585,17 @@ class JobRunner:
             if (await asyncio.to_thread(self.store.get, job_id)).status != "queued":
                 return  # cancelled while waiting
             try:
+                # the jobs a shutdown asks to stop; one waiting for a worker (the
+                # sleep below) is not among them, and one still queued stays so
                 self._running.add(job_id)
                 await self.pool.run(execute, self.url, job_id, self.pool.memory_budget_mb)
                 return
             except PoolFull:
-                await asyncio.sleep(self.poll_s)
+                pass
             except WorkerLost:
-                await asyncio.to_thread(self.store.finish, job_id, "failed", error=WORKER_LOST)
+                # killed (e.g. out of memory), or, at shutdown, not stopped in time
+                error = INTERRUPTED if self._stopping else WORKER_LOST
+                await asyncio.to_thread(self.store.finish, job_id, "failed", error=error)
                 return
             except Exception as exc:  # noqa: BLE001 - recorded on the job, never lost
                 log.exception("job %s failed", job_id)
@@ -585,15 +603,16 @@ class JobRunner:
                 return
             finally:
                 self._running.discard(job_id)
+            await asyncio.sleep(self.poll_s)
 
     def cancel_running(self) -> None:
         """The server starts shutting down: take no more jobs and mark the running ones
         cancelled (before their solves are stopped, so that each ends as a cancelled
-        job with its best schedule)."""
+        job with its best schedule). Queued jobs stay queued."""
         self._stopping = True
         for job_id in list(self._running):
             try:
-                self.store.cancel(job_id)
+                self.store.stop_running(job_id)
             except SQLAlchemyError:  # the job fails as interrupted at the next start
                 log.warning("job %s not stopped: the database is unavailable", job_id)
 
@@ -604,7 +623,7 @@ class JobRunner:
         self._stopping = True
         for job_id in list(self._running):
             try:
-                await asyncio.to_thread(self.store.cancel, job_id)
+                await asyncio.to_thread(self.store.stop_running, job_id)
             except SQLAlchemyError:  # the job fails as interrupted at the next start
                 log.warning("job %s not stopped: the database is unavailable", job_id)
         if self._tasks:
