@@ -21,13 +21,16 @@ Delivery and failure (see the ``jobs`` columns ``attempts``, ``worker``, ``heart
   a job whose message was lost (Redis restarted empty, the API stopped between its
   database write and its enqueue) still runs, once.
 * A solver process that dies under a running job (the out-of-memory killer) fails the
-  job with that reason; the worker replaces the process and goes on.
+  job with that reason within a second (the pool watches the process itself, see
+  :mod:`service.pool`; the job's heartbeat stops with it); what was left of its solve
+  ends with it, and the worker replaces the process and goes on.
 * Webhooks of ended jobs are sent by the worker that ended them, or by the sweep when
   that worker stopped first.
 * Every worker also re-plans the sites that ask for it at each period boundary
   (:mod:`service.replan`; each boundary once, whatever the number of workers).
 * ``SIGTERM`` to a worker: it takes no more jobs, puts its running jobs back in the
-  queue for the other workers (their solver processes end with it) and exits.
+  queue for the other workers (their solver processes, and theirs, are killed) and
+  exits. Killed outright, it takes its solver processes with it (parent-death signal).
 """
 
 from __future__ import annotations
