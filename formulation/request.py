@@ -54,40 +54,52 @@ Overrides = dict[Literal["model", "gpu", "calibration", "serving"], dict[str, Sc
 
 
 def _types_in(annotation: Any) -> set[Any]:
-    """Every plain type named anywhere in ``annotation`` (unions, lists, dicts, ...)."""
+    """Every plain type a value of ``annotation`` may hold (in unions, list items,
+    dict values; not dict keys, which JSON writes as strings)."""
+    origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if not args:
         return {annotation}
+    if origin is Annotated:
+        args = args[:1]  # the type; the rest is metadata
+    elif origin is dict:
+        args = args[1:]
     out: set[Any] = set()
     for a in args:
         out |= _types_in(a)
     return out
 
 
-def _has_bool(value: Any) -> bool:
-    if isinstance(value, bool):
+def _has(value: Any, kind: type | tuple[type, ...]) -> bool:
+    """``value``, or one of its items or values, is a ``kind``."""
+    if isinstance(value, kind):
         return True
     if isinstance(value, list):
-        return any(isinstance(v, bool) for v in value)
+        return any(isinstance(v, kind) for v in value)
     if isinstance(value, dict):
-        return any(isinstance(v, bool) for v in value.values())
+        return any(isinstance(v, kind) for v in value.values())
     return False
 
 
 class Strict(BaseModel):
-    """Unknown fields are refused, and so is ``true``/``false`` where a number is
-    expected (JSON booleans are not numbers, though Python would take them as 1/0)."""
+    """Unknown fields are refused, and so are ``true``/``false`` and strings where a
+    number is expected: JSON booleans and strings are not numbers, though pydantic
+    would take ``true`` as 1 and ``"60"`` as 60."""
 
     model_config = ConfigDict(extra="forbid")
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.field_name is None or not _has_bool(value):
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None or not _has(value, (bool, str)):
             return value
         kinds = _types_in(cls.model_fields[info.field_name].annotation)
-        if bool not in kinds and kinds & {int, float}:
+        if not kinds & {int, float}:
+            return value
+        if bool not in kinds and _has(value, bool):
             raise ValueError("must be a number, not true or false")
+        if str not in kinds and _has(value, str):
+            raise ValueError("must be a number, not a string")
         return value
 
 

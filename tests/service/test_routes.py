@@ -190,6 +190,34 @@ def test_booleans_are_not_numbers(client, route, body, field):
     assert "true or false" in detail
 
 
+def _set(body: dict, path: tuple, value: object) -> dict:
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("route", "path", "field"),
+    [
+        ("/v1/capacity", ("n_p",), "n_p"),
+        ("/v1/capacity", ("load_rps",), "load_rps"),
+        ("/v1/schedule", ("period_minutes",), "period_minutes"),
+        ("/v1/schedule", ("deployments", 0, "max_gpus"), "deployments[0].max_gpus"),
+        ("/v1/schedule", ("deployments", 0, "demand_rps", 1), "deployments[0].demand_rps"),
+        ("/v1/schedule", ("site", "gpu_inventory", "h200"), "site.gpu_inventory"),
+        ("/v1/schedule", ("grid", "power_cap_w"), "grid.power_cap_w"),
+        ("/v1/schedule", ("solver", "time_limit_s"), "solver.time_limit_s"),
+    ],
+)
+def test_strings_are_not_numbers(client, route, path, field):
+    """A number sent as a string ("60") was taken as the number: refused like true/false."""
+    body = _set(dict(CAPACITY_BODY) if route == "/v1/capacity" else small_schedule(), path, "4")
+    detail = assert_problem(client.post(route, json=body), 422, field)["detail"]
+    assert "not a string" in detail
+
+
 def test_an_integer_is_a_number(client):
     r = client.post("/v1/capacity", json={**CAPACITY_BODY, "load_rps": 2})
     assert r.status_code == 200, r.text
