@@ -81,6 +81,18 @@ def busy_solver(mark: str, parent: int, timeout_s: float = 120.0) -> tuple[int, 
     raise AssertionError(f"no solver worker of {parent} ran its pool and HiGHS together")
 
 
+def descendants(mark: str, root: int) -> list[Proc]:
+    """The live marked processes below process ``root``."""
+    procs = marked(mark)
+    out: list[Proc] = []
+    parents = {root}
+    while parents:
+        kids = [p for p in procs if p.ppid in parents]
+        out += kids
+        parents = {p.pid for p in kids}
+    return out
+
+
 def left(mark: str, pids: list[int] | None = None, timeout_s: float = 10.0) -> list[Proc]:
     """The marked processes (of ``pids`` only, if given) still alive after waiting up
     to ``timeout_s`` for them to end."""
@@ -95,7 +107,8 @@ def left(mark: str, pids: list[int] | None = None, timeout_s: float = 10.0) -> l
 @pytest.fixture
 def tree(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A mark that every process the test starts inherits; afterwards, whatever is
-    still alive is killed (the test asserts on :func:`left` itself)."""
+    still alive is killed (the test asserts on :func:`left` itself). A test names it
+    before the fixtures that start processes, which then stop them first."""
     mark = uuid.uuid4().hex
     monkeypatch.setenv(MARK_VARIABLE, mark)
     yield mark

@@ -28,10 +28,13 @@ import pytest
 from service import webhooks
 from tests.servers import RedisServer, postgres_server, redis_server
 from tests.service.conftest import REPO, Servers, small_schedule
+from tests.service.processes import busy_solver, descendants, left, linux_only, tree
 from tests.service.test_jobs import long_request
 from tests.service.test_webhooks import SECRET, Receiver
 
 FINAL = ("succeeded", "failed", "cancelled")
+
+__all__ = ["tree"]  # the fixture, used by name
 
 
 class Workers:
@@ -272,3 +275,50 @@ def test_two_apis_and_two_workers_complete_100_concurrent_jobs(
     for i, doc in docs.items():
         first = doc["result"]["periods"][0]["deployments"]["a"]
         assert first["demand_rps"] == pytest.approx(1.0 + 0.01 * i)
+
+
+@linux_only
+def test_a_solver_process_killed_mid_job_fails_the_job_at_once_and_the_worker_goes_on(
+    tree: str, cluster: tuple[Callable[..., str], Workers]
+) -> None:
+    """What the out-of-memory killer does to the big process: the job fails with the
+    reason within seconds (its heartbeat does not keep it running), the solve's pool and
+    HiGHS process end with it, and the same worker runs the next job."""
+    start_api, workers = cluster
+    base = start_api(workers=1)
+    job_id = submit(base, "schedule", long_request(120))
+    worker = workers.start()
+    solver, children = busy_solver(tree, worker.pid)
+    os.kill(solver, signal.SIGKILL)
+
+    doc = final(base, job_id, 30)
+    assert (doc["status"], doc["attempts"]) == ("failed", 1)
+    assert doc["error"]["title"] == "Worker lost" and "killed" in doc["error"]["detail"]
+    assert left(tree, [c.pid for c in children]) == []
+    r = httpx.delete(f"{base}/v1/jobs/{job_id}", timeout=10)
+    assert r.status_code == 200 and r.json()["status"] == "failed"
+    later = submit(base, "schedule", small_schedule())
+    assert final(base, later)["status"] == "succeeded"
+    assert worker.poll() is None, workers.log(worker)
+
+
+@linux_only
+@pytest.mark.parametrize("stop", ["sigterm", "kill"])
+def test_a_worker_stopped_mid_solve_leaves_no_process_behind(
+    tree: str, cluster: tuple[Callable[..., str], Workers], stop: str
+) -> None:
+    start_api, workers = cluster
+    base = start_api(workers=1)
+    job_id = submit(base, "schedule", long_request(120))
+    worker = workers.start()
+    busy_solver(tree, worker.pid)
+    below = [p.pid for p in descendants(tree, worker.pid)]
+    if stop == "sigterm":
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(15) == 0, workers.log(worker)  # a guard, not a timing
+        doc = job(base, job_id)
+        assert (doc["status"], doc["attempts"]) == ("queued", 1)  # given back
+    else:
+        worker.kill()
+        worker.wait()
+    assert left(tree, below) == []
