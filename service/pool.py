@@ -360,8 +360,8 @@ class SolvePool:
         self._stopping.set()
 
     def kill(self) -> None:
-        """End every solver process of this pool now (their solves are lost: their
-        calls raise :class:`WorkerLost`); later calls start fresh ones."""
+        """End every solver process of this pool now: the calls they had taken raise
+        :class:`WorkerLost` (their solves are lost); later calls start fresh ones."""
         with self._lock:
             idle, self._idle = self._idle, []
             busy = list(self._active)
