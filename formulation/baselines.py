@@ -266,11 +266,7 @@ def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = N
     time, still within the limits, until it fits or no move helps (the violation is
     then counted by the pricing, as for every baseline)."""
     M, T = len(data.deployments), data.n_periods
-    zero = np.zeros(T)
-    tabs = []
-    for d, g in zip(data.deployments, _grids(data, grids), strict=True):
-        cost, full = stage_costs(data, d, g, zero, zero)
-        tabs.append((cost, full, g.p0_w[0], g.p1_w))
+    tabs = [(g.p0_w[0], g.p1_w) for g in _grids(data, grids)]
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
     prev = np.array([d.initial for d in data.deployments], dtype=np.int64)
@@ -279,7 +275,7 @@ def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = N
         options = []  # per deployment: (configs, serve-full flag, cost, net IT power, gpus)
         pick = np.zeros(M, dtype=np.int64)
         for m, d in enumerate(data.deployments):
-            cost, full, p0, p1 = tabs[m]
+            p0, p1 = tabs[m]
             step = transition_cost(data, d, int(prev[m]), np.arange(d.n_configs))
             ks = np.flatnonzero(np.isfinite(step) & d.allowed)
             # both served levels of each reachable configuration are options

@@ -44,7 +44,7 @@ class DeploymentGrid:
     p_dim: int
     d_dim: int
     cell: IntArray  # (K,) flat grid index of each candidate
-    p0_w: FloatArray  # (T, K) power at s = 0
+    p0_w: FloatArray  # (T, K) power at s = 0 (a read-only view of one row)
     p1_w: FloatArray  # (T, K) power at s = smax
     smax: FloatArray  # (T, K)
     limit: int | None  # change limit L where it can bind, else None
@@ -58,9 +58,9 @@ def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
     p_dim = int(d.n_p.max()) + 1
     d_dim = int(d.n_d.max()) + 1
     cell = (d.n_p * d_dim + d.n_d).astype(np.int64)
-    p0 = np.broadcast_to(
-        np.array([d.bp_power_w[k, 0] for k in range(k_count)]), (t_count, k_count)
-    ).copy()
+    # the power at zero load does not depend on the period: one row, seen as (T, K)
+    # through a read-only broadcast view (8 bytes per cell fewer for the whole solve)
+    p0 = np.broadcast_to(d.bp_power_w[:, 0].copy(), (t_count, k_count))
     p1 = d.full_load_power_w
     limit = data.max_changes
     if limit is not None and limit >= (p_dim - 1) + (d_dim - 1):
