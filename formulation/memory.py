@@ -11,9 +11,12 @@ cells. Hence::
     MB  ~=  BASE_MB + (BYTES_PER_CELL * sum_m T K_m + WORKING_BYTES_PER_CELL * max_m T K_m) / 2**20
 
 ``BASE_MB``, ``BYTES_PER_CELL`` and ``WORKING_BYTES_PER_CELL`` are measured upper
-envelopes of this code's peak resident memory (``benchmarks/bench_memory.py`` prints the
-estimate beside the measured peak, from one deployment of 64 GPUs to 32 of 128): an
-engineering estimate of the implementation, not a model of the deployments.
+envelopes of this code's peak resident memory, the solving process's and its HiGHS
+process's together (``benchmarks/bench_memory.py`` prints the estimate beside both
+measured peaks, from one deployment of 64 GPUs to 64 of 100 to 160): an engineering
+estimate of the implementation, not a model of the deployments. On the fleet of 64
+deployments of 100 to 160 GPUs (8,320 GPUs, 52.5 million cells) the solve peaked at
+2,073 MB and its HiGHS process at 903 MB (2,976 MB; estimate 3,550 MB).
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from dataclasses import dataclass
 
 from model.errors import InputError
 
-#: interpreter, numpy, Pyomo, HiGHS, the restricted MILPs and the tables' fixed part (MB)
-BASE_MB = 600.0
-#: bytes kept per (period, candidate) cell of every deployment
-BYTES_PER_CELL = 80.0
+#: interpreter, numpy, Pyomo and the tables' fixed part (about 200 MB), and the HiGHS
+#: process with the restricted MILPs, which their build-time limits keep bounded
+#: whatever the site (measured up to 903 MB) (MB)
+BASE_MB = 1200.0
+#: bytes kept per (period, candidate) cell of every deployment: the loads and powers at
+#: the most each may serve (16), the copies the local restriction of
+#: formulation.lagrange keeps where the site limits a deployment on its own (up to 17),
+#: and what the phases hold for a while beside them
+BYTES_PER_CELL = 40.0
 #: bytes per cell of the deployment being worked on (two solver threads)
 WORKING_BYTES_PER_CELL = 300.0
 

@@ -90,3 +90,17 @@ def test_within_budget_builds_and_no_budget_means_no_limit() -> None:
     with pytest.raises(InputError, match="memory budget"):
         build_data(problem_from_dict(small, Host(memory_budget_mb=need - 1)))
     assert check_memory(problem_from_dict(site([512]))).total_mb > 4096  # estimated, not refused
+
+
+def test_a_fleet_of_8320_gpus_is_within_the_default_budget() -> None:
+    """64 deployments of 100 to 160 GPUs (8,320 GPUs, 52.5 million cells): measured at
+    2,976 MB in all (benchmarks/bench_memory.py, formulation/memory.py), so the server's
+    default budget of 4,096 MB must not refuse it; twice as many GPUs per deployment is
+    refused."""
+    gpus = [100 + round(60 * i / 63) for i in range(64)]
+    body = site(gpus)
+    assert sum(gpus) == 8320
+    est = check_memory(problem_from_dict(body, Host(memory_budget_mb=4096)))
+    assert 4096 > est.total_mb > 2976
+    with pytest.raises(InputError, match="memory budget"):
+        check_memory(problem_from_dict(site([2 * g for g in gpus]), Host(memory_budget_mb=4096)))
