@@ -125,6 +125,11 @@ class ModelArch:
     to the last `sliding_window` tokens only and keep only those in the KV cache (0:
     every layer attends to the whole context). ``docs/sliding_window.md`` derives how
     the KV pool, the decode reads and the attention FLOPs follow.
+
+    Shapes that only a kernel-level composition (``model/kernels.py``) needs, from the
+    same ``config.json`` (0: unknown, and that composition refuses the model):
+    `intermediate_size`, the dense MLP's intermediate width, and `vocab_size`, the
+    embedding's and LM head's rows.
     """
 
     name: str
@@ -146,6 +151,8 @@ class ModelArch:
     kv_latent: int = 0
     sliding_window: int = 0
     sliding_layers: int = 0
+    intermediate_size: int = 0
+    vocab_size: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -164,6 +171,8 @@ class ModelArch:
             "kv_latent",
             "sliding_window",
             "sliding_layers",
+            "intermediate_size",
+            "vocab_size",
         ):
             _non_negative(name, _integer(name, getattr(self, name)))
         if bool(self.sliding_window) != bool(self.sliding_layers):
@@ -531,6 +540,8 @@ _MODEL_OPTIONAL = {
     "kv_latent",
     "sliding_window",
     "sliding_layers",
+    "intermediate_size",
+    "vocab_size",
 }
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops"}

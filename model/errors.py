@@ -38,6 +38,17 @@ class DoesNotFitError(InputError):
     """The model and its KV-cache pool do not fit on the GPU memory."""
 
 
+class OutsideTableError(InputError):
+    """A kernel shape lies outside what a measured kernel table covers: `table` names
+    the table's file (relative to its database), `shape` the shape asked for."""
+
+    def __init__(self, table: str, shape: dict[str, object], reason: str) -> None:
+        self.table = table
+        self.shape = dict(shape)
+        text = ", ".join(f"{k}={v!r}" for k, v in self.shape.items())
+        super().__init__("shape", f"{table}: {text}: {reason}")
+
+
 def _rebuild(cls: type, state: dict[str, object], message: str) -> Exception:
     err: Exception = Exception.__new__(cls)
     Exception.__init__(err, message)
