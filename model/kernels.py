@@ -32,9 +32,15 @@ interpolated linearly with the same weights (it is bounded, not a power law).
 Refusal. A query below the smallest or above the largest measured value of an axis,
 with an exact key no row has, or inside a grid cell whose corners are not all
 measured, raises :class:`~model.errors.OutsideTableError` naming the table's file and
-the shape: nothing is extrapolated. The one decomposition applied is exact by
-construction and stated: a GEMM wider (``n``) than the table's widest measured ``n``
-(the LM head over a 152k vocabulary) is the sum of column blocks of measured widths.
+the shape: nothing is extrapolated. Two decompositions are applied, each computing
+the same work as a sum of measured kernels, so never faster than the one kernel (by
+one launch per extra block at most): a GEMM wider (``n``) than the table's widest
+measured ``n`` (the LM head over a 152k vocabulary) is the sum of column blocks of
+measured widths; and decode attention over a batch the generation table does not
+measure at that context (it measures ``batch x context`` up to about 130k tokens) is
+the sum of equal sub-batches (halving until measured), each request's attention being
+independent of the others'. Every call of a pass, with its shape and count, is in
+:attr:`PhaseTime.calls`.
 
 Duplicates. Where a table measures the same shape more than once, the rows of the
 kernel that the table measures most (its ``kernel_source`` with the most rows) are
@@ -561,6 +567,43 @@ class KernelModel:
             message_size=tokens * self.model.hidden_size,
         )
 
+    def _generation_attention(
+        self, out: list[KernelCall], count: int, shape: dict[str, Any]
+    ) -> None:
+        """Decode attention of ``batch_size`` requests; where the table lacks that batch at
+        that context, equal sub-batches (see the module docstring)."""
+        batch = int(shape["batch_size"])
+        parts = 1
+        first: OutsideTableError | None = None
+        while True:
+            size = -(-batch // parts)
+            full, rest = divmod(batch, size)
+            try:
+                calls: list[KernelCall] = []
+                self._call(
+                    calls,
+                    "attention",
+                    "generation_attention",
+                    count * full,
+                    **{**shape, "batch_size": size},
+                )
+                if rest:
+                    self._call(
+                        calls,
+                        "attention",
+                        "generation_attention",
+                        count,
+                        **{**shape, "batch_size": rest},
+                    )
+            except OutsideTableError as error:
+                first = first or error
+                if size == 1:
+                    raise first from None
+                parts *= 2
+                continue
+            out.extend(calls)
+            return
+
     def _pass(
         self, tokens: int, logits: int, attention: tuple[str, dict[str, Any]], graph: bool
     ) -> PhaseTime:
@@ -573,7 +616,10 @@ class KernelModel:
         qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
         self._gemm(calls, "qkv projection", L, tokens, qkv_n, hidden, wd)
         kind, shape = attention
-        self._call(calls, "attention", kind, L, **shape)
+        if kind == "generation_attention":
+            self._generation_attention(calls, L, shape)
+        else:
+            self._call(calls, "attention", kind, L, **shape)
         self._gemm(calls, "o projection", L, tokens, hidden, self.heads * m.head_dim, wd)
         if tp > 1:
             self._allreduce(calls, "attention all-reduce", L, tokens, graph)

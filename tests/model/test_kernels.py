@@ -359,6 +359,31 @@ def test_power_is_the_time_weighted_mean_of_the_kernels(tmp_path: Path) -> None:
     assert 300.0 < phase.power_w < 500.0  # type: ignore[operator]
 
 
+def test_decode_attention_beyond_the_measured_batch_is_a_sum_of_sub_batches(
+    tmp_path: Path,
+) -> None:
+    make_db(tmp_path)
+    path = tmp_path / GPU / "attention" / FW / VER / "generation_attention_perf.parquet"
+    table = pq.read_table(path).to_pylist()
+    # like the published tables: the largest batch is not measured at the longest context
+    pq.write_table(
+        pa.Table.from_pylist([r for r in table if (r["batch_size"], r["step"]) != (4, 64)]),
+        path,
+    )
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER))
+    assert km.decode(4, 16).by_name()["attention"] == pytest.approx(2 * gen_ms(4, 16) * MS)
+    # 4 requests at 64 tokens: two sub-batches of 2, in each of the 2 layers
+    assert km.decode(4, 64).by_name()["attention"] == pytest.approx(4 * gen_ms(2, 64) * MS)
+    # 3 requests at 40 tokens: the cell (2..4) x (16..64) lacks (4, 64): 2 + 1 requests
+    got = km.decode(3, 40).by_name()["attention"]
+    two = KernelDatabase(tmp_path).table(GPU, "generation_attention", FW, VER)
+    hand = 2 * (
+        two.lookup(**attn_key(), batch_size=2, step=40).time_s
+        + two.lookup(**attn_key(), batch_size=1, step=40).time_s
+    )
+    assert got == pytest.approx(hand)
+
+
 def test_composition_refuses_what_it_cannot_compose(tmp_path: Path) -> None:
     db = make_db(tmp_path)
     with pytest.raises(InputError, match="vocab_size"):
@@ -432,9 +457,12 @@ def test_qwen3_32b_on_h200_against_the_spec_rooflines() -> None:
     # longer prompts cost more than proportionally (attention), batches amortise weights
     assert km.t_prefill(4096) > 4 * km.t_prefill(1024)
     assert km.t_decode(64, 1024) < 2 * km.t_decode(1, 1024)
-    # the table's coverage ends where it ends: 64 requests at 6,000 tokens are refused
-    with pytest.raises(OutsideTableError, match="generation_attention_perf.parquet"):
-        km.t_decode(64, 6000)
+    # the generation table measures batch x context up to about 130k tokens: 64 requests
+    # at 6,000 tokens are two sub-batches of 32; beyond 32,767 tokens nothing is measured
+    calls = [c for c in km.decode(64, 6000).calls if c.name == "attention"]
+    assert [(dict(c.shape)["batch_size"], c.count) for c in calls] == [(32, 2 * 64)]
+    with pytest.raises(OutsideTableError, match="generation_attention_perf.parquet.*step=40000"):
+        km.t_decode(64, 40000)
 
 
 def test_b200_phases_carry_their_kernels_power() -> None:
