@@ -23,11 +23,14 @@ launch-bound floor at small sizes (``a = 0``) stays flat. Kernel latencies are c
 that: memory-bound GEMMs grow as ``n k`` at small ``m``, compute-bound ones as
 ``m n k``, attention as ``batch x context`` (decode) or ``context^2`` (prefill), each
 with a floor of a few microseconds of launch and synchronisation. Linear
-interpolation in the sizes themselves would bend those lines into chords and overstate
-the time between two widely spaced sizes; in log-log it is exact on both regimes and
-between them errs by no more than the table's spacing allows. At a measured shape the
-result is the measured value (all weight on one corner). Power, where measured, is
-interpolated linearly with the same weights (it is bounded, not a power law).
+interpolation in the sizes themselves is exact only for a cost affine in the size and
+replaces a superlinear one (prefill attention's ``context^2``) by its chord, above it;
+log-log is exact for any power law and for the floor, and errs only across the bend
+between them. Left-one-out on the published tables (``docs/kernels.md``) the two are
+equal on GEMMs and MoE, log-log is better on prefill attention and slightly worse on
+decode attention. At a measured shape the result is the measured value (all weight on
+one corner). Power, where measured, is interpolated linearly with the same weights
+(it is bounded by the power limit, not a power law).
 
 Refusal. A query below the smallest or above the largest measured value of an axis,
 with an exact key no row has, or inside a grid cell whose corners are not all
