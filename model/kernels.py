@@ -224,17 +224,16 @@ class KernelTable:
         self._grids = {key: self._grid(rows) for key, rows in groups.items()}
 
     def _grid(self, rows: list[tuple[tuple[float, ...], float, float]]) -> _Grid:
-        axes = tuple(
-            np.unique(np.array([r[0][d] for r in rows])) for d in range(len(self.spec.axes))
-        )
-        shape = tuple(len(a) for a in axes)
-        log_time = np.full(shape, np.nan)
-        power = np.full(shape, np.nan) if self.has_power else None
-        for sizes, t, p in rows:
-            idx = tuple(int(np.searchsorted(a, s)) for a, s in zip(axes, sizes, strict=True))
-            log_time[idx] = math.log(t)
-            if power is not None:
-                power[idx] = p
+        sizes = np.array([r[0] for r in rows], dtype=float).reshape(len(rows), -1)
+        found = [np.unique(sizes[:, d], return_inverse=True) for d in range(sizes.shape[1])]
+        axes = tuple(values for values, _ in found)
+        idx = tuple(inverse.ravel() for _, inverse in found)
+        log_time = np.full(tuple(len(a) for a in axes), np.nan)
+        log_time[idx] = np.log([r[1] for r in rows])
+        power = None
+        if self.has_power:
+            power = np.full(log_time.shape, np.nan)
+            power[idx] = [r[2] for r in rows]
         return _Grid(axes, tuple(np.log(a) for a in axes), log_time, power)
 
     def measured_keys(self) -> list[dict[str, Any]]:
