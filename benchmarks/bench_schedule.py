@@ -123,13 +123,16 @@ def site_request(
 
 
 SITES = {
-    "demo": (3, 24, 64, 30.0),  # formulation.demo: its own request, as `pdwatt plan --demo`
     "S64": (1, 64, 64, 30.0),
     "A": (4, 16, 64, 10.0),
     "B": (8, 32, 256, 60.0),
     "C": (16, 64, 1024, 120.0),
     "D": (32, 128, 4096, 300.0),
 }
+
+
+#: the README's main job (formulation.demo), run with its own request and limits
+DEMO = "demo"
 
 
 def time_to_gap(trace: list[list[Any]], gap: float) -> float | None:
@@ -191,10 +194,10 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
 
 
 def run(name: str, method: str, seed: int, variant: str = DEFAULT_VARIANT) -> dict[str, Any]:
-    n_dep, gpus_each, site_gpus, limit = SITES[name]
-    if name == "demo":
+    if name == DEMO:  # its own request and limits, as `pdwatt plan --demo`
         body = fill_model_variant(demo_request(), variant)
     else:
+        n_dep, gpus_each, site_gpus, limit = SITES[name]
         body = site_request(n_dep, gpus_each, site_gpus, seed, limit, variant)
     return run_body(name, body, method) | {"model_variant": variant}
 
@@ -225,7 +228,7 @@ def site_run(args: tuple[str, str, int, str]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sites", nargs="+", default=["demo", "S64", "A", "B"], choices=list(SITES))
+    ap.add_argument("--sites", nargs="+", default=[DEMO, "S64", "A", "B"], choices=[DEMO, *SITES])
     ap.add_argument("--methods", nargs="+", default=["auto"], choices=["auto", "volume", "compact"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(

@@ -93,6 +93,7 @@ from formulation.milp import (
 from formulation.problem import Method, ScheduleProblem
 from formulation.window import (
     GuidedStart,
+    binding_periods,
     guided_start,
     solve_guided,
     solve_windowed,
@@ -740,10 +741,7 @@ def _restricted_milp(
 def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1) -> list[set[int]]:
     """Spans of at most ``length`` periods covering the periods where ``best`` draws
     within 2% of the cap (or uses every GPU of a pool), each padded by ``pad``."""
-    tight = (best.site_power_w >= 0.98 * data.power_cap_w) | (
-        best.gpus_used >= data.pool_gpus[:, None]
-    ).any(axis=0)
-    ts = [int(t) for t in np.flatnonzero(tight)]
+    ts = sorted(binding_periods(data, best, slack=0.02))
     out: list[set[int]] = []
     while ts:
         first = ts[0]

@@ -281,9 +281,10 @@ def _guided_allowed(
     return out
 
 
-def binding_periods(data: ScheduleData, p: Priced) -> set[int]:
-    """The periods where schedule ``p`` draws the site's whole cap or uses every GPU of
-    a pool: where the site constraints hold it back.
+def binding_periods(data: ScheduleData, p: Priced, slack: float = 0.0) -> set[int]:
+    """The periods where schedule ``p`` draws the site's whole cap (within ``slack``,
+    a share of the cap) or uses every GPU of a pool: where the site constraints hold
+    it back.
 
     The guided window spans these as well as the periods where the uncoupled optima
     break the site: a period whose constraint binds on the best known schedule is one
@@ -292,7 +293,7 @@ def binding_periods(data: ScheduleData, p: Priced) -> set[int]:
     admission tables: the uncoupled optima break periods 68-77, the best schedules
     also draw the full cap at 78, and the decomposition over 68-77 converges to
     477.30 USD against an optimum near 477.94, over 68-78 to 477.94)."""
-    at_cap = p.site_power_w >= data.power_cap_w * (1.0 - 1e-9)
+    at_cap = p.site_power_w >= data.power_cap_w * (1.0 - max(slack, 1e-9))
     full = (p.gpus_used >= data.pool_gpus[:, None]).any(axis=0)
     return {int(t) for t in np.flatnonzero(at_cap | full)}
 

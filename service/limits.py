@@ -113,9 +113,11 @@ def check_job(request: BaseModel, s: Settings, prefix: str = "request.") -> None
     has it."""
     if isinstance(request, ScheduleRequest):
         check_schedule(request, s, prefix)
-    elif isinstance(request, DemandResponseRequest | FlexibilityRequest):
-        if isinstance(request, DemandResponseRequest):
-            check_demand_response_limits(request, s, prefix)
-        else:
-            check_flexibility_limits(request, s, prefix)
-        check_memory_budget(request.request, s, f"{prefix}request.")
+        return
+    if isinstance(request, DemandResponseRequest):
+        check_demand_response_limits(request, s, prefix)
+    elif isinstance(request, FlexibilityRequest):
+        check_flexibility_limits(request, s, prefix)
+    else:
+        return
+    check_memory_budget(request.request, s, f"{prefix}request.")
