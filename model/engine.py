@@ -1,0 +1,316 @@
+"""Iteration times from measured kernels plus the serving engine's own overheads.
+
+A forward pass composed from kernel tables (:mod:`model.kernels`) holds only the
+measured kernels; a serving engine adds what no table measures: its scheduler and
+sampler once per iteration, a per-request share of both (sampling, detokenising,
+bookkeeping) and, per layer, the small kernels no table holds (norms, activation,
+rotary embedding, the KV-cache write) with the gaps between kernels. So, per GPU,
+
+    t_D(B, c) = K_D(B, c) + t_iter + t_req B + t_layer n_layers
+    t_P(l)    = K_P(l)    + t_iter + t_layer n_layers
+
+with ``K`` the composed kernels' time and three overheads per (GPU, framework) fitted
+to whole-server measurements (:mod:`model.engine_fit`, ``docs/kernels.md``).
+
+The capacity model (SPEC 2.2-2.5) keeps its forms, ``t_D(B) = alpha + g B`` at the
+deployment's context and ``t_P(l) = a_P l + b_P l^2``: :func:`decode_line` and
+:func:`prefill_curve` give the least-squares coefficients (in relative error) of those
+forms through the composed times over the batches and prompt lengths the deployment
+meets, with the largest relative deviation of the form from the composed times, so
+fronts and schedule tables keep their speed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.catalog import ModelArch
+from model.errors import InputError
+from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime
+
+#: GPUs of the catalog and the folder names of AIConfigurator's tables
+GPU_FOLDERS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+#: points per decade of batch or prompt length sampled for the linear forms
+POINTS_PER_DECADE = 8
+#: tokens per prefill chunk (the engines' chunked-prefill size; SGLang and vLLM default
+#: to 8,192 on 80 GB-class GPUs)
+PREFILL_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class EngineOverheads:
+    """What the serving engine adds to the composed kernels, per GPU (seconds)."""
+
+    t_iter_s: float = 0.0  # per iteration (scheduler, sampler launch)
+    t_req_s: float = 0.0  # per request per decode iteration (sampling, bookkeeping)
+    t_layer_s: float = 0.0  # per layer per iteration (kernels no table holds, gaps)
+
+    def __post_init__(self) -> None:
+        for name in ("t_iter_s", "t_req_s", "t_layer_s"):
+            v = getattr(self, name)
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not (math.isfinite(v) and v >= 0)
+            ):
+                raise InputError(name, f"must be a finite number >= 0 (seconds), got {v!r}")
+            object.__setattr__(self, name, float(v))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"t_iter_s": self.t_iter_s, "t_req_s": self.t_req_s, "t_layer_s": self.t_layer_s}
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Which kernel tables a composition reads: the database folder, and per GPU (catalog
+    name) the framework and version of its tables."""
+
+    folder: str
+    framework: str
+    versions: tuple[tuple[str, str], ...]  # (catalog GPU, version)
+
+    def version(self, gpu: str) -> str:
+        for g, v in self.versions:
+            if g == gpu:
+                return v
+        raise InputError(
+            "kernels",
+            f"no {self.framework} kernel tables chosen for {gpu} (have: "
+            f"{', '.join(g for g, _ in self.versions) or 'none'})",
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "folder": self.folder,
+            "framework": self.framework,
+            "versions": {g: v for g, v in self.versions},
+        }
+
+
+def gpu_folder(gpu: str) -> str:
+    """The tables' folder name of a catalog GPU."""
+    try:
+        return GPU_FOLDERS[gpu]
+    except KeyError:
+        raise InputError(
+            "gpu", f"no kernel tables for {gpu!r} (have: {', '.join(GPU_FOLDERS)})"
+        ) from None
+
+
+@cache
+def open_database(folder: str) -> KernelDatabase:
+    """One :class:`KernelDatabase` per folder per process (tables load on first use)."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise InputError("kernels", f"kernel database folder {folder!r} does not exist")
+    return KernelDatabase(path)
+
+
+def weight_dtype(model: ModelArch) -> str:
+    """The GEMM tables' dtype of a model's weights."""
+    return "fp8" if model.bytes_per_param == 1.0 else "bfloat16"
+
+
+@dataclass
+class KernelTimes:
+    """Composed kernel times of one (model, GPU, stack, TP, EP) with engine overheads,
+    memoised per shape (a composition costs a few hundred table lookups)."""
+
+    kernels: KernelModel
+    overheads: EngineOverheads = field(default_factory=EngineOverheads)
+    _decode: dict[tuple[int, float], PhaseTime] = field(default_factory=dict, repr=False)
+    _prefill: dict[int, PhaseTime] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        source: KernelSource,
+        model: ModelArch,
+        gpu: str,
+        tp: int,
+        ep: int = 1,
+        overheads: EngineOverheads | None = None,
+        kv_dtype: str = "bfloat16",
+    ) -> KernelTimes:
+        setup = KernelSetup(
+            gpu_folder(gpu),
+            source.framework,
+            source.version(gpu),
+            tp=tp,
+            ep=ep,
+            weight_dtype=weight_dtype(model),
+            kv_dtype=kv_dtype,
+        )
+        km = KernelModel(open_database(source.folder), model, setup)
+        return cls(km, overheads or EngineOverheads())
+
+    @property
+    def layers(self) -> int:
+        return self.kernels.model.layers
+
+    def decode_phase(self, batch: int, context: float) -> PhaseTime:
+        key = (batch, float(context))
+        if key not in self._decode:
+            self._decode[key] = self.kernels.decode(batch, context)
+        return self._decode[key]
+
+    def prefill_phase(self, tokens: int) -> PhaseTime:
+        if tokens not in self._prefill:
+            self._prefill[tokens] = self.kernels.prefill(tokens)
+        return self._prefill[tokens]
+
+    def decode_kernels_s(self, batch: float, context: float) -> float:
+        """Composed kernels of one decode iteration; a fractional batch (a measured mean)
+        is the linear interpolation between its floor and ceiling."""
+        if not batch >= 1:
+            raise InputError("batch", f"must be >= 1, got {batch!r}")
+        lo, hi = math.floor(batch), math.ceil(batch)
+        t_lo = self.decode_phase(lo, context).time_s
+        if hi == lo:
+            return t_lo
+        return t_lo + (batch - lo) * (self.decode_phase(hi, context).time_s - t_lo)
+
+    def decode_s(self, batch: float, context: float) -> float:
+        """``t_D(B, c)``: kernels plus the engine's overheads."""
+        o = self.overheads
+        return (
+            self.decode_kernels_s(batch, context)
+            + o.t_iter_s
+            + o.t_req_s * batch
+            + o.t_layer_s * self.layers
+        )
+
+    def prefill_s(self, tokens: int) -> float:
+        """``t_P(l)`` of one prompt: kernels plus the engine's per-iteration overheads."""
+        o = self.overheads
+        return self.prefill_phase(tokens).time_s + o.t_iter_s + o.t_layer_s * self.layers
+
+    def decode_power_w(self, batch: int, context: float, idle_w: float) -> float | None:
+        """Mean power of a decode iteration where the tables measure each kernel's power:
+        the kernels' time-weighted power, and ``idle_w`` during the engine's overheads
+        (the GPU waits on the host). None where a kernel's power is unmeasured."""
+        phase = self.decode_phase(batch, context)
+        if phase.power_w is None:
+            return None
+        total = self.decode_s(batch, context)
+        gap = max(total - phase.time_s, 0.0)
+        return (phase.power_w * phase.time_s + idle_w * gap) / total
+
+
+def _grid(lo: float, hi: float) -> np.ndarray:
+    """Integers from ``lo`` to ``hi``, geometrically spaced, both ends included."""
+    if hi <= lo:
+        return np.array([max(1, round(lo))])
+    n = max(2, math.ceil(math.log10(hi / lo) * POINTS_PER_DECADE) + 1)
+    return np.unique(np.round(np.geomspace(lo, hi, n)).astype(int))
+
+
+@dataclass(frozen=True)
+class LinearForm:
+    """Coefficients of a capacity-model form through composed times, and how far the
+    form strays from them (largest relative deviation over the points)."""
+
+    coefficients: tuple[float, float]
+    worst_deviation: float
+    points: int
+
+
+def decode_line(times: KernelTimes, context: float, batch_max: float) -> LinearForm:
+    """``(alpha, g)`` of ``t_D(B) = alpha + g B`` at ``context``: least squares in relative
+    error over batches from 1 to ``batch_max`` (geometric grid)."""
+    b = _grid(1.0, max(1.0, math.floor(batch_max)))
+    t = np.array([times.decode_s(int(x), context) for x in b])
+    a = np.column_stack([np.ones_like(b, dtype=float), b.astype(float)]) / t[:, None]
+    (alpha, g), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if len(b) == 1:  # one point: the line through it with the composed marginal cost
+        alpha, g = float(t[0]), 0.0
+    fit = alpha + g * b
+    worst = float(np.max(np.abs(fit / t - 1.0)))
+    return LinearForm((float(alpha), float(g)), worst, len(b))
+
+
+def prefill_curve(
+    times: KernelTimes, longest: float, chunk_tokens: int = PREFILL_CHUNK
+) -> LinearForm:
+    """``(a_P, b_P)`` of ``t_P(l) = a_P l + b_P l^2`` (SPEC 2.2) from composed prefills.
+
+    A loaded prefill instance runs prompts in chunks of ``chunk_tokens`` tokens (chunked
+    prefill), so a prompt's share of everything but attention (the GEMMs, which read the
+    weights once per chunk, the collectives, the engine's overheads) is its tokens' share
+    of a full chunk: ``a_0 = (K_P(chunk) - attention(chunk) + t_iter + t_layer n) / chunk``
+    per token. Attention is the prompt's own, ``attention(l)`` over its ``l`` tokens, and
+    ``a_1 l + b_P l^2`` is its least-squares fit (relative error, ``b_P >= 0``) over
+    prompt lengths from 16 to ``longest``. ``a_P = a_0 + a_1``; the deviation reported is
+    the fit's against ``a_0 l + attention(l)``."""
+    full = times.prefill_phase(chunk_tokens)
+    o = times.overheads
+    rest = full.time_s - full.by_name().get("attention", 0.0)
+    a0 = (rest + o.t_iter_s + o.t_layer_s * times.layers) / chunk_tokens
+    lengths = _grid(16.0, max(16.0, longest)).astype(float)
+    attn = np.array([times.prefill_phase(int(x)).by_name().get("attention", 0.0) for x in lengths])
+    total = a0 * lengths + attn
+    a = np.column_stack([lengths, lengths * lengths]) / total[:, None]
+    (a1, b_p), *_ = np.linalg.lstsq(a, attn / total, rcond=None)
+    if b_p < 0.0:  # a negative quadratic term has no meaning: the linear term alone
+        b_p = 0.0
+        w = lengths / total
+        a1 = float(np.sum(w * attn / total) / np.sum(w * w))
+    a_p = a0 + float(a1)
+    fit = a_p * lengths + b_p * lengths * lengths
+    worst = float(np.max(np.abs(fit / total - 1.0)))
+    return LinearForm((a_p, float(b_p)), worst, len(lengths))
+
+
+#: fitted engine overheads shipped with the product (``scripts/fit_engine.py``)
+SHIPPED_FILE = Path(__file__).parent / "data" / "engine_calibrations.json"
+
+
+@dataclass(frozen=True)
+class EngineCalibration:
+    """Engine overheads fitted for one (GPU, framework) against kernel tables of one
+    version, with where they come from."""
+
+    gpu: str
+    framework: str
+    version: str
+    overheads: EngineOverheads
+    source: str
+
+
+@cache
+def _shipped() -> tuple[EngineCalibration, ...]:
+    if not SHIPPED_FILE.exists():
+        return ()
+    import json
+
+    doc = json.loads(SHIPPED_FILE.read_text())
+    return tuple(
+        EngineCalibration(
+            e["gpu"],
+            e["framework"],
+            e["version"],
+            EngineOverheads(**e["overheads"]),
+            e["source"],
+        )
+        for e in doc["calibrations"]
+    )
+
+
+def shipped_calibration(gpu: str, framework: str) -> EngineCalibration:
+    """The shipped engine calibration of (`gpu`, `framework`); an error naming what is
+    shipped when there is none."""
+    for e in _shipped():
+        if e.gpu == gpu and e.framework == framework:
+            return e
+    have = ", ".join(f"{e.gpu}/{e.framework}" for e in _shipped()) or "none"
+    raise InputError(
+        "performance",
+        f"no engine calibration shipped for {gpu} under {framework} (shipped: {have}); "
+        "fit one with `pdwatt calibrate --kernels DIR`",
+    )
