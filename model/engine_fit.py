@@ -1,0 +1,246 @@
+"""Fit the serving engine's overheads on top of measured kernels (``docs/kernels.md``).
+
+Each measurement row (a median inter-token latency at a mean running batch) is
+composed from the kernel tables of its GPU and framework (:mod:`model.kernels`), and
+the three overheads of :class:`model.engine.EngineOverheads` per (GPU, framework) are
+fitted with ``scipy.optimize.least_squares`` to the relative residuals
+``(K_D(B, c) + t_iter + t_req B + t_layer n_layers) / measured - 1``, with the same
+robust loss as the roofline calibration (:mod:`model.calibrate`). Tasks whose prompt
+length the files do not give get one effective prompt length each, shared by every
+GPU, fitted with the overheads. Nothing else is fitted: the kernels are measured.
+
+Rows whose shape no table covers (a model the composition does not describe, a
+context beyond the tables) are listed with the reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from model.calibrate import Skipped, Usable
+from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
+from model.errors import InputError
+
+FloatArray = np.ndarray
+#: prompt lengths (tokens) at which each row's kernels are composed; between them the
+#: kernel time is interpolated in log-log (the context enters through attention only)
+PROMPT_GRID = (16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
+#: bounds of a fitted effective prompt length (tokens)
+PROMPT_BOUNDS = (PROMPT_GRID[0], PROMPT_GRID[-1])
+#: the prompt length of a task no fitted row ran (tokens; the grid's geometric middle)
+PROMPT_DEFAULT = 256.0
+#: bounds of the overheads (s): per iteration, per request, per layer
+OVERHEAD_BOUNDS = {"t_iter_s": (0.0, 0.05), "t_req_s": (0.0, 1e-3), "t_layer_s": (0.0, 1e-3)}
+OVERHEADS = tuple(OVERHEAD_BOUNDS)
+LOSS = "soft_l1"
+F_SCALE = 0.05
+
+
+@dataclass
+class Composed:
+    """One usable row with its composed kernel time on the prompt grid (or at its
+    stated context, ``fixed``)."""
+
+    u: Usable
+    framework: str
+    version: str
+    layers: int
+    kernel_s: FloatArray  # over PROMPT_GRID, or one value when the context is given
+    fixed: bool
+
+    @property
+    def gpu(self) -> str:
+        return self.u.gpu.name
+
+    def kernels_at(self, prompt: float) -> float:
+        if self.fixed:
+            return float(self.kernel_s[0])
+        grid = np.log(PROMPT_GRID)
+        return float(np.exp(np.interp(math.log(prompt), grid, np.log(self.kernel_s))))
+
+
+def default_version(source_folder: str, gpu: str, framework: str) -> str:
+    """The tables' version for measurements that do not state theirs: the oldest of the
+    framework's versions for the GPU (published measurements predate the newest tables;
+    the closest era is the earliest)."""
+    db = open_database(source_folder)
+    versions = sorted(
+        {v for f, v in db.versions(gpu_folder(gpu), "gemm") if f == framework},
+        key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()),
+    )
+    if not versions:
+        raise InputError("kernels", f"the kernel database has no {framework} tables for {gpu}")
+    return versions[0]
+
+
+def compose(
+    rows: Sequence[Usable],
+    folder: str,
+    versions: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Composed], list[Skipped]]:
+    """Compose every row's decode iteration from the kernel tables of its GPU and stack
+    (the stack names the framework: ``vllm``, ``sglang``). ``versions`` chooses a
+    version per GPU, else :func:`default_version`."""
+    say = progress or (lambda _m: None)
+    chosen = dict(versions or {})
+    times: dict[tuple[Any, ...], KernelTimes | Exception] = {}
+    out: list[Composed] = []
+    skipped: list[Skipped] = []
+    for i, u in enumerate(rows):
+        if i % 50 == 0:
+            say(f"composing rows {i + 1}-{min(i + 50, len(rows))} of {len(rows)}")
+        gpu, framework = u.gpu.name, u.m.stack
+        try:
+            if gpu not in chosen:
+                chosen[gpu] = default_version(folder, gpu, framework)
+            source = KernelSource(folder, framework, ((gpu, chosen[gpu]),))
+            key = (u.model, gpu, framework, chosen[gpu], u.m.tp * u.m.dp, u.m.ep)
+            if key not in times:
+                try:
+                    times[key] = KernelTimes.of(source, u.model, gpu, u.m.tp * u.m.dp, u.m.ep)
+                except InputError as error:
+                    times[key] = error
+            kt = times[key]
+            if isinstance(kt, Exception):
+                raise kt
+            out_w = u.m.output_weighted_tokens / 2.0
+            batch = max(u.m.batch / u.m.dp, 1.0) if u.m.dp > 1 else u.m.batch
+            if u.m.context_tokens is not None or u.m.prompt_tokens is not None:
+                ctx = (
+                    u.m.context_tokens
+                    if u.m.context_tokens is not None
+                    else (u.m.prompt_tokens or 0.0) + out_w
+                )
+                k = np.array([kt.decode_kernels_s(batch, max(ctx, 1.0))])
+                fixed = True
+            else:
+                k = np.array([kt.decode_kernels_s(batch, p + out_w) for p in PROMPT_GRID])
+                fixed = False
+        except InputError as error:
+            skipped.append(Skipped(u.m.where, f"kernels: {error}"))
+            continue
+        out.append(Composed(u, framework, chosen[gpu], u.model.layers, k, fixed))
+    return out, skipped
+
+
+@dataclass
+class EngineFit:
+    """Fitted overheads per (GPU, framework), the effective prompt lengths of the tasks
+    the rows leave open, and standard errors of every fitted value."""
+
+    overheads: dict[tuple[str, str], EngineOverheads]
+    versions: dict[tuple[str, str], str]
+    std: dict[tuple[str, str], dict[str, float]]
+    prompts: dict[str, float]
+    prompt_std: dict[str, float]
+    rows: dict[tuple[str, str], int] = field(default_factory=dict)
+    models: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def predict_s(self, c: Composed, prompts: dict[str, float] | None = None) -> float:
+        o = self.overheads[(c.gpu, c.framework)]
+        p = (prompts or self.prompts).get(c.u.m.task, PROMPT_DEFAULT)
+        return c.kernels_at(p) + o.t_iter_s + o.t_req_s * c.u.m.batch + o.t_layer_s * c.layers
+
+
+def _std(jac: FloatArray, resid: FloatArray) -> FloatArray:
+    """Standard errors from the Jacobian at the optimum, ``sqrt(diag((J^T J)^-1) s^2)``."""
+    n = jac.shape[1]
+    s2 = float(resid @ resid) / max(resid.size - n, 1)
+    return np.sqrt(np.maximum(np.diag(np.linalg.pinv(jac.T @ jac)) * s2, 0.0))
+
+
+def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None) -> EngineFit:
+    """Least squares of the rows' decode times over each (GPU, framework)'s overheads and
+    the prompt lengths of tasks not in ``prompts``."""
+    if not rows:
+        raise InputError("measurements", "no row composes from the kernel tables")
+    keys = sorted({(c.gpu, c.framework) for c in rows})
+    known = dict(prompts or {})
+    tasks = sorted({c.u.m.task for c in rows if not c.fixed and c.u.m.task not in known})
+    for key in keys:
+        batches = {round(c.u.m.batch, 3) for c in rows if (c.gpu, c.framework) == key}
+        if len(batches) < 2:
+            raise InputError(
+                "measurements",
+                f"{key[0]}/{key[1]}: one batch size only; need two to fit t_req",
+            )
+    n_o = len(OVERHEADS)
+    lo = [OVERHEAD_BOUNDS[n][0] for _ in keys for n in OVERHEADS]
+    hi = [OVERHEAD_BOUNDS[n][1] for _ in keys for n in OVERHEADS]
+    x0 = [min(1e-4, OVERHEAD_BOUNDS[n][1] / 2) for _ in keys for n in OVERHEADS]
+    lo += [math.log(PROMPT_BOUNDS[0])] * len(tasks)
+    hi += [math.log(PROMPT_BOUNDS[1])] * len(tasks)
+    x0 += [math.log(256.0)] * len(tasks)
+    k_index = {k: i for i, k in enumerate(keys)}
+    measured = np.array([c.u.m.itl_s for c in rows])
+    batch = np.array([c.u.m.batch for c in rows])
+    layers = np.array([float(c.layers) for c in rows])
+    which = np.array([k_index[(c.gpu, c.framework)] for c in rows])
+
+    def unpack(x: FloatArray) -> tuple[FloatArray, dict[str, float]]:
+        o = np.asarray(x[: n_o * len(keys)]).reshape(len(keys), n_o)
+        pr = dict(known)
+        pr.update({t: float(math.exp(v)) for t, v in zip(tasks, x[n_o * len(keys) :], strict=True)})
+        return o, pr
+
+    def residuals(x: FloatArray) -> FloatArray:
+        o, pr = unpack(x)
+        k = np.array([c.kernels_at(pr.get(c.u.m.task, PROMPT_BOUNDS[0])) for c in rows])
+        t = k + o[which, 0] + o[which, 1] * batch + o[which, 2] * layers
+        return t / measured - 1.0
+
+    res = least_squares(
+        residuals,
+        np.array(x0),
+        bounds=(np.array(lo), np.array(hi)),
+        x_scale="jac",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
+    std = _std(res.jac, res.fun)
+    o, pr = unpack(res.x)
+    fit = EngineFit({}, {}, {}, {t: pr[t] for t in tasks}, {})
+    for key, i in k_index.items():
+        fit.overheads[key] = EngineOverheads(*(float(v) for v in o[i]))
+        fit.std[key] = {n: float(std[i * n_o + j]) for j, n in enumerate(OVERHEADS)}
+        sel = [c for c in rows if (c.gpu, c.framework) == key]
+        fit.versions[key] = sel[0].version
+        fit.rows[key] = len(sel)
+        fit.models[key] = sorted({c.u.model.name for c in sel})
+    for j, t in enumerate(tasks):  # a log-scale parameter's error, carried to tokens
+        fit.prompt_std[t] = float(pr[t] * std[n_o * len(keys) + j])
+    return fit
+
+
+def unfitted(rows: Sequence[Composed], prompts: dict[str, float]) -> list[float]:
+    """Relative errors of the kernels alone (no overhead), at the given prompt lengths."""
+    return [c.kernels_at(prompts.get(c.u.m.task, PROMPT_DEFAULT)) / c.u.m.itl_s - 1.0 for c in rows]
+
+
+def errors(rows: Sequence[Composed], fit: EngineFit) -> list[float]:
+    return [fit.predict_s(c) / c.u.m.itl_s - 1.0 for c in rows]
+
+
+def leave_one_model_out(
+    rows: Sequence[Composed], progress: Callable[[str], None] | None = None
+) -> dict[int, float]:
+    """Each model's rows predicted by a fit to the other models' rows: the relative
+    error per row (index into ``rows``)."""
+    say = progress or (lambda _m: None)
+    names = sorted({c.u.model.name for c in rows})
+    out: dict[int, float] = {}
+    for n, name in enumerate(names):
+        say(f"leave-one-model-out {n + 1}/{len(names)}: {name}")
+        train = [c for c in rows if c.u.model.name != name]
+        f = fit_engine(train)
+        for i, c in enumerate(rows):
+            if c.u.model.name == name and (c.gpu, c.framework) in f.overheads:
+                out[i] = f.predict_s(c) / c.u.m.itl_s - 1.0
+    return out

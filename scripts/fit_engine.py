@@ -1,0 +1,299 @@
+"""Fit the shipped engine calibrations (overheads on top of measured kernels) and report
+how well measured kernels predict whole-server measurements.
+
+Usage:
+
+    python scripts/fit_engine.py DATA_DIR [--out FILE] [--chart PNG] [--check]
+
+DATA_DIR holds the ML.ENERGY per-model files (``DATA_DIR/mlenergy/*.json``) and
+AIConfigurator's kernel tables (``DATA_DIR/aiconfigurator/``), see their READMEs.
+
+* H100 and B200 under vLLM: every ML.ENERGY row the kernel tables compose (the oldest
+  vLLM tables of each GPU, the closest to the measurements' era), screened by the
+  consistency rule of ``docs/calibration.md``, fitted with
+  :func:`model.engine_fit.fit_engine`;
+* H200 under SGLang: the one measured pair, Qwen3-32B, through the paper's Tab. 3
+  decode times (SPEC 2.3), taken as measurements at batches 1-256 and contexts of
+  512-4,096 tokens.
+
+It prints, per GPU and for dense models and mixtures of experts apart, the median
+|error| of the decode time in sample, with the kernels alone (nothing fitted), fitted
+on small models only (dense <= 14B, MoE <= 4B active) and predicting the larger ones,
+and leave-one-model-out; on B200 the kernels' measured power against the measured
+power. It writes the fitted numbers (never the measurements), with the files' sha256,
+to ``model/data/engine_calibrations.json`` and, with ``--chart``, a chart of predicted
+against measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checkout
+    sys.path.insert(0, str(REPO_ROOT))
+
+from model import engine_fit  # noqa: E402
+from model.calibrate import Usable, usable_rows  # noqa: E402
+from model.capacity import DecodeTerms  # noqa: E402
+from model.catalog import load_calibration, load_gpu, load_model  # noqa: E402
+from model.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
+from model.measurements import Measurement, read_measurements  # noqa: E402
+from model.workload import file_sha256  # noqa: E402
+
+#: the small models a new user has measured (dense <= 14B, MoE <= 4B active)
+SMALL_DENSE = 14.5e9
+SMALL_ACTIVE = 4.5e9
+MLENERGY = {
+    "description": "ML.ENERGY Leaderboard v3 per-model files (vLLM on H100 and B200)",
+    "repository": "https://github.com/ml-energy/leaderboard",
+    "commit": "0cd52dab897c",
+}
+KERNELS = {
+    "description": "NVIDIA AIConfigurator's measured kernel tables",
+    "repository": "https://github.com/ai-dynamo/aiconfigurator",
+    "commit": "095f58a51c4c",
+}
+#: the paper's pair: batches and contexts at which SPEC's Tab. 3 decode time is taken
+PAPER_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+PAPER_CONTEXTS = (512.0, 1024.0, 2048.0, 4096.0)
+
+
+def small(c: engine_fit.Composed) -> bool:
+    m = c.u.model
+    return m.active_params <= SMALL_ACTIVE if m.experts else m.params <= SMALL_DENSE
+
+
+def median_abs(v: Sequence[float]) -> float:
+    return float(np.median(np.abs(v))) if len(v) else float("nan")
+
+
+def paper_rows() -> list[Usable]:
+    """Qwen3-32B on H200 under SGLang: SPEC 2.3's decode time with the paper's Tab. 3
+    calibration, as measurements."""
+    model, gpu = load_model("qwen3-32b"), load_gpu("h200")
+    cal = load_calibration("qwen3-32b", "h200")
+    rows = []
+    for c in PAPER_CONTEXTS:
+        for b in PAPER_BATCHES:
+            t = DecodeTerms.of(model, gpu, 1, c).time_s(cal, b)
+            m = Measurement(
+                file="SPEC Tab. 3",
+                row=f"B={b}, c={c:g}",
+                model="qwen3-32b",
+                gpu="h200",
+                stack="sglang",
+                task="",
+                tp=1,
+                ep=1,
+                precision="bf16",
+                architecture="dense",
+                batch=float(b),
+                output_tokens=1.0,
+                output_weighted_tokens=1.0,
+                prompt_tokens=None,
+                context_tokens=c,
+                itl_s=t,
+                power_w=None,
+                prefill_tokens_per_s=None,
+            )
+            rows.append(Usable(m, model, gpu))
+    return rows
+
+
+def b200_power(
+    comp: Sequence[engine_fit.Composed], fit: engine_fit.EngineFit, folder: str
+) -> list[tuple[engine_fit.Composed, float]]:
+    """B200 rows: the kernels' time-weighted measured power (vLLM 0.24.0 tables, the B200
+    vLLM tables with power) with the GPU's idle power during the engine's overheads,
+    against the measured power per GPU."""
+    out = []
+    source = KernelSource(folder, "vllm", (("b200", "0.24.0"),))
+    for c in comp:
+        m = c.u.m
+        if c.gpu != "b200" or m.power_w is None:
+            continue
+        try:
+            kt = KernelTimes.of(
+                source, c.u.model, "b200", m.tp * m.dp, m.ep, fit.overheads[("b200", "vllm")]
+            )
+            ctx = fit.prompts.get(m.task, engine_fit.PROMPT_DEFAULT) + m.output_weighted_tokens / 2
+            idle = load_calibration(c.u.model.name, "b200").p_idle_w
+            p = kt.decode_power_w(max(round(m.batch), 1), ctx, idle)
+        except Exception:  # a shape the 0.24.0 tables do not measure: not compared
+            continue
+        if p is not None:
+            out.append((c, p / m.power_w - 1.0))
+    return out
+
+
+def report(
+    comp: list[engine_fit.Composed],
+    say: Callable[[str], None],
+) -> tuple[engine_fit.EngineFit, dict[str, Any], dict[int, float]]:
+    fit = engine_fit.fit_engine(comp)
+    small_fit = engine_fit.fit_engine([c for c in comp if small(c)])
+    lomo = engine_fit.leave_one_model_out(comp, progress=say)
+    inside = engine_fit.errors(comp, fit)
+    bare = engine_fit.unfitted(comp, fit.prompts)
+    figures: dict[str, Any] = {}
+    for gpu in sorted({c.gpu for c in comp}):
+        for kind, moe in (("dense", False), ("moe", True)):
+            idx = [i for i, c in enumerate(comp) if c.gpu == gpu and bool(c.u.model.experts) == moe]
+            if not idx:
+                continue
+            large = [i for i in idx if not small(comp[i])]
+            s2l = [small_fit.predict_s(comp[i]) / comp[i].u.m.itl_s - 1.0 for i in large]
+            lo = [lomo[i] for i in idx if i in lomo]
+            figures[f"{gpu} {kind}"] = {
+                "rows": len(idx),
+                "in_sample": median_abs([inside[i] for i in idx]),
+                "kernels_alone": median_abs([bare[i] for i in idx]),
+                "kernels_alone_signed": float(np.median([bare[i] for i in idx])),
+                "small_to_large_rows": len(large),
+                "small_to_large": median_abs(s2l),
+                "leave_one_model_out": median_abs(lo),
+                "leave_one_model_out_worst": float(np.max(np.abs(lo))) if lo else float("nan"),
+            }
+    return fit, figures, lomo
+
+
+def chart(comp: list[engine_fit.Composed], lomo: dict[int, float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gpus = sorted({c.gpu for c in comp})
+    fig, axes = plt.subplots(1, len(gpus), figsize=(6 * len(gpus), 5.5), squeeze=False)
+    for ax, gpu in zip(axes[0], gpus, strict=True):
+        for moe, colour, label in ((False, "tab:blue", "dense"), (True, "tab:orange", "MoE")):
+            pts = [
+                (c.u.m.itl_s * 1e3, c.u.m.itl_s * (1 + lomo[i]) * 1e3)
+                for i, c in enumerate(comp)
+                if c.gpu == gpu and bool(c.u.model.experts) == moe and i in lomo
+            ]
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.scatter(x, y, s=12, alpha=0.7, color=colour, label=label)
+        lim = [1, 200]
+        ax.plot(lim, lim, color="black", lw=0.8)
+        ax.fill_between(
+            lim, [v * 0.9 for v in lim], [v * 1.1 for v in lim], color="grey", alpha=0.15
+        )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlim=lim,
+            ylim=lim,
+            xlabel="measured median ITL (ms)",
+            ylabel="predicted, leave-one-model-out (ms)",
+            title=f"{gpu}, vLLM: kernels + fitted engine overheads",
+        )
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("data_dir", type=Path)
+    ap.add_argument("--out", type=Path, default=SHIPPED_FILE)
+    ap.add_argument("--chart", type=Path)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    folder = str(args.data_dir / "aiconfigurator")
+    files = sorted((args.data_dir / "mlenergy").glob("*.json"))
+    if not files:
+        raise SystemExit(f"no ML.ENERGY files in {args.data_dir / 'mlenergy'}")
+    usable, skipped = usable_rows(read_measurements(files))
+    usable, screened = screen(usable)
+    comp, not_composed = engine_fit.compose(usable, folder, progress=say)
+    fit, figures, lomo = report(comp, say)
+    power = b200_power(comp, fit, folder)
+    figures["b200 power (kernels)"] = {
+        "rows": len(power),
+        "median_abs": median_abs([e for _, e in power]),
+        "signed_median": float(np.median([e for _, e in power])) if power else float("nan"),
+    }
+    paper_comp, _ = engine_fit.compose(paper_rows(), folder, {"h200": "0.5.14"})
+    paper = engine_fit.fit_engine(paper_comp)
+    figures["h200 sglang (Tab. 3)"] = {
+        "rows": len(paper_comp),
+        "in_sample": median_abs(engine_fit.errors(paper_comp, paper)),
+        "worst": float(np.max(np.abs(engine_fit.errors(paper_comp, paper)))),
+    }
+    doc = document(fit, paper, files, figures, len(skipped), not_composed, screened)
+    if args.json:
+        print(json.dumps(figures, indent=1))
+    else:
+        for k, v in figures.items():
+            print(k, {n: round(x, 4) if isinstance(x, float) else x for n, x in v.items()})
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if args.chart:
+        chart(comp, lomo, args.chart)
+    return 0
+
+
+def screen(rows: list[Usable]) -> tuple[list[Usable], list[tuple[str, str]]]:
+    """The consistency screen of ``docs/calibration.md``, where the installed version has
+    it: the rows kept and (row, reason) of those screened out."""
+    try:
+        from model import screen as screening
+    except ImportError:
+        return rows, []
+    out = screening.screen_usable(rows)
+    return out.kept, [(s.row, s.reason) for s in out.screened]
+
+
+def document(
+    fit: engine_fit.EngineFit,
+    paper: engine_fit.EngineFit,
+    files: Sequence[Path],
+    figures: dict[str, Any],
+    n_skipped: int,
+    not_composed: Sequence[Any],
+    screened: Sequence[tuple[str, str]],
+) -> dict[str, Any]:
+    entries = []
+    for f, src in ((fit, "ML.ENERGY Leaderboard v3 (vLLM), measured"), (paper, "SPEC Tab. 3")):
+        for (gpu, framework), o in sorted(f.overheads.items()):
+            entries.append(
+                {
+                    "gpu": gpu,
+                    "framework": framework,
+                    "version": f.versions[(gpu, framework)],
+                    "overheads": o.as_dict(),
+                    "std": f.std[(gpu, framework)],
+                    "rows": f.rows[(gpu, framework)],
+                    "models": f.models[(gpu, framework)],
+                    "source": f"{src}; kernels: AIConfigurator {framework} "
+                    f"{f.versions[(gpu, framework)]} tables",
+                }
+            )
+    return {
+        "format": "pdwatt-engine-calibration/1",
+        "calibrations": entries,
+        "prompt_tokens": fit.prompts,
+        "prompt_tokens_std": fit.prompt_std,
+        "figures": figures,
+        "rows_not_described": n_skipped,
+        "rows_not_composed": len(not_composed),
+        "rows_screened": len(screened),
+        "source": {
+            "measurements": MLENERGY | {"files": {f.name: file_sha256(f) for f in files}},
+            "kernels": KERNELS,
+        },
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
