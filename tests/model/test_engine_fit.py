@@ -1,0 +1,101 @@
+"""The engine-overhead fit (model/engine_fit.py) on rows whose kernel times are given."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from model import engine_fit
+from model.calibrate import Usable
+from model.catalog import load_gpu, load_model
+from model.engine import EngineOverheads
+from model.errors import InputError
+from model.measurements import Measurement
+
+TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
+
+
+def _row(
+    model: str, batch: float, kernel_s: float, itl_s: float, task: str = ""
+) -> engine_fit.Composed:
+    arch = load_model(model)
+    m = Measurement(
+        file="synthetic.csv",
+        row=f"{model} B={batch}",
+        model=model,
+        gpu="h100-sxm",
+        stack="vllm",
+        task=task,
+        tp=1,
+        ep=1,
+        precision="bf16",
+        architecture="dense",
+        batch=batch,
+        output_tokens=100.0,
+        output_weighted_tokens=100.0,
+        prompt_tokens=None,
+        context_tokens=1000.0,
+        itl_s=itl_s,
+        power_w=None,
+        prefill_tokens_per_s=None,
+    )
+    u = Usable(m, arch, load_gpu("h100-sxm"))
+    return engine_fit.Composed(u, "vllm", "0.14.0", arch.layers, np.array([kernel_s]), True)
+
+
+def _data(noise: float, seed: int = 7) -> list[engine_fit.Composed]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    # models of 36, 40, 64 and 80 layers tell the per-layer term from the per-iteration one
+    for model in ("qwen3-8b", "qwen3-14b", "qwen3-32b", "llama-3.1-70b"):
+        layers = load_model(model).layers
+        for b in (8, 16, 32, 64, 128, 256):
+            k = 5e-3 + 1e-4 * b + 2e-5 * layers  # any kernel time: it is given, not fitted
+            t = k + TRUE.t_iter_s + TRUE.t_req_s * b + TRUE.t_layer_s * layers
+            rows.append(_row(model, float(b), k, t * (1.0 + noise * rng.standard_normal())))
+    return rows
+
+
+def test_recovers_overheads_exactly_without_noise() -> None:
+    fit = engine_fit.fit_engine(_data(0.0))
+    got = fit.overheads[("h100-sxm", "vllm")]
+    assert got.t_iter_s == pytest.approx(TRUE.t_iter_s, rel=1e-4)
+    assert got.t_req_s == pytest.approx(TRUE.t_req_s, rel=1e-4)
+    assert got.t_layer_s == pytest.approx(TRUE.t_layer_s, rel=1e-4)
+    assert max(abs(e) for e in engine_fit.errors(_data(0.0), fit)) < 1e-6
+
+
+def test_recovers_overheads_within_their_standard_errors_with_noise() -> None:
+    rows = _data(0.01)
+    fit = engine_fit.fit_engine(rows)
+    got = fit.overheads[("h100-sxm", "vllm")].as_dict()
+    std = fit.std[("h100-sxm", "vllm")]
+    for name, true in TRUE.as_dict().items():
+        assert std[name] > 0.0
+        assert abs(got[name] - true) <= 4.0 * std[name], (name, got[name], true, std[name])
+    assert fit.rows[("h100-sxm", "vllm")] == len(rows)
+
+
+def test_one_batch_size_is_refused_naming_the_pair() -> None:
+    rows = [r for r in _data(0.0) if r.u.m.batch == 8.0]
+    with pytest.raises(InputError, match="h100-sxm/vllm: one batch size"):
+        engine_fit.fit_engine(rows)
+
+
+def test_kernels_alone_are_the_fitted_prediction_less_the_overheads() -> None:
+    rows = _data(0.0)
+    bare = engine_fit.unfitted(rows, {})
+    for r, e in zip(rows, bare, strict=True):
+        k = float(r.kernel_s[0])
+        assert e == pytest.approx(k / r.u.m.itl_s - 1.0)
+        assert e < 0.0  # the overheads are positive
+
+
+def test_prompt_grid_interpolates_in_log_log() -> None:
+    r = _row("qwen3-8b", 8.0, 1.0, 1.0)
+    grid = np.array(engine_fit.PROMPT_GRID)
+    r = dataclasses.replace(r, kernel_s=1e-3 * np.sqrt(grid), fixed=False)
+    for p in (16.0, 100.0, 3000.0):  # a power law is exact in log-log
+        assert r.kernels_at(p) == pytest.approx(1e-3 * np.sqrt(p), rel=1e-12)
