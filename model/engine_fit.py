@@ -244,3 +244,94 @@ def leave_one_model_out(
             if c.u.model.name == name and (c.gpu, c.framework) in f.overheads:
                 out[i] = f.predict_s(c) / c.u.m.itl_s - 1.0
     return out
+
+
+FORMAT = "pdwatt-engine-calibration/1"
+
+
+def predict_rows(rows: Sequence[Composed], fit: EngineFit) -> list[dict[str, Any]]:
+    """Rows in the shape of :func:`model.calibrate.predict`'s: the decode time from the
+    kernels and the fitted overheads; the power from the shipped calibration's ramp
+    (``power_model``), there being no kernel power on most GPUs."""
+    from model.calibrate import decode_load
+    from model.capacity import instance_power_w
+    from model.catalog import load_calibration
+
+    out = []
+    for c in rows:
+        u = c.u
+        power = None
+        if u.m.power_w is not None:
+            cal = load_calibration(u.model.name, u.gpu.name)
+            x = decode_load(u, cal, {u.m.task: fit.prompts.get(u.m.task, PROMPT_DEFAULT)})
+            power = float(
+                instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
+            )
+        out.append(
+            {
+                "where": u.m.where,
+                "model": u.m.model,
+                "gpu": u.gpu.name,
+                "tp": u.m.tp,
+                "ep": u.m.ep,
+                "kind": "moe" if u.model.experts else "dense",
+                "batch": u.m.batch,
+                "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": fit.predict_s(c) * 1e3},
+                "power_w": {"measured": u.m.power_w, "predicted": power},
+                "calibration": "measured",
+                "performance": "kernels",
+                "kernels": f"{c.framework} {c.version}",
+                "power_model": "ramp of the shipped calibration",
+            }
+        )
+    return out
+
+
+def to_document(fit: EngineFit, folder: str) -> dict[str, Any]:
+    """The calibration file: the fitted overheads per (GPU, framework) with the kernel
+    tables they were fitted against (folder as given, framework, version)."""
+    return {
+        "format": FORMAT,
+        "kernels": {"folder": folder},
+        "calibrations": [
+            {
+                "gpu": gpu,
+                "framework": framework,
+                "version": fit.versions[(gpu, framework)],
+                "overheads": o.as_dict(),
+                "std": fit.std[(gpu, framework)],
+                "rows": fit.rows.get((gpu, framework), 0),
+                "models": fit.models.get((gpu, framework), []),
+            }
+            for (gpu, framework), o in sorted(fit.overheads.items())
+        ],
+        "prompt_tokens": dict(fit.prompts),
+        "prompt_tokens_std": dict(fit.prompt_std),
+    }
+
+
+def is_document(doc: object) -> bool:
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def from_document(doc: object, where: str = "calibration") -> tuple[EngineFit, str]:
+    """An :class:`EngineFit` and its kernel folder read back from :func:`to_document`'s
+    output; errors name the field."""
+    if not is_document(doc):
+        raise InputError(where, f"not a {FORMAT} document")
+    assert isinstance(doc, dict)
+    try:
+        folder = str(doc["kernels"]["folder"])
+        fit = EngineFit({}, {}, {}, {}, {})
+        for i, e in enumerate(doc["calibrations"]):
+            key = (str(e["gpu"]), str(e["framework"]))
+            try:
+                fit.overheads[key] = EngineOverheads(**e["overheads"])
+            except (TypeError, InputError) as error:
+                raise InputError(f"{where}: calibrations[{i}].overheads", str(error)) from None
+            fit.versions[key] = str(e["version"])
+            fit.std[key] = {k: float(v) for k, v in e.get("std", {}).items()}
+        fit.prompts = {str(k): float(v) for k, v in doc.get("prompt_tokens", {}).items()}
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(where, f"malformed {FORMAT} document: {error}") from None
+    return fit, folder

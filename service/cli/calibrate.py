@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from model import engine_fit
 from model.calibrate import Fit, fit, from_document, leave_one_model_out, predict, to_document
 from model.catalog import Calibration, load_gpu
 from model.errors import InputError
 from model.measurements import read_measurements
+from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
 
 
 def _say(msg: str) -> None:
@@ -44,6 +46,7 @@ def register(subparsers: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print the calibration document")
     _bench_args(c)
+    _kernel_args(c)
     c.set_defaults(func=cmd_calibrate)
     p = subparsers.add_parser("predict", help="the model's predictions beside measurements")
     p.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
@@ -56,6 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     p.add_argument("--json", action="store_true", help="rows and summary as JSON")
     _bench_args(p)
+    _kernel_args(p)
     p.set_defaults(func=cmd_predict)
 
 
@@ -75,6 +79,31 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
         help="the bench_serving machine's local time against UTC, to place its runs in a "
         "DCGM power log from Prometheus (whose times are UTC)",
     )
+
+
+def _kernel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kernels",
+        metavar="DIR",
+        help="a kernel database in AIConfigurator's layout: times composed from measured "
+        "kernels, only the engine's overheads fitted (docs/kernels.md)",
+    )
+    p.add_argument(
+        "--kernel-version",
+        action="append",
+        metavar="GPU=VERSION",
+        help="the framework version of a GPU's kernel tables (default: the oldest, the "
+        "closest to published measurements' era); repeat per GPU",
+    )
+
+
+def _read_json(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError("calibration", f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError("calibration", f"{Path(path).name} is not valid JSON: {e}") from None
 
 
 def read_calibration_file(path: str) -> Fit:
@@ -124,6 +153,8 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
+    if a.kernels:
+        return cmd_calibrate_kernels(a)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
     f = fit(rows, _say)
@@ -177,6 +208,10 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
+    if a.calibration is not None:
+        doc = _read_json(a.calibration)
+        if engine_fit.is_document(doc):
+            return cmd_predict_kernels(a, doc)
     f = None if a.calibration is None else read_calibration_file(a.calibration)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     res = predict(rows, f)

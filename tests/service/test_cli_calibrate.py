@@ -192,3 +192,64 @@ def test_plan_deployments_take_their_gpus_calibration(
     assert main(["plan", str(path), "--calibration", str(cal), "--json"]) == 0
     resp = json.loads(capsys.readouterr().out)
     assert resp["status"] in ("optimal", "time_limit")
+
+
+def _kernel_db() -> Path:
+    from tests.model.test_kernels import shared_data_dir
+
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    return root
+
+
+def test_calibrate_with_kernels_recovers_engine_overheads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows made from the H100 vLLM 0.14.0 kernels plus known overheads: the fit over
+    the same tables recovers the overheads, and predict with the file reproduces them."""
+    from model.catalog import load_model
+    from model.engine import EngineOverheads, KernelSource, KernelTimes
+
+    root = _kernel_db()
+    true = EngineOverheads(t_iter_s=0.6e-3, t_req_s=35e-6, t_layer_s=12e-6)
+    source = KernelSource(str(root), "vllm", (("h100-sxm", "0.14.0"),))
+    data = tmp_path / "runs.csv"
+    with data.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["model", "gpu", "tp", "batch", "itl_ms", "prompt_tokens"]
+            + ["output_tokens", "stack", "context_tokens"]
+        )
+        for name, tp in (("qwen3-8b", 1), ("qwen3-32b", 1), ("llama-3.1-70b", 4)):
+            kt = KernelTimes.of(source, load_model(name), "h100-sxm", tp, overheads=true)
+            for b in (8, 32, 128):
+                w.writerow(
+                    [name, "h100", tp, b, kt.decode_s(b, 1500.0) * 1e3, 0, 200, "vllm", 1500]
+                )
+    cal = tmp_path / "kcal.json"
+    args = ["calibrate", str(data), "--kernels", str(root), "--kernel-version", "h100-sxm=0.14.0"]
+    assert main([*args, "-o", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm / vllm 0.14.0 tables: 9 rows" in out
+    doc = json.loads(cal.read_text())
+    assert doc["format"] == "pdwatt-engine-calibration/1"
+    got = doc["calibrations"][0]["overheads"]
+    for name, value in true.as_dict().items():
+        assert got[name] == pytest.approx(value, rel=1e-3, abs=1e-8)
+    assert main(["predict", str(data), "--calibration", str(cal), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["rows"]) == 9
+    assert {r["performance"] for r in res["rows"]} == {"kernels"}
+    assert res["summary"]["all"]["itl_ms"]["median_abs_error"] < 1e-6
+
+
+def test_calibrate_with_kernels_names_a_bad_version_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "runs.csv"
+    _write_csv(data)
+    assert (
+        main(["calibrate", str(data), "--kernels", str(tmp_path), "--kernel-version", "h100"]) != 0
+    )
+    assert "--kernel-version" in capsys.readouterr().err

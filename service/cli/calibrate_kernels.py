@@ -1,0 +1,136 @@
+"""``pdwatt calibrate --kernels DIR`` and ``pdwatt predict`` with an engine calibration:
+measured kernels plus fitted engine overheads (a thin shell over
+:mod:`model.engine_fit`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model import engine_fit
+from model.calibrate import summarise, usable_rows
+from model.errors import InputError
+from model.measurements import read_measurements
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def kernel_versions(pairs: list[str] | None) -> dict[str, str]:
+    """``GPU=VERSION`` options as a mapping; an error naming the option otherwise."""
+    out: dict[str, str] = {}
+    for p in pairs or []:
+        gpu, sep, version = p.partition("=")
+        if not sep or not gpu.strip() or not version.strip():
+            raise InputError("--kernel-version", f"expected GPU=VERSION, got {p!r}")
+        out[gpu.strip()] = version.strip()
+    return out
+
+
+def _lines(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for label, s in [("all", summary["all"]), *summary["per_gpu_and_kind"].items()]:
+        if s["itl_ms"]:
+            out.append(
+                f"{label}: {s['rows']} rows; ITL median |error| "
+                f"{s['itl_ms']['median_abs_error']:.1%}, worst {s['itl_ms']['worst_error']:+.1%}"
+            )
+    return out
+
+
+def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
+    rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
+    _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
+    usable, skipped = usable_rows(rows)
+    comp, not_composed = engine_fit.compose(
+        usable, a.kernels, kernel_versions(a.kernel_version), _say
+    )
+    skipped += not_composed
+    fit = engine_fit.fit_engine(comp)
+    doc = engine_fit.to_document(fit, a.kernels)
+    doc["in_sample"] = summarise(engine_fit.predict_rows(comp, fit))
+    bare = engine_fit.unfitted(comp, fit.prompts)
+    doc["kernels_alone"] = {
+        "rows": len(bare),
+        "median_abs_error": float(np.median(np.abs(bare))) if bare else None,
+    }
+    doc["skipped"] = [{"row": s.row, "reason": s.reason} for s in skipped]
+    if a.leave_one_model_out:
+        lomo = engine_fit.leave_one_model_out(comp, _say)
+        lo_rows = engine_fit.predict_rows([comp[i] for i in sorted(lomo)], fit)
+        for r, i in zip(lo_rows, sorted(lomo), strict=True):
+            r["itl_ms"]["predicted"] = comp[i].u.m.itl_s * (1.0 + lomo[i]) * 1e3
+        doc["leave_one_model_out"] = {"rows": lo_rows, "summary": summarise(lo_rows)}
+    if a.output:
+        Path(a.output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if a.chart:
+        from service.charts import calibration_chart
+
+        chart_rows = (
+            doc["leave_one_model_out"]["rows"]
+            if a.leave_one_model_out
+            else engine_fit.predict_rows(comp, fit)
+        )
+        calibration_chart(chart_rows, a.chart, "pdwatt calibrate --kernels: predictions")
+    if not a.json:
+        for e in doc["calibrations"]:
+            o, s = e["overheads"], e["std"]
+            print(
+                f"{e['gpu']} / {e['framework']} {e['version']} tables: {e['rows']} rows of "
+                f"{', '.join(e['models'])}\n"
+                f"  t_iter {o['t_iter_s'] * 1e3:.3f} ± {s['t_iter_s'] * 1e3:.3f} ms, t_req "
+                f"{o['t_req_s'] * 1e6:.1f} ± {s['t_req_s'] * 1e6:.1f} us, t_layer "
+                f"{o['t_layer_s'] * 1e6:.1f} ± {s['t_layer_s'] * 1e6:.1f} us"
+            )
+        for t, v in doc["prompt_tokens"].items():
+            print(f"task {t}: effective prompt {v:.0f} tokens (fitted)")
+        alone = doc["kernels_alone"]["median_abs_error"]
+        print(f"kernels alone (nothing fitted): median |error| {alone:.1%}")
+        if skipped:
+            print(f"{len(skipped)} rows not used (see --json for each and why)")
+        print("in-sample:")
+        for line in _lines(doc["in_sample"]):
+            print(f"  {line}")
+        if a.leave_one_model_out:
+            print("leave-one-model-out:")
+            for line in _lines(doc["leave_one_model_out"]["summary"]):
+                print(f"  {line}")
+        if a.output:
+            print(f"calibration written to {a.output}")
+    return doc
+
+
+def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
+    """Predict with an engine calibration file: its kernel folder unless ``--kernels``
+    names another."""
+    fit, folder = engine_fit.from_document(doc, Path(a.calibration).name)
+    folder = a.kernels or folder
+    rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
+    usable, skipped = usable_rows(rows)
+    versions = {gpu: v for (gpu, _), v in fit.versions.items()}
+    comp, not_composed = engine_fit.compose(usable, folder, versions, _say)
+    skipped += not_composed
+    known = [c for c in comp if (c.gpu, c.framework) in fit.overheads]
+    for c in comp:
+        if (c.gpu, c.framework) not in fit.overheads:
+            skipped.append(
+                engine_fit.Skipped(c.u.m.where, f"no calibration for {c.gpu}/{c.framework}")
+            )
+    out_rows = engine_fit.predict_rows(known, fit)
+    res: dict[str, Any] = {
+        "rows": out_rows,
+        "summary": summarise(out_rows),
+        "skipped": [{"row": s.row, "reason": s.reason} for s in skipped],
+    }
+    if not a.json:
+        for line in _lines(res["summary"]):
+            print(line)
+        if skipped:
+            print(f"{len(skipped)} rows not predicted (see --json for each and why)")
+    return res
