@@ -48,6 +48,8 @@ DISPATCH_MODES = ("round_robin", "random")
 PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8}
 FP8_BYTES = PRECISION_BYTES["fp8"]
 OVERRIDE_SECTIONS = ("model", "gpu", "calibration", "serving")
+#: which weights a model's FP8 release stores in FP8 (:attr:`ModelArch.fp8_scope`)
+FP8_SCOPES = ("linear", "mlp", "experts")
 
 
 # --------------------------------------------------------------------------
@@ -128,8 +130,24 @@ class ModelArch:
 
     Shapes that only a kernel-level composition (``model/kernels.py``) needs, from the
     same ``config.json`` (0: unknown, and that composition refuses the model):
-    `intermediate_size`, the dense MLP's intermediate width, and `vocab_size`, the
-    embedding's and LM head's rows.
+    `intermediate_size`, the dense MLP's intermediate width (Llama 4:
+    ``intermediate_size_mlp``; in a model without dense layers, the config's value as
+    published, which no composition reads), and `vocab_size`, the embedding's and LM
+    head's rows; `moe_intermediate_size`, one routed expert's intermediate width (0:
+    ``expert_params / (3 hidden)``, which gpt-oss's expert biases do not allow), and
+    `shared_intermediate_size`, the summed width of each MoE layer's shared experts (0:
+    none; they are counted among the dense parameters). `chunked_layers` of the layers
+    attend within consecutive chunks of `attention_chunk` tokens only (Llama 4's
+    chunked local attention; 0: none).
+
+    How the model's FP8 release stores its weights (the catalog entry may describe its
+    bf16 release; ``model/kernels.py`` reads these when composing FP8 weights):
+    `fp8_block`, the side of the square weight blocks sharing one scale (128 for
+    Qwen3's and DeepSeek's FP8 releases; 0: one scale per tensor or per output
+    channel), `fp8_scope`, which weights are FP8 (``linear``: every linear layer but
+    the router and the LM head; ``mlp``: the dense MLPs only; ``experts``: the routed
+    experts only) and `fp8_bf16_layers`, layers whose weights in that scope stay bf16
+    (Meta's releases keep the first and the last layer in bf16).
     """
 
     name: str
@@ -153,6 +171,13 @@ class ModelArch:
     sliding_layers: int = 0
     intermediate_size: int = 0
     vocab_size: int = 0
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0
+    attention_chunk: int = 0
+    chunked_layers: int = 0
+    fp8_block: int = 0
+    fp8_scope: str = "linear"
+    fp8_bf16_layers: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -173,6 +198,12 @@ class ModelArch:
             "sliding_layers",
             "intermediate_size",
             "vocab_size",
+            "moe_intermediate_size",
+            "shared_intermediate_size",
+            "attention_chunk",
+            "chunked_layers",
+            "fp8_block",
+            "fp8_bf16_layers",
         ):
             _non_negative(name, _integer(name, getattr(self, name)))
         if bool(self.sliding_window) != bool(self.sliding_layers):
@@ -181,6 +212,20 @@ class ModelArch:
             )
         if self.sliding_layers > self.layers:
             raise InputError("sliding_layers", f"must be <= layers ({self.layers})")
+        if bool(self.attention_chunk) != bool(self.chunked_layers):
+            raise InputError(
+                "attention_chunk", "attention_chunk and chunked_layers must be set together"
+            )
+        if self.sliding_layers + self.chunked_layers > self.layers:
+            raise InputError(
+                "chunked_layers", f"sliding and chunked layers must be <= layers ({self.layers})"
+            )
+        if self.fp8_scope not in FP8_SCOPES:
+            raise InputError(
+                "fp8_scope", f"must be one of {', '.join(FP8_SCOPES)}, got {self.fp8_scope!r}"
+            )
+        if self.fp8_bf16_layers > self.layers:
+            raise InputError("fp8_bf16_layers", f"must be <= layers ({self.layers})")
         _set_floats(self, ("expert_params", "expert_bytes_per_param"))
         _non_negative("expert_params", self.expert_params)
         _non_negative("expert_bytes_per_param", self.expert_bytes_per_param)
@@ -542,6 +587,13 @@ _MODEL_OPTIONAL = {
     "sliding_layers",
     "intermediate_size",
     "vocab_size",
+    "moe_intermediate_size",
+    "shared_intermediate_size",
+    "attention_chunk",
+    "chunked_layers",
+    "fp8_block",
+    "fp8_scope",
+    "fp8_bf16_layers",
 }
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops"}
