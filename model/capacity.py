@@ -21,11 +21,19 @@ Choices this module makes where SPEC leaves room (also listed in README.md):
 * The memory balance is solved in the batch variable ``B`` after clearing the two
   positive denominators (the paper's cubic, restricted to its bracket); see
   :func:`solve_batch`.
+* ``performance`` (:data:`PERFORMANCE_SOURCES`) says where ``a_P``, ``b_P``, ``alpha``
+  and ``g`` come from: ``spec``, SPEC 2.2-2.3's rooflines with the calibration (the
+  default), or ``kernels``, measured kernel tables composed into forward passes plus
+  the serving engine's fitted overheads (:mod:`model.engine`), through the same two
+  forms (:class:`KernelForms`; ``docs/kernels.md``, "In the core"). Everything else (the
+  KV pool, the memory balance, the power ramps of the calibration) is the same.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +43,15 @@ from scipy.stats import binom
 
 from model import admission
 from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack
-from model.errors import DoesNotFitError, InputError
+from model.engine import (
+    EngineCalibration,
+    KernelSource,
+    KernelTimes,
+    LinearForm,
+    decode_line,
+    prefill_curve,
+)
+from model.errors import DoesNotFitError, InputError, OutsideTableError
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -59,6 +75,33 @@ def check_variant(variant: object, field: str = "model_variant") -> str:
     return variant
 
 
+#: Where the capacity model's times come from: ``spec``, SPEC 2.2-2.3's rooflines with
+#: the calibration; ``kernels``, measured kernel tables plus the engine's overheads.
+PERFORMANCE_SOURCES = ("spec", "kernels")
+DEFAULT_PERFORMANCE = "spec"
+#: the serving frameworks whose kernel tables a ``kernels`` deployment may read
+FRAMEWORKS = ("vllm", "sglang")
+DEFAULT_FRAMEWORK = "vllm"
+
+
+def check_performance(performance: object, field: str = "performance") -> str:
+    """``performance`` if it names a performance source; else an input error naming
+    ``field``."""
+    if not isinstance(performance, str) or performance not in PERFORMANCE_SOURCES:
+        raise InputError(
+            field, f"must be one of {', '.join(PERFORMANCE_SOURCES)}, got {performance!r}"
+        )
+    return performance
+
+
+def check_framework(framework: object, field: str = "framework") -> str:
+    """``framework`` if it names a serving framework of the kernel tables; else an input
+    error naming ``field``."""
+    if not isinstance(framework, str) or framework not in FRAMEWORKS:
+        raise InputError(field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    return framework
+
+
 @dataclass(frozen=True)
 class DeploymentSpec:
     """One deployment's inputs: model, GPU, calibration, serving stack and workload."""
@@ -69,25 +112,52 @@ class DeploymentSpec:
     workload: Workload
     serving: ServingStack = field(default_factory=ServingStack)
     variant: str = DEFAULT_VARIANT  # the memory balance: one of MODEL_VARIANTS
+    #: where the times come from: one of PERFORMANCE_SOURCES
+    performance: str = DEFAULT_PERFORMANCE
+    #: ``kernels`` only: the kernel tables (folder, framework, version per GPU) and the
+    #: serving engine's overheads fitted on top of them (with the version they were
+    #: fitted against and their source)
+    kernel_source: KernelSource | None = None
+    engine: EngineCalibration | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
+        check_performance(self.performance)
+        if self.performance == "kernels":
+            if self.kernel_source is None:
+                raise InputError("kernels", "performance 'kernels' needs a kernel database")
+            if self.engine is None:
+                raise InputError("performance", "performance 'kernels' needs engine overheads")
+            check_framework(self.kernel_source.framework)
+            self.kernel_source.version(self.gpu.name)  # an error naming the GPU if absent
+        elif self.kernel_source is not None or self.engine is not None:
+            raise InputError("performance", "kernel tables are only read with 'kernels'")
 
     def coefficients(self) -> Coefficients:
         return Coefficients.of(self)
+
+    @property
+    def framework(self) -> str | None:
+        """The serving framework of the kernel tables (None under ``spec``)."""
+        return None if self.kernel_source is None else self.kernel_source.framework
 
     def describe(self) -> dict[str, Any]:
         """JSON-able summary of the inputs (for outputs and cache keys)."""
         from dataclasses import asdict
 
-        return {
+        out = {
             "model": asdict(self.model),
             "gpu": asdict(self.gpu),
             "calibration": asdict(self.calibration),
             "workload": self.workload.to_dict(),
             "serving": asdict(self.serving),
             "model_variant": self.variant,
+            "performance": self.performance,
         }
+        if self.kernel_source is not None and self.engine is not None:
+            out["kernels"] = self.kernel_source.describe()
+            out["engine"] = asdict(self.engine)
+        return out
 
 
 def kv_memory_bytes(
@@ -268,6 +338,122 @@ class DecodeTerms:
 
 
 @dataclass(frozen=True)
+class KernelForms:
+    """The capacity model's two forms through a deployment's composed kernel times
+    (``performance: kernels``; :mod:`model.engine`), where they were taken, and how far
+    each strays from the composed times (``worst_deviation``, relative).
+
+    ``decode``: ``t_D(B) = alpha + g B`` at the deployment's active context over batches
+    1 to ``batch_max`` (the batch that fills the usable pool); ``decode_one_token``: the
+    same line at a context of one token, whose ``g`` with ``decode``'s gives the part of
+    ``g`` proportional to the context (``g_context = (g(ctx) - g(1)) / (ctx - 1)``, at
+    least 0); ``prefill``: ``t_P(l) = a_P l + b_P l^2`` over prompts up to
+    ``longest_prompt_tokens``."""
+
+    decode: LinearForm
+    decode_one_token: LinearForm
+    prefill: LinearForm
+    context_tokens: float
+    batch_max: float
+    longest_prompt_tokens: float
+
+
+#: KV-cache dtype names of the kernel tables, by bytes per element
+_KV_DTYPES = {2.0: "bfloat16", 1.0: "fp8"}
+#: composed kernel times (per model, GPU, tables, TP, overheads) and forms (per times,
+#: context, batch range and longest prompt) kept per process
+KERNEL_TIMES_CACHE_SIZE = 32
+KERNEL_FORMS_CACHE_SIZE = 1024
+_kernel_times: OrderedDict[tuple[Any, ...], KernelTimes] = OrderedDict()
+_kernel_forms: OrderedDict[tuple[Any, ...], KernelForms] = OrderedDict()
+_kernel_lock = threading.Lock()
+
+
+def _times_key(spec: DeploymentSpec) -> tuple[Any, ...]:
+    src, eng = spec.kernel_source, spec.engine
+    assert src is not None and eng is not None  # DeploymentSpec checks it
+    m = spec.model
+    kv = _KV_DTYPES.get(m.kv_bytes_per_elem)
+    if kv is None:
+        raise InputError(
+            "kv_bytes_per_elem",
+            f"no kernel tables for a KV cache of {m.kv_bytes_per_elem:g} bytes per element "
+            "(bf16: 2, fp8: 1)",
+        )
+    version = src.version(spec.gpu.name)
+    tp = spec.serving.tensor_parallel
+    return (src.folder, src.framework, version, spec.gpu.name, m, tp, kv, eng.overheads)
+
+
+def _times_of(key: tuple[Any, ...]) -> KernelTimes:
+    """The composed times of ``key`` (:func:`_times_key`), kept; the caller holds the lock."""
+    hit = _kernel_times.get(key)
+    if hit is not None:
+        _kernel_times.move_to_end(key)
+        return hit
+    folder, framework, version, gpu, model, tp, kv, overheads = key
+    source = KernelSource(folder, framework, ((gpu, version),))
+    times = KernelTimes.of(source, model, gpu, tp, overheads=overheads, kv_dtype=kv)
+    _kernel_times[key] = times
+    while len(_kernel_times) > KERNEL_TIMES_CACHE_SIZE:
+        _kernel_times.popitem(last=False)
+    return times
+
+
+def longest_prompt_tokens(w: Workload) -> float:
+    """The longest prompt a workload's moments allow: every prompt when they are all of
+    one length (``E[l_in^2] = E[l_in]^2``), else ``max(l_in + l_out) - 1``."""
+    if w.e_in2 <= w.mean_in * w.mean_in * (1.0 + 1e-12):
+        return w.mean_in
+    return w.max_tokens - 1.0
+
+
+def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelForms:
+    """A ``kernels`` deployment's :class:`KernelForms` at active context ``ctx`` (nan:
+    no decode work, the line at one token) over batches 1 to ``batch_max``, built once
+    per process for everything that determines them. A shape the tables do not measure
+    is an :class:`InputError` naming ``workload``, with the table and the shape."""
+    longest = longest_prompt_tokens(spec.workload)
+    context = ctx if math.isfinite(ctx) else 1.0
+    bmax = batch_max if math.isfinite(ctx) else 1.0
+    key = (*_times_key(spec), context, bmax, longest)
+    with _kernel_lock:
+        hit = _kernel_forms.get(key)
+        if hit is not None:
+            _kernel_forms.move_to_end(key)
+            return hit
+        times = _times_of(key[:8])
+        try:
+            prefill = prefill_curve(times, longest)
+        except OutsideTableError as e:
+            raise InputError(
+                "workload",
+                f"its longest prompt ({longest:,.0f} tokens) is beyond the kernel tables: {e}",
+            ) from e
+        try:
+            decode = decode_line(times, context, bmax)
+            one = decode if context == 1.0 else decode_line(times, 1.0, bmax)
+        except OutsideTableError as e:
+            raise InputError(
+                "workload",
+                f"its decode at a context of {context:,.0f} tokens, batches 1 to "
+                f"{max(1, math.floor(bmax))}, is beyond the kernel tables: {e}",
+            ) from e
+        forms = KernelForms(decode, one, prefill, context, bmax, longest)
+        _kernel_forms[key] = forms
+        while len(_kernel_forms) > KERNEL_FORMS_CACHE_SIZE:
+            _kernel_forms.popitem(last=False)
+        return forms
+
+
+def clear_kernel_cache() -> None:
+    """Forget every composed kernel time and form (tests, benchmarks)."""
+    with _kernel_lock:
+        _kernel_times.clear()
+        _kernel_forms.clear()
+
+
+@dataclass(frozen=True)
 class Coefficients:
     """Per-deployment scalars of SPEC 2.2-2.6, in SI units."""
 
@@ -309,6 +495,8 @@ class Coefficients:
     # E[(l_in + R)^2] of a request at admission; nan without the workload's third moments
     decode_held_e2_tokens2: float = math.nan
     head_e2_tokens2: float = math.nan
+    # performance "kernels": the forms a_P, b_P, alpha and g come from (None: SPEC's)
+    forms: KernelForms | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -389,19 +577,6 @@ class Coefficients:
 
         e1, e2, e3, e4 = w.mean_in, w.e_in2, w.e_in3, w.e_in4
         r = float(st.reserved_tokens)
-        a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
-        t_mean = a_p * e1 + b_p * e2
-        t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
-        scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
-        reserve = a_p * e2 + b_p * e3 + st.reserved_tokens * t_mean
-
-        terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
-        alpha, g = terms.alpha_g(cal)
-        g_context = 0.0
-        if iters > 0 and ctx > 0:
-            g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
-        if not iters > 0:
-            g = math.nan
         variant = spec.variant  # checked by DeploymentSpec
         fragment = 0.0
         if variant == "admission" and iters > 0:
@@ -413,6 +588,28 @@ class Coefficients:
                     f"nothing to pack once FIFO admission's fragmentation "
                     f"({fragment:,.0f} tokens) is set aside",
                 )
+
+        forms = None
+        if spec.performance == "kernels":
+            # B_max as Coefficients.batch_max gives it
+            forms = kernel_forms(spec, ctx, (usable - fragment) / (ctx + r))
+            a_p, b_p = forms.prefill.coefficients
+            alpha, g = forms.decode.coefficients
+            g_one = forms.decode_one_token.coefficients[1]
+            g_context = max(g - g_one, 0.0) / (ctx - 1.0) if iters > 0 and ctx > 1 else 0.0
+        else:
+            a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
+            terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
+            alpha, g = terms.alpha_g(cal)
+            g_context = 0.0
+            if iters > 0 and ctx > 0:
+                g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
+        if not iters > 0:
+            g = math.nan
+        t_mean = a_p * e1 + b_p * e2
+        t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
+        scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
+        reserve = a_p * e2 + b_p * e3 + st.reserved_tokens * t_mean
         return cls(
             a_p_s_per_token=a_p,
             b_p_s_per_token2=b_p,
@@ -445,6 +642,7 @@ class Coefficients:
             if iters > 0
             else math.nan,
             head_e2_tokens2=e2 + (2.0 * e1 + r) * r,
+            forms=forms,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------

@@ -6,13 +6,25 @@ and ``POST /v1/capacity`` give the same document.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from model.capacity import DEFAULT_VARIANT, DeploymentSpec, candidate_configs, evaluate
+from model.capacity import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_PERFORMANCE,
+    DEFAULT_VARIANT,
+    Coefficients,
+    DeploymentSpec,
+    candidate_configs,
+    check_framework,
+    check_performance,
+    evaluate,
+)
 from model.catalog import (
     Calibration,
     ServingStack,
@@ -20,6 +32,13 @@ from model.catalog import (
     load_calibration,
     load_gpu,
     load_model,
+)
+from model.engine import (
+    EngineCalibration,
+    KernelSource,
+    gpu_folder,
+    open_database,
+    shipped_calibration,
 )
 from model.errors import InputError
 from model.pareto import front_indices, max_capacity_index, min_power_index
@@ -43,6 +62,65 @@ class SpecRequest:
     calibration: Calibration | None = None
     #: the memory balance (model.capacity.MODEL_VARIANTS)
     model_variant: str = DEFAULT_VARIANT
+    #: where the times come from (model.capacity.PERFORMANCE_SOURCES)
+    performance: str = DEFAULT_PERFORMANCE
+    #: ``kernels``: the serving framework of the tables (default ``vllm``)
+    framework: str | None = None
+    #: ``kernels``: the kernel database folder, chosen by whoever runs the core (the
+    #: command line's ``--kernels``, a server's setting), never by a request; unused under
+    #: ``spec``
+    kernels: str | None = None
+    #: ``kernels``: the tables' version per catalog GPU (default: the version the engine
+    #: calibration was fitted against)
+    kernel_versions: Mapping[str, str] = field(default_factory=dict)
+    #: ``kernels``: the engine's overheads (default: the shipped calibration of the GPU
+    #: and framework)
+    engine: EngineCalibration | None = None
+
+
+def kernel_database(folder: str, field_name: str = "kernels") -> str:
+    """``folder`` if it holds kernel tables in AIConfigurator's layout; else an input
+    error naming ``field_name``."""
+    try:
+        db = open_database(folder)
+    except InputError as e:
+        raise InputError(field_name, e.reason) from None
+    if not db.refs:
+        raise InputError(
+            field_name,
+            f"{folder!r} is not a kernel database: it holds no tables laid out as "
+            "<gpu>/<op>/<framework>/<version>/<kind>_perf.parquet",
+        )
+    return folder
+
+
+def kernel_versions_of(folder: str, gpu: str, framework: str) -> list[str]:
+    """The versions of ``framework``'s GEMM tables for catalog GPU ``gpu`` in ``folder``."""
+    db = open_database(folder)
+    return sorted(v for f, v in db.versions(gpu_folder(gpu), "gemm") if f == framework)
+
+
+def _kernel_inputs(
+    req: SpecRequest, gpu: str
+) -> tuple[KernelSource | None, EngineCalibration | None]:
+    """The kernel source and engine calibration of a request (both None under ``spec``,
+    where a framework, a version or overheads are errors: nothing given is ignored)."""
+    performance = check_performance(req.performance)
+    if performance == "spec":
+        for name, given in (
+            ("framework", req.framework is not None),
+            ("kernel_versions", bool(req.kernel_versions)),
+            ("engine", req.engine is not None),
+        ):
+            if given:
+                raise InputError(name, "only used with performance 'kernels'")
+        return None, None
+    if not req.kernels:
+        raise InputError("performance", "'kernels' needs a kernel database, and none is set")
+    framework = check_framework(req.framework or DEFAULT_FRAMEWORK)
+    engine = req.engine or shipped_calibration(gpu, framework)
+    version = req.kernel_versions.get(gpu) or engine.version
+    return KernelSource(req.kernels, framework, ((gpu, version),)), engine
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -63,10 +141,65 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
         workload = Workload.from_dict(req.moments)
     else:
         workload = parse_workload(req.workload, read_files=req.read_files)
-    return DeploymentSpec(model, gpu, cal, workload, serving, req.model_variant)
+    source, engine = _kernel_inputs(req, gpu.name)
+    return DeploymentSpec(
+        model,
+        gpu,
+        cal,
+        workload,
+        serving,
+        req.model_variant,
+        performance=req.performance,
+        kernel_source=source,
+        engine=engine,
+    )
 
 
-def _context(spec: DeploymentSpec, overridden: bool) -> dict[str, Any]:
+def _form(form: Any, names: tuple[str, str]) -> dict[str, Any]:
+    a, b = form.coefficients
+    return {
+        names[0]: a,
+        names[1]: b,
+        "points": form.points,
+        "worst_deviation": form.worst_deviation,
+    }
+
+
+def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
+    """Where a deployment's times come from: ``spec`` (SPEC 2.2-2.3's rooflines with the
+    calibration) or ``kernels``, with the tables (the folder's name only, framework,
+    version), the engine calibration and the two forms with their worst relative
+    deviation from the composed times; and the power model, the calibration's ramps in
+    both cases."""
+    out: dict[str, Any] = {"source": spec.performance}
+    src, eng, forms = spec.kernel_source, spec.engine, c.forms
+    if src is not None and eng is not None and forms is not None:
+        out["kernels"] = {
+            "folder": Path(src.folder).name,
+            "framework": src.framework,
+            "gpu": spec.gpu.name,
+            "version": src.version(spec.gpu.name),
+        }
+        out["engine_calibration"] = {
+            "source": eng.source,
+            "fitted_version": eng.version,
+            **eng.overheads.as_dict(),
+        }
+        out["decode_line"] = {
+            "context_tokens": forms.context_tokens,
+            "batch_from": 1,
+            "batch_to": max(1, math.floor(forms.batch_max)),
+            **_form(forms.decode, ("alpha_s", "g_s_per_request")),
+        }
+        out["prefill_curve"] = {
+            "longest_prompt_tokens": forms.longest_prompt_tokens,
+            **_form(forms.prefill, ("a_p_s_per_token", "b_p_s_per_token2")),
+        }
+    out["power"] = "the calibration's ramps (SPEC 2.6)"
+    return out
+
+
+def _context(spec: DeploymentSpec, overridden: bool, c: Coefficients) -> dict[str, Any]:
     cal = spec.calibration
     return {
         "model": spec.model.name,
@@ -78,6 +211,7 @@ def _context(spec: DeploymentSpec, overridden: bool) -> dict[str, Any]:
             "overridden": overridden,
             "source": cal.source,
         },
+        "performance": performance_report(spec, c),
     }
 
 
@@ -96,7 +230,7 @@ def capacity_report(
         raise InputError("load", "must be finite and >= 0")
     r = evaluate(spec, [n_p], [n_d], None if load_rps is None else [load_rps])
     out = r.record(0)
-    out.update(_context(spec, overridden))
+    out.update(_context(spec, overridden, r.coefficients))
     return out
 
 
@@ -117,7 +251,7 @@ def front_report(
     r = evaluate(spec, n_p, n_d)
     configs = [r.record(i) for i in range(len(r))]
     front = front_indices(r.capacity_rps, r.power_w)
-    out: dict[str, Any] = _context(spec, overridden)
+    out: dict[str, Any] = _context(spec, overridden, r.coefficients)
     out.update(
         {
             "max_gpus": int(max_gpus),
