@@ -228,6 +228,10 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
                 d.overrides,
                 read_files=p.host.read_files,
                 model_variant=d.model_variant,
+                performance=d.performance,
+                framework=d.framework,
+                kernels=p.host.kernels,
+                kernel_versions=dict(p.host.kernel_versions),
             )
         )
         Coefficients.of(spec)

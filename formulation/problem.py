@@ -38,7 +38,7 @@ from formulation.request import (
     ScheduleRequest,
     parse_request,
 )
-from model.capacity import DEFAULT_VARIANT
+from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -72,6 +72,8 @@ class DeploymentInput:
     initial_n_d: int = 0
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     model_variant: str = DEFAULT_VARIANT
+    performance: str = DEFAULT_PERFORMANCE
+    framework: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,12 @@ class Host:
     #: refuse, before any table is built, a problem whose solve is estimated to need
     #: more memory than this (MB); None: no limit
     memory_budget_mb: float | None = None
+    #: the kernel database deployments with ``performance: kernels`` read (a server's
+    #: setting, the command line's ``--kernels``); None: such deployments are refused
+    kernels: str | None = None
+    #: the kernel tables' version per catalog GPU (the command line's
+    #: ``--kernel-version``); a GPU not listed uses its engine calibration's version
+    kernel_versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,14 +252,24 @@ def validate(p: ScheduleProblem) -> None:
         _int("solver.threads", so.threads, 1)
 
 
-def fill_model_variant(body: Any, variant: str) -> Any:
-    """``body`` (a schedule request) with ``model_variant`` set on each deployment that
+def _fill(body: Any, key: str, value: str) -> Any:
+    """``body`` (a schedule request) with ``key`` set to ``value`` on each deployment that
     does not name its own; anything malformed is left for :func:`problem_from_dict`."""
     if isinstance(body, dict):
         for dep in body.get("deployments") or []:
             if isinstance(dep, dict):
-                dep.setdefault("model_variant", variant)
+                dep.setdefault(key, value)
     return body
+
+
+def fill_model_variant(body: Any, variant: str) -> Any:
+    """``body`` with ``model_variant`` set on each deployment that names none."""
+    return _fill(body, "model_variant", variant)
+
+
+def fill_performance(body: Any, performance: str) -> Any:
+    """``body`` with ``performance`` set on each deployment that names none."""
+    return _fill(body, "performance", performance)
 
 
 def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
@@ -283,6 +301,8 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
             initial_n_d=d.initial.n_d,
             overrides={k: dict(v) for k, v in d.overrides.items()},
             model_variant=d.model_variant,
+            performance=d.performance,
+            framework=d.framework,
         )
         for d in req.deployments
     )

@@ -27,7 +27,16 @@ from pydantic import (
 )
 
 from formulation.demo import demo_request
-from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS, check_variant
+from model.capacity import (
+    DEFAULT_PERFORMANCE,
+    DEFAULT_VARIANT,
+    FRAMEWORKS,
+    MODEL_VARIANTS,
+    PERFORMANCE_SOURCES,
+    check_framework,
+    check_performance,
+    check_variant,
+)
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -139,6 +148,42 @@ ModelVariant = Annotated[
 ]
 
 
+def _known_performance(v: str) -> str:
+    try:
+        return check_performance(v)
+    except InputError as e:
+        raise ValueError(e.reason) from e
+
+
+def _known_framework(v: str) -> str:
+    try:
+        return check_framework(v)
+    except InputError as e:
+        raise ValueError(e.reason) from e
+
+
+Performance = Annotated[
+    str,
+    Field(
+        description="where the times come from: spec (SPEC 2.2-2.3's rooflines with the "
+        "calibration) or kernels (measured kernel tables plus the serving engine's fitted "
+        "overheads, docs/kernels.md; the server's kernel database, PDWATT_KERNELS)",
+        json_schema_extra={"enum": list(PERFORMANCE_SOURCES)},
+    ),
+    AfterValidator(_known_performance),
+]
+Framework = Annotated[
+    str,
+    Field(
+        description="performance kernels only: the serving framework whose kernel tables "
+        "and engine calibration are used (default vllm; the shipped engine calibrations "
+        "are vLLM on H100 and B200)",
+        json_schema_extra={"enum": list(FRAMEWORKS)},
+    ),
+    AfterValidator(_known_framework),
+]
+
+
 # Upper bounds far beyond any real site keep every total finite (a response with an
 # overflowed total cannot be written as JSON).
 Rate = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]  # req/s
@@ -173,6 +218,8 @@ class DeploymentIn(Strict):
     initial: Initial = Initial()
     overrides: Overrides = Field(default_factory=dict)
     model_variant: ModelVariant = DEFAULT_VARIANT
+    performance: Performance = DEFAULT_PERFORMANCE
+    framework: Framework | None = None
 
 
 class SiteIn(Strict):

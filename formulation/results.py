@@ -10,6 +10,7 @@ import numpy as np
 
 from formulation.evaluate import Priced
 from formulation.solve import Outcome
+from model.operations import performance_report
 
 
 def _totals(p: Priced) -> dict[str, Any]:
@@ -75,6 +76,7 @@ def response(o: Outcome) -> dict[str, Any]:
                 "workload": d.spec.workload.name,
                 "calibration_measured": d.measured_calibration,
                 "model_variant": d.spec.variant,
+                "performance": performance_report(d.spec, d.table.result.coefficients),
                 "candidates": d.n_configs,
             }
             for d in data.deployments

@@ -9,7 +9,10 @@ workload loaders and the primitive timing formulas:
 
 where ``n`` is the number of requests in the decode batch and ``S`` the sum of
 their *actual* current contexts (SPEC 2.3 with the real batch instead of
-``B * ctx``). It never calls the memory balance, the batch solver, Kingman's
+``B * ctx``). Under ``performance: kernels`` (measured kernel tables, ``a_P`` and
+``b_P`` from the capacity model's prefill curve) the decode iteration is the capacity
+model's line split the same way, ``alpha + (g - g_c ctx) n + g_c S`` with ``g_c`` its
+context share (:class:`SimTiming`). It never calls the memory balance, the batch solver, Kingman's
 formula or the capacity code.
 
 The system simulated (SGLang's PD mode, SPEC 2.1):
@@ -158,11 +161,22 @@ class SimTiming:
     kv_pool_tokens: int  # C_tok
     kv_usable_tokens: int  # floor(C_tok - U)
     reserved_tokens: int  # R
+    # performance "kernels": the decode iteration is ``kernel_iteration_s + t_req_s n +
+    # kernel_token_s S`` (the capacity model's line, split into its parts per request
+    # and per attended token) instead of the rooflines above (None: the rooflines)
+    kernel_iteration_s: float | None = None
+    kernel_token_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("a_p_s_per_token", "b_p_s_per_token2", "weight_bytes", "t_iter_s", "t_req_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
+                raise InputError(name, f"must be finite and >= 0, got {value!r}")
+        if (self.kernel_iteration_s is None) != (self.kernel_token_s is None):
+            raise InputError("kernel_token_s", "give both kernel terms or neither")
+        for name in ("kernel_iteration_s", "kernel_token_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
                 raise InputError(name, f"must be finite and >= 0, got {value!r}")
         for name in ("kv_bytes_per_token", "decode_bw_bytes_per_s"):
             value = getattr(self, name)
@@ -175,12 +189,28 @@ class SimTiming:
 
     @classmethod
     def of(cls, spec: DeploymentSpec) -> SimTiming:
-        """The timing of a deployment (its workload only serves the fit check)."""
+        """The timing of a deployment (its workload only serves the fit check).
+
+        Under ``performance: kernels`` the decode iteration is the capacity model's line
+        ``alpha + g n`` at the deployment's context ``ctx``, split into what one more
+        request costs whatever its context, ``g - g_c ctx``, and what each attended
+        token costs, ``g_c`` (``Coefficients.g_context_s_per_token``); where that split
+        would make the first part negative it is 0 and ``g_c = g / ctx``, so that at the
+        mean context the iteration is the line's either way."""
         reason = not_simulated(spec.model)
         if reason is not None:
             raise InputError("model", reason)
         c = Coefficients.of(spec)
         tp = spec.serving.tensor_parallel
+        t_req_s = spec.calibration.t_req_s
+        iteration = token = None
+        if spec.performance == "kernels":
+            iteration, token, t_req_s = c.alpha_s, 0.0, 0.0
+            if c.has_decode_work:
+                token = c.g_context_s_per_token
+                t_req_s = c.g_s_per_request - token * c.ctx_tokens
+                if t_req_s < 0.0:
+                    t_req_s, token = 0.0, c.g_s_per_request / c.ctx_tokens
         return cls(
             a_p_s_per_token=c.a_p_s_per_token,
             b_p_s_per_token2=c.b_p_s_per_token2,
@@ -188,11 +218,27 @@ class SimTiming:
             kv_bytes_per_token=spec.model.kv_bytes_per_token,
             decode_bw_bytes_per_s=spec.gpu.mem_bw_bytes_per_s * tp * spec.calibration.mbu,
             t_iter_s=spec.calibration.t_iter_s,
-            t_req_s=spec.calibration.t_req_s,
+            t_req_s=t_req_s,
             kv_pool_tokens=c.kv_pool_tokens,
             kv_usable_tokens=math.floor(c.kv_usable_tokens),
             reserved_tokens=c.reserved_tokens,
+            kernel_iteration_s=iteration,
+            kernel_token_s=token,
         )
+
+    @property
+    def iteration_s(self) -> float:
+        """A decode iteration's time at an empty batch (s)."""
+        if self.kernel_iteration_s is not None:
+            return self.kernel_iteration_s
+        return self.weight_bytes / self.decode_bw_bytes_per_s + self.t_iter_s
+
+    @property
+    def attended_token_s(self) -> float:
+        """What each token a decode iteration attends to adds to it (s)."""
+        if self.kernel_token_s is not None:
+            return self.kernel_token_s
+        return self.kv_bytes_per_token / self.decode_bw_bytes_per_s
 
     def t_prefill_s(self, l_in: ArrayLike) -> NDArray[np.float64]:
         """``t_P(l_in) = a_P l_in + b_P l_in^2`` (s), SPEC 2.2."""
@@ -203,8 +249,14 @@ class SimTiming:
         """One decode iteration (s) of ``batch`` requests attending to ``context_sum_tokens``.
 
         ``(weight_bytes + kappa * S) / (beta MBU) + t_iter + t_req * batch``, SPEC 2.3
-        with the actual batch.
+        with the actual batch (with kernels, the line's parts: see :meth:`of`).
         """
+        if self.kernel_iteration_s is not None and self.kernel_token_s is not None:
+            return (
+                self.kernel_iteration_s
+                + self.kernel_token_s * context_sum_tokens
+                + self.t_req_s * batch
+            )
         return (
             (self.weight_bytes + self.kv_bytes_per_token * context_sum_tokens)
             / self.decode_bw_bytes_per_s
@@ -723,9 +775,8 @@ class _Engine:
         n_p, n_d = self.n_p, self.n_d
         usable = tm.kv_usable_tokens
         res = tm.reserved_tokens
-        bw = tm.decode_bw_bytes_per_s
-        c_kv = tm.kv_bytes_per_token / bw  # s per attended token
-        w_s = tm.weight_bytes / bw + tm.t_iter_s  # s per iteration at zero batch
+        c_kv = tm.attended_token_s  # s per attended token
+        w_s = tm.iteration_s  # s per iteration at zero batch
         t_req = tm.t_req_s
         a_p, b_p = tm.a_p_s_per_token, tm.b_p_s_per_token2
         log = self.log
@@ -1458,6 +1509,7 @@ def _context(spec: DeploymentSpec, samples: Samples, timing: SimTiming) -> dict[
         "workload": spec.workload.name,
         "samples": {"name": samples.name, "count": len(samples), "source": samples.source},
         "calibration": {"measured": bool(cal.measured), "source": cal.source},
+        "performance": spec.performance,
         "kv_pool_tokens": int(timing.kv_pool_tokens),
         "dispatch": spec.serving.dispatch,
     }

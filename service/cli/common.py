@@ -5,13 +5,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
-from model.catalog import load_override_file, parse_set_flags
-from model.operations import SpecRequest, resolve_spec
+from model.capacity import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_PERFORMANCE,
+    DEFAULT_VARIANT,
+    FRAMEWORKS,
+    MODEL_VARIANTS,
+    PERFORMANCE_SOURCES,
+)
+from model.catalog import load_gpu, load_override_file, parse_set_flags
+from model.engine import gpu_folder
+from model.errors import InputError
+from model.operations import SpecRequest, kernel_database, kernel_versions_of, resolve_spec
 from service.cli.calibrate import calibration_for_gpu
+from service.cli.calibrate_kernels import kernel_versions as parse_kernel_versions
+
+#: the environment variable naming the kernel database (the server's setting, and the
+#: command line's default for ``--kernels``)
+KERNELS_ENV = "PDWATT_KERNELS"
 
 
 def add_variant_arg(p: argparse.ArgumentParser, per_deployment: bool = False) -> None:
@@ -23,6 +38,89 @@ def add_variant_arg(p: argparse.ArgumentParser, per_deployment: bool = False) ->
         + DEFAULT_VARIANT
         + (" (for deployments that do not name their own model_variant)" if per_deployment else ""),
     )
+
+
+def add_performance_args(p: argparse.ArgumentParser, per_deployment: bool = False) -> None:
+    """``--performance``, ``--kernels``, ``--framework`` and ``--kernel-version``: where
+    the times come from (SPEC's rooflines or measured kernels)."""
+    each = " (for deployments that do not name their own)" if per_deployment else ""
+    p.add_argument(
+        "--performance",
+        choices=PERFORMANCE_SOURCES,
+        help="where the times come from: spec (SPEC 2.2-2.3 rooflines with the "
+        "calibration) or kernels (measured kernel tables plus the serving engine's "
+        f"fitted overheads, docs/kernels.md); default {DEFAULT_PERFORMANCE}{each}",
+    )
+    p.add_argument(
+        "--kernels",
+        metavar="DIR",
+        help="kernel database (AIConfigurator's layout) read with --performance kernels "
+        f"(default: ${KERNELS_ENV})",
+    )
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        help="with --performance kernels: the serving framework of the kernel tables and "
+        f"engine calibration (default {DEFAULT_FRAMEWORK}{each}; the shipped engine "
+        "calibrations are vLLM on H100 and B200)",
+    )
+    p.add_argument(
+        "--kernel-version",
+        dest="kernel_versions",
+        action="append",
+        default=[],
+        metavar="GPU=VERSION",
+        help="with --performance kernels: the version of GPU's kernel tables (default: "
+        "the version its engine calibration was fitted with); repeat for several GPUs",
+    )
+
+
+def kernel_options(
+    a: argparse.Namespace, uses_kernels: bool, framework: str | None = None
+) -> tuple[str | None, dict[str, str]]:
+    """The kernel database folder and the versions per GPU the options give, checked:
+    without a deployment using kernels, ``--kernels``, ``--framework`` and
+    ``--kernel-version`` are errors (nothing given is ignored); with one, the folder
+    (``--kernels``, else ``$PDWATT_KERNELS``) must be a kernel database and each version
+    must be in it (for ``framework`` when given)."""
+    versions: dict[str, str] = {}
+    folder_given, framework_given = getattr(a, "kernels", None), getattr(a, "framework", None)
+    for gpu, version in parse_kernel_versions(getattr(a, "kernel_versions", None)).items():
+        try:
+            versions[load_gpu(gpu).name] = version
+        except InputError as e:
+            raise InputError("--kernel-version", e.reason) from None
+    if not uses_kernels:
+        for flag, given in (
+            ("--kernels", folder_given is not None),
+            ("--framework", framework_given is not None),
+            ("--kernel-version", bool(versions)),
+        ):
+            if given:
+                raise InputError(flag, "only used with --performance kernels")
+        return None, {}
+    folder = folder_given or os.environ.get(KERNELS_ENV) or None
+    if folder is None:
+        raise InputError(
+            "--kernels",
+            f"--performance kernels needs a kernel database: give --kernels DIR or set "
+            f"{KERNELS_ENV}",
+        )
+    where = "--kernels" if folder_given else f"--kernels (from {KERNELS_ENV})"
+    kernel_database(folder, where)
+    for gpu, version in versions.items():
+        try:
+            gpu_folder(gpu)
+        except InputError as e:
+            raise InputError("--kernel-version", e.reason) from None
+        fws = [framework] if framework else list(FRAMEWORKS)
+        have = {f: kernel_versions_of(folder, gpu, f) for f in fws}
+        if not any(version in v for v in have.values()):
+            listed = "; ".join(f"{f}: {', '.join(v) or 'none'}" for f, v in have.items())
+            raise InputError(
+                "--kernel-version", f"no {gpu} tables of version {version!r} ({listed})"
+            )
+    return folder, versions
 
 
 def add_spec_args(
@@ -62,6 +160,7 @@ def add_spec_args(
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
     if variant:
         add_variant_arg(p)
+    add_performance_args(p)
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
 
 
@@ -78,6 +177,9 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
     base = None
     if getattr(a, "calibration", None):
         base = calibration_for_gpu(a.calibration, a.gpu)
+    performance = getattr(a, "performance", None) or DEFAULT_PERFORMANCE
+    framework = getattr(a, "framework", None)
+    folder, versions = kernel_options(a, performance == "kernels", framework)
     req = SpecRequest(
         model=a.model,
         gpu=a.gpu,
@@ -86,6 +188,10 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         read_files=True,
         calibration=base,
         model_variant=getattr(a, "model_variant", None) or DEFAULT_VARIANT,
+        performance=performance,
+        framework=framework,
+        kernels=folder,
+        kernel_versions=versions,
     )
     return resolve_spec(req), bool(overrides)
 
@@ -113,4 +219,25 @@ def calibration_line(rep: dict[str, Any]) -> str:
     cal = rep["calibration"]
     kind = "measured" if cal["measured"] else "ESTIMATED (no measurement for this pair)"
     extra = ", with user overrides" if cal.get("overridden") else ""
-    return f"calibration: {kind}{extra}; {cal['source']}; model variant {rep['model_variant']}"
+    return (
+        f"calibration: {kind}{extra}; {cal['source']}; model variant {rep['model_variant']}\n"
+        + performance_line(rep["performance"])
+    )
+
+
+def performance_line(perf: dict[str, Any]) -> str:
+    """Where the times come from, in a line or three (``performance`` of a report)."""
+    if perf["source"] != "kernels":
+        return f"performance: SPEC rooflines with the calibration; power: {perf['power']}"
+    k, e = perf["kernels"], perf["engine_calibration"]
+    d, p = perf["decode_line"], perf["prefill_curve"]
+    return (
+        f"performance: kernels, {k['framework']} {k['version']} tables of {k['gpu']} in "
+        f"{k['folder']}; engine calibration: {e['source']} (fitted with {e['fitted_version']})"
+        f"\n  decode t_D(B) = {d['alpha_s'] * 1e3:.3f} ms + {d['g_s_per_request'] * 1e3:.4f} "
+        f"ms x B at {d['context_tokens']:,.0f} tokens, B in 1..{d['batch_to']}: within "
+        f"{100 * d['worst_deviation']:.1f}% of the composed times"
+        f"\n  prefill t_P(l) = {p['a_p_s_per_token'] * 1e6:.3f} us x l + "
+        f"{p['b_p_s_per_token2'] * 1e9:.4f} ns x l^2, l up to {p['longest_prompt_tokens']:,.0f}: "
+        f"within {100 * p['worst_deviation']:.1f}%; power: {perf['power']}"
+    )

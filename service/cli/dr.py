@@ -136,7 +136,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         raise InputError("--event", "give the event file (JSON) with --event")
     try:
         with Progress(quiet=a.json and not a.progress) as prog:
-            result = demand_response(body, event, prog, host=host_from_args(a))
+            result = demand_response(body, event, prog, host=host_from_args(a, body))
     except InfeasibleError as e:
         print(f"error: {e}", file=sys.stderr)
         _print_conflicts(e.conflicts)
@@ -216,7 +216,7 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     period = a.period
     if period is None and a.demo and not a.all:
         period = DEMO_FLEX_PERIOD
-    result = flexibility_curve(body, period, a.points, host=host_from_args(a))
+    result = flexibility_curve(body, period, a.points, host=host_from_args(a, body))
     from service.charts_dr import flex_chart
 
     return _report(a, result, "flexibility", "pdwatt-flex-demo.png", flex_chart, print_flex)

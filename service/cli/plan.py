@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 from formulation.demo import demo_request
-from formulation.problem import Host, fill_model_variant, problem_from_dict
+from formulation.problem import Host, fill_model_variant, fill_performance, problem_from_dict
 from model.errors import InputError
 from service.cli.calibrate import calibration_for_gpu, read_calibration_file
-from service.cli.common import add_variant_arg
+from service.cli.common import add_performance_args, add_variant_arg, kernel_options
 
 
 class Progress:
@@ -49,7 +49,7 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
         body = demo_request()
         if a.time_limit is not None:
             body["solver"]["time_limit_s"] = a.time_limit
-        return with_model_variant(body, getattr(a, "model_variant", None))
+        return with_defaults(body, a)
     if not a.file:
         raise InputError("FILE", "give a schedule request file (JSON) or --demo")
     try:
@@ -61,7 +61,20 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
         raise InputError("FILE", f"{a.file} is not valid JSON: line {e.lineno}: {e.msg}") from e
     if a.time_limit is not None and isinstance(body, dict):
         body.setdefault("solver", {})["time_limit_s"] = a.time_limit
-    return with_model_variant(body, getattr(a, "model_variant", None))
+    return with_defaults(body, a)
+
+
+def with_defaults(body: Any, a: argparse.Namespace) -> Any:
+    """``body`` with ``--model-variant`` and ``--performance`` on each deployment that
+    does not name its own, and ``--framework`` on each one using kernels that names none."""
+    body = with_model_variant(body, getattr(a, "model_variant", None))
+    if getattr(a, "performance", None) is not None:
+        body = fill_performance(body, a.performance)
+    if getattr(a, "framework", None) is not None:
+        for dep in _deployments(body):
+            if dep.get("performance") == "kernels":
+                dep.setdefault("framework", a.framework)
+    return body
 
 
 def with_model_variant(body: Any, variant: str | None) -> Any:
@@ -69,10 +82,16 @@ def with_model_variant(body: Any, variant: str | None) -> Any:
     return body if variant is None else fill_model_variant(body, variant)
 
 
+def _deployments(body: Any) -> list[dict[str, Any]]:
+    deps = body.get("deployments") if isinstance(body, dict) else None
+    return [d for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
+
+
 def add_host_args(p: argparse.ArgumentParser) -> None:
-    """``--max-memory-mb`` and ``--model-variant``: the flags of every command that solves
-    schedules."""
+    """``--max-memory-mb``, ``--model-variant`` and the performance options: the flags of
+    every command that solves schedules."""
     add_variant_arg(p, per_deployment=True)
+    add_performance_args(p, per_deployment=True)
     p.add_argument(
         "--max-memory-mb",
         type=float,
@@ -81,9 +100,10 @@ def add_host_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def host_from_args(a: argparse.Namespace) -> Host:
+def host_from_args(a: argparse.Namespace, body: Any) -> Host:
     """The command line reads the user's own workload files; memory budget from the flag
-    or the same setting the service uses."""
+    or the same setting the service uses; the kernel database (``--kernels``, else
+    ``$PDWATT_KERNELS``) when a deployment of ``body`` uses kernels."""
     from service.settings import get_settings
 
     budget = a.max_memory_mb
@@ -91,7 +111,14 @@ def host_from_args(a: argparse.Namespace) -> Host:
         budget = get_settings().max_solve_memory_mb
     if budget <= 0:
         raise InputError("--max-memory-mb", f"must be > 0, got {budget:g}")
-    return Host(read_files=True, memory_budget_mb=budget)
+    uses = any(d.get("performance") == "kernels" for d in _deployments(body))
+    folder, versions = kernel_options(a, uses)
+    return Host(
+        read_files=True,
+        memory_budget_mb=budget,
+        kernels=folder,
+        kernel_versions=tuple(sorted(versions.items())),
+    )
 
 
 def print_summary(resp: dict[str, Any]) -> None:
@@ -154,7 +181,7 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     body = load_body(a)
     if a.calibration:
         body = with_calibration_file(body, a.calibration)
-    problem = problem_from_dict(body, host_from_args(a))
+    problem = problem_from_dict(body, host_from_args(a, body))
     with Progress(quiet=a.json and not a.progress) as prog:
         outcome = solve(problem, prog)
     resp = response(outcome)

@@ -270,6 +270,26 @@ def test_the_capacity_report_names_the_performance_source(tables: Path) -> None:
     assert rep["capacity_rps"] > 0
 
 
+def test_the_simulator_times_decode_by_the_line(tables: Path) -> None:
+    from model.simulator import SimTiming
+
+    spec = kernel_spec(tables)
+    c = Coefficients.of(spec)
+    tm = SimTiming.of(spec)
+    assert (tm.a_p_s_per_token, tm.b_p_s_per_token2) == (c.a_p_s_per_token, c.b_p_s_per_token2)
+    for n in (1, 7, 50):
+        # n requests at the mean context: the line; the context's share per token
+        assert tm.t_decode_s(n, n * c.ctx_tokens) == pytest.approx(
+            c.alpha_s + c.g_s_per_request * n, rel=1e-12
+        )
+        assert tm.t_decode_s(n, n * (c.ctx_tokens + 10)) - tm.t_decode_s(
+            n, n * c.ctx_tokens
+        ) == pytest.approx(10 * n * c.g_context_s_per_token, rel=1e-6)
+    # spec: the rooflines, as before
+    roof = SimTiming.of(resolve_spec(SpecRequest(workload="fixed:4096:256")))
+    assert roof.kernel_iteration_s is None and roof.kernel_token_s is None
+
+
 def test_a_prompt_beyond_the_tables_is_an_error_naming_the_workload(tables: Path) -> None:
     spec = kernel_spec(tables, "fixed:20000:8", pool=60_000)
     with pytest.raises(InputError) as err:

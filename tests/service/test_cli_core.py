@@ -300,3 +300,94 @@ def test_large_json_output_is_compact_and_the_same_document(
     compact = capsys.readouterr().out
     assert compact.count("\n") == 1 and len(compact) < len(indented)
     assert json.loads(compact) == json.loads(indented)
+
+
+# ---- --performance kernels -------------------------------------------------------------
+
+
+def kernel_tables() -> Path:
+    from tests.conftest import shared_data_dir
+
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    return root
+
+
+H100_KERNELS = [
+    "capacity",
+    "--gpu",
+    "h100-sxm",
+    "--workload",
+    "fixed:4096:256",
+    "--np",
+    "3",
+    "--nd",
+    "1",
+    "--performance",
+    "kernels",
+]
+
+
+def test_kernels_need_a_kernel_database(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("PDWATT_KERNELS", raising=False)
+    code, _, err = run(capsys, H100_KERNELS)
+    assert code == 2
+    assert "error: --kernels: --performance kernels needs a kernel database" in err
+    code, _, err = run(capsys, [*H100_KERNELS, "--kernels", str(tmp_path)])
+    assert code == 2
+    assert "error: --kernels:" in err and "is not a kernel database" in err
+    code, _, err = run(capsys, [*H100_KERNELS, "--kernels", str(tmp_path / "absent")])
+    assert code == 2 and "error: --kernels:" in err and "does not exist" in err
+    # from the environment, the error says so
+    monkeypatch.setenv("PDWATT_KERNELS", str(tmp_path))
+    code, _, err = run(capsys, H100_KERNELS)
+    assert code == 2 and "--kernels (from PDWATT_KERNELS)" in err
+
+
+def test_kernel_options_are_refused_under_spec(capsys, tmp_path):
+    for extra in (
+        ["--kernels", str(tmp_path)],
+        ["--framework", "sglang"],
+        ["--kernel-version", "h100-sxm=0.24.0"],
+    ):
+        code, _, err = run(capsys, [*CAPACITY, *extra])
+        assert code == 2
+        assert f"error: {extra[0]}: only used with --performance kernels" in err
+
+
+def test_capacity_with_kernels_on_qwen3_32b_h100(capsys, monkeypatch):
+    root = kernel_tables()
+    rep = run_json(capsys, [*H100_KERNELS, "--kernels", str(root), "--json"])
+    perf = rep["performance"]
+    assert perf["source"] == "kernels"
+    assert perf["kernels"]["folder"] == root.name
+    assert perf["kernels"]["framework"] == "vllm"
+    # the version the shipped engine calibration was fitted with
+    assert perf["kernels"]["version"] == perf["engine_calibration"]["fitted_version"]
+    assert 0 <= perf["decode_line"]["worst_deviation"] < 0.05
+    assert perf["prefill_curve"]["longest_prompt_tokens"] == 4096.0
+    assert rep["capacity_rps"] > 0
+    spec = run_json(capsys, [a for a in H100_KERNELS if a not in ("--performance", "kernels")]
+                    + ["--json"])  # fmt: skip
+    assert spec["performance"]["source"] == "spec"
+    assert spec["capacity_rps"] != rep["capacity_rps"]
+    # PDWATT_KERNELS is the default folder; the text output names the source
+    monkeypatch.setenv("PDWATT_KERNELS", str(root))
+    code, out, err = run(capsys, H100_KERNELS)
+    assert code == 0, err
+    assert "performance: kernels, vllm" in out and "decode t_D(B)" in out
+    # another version of the tables, named per GPU
+    other = run_json(capsys, [*H100_KERNELS, "--kernel-version", "h100-sxm=0.24.0", "--json"])
+    assert other["performance"]["kernels"]["version"] == "0.24.0"
+    code, _, err = run(capsys, [*H100_KERNELS, "--kernel-version", "h100-sxm=9.9"])
+    assert code == 2 and "error: --kernel-version: no h100-sxm tables of version '9.9'" in err
+
+
+def test_a_prompt_beyond_the_kernel_tables_names_the_workload(capsys):
+    root = kernel_tables()
+    argv = [*H100_KERNELS, "--kernels", str(root)]
+    argv[argv.index("fixed:4096:256")] = "fixed:17000:16"
+    code, _, err = run(capsys, argv)
+    assert code == 2
+    assert "error: workload: its longest prompt (17,000 tokens) is beyond the kernel tables" in err

@@ -216,3 +216,47 @@ def test_demo_prints_a_summary_and_draws_the_chart(
         assert word in out, word
     assert f"chart written to {png}" in out
     assert not (tmp_path / "pdwatt-demo.png").exists()
+
+
+def h100_request() -> dict[str, Any]:
+    """small_request on H100s, one deployment on measured kernels."""
+    body = small_request()
+    body["site"]["gpu_inventory"] = {"h100-sxm": 6}
+    for dep in body["deployments"]:
+        dep["gpu"] = "h100-sxm"
+    body["deployments"][0]["performance"] = "kernels"
+    return body
+
+
+def test_plan_kernels_need_a_kernel_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PDWATT_KERNELS", raising=False)
+    code, _, err = run(capsys, ["plan", str(write(tmp_path, h100_request())), "--json"])
+    assert code == 2
+    assert "error: --kernels: --performance kernels needs a kernel database" in err
+    # no deployment uses kernels: the kernel options are refused, not ignored
+    code, _, err = run(
+        capsys, ["plan", str(write(tmp_path, small_request())), "--kernels", str(tmp_path)]
+    )
+    assert code == 2 and "error: --kernels: only used with --performance kernels" in err
+
+
+def test_plan_passes_the_choice_per_deployment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import shared_data_dir
+
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    argv = ["plan", str(write(tmp_path, h100_request())), "--json", "--kernels", str(root)]
+    resp = run_json(capsys, argv)
+    perf = [d["performance"] for d in resp["deployments"]]
+    assert [p["source"] for p in perf] == ["kernels", "spec"]
+    assert perf[0]["kernels"]["framework"] == "vllm"
+    assert perf[0]["decode_line"]["context_tokens"] == 1024 + 128  # fixed:1024:256
+    # --performance fills the deployments that name none
+    both = run_json(capsys, [*argv, "--performance", "kernels"])
+    assert [d["performance"]["source"] for d in both["deployments"]] == ["kernels", "kernels"]
+    assert both["objective_usd"] != resp["objective_usd"]
