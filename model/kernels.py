@@ -35,15 +35,17 @@ one corner). Power, where measured, is interpolated linearly with the same weigh
 Refusal. A query below the smallest or above the largest measured value of an axis,
 with an exact key no row has, or inside a grid cell whose corners are not all
 measured, raises :class:`~model.errors.OutsideTableError` naming the table's file and
-the shape: nothing is extrapolated. Two decompositions are applied, each computing
+the shape: nothing is extrapolated. Three decompositions are applied, each computing
 the same work as a sum of measured kernels, so never faster than the one kernel (by
-one launch per extra block at most): a GEMM wider (``n``) than the table's widest
+one launch per extra piece at most): a GEMM wider (``n``) than the table's widest
 measured ``n`` (the LM head over a 152k vocabulary) is the sum of column blocks of
-measured widths; and decode attention over a batch the generation table does not
-measure at that context (it measures ``batch x context`` up to about 130k tokens) is
-the sum of equal sub-batches (halving until measured), each request's attention being
-independent of the others'. Every call of a pass, with its shape and count, is in
-:attr:`PhaseTime.calls`.
+measured widths; a collective of a message larger than the largest measured one (the
+logits all-gather of 2,045 requests over Qwen3's vocabulary, 311M elements against
+the NCCL table's 268M) is the sum of equal pieces no larger; and decode attention
+over a batch the generation table does not measure at that context (it measures
+``batch x context`` up to about 130k tokens) is the sum of equal sub-batches (halving
+until measured), each request's attention being independent of the others'. Every
+call of a pass, with its shape and count, is in :attr:`PhaseTime.calls`.
 
 Duplicates. Where a table measures the same shape more than once, the rows of the
 kernel that the table measures most (its ``kernel_source`` with the most rows) are
@@ -51,19 +53,32 @@ kept and their latencies (and powers) averaged.
 
 Composition (:class:`KernelModel`), per layer and per rank under tensor parallelism
 ``tp``: QKV and O projection GEMMs (heads split over ranks; KV heads replicated when
-``tp`` exceeds them), context attention (a batch of one prompt of ``L`` tokens) or
-generation attention (batch ``B``, past length ``c``), the dense MLP (gate-up and
-down GEMMs, intermediate width split over ranks) or the MoE layer (router GEMM, then
-the fused-MoE table at the rank's tokens with ``moe_tp = tp / ep`` and ``moe_ep = ep``,
-the load ``distribution`` the tables measure, ``balanced`` by default), and two
-all-reduces of the residual stream when ``tp > 1`` (custom all-reduce table; its
-graph-captured backend for decode, eager for prefill, as the engines run them). Once
-per pass: the embedding's all-reduce under TP (the lookup itself has no kernel
-table and is not counted), the LM head GEMM on the tokens whose logits are computed
-(the prompt's last for a prefill, every request's for decode) and the all-gather of
-the logits under TP (NCCL table). Not counted, because no table measures them:
-norms, activation, rotary embedding, sampling, scheduling and launch gaps (the
-serving engine's overheads, fitted elsewhere).
+``tp`` exceeds them); context attention (a batch of one prompt of ``L`` tokens) or
+generation attention (batch ``B``, past length ``c``), per group of layers: full
+layers at the whole context; sliding-window layers (Gemma 3, gpt-oss) from the
+table's rows of their window where it measures the shape, else as full attention
+over the ``min(c, window)`` tokens they attend to (the same work; a prefill longer
+than the window, which no full-attention kernel matches, is refused); chunked layers
+(Llama 4) as full attention within their first chunk, a prefill beyond it as one
+prompt per chunk (a decode beyond it is refused). Then the dense MLP (gate-up and
+down GEMMs, intermediate width split over ranks) in the dense layers, and in the MoE
+layers the router GEMM (bf16), the fused-MoE table at the rank's tokens with
+``moe_tp = tp / ep`` and ``moe_ep = ep`` and the load ``distribution`` the tables
+measure (``balanced`` by default), and the shared experts as two dense GEMMs of their
+width split over ranks; two all-reduces of the residual stream when ``tp > 1``
+(custom all-reduce table; its graph-captured backend for decode, eager for prefill,
+as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
+FP8 release stores them (block-scaled ``fp8_block`` or per-tensor ``fp8`` tables;
+only the weights of its scope, the router and LM head always bf16); experts stored
+in MXFP4 or NVFP4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
+all-reduce under TP (the lookup itself has no kernel table and is not counted), the
+LM head GEMM on the tokens whose logits are computed (the prompt's last for a
+prefill, every request's for decode) and the all-gather of the logits under TP (NCCL
+table). A decode at a fractional batch (a measured mean) is the linear interpolation
+of the compositions at its floor and ceiling. Refused, naming what is missing:
+multi-head latent attention (DeepSeek; no table measures it). Not counted, because no
+table measures them: norms, activation, rotary embedding, sampling, scheduling and
+launch gaps (the serving engine's overheads, fitted elsewhere).
 """
 
 from __future__ import annotations
@@ -71,7 +86,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -401,16 +416,27 @@ def read_parquet(path: Path) -> dict[str, list[Any]]:
 # Composition
 
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+#: weight dtypes that mean FP8 weights: ``fp8`` is the model's FP8 release, in the
+#: catalog's format (128 x 128-block scales where the release has them, the table's
+#: ``fp8_block``, else the table's per-tensor ``fp8``); ``fp8_tensor`` forces ``fp8``
+_FP8_WEIGHTS = ("fp8", "fp8_block", "fp8_tensor")
+#: the MoE tables' dtype of experts stored in a 4-bit block format (catalog precision):
+#: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``)
+_EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
 
 
 @dataclass(frozen=True)
 class KernelSetup:
     """What a composition reads: the GPU, the serving stack (framework and version of
     its tables), tensor- and expert-parallel sizes, and the tables' dtype names of the
-    weights' GEMMs (``bfloat16``, ``fp8``, ``fp8_block``, ``nvfp4``), the MoE experts
-    (default: the weights'), the KV cache (``bfloat16``, ``fp8``), the MoE load
-    `distribution` (``balanced``, or a measured skew such as ``power_law_1.2``) and the
-    NCCL version (default: the newest the database has for the GPU)."""
+    weights' GEMMs (``bfloat16``; ``fp8``: the model's FP8 release, block-scaled
+    (``fp8_block``) where the catalog says so, per-tensor otherwise, and only the
+    weights the release stores in FP8; ``fp8_block`` or ``fp8_tensor`` to force one
+    table; ``nvfp4``), the MoE experts (default: the weights', or the table's 4-bit
+    dtype of experts the catalog stores in MXFP4 or NVFP4), the KV cache
+    (``bfloat16``, ``fp8``), the MoE load `distribution` (``balanced``, or a measured
+    skew such as ``power_law_1.2``) and the NCCL version (default: the newest the
+    database has for the GPU)."""
 
     gpu: str
     framework: str
@@ -438,7 +464,9 @@ class KernelSetup:
 @dataclass(frozen=True)
 class KernelCall:
     """One kernel of a forward pass: `count` calls of `table` at `shape`, each taking
-    `time_s` (s) at `power_w` (W, None where unmeasured)."""
+    `time_s` (s) at `power_w` (W, None where unmeasured). `weight` is 1, except in a
+    decode iteration at a fractional batch, which holds the calls of the compositions
+    at the batch's floor and ceiling, weighted by their interpolation weights."""
 
     name: str
     table: str
@@ -446,6 +474,12 @@ class KernelCall:
     count: int
     time_s: float
     power_w: float | None
+    weight: float = 1.0
+
+    @property
+    def total_s(self) -> float:
+        """Seconds this entry adds to its pass (``weight x count x time_s``)."""
+        return self.weight * self.count * self.time_s
 
 
 @dataclass(frozen=True)
@@ -461,22 +495,37 @@ class PhaseTime:
         """Seconds per kernel name (summed over its calls)."""
         out: dict[str, float] = defaultdict(float)
         for c in self.calls:
-            out[c.name] += c.count * c.time_s
+            out[c.name] += c.total_s
         return dict(out)
 
 
 def expert_intermediate_size(model: ModelArch) -> int:
-    """One routed expert's intermediate width: its parameters are a gated MLP's three
-    ``hidden x inter`` matrices (Qwen3, DeepSeek, Mixtral, Llama 4)."""
+    """One routed expert's intermediate width: the catalog's `moe_intermediate_size`,
+    else from its parameters, a gated MLP's three ``hidden x inter`` matrices (Qwen3,
+    DeepSeek, Mixtral, Llama 4)."""
+    if model.moe_intermediate_size:
+        return model.moe_intermediate_size
     hidden = model.hidden_size
     inter = model.expert_params / (3 * hidden) if hidden else 0.0
     if not inter or inter != int(inter):
         raise InputError(
             "expert_params",
             f"{model.name}: {model.expert_params:g} is not three hidden x inter matrices "
-            f"(hidden_size {hidden}); the expert shape is unknown",
+            f"(hidden_size {hidden}) and moe_intermediate_size is not set; the expert "
+            "shape is unknown",
         )
     return int(inter)
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """The attention of one group of layers: `kind` ``full``, ``sliding`` (each token
+    attends to the last `span` tokens) or ``chunked`` (within consecutive chunks of
+    `span` tokens), in `layers` layers."""
+
+    kind: str
+    span: int
+    layers: int
 
 
 class KernelModel:
@@ -490,25 +539,27 @@ class KernelModel:
         for name in ("hidden_size", "vocab_size"):
             if not getattr(m, name):
                 raise InputError(name, f"{m.name}: unknown, needed to compose its kernels")
-        if not m.experts and not m.intermediate_size:
+        if m.kv_latent:
+            raise InputError("model", self._no_mla_reason())
+        self.dense_layers = m.layers - m.moe_layers if m.experts else m.layers
+        if self.dense_layers and not m.intermediate_size:
             raise InputError("intermediate_size", f"{m.name}: unknown, needed for its MLP")
-        if m.experts and m.moe_layers != m.layers:
-            raise InputError("moe_layers", f"{m.name}: mixed dense and MoE layers not composed yet")
-        if m.kv_latent or m.sliding_layers:
-            raise InputError(
-                "model", f"{m.name}: MLA and sliding-window attention not composed yet"
-            )
         if m.n_heads % tp:
             raise InputError("tp", f"must divide the {m.n_heads} attention heads, got {tp}")
         if m.n_kv_heads % tp and tp % m.n_kv_heads:
             raise InputError("tp", f"must divide or be a multiple of the {m.n_kv_heads} KV heads")
-        if not m.experts and m.intermediate_size % tp:
+        if self.dense_layers and m.intermediate_size % tp:
             raise InputError("tp", f"must divide the MLP width {m.intermediate_size}, got {tp}")
+        if m.experts and m.shared_intermediate_size % tp:
+            raise InputError(
+                "tp", f"must divide the shared experts' width {m.shared_intermediate_size}"
+            )
         if setup.ep > 1 and not m.experts:
             raise InputError("ep", f"{m.name} is dense: expert parallelism needs experts")
         self.heads = m.n_heads // tp
         self.kv_heads = max(1, m.n_kv_heads // tp)
         self.expert_inter = expert_intermediate_size(m) if m.experts else 0
+        self._dtypes = self._weight_dtypes()
         self._tables = {
             kind: db.table(setup.gpu, kind, setup.framework, setup.version)
             for kind in ("gemm", "context_attention", "generation_attention")
@@ -522,11 +573,71 @@ class KernelModel:
             nccl = setup.nccl_version or self._newest_nccl()
             self._tables["nccl"] = db.table(setup.gpu, "nccl", "nccl", nccl)
 
+    def _no_mla_reason(self) -> str:
+        s, m = self.setup, self.model
+        folder = f"{s.gpu}/attention/{s.framework}/{s.version}/"
+        have = sorted(self.db.index().get((s.gpu, "attention", s.framework, s.version), []))
+        return (
+            f"{m.name}: multi-head latent attention (MLA: {m.n_heads} query heads of "
+            f"{m.head_dim}, one {m.kv_latent}-wide latent per token shared by the heads) has "
+            f"no kernel table: {folder} holds {', '.join(have) or 'no attention table'}, "
+            "grouped-query attention of separate K and V heads, which does not compute it; "
+            "an MLA table (context and generation) is needed"
+        )
+
     def _newest_nccl(self) -> str:
         versions = [v for f, v in self.db.versions(self.setup.gpu, "nccl") if f == "nccl"]
         if not versions:
             raise InputError("kernels", f"no NCCL table for {self.setup.gpu}")
         return max(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+
+    # ---- weights' dtypes
+
+    def _weight_dtypes(self) -> dict[str, list[tuple[int, str]]]:
+        """Per group of weights (``attention``: QKV and O projections, ``mlp``: dense MLP,
+        ``experts``: routed experts, ``shared``: shared experts), the layers holding them
+        in each table dtype. FP8 weights (``fp8``) follow the catalog's FP8 release:
+        its scope (every linear layer, the dense MLPs or the routed experts) in FP8,
+        block-scaled where the release is, but its `fp8_bf16_layers` and every weight
+        out of scope in bf16. Experts the catalog stores in MXFP4 or NVFP4 use the MoE
+        table's 4-bit dtype; an explicit `moe_dtype` wins for the routed experts."""
+        m, s = self.model, self.setup
+        layers = {
+            "attention": m.layers,
+            "mlp": self.dense_layers,
+            "experts": m.moe_layers if m.experts else 0,
+            "shared": m.moe_layers if m.experts and m.shared_intermediate_size else 0,
+        }
+        wd = s.weight_dtype
+        out: dict[str, list[tuple[int, str]]] = {}
+        if wd in _FP8_WEIGHTS:
+            fp8 = self._fp8_table_dtype(wd)
+            scope = {"linear": set(layers), "mlp": {"mlp"}, "experts": {"experts"}}[m.fp8_scope]
+            for group, n in layers.items():
+                if group not in scope:
+                    out[group] = [(n, "bfloat16")]
+                    continue
+                kept = min(n, m.fp8_bf16_layers)
+                out[group] = [(n - kept, fp8), (kept, "bfloat16")]
+        else:
+            out = {group: [(n, wd)] for group, n in layers.items()}
+        four_bit = _EXPERT_DTYPES.get(m.precision) if m.fp4_experts else None
+        if s.moe_dtype or four_bit:
+            out["experts"] = [(layers["experts"], s.moe_dtype or str(four_bit))]
+        return {g: [(n, d) for n, d in parts if n] for g, parts in out.items()}
+
+    def _fp8_table_dtype(self, name: str) -> str:
+        """The GEMM and MoE tables' dtype of FP8 weights named `name`."""
+        block = self.model.fp8_block
+        if name == "fp8_tensor" or (name == "fp8" and not block):
+            return "fp8"
+        if name == "fp8" and block != 128:
+            raise InputError(
+                "weight_dtype",
+                f"{self.model.name}: its FP8 release has {block} x {block} weight blocks; "
+                "the tables' fp8_block measures 128 x 128 blocks",
+            )
+        return "fp8_block"
 
     # ---- kernels
 
@@ -551,6 +662,26 @@ class KernelModel:
         if rest:
             self._call(out, name, "gemm", count, gemm_dtype=dtype, m=m, n=rest, k=k)
 
+    def _gemms(self, out: list[KernelCall], name: str, group: str, m: int, n: int, k: int) -> None:
+        """The GEMM of one weight of `group` in every layer holding it, per dtype."""
+        for count, dtype in self._dtypes[group]:
+            self._gemm(out, name, count, m, n, k, dtype)
+
+    def _collective(
+        self, out: list[KernelCall], name: str, kind: str, count: int, message: int, **key: Any
+    ) -> None:
+        """A collective of `message` elements; above the table's largest measured message,
+        equal pieces no larger than it (a collective of the whole moves each piece's
+        elements: the same work, one call per piece)."""
+        sizes = self._tables[kind].axis_values(**key).get("message_size", [])
+        largest = int(sizes[-1]) if sizes else 0
+        pieces = -(-message // largest) if largest and message > largest else 1
+        size, bigger = divmod(message, pieces)
+        if bigger:
+            self._call(out, name, kind, count * bigger, **key, message_size=size + 1)
+        if pieces > bigger:
+            self._call(out, name, kind, count * (pieces - bigger), **key, message_size=size)
+
     def _allreduce(
         self, out: list[KernelCall], name: str, count: int, tokens: int, graph: bool
     ) -> None:
@@ -558,15 +689,15 @@ class KernelModel:
         suffix = "_graph" if graph else "_eager"
         every = sorted({str(k["backend"]) for k in table.measured_keys()})
         backends = [b for b in every if b.endswith(suffix)] or every
-        self._call(
+        self._collective(
             out,
             name,
             "custom_allreduce",
             count,
+            tokens * self.model.hidden_size,
             allreduce_dtype="bfloat16",
             num_gpus=self.setup.tp,
             backend=backends[0],
-            message_size=tokens * self.model.hidden_size,
         )
 
     def _generation_attention(
@@ -606,59 +737,136 @@ class KernelModel:
             out.extend(calls)
             return
 
-    def _pass(
-        self, tokens: int, logits: int, attention: tuple[str, dict[str, Any]], graph: bool
-    ) -> PhaseTime:
+    def _attention_groups(self) -> list[_Attention]:
+        m = self.model
+        groups = [
+            _Attention("full", 0, m.layers - m.sliding_layers - m.chunked_layers),
+            _Attention("sliding", m.sliding_window, m.sliding_layers),
+            _Attention("chunked", m.attention_chunk, m.chunked_layers),
+        ]
+        return [g for g in groups if g.layers]
+
+    def _windowed(
+        self, out: list[KernelCall], kind: str, group: _Attention, shape: dict[str, Any]
+    ) -> bool:
+        """A sliding layer's attention from the table's rows of its window, where they
+        measure `shape` (True), else nothing (False)."""
+        try:
+            self._call(out, "attention", kind, group.layers, **{**shape, "window_size": group.span})
+        except OutsideTableError:
+            return False
+        return True
+
+    def _decode_attention(
+        self, out: list[KernelCall], group: _Attention, keys: dict[str, Any], b: int, c: float
+    ) -> None:
+        """Decode attention of one group of layers: full layers attend to the context;
+        a sliding layer attends to the last ``min(c, window)`` tokens, which is full
+        attention over that many (where the table does not measure its window); a
+        chunked layer within its first chunk is full attention."""
+        shape = {**keys, "batch_size": b, "step": c}
+        if group.kind == "sliding":
+            if self._windowed(out, "generation_attention", group, shape):
+                return
+            shape["step"] = min(c, group.span)
+        elif group.kind == "chunked" and c > group.span:
+            raise InputError(
+                "context",
+                f"{self.model.name}: {c:g} past tokens exceed its attention chunk of "
+                f"{group.span} in {group.layers} layers, where a request attends only to "
+                "its current chunk (its position modulo the chunk), which a mean context "
+                "does not give; not composed",
+            )
+        self._generation_attention(out, group.layers, shape)
+
+    def _prefill_attention(
+        self, out: list[KernelCall], group: _Attention, keys: dict[str, Any], n: int
+    ) -> None:
+        """Prefill attention of one prompt of `n` tokens in one group of layers: a chunked
+        layer attends within each chunk, so the prompt is one prompt per full chunk
+        and one of the remainder (each causal, all independent: the same work); a
+        sliding layer with a prompt no longer than its window masks nothing (full
+        attention), and a longer prompt needs the table's rows of that window."""
+        kind = "context_attention"
+        shape = {**keys, "batch_size": 1, "isl": n}
+        if group.kind == "sliding":
+            if self._windowed(out, kind, group, shape):
+                return
+            if n > group.span:
+                table = self._tables[kind]
+                raise OutsideTableError(
+                    table.name,
+                    {**shape, "window_size": group.span},
+                    f"a prompt of {n} tokens in a sliding layer of window {group.span}: the "
+                    "table does not measure that window at this shape, and no full-attention "
+                    f"kernel does the same work (at isl={n} it computes more, at "
+                    f"isl={group.span} less); not composed",
+                )
+        elif group.kind == "chunked" and n > group.span:
+            chunks, rest = divmod(n, group.span)
+            self._call(
+                out, "attention", kind, group.layers, **{**shape, "batch_size": chunks,
+                                                          "isl": group.span}
+            )  # fmt: skip
+            if rest:
+                self._call(out, "attention", kind, group.layers, **{**shape, "isl": rest})
+            return
+        self._call(out, "attention", kind, group.layers, **shape)
+
+    def _pass(self, tokens: int, logits: int, attention: Any, graph: bool) -> PhaseTime:
+        """One forward pass over `tokens` tokens (logits of the last `logits`), its
+        attention composed per group of layers by ``attention(calls, group)``."""
         m, s = self.model, self.setup
         L, hidden, tp = m.layers, m.hidden_size, s.tp
-        wd = s.weight_dtype
         calls: list[KernelCall] = []
         if tp > 1:
             self._allreduce(calls, "embedding all-reduce", 1, tokens, graph)
         qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
-        self._gemm(calls, "qkv projection", L, tokens, qkv_n, hidden, wd)
-        kind, shape = attention
-        if kind == "generation_attention":
-            self._generation_attention(calls, L, shape)
-        else:
-            self._call(calls, "attention", kind, L, **shape)
-        self._gemm(calls, "o projection", L, tokens, hidden, self.heads * m.head_dim, wd)
+        self._gemms(calls, "qkv projection", "attention", tokens, qkv_n, hidden)
+        for group in self._attention_groups():
+            attention(calls, group)
+        self._gemms(calls, "o projection", "attention", tokens, hidden, self.heads * m.head_dim)
         if tp > 1:
             self._allreduce(calls, "attention all-reduce", L, tokens, graph)
-        if m.experts:
-            self._gemm(calls, "router", L, tokens, m.experts, hidden, "bfloat16")
-            self._call(
-                calls,
-                "moe",
-                "moe",
-                L,
-                moe_dtype=s.moe_dtype or wd,
-                hidden_size=hidden,
-                inter_size=self.expert_inter,
-                topk=m.experts_per_token,
-                num_experts=m.experts,
-                moe_tp_size=tp // s.ep,
-                moe_ep_size=s.ep,
-                distribution=s.distribution,
-                num_tokens=tokens,
-            )
-        else:
+        if self.dense_layers:
             inter = m.intermediate_size // tp
-            self._gemm(calls, "mlp gate-up", L, tokens, 2 * inter, hidden, wd)
-            self._gemm(calls, "mlp down", L, tokens, hidden, inter, wd)
+            self._gemms(calls, "mlp gate-up", "mlp", tokens, 2 * inter, hidden)
+            self._gemms(calls, "mlp down", "mlp", tokens, hidden, inter)
+        if m.experts:
+            self._gemm(calls, "router", m.moe_layers, tokens, m.experts, hidden, "bfloat16")
+            for count, dtype in self._dtypes["experts"]:
+                self._call(
+                    calls,
+                    "moe",
+                    "moe",
+                    count,
+                    moe_dtype=dtype,
+                    hidden_size=hidden,
+                    inter_size=self.expert_inter,
+                    topk=m.experts_per_token,
+                    num_experts=m.experts,
+                    moe_tp_size=tp // s.ep,
+                    moe_ep_size=s.ep,
+                    distribution=s.distribution,
+                    num_tokens=tokens,
+                )
+            if m.shared_intermediate_size:
+                inter = m.shared_intermediate_size // tp
+                self._gemms(calls, "shared expert gate-up", "shared", tokens, 2 * inter, hidden)
+                self._gemms(calls, "shared expert down", "shared", tokens, hidden, inter)
         if tp > 1:
             self._allreduce(calls, "mlp all-reduce", L, tokens, graph)
         self._gemm(calls, "lm head", 1, logits, -(-m.vocab_size // tp), hidden, "bfloat16")
         if tp > 1:
-            self._call(
+            self._collective(
                 calls,
                 "logits all-gather",
                 "nccl",
                 1,
+                logits * m.vocab_size,
                 op_name="all_gather",
                 nccl_dtype="half",
                 num_gpus=tp,
-                message_size=logits * m.vocab_size,
             )
         return _phase(calls)
 
@@ -677,23 +885,46 @@ class KernelModel:
         """One prefill of a prompt of `prompt_tokens` tokens (no cached prefix)."""
         n = _count("prompt_tokens", prompt_tokens)
         # context attention runs in the KV cache's dtype (FP8 attention with an FP8 cache)
-        shape = {**self._attn_keys(self.setup.kv_dtype), "batch_size": 1, "isl": n}
-        return self._pass(n, 1, ("context_attention", shape), graph=False)
+        keys = self._attn_keys(self.setup.kv_dtype)
 
-    def decode(self, batch: int, context: float) -> PhaseTime:
-        """One decode iteration of `batch` requests, each attending `context` past tokens."""
-        b = _count("batch", batch)
+        def attention(calls: list[KernelCall], group: _Attention) -> None:
+            self._prefill_attention(calls, group, keys, n)
+
+        return self._pass(n, 1, attention, graph=False)
+
+    def decode(self, batch: float, context: float) -> PhaseTime:
+        """One decode iteration of `batch` requests, each attending `context` past tokens.
+        A fractional batch (a measured mean, such as 31.4 running requests) is the linear
+        interpolation between the iterations at its floor and ceiling: time, energy and
+        calls weighted by ``ceil - batch`` and ``batch - floor``."""
+        b = _real_batch(batch)
         if not context >= 1:
             raise InputError("context", f"must be >= 1 token, got {context!r}")
-        shape = {**self._attn_keys("bfloat16"), "batch_size": b, "step": context}
-        return self._pass(b, b, ("generation_attention", shape), graph=True)
+        lo = math.floor(b)
+        if b == lo:
+            return self._decode(int(lo), context)
+        w = b - lo
+        below, above = self._decode(int(lo), context), self._decode(int(lo) + 1, context)
+        return _phase(
+            [*(replace(c, weight=(1.0 - w) * c.weight) for c in below.calls),
+             *(replace(c, weight=w * c.weight) for c in above.calls)]
+        )  # fmt: skip
+
+    def _decode(self, b: int, context: float) -> PhaseTime:
+        keys = self._attn_keys("bfloat16")
+
+        def attention(calls: list[KernelCall], group: _Attention) -> None:
+            self._decode_attention(calls, group, keys, b, context)
+
+        return self._pass(b, b, attention, graph=True)
 
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""
         return self.prefill(prompt_tokens).time_s
 
-    def t_decode(self, batch: int, context: float) -> float:
-        """Seconds of one decode iteration at (`batch`, `context`) (kernels only)."""
+    def t_decode(self, batch: float, context: float) -> float:
+        """Seconds of one decode iteration at (`batch`, `context`) (kernels only); a
+        fractional batch is the linear interpolation between its floor and ceiling."""
         return self.decode(batch, context).time_s
 
 
@@ -703,11 +934,20 @@ def _count(field_name: str, value: object) -> int:
     return value
 
 
+def _real_batch(value: object) -> float:
+    """A batch of requests: an integer, or a real number (a mean), at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError("batch", f"must be a number >= 1, got {value!r}")
+    if not math.isfinite(value) or value < 1:
+        raise InputError("batch", f"must be a finite number >= 1, got {value!r}")
+    return float(value)
+
+
 def _phase(calls: Iterable[KernelCall]) -> PhaseTime:
     calls = tuple(calls)
-    total = sum(c.count * c.time_s for c in calls)
+    total = sum(c.total_s for c in calls)
     powers = [c.power_w for c in calls]
     power = None
     if calls and all(p is not None for p in powers):
-        power = sum(c.count * c.time_s * (c.power_w or 0.0) for c in calls) / total
+        power = sum(c.total_s * (c.power_w or 0.0) for c in calls) / total
     return PhaseTime(total, power, calls)

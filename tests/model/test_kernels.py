@@ -5,6 +5,7 @@ of one forward pass checked against a hand-summed one."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from model.catalog import ModelArch, load_calibration, load_gpu, load_model
 from model.errors import InputError, OutsideTableError
-from model.kernels import TABLE_SPECS, KernelDatabase, KernelModel, KernelSetup
+from model.kernels import TABLE_SPECS, KernelDatabase, KernelModel, KernelSetup, PhaseTime
 from tests.conftest import shared_data_dir
 
 GPU, FW, VER = "toy_gpu", "sglang", "0.5.14"
@@ -486,3 +487,390 @@ def test_a_moe_model_composes_on_the_published_tables() -> None:
                                               distribution="power_law_1.2"))  # fmt: skip
     # the skewed load is another measured row (on the measured rank it may be lighter)
     assert skew.decode(32, 1024).by_name()["moe"] != phase.by_name()["moe"]
+
+
+# --------------------------------------------------------------------------
+# Fractional batches, mixed layers, sliding and chunked attention, FP8 and 4-bit weights
+
+
+def add_rows(root: Path, folder: str, kind: str, rows: Sequence[Mapping[str, object]]) -> None:
+    """Append rows to a table written by :func:`make_db` (missing columns take the first
+    row's values)."""
+    path = root / GPU / folder / ("nccl" if kind == "nccl" else FW)
+    path = path / ("2.29.2" if kind == "nccl" else VER) / f"{kind}_perf.parquet"
+    old = pq.read_table(path).to_pylist()
+    pq.write_table(pa.Table.from_pylist(old + [{**old[0], **r} for r in rows]), path)
+
+
+def decode_tp1_ms(B: int, c: int) -> float:
+    """The toy's decode iteration at TP1, summed by hand (B and c measured everywhere)."""
+    per_layer = (
+        gemm_ms(B, (4 + 2 * 2) * 16, 64)  # QKV
+        + gen_ms(B, c)
+        + gemm_ms(B, 64, 64)  # O
+        + gemm_ms(B, 2 * 128, 64)  # gate-up
+        + gemm_ms(B, 64, 128)  # down
+    )
+    return 2 * per_layer + gemm_ms(B, 256, 64)  # LM head
+
+
+def test_a_fractional_batch_is_the_interpolation_of_its_floor_and_ceiling(
+    tmp_path: Path,
+) -> None:
+    make_db(tmp_path)
+    # GEMMs measured at m = 1 and 2 too, so that both neighbours are measured shapes
+    add_rows(tmp_path, "gemm", "gemm", [
+        {"gemm_dtype": "bfloat16", "m": 2, "n": n, "k": k, "latency": gemm_ms(2, n, k)}
+        for n in NK for k in NK
+    ])  # fmt: skip
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER))
+    c = 16
+    assert km.t_decode(1, c) == pytest.approx(decode_tp1_ms(1, c) * MS, rel=1e-12)
+    assert km.t_decode(2, c) == pytest.approx(decode_tp1_ms(2, c) * MS, rel=1e-12)
+    # 1.25 requests on average: three quarters of the iteration at 1, a quarter at 2
+    hand = 0.75 * decode_tp1_ms(1, c) + 0.25 * decode_tp1_ms(2, c)
+    phase = km.decode(1.25, c)
+    assert phase.time_s == pytest.approx(hand * MS, rel=1e-12)
+    assert km.t_decode(1.25, c) == phase.time_s
+    assert phase.by_name()["attention"] == pytest.approx(
+        2 * (0.75 * gen_ms(1, c) + 0.25 * gen_ms(2, c)) * MS, rel=1e-12
+    )
+    assert sorted({call.weight for call in phase.calls}) == [0.25, 0.75]
+    # an integral batch, int or float, is the composition at that batch (weight 1)
+    assert km.decode(2.0, c) == km.decode(2, c)
+    assert {call.weight for call in km.decode(2, c).calls} == {1.0}
+    for bad in (0.5, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(InputError, match="batch"):
+            km.decode(bad, c)  # type: ignore[arg-type]
+
+
+def test_a_fractional_batch_interpolates_the_energy_not_the_power(tmp_path: Path) -> None:
+    make_db(tmp_path, power=True)
+    for kind in ("context_attention", "generation_attention"):
+        path = tmp_path / GPU / "attention" / FW / VER / f"{kind}_perf.parquet"
+        table = pq.read_table(path)
+        pq.write_table(table.append_column("power", pa.array([500.0] * table.num_rows)), path)
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER))
+    below, above, mid = km.decode(3, 16), km.decode(4, 16), km.decode(3.5, 16)
+    assert below.power_w is not None and above.power_w is not None
+    assert mid.time_s == pytest.approx(0.5 * below.time_s + 0.5 * above.time_s, rel=1e-12)
+    # the mean power over the interpolated iteration: energies weighted, then / time
+    energy = 0.5 * below.time_s * below.power_w + 0.5 * above.time_s * above.power_w
+    assert mid.power_w == pytest.approx(energy / mid.time_s, rel=1e-12)
+
+
+def moe_toy(**kw: object) -> ModelArch:
+    """The toy with three layers: one dense, two MoE of 32 experts (top 2, width 32)."""
+    fields: dict[str, object] = {
+        "layers": 3,
+        "experts": 32,
+        "experts_per_token": 2,
+        "moe_layers": 2,
+        "expert_params": 3 * 64 * 32,
+    }
+    fields.update(kw)
+    return toy(**fields)
+
+
+def test_mixed_dense_and_moe_layers_with_a_shared_expert_equal_the_hand_summed_pass(
+    tmp_path: Path,
+) -> None:
+    db = make_db(tmp_path)
+    model = moe_toy(shared_intermediate_size=64)
+    km = KernelModel(db, model, KernelSetup(GPU, FW, VER, tp=2, ep=2))
+    B, c = 4, 16
+    every_layer = (
+        gemm_ms(B, (2 + 2 * 1) * 16, 64)  # QKV, 2 heads and 1 KV head per rank
+        + gen_ms(B, c)
+        + gemm_ms(B, 64, 32)  # O
+        + 2 * ar_ms(B * 64, graph=True)  # after attention and after the MLP
+    )
+    dense_layer = gemm_ms(B, 128, 64) + gemm_ms(B, 64, 64)  # MLP 128 -> 64 per rank
+    moe_layer = (
+        gemm_ms(B, 32, 64)  # router over the 32 experts
+        + moe_ms(B, 2)  # fused MoE, moe_tp 1, moe_ep 2
+        + gemm_ms(B, 2 * 32, 64)  # shared expert gate-up, 64 -> 32 per rank
+        + gemm_ms(B, 64, 32)  # shared expert down
+    )
+    hand = (
+        ar_ms(B * 64, graph=True)  # embedding
+        + 3 * every_layer
+        + 1 * dense_layer
+        + 2 * moe_layer
+        + gemm_ms(B, 128, 64)  # LM head
+        + ag_ms(B * 256)  # logits all-gather
+    )
+    phase = km.decode(B, c)
+    assert phase.time_s == pytest.approx(hand * MS, rel=1e-12)
+    counts = {c.name: c.count for c in phase.calls}
+    assert counts["mlp gate-up"] == 1 and counts["mlp down"] == 1
+    assert counts["router"] == 2 and counts["moe"] == 2
+    assert counts["shared expert gate-up"] == 2 and counts["shared expert down"] == 2
+    assert counts["qkv projection"] == 3 and counts["attention"] == 3
+    # without the shared expert the MoE layers lose exactly its two GEMMs
+    plain = KernelModel(db, moe_toy(), KernelSetup(GPU, FW, VER, tp=2, ep=2)).decode(B, c)
+    shared = 2 * (gemm_ms(B, 64, 64) + gemm_ms(B, 64, 32))
+    assert phase.time_s - plain.time_s == pytest.approx(shared * MS, rel=1e-9)
+    with pytest.raises(InputError, match="shared experts' width 50"):
+        KernelModel(db, moe_toy(shared_intermediate_size=50), KernelSetup(GPU, FW, VER, tp=4))
+    # the MLP width is required only when some layer is dense
+    all_moe = moe_toy(layers=2, intermediate_size=0)
+    assert KernelModel(db, all_moe, KernelSetup(GPU, FW, VER, tp=2, ep=2)).t_decode(B, c) > 0
+    with pytest.raises(InputError, match="intermediate_size"):
+        KernelModel(db, moe_toy(intermediate_size=0), KernelSetup(GPU, FW, VER, tp=2, ep=2))
+
+
+def test_a_sliding_layer_attends_to_its_window(tmp_path: Path) -> None:
+    make_db(tmp_path)
+    model = toy(sliding_window=16, sliding_layers=1)
+    km = KernelModel(KernelDatabase(tmp_path), model, KernelSetup(GPU, FW, VER))
+    # decode beyond the window: the full layer at 64, the sliding one at min(64, 16)
+    calls = [c for c in km.decode(2, 64).calls if c.name == "attention"]
+    assert [(dict(c.shape)["step"], c.count) for c in calls] == [(64, 1), (16, 1)]
+    assert km.decode(2, 64).by_name()["attention"] == pytest.approx(
+        (gen_ms(2, 64) + gen_ms(2, 16)) * MS, rel=1e-12
+    )
+    # within the window the sliding layer masks nothing: both layers at the context
+    assert km.decode(2, 4).by_name()["attention"] == pytest.approx(2 * gen_ms(2, 4) * MS)
+    # a prompt within the window is full attention; beyond it, refused without the
+    # table's rows of that window
+    assert km.prefill(16).by_name()["attention"] == pytest.approx(2 * ctx_ms(16) * MS)
+    with pytest.raises(OutsideTableError, match=r"window_size=16.*sliding layer of window 16"):
+        km.prefill(64)
+    # where the table measures the window, its rows are used (here half the full cost)
+    add_rows(tmp_path, "attention", "generation_attention", [
+        {"window_size": 16, "batch_size": b, "step": s, "latency": 0.5 * gen_ms(b, s)}
+        for b in BATCH for s in STEP
+    ])  # fmt: skip
+    add_rows(tmp_path, "attention", "context_attention", [
+        {"window_size": 16, "batch_size": 1, "isl": s, "latency": 0.5 * ctx_ms(s)} for s in ISL
+    ])  # fmt: skip
+    km = KernelModel(KernelDatabase(tmp_path), model, KernelSetup(GPU, FW, VER))
+    assert km.decode(2, 64).by_name()["attention"] == pytest.approx(
+        1.5 * gen_ms(2, 64) * MS, rel=1e-12
+    )
+    assert km.prefill(64).by_name()["attention"] == pytest.approx(1.5 * ctx_ms(64) * MS)
+
+
+def test_a_chunked_layer_attends_within_its_chunk(tmp_path: Path) -> None:
+    make_db(tmp_path)
+    # the context table measures batches of prompts too
+    add_rows(tmp_path, "attention", "context_attention", [
+        {"batch_size": b, "isl": s, "latency": b * ctx_ms(s)} for b in (2, 4) for s in ISL
+    ])  # fmt: skip
+    model = toy(attention_chunk=16, chunked_layers=1)
+    km = KernelModel(KernelDatabase(tmp_path), model, KernelSetup(GPU, FW, VER))
+    # a prompt of 64 tokens: the full layer at 64, the chunked one as 4 prompts of 16
+    calls = [c for c in km.prefill(64).calls if c.name == "attention"]
+    assert [(dict(c.shape)["batch_size"], dict(c.shape)["isl"]) for c in calls] == [
+        (1, 64),
+        (4, 16),
+    ]
+    assert km.prefill(64).by_name()["attention"] == pytest.approx(
+        (ctx_ms(64) + 4 * ctx_ms(16)) * MS, rel=1e-12
+    )
+    # within its first chunk a chunked layer is a full one; beyond it, refused
+    assert km.decode(2, 16).by_name()["attention"] == pytest.approx(2 * gen_ms(2, 16) * MS)
+    with pytest.raises(InputError, match="attention chunk of 16"):
+        km.decode(2, 40)
+
+
+def fp8_db(root: Path) -> KernelDatabase:
+    """:func:`make_db` with FP8 GEMMs (``fp8`` at half, ``fp8_block`` at 0.6 of the bf16
+    time) and FP8 MoE rows."""
+    make_db(root)
+    add_rows(root, "gemm", "gemm", [
+        {"gemm_dtype": d, "m": m, "n": n, "k": k, "latency": f * gemm_ms(m, n, k)}
+        for d, f in (("fp8", 0.5), ("fp8_block", 0.6)) for m in M for n in NK for k in NK
+    ])  # fmt: skip
+    moe = pq.read_table(root / GPU / "moe" / FW / VER / "moe_perf.parquet").to_pylist()
+    add_rows(root, "moe", "moe", [
+        {**r, "moe_dtype": d, "latency": f * r["latency"]}  # type: ignore[operator]
+        for d, f in (("fp8", 0.5), ("fp8_block", 0.6), ("w4a16_mxfp4", 0.3)) for r in moe
+    ])  # fmt: skip
+    return KernelDatabase(root)
+
+
+def gemm_dtypes(phase: PhaseTime) -> dict[str, list[tuple[str, int]]]:
+    out: dict[str, list[tuple[str, int]]] = {}
+    for c in phase.calls:
+        shape = dict(c.shape)
+        dtype = shape.get("gemm_dtype", shape.get("moe_dtype"))
+        if dtype is not None:
+            out.setdefault(c.name, []).append((str(dtype), c.count))
+    return out
+
+
+def test_fp8_weights_use_the_fp8_tables_of_the_release_format(tmp_path: Path) -> None:
+    db = fp8_db(tmp_path)
+    fp8 = KernelSetup(GPU, FW, VER, weight_dtype="fp8")
+    # per-tensor FP8 release: every linear layer in the table's fp8, the LM head bf16
+    got = gemm_dtypes(KernelModel(db, toy(), fp8).decode(4, 16))
+    assert got == {
+        "qkv projection": [("fp8", 2)],
+        "o projection": [("fp8", 2)],
+        "mlp gate-up": [("fp8", 2)],
+        "mlp down": [("fp8", 2)],
+        "lm head": [("bfloat16", 1)],
+    }
+    bf16 = KernelModel(db, toy(), KernelSetup(GPU, FW, VER)).decode(4, 16)
+    phase = KernelModel(db, toy(), fp8).decode(4, 16)
+    lm_head = gemm_ms(4, 256, 64) * MS
+    assert phase.time_s - 0.5 * (bf16.time_s - lm_head - 2 * gen_ms(4, 16) * MS) == (
+        pytest.approx(lm_head + 2 * gen_ms(4, 16) * MS, rel=1e-9)
+    )
+    # a block-scaled release (Qwen3, DeepSeek) reads fp8_block; fp8_tensor forces fp8
+    block = toy(fp8_block=128)
+    assert gemm_dtypes(KernelModel(db, block, fp8).decode(4, 16))["mlp down"] == [("fp8_block", 2)]
+    tensor = KernelSetup(GPU, FW, VER, weight_dtype="fp8_tensor")
+    assert gemm_dtypes(KernelModel(db, block, tensor).decode(4, 16))["mlp down"] == [("fp8", 2)]
+    with pytest.raises(InputError, match="64 x 64 weight blocks"):
+        KernelModel(db, toy(fp8_block=64), fp8)
+    # Llama 3.1 405B's release: FP8 MLPs only, the first and last layer's kept in bf16
+    llama = toy(layers=4, fp8_scope="mlp", fp8_bf16_layers=2)
+    got = gemm_dtypes(KernelModel(db, llama, fp8).decode(4, 16))
+    assert got["qkv projection"] == [("bfloat16", 4)]
+    assert got["mlp gate-up"] == [("fp8", 2), ("bfloat16", 2)]
+    assert got["mlp down"] == [("fp8", 2), ("bfloat16", 2)]
+    # a block-scaled MoE: attention and experts in fp8_block, router and LM head bf16
+    moe = moe_toy(layers=2, fp8_block=128, shared_intermediate_size=64)
+    fp8_ep = KernelSetup(GPU, FW, VER, tp=2, ep=2, weight_dtype="fp8")
+    got = gemm_dtypes(KernelModel(db, moe, fp8_ep).decode(4, 16))
+    assert got["qkv projection"] == [("fp8_block", 2)]
+    assert got["moe"] == [("fp8_block", 2)]
+    assert got["shared expert down"] == [("fp8_block", 2)]
+    assert got["router"] == [("bfloat16", 2)] and got["lm head"] == [("bfloat16", 1)]
+    # Llama 4 Maverick's release: only the routed experts, one MoE layer's kept in bf16
+    maverick = moe_toy(
+        layers=2, fp8_scope="experts", fp8_bf16_layers=1, shared_intermediate_size=64
+    )
+    got = gemm_dtypes(KernelModel(db, maverick, fp8_ep).decode(4, 16))
+    assert got["moe"] == [("fp8", 1), ("bfloat16", 1)]
+    assert got["qkv projection"] == [("bfloat16", 2)]
+    assert got["shared expert gate-up"] == [("bfloat16", 2)]
+
+
+def test_mxfp4_experts_use_the_moe_tables_4_bit_dtype(tmp_path: Path) -> None:
+    db = fp8_db(tmp_path)
+    gpt_oss_like = moe_toy(layers=2, expert_bytes_per_param=4.25 / 8)
+    km = KernelModel(db, gpt_oss_like, KernelSetup(GPU, FW, VER, tp=2, ep=2))
+    phase = km.decode(4, 16)
+    got = gemm_dtypes(phase)
+    assert got["moe"] == [("w4a16_mxfp4", 2)]
+    assert got["qkv projection"] == [("bfloat16", 2)]  # attention and router stay bf16
+    assert phase.by_name()["moe"] == pytest.approx(2 * 0.3 * moe_ms(4, 2) * MS, rel=1e-12)
+    # an explicit MoE dtype wins
+    explicit = KernelSetup(GPU, FW, VER, tp=2, ep=2, moe_dtype="bf16")
+    assert gemm_dtypes(KernelModel(db, gpt_oss_like, explicit).decode(4, 16))["moe"] == [
+        ("bfloat16", 2)
+    ]
+
+
+def test_a_collective_beyond_the_largest_measured_message_is_a_sum_of_pieces(
+    tmp_path: Path,
+) -> None:
+    db = make_db(tmp_path)
+    km = KernelModel(db, toy(vocab_size=128), KernelSetup(GPU, FW, VER, tp=2))
+    # the logits all-gather of 64 requests over a 128-word vocabulary is 8,192 elements,
+    # twice the table's largest message (4,096): two pieces of 4,096
+    calls = [c for c in km.decode(64, 16).calls if c.name == "logits all-gather"]
+    assert [(dict(c.shape)["message_size"], c.count) for c in calls] == [(4096, 2)]
+    assert km.decode(64, 16).by_name()["logits all-gather"] == pytest.approx(
+        2 * ag_ms(4096) * MS, rel=1e-12
+    )
+    # 63 requests: 8,064 elements, two equal pieces of 4,032
+    calls = [c for c in km.decode(63, 16).calls if c.name == "logits all-gather"]
+    assert [(dict(c.shape)["message_size"], c.count) for c in calls] == [(4032, 2)]
+    # within the table, one call of the whole message
+    calls = [c for c in km.decode(32, 16).calls if c.name == "logits all-gather"]
+    assert [(dict(c.shape)["message_size"], c.count) for c in calls] == [(4096, 1)]
+
+
+# --------------------------------------------------------------------------
+# The ML.ENERGY models on the published tables (vLLM 0.14.0 on H100, 0.19.0 on B200)
+
+
+def fp8_release(name: str) -> ModelArch:
+    """The catalog model with FP8 weights, as the FP8 rows of the measurements read it."""
+    return dataclasses.replace(load_model(name), bytes_per_param=1.0)
+
+
+def test_fp8_releases_on_the_published_tables_use_their_fp8_gemm_and_moe_dtypes() -> None:
+    db = published()
+    h100 = ("h100_sxm", "vllm", "0.14.0")
+    qwen = KernelModel(
+        db, fp8_release("qwen3-235b-a22b"), KernelSetup(*h100, tp=4, ep=4, weight_dtype="fp8")
+    )
+    got = {name: set(parts) for name, parts in gemm_dtypes(qwen.decode(31.4, 1141)).items()}
+    assert got["qkv projection"] == {("fp8_block", 94)}  # 128 x 128 blocks
+    assert got["moe"] == {("fp8_block", 94)}
+    assert got["router"] == {("bfloat16", 94)} and got["lm head"] == {("bfloat16", 1)}
+    llama = KernelModel(
+        db, fp8_release("llama-3.1-405b"), KernelSetup(*h100, tp=8, weight_dtype="fp8")
+    )
+    phase = llama.decode(64, 573)
+    got_llama = gemm_dtypes(phase)
+    assert got_llama["qkv projection"] == [("bfloat16", 126)]  # attention stays bf16
+    assert got_llama["mlp gate-up"] == [("fp8", 124), ("bfloat16", 2)]  # first and last
+    bf16 = KernelModel(db, load_model("llama-3.1-405b"), KernelSetup(*h100, tp=8))
+    assert phase.by_name()["mlp gate-up"] < 0.8 * bf16.decode(64, 573).by_name()["mlp gate-up"]
+
+
+def test_the_logits_all_gather_beyond_the_nccl_table_is_composed_in_pieces() -> None:
+    """Qwen3-235B at TP8 on B200, 2,045 running requests: the logits all-gather moves
+    2,045 x 151,936 = 310.7M elements, beyond the NCCL table's largest message (2^28
+    elements, 512 MiB of fp16); it was refused before, the error text cut at
+    ``message_size=31``."""
+    db = published()
+    km = KernelModel(
+        db, load_model("qwen3-235b-a22b"), KernelSetup("b200_sxm", "vllm", "0.19.0", tp=8, ep=8)
+    )
+    calls = [c for c in km.decode(2045, 1139).calls if c.name == "logits all-gather"]
+    sizes = [(dict(c.shape)["message_size"], c.count) for c in calls]
+    assert sum(size * count for size, count in sizes) == 2045 * 151936
+    assert sum(count for _, count in sizes) == 2
+    assert all(size <= 2**28 for size, _ in sizes)
+
+
+def test_sliding_window_models_on_the_published_tables() -> None:
+    db = published()
+    b200 = ("b200_sxm", "vllm", "0.19.0")
+    gemma = KernelModel(db, load_model("gemma-3-12b"), KernelSetup(*b200))
+    calls = [c for c in gemma.decode(32, 2000).calls if c.name == "attention"]
+    # 8 full layers at 2,000 past tokens, 40 sliding ones at their window of 1,024
+    assert [(dict(c.shape)["step"], c.count) for c in calls] == [(2000, 8), (1024, 40)]
+    with pytest.raises(OutsideTableError, match=r"sliding layer of window 1024"):
+        gemma.prefill(2048)
+    assert gemma.t_prefill(1024) > 0
+    # what the tables do not measure is refused, naming the table and the shape
+    h100 = ("h100_sxm", "vllm", "0.14.0")
+    with pytest.raises(OutsideTableError, match=r"h100_sxm/attention/vllm/0\.14\.0/generation.*"
+                       r"no measured rows with head_dim=256"):  # fmt: skip
+        KernelModel(db, load_model("gemma-3-12b"), KernelSetup(*h100)).decode(8, 864)
+    with pytest.raises(OutsideTableError, match="no measured rows with num_key_value_heads=16"):
+        KernelModel(db, load_model("gemma-3-27b"), KernelSetup(*b200)).decode(8, 856)
+    assert KernelModel(db, load_model("gemma-3-27b"), KernelSetup(*h100, tp=2)).t_decode(8, 856)
+    with pytest.raises(OutsideTableError, match="no measured rows with head_dim=64"):
+        KernelModel(db, load_model("gpt-oss-20b"), KernelSetup(*b200)).decode(8, 2227)
+    # gpt-oss's MXFP4 experts are measured on B200, in the MoE table's w4a16_mxfp4
+    moe = db.table("b200_sxm", "moe", "vllm", "0.19.0")
+    shape = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 32,
+             "moe_tp_size": 1, "moe_ep_size": 1, "distribution": "balanced"}  # fmt: skip
+    assert moe.lookup(moe_dtype="w4a16_mxfp4", **shape, num_tokens=64).time_s > 0
+
+
+def test_what_the_published_tables_cannot_compose_is_refused_with_the_reason() -> None:
+    db = published()
+    with pytest.raises(InputError, match=r"multi-head latent attention.*b200_sxm/attention/"):
+        KernelModel(
+            db, load_model("deepseek-v3.1"), KernelSetup("b200_sxm", "vllm", "0.19.0", tp=8, ep=8)
+        )
+    h100 = ("h100_sxm", "vllm", "0.14.0")
+    scout = KernelModel(db, load_model("llama-4-scout"), KernelSetup(*h100, tp=4, ep=4))
+    with pytest.raises(OutsideTableError, match="no measured rows with num_heads=10"):
+        scout.decode(8, 593)
+    moe = db.table("h100_sxm", "moe", "vllm", "0.14.0")
+    with pytest.raises(OutsideTableError, match="no measured rows with hidden_size=5120"):
+        moe.lookup(moe_dtype="bfloat16", hidden_size=5120, inter_size=8192, topk=1,
+                   num_experts=16, moe_tp_size=1, moe_ep_size=4, distribution="balanced",
+                   num_tokens=64)  # fmt: skip
