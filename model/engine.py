@@ -124,7 +124,7 @@ class KernelTimes:
 
     kernels: KernelModel
     overheads: EngineOverheads = field(default_factory=EngineOverheads)
-    _decode: dict[tuple[int, float], PhaseTime] = field(default_factory=dict, repr=False)
+    _decode: dict[tuple[float, float], PhaseTime] = field(default_factory=dict, repr=False)
     _prefill: dict[int, PhaseTime] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -154,8 +154,10 @@ class KernelTimes:
     def layers(self) -> int:
         return self.kernels.model.layers
 
-    def decode_phase(self, batch: int, context: float) -> PhaseTime:
-        key = (batch, float(context))
+    def decode_phase(self, batch: float, context: float) -> PhaseTime:
+        """One decode iteration's kernels; a fractional batch (a measured mean) is the
+        linear interpolation between its floor and ceiling (:meth:`KernelModel.decode`)."""
+        key = (float(batch), float(context))
         if key not in self._decode:
             self._decode[key] = self.kernels.decode(batch, context)
         return self._decode[key]
@@ -166,15 +168,8 @@ class KernelTimes:
         return self._prefill[tokens]
 
     def decode_kernels_s(self, batch: float, context: float) -> float:
-        """Composed kernels of one decode iteration; a fractional batch (a measured mean)
-        is the linear interpolation between its floor and ceiling."""
-        if not batch >= 1:
-            raise InputError("batch", f"must be >= 1, got {batch!r}")
-        lo, hi = math.floor(batch), math.ceil(batch)
-        t_lo = self.decode_phase(lo, context).time_s
-        if hi == lo:
-            return t_lo
-        return t_lo + (batch - lo) * (self.decode_phase(hi, context).time_s - t_lo)
+        """Composed kernels of one decode iteration."""
+        return self.decode_phase(batch, context).time_s
 
     def decode_s(self, batch: float, context: float) -> float:
         """``t_D(B, c)``: kernels plus the engine's overheads."""
@@ -191,16 +186,15 @@ class KernelTimes:
         o = self.overheads
         return self.prefill_phase(tokens).time_s + o.t_iter_s + o.t_layer_s * self.layers
 
-    def decode_power_w(self, batch: int, context: float, idle_w: float) -> float | None:
+    def decode_power_w(self, batch: float, context: float) -> float | None:
         """Mean power of a decode iteration where the tables measure each kernel's power:
-        the kernels' time-weighted power, and ``idle_w`` during the engine's overheads
-        (the GPU waits on the host). None where a kernel's power is unmeasured."""
-        phase = self.decode_phase(batch, context)
-        if phase.power_w is None:
-            return None
-        total = self.decode_s(batch, context)
-        gap = max(total - phase.time_s, 0.0)
-        return (phase.power_w * phase.time_s + idle_w * gap) / total
+        the kernels' time-weighted power, over the whole iteration. The engine's overheads
+        are mostly the small per-layer kernels no table holds (norms, activation, rotary
+        embedding, the KV-cache write), run between the measured ones, and the GPU keeps
+        its clocks through them; counting them at idle power instead puts B200 decode
+        power 25% below the measured (``docs/calibration.md``, section 8). None where a
+        kernel's power is unmeasured."""
+        return self.decode_phase(batch, context).power_w
 
 
 def _grid(lo: float, hi: float) -> np.ndarray:

@@ -112,8 +112,7 @@ def b200_power(
     comp: Sequence[engine_fit.Composed], fit: engine_fit.EngineFit, folder: str
 ) -> list[tuple[engine_fit.Composed, float]]:
     """B200 rows: the kernels' time-weighted measured power (vLLM 0.24.0 tables, the B200
-    vLLM tables with power) with the GPU's idle power during the engine's overheads,
-    against the measured power per GPU."""
+    vLLM tables with power) against the measured power per GPU."""
     out = []
     source = KernelSource(folder, "vllm", (("b200", "0.24.0"),))
     for c in comp:
@@ -125,8 +124,7 @@ def b200_power(
                 source, c.u.model, "b200", m.tp * m.dp, m.ep, fit.overheads[("b200", "vllm")]
             )
             ctx = fit.prompts.get(m.task, engine_fit.PROMPT_DEFAULT) + m.output_weighted_tokens / 2
-            idle = load_calibration(c.u.model.name, "b200").p_idle_w
-            p = kt.decode_power_w(max(round(m.batch), 1), ctx, idle)
+            p = kt.decode_power_w(max(round(m.batch), 1), ctx)
         except Exception:  # a shape the 0.24.0 tables do not measure: not compared
             continue
         if p is not None:
