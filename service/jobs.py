@@ -425,19 +425,26 @@ def _problem_of(exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def execute(url: str, job_id: str, memory_budget_mb: float | None) -> str:
+def execute(
+    url: str, job_id: str, memory_budget_mb: float | None, kernels: str | None = None
+) -> str:
     """Start job ``job_id`` and run it (in a solver worker): its status, progress and
     result go to the database at ``url``. Returns the final status; ``queued`` when
-    the server started shutting down before the job started (it runs after a restart)."""
+    the server started shutting down before the job started (it runs after a restart).
+    ``kernels``: the server's kernel database."""
     if process_stopping():
         return "queued"
     if not job_store(url).start(job_id):
         return job_store(url).get(job_id).status  # cancelled meanwhile
-    return execute_started(url, job_id, memory_budget_mb)
+    return execute_started(url, job_id, memory_budget_mb, kernels=kernels)
 
 
 def execute_started(
-    url: str, job_id: str, memory_budget_mb: float | None, worker: str | None = None
+    url: str,
+    job_id: str,
+    memory_budget_mb: float | None,
+    worker: str | None = None,
+    kernels: str | None = None,
 ) -> str:
     """Run job ``job_id``, already ``running`` (see :func:`execute`); with ``worker``,
     only while that worker holds it (a job given back or presumed lost stops, and its
@@ -468,6 +475,7 @@ def execute_started(
             monitor,
             url,
             cancelled=lambda: store.progress(job_id, {**latest, "phase": "storing"}, worker),
+            kernels=kernels,
         )
     except PdwattError as exc:
         return end("failed", error=_problem_of(exc))
@@ -489,14 +497,16 @@ def run_kind(
     monitor: Any = None,
     url: str | None = None,
     cancelled: Callable[[], bool] | None = None,
+    kernels: str | None = None,
 ) -> dict[str, Any]:
     """What the synchronous route of ``kind`` answers for ``request`` (``url``: the
     database that holds the sites, for ``site_plan``; ``cancelled``: whether the job
-    was cancelled, asked before a site plan is stored)."""
+    was cancelled, asked before a site plan is stored; ``kernels``: the server's kernel
+    database)."""
     from service import work, work_dr
 
     if kind == "schedule":
-        return work.schedule(request, memory_budget_mb, monitor)
+        return work.schedule(request, memory_budget_mb, monitor, kernels)
     if kind == "site_plan":
         from service.site_plans import Current, plan_site
         from service.store import store_for
@@ -508,13 +518,13 @@ def run_kind(
             store_for(url),
             request["site_id"],
             None if current is None else Current.model_validate(current),
-            lambda req: work.schedule(req, memory_budget_mb, monitor),
+            lambda req: work.schedule(req, memory_budget_mb, monitor, kernels),
             keep=lambda: cancelled is None or not cancelled(),
         )
     if kind == "demand_response":
-        return work_dr.demand_response(request, memory_budget_mb)
+        return work_dr.demand_response(request, memory_budget_mb, kernels)
     if kind == "flexibility":
-        return work_dr.flexibility(request, memory_budget_mb)
+        return work_dr.flexibility(request, memory_budget_mb, kernels)
     raise ValueError(f"unknown job kind {kind!r}")
 
 
@@ -531,9 +541,11 @@ class JobRunner:
         pool: SolvePool,
         notifier: Notifier | None = None,
         poll_s: float = 0.25,
+        kernels: str | None = None,
     ) -> None:
         self.url = url
         self.pool = pool
+        self.kernels = kernels  # the server's kernel database
         self.notifier = notifier or Notifier(None)
         self.poll_s = poll_s
         self._tasks: set[asyncio.Task[None]] = set()
@@ -588,7 +600,9 @@ class JobRunner:
                 # the jobs a shutdown asks to stop; one waiting for a worker (the
                 # sleep below) is not among them, and one still queued stays so
                 self._running.add(job_id)
-                await self.pool.run(execute, self.url, job_id, self.pool.memory_budget_mb)
+                await self.pool.run(
+                    execute, self.url, job_id, self.pool.memory_budget_mb, self.kernels
+                )
                 return
             except PoolFull:
                 pass

@@ -46,11 +46,24 @@ def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:
         req.solver = solver
 
 
+def check_performance(performance: str, s: Settings, field: str = "performance") -> None:
+    """InputError naming ``field`` when ``performance`` asks for measured kernels and this
+    server has no kernel database (``PDWATT_KERNELS``)."""
+    if performance == "kernels" and s.kernels is None:
+        raise InputError(
+            field,
+            "'kernels' needs a kernel database and this server has none (PDWATT_KERNELS is "
+            "not set); use 'spec'",
+        )
+
+
 def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """InputError naming the field (under ``prefix``, e.g. ``request.``) that exceeds a
-    limit of this server; ``req`` first gets this server's defaults
-    (:func:`fill_server_defaults`)."""
+    limit of this server, or asks for what it does not have (a kernel database); ``req``
+    first gets this server's defaults (:func:`fill_server_defaults`)."""
     fill_server_defaults(req, s)
+    for i, d in enumerate(req.deployments):
+        check_performance(d.performance, s, f"{prefix}deployments[{i}].performance")
     if len(req.deployments) > s.max_deployments:
         raise InputError(
             f"{prefix}deployments", f"at most {s.max_deployments} deployments on this server"
@@ -90,7 +103,8 @@ def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> 
     naming the field under ``prefix``. The synchronous routes find the same refusal in
     their solver worker, before any table is built."""
     try:
-        check_memory(problem_from_request(req, Host(memory_budget_mb=s.max_solve_memory_mb)))
+        host = Host(memory_budget_mb=s.max_solve_memory_mb, kernels=s.kernels)
+        check_memory(problem_from_request(req, host))
     except InputError as exc:
         exc.field = prefix + exc.field
         exc.args = (f"{exc.field}: {exc.reason}",)

@@ -107,7 +107,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.jobs = (
-            JobRunner(settings.database_url, app.state.pool, app.state.notifier)
+            JobRunner(
+                settings.database_url, app.state.pool, app.state.notifier, kernels=settings.kernels
+            )
             if settings.redis_url is None
             else RedisJobs(settings.database_url, settings.redis_url)
         )

@@ -168,7 +168,12 @@ class JobWorker:
         try:
             return str(
                 await self.pool.run(
-                    execute_started, self.url, job_id, self.settings.max_solve_memory_mb, self.name
+                    execute_started,
+                    self.url,
+                    job_id,
+                    self.settings.max_solve_memory_mb,
+                    self.name,
+                    self.settings.kernels,
                 )
             )
         except WorkerLost:

@@ -14,15 +14,17 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from formulation.request import (
+    Framework,
     ModelVariant,
     Name,
     NonNeg,
     Overrides,
+    Performance,
     ScheduleRequest,
     Strict,
     WorkloadText,
 )
-from model.capacity import DEFAULT_VARIANT
+from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 
 __all__ = ["NonNeg", "ScheduleRequest", "Strict"]
 
@@ -69,6 +71,8 @@ class SpecFields(Strict):
     moments: Moments | None = None
     overrides: Overrides = Field(default_factory=dict)
     model_variant: ModelVariant = DEFAULT_VARIANT
+    performance: Performance = DEFAULT_PERFORMANCE
+    framework: Framework | None = None
 
 
 class CapacityRequest(SpecFields):
@@ -126,11 +130,21 @@ class Calibration(BaseModel):
     source: str
 
 
+class PerformanceOut(BaseModel):
+    """Where the times come from (``performance_report``): ``spec`` or ``kernels``, with
+    the kernel tables, the engine calibration and the forms' worst deviations."""
+
+    model_config = ConfigDict(extra="allow")
+    source: Literal["spec", "kernels"]
+    power: str
+
+
 class CapacityResponse(ConfigRecord):
     model: str
     gpu: str
     workload: str
     calibration: Calibration
+    performance: PerformanceOut
 
 
 class FrontResponse(BaseModel):
@@ -139,6 +153,7 @@ class FrontResponse(BaseModel):
     gpu: str
     workload: str
     calibration: Calibration
+    performance: PerformanceOut
     max_gpus: int
     configs: list[ConfigRecord]
     front: list[ConfigRecord]

@@ -90,6 +90,24 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(
         3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
     )
+    kernels: str | None = Field(
+        None,
+        min_length=1,
+        description="kernel database (AIConfigurator's layout) that requests with "
+        "performance 'kernels' read; unset: such requests are refused (422)",
+    )
+
+    @field_validator("kernels")
+    @classmethod
+    def _kernel_database(cls, v: str | None) -> str | None:
+        if v is not None:
+            from model.operations import kernel_database
+
+            try:
+                kernel_database(v)
+            except InputError as e:
+                raise ValueError(e.reason) from None
+        return v
 
     @field_validator("api_key")
     @classmethod

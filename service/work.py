@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.capacity import DEFAULT_VARIANT
+from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 
 
-def _spec(body: dict[str, Any]) -> tuple[Any, bool]:
+def _spec(body: dict[str, Any], kernels: str | None) -> tuple[Any, bool]:
+    """``kernels``: the server's kernel database (its setting, never the request's)."""
     req = SpecRequest(
         model=body.get("model", "qwen3-32b"),
         gpu=body.get("gpu", "h200"),
@@ -20,17 +21,20 @@ def _spec(body: dict[str, Any]) -> tuple[Any, bool]:
         overrides=body.get("overrides") or {},
         moments=body.get("moments"),
         model_variant=body.get("model_variant", DEFAULT_VARIANT),
+        performance=body.get("performance", DEFAULT_PERFORMANCE),
+        framework=body.get("framework"),
+        kernels=kernels,
     )  # read_files stays False: no request reads a server file
     return resolve_spec(req), bool(body.get("overrides"))
 
 
-def capacity(body: dict[str, Any]) -> dict[str, Any]:
-    spec, ov = _spec(body)
+def capacity(body: dict[str, Any], kernels: str | None = None) -> dict[str, Any]:
+    spec, ov = _spec(body, kernels)
     return capacity_report(spec, body["n_p"], body["n_d"], body.get("load_rps"), overridden=ov)
 
 
-def front(body: dict[str, Any]) -> dict[str, Any]:
-    spec, ov = _spec(body)
+def front(body: dict[str, Any], kernels: str | None = None) -> dict[str, Any]:
+    spec, ov = _spec(body, kernels)
     return front_report(
         spec,
         body.get("max_gpus", 16),
@@ -42,13 +46,17 @@ def front(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def schedule(
-    body: dict[str, Any], memory_budget_mb: float | None = None, monitor: Any = None
+    body: dict[str, Any],
+    memory_budget_mb: float | None = None,
+    monitor: Any = None,
+    kernels: str | None = None,
 ) -> dict[str, Any]:
     """``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs' progress and
-    cancellation)."""
+    cancellation); ``kernels``: the server's kernel database."""
     from formulation.problem import Host, problem_from_dict
     from formulation.results import response
     from formulation.solve import solve
 
-    host = Host(memory_budget_mb=memory_budget_mb)  # no workload file is read
+    # no workload file is read
+    host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
     return response(solve(problem_from_dict(body, host), monitor=monitor))

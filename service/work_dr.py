@@ -13,15 +13,18 @@ REQUEST = "request."
 
 
 def demand_response(
-    payload: dict[str, Any], memory_budget_mb: float | None = None
+    payload: dict[str, Any], memory_budget_mb: float | None = None, kernels: str | None = None
 ) -> dict[str, Any]:
+    """``kernels``: the server's kernel database (a setting, never the request's)."""
     from formulation.dr import demand_response as run
 
-    host = Host(memory_budget_mb=memory_budget_mb)
+    host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
     return run(payload["request"], payload["event"], request_field=REQUEST, host=host)
 
 
-def flexibility(payload: dict[str, Any], memory_budget_mb: float | None = None) -> dict[str, Any]:
+def flexibility(
+    payload: dict[str, Any], memory_budget_mb: float | None = None, kernels: str | None = None
+) -> dict[str, Any]:
     from formulation.flex import flexibility_curve
 
     return flexibility_curve(
@@ -29,5 +32,5 @@ def flexibility(payload: dict[str, Any], memory_budget_mb: float | None = None) 
         payload.get("period"),
         payload.get("points", 25),
         request_field=REQUEST,
-        host=Host(memory_budget_mb=memory_budget_mb),
+        host=Host(memory_budget_mb=memory_budget_mb, kernels=kernels),
     )

@@ -11,6 +11,7 @@ from model.errors import InputError
 from service import work
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
+from service.limits import check_performance
 from service.schemas import (
     CapacityRequest,
     CapacityResponse,
@@ -28,9 +29,10 @@ router = APIRouter(
 
 
 @router.post("/capacity", response_model=CapacityResponse)
-async def capacity(req: CapacityRequest) -> dict[str, Any]:
+async def capacity(req: CapacityRequest, settings: SettingsDep) -> dict[str, Any]:
     """Capacity (req/s) and power (W) of one (n_P, n_D) configuration (SPEC 2)."""
-    return await run_in_threadpool(work.capacity, dump(req))
+    check_performance(req.performance, settings)
+    return await run_in_threadpool(work.capacity, dump(req), settings.kernels)
 
 
 @router.post("/front", response_model=FrontResponse)
@@ -38,4 +40,5 @@ async def front(req: FrontRequest, settings: SettingsDep) -> dict[str, Any]:
     """Every configuration with n_P + n_D <= max_gpus and the capacity-power Pareto front."""
     if req.max_gpus > settings.max_front_gpus:
         raise InputError("max_gpus", f"must be <= {settings.max_front_gpus} on this server")
-    return await run_in_threadpool(work.front, dump(req))
+    check_performance(req.performance, settings)
+    return await run_in_threadpool(work.front, dump(req), settings.kernels)

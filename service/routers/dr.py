@@ -34,7 +34,9 @@ router = APIRouter(
 
 
 async def _run(pool: SolvePool, settings: Settings, fn: Callable[..., Any], body: Any) -> Any:
-    return await run_or_429(pool, settings.retry_after_s, fn, body, pool.memory_budget_mb)
+    return await run_or_429(
+        pool, settings.retry_after_s, fn, body, pool.memory_budget_mb, settings.kernels
+    )
 
 
 def _png(draw: Callable[[Any, Any], None], result: dict[str, Any]) -> bytes:

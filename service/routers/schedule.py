@@ -51,7 +51,13 @@ async def schedule(
     check_schedule_limits(req, settings)
     t0 = time.perf_counter()
     resp = await run_or_429(
-        pool, settings.retry_after_s, work.schedule, dump(req), pool.memory_budget_mb
+        pool,
+        settings.retry_after_s,
+        work.schedule,
+        dump(req),
+        pool.memory_budget_mb,
+        None,
+        settings.kernels,
     )
     solve_seconds.observe(time.perf_counter() - t0)
     solver_outcomes_total.labels(resp["status"]).inc()

@@ -135,7 +135,14 @@ async def _replan(
     t0 = time.perf_counter()
     try:
         doc: dict[str, Any] = await pool.run(
-            run_kind, "site_plan", request, pool.memory_budget_mb, None, settings.database_url
+            run_kind,
+            "site_plan",
+            request,
+            pool.memory_budget_mb,
+            None,
+            settings.database_url,
+            None,
+            settings.kernels,
         )
     except SiteNotFound as e:  # deleted meanwhile
         raise HTTPException(404, f"no site {e.site_id!r}") from None

@@ -498,3 +498,99 @@ def test_schedule_extreme_values_are_refused_not_500(client, path, value, field)
     target[path[-1]] = value
     body = assert_problem(client.post("/v1/schedule", json=req), 422, field)
     assert body["type"] == "/problems/validation"
+
+
+# ------------------------------------------------------------------ performance source
+
+KERNEL_BODY = {**CAPACITY_BODY, "gpu": "h100-sxm", "performance": "kernels"}
+
+
+def kernel_tables() -> str:
+    from tests.conftest import shared_data_dir
+
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    return str(root)
+
+
+def test_kernels_on_a_server_without_a_kernel_database_are_a_422(client):
+    for route, body in (
+        ("/v1/capacity", KERNEL_BODY),
+        ("/v1/front", {k: v for k, v in KERNEL_BODY.items() if k not in ("n_p", "n_d")}),
+    ):
+        problem = assert_problem(client.post(route, json=body), 422, "performance")
+        assert "this server has none" in problem["detail"]
+    schedule = small_schedule()
+    schedule["deployments"][1]["performance"] = "kernels"
+    problem = assert_problem(
+        client.post("/v1/schedule", json=schedule), 422, "deployments[1].performance"
+    )
+    assert "PDWATT_KERNELS" in problem["detail"]
+    job = {"kind": "schedule", "request": schedule}
+    assert_problem(client.post("/v1/jobs", json=job), 422, "request.deployments[1].performance")
+
+
+def test_a_bad_performance_or_framework_is_a_422_naming_it(client):
+    assert_problem(
+        client.post("/v1/capacity", json={**CAPACITY_BODY, "performance": "roofline"}),
+        422,
+        "performance",
+    )
+    assert_problem(
+        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "trtllm"}), 422, "framework"
+    )
+    # a framework is only read with kernels: sent with spec it is refused, not ignored
+    problem = assert_problem(
+        client.post("/v1/capacity", json={**CAPACITY_BODY, "framework": "vllm"}), 422, "framework"
+    )
+    assert "only used with performance 'kernels'" in problem["detail"]
+    schedule = small_schedule()
+    schedule["deployments"][0]["performance"] = "measured"
+    assert_problem(client.post("/v1/schedule", json=schedule), 422, "deployments[0].performance")
+
+
+def test_capacity_names_its_performance_source(client):
+    r = client.post("/v1/capacity", json=CAPACITY_BODY)
+    assert r.status_code == 200, r.text
+    assert r.json()["performance"]["source"] == "spec"
+
+
+def test_kernels_on_a_server_with_a_kernel_database(make_client):
+    root = kernel_tables()
+    client = make_client(workers=1, kernels=root)
+    r = client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "vllm"})
+    assert r.status_code == 200, r.text
+    perf = r.json()["performance"]
+    assert perf["source"] == "kernels"
+    assert perf["kernels"]["folder"] == "aiconfigurator"
+    assert perf["kernels"]["framework"] == "vllm"
+    assert perf["engine_calibration"]["source"]
+    assert perf["decode_line"]["worst_deviation"] >= 0
+    assert root not in r.text  # the server's folder is named, not its path
+    spec = client.post("/v1/capacity", json={**CAPACITY_BODY, "gpu": "h100-sxm"}).json()
+    assert spec["performance"]["source"] == "spec"
+    assert spec["capacity_rps"] != r.json()["capacity_rps"]
+    # a prompt beyond the tables: 422 naming the workload, with the table's shape
+    long = {**KERNEL_BODY, "workload": "fixed:17000:16"}
+    problem = assert_problem(client.post("/v1/capacity", json=long), 422, "workload")
+    assert "beyond the kernel tables" in problem["detail"]
+    # no engine calibration shipped for this GPU and framework: 422 naming performance
+    other = {**KERNEL_BODY, "gpu": "h200", "framework": "vllm"}
+    assert_problem(client.post("/v1/capacity", json=other), 422, "performance")
+
+
+def test_the_kernel_database_setting_is_checked_at_start(monkeypatch, tmp_path):
+    from model.errors import InputError
+    from service.settings import get_settings
+
+    monkeypatch.setenv("PDWATT_KERNELS", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(InputError) as err:
+            get_settings()
+    finally:
+        monkeypatch.delenv("PDWATT_KERNELS")
+        get_settings.cache_clear()
+    assert err.value.field == "PDWATT_KERNELS"
+    assert "is not a kernel database" in err.value.reason
