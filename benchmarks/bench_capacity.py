@@ -6,11 +6,16 @@ vectorised core, beside a per-configuration scipy ``brentq`` loop on the memory
 balance measured in the same run, and prints configurations per second and the
 largest relative difference of ``B*`` between the two. ``--model-variant`` picks the
 memory balance (the admission variant's brentq loop runs on ``--brentq-sample``
-configurations, 2,000 by default).
+configurations, 2,000 by default). ``--performance kernels --kernels DIR`` takes the
+times from measured kernel tables (the shipped engine calibration of the GPU under
+``--framework``); it also prints the one-off cost of building the deployment's forms,
+from a cold process state (tables read) and with the tables already read.
 
     python benchmarks/bench_capacity.py [--max-gpus 256] [--repeat 50] [--workload W]
                                         [--model-variant paper|admission]
                                         [--model M] [--gpu G] [--tp N]
+                                        [--performance spec|kernels] [--kernels DIR]
+                                        [--framework vllm|sglang]
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ from scipy.optimize import brentq
 from model import admission
 from model.capacity import (
     DEFAULT_VARIANT,
+    FRAMEWORKS,
     MODEL_VARIANTS,
+    PERFORMANCE_SOURCES,
     Coefficients,
     candidate_configs,
+    clear_kernel_cache,
     evaluate,
     solve_batch,
 )
+from model.engine import open_database
 from model.operations import SpecRequest, resolve_spec
 
 
@@ -46,7 +55,12 @@ def main() -> None:
     ap.add_argument("--model", default="qwen3-32b")
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--tp", type=int, default=1, help="GPUs per instance")
+    ap.add_argument("--performance", choices=PERFORMANCE_SOURCES, default="spec")
+    ap.add_argument("--kernels", metavar="DIR", help="kernel database (--performance kernels)")
+    ap.add_argument("--framework", choices=FRAMEWORKS, help="default vllm (with kernels)")
     a = ap.parse_args()
+    if a.performance == "kernels" and not a.kernels:
+        ap.error("--performance kernels needs --kernels DIR")
 
     spec = resolve_spec(
         SpecRequest(
@@ -55,15 +69,46 @@ def main() -> None:
             workload=a.workload,
             model_variant=a.model_variant,
             overrides={"serving": {"tensor_parallel": a.tp}},
+            performance=a.performance,
+            framework=a.framework,
+            kernels=a.kernels if a.performance == "kernels" else None,
         )
     )
+    t0 = time.perf_counter()
     c = Coefficients.of(spec)
+    t_cold = time.perf_counter() - t0
     n_p, n_d = candidate_configs(a.max_gpus)
     n = len(n_p)
     print(
         f"{n:,} configurations (n_P + n_D <= {a.max_gpus}), {spec.model.name} on "
-        f"{spec.gpu.name}, workload {a.workload}, {a.model_variant} variant"
+        f"{spec.gpu.name}, workload {a.workload}, {a.model_variant} variant, "
+        f"performance {a.performance}"
     )
+    if c.forms is not None and spec.kernel_source is not None:
+        f = c.forms
+        clear_kernel_cache()  # the tables stay read: the forms alone
+        t0 = time.perf_counter()
+        Coefficients.of(spec)
+        t_warm = time.perf_counter() - t0
+        clear_kernel_cache()
+        open_database.cache_clear()  # nothing read: the tables as well
+        t0 = time.perf_counter()
+        c = Coefficients.of(spec)
+        t_cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        Coefficients.of(spec)
+        t_hit = time.perf_counter() - t0
+        src = spec.kernel_source
+        print(
+            f"kernel forms ({src.framework} {src.version(spec.gpu.name)} tables): built in "
+            f"{t_cold:.2f} s with the tables read, {t_warm:.3f} s with them already read; "
+            f"{t_hit * 1e6:.0f} us once built; decode line over batches 1..{f.batch_max:.0f} "
+            f"at {f.context_tokens:,.0f} tokens within {100 * f.decode.worst_deviation:.1f}%, "
+            f"prefill curve to {f.longest_prompt_tokens:,.0f} tokens within "
+            f"{100 * f.prefill.worst_deviation:.1f}%"
+        )
+    else:
+        print(f"coefficients: {t_cold * 1e3:.2f} ms")
     evaluate(c, n_p, n_d)  # warm-up
     times = []
     for _ in range(a.repeat):
