@@ -18,6 +18,10 @@ many iterations as it has output tokens).
 Fits use :func:`scipy.optimize.least_squares` on relative residuals with bounds;
 parameter standard errors come from the Jacobian at the optimum. A fit that the rows
 cannot determine is refused with what is missing.
+
+Rows no iteration model can describe (:mod:`model.screen`) stay out of the fits and
+of the error statistics, unless the screen is turned off (``screen=False``); every
+report counts them and predictions mark them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
+from model import screen as screening
 from model.capacity import (
     DecodeTerms,
     instance_power_w,
@@ -51,6 +56,7 @@ from model.catalog import (
 )
 from model.errors import InputError, NotFoundError
 from model.measurements import Measurement
+from model.screen import Screened
 
 FloatArray = NDArray[np.float64]
 
@@ -147,6 +153,19 @@ def usable_rows(rows: Sequence[Measurement]) -> tuple[list[Usable], list[Skipped
     return ok, skipped
 
 
+def screened_rows(
+    rows: Sequence[Measurement], screen: bool = True
+) -> tuple[list[Usable], list[Skipped], list[Screened | None]]:
+    """:func:`usable_rows` and the consistency screen's verdict on each usable row
+    (:func:`model.screen.verdicts`; all None with ``screen`` off): the one place fits,
+    predictions and their reports take the screen from."""
+    usable, skipped = usable_rows(rows)
+    verdicts: list[Screened | None] = [None] * len(usable)
+    if screen:
+        verdicts = screening.verdicts([u.m for u in usable])
+    return usable, skipped, verdicts
+
+
 def _prompt(u: Usable, prompts: dict[str, float]) -> float:
     if u.m.prompt_tokens is not None:
         return u.m.prompt_tokens
@@ -202,6 +221,9 @@ class Fit:
     prompts: dict[str, float]  # task -> fitted mean prompt length
     prompts_std: dict[str, float]
     skipped: list[Skipped] = field(default_factory=list)
+    #: rows the consistency screen kept out of the fit (:mod:`model.screen`)
+    screened: list[Screened] = field(default_factory=list)
+    screen: bool = True  # whether the screen was applied
 
     def calibration(self, gpu: str, stack: str) -> Calibration:
         key = (gpu, stack)
@@ -346,13 +368,26 @@ def _fit_decode(
     return cals, fitted_prompts, {k: float(v) for k, v in zip(index, std, strict=True)}
 
 
-def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = None) -> Fit:
-    """Fit every (GPU, stack) the rows cover (see the module docstring)."""
+def fit(
+    rows: Sequence[Measurement],
+    progress: Callable[[str], None] | None = None,
+    screen: bool = True,
+) -> Fit:
+    """Fit every (GPU, stack) the rows cover (see the module docstring), without the
+    rows the consistency screen keeps out (``screen``)."""
     say = progress or (lambda _m: None)
-    usable, skipped = usable_rows(rows)
+    usable, skipped, verdicts = screened_rows(rows, screen)
     if not usable:
         reasons = sorted({s.reason for s in skipped})
         raise InputError("measurements", "no row the model describes: " + "; ".join(reasons))
+    screened = screening.ordered(verdicts)
+    if screened:
+        per_rule = screening.counts(screened)
+        say(
+            f"screened: {per_rule['itl']} rows out, the power of {per_rule['power']} more "
+            "(docs/calibration.md)"
+        )
+    usable = screening.apply(usable, verdicts)
     groups: dict[tuple[str, str], list[Usable]] = {}
     for u in usable:
         groups.setdefault((u.gpu.name, u.m.stack), []).append(u)
@@ -435,7 +470,7 @@ def fit(rows: Sequence[Measurement], progress: Callable[[str], None] | None = No
         )
         cal = dataclasses.replace(cal, measured=True, source=source)
         out[key] = GroupFit(key[0], key[1], cal, g_std, fitted, nf, len(g_rows), models)
-    return Fit(out, prompts, prompts_std, skipped)
+    return Fit(out, prompts, prompts_std, skipped, screened, screen)
 
 
 def _fit_power(
@@ -512,18 +547,22 @@ def _fit_prefill(
     return dataclasses.replace(cal, mfu=mfu), {"mfu": std}, {}
 
 
-def predict(rows: Sequence[Measurement], f: Fit | None = None) -> dict[str, Any]:
+def predict(
+    rows: Sequence[Measurement], f: Fit | None = None, screen: bool = True
+) -> dict[str, Any]:
     """The model's ITL and power per GPU beside each measurement (rows the model cannot
-    describe, or whose GPU and stack the fit lacks, are listed with the reason).
+    describe, or whose GPU and stack the fit lacks, are listed with the reason). A row
+    the consistency screen keeps out (``screen``) is predicted too and says why
+    (``screened``, its rule in ``screened_rule``); the summary leaves it out.
 
     With no fit ``f``, each row is predicted with the shipped calibration of its model
     and GPU (:func:`model.catalog.load_calibration`, as every other command uses it:
     measured where the catalog has a measured set, estimated elsewhere) and the
     shipped prompt lengths of the tasks; each row says which (``calibration``)."""
-    usable, skipped = usable_rows(rows)
+    usable, skipped, verdicts = screened_rows(rows, screen)
     prompts = shipped_prompt_tokens() if f is None else f.prompts
     out_rows = []
-    for u in usable:
+    for u, verdict in zip(usable, verdicts, strict=True):
         key = (u.gpu.name, u.m.stack)
         if f is not None and key not in f.groups:
             skipped.append(Skipped(u.m.where, f"no calibration for {key[0]}/{key[1]} in the file"))
@@ -544,20 +583,22 @@ def predict(rows: Sequence[Measurement], f: Fit | None = None) -> dict[str, Any]
             power = float(
                 instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
             )
-        out_rows.append(
-            {
-                "where": u.m.where,
-                "model": u.m.model,
-                "gpu": u.gpu.name,
-                "tp": u.m.tp,
-                "ep": u.m.ep,
-                "kind": "moe" if u.model.experts else "dense",
-                "batch": u.m.batch,
-                "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
-                "power_w": {"measured": u.m.power_w, "predicted": power},
-                "calibration": "measured" if cal.measured else "estimated",
-            }
-        )
+        row: dict[str, Any] = {
+            "where": u.m.where,
+            "model": u.m.model,
+            "gpu": u.gpu.name,
+            "tp": u.m.tp,
+            "ep": u.m.ep,
+            "kind": "moe" if u.model.experts else "dense",
+            "batch": u.m.batch,
+            "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
+            "power_w": {"measured": u.m.power_w, "predicted": power},
+            "calibration": "measured" if cal.measured else "estimated",
+        }
+        if verdict is not None:
+            row["screened"] = verdict.reason
+            row["screened_rule"] = verdict.rule
+        out_rows.append(row)
     return {
         "rows": out_rows,
         "summary": summarise(out_rows),
@@ -565,22 +606,35 @@ def predict(rows: Sequence[Measurement], f: Fit | None = None) -> dict[str, Any]
     }
 
 
+def judged(r: dict[str, Any], key: str) -> bool:
+    """Whether a predicted row's ``key`` (``itl_ms``, ``power_w``) enters the error
+    statistics: measured, predicted and not kept out by the screen."""
+    rule = r.get("screened_rule")
+    return (
+        r[key]["measured"] is not None
+        and r[key]["predicted"] is not None
+        and not (rule and key in screening.EXCLUDES[rule])
+    )
+
+
 def _errors(rows: list[dict[str, Any]], key: str) -> FloatArray:
     return np.array(
-        [
-            r[key]["predicted"] / r[key]["measured"] - 1.0
-            for r in rows
-            if r[key]["measured"] is not None and r[key]["predicted"] is not None
-        ]
+        [r[key]["predicted"] / r[key]["measured"] - 1.0 for r in rows if judged(r, key)]
     )
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and worst relative error, ITL and power, overall, per GPU and per GPU and
-    kind (dense or mixture of experts)."""
+    kind (dense or mixture of experts), and the rows the screen kept out of them per
+    rule (``screened``; ``rows`` counts every row, each error its rows judged)."""
 
     def stats(sel: list[dict[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {"rows": len(sel)}
+        out: dict[str, Any] = {
+            "rows": len(sel),
+            "screened": {
+                rule: sum(r.get("screened_rule") == rule for r in sel) for rule in screening.RULES
+            },
+        }
         for key in ("itl_ms", "power_w"):
             e = _errors(sel, key)
             out[key] = (
@@ -607,9 +661,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def leave_one_model_out(
-    rows: Sequence[Measurement], progress: Callable[[str], None] | None = None
+    rows: Sequence[Measurement],
+    progress: Callable[[str], None] | None = None,
+    screen: bool = True,
 ) -> dict[str, Any]:
-    """For each model, fit on the others and predict its rows (``docs/calibration.md``)."""
+    """For each model, fit on the others and predict its rows (``docs/calibration.md``);
+    the screen (a rule within each file) applies to both sides."""
     say = progress or (lambda _m: None)
     usable, _ = usable_rows(rows)
     models = sorted({u.model.name for u in usable})
@@ -621,11 +678,11 @@ def leave_one_model_out(
         held = set(test)
         train = [r for r in rows if r not in held]
         try:
-            f = fit(train)
+            f = fit(train, screen=screen)
         except InputError as e:
             refused[name] = str(e)
             continue
-        res = predict(test, f)
+        res = predict(test, f, screen)
         for r in res["rows"]:
             r["held_out"] = name
         out_rows.extend(res["rows"])
@@ -645,8 +702,8 @@ def _finite_or_none(v: float) -> float | None:
 
 def to_document(f: Fit, rows: Sequence[Measurement] | None = None) -> dict[str, Any]:
     """The calibration file's content: one entry per (GPU, stack), SI units, with each
-    fitted parameter's standard error and why the others were not fitted; with
-    ``rows``, also the in-sample errors."""
+    fitted parameter's standard error and why the others were not fitted, the rows
+    the consistency screen kept out; with ``rows``, also the in-sample errors."""
     doc: dict[str, Any] = {
         "format": FILE_FORMAT,
         "calibrations": [
@@ -667,9 +724,11 @@ def to_document(f: Fit, rows: Sequence[Measurement] | None = None) -> dict[str, 
             for t, v in f.prompts.items()
         },
         "skipped": [dataclasses.asdict(s) for s in f.skipped],
+        "screen": {"applied": f.screen, **screening.counts(f.screened)},
+        "screened": [dataclasses.asdict(s) for s in f.screened],
     }
     if rows is not None:
-        doc["in_sample"] = predict(rows, f)["summary"]
+        doc["in_sample"] = predict(rows, f, f.screen)["summary"]
     return doc
 
 

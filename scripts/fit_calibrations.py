@@ -8,7 +8,8 @@ Usage:
 DATA_DIR holds the ML.ENERGY per-model JSON files (``DATA_DIR/mlenergy/*.json``, see
 their README). The script fits the rows of every (GPU, stack) they cover with
 :func:`model.calibrate.fit` (the dense models' rows first, then the mixtures of
-experts' for the experts' own terms) and writes the calibration document, with the files read
+experts' for the experts' own terms), without the rows the consistency screen keeps out
+(``model.screen``), and writes the calibration document, with the files read
 (name and sha256) and the source, to ``model/data/measured_calibrations.json``. Only
 the fitted numbers ship, never the measurements.
 
@@ -56,6 +57,7 @@ def build(data_dir: Path) -> dict[str, object]:
     rows = read_measurements(files)
     doc = to_document(fit(rows), rows)
     doc.pop("skipped")  # which published rows the model cannot describe yet: in the docs
+    doc.pop("screened")  # the rows the consistency screen keeps out: in the docs (counted)
     doc["source"] = SOURCE | {"files": {f.name: file_sha256(f) for f in files}}
     return doc
 
