@@ -162,7 +162,13 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
 def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
     """Predicted against measured, decode iteration time and power per GPU, one colour
     per GPU and one marker per kind of model (dense: circles, mixtures of experts:
-    triangles), with the identity and +-10% lines."""
+    triangles), with the identity and +-10% lines; values the consistency screen keeps
+    out (``screened_rule``, ``model.screen``) as grey crosses."""
+    from model.screen import EXCLUDES
+
+    def out(r: Mapping[str, Any], key: str) -> bool:
+        return key in EXCLUDES.get(str(r.get("screened_rule")), ())
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 5), dpi=120)
     gpus = sorted({r["gpu"] for r in rows})
     kinds = [k for k in ("dense", "moe") if any(r.get("kind", "dense") == k for r in rows)]
@@ -178,6 +184,7 @@ def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) 
                     and r.get("kind", "dense") == kind
                     and r[key]["measured"] is not None
                     and r[key]["predicted"] is not None
+                    and not out(r, key)
                 ]
                 if not pts:
                     continue
@@ -193,6 +200,15 @@ def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) 
                     label=label,
                 )
                 lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+        gone = [
+            (r[key]["measured"], r[key]["predicted"])
+            for r in rows
+            if out(r, key) and r[key]["measured"] is not None and r[key]["predicted"] is not None
+        ]
+        if gone:
+            xs, ys = zip(*gone, strict=True)
+            ax.scatter(xs, ys, s=18, marker="x", color="0.55", label=f"screened ({len(gone)})")
+            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
         if hi > 0:
             span = [lo * 0.9, hi * 1.1]
             ax.plot(span, span, "k-", lw=0.8)

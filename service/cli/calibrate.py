@@ -1,10 +1,13 @@
 """``pdwatt calibrate`` and ``pdwatt predict`` (a thin shell over
 :mod:`model.calibrate`)::
 
-    pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out] [--json]
-    pdwatt predict FILE... [--calibration CAL.json] [--chart FIT.png] [--json]
+    pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out]
+                             [--no-screen] [--json]
+    pdwatt predict FILE... [--calibration CAL.json] [--chart FIT.png] [--no-screen] [--json]
 
 ``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``).
+Rows the consistency screen keeps out (``model.screen``) are counted in every report;
+``--no-screen`` fits and judges every row.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from model import engine_fit
+from model import screen as screening
 from model.calibrate import Fit, fit, from_document, leave_one_model_out, predict, to_document
 from model.catalog import Calibration, load_gpu
 from model.errors import InputError
@@ -45,6 +49,7 @@ def register(subparsers: Any) -> None:
         help="also fit without each model in turn and predict it (out-of-sample errors)",
     )
     c.add_argument("--json", action="store_true", help="print the calibration document")
+    _screen_arg(c)
     _bench_args(c)
     _kernel_args(c)
     c.set_defaults(func=cmd_calibrate)
@@ -58,9 +63,26 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     p.add_argument("--json", action="store_true", help="rows and summary as JSON")
+    _screen_arg(p)
     _bench_args(p)
     _kernel_args(p)
     p.set_defaults(func=cmd_predict)
+
+
+def _screen_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="fit and judge every row, also those no iteration model describes (by "
+        "default they are kept out and listed: docs/calibration.md, section 9)",
+    )
+
+
+def _refuse_no_screen(a: argparse.Namespace) -> None:
+    if a.no_screen:
+        raise InputError(
+            "--no-screen", "the kernel-based fit screens no rows; drop --no-screen with it"
+        )
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +163,12 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     out = []
     per_kind = summary.get("per_gpu_and_kind", {})
     for label, s in [("all", summary["all"]), *summary["per_gpu"].items(), *per_kind.items()]:
-        parts = [f"{label}: {s['rows']} rows"]
+        n = s.get("screened", {})
+        out_rows, power = n.get("itl", 0), n.get("power", 0)
+        screened = (
+            f" ({out_rows} screened out, the power of {power} more)" if out_rows or power else ""
+        )
+        parts = [f"{label}: {s['rows']} rows{screened}"]
         for key, name in (("itl_ms", "ITL"), ("power_w", "power")):
             if s[key]:
                 parts.append(
@@ -152,15 +179,42 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _screen_lines(screened: list[dict[str, Any]], usable: int) -> list[str]:
+    """The rows the screen kept out, per rule and GPU, and their share of the usable
+    rows (flagged above the share the screen is meant for)."""
+    out = []
+    for rule, what in (
+        ("itl", "rows screened out by the ITL rule"),
+        ("power", "rows' power screened out by the power rule (their ITL kept)"),
+    ):
+        sel = [s for s in screened if s["rule"] == rule]
+        if not sel:
+            continue
+        gpus: dict[str, int] = {}
+        for s in sel:
+            gpus[s["gpu"]] = gpus.get(s["gpu"], 0) + 1
+        per_gpu = ", ".join(f"{g} {n}" for g, n in sorted(gpus.items()))
+        share = len(sel) / usable if usable else 0.0
+        flag = (
+            f" -- more than the {screening.MAX_SHARE:.0%} the screen is meant for"
+            if share > screening.MAX_SHARE
+            else ""
+        )
+        out.append(f"{len(sel)} {what} ({per_gpu}; {share:.1%} of {usable} rows){flag}")
+    return out
+
+
 def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
     if a.kernels:
+        _refuse_no_screen(a)
         return cmd_calibrate_kernels(a)
+    screen = not a.no_screen
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
-    f = fit(rows, _say)
+    f = fit(rows, _say, screen)
     doc = to_document(f, rows)
     if a.leave_one_model_out:
-        doc["leave_one_model_out"] = leave_one_model_out(rows, _say)
+        doc["leave_one_model_out"] = leave_one_model_out(rows, _say, screen)
     if a.output:
         Path(a.output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     if a.chart:
@@ -169,7 +223,7 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
         chart_rows = (
             doc["leave_one_model_out"]["rows"]
             if a.leave_one_model_out
-            else predict(rows, f)["rows"]
+            else predict(rows, f, screen)["rows"]
         )
         kind = "leave-one-model-out" if a.leave_one_model_out else "in-sample"
         calibration_chart(chart_rows, a.chart, f"pdwatt calibrate: {kind} predictions")
@@ -193,6 +247,10 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
             print(f"{len(doc['skipped'])} rows not used:")
             for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
                 print(f"  {n:4d}  {r}")
+        if not screen:
+            print("screen off (--no-screen): every row fitted and judged")
+        for line in _screen_lines(doc["screened"], doc["in_sample"]["all"]["rows"]):
+            print(line)
         print("in-sample:")
         for line in _summary_lines(doc["in_sample"]):
             print(f"  {line}")
@@ -211,10 +269,11 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     if a.calibration is not None:
         doc = _read_json(a.calibration)
         if engine_fit.is_document(doc):
+            _refuse_no_screen(a)
             return cmd_predict_kernels(a, doc)
     f = None if a.calibration is None else read_calibration_file(a.calibration)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
-    res = predict(rows, f)
+    res = predict(rows, f, not a.no_screen)
     used = "the shipped calibrations" if a.calibration is None else Path(a.calibration).name
     if a.chart:
         from service.charts import calibration_chart
@@ -225,6 +284,13 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
             print(_shipped_line(res["rows"]))
         for line in _summary_lines(res["summary"]):
             print(line)
+        screened = [r for r in res["rows"] if "screened" in r]
+        if screened:
+            out_rows = sum(r["screened_rule"] == "itl" for r in screened)
+            print(
+                f"{len(screened)} rows screened, left out of the errors ({out_rows} whole, "
+                f"the power of {len(screened) - out_rows}; see --json for each and why)"
+            )
         if res["skipped"]:
             print(f"{len(res['skipped'])} rows not predicted (see --json for each and why)")
         if a.chart:
