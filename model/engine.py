@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from model.catalog import ModelArch
-from model.errors import InputError
+from model.errors import InputError, OutsideTableError
 from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime
 
 #: GPUs of the catalog and the folder names of AIConfigurator's tables
@@ -208,25 +208,53 @@ def _grid(lo: float, hi: float) -> np.ndarray:
 @dataclass(frozen=True)
 class LinearForm:
     """Coefficients of a capacity-model form through composed times, and how far the
-    form strays from them (largest relative deviation over the points)."""
+    form strays from them (largest relative deviation over the points). ``extends_beyond``
+    (prefill only): the longest prompt whose attention the tables measure, when the
+    workload's longest prompt lies beyond it and the form carries it there (None: every
+    length is measured)."""
 
     coefficients: tuple[float, float]
     worst_deviation: float
     points: int
+    domain: tuple[float, float] = (1.0, 1.0)  # the batches or prompt lengths sampled
+    extends_beyond: float | None = None
+
+
+def all_experts_batch(model: ModelArch) -> float:
+    """The batch from which a decode iteration reads (nearly) every routed expert:
+    ``(1 - k/E)^B < 1%``, ``B > ln(0.01) / ln(1 - k/E)`` (1 for a dense model)."""
+    if not model.experts or model.experts_per_token >= model.experts:
+        return 1.0
+    return math.log(0.01) / math.log(1.0 - model.experts_per_token / model.experts)
 
 
 def decode_line(times: KernelTimes, context: float, batch_max: float) -> LinearForm:
     """``(alpha, g)`` of ``t_D(B) = alpha + g B`` at ``context``: least squares in relative
-    error over batches from 1 to ``batch_max`` (geometric grid)."""
-    b = _grid(1.0, max(1.0, math.floor(batch_max)))
+    error over a geometric grid of batches up to ``batch_max``, from 1 for a dense model
+    and, for a mixture of experts, from :func:`all_experts_batch` (below it the batch
+    leaves experts unread and the time bends; the roofline line reads every expert too,
+    ``docs/calibration.md`` section 7), or from 1 where the pool holds no such batch."""
+    top = max(1.0, math.floor(batch_max))
+    first = all_experts_batch(times.kernels.model)
+    start = float(math.ceil(first)) if first < top else 1.0
+    b = _grid(start, top)
     t = np.array([times.decode_s(int(x), context) for x in b])
+    if len(b) == 1:  # one point: the line through it with the composed marginal cost
+        x = int(b[0])
+        g = times.decode_s(x + 1, context) - t[0]
+        line = (float(t[0] - g * x), float(g))
+        return LinearForm(line, 0.0, 1, (float(x), float(x)))
     a = np.column_stack([np.ones_like(b, dtype=float), b.astype(float)]) / t[:, None]
     (alpha, g), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if len(b) == 1:  # one point: the line through it with the composed marginal cost
-        alpha, g = float(t[0]), 0.0
     fit = alpha + g * b
     worst = float(np.max(np.abs(fit / t - 1.0)))
-    return LinearForm((float(alpha), float(g)), worst, len(b))
+    return LinearForm((float(alpha), float(g)), worst, len(b), (float(b[0]), float(b[-1])))
+
+
+#: prompt lengths from which the attention term is fitted (tokens): below, a prompt's
+#: attention is its kernels' launch floor, which a chunked prefill shares between the
+#: prompts of a chunk (one attention call per layer over all of them)
+ATTENTION_FIT_FROM = 512.0
 
 
 def prefill_curve(
@@ -238,27 +266,39 @@ def prefill_curve(
     prefill), so a prompt's share of everything but attention (the GEMMs, which read the
     weights once per chunk, the collectives, the engine's overheads) is its tokens' share
     of a full chunk: ``a_0 = (K_P(chunk) - attention(chunk) + t_iter + t_layer n) / chunk``
-    per token. Attention is the prompt's own, ``attention(l)`` over its ``l`` tokens, and
-    ``a_1 l + b_P l^2`` is its least-squares fit (relative error, ``b_P >= 0``) over
-    prompt lengths from 16 to ``longest``. ``a_P = a_0 + a_1``; the deviation reported is
-    the fit's against ``a_0 l + attention(l)``."""
+    per token. Attention is the prompt's own, ``attention(l)`` over its ``l`` tokens
+    (:meth:`KernelModel.prefill_attention`), and ``a_1 l + b_P l^2`` is its non-negative
+    least-squares fit over prompt lengths from :data:`ATTENTION_FIT_FROM` (or the longest,
+    if shorter) to ``longest``, in seconds (the long prompts, whose attention matters,
+    weigh most). ``a_P = a_0 + a_1``; the deviation reported is the form's against
+    ``a_0 l + attention(l)`` over those lengths. A longest prompt beyond what the
+    attention table measures is carried by the form (attention work grows as ``l^2``)
+    and said in ``extends_beyond``."""
+    from scipy.optimize import nnls
+
     full = times.prefill_phase(chunk_tokens)
     o = times.overheads
     rest = full.time_s - full.by_name().get("attention", 0.0)
     a0 = (rest + o.t_iter_s + o.t_layer_s * times.layers) / chunk_tokens
-    lengths = _grid(16.0, max(16.0, longest)).astype(float)
-    attn = np.array([times.prefill_phase(int(x)).by_name().get("attention", 0.0) for x in lengths])
-    total = a0 * lengths + attn
-    a = np.column_stack([lengths, lengths * lengths]) / total[:, None]
-    (a1, b_p), *_ = np.linalg.lstsq(a, attn / total, rcond=None)
-    if b_p < 0.0:  # a negative quadratic term has no meaning: the linear term alone
-        b_p = 0.0
-        w = lengths / total
-        a1 = float(np.sum(w * attn / total) / np.sum(w * w))
+    top = max(1.0, longest)
+    lengths = _grid(min(ATTENTION_FIT_FROM, top), top)
+    attn: list[float] = []
+    for x in lengths:
+        try:
+            attn.append(times.kernels.prefill_attention(int(x)).time_s)
+        except OutsideTableError:
+            if len(attn) < 2:
+                raise
+            break
+    ll = lengths[: len(attn)].astype(float)
+    at = np.array(attn)
+    (a1, b_p), _ = nnls(np.column_stack([ll, ll * ll]), at)
     a_p = a0 + float(a1)
-    fit = a_p * lengths + b_p * lengths * lengths
+    total = a0 * ll + at
+    fit = a_p * ll + b_p * ll * ll
     worst = float(np.max(np.abs(fit / total - 1.0)))
-    return LinearForm((a_p, float(b_p)), worst, len(lengths))
+    beyond = float(ll[-1]) if len(attn) < len(lengths) else None
+    return LinearForm((a_p, float(b_p)), worst, len(ll), (float(ll[0]), float(ll[-1])), beyond)
 
 
 #: fitted engine overheads shipped with the product (``scripts/fit_engine.py``)

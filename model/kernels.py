@@ -892,6 +892,16 @@ class KernelModel:
 
         return self._pass(n, 1, attention, graph=False)
 
+    def prefill_attention(self, prompt_tokens: int) -> PhaseTime:
+        """The attention kernels alone of one prefill of `prompt_tokens` tokens (every
+        layer group), as :meth:`prefill` composes them."""
+        n = _count("prompt_tokens", prompt_tokens)
+        keys = self._attn_keys(self.setup.kv_dtype)
+        calls: list[KernelCall] = []
+        for group in self._attention_groups():
+            self._prefill_attention(calls, group, keys, n)
+        return _phase(calls)
+
     def decode(self, batch: float, context: float) -> PhaseTime:
         """One decode iteration of `batch` requests, each attending `context` past tokens.
         A fractional batch (a measured mean, such as 31.4 running requests) is the linear

@@ -6,7 +6,6 @@ and ``POST /v1/capacity`` give the same document.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,12 +186,15 @@ def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
         }
         out["decode_line"] = {
             "context_tokens": forms.context_tokens,
-            "batch_from": 1,
-            "batch_to": max(1, math.floor(forms.batch_max)),
+            "batch_from": forms.decode.domain[0],
+            "batch_to": forms.decode.domain[1],
             **_form(forms.decode, ("alpha_s", "g_s_per_request")),
         }
         out["prefill_curve"] = {
             "longest_prompt_tokens": forms.longest_prompt_tokens,
+            "attention_fitted_from": forms.prefill.domain[0],
+            "attention_fitted_to": forms.prefill.domain[1],
+            "extends_beyond_measured": forms.prefill.extends_beyond,
             **_form(forms.prefill, ("a_p_s_per_token", "b_p_s_per_token2")),
         }
     out["power"] = "the calibration's ramps (SPEC 2.6)"

@@ -235,9 +235,16 @@ def performance_line(perf: dict[str, Any]) -> str:
         f"performance: kernels, {k['framework']} {k['version']} tables of {k['gpu']} in "
         f"{k['folder']}; engine calibration: {e['source']} (fitted with {e['fitted_version']})"
         f"\n  decode t_D(B) = {d['alpha_s'] * 1e3:.3f} ms + {d['g_s_per_request'] * 1e3:.4f} "
-        f"ms x B at {d['context_tokens']:,.0f} tokens, B in 1..{d['batch_to']}: within "
+        f"ms x B at {d['context_tokens']:,.0f} tokens, B in {d['batch_from']:,.0f}.."
+        f"{d['batch_to']:,.0f}: within "
         f"{100 * d['worst_deviation']:.1f}% of the composed times"
         f"\n  prefill t_P(l) = {p['a_p_s_per_token'] * 1e6:.3f} us x l + "
         f"{p['b_p_s_per_token2'] * 1e9:.4f} ns x l^2, l up to {p['longest_prompt_tokens']:,.0f}: "
-        f"within {100 * p['worst_deviation']:.1f}%; power: {perf['power']}"
+        f"within {100 * p['worst_deviation']:.1f}%"
+        + (
+            f" (measured to {p['extends_beyond_measured']:,.0f}, the form carries it beyond)"
+            if p["extends_beyond_measured"]
+            else ""
+        )
+        + f"; power: {perf['power']}"
     )

@@ -290,14 +290,18 @@ def test_the_simulator_times_decode_by_the_line(tables: Path) -> None:
     assert roof.kernel_iteration_s is None and roof.kernel_token_s is None
 
 
-def test_a_prompt_beyond_the_tables_is_an_error_naming_the_workload(tables: Path) -> None:
-    spec = kernel_spec(tables, "fixed:20000:8", pool=60_000)
-    with pytest.raises(InputError) as err:
-        Coefficients.of(spec)
-    assert err.value.field == "workload"
-    assert "20,000 tokens" in err.value.reason
-    assert "isl=20000" in err.value.reason or "m=20000" in err.value.reason
-    assert "outside the measured range" in err.value.reason
+def test_a_prompt_beyond_the_attention_table_is_carried_by_the_form_and_said(
+    tables: Path,
+) -> None:
+    """The attention table stops short of the workload's longest prompt: the curve is
+    fitted to the measured lengths, carries the quadratic beyond them, and says where
+    the measurements stop (nothing is refused silently, nothing extrapolated unsaid)."""
+    curve = prefill_curve(times(tables), 20_000)
+    assert curve.extends_beyond is not None and curve.extends_beyond < 20_000
+    assert curve.domain[1] == curve.extends_beyond
+    measured = prefill_curve(times(tables), curve.extends_beyond)
+    assert measured.extends_beyond is None
+    assert measured.coefficients == pytest.approx(curve.coefficients, rel=1e-9)
 
 
 def test_a_context_beyond_the_tables_is_an_error_naming_the_workload(tables: Path) -> None:
