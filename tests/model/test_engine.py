@@ -428,3 +428,26 @@ def test_qwen3_32b_on_h100_with_the_shipped_engine_calibration() -> None:
     assert rep["performance"]["kernels"]["folder"] == "aiconfigurator"
     assert rep["performance"]["kernels"]["framework"] == "vllm"
     assert math.isfinite(rep["capacity_rps"]) and rep["capacity_rps"] > 0
+
+
+def test_a_mixture_of_experts_line_starts_where_every_expert_is_read() -> None:
+    """Qwen3-30B-A3B (8 of 128 experts): (1 - 8/128)^B < 1% from B = 72; the line over
+    72..B_max follows the composed times far closer than one from a single request,
+    where the batch leaves experts unread."""
+    from model.catalog import load_model
+    from model.engine import KernelSource, KernelTimes, all_experts_batch
+
+    folder = published()
+    model = load_model("qwen3-30b-a3b")
+    assert all_experts_batch(model) == pytest.approx(math.log(0.01) / math.log(1 - 8 / 128))
+    assert math.ceil(all_experts_batch(model)) == 72
+    kt = KernelTimes.of(KernelSource(folder, "vllm", (("b200", "0.19.0"),)), model, "b200", 1)
+    line = decode_line(kt, 1024.0, 512.0)
+    assert line.domain == (72.0, 512.0)
+    # every batch from 72 on is within the reported deviation, which is small
+    for b in (72, 100, 200, 512):
+        alpha, g = line.coefficients
+        assert abs((alpha + g * b) / kt.decode_s(b, 1024.0) - 1) <= line.worst_deviation + 1e-12
+    assert line.worst_deviation < 0.1
+    # the same fit from one request strays much further
+    assert kt.decode_s(16, 1024.0) / kt.decode_s(1, 1024.0) > 1.5
