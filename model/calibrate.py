@@ -583,27 +583,41 @@ def predict(
             power = float(
                 instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
             )
-        row: dict[str, Any] = {
-            "where": u.m.where,
-            "model": u.m.model,
-            "gpu": u.gpu.name,
-            "tp": u.m.tp,
-            "ep": u.m.ep,
-            "kind": "moe" if u.model.experts else "dense",
-            "batch": u.m.batch,
-            "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl * 1e3},
-            "power_w": {"measured": u.m.power_w, "predicted": power},
-            "calibration": "measured" if cal.measured else "estimated",
-        }
-        if verdict is not None:
-            row["screened"] = verdict.reason
-            row["screened_rule"] = verdict.rule
+        label = "measured" if cal.measured else "estimated"
+        row = prediction_row(u, itl, power, label, verdict)
         out_rows.append(row)
     return {
         "rows": out_rows,
         "summary": summarise(out_rows),
         "skipped": [dataclasses.asdict(s) for s in skipped],
     }
+
+
+def prediction_row(
+    u: Usable,
+    itl_s: float,
+    power_w: float | None,
+    calibration: str,
+    verdict: Screened | None = None,
+) -> dict[str, Any]:
+    """One predicted row beside its measurement, in the shape every prediction report
+    shares (``pdwatt predict``, leave-one-model-out, the kernel-based fit)."""
+    row: dict[str, Any] = {
+        "where": u.m.where,
+        "model": u.m.model,
+        "gpu": u.gpu.name,
+        "tp": u.m.tp,
+        "ep": u.m.ep,
+        "kind": "moe" if u.model.experts else "dense",
+        "batch": u.m.batch,
+        "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": itl_s * 1e3},
+        "power_w": {"measured": u.m.power_w, "predicted": power_w},
+        "calibration": calibration,
+    }
+    if verdict is not None:
+        row["screened"] = verdict.reason
+        row["screened_rule"] = verdict.rule
+    return row
 
 
 def judged(r: dict[str, Any], key: str) -> bool:

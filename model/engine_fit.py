@@ -16,7 +16,7 @@ context beyond the tables) are listed with the reason, never dropped silently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from scipy.optimize import least_squares
 from model.calibrate import Skipped, Usable
 from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
+from model.screen import Screened
 
 FloatArray = np.ndarray
 #: prompt lengths (tokens) at which each row's kernels are composed; between them the
@@ -254,11 +255,16 @@ def leave_one_model_out(
 FORMAT = "pdwatt-engine-calibration/1"
 
 
-def predict_rows(rows: Sequence[Composed], fit: EngineFit) -> list[dict[str, Any]]:
+def predict_rows(
+    rows: Sequence[Composed],
+    fit: EngineFit,
+    verdicts: Mapping[str, Screened] | None = None,
+) -> list[dict[str, Any]]:
     """Rows in the shape of :func:`model.calibrate.predict`'s: the decode time from the
     kernels and the fitted overheads; the power from the shipped calibration's ramp
-    (``power_model``), there being no kernel power on most GPUs."""
-    from model.calibrate import decode_load
+    (``power_model``), there being no kernel power on most GPUs. ``verdicts``: the
+    consistency screen's, by row (``where``), marked on the rows it names."""
+    from model.calibrate import decode_load, prediction_row
     from model.capacity import instance_power_w
     from model.catalog import load_calibration
 
@@ -272,24 +278,20 @@ def predict_rows(rows: Sequence[Composed], fit: EngineFit) -> list[dict[str, Any
             power = float(
                 instance_power_w(cal.p0_decode_w, cal.gamma_decode_w, cal.psat_decode_w, x)
             )
-        out.append(
-            {
-                "where": u.m.where,
-                "model": u.m.model,
-                "gpu": u.gpu.name,
-                "tp": u.m.tp,
-                "ep": u.m.ep,
-                "kind": "moe" if u.model.experts else "dense",
-                "batch": u.m.batch,
-                "itl_ms": {"measured": u.m.itl_s * 1e3, "predicted": fit.predict_s(c) * 1e3},
-                "power_w": {"measured": u.m.power_w, "predicted": power},
-                "calibration": "measured",
-                "performance": "kernels",
-                "kernels": f"{c.framework} {c.version}",
-                "power_model": "ramp of the shipped calibration",
-            }
+        row = prediction_row(
+            u, fit.predict_s(c), power, "measured", (verdicts or {}).get(u.m.where)
         )
+        row["performance"] = "kernels"
+        row["kernels"] = f"{c.framework} {c.version}"
+        row["power_model"] = "ramp of the shipped calibration"
+        out.append(row)
     return out
+
+
+def fitted(rows: Sequence[Composed], verdicts: Mapping[str, Screened]) -> list[Composed]:
+    """The rows a fit of decode times takes: all but those the screen keeps out whole
+    (the ITL rule; a row screened for its power keeps its ITL)."""
+    return [c for c in rows if getattr(verdicts.get(c.u.m.where), "rule", None) != "itl"]
 
 
 def to_document(fit: EngineFit, folder: str) -> dict[str, Any]:

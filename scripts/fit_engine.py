@@ -10,7 +10,8 @@ AIConfigurator's kernel tables (``DATA_DIR/aiconfigurator/``), see their READMEs
 
 * H100 and B200 under vLLM: every ML.ENERGY row the kernel tables compose (the oldest
   vLLM tables of each GPU, the closest to the measurements' era), screened by the
-  consistency rule of ``docs/calibration.md``, fitted with
+  consistency screen of ``docs/calibration.md`` (section 9; a row screened for its power
+  keeps its ITL), fitted with
   :func:`model.engine_fit.fit_engine`;
 * H200 under SGLang: the one measured pair, Qwen3-32B, through the paper's Tab. 3
   decode times (SPEC 2.3), taken as measurements at batches 1-256 and contexts of
@@ -41,7 +42,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checko
     sys.path.insert(0, str(REPO_ROOT))
 
 from model import engine_fit  # noqa: E402
-from model.calibrate import Usable, usable_rows  # noqa: E402
+from model.calibrate import Usable, screened_rows  # noqa: E402
 from model.capacity import DecodeTerms  # noqa: E402
 from model.catalog import load_calibration, load_gpu, load_model  # noqa: E402
 from model.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
@@ -212,11 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted((args.data_dir / "mlenergy").glob("*.json"))
     if not files:
         raise SystemExit(f"no ML.ENERGY files in {args.data_dir / 'mlenergy'}")
-    usable, skipped = usable_rows(read_measurements(files))
-    usable, screened = screen(usable)
-    comp, not_composed = engine_fit.compose(usable, folder, progress=say)
+    usable, skipped, found = screened_rows(read_measurements(files))
+    verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
+    every, not_composed = engine_fit.compose(usable, folder, progress=say)
+    comp = engine_fit.fitted(every, verdicts)
+    screened = [(w, v.rule) for w, v in verdicts.items()]
     fit, figures, lomo = report(comp, say)
-    power = b200_power(comp, fit, folder)
+    # the power comparison leaves out the powers the screen keeps out
+    power = b200_power([c for c in comp if c.u.m.where not in verdicts], fit, folder)
     figures["b200 power (kernels)"] = {
         "rows": len(power),
         "median_abs": median_abs([e for _, e in power]),
@@ -239,17 +243,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.chart:
         chart(comp, lomo, args.chart)
     return 0
-
-
-def screen(rows: list[Usable]) -> tuple[list[Usable], list[tuple[str, str]]]:
-    """The consistency screen of ``docs/calibration.md``, where the installed version has
-    it: the rows kept and (row, reason) of those screened out."""
-    try:
-        from model import screen as screening
-    except ImportError:
-        return rows, []
-    out = screening.screen_usable(rows)
-    return out.kept, [(s.row, s.reason) for s in out.screened]
 
 
 def document(
@@ -285,7 +278,7 @@ def document(
         "figures": figures,
         "rows_not_described": n_skipped,
         "rows_not_composed": len(not_composed),
-        "rows_screened": len(screened),
+        "rows_screened": {rule: sum(r == rule for _, r in screened) for rule in ("itl", "power")},
         "source": {
             "measurements": MLENERGY | {"files": {f.name: file_sha256(f) for f in files}},
             "kernels": KERNELS,

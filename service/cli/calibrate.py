@@ -78,13 +78,6 @@ def _screen_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _refuse_no_screen(a: argparse.Namespace) -> None:
-    if a.no_screen:
-        raise InputError(
-            "--no-screen", "the kernel-based fit screens no rows; drop --no-screen with it"
-        )
-
-
 def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu", help="GPU of the bench_serving runs (default: the power log's name column)"
@@ -206,7 +199,6 @@ def _screen_lines(screened: list[dict[str, Any]], usable: int) -> list[str]:
 
 def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
     if a.kernels:
-        _refuse_no_screen(a)
         return cmd_calibrate_kernels(a)
     screen = not a.no_screen
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
@@ -269,7 +261,6 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     if a.calibration is not None:
         doc = _read_json(a.calibration)
         if engine_fit.is_document(doc):
-            _refuse_no_screen(a)
             return cmd_predict_kernels(a, doc)
     f = None if a.calibration is None else read_calibration_file(a.calibration)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)

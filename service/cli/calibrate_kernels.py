@@ -5,6 +5,7 @@ measured kernels plus fitted engine overheads (a thin shell over
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from model import engine_fit
-from model.calibrate import summarise, usable_rows
+from model import screen as screening
+from model.calibrate import screened_rows, summarise
 from model.errors import InputError
 from model.measurements import read_measurements
 
@@ -47,14 +49,18 @@ def _lines(summary: dict[str, Any]) -> list[str]:
 def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
-    usable, skipped = usable_rows(rows)
-    comp, not_composed = engine_fit.compose(
+    usable, skipped, found = screened_rows(rows, not a.no_screen)
+    verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
+    every, not_composed = engine_fit.compose(
         usable, a.kernels, kernel_versions(a.kernel_version), _say
     )
     skipped += not_composed
+    comp = engine_fit.fitted(every, verdicts)
     fit = engine_fit.fit_engine(comp)
     doc = engine_fit.to_document(fit, a.kernels)
-    doc["in_sample"] = summarise(engine_fit.predict_rows(comp, fit))
+    doc["screen"] = {"applied": not a.no_screen, **screening.counts(list(verdicts.values()))}
+    doc["screened"] = [dataclasses.asdict(v) for v in screening.ordered(list(verdicts.values()))]
+    doc["in_sample"] = summarise(engine_fit.predict_rows(every, fit, verdicts))
     bare = engine_fit.unfitted(comp, fit.prompts)
     doc["kernels_alone"] = {
         "rows": len(bare),
@@ -63,7 +69,7 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
     doc["skipped"] = [{"row": s.row, "reason": s.reason} for s in skipped]
     if a.leave_one_model_out:
         lomo = engine_fit.leave_one_model_out(comp, _say)
-        lo_rows = engine_fit.predict_rows([comp[i] for i in sorted(lomo)], fit)
+        lo_rows = engine_fit.predict_rows([comp[i] for i in sorted(lomo)], fit, verdicts)
         for r, i in zip(lo_rows, sorted(lomo), strict=True):
             r["itl_ms"]["predicted"] = comp[i].u.m.itl_s * (1.0 + lomo[i]) * 1e3
         doc["leave_one_model_out"] = {"rows": lo_rows, "summary": summarise(lo_rows)}
@@ -75,7 +81,7 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
         chart_rows = (
             doc["leave_one_model_out"]["rows"]
             if a.leave_one_model_out
-            else engine_fit.predict_rows(comp, fit)
+            else engine_fit.predict_rows(every, fit, verdicts)
         )
         calibration_chart(chart_rows, a.chart, "pdwatt calibrate --kernels: predictions")
     if not a.json:
@@ -94,6 +100,12 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
         print(f"kernels alone (nothing fitted): median |error| {alone:.1%}")
         if skipped:
             print(f"{len(skipped)} rows not used (see --json for each and why)")
+        n = doc["screen"]
+        if n["applied"]:
+            print(
+                f"screened: {n['itl']} rows out, the power of {n['power']} more "
+                "(docs/calibration.md, section 9)"
+            )
         print("in-sample:")
         for line in _lines(doc["in_sample"]):
             print(f"  {line}")
@@ -112,7 +124,8 @@ def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str,
     fit, folder = engine_fit.from_document(doc, Path(a.calibration).name)
     folder = a.kernels or folder
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
-    usable, skipped = usable_rows(rows)
+    usable, skipped, found = screened_rows(rows, not a.no_screen)
+    verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
     versions = {gpu: v for (gpu, _), v in fit.versions.items()}
     comp, not_composed = engine_fit.compose(usable, folder, versions, _say)
     skipped += not_composed
@@ -122,7 +135,7 @@ def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str,
             skipped.append(
                 engine_fit.Skipped(c.u.m.where, f"no calibration for {c.gpu}/{c.framework}")
             )
-    out_rows = engine_fit.predict_rows(known, fit)
+    out_rows = engine_fit.predict_rows(known, fit, verdicts)
     res: dict[str, Any] = {
         "rows": out_rows,
         "summary": summarise(out_rows),

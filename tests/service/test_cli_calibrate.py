@@ -227,11 +227,17 @@ def test_calibrate_with_kernels_recovers_engine_overheads(
                 w.writerow(
                     [name, "h100", tp, b, kt.decode_s(b, 1500.0) * 1e3, 0, 200, "vllm", 1500]
                 )
+        # a row no iteration model describes (at 256 a third of the time of 128): the
+        # consistency screen keeps it out of the fit, and predict marks it
+        kt = KernelTimes.of(source, load_model("qwen3-8b"), "h100-sxm", 1, overheads=true)
+        third = kt.decode_s(128, 1500.0) * 1e3 / 3
+        w.writerow(["qwen3-8b", "h100", 1, 256, third, 0, 200, "vllm", 1500])
     cal = tmp_path / "kcal.json"
     args = ["calibrate", str(data), "--kernels", str(root), "--kernel-version", "h100-sxm=0.14.0"]
     assert main([*args, "-o", str(cal)]) == 0
     out = capsys.readouterr().out
     assert "h100-sxm / vllm 0.14.0 tables: 9 rows" in out
+    assert "screened: 1 rows out" in out
     doc = json.loads(cal.read_text())
     assert doc["format"] == "pdwatt-engine-calibration/1"
     got = doc["calibrations"][0]["overheads"]
@@ -239,8 +245,10 @@ def test_calibrate_with_kernels_recovers_engine_overheads(
         assert got[name] == pytest.approx(value, rel=1e-3, abs=1e-8)
     assert main(["predict", str(data), "--calibration", str(cal), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert len(res["rows"]) == 9
+    assert len(res["rows"]) == 10
     assert {r["performance"] for r in res["rows"]} == {"kernels"}
+    (marked,) = [r for r in res["rows"] if "screened" in r]
+    assert marked["batch"] == 256 and marked["screened_rule"] == "itl"
     assert res["summary"]["all"]["itl_ms"]["median_abs_error"] < 1e-6
 
 
