@@ -50,7 +50,7 @@ from model.measurements import Measurement, read_measurements  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 #: the small models a new user has measured (dense <= 14B, MoE <= 4B active)
-SMALL_DENSE = 14.5e9
+SMALL_DENSE = 15.0e9
 SMALL_ACTIVE = 4.5e9
 MLENERGY = {
     "description": "ML.ENERGY Leaderboard v3 per-model files (vLLM on H100 and B200)",
