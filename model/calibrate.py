@@ -240,7 +240,9 @@ def _base(gpu: str, model: str) -> Calibration:
     return estimated_calibration(model, gpu)
 
 
-def _std(jac: FloatArray, resid: FloatArray, n_par: int) -> FloatArray:
+def std_errors(jac: FloatArray, resid: FloatArray, n_par: int) -> FloatArray:
+    """Standard errors of a least-squares fit from its Jacobian at the optimum,
+    ``sqrt(diag((J^T J)^-1) s^2)`` with ``s^2`` the residuals' variance."""
     dof = max(resid.size - n_par, 1)
     s2 = float(resid @ resid) / dof
     try:
@@ -362,7 +364,7 @@ def _fit_decode(
         loss=LOSS,
         f_scale=F_SCALE,
     )
-    std = _std(res.jac, res.fun, len(x0))
+    std = std_errors(res.jac, res.fun, len(x0))
     cals, prompts = unpack(res.x)
     fitted_prompts = {t: prompts[t] for t in tasks}
     return cals, fitted_prompts, {k: float(v) for k, v in zip(index, std, strict=True)}
@@ -505,7 +507,7 @@ def _fit_power(
         f_scale=F_SCALE,
     )
     p0, gamma, rise = (float(v) for v in r.x)
-    s = _std(r.jac, r.fun, 3)
+    s = std_errors(r.jac, r.fun, 3)
     std = {
         "p0_decode_w": float(s[0]),
         "gamma_decode_w": float(s[1]),

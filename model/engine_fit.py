@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from model.calibrate import Skipped, Usable
+from model.calibrate import Skipped, Usable, std_errors
 from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
 from model.screen import Screened
@@ -155,13 +155,6 @@ class EngineFit:
         return c.kernels_at(p) + o.t_iter_s + o.t_req_s * c.u.m.batch + o.t_layer_s * c.layers
 
 
-def _std(jac: FloatArray, resid: FloatArray) -> FloatArray:
-    """Standard errors from the Jacobian at the optimum, ``sqrt(diag((J^T J)^-1) s^2)``."""
-    n = jac.shape[1]
-    s2 = float(resid @ resid) / max(resid.size - n, 1)
-    return np.sqrt(np.maximum(np.diag(np.linalg.pinv(jac.T @ jac)) * s2, 0.0))
-
-
 def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None) -> EngineFit:
     """Least squares of the rows' decode times over each (GPU, framework)'s overheads and
     the prompt lengths of tasks not in ``prompts``."""
@@ -198,7 +191,7 @@ def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None
 
     def residuals(x: FloatArray) -> FloatArray:
         o, pr = unpack(x)
-        k = np.array([c.kernels_at(pr.get(c.u.m.task, PROMPT_BOUNDS[0])) for c in rows])
+        k = np.array([c.kernels_at(pr.get(c.u.m.task, PROMPT_DEFAULT)) for c in rows])
         t = k + o[which, 0] + o[which, 1] * batch + o[which, 2] * layers
         return t / measured - 1.0
 
@@ -210,7 +203,7 @@ def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None
         loss=LOSS,
         f_scale=F_SCALE,
     )
-    std = _std(res.jac, res.fun)
+    std = std_errors(res.jac, res.fun, len(x0))
     o, pr = unpack(res.x)
     fit = EngineFit({}, {}, {}, {t: pr[t] for t in tasks}, {})
     for key, i in k_index.items():
