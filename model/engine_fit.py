@@ -83,14 +83,15 @@ def default_version(source_folder: str, gpu: str, framework: str) -> str:
 def compose(
     rows: Sequence[Usable],
     folder: str,
-    versions: dict[str, str] | None = None,
+    versions: Mapping[Any, str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[Composed], list[Skipped]]:
     """Compose every row's decode iteration from the kernel tables of its GPU and stack
     (the stack names the framework: ``vllm``, ``sglang``). ``versions`` chooses a
-    version per GPU, else :func:`default_version`."""
+    version per (GPU, framework) or per GPU, else :func:`default_version`."""
     say = progress or (lambda _m: None)
-    chosen = dict(versions or {})
+    given = dict(versions or {})
+    chosen: dict[tuple[str, str], str] = {}  # (GPU, framework) -> version
     times: dict[tuple[Any, ...], KernelTimes | Exception] = {}
     out: list[Composed] = []
     skipped: list[Skipped] = []
@@ -104,10 +105,13 @@ def compose(
             )
             continue
         try:
-            if gpu not in chosen:
-                chosen[gpu] = default_version(folder, gpu, framework)
-            source = KernelSource(folder, framework, ((gpu, chosen[gpu]),))
-            key = (u.model, gpu, framework, chosen[gpu], u.m.tp, u.m.ep)
+            if (gpu, framework) not in chosen:
+                chosen[(gpu, framework)] = (
+                    given.get((gpu, framework)) or given.get(gpu)
+                ) or default_version(folder, gpu, framework)
+            version = chosen[(gpu, framework)]
+            source = KernelSource(folder, framework, ((gpu, version),))
+            key = (u.model, gpu, framework, version, u.m.tp, u.m.ep)
             if key not in times:
                 try:
                     times[key] = KernelTimes.of(source, u.model, gpu, u.m.tp, u.m.ep)
@@ -132,7 +136,7 @@ def compose(
         except InputError as error:
             skipped.append(Skipped(u.m.where, f"kernels: {error}"))
             continue
-        out.append(Composed(u, framework, chosen[gpu], u.model.layers, k, fixed))
+        out.append(Composed(u, framework, version, u.model.layers, k, fixed))
     return out, skipped
 
 

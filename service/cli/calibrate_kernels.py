@@ -126,8 +126,7 @@ def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str,
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     usable, skipped, found = screened_rows(rows, not a.no_screen)
     verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
-    versions = {gpu: v for (gpu, _), v in fit.versions.items()}
-    comp, not_composed = engine_fit.compose(usable, folder, versions, _say)
+    comp, not_composed = engine_fit.compose(usable, folder, fit.versions, _say)
     skipped += not_composed
     known = [c for c in comp if (c.gpu, c.framework) in fit.overheads]
     for c in comp:
