@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -131,11 +132,17 @@ WorkloadText = Annotated[
 ]
 
 
-def _known_variant(v: str) -> str:
+def _reason_only(check: Callable[[str], str], v: str) -> str:
+    """``check(v)``, its InputError as a ValueError of the reason alone (pydantic names
+    the field itself)."""
     try:
-        return check_variant(v)
+        return check(v)
     except InputError as e:
         raise ValueError(e.reason) from e
+
+
+def _known_variant(v: str) -> str:
+    return _reason_only(check_variant, v)
 
 
 ModelVariant = Annotated[
@@ -149,17 +156,11 @@ ModelVariant = Annotated[
 
 
 def _known_performance(v: str) -> str:
-    try:
-        return check_performance(v)
-    except InputError as e:
-        raise ValueError(e.reason) from e
+    return _reason_only(check_performance, v)
 
 
 def _known_framework(v: str) -> str:
-    try:
-        return check_framework(v)
-    except InputError as e:
-        raise ValueError(e.reason) from e
+    return _reason_only(check_framework, v)
 
 
 Performance = Annotated[

@@ -571,30 +571,8 @@ def _catalog_error(where: str, error: InputError) -> InputError:
 
 
 _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
-_MODEL_OPTIONAL = {
-    "bytes_per_param",
-    "kv_bytes_per_elem",
-    "source",
-    "hidden_size",
-    "aliases",
-    "experts",
-    "experts_per_token",
-    "moe_layers",
-    "expert_params",
-    "expert_bytes_per_param",
-    "kv_latent",
-    "sliding_window",
-    "sliding_layers",
-    "intermediate_size",
-    "vocab_size",
-    "moe_intermediate_size",
-    "shared_intermediate_size",
-    "attention_chunk",
-    "chunked_layers",
-    "fp8_block",
-    "fp8_scope",
-    "fp8_bf16_layers",
-}
+#: every other field of ModelArch may be given (its default applies otherwise)
+_MODEL_OPTIONAL = {f.name for f in dataclasses.fields(ModelArch)} - _MODEL_KEYS - {"name"}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops"}
 

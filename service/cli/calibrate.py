@@ -25,6 +25,7 @@ from model.catalog import Calibration, load_gpu
 from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
+from service.cli.shared import summary_lines
 
 
 def _say(msg: str) -> None:
@@ -152,26 +153,6 @@ def calibration_for_gpu(path: str, gpu: str, f: Fit | None = None) -> Calibratio
     return found[0].calibration
 
 
-def _summary_lines(summary: dict[str, Any]) -> list[str]:
-    out = []
-    per_kind = summary.get("per_gpu_and_kind", {})
-    for label, s in [("all", summary["all"]), *summary["per_gpu"].items(), *per_kind.items()]:
-        n = s.get("screened", {})
-        out_rows, power = n.get("itl", 0), n.get("power", 0)
-        screened = (
-            f" ({out_rows} screened out, the power of {power} more)" if out_rows or power else ""
-        )
-        parts = [f"{label}: {s['rows']} rows{screened}"]
-        for key, name in (("itl_ms", "ITL"), ("power_w", "power")):
-            if s[key]:
-                parts.append(
-                    f"{name} median |error| {s[key]['median_abs_error']:.1%}, "
-                    f"worst {s[key]['worst_error']:+.1%}"
-                )
-        out.append("; ".join(parts))
-    return out
-
-
 def _screen_lines(screened: list[dict[str, Any]], usable: int) -> list[str]:
     """The rows the screen kept out, per rule and GPU, and their share of the usable
     rows (flagged above the share the screen is meant for)."""
@@ -244,11 +225,11 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
         for line in _screen_lines(doc["screened"], doc["in_sample"]["all"]["rows"]):
             print(line)
         print("in-sample:")
-        for line in _summary_lines(doc["in_sample"]):
+        for line in summary_lines(doc["in_sample"]):
             print(f"  {line}")
         if a.leave_one_model_out:
             print("leave-one-model-out:")
-            for line in _summary_lines(doc["leave_one_model_out"]["summary"]):
+            for line in summary_lines(doc["leave_one_model_out"]["summary"]):
                 print(f"  {line}")
         if a.output:
             print(f"calibration written to {a.output}")
@@ -273,7 +254,7 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     if not a.json:
         if a.calibration is None:
             print(_shipped_line(res["rows"]))
-        for line in _summary_lines(res["summary"]):
+        for line in summary_lines(res["summary"]):
             print(line)
         screened = [r for r in res["rows"] if "screened" in r]
         if screened:

@@ -16,34 +16,12 @@ import numpy as np
 from model import engine_fit
 from model import screen as screening
 from model.calibrate import screened_rows, summarise
-from model.errors import InputError
 from model.measurements import read_measurements
+from service.cli.shared import parse_kernel_versions, summary_lines
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def kernel_versions(pairs: list[str] | None) -> dict[str, str]:
-    """``GPU=VERSION`` options as a mapping; an error naming the option otherwise."""
-    out: dict[str, str] = {}
-    for p in pairs or []:
-        gpu, sep, version = p.partition("=")
-        if not sep or not gpu.strip() or not version.strip():
-            raise InputError("--kernel-version", f"expected GPU=VERSION, got {p!r}")
-        out[gpu.strip()] = version.strip()
-    return out
-
-
-def _lines(summary: dict[str, Any]) -> list[str]:
-    out = []
-    for label, s in [("all", summary["all"]), *summary["per_gpu_and_kind"].items()]:
-        if s["itl_ms"]:
-            out.append(
-                f"{label}: {s['rows']} rows; ITL median |error| "
-                f"{s['itl_ms']['median_abs_error']:.1%}, worst {s['itl_ms']['worst_error']:+.1%}"
-            )
-    return out
 
 
 def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
@@ -52,7 +30,7 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
     usable, skipped, found = screened_rows(rows, not a.no_screen)
     verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
     every, not_composed = engine_fit.compose(
-        usable, a.kernels, kernel_versions(a.kernel_version), _say
+        usable, a.kernels, parse_kernel_versions(a.kernel_version), _say
     )
     skipped += not_composed
     comp = engine_fit.fitted(every, verdicts)
@@ -107,11 +85,11 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
                 "(docs/calibration.md, section 9)"
             )
         print("in-sample:")
-        for line in _lines(doc["in_sample"]):
+        for line in summary_lines(doc["in_sample"]):
             print(f"  {line}")
         if a.leave_one_model_out:
             print("leave-one-model-out:")
-            for line in _lines(doc["leave_one_model_out"]["summary"]):
+            for line in summary_lines(doc["leave_one_model_out"]["summary"]):
                 print(f"  {line}")
         if a.output:
             print(f"calibration written to {a.output}")
@@ -141,7 +119,7 @@ def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str,
         "skipped": [{"row": s.row, "reason": s.reason} for s in skipped],
     }
     if not a.json:
-        for line in _lines(res["summary"]):
+        for line in summary_lines(res["summary"]):
             print(line)
         if skipped:
             print(f"{len(skipped)} rows not predicted (see --json for each and why)")

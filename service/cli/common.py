@@ -22,7 +22,7 @@ from model.engine import gpu_folder
 from model.errors import InputError
 from model.operations import SpecRequest, kernel_database, kernel_versions_of, resolve_spec
 from service.cli.calibrate import calibration_for_gpu
-from service.cli.calibrate_kernels import kernel_versions as parse_kernel_versions
+from service.cli.shared import parse_kernel_versions
 
 #: the environment variable naming the kernel database (the server's setting, and the
 #: command line's default for ``--kernels``)

@@ -1,0 +1,41 @@
+"""Pieces several commands share that need nothing else of the command line: the
+``--kernel-version GPU=VERSION`` options and the text of a prediction summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.errors import InputError
+
+
+def parse_kernel_versions(pairs: list[str] | None) -> dict[str, str]:
+    """``GPU=VERSION`` options as a mapping; an error naming the option otherwise."""
+    out: dict[str, str] = {}
+    for p in pairs or []:
+        gpu, sep, version = p.partition("=")
+        if not sep or not gpu.strip() or not version.strip():
+            raise InputError("--kernel-version", f"expected GPU=VERSION, got {p!r}")
+        out[gpu.strip()] = version.strip()
+    return out
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """A prediction summary (``model.calibrate.summarise``) as text lines: overall, per
+    GPU and per GPU and kind, with the rows the screen kept out."""
+    out = []
+    per_kind = summary.get("per_gpu_and_kind", {})
+    for label, s in [("all", summary["all"]), *summary["per_gpu"].items(), *per_kind.items()]:
+        n = s.get("screened", {})
+        out_rows, power = n.get("itl", 0), n.get("power", 0)
+        screened = (
+            f" ({out_rows} screened out, the power of {power} more)" if out_rows or power else ""
+        )
+        parts = [f"{label}: {s['rows']} rows{screened}"]
+        for key, name in (("itl_ms", "ITL"), ("power_w", "power")):
+            if s[key]:
+                parts.append(
+                    f"{name} median |error| {s[key]['median_abs_error']:.1%}, "
+                    f"worst {s[key]['worst_error']:+.1%}"
+                )
+        out.append("; ".join(parts))
+    return out
