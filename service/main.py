@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import errors, replan
+from service import console, errors, replan
 from service.jobs import JobRunner, Notifier
 from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
 from service.metrics import request_seconds, requests_total
@@ -137,6 +137,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "capacity, power and Pareto fronts per configuration, and site schedules under "
         "power caps and grid signals. Errors are RFC 9457 problem details.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by service.console
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
@@ -152,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobs.router,
     ):
         app.include_router(r)
+    console.install(app)
 
     @app.middleware("http")
     async def observe(request: Any, call_next: Any) -> Any:

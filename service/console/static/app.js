@@ -1,0 +1,430 @@
+// The console's pages (hash routes) over the JSON API: #/ sites, #/site/ID, #/site/ID/event,
+// #/site/ID/flex, #/jobs. Each page, once drawn, sets body[data-page] and records its
+// load time (ms, measured here) in window.pdwattTimings.
+import { api, ApiError, key, requestOf, whenUnauthorized } from "./api.js";
+import * as charts from "./charts.js";
+
+window.pdwattTimings = window.pdwattTimings || [];
+const main = document.getElementById("main");
+const gate = document.getElementById("gate");
+let timers = [];
+let config = null;
+
+// ------------------------------------------------------------------ helpers
+
+function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === null || kid === undefined) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+const num = (x, d = 2) => (x === null || x === undefined ? "–" : Number(x).toFixed(d));
+const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)}%`);
+const kwText = (w) => `${num(w / 1000, 1)} kW`;
+const when = (iso) => (iso ? iso.replace("T", " ").replace(/(:\d\d)(\.\d+)?(\+00:00|Z)$/, "$1 UTC") : "–");
+
+function table(head, rows, numeric = []) {
+  return h("div", { class: "scroll" }, h("table", {},
+    h("thead", {}, h("tr", {}, head.map((c, i) => h("th", { scope: "col", class: numeric.includes(i) ? "num" : null }, c)))),
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { class: numeric.includes(i) ? "num" : null }, c)))))));
+}
+const card = (label, value) => h("div", { class: "card" }, label, h("b", {}, value));
+const errorBox = (e) => h("p", { class: "error", role: "alert" }, e instanceof ApiError ? e.message : String(e));
+
+function every(ms, fn) { const t = setInterval(fn, ms); timers.push(() => clearInterval(t)); }
+function stopTimers() { for (const stop of timers) stop(); timers = []; }
+
+function done(page, t0) {
+  const ms = performance.now() - t0;
+  window.pdwattTimings.push({ page, ms });
+  document.body.dataset.page = page;
+}
+
+// ------------------------------------------------------------------ key gate
+
+function showGate(message) {
+  stopTimers();
+  main.replaceChildren();
+  main.hidden = true;
+  gate.hidden = false;
+  document.getElementById("forget-key").hidden = true;
+  document.getElementById("gate-error").textContent = message || "";
+  document.body.dataset.page = "gate";
+  document.getElementById("gate-key").focus();
+}
+whenUnauthorized(showGate);
+
+gate.addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const given = document.getElementById("gate-key").value;
+  key.set(given);
+  try {
+    await api("ui/api/sites");  // a route behind the key: 401 for a wrong one
+  } catch (e) {
+    if (!(e instanceof ApiError && e.status === 401)) document.getElementById("gate-error").textContent = e.message;
+    return;
+  }
+  document.getElementById("gate-key").value = "";
+  route();
+});
+document.getElementById("forget-key").addEventListener("click", () => { key.clear(); showGate(""); });
+
+// ------------------------------------------------------------------ sites
+
+async function sitesPage(t0) {
+  const { doc } = await api("ui/api/sites");
+  const rows = doc.sites.map((s) => {
+    const p = s.plan;
+    const gpus = Object.entries(s.gpu_inventory).map(([g, n]) => `${n} × ${g}`).join(", ");
+    const ev = s.next_event;
+    return [
+      h("a", { href: `#/site/${s.id}` }, s.name),
+      gpus,
+      s.deployments.map((d) => d.name).join(", "),
+      p ? `${p.status}${p.stale ? " (stale)" : ""}` : "no plan",
+      p ? pct(p.mip_gap) : "–",
+      p ? `$${num(p.objective_usd)}` : "–",
+      p ? `${kwText(p.peak_power_w)} / ${kwText(p.cap_at_peak_w)}` : "–",
+      ev ? `${ev.eventName || ev.programID}: ${when(ev.start)}` : "none",
+    ];
+  });
+  const status = h("p", { role: "status" });
+  const file = h("input", { id: "site-file", type: "file", accept: ".json,application/json", required: true });
+  const planAfter = h("input", { id: "plan-after", type: "checkbox", checked: true });
+  const form = h("form", { class: "panel", "aria-labelledby": "register-title" },
+    h("h2", { id: "register-title" }, "Register a site"),
+    h("p", { class: "muted" }, "A JSON site request (a schedule request with name and plan_start), as POST /v1/sites takes."),
+    h("label", { for: "site-file" }, "Request file"), file,
+    h("div", {}, planAfter, " ", h("label", { for: "plan-after" }, "plan it once registered")),
+    h("div", {}, h("button", { type: "submit" }, "Register")), status);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    status.replaceChildren("Reading…");
+    let body;
+    try { body = JSON.parse(await file.files[0].text()); } catch (e) {
+      status.replaceChildren(errorBox(`the file is not JSON: ${e.message}`)); return;
+    }
+    try {
+      const { doc: site } = await api("v1/sites", { method: "POST", body });
+      if (planAfter.checked) {
+        status.replaceChildren(h("progress", { "aria-label": "planning" }), ` planning ${site.name}…`);
+        await api(`v1/sites/${site.id}/plan`, { method: "POST" });
+      }
+      location.hash = `#/site/${site.id}`;
+    } catch (e) { status.replaceChildren(errorBox(e)); }
+  });
+  main.replaceChildren(
+    h("h1", {}, "Sites"),
+    rows.length ? table(["Site", "GPUs", "Deployments", "Latest plan", "Gap", "Cost", "Peak / cap there", "Next event"], rows)
+      : h("p", {}, "No site registered yet."),
+    form);
+  done("sites", t0);
+}
+
+// ------------------------------------------------------------------ a site
+
+async function loadSite(id) {
+  const [{ doc: summary }, { doc: site }] = await Promise.all([api(`ui/api/sites/${id}`), api(`v1/sites/${id}`)]);
+  const plan = summary.plan ? (await api(`v1/sites/${id}/plan`)).doc : null;
+  return { summary, site, plan };
+}
+
+function nowPeriod(summary) {
+  const t = Math.floor((Date.now() - Date.parse(summary.plan_start)) / (summary.period_minutes * 60000));
+  return t >= 0 && t < summary.n_periods ? t : null;
+}
+
+function siteNav(id, here) {
+  const links = [["", "Plan"], ["/event", "Post an event"], ["/flex", "Flexibility"]];
+  return h("nav", { class: "actions", "aria-label": "Site" }, links.map(([p, label]) =>
+    h("a", { href: `#/site/${id}${p}`, "aria-current": here === p ? "page" : null }, label)));
+}
+
+function baselineTable(plan) {
+  const s = plan.schedule;
+  const rows = [["plan", s.totals], ...Object.entries(s.baselines)].map(([name, t]) => [
+    name, `$${num(t.objective_usd)}`, num(t.energy_kwh, 1), `$${num(t.cost_usd)}`, num(t.carbon_kg, 1),
+    num(t.unserved_requests, 0), `$${num(t.unserved_value_usd)}`, t.instance_starts,
+    t.cap_violations ?? 0,
+  ]);
+  return table(["Schedule", "Objective", "Energy kWh", "Energy cost", "Carbon kg", "Unserved requests",
+                "Value lost", "Starts", "Periods over cap"], rows, [1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+async function sitePage(t0, id) {
+  const { summary, site, plan } = await loadSite(id);
+  const head = [h("h1", {}, `Site ${summary.name}`), siteNav(id, "")];
+  if (!plan) {
+    const status = h("p", { role: "status" });
+    const button = h("button", { type: "button", onclick: async () => {
+      button.disabled = true;
+      status.replaceChildren(h("progress", { "aria-label": "planning" }), " planning…");
+      try { await api(`v1/sites/${id}/plan`, { method: "POST" }); route(); } catch (e) { status.replaceChildren(errorBox(e)); button.disabled = false; }
+    } }, "Plan now");
+    main.replaceChildren(...head, h("p", {}, "This site has no plan yet."), button, status);
+    done("site", t0);
+    return;
+  }
+  const s = plan.schedule;
+  const rows = charts.planRows(plan, site);
+  const b = summary.plan;
+  const second = h("select", { id: "second-axis" }, h("option", { value: "price USD/MWh" }, "price (USD/MWh)"),
+    h("option", { value: "carbon g/kWh" }, "carbon (g/kWh)"));
+  const powerEl = h("div", { class: "chart", id: "chart-power", role: "img",
+    "aria-label": `Site power per deployment against the cap over ${s.periods.length} periods` });
+  const phasesEl = h("div", { class: "chart", id: "chart-phases", role: "img", "aria-label": "Prefill and decode instances per deployment" });
+  const unservedEl = h("div", { class: "chart", id: "chart-unserved", role: "img", "aria-label": "Unserved demand and periods at the cap" });
+  const targets = h("div", {}, h("p", { class: "muted" }, "…"));
+  main.replaceChildren(...head,
+    h("div", { class: "cards" },
+      card("status", `${plan.status}${plan.stale ? " (stale: site changed since)" : ""}`),
+      card("objective", `$${num(s.objective_usd)}`), card("gap", pct(s.mip_gap)),
+      card("peak / cap there", `${kwText(b.peak_power_w)} / ${kwText(b.cap_at_peak_w)}`),
+      card("periods at the cap", `${b.periods_at_cap} of ${s.periods.length}`),
+      card("unserved value lost", `$${num(s.totals.unserved_value_usd)}`),
+      card("periods", `${plan.first_period}–${plan.n_periods - 1} × ${plan.period_minutes} min`)),
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "second-axis" }, "Second axis"), second)),
+    powerEl, phasesEl, unservedEl,
+    h("h2", {}, "Plan against the baselines"), baselineTable(plan),
+    h("h2", {}, "Replica targets now"), targets,
+    h("h2", {}, "Events"), summary.events.length
+      ? table(["Event", "Received", "Types", "Periods"], summary.events.map((e) => [
+        e.eventName || e.programID, when(e.received), e.types.join(", "),
+        e.first_period === null ? (e.note || "outside the horizon") : `${e.first_period}–${e.end_period - 1} (${when(e.start)} – ${when(e.end)})`]))
+      : h("p", {}, "No event posted."));
+  const bandRows = charts.bands(plan, summary);
+  const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value));
+  second.addEventListener("change", drawPower);
+  await Promise.all([drawPower(), charts.draw(phasesEl, "phases", charts.phasesSpec(rows)),
+                     charts.draw(unservedEl, "unserved", charts.unservedSpec(rows))]);
+  const t = nowPeriod(summary);
+  const covered = t !== null && s.periods.some((p) => p.index === t);
+  if (covered) {
+    const { doc } = await api(`v1/sites/${id}/targets/now`);
+    targets.replaceChildren(h("p", {}, `Period ${doc.period} (${when(doc.targets[0]?.start)} – ${when(doc.targets[0]?.end)})`),
+      table(["Deployment", "Prefill", "Decode", "GPUs"], doc.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus]), [1, 2, 3]));
+  } else {
+    targets.replaceChildren(h("p", {}, `The plan does not cover now (it runs from ${when(plan.schedule.periods[0].start)} to ${when(plan.schedule.periods.at(-1).end)}).`));
+  }
+  done("site", t0);
+}
+
+// ------------------------------------------------------------------ an event
+
+function capEvent(capKw, startIso, minutes, name) {
+  return {
+    programID: "pdwatt-console", eventName: name || "capacity limit",
+    payloadDescriptors: [{ payloadType: "IMPORT_CAPACITY_LIMIT", units: "KW" }],
+    intervalPeriod: { start: startIso, duration: `PT${minutes}M` },
+    intervals: [{ id: 0, payloads: [{ type: "IMPORT_CAPACITY_LIMIT", values: [capKw] }] }],
+  };
+}
+
+async function eventPage(t0, id) {
+  const { summary, plan } = await loadSite(id);
+  const nextStart = new Date(Math.max(Date.parse(summary.plan_start), Date.now()));
+  const step = summary.period_minutes * 60000;
+  const aligned = new Date(Date.parse(summary.plan_start) + Math.ceil((nextStart - Date.parse(summary.plan_start)) / step) * step);
+  const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: plan ? num(summary.plan.cap_at_peak_w * 0.0008, 1) : "" });
+  const start = h("input", { id: "ev-start", type: "datetime-local", step: "60", value: aligned.toISOString().slice(0, 16) });
+  const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(4 * summary.period_minutes) });
+  const name = h("input", { id: "ev-name", type: "text", value: "capacity limit" });
+  const pasted = h("textarea", { id: "ev-json", spellcheck: "false", placeholder: "{\"programID\": …, \"intervals\": […]}" });
+  const status = h("div", { role: "status" });
+  const result = h("div", {});
+  const form = h("form", { class: "panel", "aria-labelledby": "event-title" },
+    h("h2", { id: "event-title" }, "A capacity limit"),
+    h("div", { class: "row" },
+      h("div", {}, h("label", { for: "ev-cap" }, "Cap (kW)"), cap),
+      h("div", {}, h("label", { for: "ev-start" }, "Start (UTC)"), start),
+      h("div", {}, h("label", { for: "ev-minutes" }, "Duration (minutes)"), minutes),
+      h("div", {}, h("label", { for: "ev-name" }, "Name"), name)),
+    h("label", { for: "ev-json" }, "Or an OpenADR 3.1 event (JSON; used instead of the fields above when given)"), pasted,
+    h("div", {}, h("button", { type: "submit", id: "ev-submit" }, "Post the event and re-plan")), status);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    let event;
+    try {
+      event = pasted.value.trim() ? JSON.parse(pasted.value)
+        : capEvent(Number(cap.value), `${start.value}:00Z`, Number(minutes.value), name.value);
+    } catch (err) { status.replaceChildren(errorBox(`the pasted event is not JSON: ${err.message}`)); return; }
+    const button = document.getElementById("ev-submit");
+    button.disabled = true;
+    const began = performance.now();
+    const bar = h("progress", { "aria-label": "re-planning" });
+    const secs = h("span", {}, "");
+    status.replaceChildren(bar, " re-planning… ", secs);
+    const tick = setInterval(() => { secs.textContent = `${((performance.now() - began) / 1000).toFixed(0)} s`; }, 250);
+    try {
+      const { status: code, doc } = await api(`v1/sites/${id}/events`, { method: "POST", body: { event } });
+      let after = doc.plan;
+      if (code === 202) {  // stored; every worker busy: wait for a plan of this version
+        status.replaceChildren(bar, " stored; waiting for a solver worker… ", secs);
+        after = await waitForPlan(id, doc.site_version);
+      }
+      clearInterval(tick);
+      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
+      await showBeforeAfter(result, plan, after);
+    } catch (err) {
+      clearInterval(tick);
+      status.replaceChildren(errorBox(err));
+    } finally { button.disabled = false; }
+  });
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form, result);
+  done("event", t0);
+}
+
+async function waitForPlan(id, version) {
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1000));
+    const { doc } = await api(`ui/api/sites/${id}`);
+    if (doc.plan && !doc.plan.stale && doc.version === version) return (await api(`v1/sites/${id}/plan`)).doc;
+  }
+}
+
+async function showBeforeAfter(el, before, after) {
+  const tb = before?.schedule.totals, ta = after.schedule.totals;
+  const keys = [["objective_usd", "Objective (USD)"], ["cost_usd", "Energy cost (USD)"], ["energy_kwh", "Energy (kWh)"],
+                ["unserved_requests", "Unserved requests"], ["unserved_value_usd", "Value lost (USD)"], ["transition_cost_usd", "Transitions (USD)"]];
+  const rows = keys.map(([k, label]) => [label, tb ? num(tb[k]) : "–", num(ta[k]), tb ? num(ta[k] - tb[k]) : "–"]);
+  const costOf = tb ? ta.objective_usd - tb.objective_usd : null;
+  const chartEl = h("div", { class: "chart", id: "chart-compare", role: "img", "aria-label": "Site power and cap before and after the event" });
+  el.replaceChildren(h("h2", {}, "Before and after"),
+    h("div", { class: "cards" }, card("cost of the event", costOf === null ? "–" : `$${num(costOf)}`),
+      card("plan after", `${after.status}, gap ${pct(after.schedule.mip_gap)}`)),
+    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), chartEl);
+  await charts.draw(chartEl, "compare", charts.compareSpec(before, after));
+  document.body.dataset.replanned = String(after.plan_id);
+}
+
+// ------------------------------------------------------------------ flexibility
+
+async function flexPage(t0, id) {
+  const { summary, site, plan } = await loadSite(id);
+  const first = plan ? plan.schedule.periods.find((p) => p.power_w >= p.power_cap_w * (1 - 1e-6)) : null;
+  const period = h("input", { id: "flex-period", type: "number", min: "0", max: String(summary.n_periods - 1), step: "1",
+                              value: String(first ? first.index : nowPeriod(summary) ?? 0) });
+  const points = h("input", { id: "flex-points", type: "number", min: "2", max: "200", value: "15" });
+  const cut = h("input", { id: "dr-cut", type: "number", min: "0", max: "100", step: "any", value: "20" });
+  const span = h("input", { id: "dr-periods", type: "number", min: "1", step: "1", value: "4" });
+  const status = h("div", { role: "status" });
+  const flexEl = h("div", { class: "chart", id: "chart-flex", role: "img", "aria-label": "Flexibility curve" });
+  const drEl = h("div", {});
+  const form = h("form", { class: "panel", "aria-labelledby": "flex-title" },
+    h("h2", { id: "flex-title" }, "A period's flexibility and a cut's what-if"),
+    h("div", { class: "row" },
+      h("div", {}, h("label", { for: "flex-period" }, `Period (0–${summary.n_periods - 1})`), period),
+      h("div", {}, h("label", { for: "flex-points" }, "Caps on the curve"), points),
+      h("div", {}, h("label", { for: "dr-cut" }, "Cut (% of the cap)"), cut),
+      h("div", {}, h("label", { for: "dr-periods" }, "Cut lasts (periods)"), span)),
+    h("div", {}, h("button", { type: "submit" }, "Compute")), status);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const request = requestOf(site);
+    const p = Number(period.value);
+    status.replaceChildren(h("progress", { "aria-label": "computing" }), " computing…");
+    try {
+      const [{ doc: flex }, { doc: dr }] = await Promise.all([
+        api("v1/flexibility", { method: "POST", body: { request, period: p, points: Number(points.value) } }),
+        api("v1/demand-response", { method: "POST", body: { request, event: {
+          name: "console what-if", start_period: p, end_period: Math.min(summary.n_periods, p + Number(span.value)),
+          reduction_pct: Number(cut.value) } } }),
+      ]);
+      status.replaceChildren();
+      await charts.draw(flexEl, "flex", charts.flexSpec(flex.periods[0]));
+      drEl.replaceChildren(h("h2", {}, "What-if: the cut"),
+        h("div", { class: "cards" }, card("cost of the cut", `$${num(dr.cost_delta_usd)}`),
+          card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
+        table(["Deployment", "Requests lost", "Value lost (USD)"],
+          Object.entries(dr.demand_lost).map(([n, d]) => [n, num(d.requests, 0), num(d.value_usd)]), [1, 2]));
+    } catch (err) { status.replaceChildren(errorBox(err)); }
+  });
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, flexEl, drEl);
+  done("flex", t0);
+}
+
+// ------------------------------------------------------------------ jobs
+
+async function jobsPage(t0) {
+  const list = h("div", {});
+  const detail = h("div", {});
+  const samples = new Map();  // job id -> [seconds, best, bound] seen while polling
+  let shown = null;
+  async function refresh() {
+    const { doc } = await api("ui/api/jobs");
+    for (const j of doc.jobs) {
+      if (j.status === "running" && j.progress) {
+        const s = samples.get(j.id) || [];
+        const q = j.progress;
+        if (!s.length || s.at(-1)[0] !== q.elapsed_s) s.push([q.elapsed_s, q.objective_usd, q.lower_bound_usd]);
+        samples.set(j.id, s);
+      }
+    }
+    const rows = doc.jobs.map((j) => {
+      const p = j.progress || {};
+      const cancel = ["queued", "running"].includes(j.status)
+        ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
+          await api(`v1/jobs/${j.id}`, { method: "DELETE" }); refresh(); } }, "Cancel") : "";
+      const show = h("button", { type: "button", class: "secondary", "aria-label": `Progress of job ${j.id}`, onclick: () => { shown = j.id; refresh(); } }, "Progress");
+      return [j.id, j.kind, j.site_id || "", j.status, p.phase || "", pct(p.gap),
+              when(j.created), when(j.finished), h("span", { class: "actions" }, show, cancel)];
+    });
+    list.replaceChildren(rows.length ? table(["Job", "Kind", "Site", "Status", "Phase", "Gap", "Created", "Finished", ""], rows)
+      : h("p", {}, "No job yet."));
+    if (shown) {
+      const j = doc.jobs.find((x) => x.id === shown);
+      const trace = j?.trace || samples.get(shown) || [];
+      const el = h("div", { class: "chart", id: "chart-trace", role: "img", "aria-label": `Best schedule and bound of job ${shown}` });
+      detail.replaceChildren(h("h2", {}, `Job ${shown}`), trace.length ? el : h("p", {}, "No progress recorded yet."));
+      if (trace.length) await charts.draw(el, "trace", charts.traceSpec(trace));
+    }
+    return doc.jobs;
+  }
+  main.replaceChildren(h("h1", {}, "Jobs"), h("p", { class: "muted" }, "Queued, running and the latest finished jobs; refreshed every 2 s."), list, detail);
+  await refresh();
+  every(2000, () => refresh().catch((e) => list.replaceChildren(errorBox(e))));
+  done("jobs", t0);
+}
+
+// ------------------------------------------------------------------ router
+
+async function route() {
+  stopTimers();
+  const t0 = window.pdwattTimings.length ? performance.now() : 0;  // first page: from navigation
+  if (config.api_key_required && !key.get()) { showGate(""); return; }
+  gate.hidden = true;
+  main.hidden = false;
+  document.getElementById("forget-key").hidden = !config.api_key_required;
+  delete document.body.dataset.page;
+  const path = location.hash.replace(/^#/, "") || "/";
+  let m;
+  main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  try {
+    if (path === "/") await sitesPage(t0);
+    else if (path === "/jobs") await jobsPage(t0);
+    else if ((m = path.match(/^\/site\/([A-Za-z0-9_-]+)$/))) await sitePage(t0, m[1]);
+    else if ((m = path.match(/^\/site\/([A-Za-z0-9_-]+)\/event$/))) await eventPage(t0, m[1]);
+    else if ((m = path.match(/^\/site\/([A-Za-z0-9_-]+)\/flex$/))) await flexPage(t0, m[1]);
+    else { main.replaceChildren(h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/" }, "Sites"))); done("none", t0); }
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return;
+    main.replaceChildren(errorBox(e));
+    document.body.dataset.page = "error";
+  }
+}
+
+async function start() {
+  const r = await fetch(new URL("api/config", document.baseURI));
+  config = await r.json();
+  window.addEventListener("hashchange", route);
+  await route();
+}
+start();
