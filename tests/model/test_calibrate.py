@@ -188,6 +188,7 @@ def test_calibration_document_round_trips(tmp_path: Path) -> None:
         from_document(doc)
 
 
+@pytest.mark.slow
 def test_mlenergy_dense_leave_one_model_out(shared_data_dir: Path) -> None:
     """Out-of-sample on the published H100 measurements (ML.ENERGY Leaderboard v3): each
     dense model predicted by a calibration fitted without it. Targets of the issue:
@@ -213,6 +214,7 @@ def test_fits_start_from_the_estimation_rule_not_from_a_measured_set() -> None:
     assert load_calibration("qwen3-8b", "h100-sxm").measured is True
 
 
+@pytest.mark.slow
 def test_shipped_calibrations_are_a_fresh_fit_of_the_published_files(
     shared_data_dir: Path,
 ) -> None:
@@ -374,6 +376,7 @@ def test_the_experts_terms_are_fitted_after_the_shared_ones() -> None:
     assert {"mbu_expert", "t_moe_layer_s"} <= set(both.fitted)
 
 
+@pytest.mark.slow
 def test_every_published_model_but_the_hybrids_is_described(shared_data_dir: Path) -> None:
     """Every ML.ENERGY row is described except the Mamba-Transformer hybrids' (out of
     scope: their state is not a KV cache); leave-one-model-out, the mixtures of experts

@@ -430,6 +430,7 @@ def test_qwen3_32b_on_h100_with_the_shipped_engine_calibration() -> None:
     assert math.isfinite(rep["capacity_rps"]) and rep["capacity_rps"] > 0
 
 
+@pytest.mark.slow
 def test_a_mixture_of_experts_line_starts_where_every_expert_is_read() -> None:
     """Qwen3-30B-A3B (8 of 128 experts): (1 - 8/128)^B < 1% from B = 72; the line over
     72..B_max follows the composed times far closer than one from a single request,

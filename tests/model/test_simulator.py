@@ -354,6 +354,7 @@ def test_cli_needs_rate_or_capacity() -> None:
         _cli("simulate --workload fixed:1024:256 --np 1 --nd 1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["simulate", "analytic"])
 def test_slo_front_filters_configurations(method: str) -> None:
     front = argparse.ArgumentParser()

@@ -74,6 +74,7 @@ def _front_args(extra: str) -> argparse.Namespace:
     return build_parser().parse_args(shlex.split(base + extra))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["simulate", "analytic"])
 def test_processes_give_the_same_verdicts(method: str, capsys: pytest.CaptureFixture[str]) -> None:
     report = _report(6)
