@@ -224,6 +224,7 @@ def test_infeasible_event_gives_the_deepest_feasible_cap_per_period() -> None:
     assert powers(r["response"])[1] == pytest.approx(deepest[1])
 
 
+@pytest.mark.slow
 def test_demo_event() -> None:
     body = demo_request()
     body["solver"]["time_limit_s"] = 5

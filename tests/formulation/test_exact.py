@@ -343,6 +343,7 @@ def test_candidates_are_off_and_every_pair_within_bounds() -> None:
             assert (0, 0) in got and (int(d.n_p[0]), int(d.n_d[0])) == (0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(24))
 def test_solver_equals_exhaustive_enumeration(seed: int) -> None:
     body = random_request(seed)
@@ -389,6 +390,7 @@ def test_solver_equals_exhaustive_enumeration(seed: int) -> None:
         assert priced.objective_usd == pytest.approx(best.value, rel=1e-9, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_instances_cover_feasible_and_infeasible_cases() -> None:
     outcomes = []
     for seed in range(24):

@@ -17,6 +17,8 @@ from formulation.solve import solve
 from model.capacity import Coefficients, evaluate
 from model.operations import SpecRequest, resolve_spec
 
+pytestmark = pytest.mark.slow
+
 REL = 1e-6
 
 

@@ -13,9 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
-)
+pytestmark = [
+    pytest.mark.servers,  # starts processes and kills them
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
+    ),
+]
 
 # the middle process starts a grandchild that asks for the signal (or not), prints the
 # grandchild's pid and waits to be killed
