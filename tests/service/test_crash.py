@@ -25,7 +25,7 @@ from tests.service.test_jobs import long_request
 from tests.service.test_live import Background, long_solve
 from tests.service.test_routes import assert_problem
 
-pytestmark = linux_only
+pytestmark = [linux_only, pytest.mark.servers]
 
 __all__ = ["tree"]  # the fixture, used by name
 

@@ -16,6 +16,8 @@ import pytest
 from formulation.demo import N_PERIODS, demo_request
 from tests.service.conftest import small_schedule
 
+pytestmark = pytest.mark.servers
+
 LONG_SOLVE_S = 15.0
 
 

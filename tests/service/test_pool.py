@@ -20,7 +20,7 @@ from service import pool as pool_module
 from service.pool import PoolFull, SolvePool, WorkerLost
 from tests.service.processes import linux_only
 
-pytestmark = linux_only
+pytestmark = [linux_only, pytest.mark.servers]
 
 
 def sleeper(path: str, seconds: float) -> int:

@@ -32,6 +32,8 @@ from tests.service.processes import busy_solver, descendants, left, linux_only, 
 from tests.service.test_jobs import long_request
 from tests.service.test_webhooks import SECRET, Receiver
 
+pytestmark = pytest.mark.servers
+
 FINAL = ("succeeded", "failed", "cancelled")
 
 __all__ = ["tree"]  # the fixture, used by name

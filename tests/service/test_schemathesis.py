@@ -30,6 +30,8 @@ from schemathesis.specs.openapi.checks import (
 from service.main import create_app
 from service.settings import Settings
 
+pytestmark = pytest.mark.servers
+
 MAX_EXAMPLES = 25
 LIMITS: dict[str, Any] = {
     "workers": 2,

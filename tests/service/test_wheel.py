@@ -19,8 +19,11 @@ import venv
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.service.conftest import free_port, small_schedule, stop_server, wait_healthy
+
+pytestmark = pytest.mark.servers  # builds a wheel and starts the installed server
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ["pyproject.toml", "README.md", "model", "formulation", "service"]  # as the Dockerfile
