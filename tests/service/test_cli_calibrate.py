@@ -167,6 +167,7 @@ def test_capacity_takes_a_calibration_file(
     assert "cal.json has no calibration for h200" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plan_deployments_take_their_gpus_calibration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -237,6 +237,7 @@ def test_model_that_does_not_fit_is_reported(capsys):
     assert rep["calibration"]["overridden"] is True
 
 
+@pytest.mark.servers
 def test_console_script_prints_json():
     script = shutil.which("pdwatt", path=str(Path(sys.executable).parent))
     cmd = [script] if script else [sys.executable, "-m", "service.cli"]
@@ -250,6 +251,7 @@ def test_console_script_prints_json():
     assert rep["mu_p_rps"] == pytest.approx(MU_P, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_sliding_window_models_plan_without_the_simulator(capsys):
     """Gemma 3 keeps a 1,024-token window in five layers of six: its front with latency
     targets is decided by the analytic figures alone (the simulator does not describe
@@ -356,6 +358,7 @@ def test_kernel_options_are_refused_under_spec(capsys, tmp_path):
         assert f"error: {extra[0]}: only used with --performance kernels" in err
 
 
+@pytest.mark.slow
 def test_capacity_with_kernels_on_qwen3_32b_h100(capsys, monkeypatch):
     root = kernel_tables()
     rep = run_json(capsys, [*H100_KERNELS, "--kernels", str(root), "--json"])

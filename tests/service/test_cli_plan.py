@@ -203,6 +203,7 @@ def test_infeasible_request_is_an_error_naming_the_period(
     assert "Traceback" not in err and out == ""
 
 
+@pytest.mark.slow
 def test_demo_prints_a_summary_and_draws_the_chart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

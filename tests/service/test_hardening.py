@@ -85,6 +85,7 @@ def _no_leak(r: httpx.Response) -> None:
     assert "not valid JSON" not in r.text and "not found" not in r.text
 
 
+@pytest.mark.servers
 def test_no_route_reads_a_server_file(
     live_server: Callable[..., str], secret_files: dict[str, Path]
 ) -> None:
@@ -151,6 +152,7 @@ def _server_pid(base: str) -> int:
     return int(out[0])
 
 
+@pytest.mark.servers
 def test_an_idle_dead_worker_does_not_fail_the_next_request(
     live_server: Callable[..., str],
 ) -> None:
@@ -201,6 +203,7 @@ def test_a_solve_over_the_memory_budget_is_a_422_naming_max_gpus(
     assert c.post("/v1/schedule", json=small_schedule()).status_code == 200
 
 
+@pytest.mark.servers
 def test_cli_memory_flag(tmp_path: Path) -> None:
     req = tmp_path / "req.json"
     req.write_text(json.dumps(small_schedule()))

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.jobs import job_store
@@ -143,6 +144,7 @@ def test_jobs_survive_a_restart_and_interrupted_ones_fail_with_a_reason(tmp_path
         assert "stopped" in interrupted["error"]["detail"]
 
 
+@pytest.mark.servers
 def test_jobs_on_a_real_server_and_from_another_server_process(live_server: Any) -> None:
     """A real ``pdwatt serve``: a job submitted, polled to its result, equal to the
     synchronous route's; a second server process on the same database answers it too
@@ -167,6 +169,7 @@ def test_jobs_on_a_real_server_and_from_another_server_process(live_server: Any)
     assert httpx.get(again + r.headers["location"], timeout=10).json()["result"] == doc["result"]
 
 
+@pytest.mark.servers
 def test_sigterm_stops_a_running_job_with_its_best_schedule(tmp_path: Path) -> None:
     """SIGTERM while a long schedule job runs: the server exits with 0 within 10 s
     (asserted by ``stop_all``) and the job ends cancelled with the schedule it had."""
@@ -195,6 +198,7 @@ def test_sigterm_stops_a_running_job_with_its_best_schedule(tmp_path: Path) -> N
     assert len(doc["result"]["periods"]) == len(long["deployments"][0]["demand_rps"])
 
 
+@pytest.mark.servers
 def test_sigterm_answers_a_running_synchronous_solve_with_its_best_schedule(
     tmp_path: Path,
 ) -> None:

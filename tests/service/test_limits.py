@@ -229,6 +229,7 @@ def _serve(env_extra: dict[str, str], tmp: str) -> subprocess.CompletedProcess[s
     ("key", "why"),
     [(" ", "is blank"), ("\t\t", "is blank"), ("secret ", "has whitespace around it")],
 )
+@pytest.mark.servers
 def test_a_key_no_client_can_send_stops_the_server_at_start(
     tmp_path: Any, key: str, why: str
 ) -> None:
@@ -240,6 +241,7 @@ def test_a_key_no_client_can_send_stops_the_server_at_start(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.servers
 def test_invalid_settings_are_named_without_a_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

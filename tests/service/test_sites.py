@@ -441,6 +441,7 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[byt
         stop_server(proc)
 
 
+@pytest.mark.servers
 def test_site_and_plan_survive_a_server_restart(
     servers: Callable[..., tuple[subprocess.Popen[bytes], str]], db_url: str
 ) -> None:
@@ -467,6 +468,7 @@ def test_site_and_plan_survive_a_server_restart(
     assert len(httpx.get(f"{base2}/v1/sites/{site_id}/events").json()["events"]) == 1
 
 
+@pytest.mark.servers
 def test_two_concurrent_event_posts_both_take_effect(
     servers: Callable[..., tuple[subprocess.Popen[bytes], str]], db_url: str
 ) -> None:
