@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,17 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binom
 
 from model import admission
-from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack
+from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack, load_gpu_clocks
+from model.clocks import (
+    GpuClocks,
+    Setting,
+    decode_extra_g,
+    hbm_power_w,
+    parse_setting,
+    power_factor,
+    scaled_power,
+    solve_power_limit,
+)
 from model.engine import (
     EngineCalibration,
     KernelSource,
@@ -119,9 +130,15 @@ class DeploymentSpec:
     #: fitted against and their source)
     kernel_source: KernelSource | None = None
     engine: EngineCalibration | None = None
+    #: the phases' GPU settings, ``"<N>MHz"`` or ``"<N>W"`` (None: the full clock);
+    #: ``clocks`` overrides the catalog's clock data of the GPU (docs/clocks.md)
+    prefill_setting: str | None = None
+    decode_setting: str | None = None
+    clocks: GpuClocks | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
+        self.settings()  # an input error naming the setting if it is not one
         check_performance(self.performance)
         if self.performance == "kernels":
             if self.kernel_source is None:
@@ -136,6 +153,19 @@ class DeploymentSpec:
     def coefficients(self) -> Coefficients:
         return Coefficients.of(self)
 
+    def gpu_clocks(self) -> GpuClocks | None:
+        """The GPU's clock data: ``clocks`` if given, else the catalog's (None if it
+        has none)."""
+        return self.clocks if self.clocks is not None else load_gpu_clocks(self.gpu.name)
+
+    def settings(self) -> tuple[Setting | None, Setting | None]:
+        """The parsed ``(prefill, decode)`` settings (None: the full clock)."""
+        clocks = self.gpu_clocks()
+        return (
+            parse_setting(self.prefill_setting, clocks, "prefill_setting"),
+            parse_setting(self.decode_setting, clocks, "decode_setting"),
+        )
+
     @property
     def framework(self) -> str | None:
         """The serving framework of the kernel tables (None under ``spec``)."""
@@ -145,7 +175,7 @@ class DeploymentSpec:
         """JSON-able summary of the inputs (for outputs and cache keys)."""
         from dataclasses import asdict
 
-        out = {
+        out: dict[str, Any] = {
             "model": asdict(self.model),
             "gpu": asdict(self.gpu),
             "calibration": asdict(self.calibration),
@@ -157,6 +187,14 @@ class DeploymentSpec:
         if self.kernel_source is not None and self.engine is not None:
             out["kernels"] = self.kernel_source.describe()
             out["engine"] = asdict(self.engine)
+        prefill, decode = self.settings()
+        if prefill is not None or decode is not None:  # at the default: as before
+            clocks = self.gpu_clocks()
+            full = clocks.full_clock if clocks is not None else None
+            out["prefill_setting"] = full if prefill is None else prefill.text
+            out["decode_setting"] = full if decode is None else decode.text
+            if self.clocks is not None:
+                out["clocks"] = asdict(self.clocks)
         return out
 
 
@@ -338,6 +376,134 @@ class DecodeTerms:
 
 
 @dataclass(frozen=True)
+class PhaseClocks:
+    """What a deployment's settings did (docs/clocks.md): each phase's effective SM
+    clock (MHz; a power limit resolved to the clock at which its draw meets it) and
+    its draw per GPU at capacity, saturated (W)."""
+
+    prefill_clock_mhz: float
+    decode_clock_mhz: float
+    prefill_draw_w: float
+    decode_draw_w: float
+
+
+@dataclass(frozen=True)
+class _Clocked:
+    a_p: float
+    b_p: float
+    g: float
+    powers: dict[str, float]
+    phases: PhaseClocks
+
+
+def _phase_clock(
+    clocks: GpuClocks, setting: Setting | None, draw_w: Callable[[float], float]
+) -> float:
+    if setting is None:
+        return clocks.sm_clock_max_mhz
+    if setting.kind == "clock":
+        return setting.value
+    return solve_power_limit(clocks, setting.value, draw_w)
+
+
+def _apply_settings(
+    spec: DeploymentSpec,
+    a_p: float,
+    b_p: float,
+    alpha: float,
+    g: float,
+    ctx: float,
+    batch_max: float,
+) -> _Clocked | None:
+    """The coefficients under the deployment's settings, or None at the default (then
+    nothing is recomputed and every number stays as it is, bit for bit).
+
+    Prefill's time follows ``f_max / f``; decode adds :func:`model.clocks.decode_extra_g`
+    to ``g`` (the weight GEMMs' compute outgrowing their weight read); each phase's
+    ramp maps through ``P_static + (P - P_static) k(f)`` with ``P_static`` the GPUs'
+    idle power and ``k`` of :func:`model.clocks.power_factor` (prefill's HBM share
+    taken as 0, decode's from its bytes per second at ``B_max``)."""
+    prefill, decode = spec.settings()
+    clocks = spec.gpu_clocks()
+    if (prefill is None and decode is None) or clocks is None:
+        return None
+    m, hw, cal, tp = spec.model, spec.gpu, spec.calibration, spec.serving.tensor_parallel
+    f_max = clocks.sm_clock_max_mhz
+    static = cal.p_idle_w * tp
+    p_ramp = (cal.p0_prefill_w * tp, cal.gamma_prefill_w * tp, cal.psat_prefill_w * tp)
+    d_ramp = (cal.p0_decode_w * tp, cal.gamma_decode_w * tp, cal.psat_decode_w * tp)
+
+    def prefill_draw(f: float) -> float:
+        return scaled_power(p_ramp[2], static, clocks.dynamic_factor(f)) / tp
+
+    f_p = _phase_clock(clocks, prefill, prefill_draw)
+    if f_p == f_max:  # a setting at the full clock (or a limit that does not bind)
+        prefill = None
+    k_p = clocks.dynamic_factor(f_p)
+
+    decode_work = math.isfinite(g) and batch_max > 0
+    terms = DecodeTerms.of(m, hw, tp, ctx if decode_work else 0.0)
+    gemm = DecodeTerms.of(m, hw, tp, 0.0)
+    weight_s = terms.weight_read_s / cal.mbu
+    weight_s += terms.expert_read_s / _expert_mbu(cal, terms.fp4_experts)
+    # the weight GEMMs' compute per request at full clock; a calibration that charges
+    # decode FLOPs already (mfu_decode > 0) scales that charge instead
+    compute_s = gemm.flops_s / (cal.mfu_decode or cal.mfu)
+
+    def extra_g(f: float) -> float:
+        if not decode_work:
+            return 0.0
+        if cal.mfu_decode > 0:
+            return compute_s * (f_max / f - 1.0)
+        return decode_extra_g(f / f_max, weight_s, compute_s, batch_max)
+
+    memory_share = 0.0
+    t_full = math.nan
+    if decode_work:
+        t_full = alpha + g * batch_max
+        moved = terms.weight_read_s + terms.expert_read_s + terms.kv_read_s * batch_max
+        moved *= hw.mem_bw_bytes_per_s * tp / t_full  # bytes per second at B_max
+        above = d_ramp[2] - static
+        memory_share = hbm_power_w(moved) / above if above > 0 else 0.0
+
+    def decode_factor(f: float) -> float:
+        ratio = t_full / (t_full + extra_g(f) * batch_max) if decode_work else 1.0
+        return power_factor(clocks, f, memory_share, ratio)
+
+    def decode_draw(f: float) -> float:
+        return scaled_power(d_ramp[2], static, decode_factor(f)) / tp
+
+    f_d = _phase_clock(clocks, decode, decode_draw)
+    if f_d == f_max:
+        decode = None
+    if prefill is None and decode is None:
+        return None
+    k_d = decode_factor(f_d)
+
+    def ramp(p0: float, gamma: float, psat: float, k: float) -> tuple[float, float, float]:
+        q0 = scaled_power(p0, static, k)
+        return q0, scaled_power(p0 + gamma, static, k) - q0, scaled_power(psat, static, k)
+
+    pp = ramp(*p_ramp, k_p) if prefill is not None else p_ramp
+    dp = ramp(*d_ramp, k_d) if decode is not None else d_ramp
+    scale_p = f_max / f_p if prefill is not None else 1.0
+    return _Clocked(
+        a_p=a_p * scale_p if prefill is not None else a_p,
+        b_p=b_p * scale_p if prefill is not None else b_p,
+        g=g + extra_g(f_d) if decode is not None else g,
+        powers={
+            "p0_prefill_w": pp[0],
+            "gamma_prefill_w": pp[1],
+            "psat_prefill_w": pp[2],
+            "p0_decode_w": dp[0],
+            "gamma_decode_w": dp[1],
+            "psat_decode_w": dp[2],
+        },
+        phases=PhaseClocks(f_p, f_d, pp[2] / tp, dp[2] / tp),
+    )
+
+
+@dataclass(frozen=True)
 class KernelForms:
     """The capacity model's two forms through a deployment's composed kernel times
     (``performance: kernels``; :mod:`model.engine`), where they were taken, and how far
@@ -497,6 +663,8 @@ class Coefficients:
     head_e2_tokens2: float = math.nan
     # performance "kernels": the forms a_P, b_P, alpha and g come from (None: SPEC's)
     forms: KernelForms | None = None
+    # the settings' effect (None: the default full clock, docs/clocks.md)
+    phase_clocks: PhaseClocks | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -606,6 +774,17 @@ class Coefficients:
                 g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
         if not iters > 0:
             g = math.nan
+        clocked = _apply_settings(spec, a_p, b_p, alpha, g, ctx, (usable - fragment) / (ctx + r))
+        powers = {
+            "p0_prefill_w": cal.p0_prefill_w * tp,
+            "gamma_prefill_w": cal.gamma_prefill_w * tp,
+            "psat_prefill_w": cal.psat_prefill_w * tp,
+            "p0_decode_w": cal.p0_decode_w * tp,
+            "gamma_decode_w": cal.gamma_decode_w * tp,
+            "psat_decode_w": cal.psat_decode_w * tp,
+        }
+        if clocked is not None:
+            a_p, b_p, g, powers = clocked.a_p, clocked.b_p, clocked.g, clocked.powers
         t_mean = a_p * e1 + b_p * e2
         t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
         scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
@@ -626,12 +805,7 @@ class Coefficients:
             mean_in_tokens=e1,
             out_iterations=iters,
             random_dispatch=st.dispatch == "random",
-            p0_prefill_w=cal.p0_prefill_w * tp,
-            gamma_prefill_w=cal.gamma_prefill_w * tp,
-            psat_prefill_w=cal.psat_prefill_w * tp,
-            p0_decode_w=cal.p0_decode_w * tp,
-            gamma_decode_w=cal.gamma_decode_w * tp,
-            psat_decode_w=cal.psat_decode_w * tp,
+            **powers,
             p_idle_w=cal.p_idle_w,
             gpus_per_instance=tp,
             variant=variant,
@@ -643,6 +817,7 @@ class Coefficients:
             else math.nan,
             head_e2_tokens2=e2 + (2.0 * e1 + r) * r,
             forms=forms,
+            phase_clocks=None if clocked is None else clocked.phases,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------

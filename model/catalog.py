@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .clocks import GpuClocks
 from .errors import InputError, NotFoundError
 
 if TYPE_CHECKING:
@@ -574,7 +575,16 @@ _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
 #: every other field of ModelArch may be given (its default applies otherwise)
 _MODEL_OPTIONAL = {f.name for f in dataclasses.fields(ModelArch)} - _MODEL_KEYS - {"name"}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
-_GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops"}
+_GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops", "clocks"}
+#: a GPU's ``clocks`` entry (:class:`model.clocks.GpuClocks`, docs/clocks.md section 5)
+_CLOCK_KEYS = {
+    "sm_clock_min_mhz",
+    "sm_clock_max_mhz",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "v_min_ratio",
+    "settings",
+}
 
 
 @functools.cache
@@ -613,6 +623,32 @@ def _gpus() -> Mapping[str, GpuSpec]:
                 link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
                 fp8_flops_per_s=_scaled(entry.get("fp8_dense_tflops", 0), "1e12", "fp8"),
                 fp4_flops_per_s=_scaled(entry.get("fp4_dense_tflops", 0), "1e12", "fp4"),
+            )
+        except InputError as error:
+            raise _catalog_error(where, error) from None
+    return types.MappingProxyType(catalog)
+
+
+@functools.cache
+def _gpu_clocks() -> Mapping[str, GpuClocks]:
+    catalog: dict[str, GpuClocks] = {}
+    for name, entry in _read_data("gpus.json").items():
+        if "clocks" not in entry:
+            continue
+        where = f"gpus.json:{name}.clocks"
+        raw = _check_keys(where, entry["clocks"], _CLOCK_KEYS, {"source"})
+        try:
+            if not isinstance(raw["settings"], list):
+                raise InputError("settings", "must be a list of settings")
+            catalog[name] = GpuClocks(
+                gpu=name,
+                sm_clock_min_mhz=raw["sm_clock_min_mhz"],
+                sm_clock_max_mhz=raw["sm_clock_max_mhz"],
+                power_limit_min_w=raw["power_limit_min_w"],
+                power_limit_max_w=raw["power_limit_max_w"],
+                v_min_ratio=raw["v_min_ratio"],
+                settings=tuple(raw["settings"]),
+                source=raw.get("source", ""),
             )
         except InputError as error:
             raise _catalog_error(where, error) from None
@@ -728,6 +764,12 @@ def load_gpu(name: str) -> GpuSpec:
     if key not in gpus:
         raise NotFoundError("gpu", name, gpus)
     return gpus[key]
+
+
+def load_gpu_clocks(name: str) -> GpuClocks | None:
+    """The clocks, power limits and default settings of the built-in GPU `name`
+    (docs/clocks.md section 5); None for a GPU the catalog has no clock data for."""
+    return _gpu_clocks().get(_key("gpu", name))
 
 
 def load_calibration(model: str, gpu: str) -> Calibration:

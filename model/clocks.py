@@ -1,0 +1,203 @@
+"""Locked SM clocks and per-GPU power limits per phase (``docs/clocks.md``).
+
+A *setting* is written ``"<N>MHz"`` (the SM clock locked at N MHz) or ``"<N>W"`` (a
+per-GPU power limit of N W); the default is the GPU's full clock, and at the default
+every number of the capacity model is today's, bit for bit (nothing is recomputed).
+
+The model, derived in ``docs/clocks.md``:
+
+* compute peak follows the SM clock, HBM bandwidth does not (to first order), so a
+  phase's compute terms grow by ``f_max / f`` and its memory terms stay;
+* prefill (SPEC 2.2: FLOPs at ``pi MFU``) takes ``f_max / f`` times as long;
+* decode (SPEC 2.3) keeps its bandwidth line until the GEMMs' compute, which the
+  weight read hides at full clock, outgrows it: the iteration pays
+  ``max(a_w, c(f) B) - max(a_w, c(f_max) B)`` more, taken as its chord over the
+  batches ``0..B_max`` so that the time stays linear in ``B`` (:func:`decode_extra_g`);
+* a phase's power is ``P_static + (P_full - P_static) k(f)`` with
+  ``k(f) = m r(f) + (1 - m) (f / f_max) (V(f) / V_max)^2``: the HBM share ``m`` follows
+  the bytes moved per second (``r``, the phase's throughput relative to full clock),
+  the rest is CMOS dynamic power ``C V^2 f`` with a linear voltage-frequency relation
+  between the GPU's lowest and highest clock (:class:`GpuClocks`);
+* a power limit acts through the clock at which the phase's saturated draw meets it
+  (:func:`solve_power_limit`), bounded by the GPU's clocks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model.errors import InputError
+
+#: HBM access energy, picojoules per bit moved (HBM2, O'Connor et al., "Fine-Grained
+#: DRAM: Energy-Efficient DRAM for Extreme Bandwidth Systems", MICRO 2017; taken for
+#: HBM2e/HBM3/HBM3e as well, docs/clocks.md section 4)
+HBM_PJ_PER_BIT = 3.9
+#: relative tolerance of the power-limit solve on the clock
+LIMIT_RTOL = 1e-12
+
+_SETTING = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(mhz|w)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GpuClocks:
+    """What one GPU type allows and how its voltage follows its clock.
+
+    ``sm_clock_min_mhz`` .. ``sm_clock_max_mhz``: the SM clocks it can be locked at
+    (the top one is the full clock, the default setting); ``power_limit_min_w`` ..
+    ``power_limit_max_w``: the per-GPU power limits it accepts; ``v_min_ratio``: core
+    voltage at the lowest clock over the voltage at the full clock (linear in between);
+    ``settings``: the settings offered by default (docs/clocks.md section 5)."""
+
+    gpu: str
+    sm_clock_min_mhz: float
+    sm_clock_max_mhz: float
+    power_limit_min_w: float
+    power_limit_max_w: float
+    v_min_ratio: float
+    settings: tuple[str, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "sm_clock_min_mhz",
+            "sm_clock_max_mhz",
+            "power_limit_min_w",
+            "power_limit_max_w",
+            "v_min_ratio",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(name, f"must be a number, got {value!r}")
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(name, f"must be a finite number > 0, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if not self.sm_clock_min_mhz < self.sm_clock_max_mhz:
+            raise InputError("sm_clock_min_mhz", "must be below sm_clock_max_mhz")
+        if not self.power_limit_min_w <= self.power_limit_max_w:
+            raise InputError("power_limit_min_w", "must not exceed power_limit_max_w")
+        if not self.v_min_ratio <= 1.0:
+            raise InputError("v_min_ratio", f"must be in (0, 1], got {self.v_min_ratio!r}")
+        for i, text in enumerate(self.settings):
+            parse_setting(text, self, f"settings[{i}]")
+
+    @property
+    def full_clock(self) -> str:
+        """The default setting as text: the full clock."""
+        return f"{self.sm_clock_max_mhz:g}MHz"
+
+    def voltage_ratio(self, f_mhz: float) -> float:
+        """``V(f) / V(f_max)``: linear from ``v_min_ratio`` at the lowest clock to 1."""
+        span = self.sm_clock_max_mhz - self.sm_clock_min_mhz
+        x = (f_mhz - self.sm_clock_min_mhz) / span
+        return self.v_min_ratio + (1.0 - self.v_min_ratio) * x
+
+    def dynamic_factor(self, f_mhz: float) -> float:
+        """``(f / f_max) (V(f) / V_max)^2``: CMOS dynamic power relative to full clock."""
+        v = self.voltage_ratio(f_mhz)
+        return f_mhz / self.sm_clock_max_mhz * v * v
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A locked SM clock (``kind`` ``"clock"``, MHz) or a power limit (``"limit"``, W
+    per GPU)."""
+
+    kind: str
+    value: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.value:g}MHz" if self.kind == "clock" else f"{self.value:g}W"
+
+
+def parse_setting(text: object, clocks: GpuClocks | None, field: str) -> Setting | None:
+    """``text`` as a :class:`Setting` of a GPU with ``clocks``; ``None`` for the
+    default (``None``, ``""`` or ``"default"``: the full clock). An input error names
+    ``field`` for a malformed value, one outside the GPU's supported range, or any
+    setting on a GPU without clock data."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InputError(field, f"must be a string like '1500MHz' or '550W', got {text!r}")
+    if text.strip().lower() in ("", "default"):
+        return None
+    match = _SETTING.match(text)
+    if match is None:
+        raise InputError(
+            field, f"must be '<N>MHz' (a locked SM clock) or '<N>W' (a power limit), got {text!r}"
+        )
+    value = float(match.group(1))
+    kind = "clock" if match.group(2).lower() == "mhz" else "limit"
+    if clocks is None:
+        raise InputError(field, "this GPU has no clock data in the catalog: only the default")
+    if kind == "clock":
+        lo, hi, unit, what = clocks.sm_clock_min_mhz, clocks.sm_clock_max_mhz, "MHz", "SM clock"
+    else:
+        lo, hi, unit, what = clocks.power_limit_min_w, clocks.power_limit_max_w, "W", "power limit"
+    if not lo <= value <= hi:
+        raise InputError(
+            field,
+            f"{value:g} {unit} is outside the {what}s {clocks.gpu} supports, {lo:g}-{hi:g} {unit}",
+        )
+    return Setting(kind, value)
+
+
+def power_factor(
+    clocks: GpuClocks, f_mhz: float, memory_share: float, throughput_ratio: float
+) -> float:
+    """``k(f) = m r + (1 - m) (f / f_max) (V / V_max)^2``: a phase's power above its
+    static part at clock ``f`` relative to full clock, ``m`` the HBM share of that part
+    at full clock and ``r`` the phase's throughput relative to full clock."""
+    m = min(max(memory_share, 0.0), 1.0)
+    return m * throughput_ratio + (1.0 - m) * clocks.dynamic_factor(f_mhz)
+
+
+def scaled_power(full_w: float, static_w: float, factor: float) -> float:
+    """``P_static + (P_full - P_static) k``; a draw at or below the static power (a
+    ramp's intercept can be) is left as it is."""
+    if full_w <= static_w:
+        return full_w
+    return static_w + (full_w - static_w) * factor
+
+
+def hbm_power_w(bytes_per_s: float) -> float:
+    """Power of moving ``bytes_per_s`` through HBM at :data:`HBM_PJ_PER_BIT`."""
+    return HBM_PJ_PER_BIT * 1e-12 * 8.0 * bytes_per_s
+
+
+def decode_extra_g(f_ratio: float, weight_s: float, compute_s: float, batch_max: float) -> float:
+    """Extra decode time per request and iteration at the clock ``f = f_ratio f_max``.
+
+    The weight GEMMs take ``max(a_w, c B)`` at batch ``B`` (``a_w``: the weight read,
+    ``c``: their compute per request at full clock, ``c / f_ratio`` at ``f``). SPEC's
+    line ``alpha + g B`` holds at full clock; the extra ``max(a_w, c B / f_ratio) -
+    max(a_w, c B)`` is convex in ``B`` and 0 at ``B = 0``, so its chord to
+    ``B_max`` bounds it from above on ``[0, B_max]``: the slope returned. 0 at full
+    clock and whenever the compute stays under the weight read."""
+    if f_ratio >= 1.0 or not batch_max > 0 or not compute_s > 0:
+        return 0.0
+    slow = max(weight_s, compute_s / f_ratio * batch_max)
+    full = max(weight_s, compute_s * batch_max)
+    return (slow - full) / batch_max
+
+
+def solve_power_limit(clocks: GpuClocks, limit_w: float, draw_w: Callable[[float], float]) -> float:
+    """The clock (MHz) at which a phase drawing ``draw_w(f)`` per GPU (non-decreasing
+    in ``f``) meets ``limit_w``: the full clock when it draws no more there, the
+    lowest clock when even that draws more (the limit cannot be met), else the root
+    of ``draw_w(f) = limit_w`` by bisection to :data:`LIMIT_RTOL`."""
+    lo, hi = clocks.sm_clock_min_mhz, clocks.sm_clock_max_mhz
+    if draw_w(hi) <= limit_w:
+        return hi
+    if draw_w(lo) >= limit_w:
+        return lo
+    while hi - lo > LIMIT_RTOL * hi:
+        mid = 0.5 * (lo + hi)
+        if draw_w(mid) > limit_w:
+            hi = mid
+        else:
+            lo = mid
+    return lo

@@ -1,0 +1,261 @@
+"""SM clocks and power limits per phase (docs/clocks.md).
+
+Reference values are computed here from the formulas of docs/clocks.md with numbers
+typed in below, or read from capacity_reference.json (outputs of the capacity model
+before settings existed, commit 8008f1c), never by calling the code under test for the
+expected value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model.capacity import candidate_configs, evaluate
+from model.catalog import list_gpus, load_gpu_clocks
+from model.clocks import (
+    GpuClocks,
+    decode_extra_g,
+    parse_setting,
+    power_factor,
+    scaled_power,
+    solve_power_limit,
+)
+from model.errors import InputError
+from model.operations import SpecRequest, resolve_spec
+
+REFERENCE = json.loads((Path(__file__).parent / "capacity_reference.json").read_text())
+H100 = GpuClocks("h100-sxm", 345, 1980, 200, 700, 0.685)
+
+
+def _spec(
+    model="qwen3-32b",
+    gpu="h200",
+    workload="azure-conv-2023",
+    tp=1,
+    variant="admission",
+    prefill=None,
+    decode=None,
+):
+    overrides = {"serving": {"tensor_parallel": tp}} if tp > 1 else {}
+    spec = resolve_spec(
+        SpecRequest(
+            model=model, gpu=gpu, workload=workload, overrides=overrides, model_variant=variant
+        )
+    )
+    return dataclasses.replace(spec, prefill_setting=prefill, decode_setting=decode)
+
+
+def _digest(values) -> str:
+    return hashlib.sha256(",".join(float(v).hex() for v in values).encode()).hexdigest()
+
+
+# ---- the default setting is today's model, bit for bit ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "case",
+    REFERENCE["cases"],
+    ids=lambda c: f"{c['model']}-{c['gpu']}-{c['workload']}-{c['model_variant']}",
+)
+@pytest.mark.parametrize("setting", [None, "default", "full"])
+def test_default_setting_reproduces_the_model_before_settings(case, setting):
+    gpu_clocks = load_gpu_clocks(case["gpu"])
+    text = gpu_clocks.full_clock if setting == "full" else setting
+    spec = _spec(
+        case["model"],
+        case["gpu"],
+        case["workload"],
+        case["tensor_parallel"],
+        case["model_variant"],
+        prefill=text,
+        decode=text,
+    )
+    n_p, n_d = candidate_configs(16, case["tensor_parallel"])
+    r = evaluate(spec, n_p, n_d)
+    half = evaluate(spec, n_p, n_d, load_rps=r.capacity_rps * 0.5)
+    assert len(r) == case["configs"]
+    assert _digest(r.capacity_rps) == case["capacity_rps_sha256"]
+    assert _digest(r.power_w) == case["power_w_sha256"]
+    assert _digest(half.power_w) == case["power_half_load_w_sha256"]
+    assert _digest(r.batch) == case["batch_sha256"]
+    assert [float(v).hex() for v in r.capacity_rps[:3]] == case["first"]["capacity_rps"]
+    assert r.coefficients.phase_clocks is None
+    if setting is None:
+        assert "prefill_setting" not in spec.describe()
+
+
+# ---- setting syntax and ranges ---------------------------------------------------------
+
+
+def test_parse_settings():
+    c = parse_setting("1500MHz", H100, "prefill_setting")
+    assert (c.kind, c.value, c.text) == ("clock", 1500.0, "1500MHz")
+    w = parse_setting(" 550 w ", H100, "decode_setting")
+    assert (w.kind, w.value, w.text) == ("limit", 550.0, "550W")
+    assert parse_setting(None, H100, "x") is None
+    assert parse_setting("default", H100, "x") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("1500", ["'<N>MHz'", "'<N>W'"]),
+        ("1.5GHz", ["'<N>MHz'"]),
+        ("-5W", ["'<N>W'"]),
+        ("2000MHz", ["2000 MHz", "h100-sxm", "345-1980 MHz"]),
+        ("300MHz", ["300 MHz", "345-1980 MHz"]),
+        ("150W", ["150 W", "200-700 W"]),
+        ("701W", ["701 W", "200-700 W"]),
+    ],
+)
+def test_bad_setting_names_the_field_and_the_range(text, words):
+    with pytest.raises(InputError) as err:
+        parse_setting(text, H100, "decode_setting")
+    assert err.value.field == "decode_setting"
+    for word in words:
+        assert word in err.value.reason
+
+
+def test_bad_setting_in_a_deployment_names_its_field():
+    with pytest.raises(InputError) as err:
+        _spec(prefill="5000MHz")
+    assert err.value.field == "prefill_setting"
+    assert "345-1980 MHz" in err.value.reason
+    with pytest.raises(InputError) as err:
+        _spec(decode="fast")
+    assert err.value.field == "decode_setting"
+
+
+def test_catalog_clock_data_and_default_settings_parse():
+    for gpu in list_gpus():
+        clocks = load_gpu_clocks(gpu)
+        assert clocks is not None and clocks.settings
+        assert clocks.settings[0] == clocks.full_clock
+        assert clocks.power_limit_max_w == pytest.approx(
+            {"a100-80gb": 400, "h100-sxm": 700, "h200": 700, "b200": 1000}[gpu]
+        )
+        for text in clocks.settings:
+            assert parse_setting(text, clocks, "settings") is not None
+
+
+# ---- the formulas, by hand -------------------------------------------------------------
+
+
+def test_voltage_and_dynamic_factor_by_hand():
+    # V/Vmax = 0.685 + 0.315 (1000 - 345) / (1980 - 345) at 1000 MHz
+    v = 0.685 + 0.315 * 655 / 1635
+    assert H100.voltage_ratio(1000) == pytest.approx(v, rel=1e-15)
+    assert H100.dynamic_factor(1000) == pytest.approx(1000 / 1980 * v * v, rel=1e-15)
+    assert H100.dynamic_factor(1980) == 1.0
+    assert H100.voltage_ratio(345) == pytest.approx(0.685)
+
+
+def test_power_factor_and_scaled_power_by_hand():
+    k = power_factor(H100, 1000, 0.25, 0.9)
+    assert k == pytest.approx(0.25 * 0.9 + 0.75 * H100.dynamic_factor(1000), rel=1e-15)
+    assert scaled_power(678.0, 120.0, 0.5) == pytest.approx(120 + 558 * 0.5)
+    assert scaled_power(100.0, 120.0, 0.5) == 100.0  # at or below the static part
+
+
+def test_decode_extra_g_by_hand():
+    # weight read 10 ms, compute 0.05 ms per request at full clock, B_max 400
+    assert decode_extra_g(1.0, 0.010, 5e-5, 400) == 0.0
+    # at half clock the compute of 400 requests is 40 ms > 10 ms; at full clock 20 ms
+    assert decode_extra_g(0.5, 0.010, 5e-5, 400) == pytest.approx((0.040 - 0.020) / 400)
+    # at 0.9 of full clock, the compute of 100 requests stays under the weight read
+    assert decode_extra_g(0.9, 0.010, 5e-5, 100) == 0.0
+
+
+def test_power_limit_solve_meets_the_limit_or_the_bound():
+    def draw(f):
+        return scaled_power(690.0, 120.0, H100.dynamic_factor(f))
+
+    f = solve_power_limit(H100, 450.0, draw)
+    assert 345 < f < 1980
+    assert draw(f) == pytest.approx(450.0, rel=1e-9)
+    assert solve_power_limit(H100, 695.0, draw) == 1980.0  # does not bind
+    assert solve_power_limit(H100, 121.0, draw) == 345.0  # cannot be met: the bound
+
+
+def test_deployment_power_limit_resolves_to_its_draw():
+    for prefill, decode in (("550W", "450W"), ("400W", "300W")):
+        c = _spec(prefill=prefill, decode=decode).coefficients()
+        pc = c.phase_clocks
+        assert pc.prefill_draw_w == pytest.approx(float(prefill[:-1]), rel=1e-9)
+        assert pc.decode_draw_w == pytest.approx(float(decode[:-1]), rel=1e-9)
+        assert c.psat_prefill_w == pytest.approx(float(prefill[:-1]), rel=1e-9)
+
+
+def test_prefill_time_follows_the_clock():
+    base = _spec().coefficients()
+    c = _spec(prefill="990MHz").coefficients()
+    assert c.a_p_s_per_token == pytest.approx(base.a_p_s_per_token * 2.0, rel=1e-15)
+    assert c.mu_prefill_rps == pytest.approx(base.mu_prefill_rps / 2.0, rel=1e-12)
+    # decode untouched by a prefill setting
+    assert c.g_s_per_request == base.g_s_per_request
+    assert c.psat_decode_w == base.psat_decode_w
+
+
+# ---- monotone as the clock or the limit falls (hypothesis) -----------------------------
+
+CLOCKS = st.floats(min_value=345.0, max_value=1980.0, allow_nan=False)
+LIMITS = st.floats(min_value=200.0, max_value=700.0, allow_nan=False)
+CONFIGS = (np.array([1, 2, 3, 4, 6]), np.array([1, 3, 5, 8, 9]))
+
+
+def _outputs(prefill, decode):
+    r = evaluate(_spec(workload="fixed:2048:256", prefill=prefill, decode=decode), *CONFIGS)
+    c = r.coefficients
+    return (
+        r.capacity_rps,
+        r.power_w,
+        c.mu_prefill_rps,
+        c.psat_prefill_w,
+        c.psat_decode_w,
+        float(c.decode_rate_rps(c.batch_max)),
+    )
+
+
+def _non_increasing(high, low):
+    for h, lo in zip(high, low, strict=True):
+        assert np.all(np.asarray(lo) <= np.asarray(h) * (1 + 1e-12) + 1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(CLOCKS, CLOCKS, st.sampled_from(["prefill", "decode", "both"]))
+def test_throughput_and_power_do_not_rise_as_the_clock_falls(f1, f2, phase):
+    hi, lo = max(f1, f2), min(f1, f2)
+
+    def settings_at(f):
+        text = f"{f:.3f}MHz"
+        return (text if phase != "decode" else None, text if phase != "prefill" else None)
+
+    _non_increasing(_outputs(*settings_at(hi)), _outputs(*settings_at(lo)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(LIMITS, LIMITS)
+def test_throughput_and_power_do_not_rise_as_the_limit_falls(w1, w2):
+    hi, lo = max(w1, w2), min(w1, w2)
+    _non_increasing(_outputs(f"{hi:.3f}W", f"{hi:.3f}W"), _outputs(f"{lo:.3f}W", f"{lo:.3f}W"))
+
+
+def test_decode_is_nearly_flat_until_compute_meets_bandwidth():
+    base = _spec().coefficients()
+    mild = _spec(decode="1590MHz").coefficients()
+    low = _spec(decode="600MHz").coefficients()
+    b = base.batch_max
+    t0 = base.alpha_s + base.g_s_per_request * b
+    assert mild.alpha_s + mild.g_s_per_request * b <= t0 * 1.05
+    assert low.alpha_s + low.g_s_per_request * b > t0
+    assert low.psat_decode_w < mild.psat_decode_w < base.psat_decode_w
+    assert math.isfinite(low.g_s_per_request)
