@@ -116,7 +116,7 @@ def fresh(kind: str, tmp_path: Path, pg_url_factory: Any) -> Engine:
     return engine
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.servers)])
 def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
     return fresh(request.param, tmp_path, lambda: request.getfixturevalue("pg_url"))
 
@@ -151,6 +151,7 @@ def test_a_database_from_before_migrations_keeps_its_rows(empty_engine: Engine) 
     assert (job.status, job.result, job.attempts) == ("succeeded", {"objective_usd": 1.5}, 0)
 
 
+@pytest.mark.servers
 def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
     engine = fresh("postgresql", Path("."), lambda: pg_url)
     engines = [make_engine(pg_url) for _ in range(4)]

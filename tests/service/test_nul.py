@@ -25,7 +25,7 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.servers)])
 def db_client(
     request: pytest.FixtureRequest, make_client: Callable[..., TestClient], tmp_path: Path
 ) -> TestClient:
