@@ -201,3 +201,39 @@ def solve_power_limit(clocks: GpuClocks, limit_w: float, draw_w: Callable[[float
         else:
             lo = mid
     return lo
+
+
+def compute_bound_series(
+    clocks: GpuClocks,
+    static_w: float,
+    limit_w: float | None,
+    locked_mhz: list[float],
+    anchor_mhz: float,
+    anchor_w: float,
+) -> tuple[list[float], list[float]]:
+    """A compute-bound phase locked at each of ``locked_mhz``: its effective clock
+    (MHz; below the locked one where its draw would exceed ``limit_w``) and its power
+    (W), from one measured draw ``anchor_w`` at ``anchor_mhz`` (docs/clocks.md section
+    6). Its time follows ``1 / f_eff``; its power ``P_static + (P - P_static) k`` with
+    ``k`` the dynamic factor (no HBM share)."""
+
+    def draw(f: float) -> float:
+        ratio = clocks.dynamic_factor(f) / clocks.dynamic_factor(anchor_mhz)
+        return static_w + (anchor_w - static_w) * ratio
+
+    effective, power = [], []
+    for f in locked_mhz:
+        f_eff = f
+        if limit_w is not None and draw(f) > limit_w:
+            capped = GpuClocks(
+                clocks.gpu,
+                clocks.sm_clock_min_mhz,
+                f,
+                clocks.power_limit_min_w,
+                max(clocks.power_limit_max_w, limit_w),
+                clocks.v_min_ratio,
+            )
+            f_eff = solve_power_limit(capped, limit_w, draw)
+        effective.append(f_eff)
+        power.append(draw(f_eff))
+    return effective, power

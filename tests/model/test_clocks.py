@@ -259,3 +259,67 @@ def test_decode_is_nearly_flat_until_compute_meets_bandwidth():
     assert low.alpha_s + low.g_s_per_request * b > t0
     assert low.psat_decode_w < mild.psat_decode_w < base.psat_decode_w
     assert math.isfinite(low.g_s_per_request)
+
+
+# ---- validation against the published series (docs/clocks.md section 6) ---------------
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "clocks.md").read_text()
+
+
+def _documented_rows() -> dict[str, tuple[float, float]]:
+    rows = {}
+    for line in DOC.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("perseus-"):
+            rows[cells[0]] = (float(cells[4].rstrip("%")), float(cells[5].rstrip("%")))
+    return rows
+
+
+def test_series_errors_are_the_documented_ones_and_throughput_within_target():
+    from model.clock_validation import evaluate_all
+
+    documented = _documented_rows()
+    results = evaluate_all()
+    assert sorted(documented) == sorted(r.id for r in results)
+    for r in results:
+        thr, pw = documented[r.id]
+        assert round(100 * r.throughput_median_error, 1) == thr
+        assert round(100 * r.power_median_error, 1) == pw
+        assert r.throughput_median_error < 0.10  # the target, met on every series
+        assert r.throughput_predicted[0] == 1.0 and r.power_predicted[0] == 1.0
+
+
+def test_compute_bound_series_by_hand():
+    from model.clocks import compute_bound_series
+
+    clocks = GpuClocks("x", 200, 1400, 100, 400, 0.7)
+    # anchor 200 W at 700 MHz, static 50 W; at 1400 MHz the dynamic factor is 1
+    v = 0.7 + 0.3 * 500 / 1200
+    phi_700 = 700 / 1400 * v * v
+    eff, power = compute_bound_series(clocks, 50.0, None, [1400.0, 700.0], 700.0, 200.0)
+    assert eff == [1400.0, 700.0]
+    assert power[1] == pytest.approx(200.0)
+    assert power[0] == pytest.approx(50.0 + 150.0 / phi_700, rel=1e-12)
+    # a 300 W limit holds the 1400 MHz lock below 1400 MHz, at a draw of 300 W
+    eff, power = compute_bound_series(clocks, 50.0, 300.0, [1400.0], 700.0, 200.0)
+    assert 700.0 < eff[0] < 1400.0
+    assert power[0] == pytest.approx(300.0, rel=1e-9)
+
+
+def test_b200_kernel_power_at_full_clock(shared_data_dir):
+    from model.catalog import load_calibration
+    from model.clock_validation import b200_kernel_check
+
+    folder = shared_data_dir / "aiconfigurator"
+    if not (folder / "b200_sxm" / "gemm" / "vllm" / "0.24.0").is_dir():
+        pytest.skip("the B200 kernel tables with power are not in the data directory")
+    cal = load_calibration("qwen3-32b", "b200")
+    check = b200_kernel_check(str(folder), cal.psat_prefill_w, cal.p_idle_w)
+    # docs/clocks.md section 6
+    assert (check.gemms_compute_bound, check.gemms_memory_bound) == (4014, 2927)
+    assert round(check.compute_bound_median_w) == 985
+    assert round(check.memory_bound_median_w) == 560
+    assert round(check.hbm_w) == 169
+    assert check.power_limit_w == 1000.0
+    assert abs(check.prefill_draw_w / check.compute_bound_median_w - 1) < 0.01
+    assert check.prefill_draw_w < check.power_limit_w

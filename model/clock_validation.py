@@ -1,0 +1,153 @@
+"""The clock model against published measurement series (docs/clocks.md section 6).
+
+Each series of ``data/clock_series.json`` gives a phase's time and energy at a set of
+locked SM clocks. The model predicts, from the GPU's clock range, its idle power (the
+catalog's rule: 120 W x TDP / 700 W, docs/clocks.md section 2) and one measured power
+(the series' lowest clock, where no power limit binds), the phase's throughput and
+power at every other clock; nothing is fitted to the series. Both are compared
+relative to the series' highest clock, as the capacity model scales its full-clock
+calibration.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from model.clocks import GpuClocks, compute_bound_series
+
+#: the catalog's idle-power rule: the reference GPU's idle power over its TDP
+#: (calibrations.json, H200: 120 W of 700 W), applied to any GPU's TDP
+IDLE_W_PER_TDP_W = 120.0 / 700.0
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """One series: measured and predicted throughput and power relative to the
+    series' highest clock, at each clock, and the median absolute relative errors
+    (the highest clock, 0 by construction, left out)."""
+
+    id: str
+    phase: str
+    gpu: str
+    source: str
+    clocks_mhz: list[float]
+    effective_mhz: list[float]
+    throughput_measured: list[float]
+    throughput_predicted: list[float]
+    power_measured: list[float]
+    power_predicted: list[float]
+    throughput_median_error: float
+    power_median_error: float
+
+
+def load_series() -> list[dict[str, Any]]:
+    text = resources.files("model").joinpath("data/clock_series.json").read_text()
+    series: list[dict[str, Any]] = json.loads(text)["series"]
+    return series
+
+
+def evaluate_series(entry: dict[str, Any], v_min_ratio: float = 0.7) -> SeriesResult:
+    """The model against one series; ``v_min_ratio`` is the voltage at the GPU's
+    lowest clock over the full-clock voltage (0.7: the catalog's value for the A100,
+    assumed; docs/clocks.md section 3)."""
+    gpu = entry["gpu"]
+    points = sorted(entry["points"], key=lambda p: -p[0])
+    f = np.array([p[0] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+    power = np.array([p[2] for p in points], dtype=float) / t
+    tdp = float(gpu["tdp_w"])
+    clocks = GpuClocks(
+        gpu["name"],
+        gpu["sm_clock_min_mhz"],
+        gpu["sm_clock_max_mhz"],
+        tdp,
+        tdp if gpu["power_limit_w"] is None else max(tdp, gpu["power_limit_w"]),
+        v_min_ratio,
+    )
+    if entry["phase"] != "prefill":
+        raise ValueError(f"series {entry['id']}: only compute-bound (prefill) series are modelled")
+    eff, pred = compute_bound_series(
+        clocks,
+        IDLE_W_PER_TDP_W * tdp,
+        gpu["power_limit_w"],
+        list(f),
+        float(f[-1]),
+        float(power[-1]),
+    )
+    eff_a, pred_a = np.array(eff), np.array(pred)
+    thr_m, thr_p = t[0] / t, eff_a / eff_a[0]
+    pow_m, pow_p = power / power[0], pred_a / pred_a[0]
+    return SeriesResult(
+        id=entry["id"],
+        phase=entry["phase"],
+        gpu=gpu["name"],
+        source=entry["source"],
+        clocks_mhz=list(f),
+        effective_mhz=list(eff_a),
+        throughput_measured=list(thr_m),
+        throughput_predicted=list(thr_p),
+        power_measured=list(pow_m),
+        power_predicted=list(pow_p),
+        throughput_median_error=float(np.median(np.abs(thr_p / thr_m - 1.0)[1:])),
+        power_median_error=float(np.median(np.abs(pow_p / pow_m - 1.0)[1:])),
+    )
+
+
+def evaluate_all(v_min_ratio: float = 0.7) -> list[SeriesResult]:
+    return [evaluate_series(entry, v_min_ratio) for entry in load_series()]
+
+
+@dataclass(frozen=True)
+class KernelPowerCheck:
+    """The clock model at full clock against the B200 kernel power of the AIConfigurator
+    tables (vLLM 0.24.0; docs/clocks.md section 6): the median power of compute-bound
+    bf16 GEMMs (prefill's kernels: ``m >= 2048`` tokens, ``n k >= 4096^2``) against the
+    model's full-clock prefill draw, the median power of memory-bound ones (``m <=
+    16``: decode's weight reads) against the model's static plus HBM power at their
+    bytes per second, and the power limit the tables were measured under."""
+
+    gemms_compute_bound: int
+    compute_bound_median_w: float
+    prefill_draw_w: float
+    gemms_memory_bound: int
+    memory_bound_median_w: float
+    memory_bound_bytes_per_s: float
+    static_w: float
+    hbm_w: float
+    power_limit_w: float
+
+
+def b200_kernel_check(folder: str, prefill_draw_w: float, static_w: float) -> KernelPowerCheck:
+    """:class:`KernelPowerCheck` from the tables under ``folder`` (the AIConfigurator
+    data directory, ``b200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet``)."""
+    import pyarrow.parquet as pq
+
+    from model.clocks import hbm_power_w
+
+    path = f"{folder}/b200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+    cols = pq.read_table(path).to_pydict()
+    dtype = np.array(cols["gemm_dtype"])
+    m, n, k, lat, power, limit = (
+        np.array(cols[c], dtype=float) for c in ("m", "n", "k", "latency", "power", "power_limit")
+    )
+    ok = (dtype == "bfloat16") & np.isfinite(power) & (n * k >= 4096.0 * 4096.0)
+    big = ok & (m >= 2048)
+    small = ok & (m <= 16)
+    moved = 2.0 * (m * k + k * n + m * n) / (lat * 1e-3)  # bf16 bytes per second
+    rate = float(np.median(moved[small]))
+    return KernelPowerCheck(
+        gemms_compute_bound=int(big.sum()),
+        compute_bound_median_w=float(np.median(power[big])),
+        prefill_draw_w=prefill_draw_w,
+        gemms_memory_bound=int(small.sum()),
+        memory_bound_median_w=float(np.median(power[small])),
+        memory_bound_bytes_per_s=rate,
+        static_w=static_w,
+        hbm_w=hbm_power_w(rate),
+        power_limit_w=float(np.unique(limit[ok])[0]),
+    )
