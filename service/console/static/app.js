@@ -132,6 +132,7 @@ async function sitesPage(t0) {
 // ------------------------------------------------------------------ a site
 
 async function loadSite(id) {
+  charts.loadVega();  // the charts' scripts load while the data comes
   const [{ doc: summary }, { doc: site }] = await Promise.all([api(`ui/api/sites/${id}`), api(`v1/sites/${id}`)]);
   const plan = summary.plan ? (await api(`v1/sites/${id}/plan`)).doc : null;
   return { summary, site, plan };
@@ -399,7 +400,7 @@ async function jobsPage(t0) {
 async function route() {
   stopTimers();
   const t0 = window.pdwattTimings.length ? performance.now() : 0;  // first page: from navigation
-  if (config.api_key_required && !key.get()) { showGate(""); return; }
+  if (config.api_key_required && !key.get()) { showGate(""); done("gate", t0); return; }
   gate.hidden = true;
   main.hidden = false;
   document.getElementById("forget-key").hidden = !config.api_key_required;

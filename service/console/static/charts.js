@@ -10,8 +10,24 @@ const PALETTE = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b
 export const kw = (w) => w / 1000;
 const fmt = (x, d = 2) => (x === null || x === undefined ? "" : Number(x).toFixed(d));
 
+// Vega, Vega-Lite and vega-embed, loaded once, by the first page that draws a chart
+const VEGA = ["vendor/vega/vega.min.js", "vendor/vega-lite/vega-lite.min.js",
+              "vendor/vega-embed/vega-embed.min.js"];
+let vegaLoaded = null;
+export function loadVega() {
+  vegaLoaded ??= VEGA.reduce((ready, src) => ready.then(() => new Promise((resolve, reject) => {
+    const s = document.createElement("script");
+    s.src = src;
+    s.onload = resolve;
+    s.onerror = () => reject(new Error(`could not load ${src}`));
+    document.head.append(s);
+  })), Promise.resolve());
+  return vegaLoaded;
+}
+
 export async function draw(el, name, spec) {
-  const { view } = await window.vegaEmbed(el, spec, { actions: false, renderer: "svg" });
+  await loadVega();
+  const { view } = await window.vegaEmbed(el, spec, { actions: false, renderer: "canvas" });
   window.pdwattViews[name] = view;
   return view;
 }
@@ -39,6 +55,7 @@ export function planRows(plan, site) {
   for (const p of periods) {
     const at = { start: p.start, end: p.end, period: p.index };
     const h = { period: p.index, start: p.start, end: p.end,
+                time: `${p.start.slice(11, 16)}–${p.end.slice(11, 16)} UTC`,
                 "site power kW": fmt(kw(p.power_w)), "cap kW": fmt(kw(p.power_cap_w)),
                 "price USD/MWh": fmt(p.price_usd_per_mwh), "carbon g/kWh": fmt(p.carbon_g_per_kwh, 1),
                 "at cap": p.power_w >= p.power_cap_w * (1 - AT_CAP_RTOL) ? "yes" : "no" };
@@ -89,12 +106,17 @@ export function bands(plan, summary) {
   return out.map(({ start, end, what }) => ({ start, end, what }));
 }
 
+// a field name as Vega-Lite reads it (dots and brackets would be paths)
+const field = (k) => k.replace(/[.[\]\\]/g, "\\$&");
+
 const hoverLayer = (rows) => ({
-  data: { values: rows },
+  name: "periods", data: { values: rows },
   params: [{ name: "hover", select: { type: "point", on: "pointerover", clear: "pointerout" } }],
-  mark: { type: "rect", tooltip: { content: "data" } },
+  mark: { type: "rect" },
   encoding: {
     x: { field: "start", type: "temporal" }, x2: { field: "end" },
+    tooltip: Object.keys(rows[0] || {}).filter((k) => k !== "start" && k !== "end")
+      .map((k) => ({ field: field(k), title: k })),
     color: { value: "#0b5cad" },
     opacity: { condition: { param: "hover", empty: false, value: 0.12 }, value: 0 },
   },
@@ -225,9 +247,9 @@ export function flexSpec(period) {
     ...BASE, height: 260, title: `Flexibility of period ${period.period}`,
     data: { values: rows },
     layer: [
-      { name: "flex-cost", mark: { type: "line", point: true, color: "#b42318", tooltip: true },
+      { name: "cost", mark: { type: "line", point: true, color: "#b42318", tooltip: true },
         encoding: { x, y: { field: "cost USD/h", type: "quantitative", title: "cost: energy + unserved value (USD/h, red)" }, tooltip: tip } },
-      { name: "flex-served", mark: { type: "line", point: true, color: "#0b5cad", tooltip: true },
+      { name: "served", mark: { type: "line", point: true, color: "#0b5cad", tooltip: true },
         encoding: { x, y: { field: "served req/s", type: "quantitative", title: "served (req/s, blue)", axis: { orient: "right" } }, tooltip: tip } },
     ],
     resolve: { scale: { y: "independent" } },

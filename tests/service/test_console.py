@@ -1,0 +1,370 @@
+"""The operator console in a real headless Chromium (Debian's ``chromium``, driven by
+Playwright for Python; no browser is downloaded) against a real ``pdwatt serve``.
+
+The demo site is registered and planned through the API; the console then finds it,
+draws its plan (the chart's marks are checked against the plan's JSON: one cap rule
+per period at the plan's cap, the stacked power of each period summing to its site
+power), posts a capacity event through its form and shows the re-plan, and lists the
+jobs. On every page: no console error, no request to any other host. With an API key
+set, nothing is shown before the key is given.
+
+Each page's load time, measured in the browser (navigation start to the page drawn),
+and the site page's script and style weight are printed (``pytest -s``), not asserted.
+``CONSOLE_SCREENSHOTS=DIR`` saves each page at 1280x800 and at a phone's width into
+DIR (docs/console.md shows them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from formulation.demo import demo_request
+
+pytestmark = [pytest.mark.servers, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: a closed network otherwise sees Chromium's own background connections refused
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+PAGE_TIMEOUT_MS = 30_000
+REPLAN_TIMEOUT_MS = 180_000
+TIME_LIMIT_S = 5.0
+API_KEY = "console-test-key"
+#: what a site document holds besides its schedule request
+SITE_ONLY = {"id", "name", "version", "created", "updated", "plan_start", "replan_each_period"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A Chromium context with a fresh profile, shared by the module's tests."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium not installed (Debian package chromium; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra)")
+    with (
+        tempfile.TemporaryDirectory(prefix="pdwatt-chromium-") as profile,
+        sync_api.sync_playwright() as pw,
+    ):
+        context = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport=DESKTOP,
+        )
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        yield context
+        context.close()
+
+
+class Console:
+    """Pages of one server's console: console errors and requests to other hosts are
+    collected per page, and each page's load time is read from the browser."""
+
+    def __init__(self, context: Any, base: str) -> None:
+        self.context = context
+        self.base = base
+        self.host = urlsplit(base).netloc
+        self.shots = os.environ.get("CONSOLE_SCREENSHOTS")
+
+    def open(self, fragment: str, ready: str) -> Any:
+        """A new tab on ``/ui/#fragment``, once the page ``ready`` is drawn."""
+        page = self.context.new_page()
+        page.errors = []
+        page.foreign = []
+
+        def on_console(msg: Any) -> None:
+            if msg.type == "error":
+                page.errors.append(msg.text)
+
+        def on_request(route: Any) -> None:
+            if urlsplit(route.request.url).netloc != self.host:
+                page.foreign.append(route.request.url)
+                route.abort()
+            else:
+                route.continue_()
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
+        page.route("**/*", on_request)
+        page.goto(f"{self.base}/ui/#{fragment}")
+        self.wait(page, ready)
+        ms = page.evaluate("window.pdwattTimings[0].ms")
+        print(f"console page {ready}: loaded in {ms:.0f} ms (measured in the browser)")
+        return page
+
+    @staticmethod
+    def wait(page: Any, ready: str) -> None:
+        page.wait_for_selector(f"body[data-page={ready}]")
+
+    def clean(self, page: Any) -> None:
+        assert page.errors == [], f"console errors on {page.url}: {page.errors}"
+        assert page.foreign == [], f"requests to other hosts from {page.url}: {page.foreign}"
+
+    def shoot(self, page: Any, name: str) -> None:
+        if not self.shots:
+            return
+        out = Path(self.shots)
+        out.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out / f"console-{name}.png"), full_page=True)
+        page.set_viewport_size(PHONE)
+        page.wait_for_timeout(500)  # charts refit to the width
+        page.screenshot(path=str(out / f"console-{name}-phone.png"), full_page=True)
+        page.set_viewport_size(DESKTOP)
+
+
+def demo_site(plan_start: datetime) -> dict[str, Any]:
+    body = demo_request() | {"name": "demo-site", "plan_start": plan_start.isoformat()}
+    body["solver"]["time_limit_s"] = TIME_LIMIT_S
+    return body
+
+
+def register_and_plan(base: str, headers: dict[str, str] | None = None) -> tuple[str, dict]:
+    """The demo site, its clock set so that now lies in its horizon, registered and
+    planned through the API; its id and plan."""
+    now = datetime.now(UTC)
+    start = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+    start -= timedelta(hours=8)
+    r = httpx.post(f"{base}/v1/sites", json=demo_site(start), headers=headers, timeout=30)
+    assert r.status_code == 201, r.text
+    site_id = r.json()["id"]
+    r = httpx.post(f"{base}/v1/sites/{site_id}/plan", headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    return site_id, r.json()
+
+
+# the marks a Vega view drew, by mark name: each item's datum (the scenegraph)
+MARKS_JS = """(name) => {
+  const out = {};
+  const walk = (node) => {
+    if (!node) return;
+    if (node.marktype && node.name) out[node.name] = (node.items || []).map((i) => i.datum);
+    for (const item of node.items || []) walk(item);
+  };
+  walk(window.pdwattViews[name].scenegraph().root);
+  return out;
+}"""
+
+WEIGHT_JS = """() => performance.getEntriesByType("resource")
+  .filter((e) => e.initiatorType === "script" || e.initiatorType === "link"
+                 || e.name.endsWith(".js") || e.name.endsWith(".css"))
+  .map((e) => [e.name, e.encodedBodySize, e.decodedBodySize])"""
+
+
+def check_plan_chart(page: Any, plan: dict[str, Any]) -> None:
+    """The power chart's marks against the plan: one cap rule per period at its cap (kW),
+    and per period the stacked layers (deployments and idle GPUs, after PUE) summing to
+    the period's site power."""
+    periods = plan["schedule"]["periods"]
+    marks = page.evaluate(MARKS_JS, "power")
+    caps = sorted(marks["cap_marks"], key=lambda d: d["period"])
+    assert [d["period"] for d in caps] == [p["index"] for p in periods]
+    assert [d["cap_kw"] for d in caps] == pytest.approx(
+        [p["power_cap_w"] / 1000 for p in periods], rel=1e-12
+    )
+    layers = len(periods[0]["deployments"]) + 1
+    stack = marks["power_marks"]
+    assert len(stack) == len(periods) * layers
+    top = {}
+    for d in stack:
+        top[d["period"]] = max(top.get(d["period"], 0.0), d["y1"])
+    for p in periods:
+        assert math.isclose(top[p["index"]], p["power_w"] / 1000, rel_tol=1e-9), p["index"]
+    # one hover band per period
+    assert len(marks["periods_marks"]) == len(periods)
+
+
+def test_console_sites_site_event_jobs(
+    live_server: Callable[..., str], browser: Any, tmp_path: Path
+) -> None:
+    base = live_server(workers=2)
+    site_id, plan = register_and_plan(base)
+    console = Console(browser, base)
+
+    # the sites list: the site with its plan in brief; open it from there
+    page = console.open("/", "sites")
+    link = page.get_by_role("link", name="demo-site")
+    assert link.count() == 1
+    row = page.locator("tr", has=link).inner_text()
+    assert plan["status"] in row and "64 × h200" in row
+    assert "chat, code, long-context" in row
+    console.clean(page)
+    console.shoot(page, "sites")
+    link.click()
+    console.wait(page, "site")
+    check_plan_chart(page, plan)
+    console.clean(page)
+    page.close()
+
+    # the site page on its own: load time, weight, the replica targets now
+    page = console.open(f"/site/{site_id}", "site")
+    weights = page.evaluate(WEIGHT_JS)
+    total = sum(w[1] for w in weights)
+    print(
+        f"site page scripts and styles: {total / 1000:.0f} kB over {len(weights)} files ("
+        + ", ".join(f"{urlsplit(u).path} {b / 1000:.1f} kB" for u, b, _ in weights)
+        + ")"
+    )
+    check_plan_chart(page, plan)
+    now = httpx.get(f"{base}/v1/sites/{site_id}/targets/now", timeout=10).json()
+    assert f"Period {now['period']}" in page.locator("main").inner_text()
+    for t in now["targets"]:
+        row = page.locator("tr", has=page.get_by_role("cell", name=t["deployment"], exact=True))
+        assert row.locator("td").all_inner_texts()[1:] == [
+            str(t["num_prefill"]),
+            str(t["num_decode"]),
+            str(t["gpus"]),
+        ]
+    # hover shows the period's numbers
+    box = page.locator("#chart-power canvas").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    tooltip = page.locator("#vg-tooltip-element")
+    tooltip.wait_for(state="visible")
+    assert "site power kW" in tooltip.inner_text() and "cap kW" in tooltip.inner_text()
+    console.clean(page)
+    console.shoot(page, "site")
+    page.close()
+
+    # an event through the form: a cap at 80% of the peak, over the peak's hour
+    periods = plan["schedule"]["periods"]
+    peak = max(periods, key=lambda p: p["power_w"])
+    cap_kw = round(0.8 * peak["power_w"] / 1000, 1)
+    page = console.open(f"/site/{site_id}/event", "event")
+    page.get_by_label("Cap (kW)").fill(str(cap_kw))
+    page.get_by_label("Start (UTC)").fill(peak["start"][:16])
+    page.get_by_label("Duration (minutes)").fill("60")
+    page.get_by_role("button", name="Post the event and re-plan").click()
+    page.wait_for_selector("body[data-replanned]", timeout=REPLAN_TIMEOUT_MS)
+    after = httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=10).json()
+    assert page.evaluate("document.body.dataset.replanned") == str(after["plan_id"])
+    assert after["plan_id"] != plan["plan_id"] and not after["stale"]
+    before_caps = {p["index"]: p["power_cap_w"] for p in periods}
+    hit = [p for p in after["schedule"]["periods"] if p["power_cap_w"] != before_caps[p["index"]]]
+    assert [p["index"] for p in hit] == list(range(peak["index"], peak["index"] + 4))
+    for p in hit:
+        assert p["power_cap_w"] == pytest.approx(min(cap_kw * 1000, before_caps[p["index"]]))
+        assert p["power_w"] <= p["power_cap_w"] * (1 + 1e-9)
+    cost = after["schedule"]["objective_usd"] - plan["schedule"]["objective_usd"]
+    assert f"${cost:.2f}" in page.locator(".card", has_text="cost of the event").inner_text()
+    console.clean(page)
+    console.shoot(page, "event")
+    page.close()
+
+    # the site page now draws the new plan, the event listed and shaded
+    page = console.open(f"/site/{site_id}", "site")
+    check_plan_chart(page, after)
+    assert "capacity limit" in page.locator("main").inner_text()
+    console.clean(page)
+    page.close()
+
+    # jobs: a site plan queued through the API, listed until it has finished
+    r = httpx.post(
+        f"{base}/v1/jobs", json={"kind": "site_plan", "request": {"site_id": site_id}}, timeout=10
+    )
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    page = console.open("/jobs", "jobs")
+    row = page.locator("tr", has=page.get_by_role("cell", name=job_id, exact=True))
+    assert row.count() == 1
+    page.locator("tr", has_text=job_id).get_by_text("succeeded").wait_for(timeout=REPLAN_TIMEOUT_MS)
+    page.get_by_role("button", name=f"Progress of job {job_id}").click()
+    page.wait_for_selector("#chart-trace canvas")
+    trace = page.evaluate(MARKS_JS, "trace")
+    assert trace, "the job's trace is drawn"
+    console.clean(page)
+    console.shoot(page, "jobs")
+    page.close()
+
+    # flexibility: the curve of the peak period and the what-if of a cut there
+    page = console.open(f"/site/{site_id}/flex", "flex")
+    page.get_by_label(re.compile(r"^Period \(")).fill(str(peak["index"]))
+    page.get_by_role("button", name="Compute").click()
+    page.wait_for_selector("#chart-flex canvas", timeout=REPLAN_TIMEOUT_MS)
+    page.get_by_text("cost of the cut").wait_for(timeout=REPLAN_TIMEOUT_MS)
+    drawn = page.evaluate(MARKS_JS, "flex")
+    site = httpx.get(f"{base}/v1/sites/{site_id}", timeout=10).json()
+    request = {k: v for k, v in site.items() if k not in SITE_ONLY}
+    r = httpx.post(
+        f"{base}/v1/flexibility",
+        json={"request": request, "period": peak["index"], "points": 15},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    points = r.json()["periods"][0]["points"]
+    assert [d["site power kW"] for d in drawn["cost_marks"]] == pytest.approx(
+        [q["site_power_w"] / 1000 for q in points], rel=1e-12
+    )
+    assert [d["served req/s"] for d in drawn["served_marks"]] == pytest.approx(
+        [q["total_served_rps"] for q in points], rel=1e-12
+    )
+    console.clean(page)
+    console.shoot(page, "flex")
+    page.close()
+
+
+def test_console_asks_for_the_key_first(live_server: Callable[..., str], browser: Any) -> None:
+    base = live_server(api_key=API_KEY)
+    headers = {"X-API-Key": API_KEY}
+    r = httpx.post(
+        f"{base}/v1/sites", json=demo_site(datetime.now(UTC)), headers=headers, timeout=30
+    )
+    assert r.status_code == 201, r.text
+    console = Console(browser, base)
+    page = console.open("/", "gate")
+    assert page.locator("#main").is_hidden()
+    assert "demo-site" not in page.content()
+    api_calls = page.evaluate(
+        "performance.getEntriesByType('resource').filter(e => e.initiatorType === 'fetch')"
+        ".map(e => new URL(e.name).pathname)"
+    )
+    assert api_calls == ["/ui/api/config"]  # nothing asked of the API without the key
+    console.shoot(page, "key")
+    page.get_by_label("Key", exact=True).fill(API_KEY)
+    page.get_by_role("button", name="Continue").click()
+    console.wait(page, "sites")
+    assert page.get_by_role("link", name="demo-site").count() == 1
+    console.clean(page)
+    page.close()
+
+
+def test_docs_in_the_browser(live_server: Callable[..., str], browser: Any) -> None:
+    base = live_server()
+    console = Console(browser, base)
+    page = browser.new_page()
+    page.errors, page.foreign = [], []
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+
+    def on_request(route: Any) -> None:
+        if urlsplit(route.request.url).netloc != console.host:
+            page.foreign.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/*", on_request)
+    page.goto(f"{base}/docs")
+    page.locator(".swagger-ui .info .title", has_text="pdwatt").wait_for()
+    page.get_by_text("/v1/sites/{site_id}/events").first.wait_for()
+    console.clean(page)
+    console.shoot(page, "docs")
+    page.close()
