@@ -35,7 +35,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -1113,3 +1113,44 @@ def candidate_configs(max_gpus: int, gpus_per_instance: int = 1) -> tuple[IntArr
     n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
     keep = (n_p + n_d) <= total
     return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
+
+
+def with_settings(
+    spec: DeploymentSpec, prefill_setting: str | None, decode_setting: str | None
+) -> DeploymentSpec:
+    """``spec`` with the phases' GPU settings (``"<N>MHz"``, ``"<N>W"`` or None for the
+    full clock; docs/clocks.md); an input error names the setting that is not one."""
+    return replace(spec, prefill_setting=prefill_setting, decode_setting=decode_setting)
+
+
+def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
+    """The fields an output adds for the deployment's settings: none at the default
+    (the document is as before); else ``prefill_setting`` and ``decode_setting`` (the
+    full clock for a phase left at its default), each phase's effective SM clock
+    (a power limit resolved to its clock) and its draw per GPU at capacity."""
+    prefill, decode = spec.settings()
+    if prefill is None and decode is None:
+        return {}
+    clocks = spec.gpu_clocks()
+    assert clocks is not None  # a setting parses only with clock data
+    phases = spec.coefficients().phase_clocks
+    out: dict[str, Any] = {
+        "prefill_setting": clocks.full_clock if prefill is None else prefill.text,
+        "decode_setting": clocks.full_clock if decode is None else decode.text,
+    }
+    if phases is None:  # the settings resolve to the full clock (a limit not binding)
+        f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
+        out.update(
+            prefill_clock_mhz=f_max,
+            decode_clock_mhz=f_max,
+            prefill_draw_w=cal.psat_prefill_w,
+            decode_draw_w=cal.psat_decode_w,
+        )
+    else:
+        out.update(
+            prefill_clock_mhz=phases.prefill_clock_mhz,
+            decode_clock_mhz=phases.decode_clock_mhz,
+            prefill_draw_w=phases.prefill_draw_w,
+            decode_draw_w=phases.decode_draw_w,
+        )
+    return out

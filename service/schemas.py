@@ -93,6 +93,15 @@ class CapacityRequest(SpecFields):
     n_p: int = Field(ge=0, le=4096)
     n_d: int = Field(ge=0, le=4096)
     load_rps: NonNeg | None = Field(None, description="served load for power_w (default: capacity)")
+    prefill_setting: str | None = Field(
+        None,
+        max_length=32,
+        description="the prefill GPUs' setting: '<N>MHz' (locked SM clock) or '<N>W' (power "
+        "limit per GPU); default: the full clock (docs/clocks.md)",
+    )
+    decode_setting: str | None = Field(
+        None, max_length=32, description="the decode GPUs' setting, as prefill_setting"
+    )
 
 
 class FrontRequest(SpecFields):

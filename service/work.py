@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
+from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT, settings_record, with_settings
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 
 
@@ -30,7 +30,10 @@ def _spec(body: dict[str, Any], kernels: str | None) -> tuple[Any, bool]:
 
 def capacity(body: dict[str, Any], kernels: str | None = None) -> dict[str, Any]:
     spec, ov = _spec(body, kernels)
-    return capacity_report(spec, body["n_p"], body["n_d"], body.get("load_rps"), overridden=ov)
+    spec = with_settings(spec, body.get("prefill_setting"), body.get("decode_setting"))
+    rep = capacity_report(spec, body["n_p"], body["n_d"], body.get("load_rps"), overridden=ov)
+    rep.update(settings_record(spec))
+    return rep
 
 
 def front(body: dict[str, Any], kernels: str | None = None) -> dict[str, Any]:

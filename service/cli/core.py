@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from model.capacity import settings_record, with_settings
 from model.operations import capacity_report, front_report
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
@@ -13,7 +14,9 @@ from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_a
 
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
     spec, overridden = spec_from_args(a)
+    spec = with_settings(spec, a.prefill_setting, a.decode_setting)
     rep = capacity_report(spec, a.np, a.nd, a.load, overridden=overridden)
+    rep.update(settings_record(spec))
     if not a.json:
         print(
             f"{rep['model']} on {rep['gpu']}, workload {rep['workload']}: "
@@ -37,6 +40,16 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
                 f"{fmt(rep['power_idle_w'], 0)} .. {fmt(rep['power_saturated_w'], 0)} W",
             ),
         ]
+        for phase in ("prefill", "decode"):
+            if f"{phase}_setting" in rep:
+                items.append(
+                    (
+                        f"{phase} setting",
+                        f"{rep[f'{phase}_setting']}: SM clock "
+                        f"{fmt(rep[f'{phase}_clock_mhz'], 0)} MHz, "
+                        f"{fmt(rep[f'{phase}_draw_w'], 0)} W per GPU at capacity",
+                    )
+                )
         w = max(len(k) for k, _ in items)
         for k, v in items:
             print(f"  {k.ljust(w)}  {v}")
@@ -119,6 +132,13 @@ def register(sub: Any) -> None:
     c.add_argument("--np", type=int, required=True, help="prefill instances")
     c.add_argument("--nd", type=int, required=True, help="decode instances")
     c.add_argument("--load", type=float, help="served load (req/s) for power_w; default: capacity")
+    for phase in ("prefill", "decode"):
+        c.add_argument(
+            f"--{phase}-setting",
+            metavar="SETTING",
+            help=f"the {phase} GPUs' setting: '<N>MHz' (locked SM clock) or '<N>W' "
+            "(power limit per GPU); default: the full clock (docs/clocks.md)",
+        )
     c.set_defaults(func=cmd_capacity)
 
     f = sub.add_parser("front", help="every configuration and the capacity-power Pareto front")

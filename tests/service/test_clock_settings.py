@@ -1,0 +1,113 @@
+"""GPU settings per phase on the command line and the HTTP API (docs/clocks.md):
+``pdwatt capacity --prefill-setting ... --decode-setting ...`` and the capacity
+request's ``prefill_setting`` / ``decode_setting``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.cli.app import main
+
+BASE = [
+    "capacity",
+    "--model",
+    "qwen3-32b",
+    "--gpu",
+    "h200",
+    "--workload",
+    "fixed:4096:256",
+    "--np",
+    "3",
+    "--nd",
+    "1",
+    "--json",
+]
+BODY = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", "n_p": 3, "n_d": 1}
+SETTING_KEYS = {
+    "prefill_setting",
+    "decode_setting",
+    "prefill_clock_mhz",
+    "decode_clock_mhz",
+    "prefill_draw_w",
+    "decode_draw_w",
+}
+
+
+def run_json(capsys, argv):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_cli_capacity_with_settings(capsys):
+    base = run_json(capsys, BASE)
+    assert not SETTING_KEYS & set(base)  # the default document is as before
+    rep = run_json(capsys, [*BASE, "--prefill-setting", "1500MHz", "--decode-setting", "550W"])
+    assert set(rep) >= SETTING_KEYS
+    assert (rep["prefill_setting"], rep["decode_setting"]) == ("1500MHz", "550W")
+    assert rep["prefill_clock_mhz"] == 1500.0
+    # prefill capacity follows the clock: 1500 / 1980 of the full clock's (docs/clocks.md 2)
+    assert rep["mu_p_rps"] == pytest.approx(base["mu_p_rps"] * 1500 / 1980, rel=1e-12)
+    # the 550 W limit binds on decode (678 W at full clock): its draw meets the limit
+    assert rep["decode_draw_w"] == pytest.approx(550.0, rel=1e-9)
+    assert 345 < rep["decode_clock_mhz"] < 1980
+    assert rep["power_w"] < base["power_w"]
+    assert rep["capacity_rps"] <= base["capacity_rps"]
+
+
+def test_cli_full_clock_setting_is_the_default(capsys):
+    base = run_json(capsys, BASE)
+    rep = run_json(capsys, [*BASE, "--prefill-setting", "1980MHz", "--decode-setting", "700W"])
+    assert (rep["prefill_setting"], rep["decode_setting"]) == ("1980MHz", "700W")
+    for key in ("capacity_rps", "power_w", "mu_p_rps", "mu_d_rps", "batch"):
+        assert rep[key] == base[key]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field", "words"),
+    [
+        ("--decode-setting", "5000MHz", "decode_setting", "345-1980 MHz"),
+        ("--prefill-setting", "100W", "prefill_setting", "200-700 W"),
+        ("--prefill-setting", "fast", "prefill_setting", "'<N>MHz'"),
+    ],
+)
+def test_cli_bad_setting_names_the_field(capsys, flag, value, field, words):
+    code = main([*BASE, flag, value])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"{field}:" in err and words in err
+
+
+def test_api_capacity_with_settings(client):
+    base = client.post("/v1/capacity", json=BODY)
+    assert base.status_code == 200, base.text
+    assert not SETTING_KEYS & set(base.json())
+    r = client.post(
+        "/v1/capacity", json={**BODY, "prefill_setting": "1500MHz", "decode_setting": "550W"}
+    )
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert set(got) >= SETTING_KEYS
+    assert (got["prefill_setting"], got["decode_setting"]) == ("1500MHz", "550W")
+    assert got["mu_p_rps"] == pytest.approx(base.json()["mu_p_rps"] * 1500 / 1980, rel=1e-12)
+    assert got["decode_draw_w"] == pytest.approx(550.0, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"decode_setting": "2500MHz"}, "decode_setting"),
+        ({"prefill_setting": "50W"}, "prefill_setting"),
+        ({"prefill_setting": "1.5GHz"}, "prefill_setting"),
+    ],
+)
+def test_api_bad_setting_is_a_422_naming_the_field(client, body, field):
+    r = client.post("/v1/capacity", json={**BODY, **body})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].split(";")[0] == "application/problem+json"
+    problem = r.json()
+    assert [e["field"] for e in problem["errors"]] == [field]
+    assert "Traceback" not in r.text
