@@ -323,3 +323,18 @@ def test_b200_kernel_power_at_full_clock(shared_data_dir):
     assert check.power_limit_w == 1000.0
     assert abs(check.prefill_draw_w / check.compute_bound_median_w - 1) < 0.01
     assert check.prefill_draw_w < check.power_limit_w
+
+
+def test_decode_extra_time_by_hand_on_h200():
+    # SPEC 2.1: Qwen3-32B bf16 weights 65.6e9 B read at 4.8e12 B/s x MBU 0.77; the weight
+    # GEMMs compute 2 N = 65.6e9 FLOP per request at 989e12 FLOP/s x MFU 0.67
+    weight_s = 65.6e9 / (4.8e12 * 0.77)
+    compute_s = 65.6e9 / (989e12 * 0.67)
+    base = _spec().coefficients()
+    b_max = base.batch_max
+    s = 600 / 1980
+    assert compute_s * b_max < weight_s < compute_s * b_max / s  # hidden at full clock only
+    extra = (compute_s * b_max / s - weight_s) / b_max
+    low = _spec(decode="600MHz").coefficients()
+    assert low.g_s_per_request - base.g_s_per_request == pytest.approx(extra, rel=1e-9)
+    assert low.alpha_s == base.alpha_s
