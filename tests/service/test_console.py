@@ -127,10 +127,17 @@ class Console:
         out = Path(self.shots)
         out.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out / f"console-{name}.png"), full_page=True)
-        page.set_viewport_size(PHONE)
-        page.wait_for_timeout(500)  # charts refit to the width
-        page.screenshot(path=str(out / f"console-{name}-phone.png"), full_page=True)
-        page.set_viewport_size(DESKTOP)
+        # the same page opened at a phone's width (its charts drawn for that width)
+        phone = self.context.new_page()
+        phone.set_viewport_size(PHONE)
+        phone.goto(page.url)
+        ready = page.evaluate("document.body.dataset.page")
+        if ready is not None:
+            self.wait(phone, ready)
+        else:
+            phone.wait_for_load_state("networkidle")
+        phone.screenshot(path=str(out / f"console-{name}-phone.png"), full_page=True)
+        phone.close()
 
 
 def demo_site(plan_start: datetime) -> dict[str, Any]:

@@ -12,10 +12,12 @@ and that it shuts down cleanly on SIGTERM.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -72,6 +74,12 @@ def test_wheel_installs_and_serves(tmp_path: Path) -> None:
     )
     wheels = list(dist.glob("pdwatt-*.whl"))
     assert len(wheels) == 1, wheels
+    # the console and Swagger UI ship in the wheel: every file of service/console/static
+    with zipfile.ZipFile(wheels[0]) as whl:
+        packed = {n for n in whl.namelist() if n.startswith("service/console/static/")}
+    static = REPO / "service" / "console" / "static"
+    shipped = {f"service/console/static/{p.relative_to(static)}" for p in static.rglob("*")}
+    assert packed == {p for p in shipped if not (REPO / p).is_dir()}
 
     # runtime stage: a fresh virtual environment with the wheel and its dependencies
     env_dir = tmp_path / "venv"
@@ -124,6 +132,12 @@ def test_wheel_installs_and_serves(tmp_path: Path) -> None:
         r = httpx.post(f"{base}/v1/schedule", json=small_schedule(), timeout=120)
         assert r.status_code == 200, r.text
         assert r.json()["status"] in {"optimal", "time_limit"}
+        # /docs and the console from the installed package, nothing from another host
+        docs = httpx.get(f"{base}/docs", timeout=5).text
+        assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", docs)
+        assert assets and all(a.startswith("/static/swagger-ui/") for a in assets), assets
+        for url in [*assets, "/ui/", "/ui/app.js", "/ui/vendor/vega/vega.min.js"]:
+            assert httpx.get(f"{base}{url}", timeout=5).status_code == 200, url
     except BaseException:
         stop_server(proc)
         raise AssertionError(f"server log:\n{log.read_text(errors='replace')[-4000:]}") from None

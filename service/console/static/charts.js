@@ -32,10 +32,16 @@ export async function draw(el, name, spec) {
   return view;
 }
 
+// on a phone's width the legends go below the plot, which keeps the page's width
+const narrow = () => window.innerWidth < 700;
 const BASE = {
   $schema: "https://vega.github.io/schema/vega-lite/v6.json",
   width: "container",
   autosize: { type: "fit-x", contains: "padding" },
+  get config() {
+    return { legend: { orient: narrow() ? "bottom" : "right", columns: narrow() ? 2 : undefined },
+             title: { anchor: "start", limit: narrow() ? 340 : 0 } };
+  },
 };
 
 function periodX(title = "time (UTC)") {
