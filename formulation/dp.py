@@ -97,13 +97,6 @@ def _dt_axis(v: FloatArray, axis: int, c_up: float, c_down: float) -> FloatArray
     return np.minimum(fwd, rev)
 
 
-@dataclass
-class DpResult:
-    value: float  # optimal priced cost (constant u * demand included)
-    config: IntArray  # (T,)
-    full: NDArray[np.bool_]  # (T,) serves smax (True) or 0 (False)
-
-
 def stage_costs(
     data: ScheduleData,
     d: DeploymentData,
@@ -219,20 +212,6 @@ def backward_values(
     for t in range(t_count - 2, -1, -1):
         back[t] = reach(data, d, g, stage[t + 1] + back[t + 1], False)
     return back
-
-
-def solve_dp(
-    data: ScheduleData,
-    d: DeploymentData,
-    g: DeploymentGrid,
-    pi_w: FloatArray,
-    sigma_gpu: FloatArray,
-) -> DpResult:
-    """Least-cost schedule of deployment ``d`` alone at prices ``pi`` (per IT watt and
-    period) and ``sigma`` (per GPU and period); exact."""
-    stage, full = stage_costs(data, d, g, pi_w, sigma_gpu)
-    best, cfg, _ = shortest_path(data, d, g, stage)
-    return DpResult(best, cfg, full[np.arange(stage.shape[0]), cfg])
 
 
 def step_cost_to(data: ScheduleData, d: DeploymentData, k: int) -> FloatArray:

@@ -127,11 +127,6 @@ def build_table(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> ConfigT
     return table
 
 
-def cache_info() -> dict[str, int]:
-    with _lock:
-        return {"entries": len(_cache), "max_entries": CACHE_SIZE}
-
-
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
