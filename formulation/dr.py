@@ -61,6 +61,7 @@ from numpy.typing import NDArray
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import FEAS_RTOL, Priced, price_schedule
 from formulation.problem import Host, ScheduleProblem, problem_from_dict
+from formulation.request import ScheduleRequest
 from formulation.results import response
 from formulation.solve import InfeasibleError, Outcome, solve
 from model.errors import InputError
@@ -341,7 +342,7 @@ def _same(a: IntArray, b: IntArray) -> NDArray[np.bool_]:
 
 
 def demand_response(
-    body: dict[str, Any],
+    body: ScheduleRequest | dict[str, Any],
     event: dict[str, Any],
     progress: Progress | None = None,
     request_field: str = "",

@@ -41,8 +41,7 @@ from model.capacity import (
 from model.errors import InputError
 from model.workload import check_no_file
 
-#: the least values a schedule accepts (the schema publishes them; validate() applies
-#: them to problems built without the schema)
+#: the least values a schedule accepts (the schema enforces and publishes them)
 MIN_PERIOD_MINUTES = 1e-3
 MIN_HEADROOM = 1e-6
 MIN_TIME_LIMIT_S = 0.01
@@ -287,14 +286,25 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return out or "body"
 
 
-def parse_request(body: Any, read_files: bool = False) -> ScheduleRequest:
-    """``body`` validated as a schedule request; :class:`InputError` naming the field at
-    fault."""
+M = typing.TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], body: Any, read_files: bool = False) -> M:
+    """``body`` validated as a ``model`` (a schedule request, or a document holding
+    one); :class:`InputError` naming the field at fault."""
     try:
-        return ScheduleRequest.model_validate(body, context={"read_files": read_files})
+        return model.model_validate(body, context={"read_files": read_files})
     except ValidationError as exc:
         # a union reports one error per member: the deepest one names the value at fault
         # (``[10, -1]`` for a number-or-list: ``grid.price_usd_per_mwh[1]``)
         errors = [(field_path(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()]
         where, why = max(errors, key=lambda fe: fe[0].count(".") + fe[0].count("["))
         raise InputError(where, why) from None
+
+
+def parse_request(body: Any, read_files: bool = False) -> ScheduleRequest:
+    """``body`` validated as a schedule request; :class:`InputError` naming the field at
+    fault. A request validated already is taken as it is."""
+    if isinstance(body, ScheduleRequest):
+        return body
+    return parse_model(ScheduleRequest, body, read_files)

@@ -1,7 +1,8 @@
 """Solves as jobs: submitted, persisted, run in the background, polled, cancelled.
 
-A job is a ``kind`` (``schedule``, ``demand_response``, ``flexibility``) and the
-``request`` its synchronous route takes; its ``result``, once ``succeeded``, is what that
+A job is a ``kind`` (a use case of :mod:`service.usecases`: ``schedule``,
+``demand_response``, ``flexibility``, ``site_plan``) and the ``request`` its
+synchronous route takes; its ``result``, once ``succeeded``, is what that
 route answers for the same request. Jobs live in the database (table ``jobs`` of
 :mod:`service.store`), so they survive an API restart: on start-up, jobs still
 ``queued`` run again and jobs that were ``running`` (their process is gone) are
@@ -499,33 +500,14 @@ def run_kind(
     cancelled: Callable[[], bool] | None = None,
     kernels: str | None = None,
 ) -> dict[str, Any]:
-    """What the synchronous route of ``kind`` answers for ``request`` (``url``: the
-    database that holds the sites, for ``site_plan``; ``cancelled``: whether the job
-    was cancelled, asked before a site plan is stored; ``kernels``: the server's kernel
-    database)."""
-    from service import work, work_dr
+    """What the synchronous route of ``kind`` answers for the stored ``request`` (the
+    use case's run, :mod:`service.usecases`; ``url``: the database that holds the
+    sites, for ``site_plan``; ``cancelled``: whether the job was cancelled, asked
+    before a site plan is stored; ``kernels``: the server's kernel database)."""
+    from service.usecases import Context, parse, run
 
-    if kind == "schedule":
-        return work.schedule(request, memory_budget_mb, monitor, kernels)
-    if kind == "site_plan":
-        from service.site_plans import Current, plan_site
-        from service.store import store_for
-
-        if url is None:
-            raise ValueError("a site plan needs the database url")
-        current = request.get("current")
-        return plan_site(
-            store_for(url),
-            request["site_id"],
-            None if current is None else Current.model_validate(current),
-            lambda req: work.schedule(req, memory_budget_mb, monitor, kernels),
-            keep=lambda: cancelled is None or not cancelled(),
-        )
-    if kind == "demand_response":
-        return work_dr.demand_response(request, memory_budget_mb, kernels)
-    if kind == "flexibility":
-        return work_dr.flexibility(request, memory_budget_mb, kernels)
-    raise ValueError(f"unknown job kind {kind!r}")
+    ctx = Context(memory_budget_mb, kernels, monitor, url, cancelled)
+    return run(kind, parse(kind, request), ctx)
 
 
 # ------------------------------------------------------------ in the API process

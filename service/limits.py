@@ -3,12 +3,14 @@ flexibility curve's evaluation count), checked before any work: the one place wh
 each route and the job of the same kind find them, so that a job refuses exactly what
 its synchronous route refuses.
 
-* :func:`check_schedule_limits`: a schedule request (``POST /v1/schedule``, and the
-  request inside every other kind);
-* :func:`check_demand_response_limits`, :func:`check_flexibility_limits`: ``POST
-  /v1/demand-response`` and ``POST /v1/flexibility``;
-* :func:`check_job`: a job of any kind, with the memory budget its route's solver
-  worker applies.
+* :func:`check_schedule`: a schedule request (``POST /v1/schedule``, and the request
+  inside every other kind): the limits (:func:`check_schedule_limits`), the rules
+  across fields and the memory budget its solver worker applies;
+* :func:`check_demand_response`, :func:`check_flexibility`: ``POST
+  /v1/demand-response`` and ``POST /v1/flexibility``.
+
+The use-case table (:mod:`service.usecases`) gives each kind its check, for its route
+and its jobs alike.
 
 A request that leaves ``solver.time_limit_s`` out gets the schedule's default (30 s),
 or this server's maximum when that is lower (:func:`fill_server_defaults`); a value the
@@ -16,8 +18,6 @@ client sent is never changed: above the maximum it is refused.
 """
 
 from __future__ import annotations
-
-from pydantic import BaseModel
 
 from formulation.data import check_memory
 from formulation.problem import Host, problem_from_request
@@ -80,24 +80,6 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
         )
 
 
-def check_demand_response_limits(req: DemandResponseRequest, s: Settings, prefix: str = "") -> None:
-    """The limits of ``POST /v1/demand-response``: those of its schedule request."""
-    check_schedule_limits(req.request, s, f"{prefix}request.")
-
-
-def check_flexibility_limits(req: FlexibilityRequest, s: Settings, prefix: str = "") -> None:
-    """The limits of ``POST /v1/flexibility``: those of its schedule request, and at
-    most :data:`MAX_FLEX_EVALUATIONS` one-period solves."""
-    check_schedule_limits(req.request, s, f"{prefix}request.")
-    periods = 1 if req.period is not None else len(req.request.deployments[0].demand_rps)
-    if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
-        raise InputError(
-            f"{prefix}points",
-            f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
-            "one-period solves; ask for one period or fewer points",
-        )
-
-
 def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """The memory budget of a schedule request, estimated (no table built): InputError
     naming the field under ``prefix``. The synchronous routes find the same refusal in
@@ -119,19 +101,22 @@ def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     check_memory_budget(req, s, prefix)
 
 
-def check_job(request: BaseModel, s: Settings, prefix: str = "request.") -> None:
-    """What the synchronous route of a job's kind refuses before any solve (its limits,
-    above) and what its solver worker refuses before building a table (the memory
-    budget), on the job's ``request`` (fields named under ``prefix``). A site plan's
-    request was checked when the site was registered, as ``POST /v1/sites/{id}/plan``
-    has it."""
-    if isinstance(request, ScheduleRequest):
-        check_schedule(request, s, prefix)
-        return
-    if isinstance(request, DemandResponseRequest):
-        check_demand_response_limits(request, s, prefix)
-    elif isinstance(request, FlexibilityRequest):
-        check_flexibility_limits(request, s, prefix)
-    else:
-        return
-    check_memory_budget(request.request, s, f"{prefix}request.")
+def check_demand_response(req: DemandResponseRequest, s: Settings, prefix: str = "") -> None:
+    """Everything ``POST /v1/demand-response`` refuses before any solve: its schedule
+    request's (:func:`check_schedule`)."""
+    check_schedule(req.request, s, f"{prefix}request.")
+
+
+def check_flexibility(req: FlexibilityRequest, s: Settings, prefix: str = "") -> None:
+    """Everything ``POST /v1/flexibility`` refuses before any solve: its schedule
+    request's limits, at most :data:`MAX_FLEX_EVALUATIONS` one-period solves, and its
+    schedule request's memory budget."""
+    check_schedule_limits(req.request, s, f"{prefix}request.")
+    periods = 1 if req.period is not None else len(req.request.deployments[0].demand_rps)
+    if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
+        raise InputError(
+            f"{prefix}points",
+            f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
+            "one-period solves; ask for one period or fewer points",
+        )
+    check_memory_budget(req.request, s, f"{prefix}request.")

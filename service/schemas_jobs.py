@@ -1,15 +1,15 @@
 """Schemas of the jobs API (``/v1/jobs``): a job is a kind and the request its
-synchronous route takes, validated by that route's own schema."""
+synchronous route takes, validated by that route's own schema; the kinds are the rows
+of the use-case table (:mod:`service.usecases`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from service.schemas import ScheduleRequest, StorableText, Strict
-from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
-from service.site_plans import Current
+from service.schemas import StorableText, Strict
+from service.usecases import USE_CASES, UseCase
 
 
 class Webhook(Strict):
@@ -27,40 +27,27 @@ class _Job(BaseModel):
     # not ``Strict``: its field validator would shadow the discriminator ``kind``
     # (the requests inside are ``Strict``)
     model_config = ConfigDict(extra="forbid")
+    kind: str
+    request: BaseModel
     webhook: Webhook | None = None
 
 
-class ScheduleJob(_Job):
-    kind: Literal["schedule"]
-    request: ScheduleRequest
+def _job_model(uc: UseCase) -> type[_Job]:
+    """``{Kind}Job``: ``kind`` and the request of that use case."""
+    name = "".join(w.title() for w in uc.kind.split("_")) + "Job"
+    kind: Any = Literal[uc.kind]  # one literal per row of the table
+    return create_model(name, __base__=_Job, kind=(kind, ...), request=(uc.request, ...))
 
 
-class DemandResponseJob(_Job):
-    kind: Literal["demand_response"]
-    request: DemandResponseRequest
+JOB_MODELS = tuple(_job_model(uc) for uc in USE_CASES.values())
 
-
-class FlexibilityJob(_Job):
-    kind: Literal["flexibility"]
-    request: FlexibilityRequest
-
-
-class SitePlanRequest(Strict):
-    """What ``POST /v1/sites/{site_id}/plan`` takes, with the site named."""
-
-    site_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    current: Current | None = None
-
-
-class SitePlanJob(_Job):
-    kind: Literal["site_plan"]
-    request: SitePlanRequest
-
-
-JobRequest = Annotated[
-    ScheduleJob | DemandResponseJob | FlexibilityJob | SitePlanJob, Field(discriminator="kind")
-]
-JobKind = Literal["schedule", "demand_response", "flexibility", "site_plan"]
+if TYPE_CHECKING:
+    JobRequest = _Job
+    JobKind = str
+else:
+    #: a job of any kind of the table, told apart by ``kind``
+    JobRequest = Annotated[Union[JOB_MODELS], Field(discriminator="kind")]  # noqa: UP007
+    JobKind = Literal[tuple(USE_CASES)]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 

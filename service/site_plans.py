@@ -33,6 +33,13 @@ class Current(Strict):
     state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
 
 
+class SitePlanRequest(Strict):
+    """What ``POST /v1/sites/{site_id}/plan`` takes, with the site named."""
+
+    site_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    current: Current | None = None
+
+
 #: what a stored site body holds besides its schedule request
 SITE_ONLY = ("plan_start", "replan_each_period")
 

@@ -1,7 +1,9 @@
 """Registered sites: the use cases behind ``/v1/sites`` that are not planning
 (:mod:`service.site_plans`): what a registration stores, how an OpenADR event or a
-demand forecast changes a site, and the replica targets of a plan. No HTTP here: the
-router maps these results and errors to responses.
+demand forecast changes a site (an event merged once, whoever posts it twice or at the
+same time), what follows when the re-plan after an update cannot be made, and the
+replica targets of a plan. No HTTP here: the router maps these results and errors to
+responses.
 """
 
 from __future__ import annotations
@@ -9,18 +11,22 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from formulation.problem import problem_from_dict
+from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service.limits import check_schedule
 from service.openadr import OadrEvent, event_to_signals, merge_signals
+from service.pool import PoolFull, WorkerLost
 from service.schemas import dump
 from service.schemas_sites import SiteRequest
 from service.settings import Settings
 from service.site_plans import n_periods, period, plan_start, request_of
-from service.store import Plan, Site, Update
+from service.store import Plan, Site, Store, Update
 
 
 class NoPeriod(LookupError):
@@ -90,6 +96,80 @@ def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) ->
             demand[start : start + len(new)] = new
         deps.append({**d, "demand_rps": demand})
     return checked(Update(site.name, {**site.body, "deployments": deps}))
+
+
+def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dict[str, Any]]:
+    """Merge ``event`` into site ``site_id`` once: the same event posted again (or by
+    a concurrent post that merged it first) is checked the same way and writes
+    nothing. The site as it now is, and the answer's ``event``: its id, whether it was
+    a duplicate, and the signals it gave."""
+    doc = event.model_dump(mode="json", exclude_none=True)
+    seen: dict[str, Any] = {}
+
+    def change(site: Site) -> Update:
+        update, seen["signals"] = with_event(site, event, doc)
+        return update
+
+    duplicate = store.find_event(site_id, doc)
+    if duplicate is not None:
+        site = store.get_site(site_id)
+        change(site)  # the same checks and signals, nothing written
+        event_id: int | None = duplicate
+    else:
+        site, event_id = store.update_site(site_id, change)
+        if event_id is None:  # merged meanwhile by a concurrent post of the same event
+            event_id = store.find_event(site_id, doc)
+            duplicate = event_id
+    sig = seen["signals"]
+    return site, {
+        "id": event_id,
+        "duplicate": duplicate is not None,
+        "programID": event.programID,
+        "eventName": event.eventName,
+        "types": sig["types"],
+        "periods": sig["periods"],
+        "notes": sig["notes"],
+        "signals": sig,
+    }
+
+
+class StoredButInfeasible(InfeasibleError):
+    """An update was stored, but no schedule meets the site it made."""
+
+    def __init__(self, site_version: int, cause: InfeasibleError) -> None:
+        super().__init__(
+            f"the update was stored (site version {site_version}) but no schedule meets "
+            f"it: {cause}",
+            cause.conflicts,
+        )
+        self.site_version = site_version
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """The answer to an update: ``answer`` with its ``plan`` (null when the re-plan
+    was put off: ``postponed``)."""
+
+    answer: dict[str, Any]
+    postponed: bool = False
+
+
+async def replan_after_update(
+    replan: Callable[[], Awaitable[dict[str, Any]]], site: Site, answer: dict[str, Any]
+) -> Replanned:
+    """Re-plan a site that was just updated; the update stands whatever happens. Every
+    solver worker busy, or the worker died: the plan is put off (``plan`` null, and
+    when to ask again). No schedule meets the site: :class:`StoredButInfeasible`."""
+    try:
+        answer["plan"] = await replan()
+    except (PoolFull, WorkerLost) as e:
+        why = "every solver worker is busy" if isinstance(e, PoolFull) else "the solver worker died"
+        answer["plan"] = None
+        answer["detail"] = f"update stored; {why}: POST /v1/sites/{site.id}/plan later"
+        return Replanned(answer, postponed=True)
+    except InfeasibleError as e:
+        raise StoredButInfeasible(site.version, e) from None
+    return Replanned(answer)
 
 
 def targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:

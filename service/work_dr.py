@@ -1,5 +1,5 @@
-"""Demand-response what-if and flexibility curve as plain functions of JSON data, run
-in the solver's worker processes; each returns exactly what ``pdwatt dr --json`` /
+"""Demand-response what-if and flexibility curve of validated requests, run in the
+solver's worker processes; each returns exactly what ``pdwatt dr --json`` /
 ``pdwatt flex --json`` prints. Errors of the nested schedule request name their field
 under ``request.``. No workload file is read (the host's ``read_files`` stays False)."""
 
@@ -8,29 +8,31 @@ from __future__ import annotations
 from typing import Any
 
 from formulation.problem import Host
+from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 
 REQUEST = "request."
 
 
 def demand_response(
-    payload: dict[str, Any], memory_budget_mb: float | None = None, kernels: str | None = None
+    req: DemandResponseRequest, memory_budget_mb: float | None = None, kernels: str | None = None
 ) -> dict[str, Any]:
     """``kernels``: the server's kernel database (a setting, never the request's)."""
     from formulation.dr import demand_response as run
 
     host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
-    return run(payload["request"], payload["event"], request_field=REQUEST, host=host)
+    event = req.event.model_dump(mode="json")
+    return run(req.request, event, request_field=REQUEST, host=host)
 
 
 def flexibility(
-    payload: dict[str, Any], memory_budget_mb: float | None = None, kernels: str | None = None
+    req: FlexibilityRequest, memory_budget_mb: float | None = None, kernels: str | None = None
 ) -> dict[str, Any]:
     from formulation.flex import flexibility_curve
 
     return flexibility_curve(
-        payload["request"],
-        payload.get("period"),
-        payload.get("points", 25),
+        req.request,
+        req.period,
+        req.points,
         request_field=REQUEST,
         host=Host(memory_budget_mb=memory_budget_mb, kernels=kernels),
     )

@@ -17,7 +17,6 @@ from service.schemas import (
     CapacityResponse,
     FrontRequest,
     FrontResponse,
-    dump,
 )
 
 router = APIRouter(
@@ -32,7 +31,7 @@ router = APIRouter(
 async def capacity(req: CapacityRequest, settings: SettingsDep) -> dict[str, Any]:
     """Capacity (req/s) and power (W) of one (n_P, n_D) configuration (SPEC 2)."""
     check_performance(req.performance, settings)
-    return await run_in_threadpool(work.capacity, dump(req), settings.kernels)
+    return await run_in_threadpool(work.capacity, req, settings.kernels)
 
 
 @router.post("/front", response_model=FrontResponse)
@@ -41,4 +40,4 @@ async def front(req: FrontRequest, settings: SettingsDep) -> dict[str, Any]:
     if req.max_gpus > settings.max_front_gpus:
         raise InputError("max_gpus", f"must be <= {settings.max_front_gpus} on this server")
     check_performance(req.performance, settings)
-    return await run_in_threadpool(work.front, dump(req), settings.kernels)
+    return await run_in_threadpool(work.front, req, settings.kernels)

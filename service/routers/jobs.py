@@ -19,12 +19,12 @@ from service.jobs import (
     Notifier,
     job_store,
 )
-from service.limits import check_job
 from service.queue import RedisJobs
 from service.schemas import NUL, dump
-from service.schemas_jobs import JobAccepted, JobDocument, JobRequest, SitePlanRequest
+from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
 from service.settings import Settings
-from service.store import SiteNotFound, store_for
+from service.store import SiteNotFound
+from service.usecases import use_case
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
 
@@ -58,19 +58,16 @@ async def submit_job(
     used for the same job, 200 with that job; for another job, 409."""
     if idempotency_key is not None and NUL in idempotency_key:
         return _invalid("Idempotency-Key", "must not contain the NUL character (U+0000)")
-    # what the synchronous route of the same kind refuses (service.limits)
-    await run_in_threadpool(check_job, job.request, settings)
-    if isinstance(job.request, SitePlanRequest):
-        # the site's request was checked when it was registered; it must exist now
-        try:
-            await run_in_threadpool(store_for(settings.database_url).get_site, job.request.site_id)
-        except SiteNotFound:
-            return problem(
-                404,
-                "Not Found",
-                f"no site {job.request.site_id!r}",
-                errors=[{"field": "request.site_id", "reason": "no such site"}],
-            )
+    # what the synchronous route of the same kind refuses (service.usecases)
+    try:
+        await run_in_threadpool(use_case(job.kind).check, job.request, settings, "request.")
+    except SiteNotFound as exc:  # a site plan's site must exist now
+        return problem(
+            404,
+            "Not Found",
+            f"no site {exc.site_id!r}",
+            errors=[{"field": "request.site_id", "reason": "no such site"}],
+        )
     webhook_url = None if job.webhook is None else job.webhook.url
     if webhook_url is not None:
         refused = await _webhook_refused(webhook_url, settings)

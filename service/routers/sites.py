@@ -38,20 +38,15 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
-from service.jobs import run_kind
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
 from service.settings import Settings
-from service.site_plans import (
-    Current,
-    plan_doc,
-)
+from service.site_plans import Current, SitePlanRequest, plan_doc
 from service.store import (
     Contention,
     Plan,
@@ -62,6 +57,7 @@ from service.store import (
     VersionConflict,
     store_for,
 )
+from service.usecases import Context, run
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -129,21 +125,13 @@ def _too_busy(settings: Settings) -> Exception:
 async def _replan(
     settings: Settings, pool: SolvePool, site: Site, current: Current | None
 ) -> dict[str, Any]:
-    """Plan ``site`` and keep the plan: the same steps as a ``site_plan`` job
-    (:func:`service.jobs.run_kind`), run in the solver pool."""
-    request = {"site_id": site.id, "current": None if current is None else current.model_dump()}
+    """Plan ``site`` and keep the plan: the ``site_plan`` use case, as its job runs it
+    (:mod:`service.usecases`), in the solver pool."""
+    request = SitePlanRequest(site_id=site.id, current=current)
+    ctx = Context(pool.memory_budget_mb, settings.kernels, url=settings.database_url)
     t0 = time.perf_counter()
     try:
-        doc: dict[str, Any] = await pool.run(
-            run_kind,
-            "site_plan",
-            request,
-            pool.memory_budget_mb,
-            None,
-            settings.database_url,
-            None,
-            settings.kernels,
-        )
+        doc: dict[str, Any] = await pool.run(run, "site_plan", request, ctx)
     except SiteNotFound as e:  # deleted meanwhile
         raise HTTPException(404, f"no site {e.site_id!r}") from None
     solve_seconds.observe(time.perf_counter() - t0)
@@ -151,32 +139,31 @@ async def _replan(
     return doc
 
 
-async def _replan_after_update(
+async def _after_update(
     pool: SolvePool,
     settings: Settings,
     site: Site,
     current: Current | None,
     answer: dict[str, Any],
 ) -> JSONResponse:
-    """Re-plan a site that was just updated; the update stands whatever happens."""
+    """The answer to an update: re-planned (200), or the re-plan put off (202), or
+    stored but infeasible (422, :class:`service.sites.StoredButInfeasible`)."""
     try:
-        answer["plan"] = await _replan(settings, pool, site, current)
-    except (PoolFull, WorkerLost) as e:
-        why = "every solver worker is busy" if isinstance(e, PoolFull) else "the solver worker died"
-        answer["plan"] = None
-        answer["detail"] = f"update stored; {why}: POST /v1/sites/{site.id}/plan later"
-        return JSONResponse(answer, status_code=202, headers=_etag(site.version))
-    except InfeasibleError as e:
+        out = await sites.replan_after_update(
+            lambda: _replan(settings, pool, site, current), site, answer
+        )
+    except sites.StoredButInfeasible as e:
         return problem(
             422,
             "Infeasible schedule problem",
-            f"the update was stored (site version {site.version}) but no schedule meets it: {e}",
+            str(e),
             "/problems/infeasible",
             conflicts=e.conflicts,
             stored=True,
-            site_version=site.version,
+            site_version=e.site_version,
         )
-    return JSONResponse(answer, headers=_etag(site.version))
+    status = 202 if out.postponed else 200
+    return JSONResponse(out.answer, status_code=status, headers=_etag(site.version))
 
 
 def _if_match(value: str | None) -> int | None:
@@ -300,38 +287,9 @@ async def post_event(
     (g/kWh) replace price and carbon on the periods they cover. Errors name the field,
     e.g. `event.intervals[1].payloads[0].type`.
     """
-    doc = body.event.model_dump(mode="json", exclude_none=True)
-    seen: dict[str, Any] = {}
-
-    def change(site: Site) -> Update:
-        update, seen["signals"] = sites.with_event(site, body.event, doc)
-        return update
-
-    duplicate = await _db(store.find_event, site_id, doc)
-    if duplicate is not None:
-        site = await _db(store.get_site, site_id)
-        change(site)  # the same checks and signals, nothing written
-        event_id: int | None = duplicate
-    else:
-        site, event_id = await _db(store.update_site, site_id, change)
-        if event_id is None:  # merged meanwhile by a concurrent post of the same event
-            event_id = await _db(store.find_event, site_id, doc)
-            duplicate = event_id
-    sig = seen["signals"]
-    answer: dict[str, Any] = {
-        "event": {
-            "id": event_id,
-            "duplicate": duplicate is not None,
-            "programID": body.event.programID,
-            "eventName": body.event.eventName,
-            "types": sig["types"],
-            "periods": sig["periods"],
-            "notes": sig["notes"],
-            "signals": sig,
-        },
-        "site_version": site.version,
-    }
-    return await _replan_after_update(pool, settings, site, body.current, answer)
+    site, event = await _db(sites.merge_event, store, site_id, body.event)
+    answer = {"event": event, "site_version": site.version}
+    return await _after_update(pool, settings, site, body.current, answer)
 
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
@@ -376,7 +334,7 @@ async def post_forecast(
 
     site, _ = await _db(store.update_site, site_id, change)
     answer: dict[str, Any] = {"site_version": site.version, "from_period": start}
-    return await _replan_after_update(pool, settings, site, body.current, answer)
+    return await _after_update(pool, settings, site, body.current, answer)
 
 
 # ---------------------------------------------------------------- orchestrator output
