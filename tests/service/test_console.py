@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from formulation.demo import demo_request
+from tests.demo_sites import demo_three_times
 
 pytestmark = [pytest.mark.servers, pytest.mark.browser]
 
@@ -50,6 +51,8 @@ PHONE = {"width": 390, "height": 844}
 PAGE_TIMEOUT_MS = 30_000
 REPLAN_TIMEOUT_MS = 180_000
 TIME_LIMIT_S = 5.0
+#: a job that runs until cancelled (the test cancels it within seconds)
+LONG_SOLVE_S = 300.0
 API_KEY = "console-test-key"
 #: what a site document holds besides its schedule request
 SITE_ONLY = {"id", "name", "version", "created", "updated", "plan_start", "replan_each_period"}
@@ -165,7 +168,9 @@ MARKS_JS = """(name) => {
   const out = {};
   const walk = (node) => {
     if (!node) return;
-    if (node.marktype && node.name) out[node.name] = (node.items || []).map((i) => i.datum);
+    if (node.marktype && node.name) {  // a mark per series (e.g. per colour): all of them
+      out[node.name] = (out[node.name] || []).concat((node.items || []).map((i) => i.datum));
+    }
     for (const item of node.items || []) walk(item);
   };
   walk(window.pdwattViews[name].scenegraph().root);
@@ -296,8 +301,24 @@ def test_console_sites_site_event_jobs(
     page.locator("tr", has_text=job_id).get_by_text("succeeded").wait_for(timeout=REPLAN_TIMEOUT_MS)
     page.get_by_role("button", name=f"Progress of job {job_id}").click()
     page.wait_for_selector("#chart-trace canvas")
-    trace = page.evaluate(MARKS_JS, "trace")
-    assert trace, "the job's trace is drawn"
+    job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=10).json()
+    drawn = page.evaluate(MARKS_JS, "trace")["trace_marks"]
+    trace = job["result"]["schedule"]["solver"]["trace"]
+    assert sorted((d["s"], d["usd"]) for d in drawn) == sorted(
+        (t, v) for t, *values in trace for v in values if v is not None
+    )
+    # a long solve, cancelled from the page while it runs
+    r = httpx.post(
+        f"{base}/v1/jobs",
+        json={"kind": "schedule", "request": demo_three_times(LONG_SOLVE_S)},
+        timeout=10,
+    )
+    assert r.status_code == 202, r.text
+    long_id = r.json()["id"]
+    page.locator("tr", has_text=long_id).get_by_text("running").wait_for()
+    page.get_by_role("button", name=f"Cancel job {long_id}").click()
+    page.locator("tr", has_text=long_id).get_by_text("cancelled").wait_for()
+    assert httpx.get(f"{base}/v1/jobs/{long_id}", timeout=10).json()["status"] == "cancelled"
     console.clean(page)
     console.shoot(page, "jobs")
     page.close()

@@ -375,7 +375,8 @@ async function jobsPage(t0) {
         ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
           await api(`v1/jobs/${j.id}`, { method: "DELETE" }); refresh(); } }, "Cancel") : "";
       const show = h("button", { type: "button", class: "secondary", "aria-label": `Progress of job ${j.id}`, onclick: () => { shown = j.id; refresh(); } }, "Progress");
-      return [j.id, j.kind, j.site_id || "", j.status, p.phase || "", pct(p.gap),
+      const site = j.site_id ? h("a", { href: `#/site/${j.site_id}` }, j.site_id) : "";
+      return [j.id, j.kind, site, j.status, p.phase || "", pct(p.gap),
               when(j.created), when(j.finished), h("span", { class: "actions" }, show, cancel)];
     });
     list.replaceChildren(rows.length ? table(["Job", "Kind", "Site", "Status", "Phase", "Gap", "Created", "Finished", ""], rows)

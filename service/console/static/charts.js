@@ -271,8 +271,8 @@ export function traceSpec(trace) {
   }
   return {
     ...BASE, height: 200, title: "Best schedule and bound over time",
-    data: { values: rows },
-    mark: { type: "line", interpolate: "step-after", point: true, tooltip: true },
+    name: "trace", data: { values: rows },
+    mark: { type: "line", interpolate: "step-after", tooltip: true },
     encoding: { x: { field: "s", type: "quantitative", title: "seconds" },
                 y: { field: "usd", type: "quantitative", title: "objective (USD)", scale: { zero: false } },
                 color: { field: "what", type: "nominal" } },
