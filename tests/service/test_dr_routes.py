@@ -69,6 +69,7 @@ def problem_of(r: Any, status: int = 422) -> dict[str, Any]:
 # --------------------------------------------------------------------------- HTTP
 
 
+@pytest.mark.slow
 def test_demand_response_route(client: TestClient) -> None:
     r = client.post("/v1/demand-response", json={"request": twins(), "event": EVENT})
     assert r.status_code == 200, r.text
@@ -254,6 +255,7 @@ def test_cli_dr_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 1 and "deepest feasible cap" in err
 
 
+@pytest.mark.slow
 def test_cli_dr_demo(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -166,6 +166,7 @@ def test_an_idle_dead_worker_does_not_fail_the_next_request(
     assert httpx.get(f"{base}/readyz", timeout=5).json()["workers_replaced"] == 1
 
 
+@pytest.mark.slow
 def test_database_down_is_503_and_not_ready(
     make_client: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -180,6 +181,7 @@ def test_database_down_is_503_and_not_ready(
     assert c.get("/healthz").status_code == 200  # the process itself is up
 
 
+@pytest.mark.slow
 def test_a_solve_over_the_memory_budget_is_a_422_naming_max_gpus(
     make_client: Callable[..., Any],
 ) -> None:

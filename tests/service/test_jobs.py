@@ -36,6 +36,7 @@ def wait_status(client: TestClient, job_id: str, status: str, timeout_s: float =
     raise AssertionError(f"job {job_id} never became {status}")
 
 
+@pytest.mark.slow
 def test_a_schedule_job_answers_what_the_route_answers(client: TestClient) -> None:
     body = small_schedule(mip_gap=1e-9)
     r = client.post("/v1/jobs", json={"kind": "schedule", "request": body})
@@ -57,6 +58,7 @@ def test_a_schedule_job_answers_what_the_route_answers(client: TestClient) -> No
         }
 
 
+@pytest.mark.slow
 def test_idempotency_key_returns_the_same_job_or_409(client: TestClient) -> None:
     job = {"kind": "schedule", "request": small_schedule()}
     first = client.post("/v1/jobs", json=job, headers={"Idempotency-Key": "plan-42"})
@@ -102,6 +104,7 @@ def long_request(time_limit_s: float) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.slow
 def test_cancel_a_queued_job_at_once_and_a_running_one_with_its_best_schedule(
     make_client: Any,
 ) -> None:
@@ -125,6 +128,7 @@ def test_cancel_a_queued_job_at_once_and_a_running_one_with_its_best_schedule(
     assert client.delete(f"/v1/jobs/{running['id']}").json()["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_jobs_survive_a_restart_and_interrupted_ones_fail_with_a_reason(tmp_path: Path) -> None:
     settings = app_settings(tmp_path, workers=1)
     with TestClient(create_app(settings), raise_server_exceptions=False) as first:

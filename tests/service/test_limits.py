@@ -82,6 +82,7 @@ def test_every_limit_setting_is_checked_for_jobs_below() -> None:
     assert settings == set(SCHEDULE_LIMITS) | NOT_JOB_LIMITS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", sorted(SCHEDULE_LIMITS))
 def test_a_job_refuses_what_its_route_refuses(make_client: Any, limit: str) -> None:
     settings, past, field = SCHEDULE_LIMITS[limit]
@@ -96,6 +97,7 @@ def test_a_job_refuses_what_its_route_refuses(make_client: Any, limit: str) -> N
     )
 
 
+@pytest.mark.slow
 def test_a_flexibility_job_refuses_the_routes_evaluation_limit(client: TestClient) -> None:
     """Found by review: the count of one-period solves was checked by the route only, so
     2,016 periods x 201 points (about 405,000 solves) were accepted as a job."""
@@ -159,6 +161,7 @@ def test_the_formulation_refuses_past_its_own_limits() -> None:
 # ---------------------------------------------------------------- the default time limit
 
 
+@pytest.mark.slow
 def test_the_default_time_limit_follows_the_servers_maximum(make_client: Any) -> None:
     """Found by an adversarial test: with PDWATT_MAX_TIME_LIMIT_S=5 a request with
     ``"solver": {}`` was refused (the default, 30, above the maximum) while OpenAPI

@@ -64,6 +64,7 @@ def test_a_nul_in_text_to_store_is_refused_naming_the_field(db_client: TestClien
     assert db_client.get(f"/v1/sites/{r.json()['id']}").json()["name"] == "a b"
 
 
+@pytest.mark.slow
 def test_a_nul_inside_a_stored_document_is_kept(db_client: TestClient) -> None:
     """Documents are stored as JSON, where a NUL is written as an escape: kept as sent."""
     event = {"name": "a\u0000b", "start_period": 1, "end_period": 3, "reduction_pct": 20}

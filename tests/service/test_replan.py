@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service import replan
@@ -88,6 +89,7 @@ def test_each_boundary_is_planned_once_by_concurrent_checkers(tmp_path: Path) ->
     assert replan.create_jobs(store, job_store(url), now) == []  # and never again
 
 
+@pytest.mark.slow
 def test_a_running_app_replans_a_site_as_its_clock_enters_a_new_period(
     make_client: Any, tmp_path: Path
 ) -> None:

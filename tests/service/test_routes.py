@@ -393,6 +393,7 @@ def test_small_schedule_json(client):
     assert _solves_counted(client) == before + 1
 
 
+@pytest.mark.slow
 def test_small_schedule_csv(client):
     r = client.post("/v1/schedule", params={"format": "csv"}, json=small_schedule())
     assert r.status_code == 200, r.text
@@ -404,6 +405,7 @@ def test_small_schedule_csv(client):
     assert len(lines) == 1 + 4 * 2  # one row per period and deployment
 
 
+@pytest.mark.slow
 def test_small_schedule_png(client):
     r = client.post("/v1/schedule", params={"format": "png"}, json=small_schedule())
     assert r.status_code == 200, r.text
@@ -430,6 +432,7 @@ def test_schedule_mismatched_demand(client):
     assert_problem(client.post("/v1/schedule", json=req), 422, "deployments[1].demand_rps")
 
 
+@pytest.mark.slow
 def test_schedule_cap_below_idle_load(client):
     req = small_schedule()
     req["grid"]["power_cap_w"] = [20_000, 100, 20_000, 100]

@@ -162,6 +162,7 @@ def test_a_site_takes_its_options_only_as_their_json_types(
 # ---------------------------------------------------------------- plan, event, targets
 
 
+@pytest.mark.slow
 def test_openadr_event_drives_a_replan_with_its_caps(client: TestClient) -> None:
     site_id = register(client)
     assert client.get(f"/v1/sites/{site_id}/plan").status_code == 404  # no plan yet
@@ -203,6 +204,7 @@ def test_openadr_event_drives_a_replan_with_its_caps(client: TestClient) -> None
     assert len(client.get(f"/v1/sites/{site_id}/events").json()["events"]) == 1
 
 
+@pytest.mark.slow
 def test_infeasible_event_is_stored_and_reported(client: TestClient) -> None:
     site_id = register(client)
     client.post(f"/v1/sites/{site_id}/plan")
@@ -219,6 +221,7 @@ def test_infeasible_event_is_stored_and_reported(client: TestClient) -> None:
     assert client.get(f"/v1/sites/{site_id}").json()["version"] == 2
 
 
+@pytest.mark.slow
 def test_targets_json_csv_and_now(client: TestClient) -> None:
     site_id = register(client)
     assert client.get(f"/v1/sites/{site_id}/targets").status_code == 404
@@ -261,6 +264,7 @@ def test_targets_json_csv_and_now(client: TestClient) -> None:
 # ---------------------------------------------------------------- rolling re-plan
 
 
+@pytest.mark.slow
 def test_rolling_replan_honours_the_transition_limit_from_the_state(client: TestClient) -> None:
     body = site_body()
     body["transitions"] = {"max_instance_changes_per_period": 1}
@@ -292,6 +296,7 @@ def test_rolling_replan_honours_the_transition_limit_from_the_state(client: Test
     assert r.status_code == 404
 
 
+@pytest.mark.slow
 def test_rolling_replan_checks_the_state(client: TestClient) -> None:
     site_id = register(client)
     cases = [
@@ -326,6 +331,7 @@ def test_rolling_replan_checks_the_state(client: TestClient) -> None:
         assert r.json()["errors"][0]["field"] == field, r.json()
 
 
+@pytest.mark.slow
 def test_forecast_replaces_the_remaining_demand_and_replans(client: TestClient) -> None:
     site_id = register(client)
     state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
@@ -351,6 +357,7 @@ def test_forecast_replaces_the_remaining_demand_and_replans(client: TestClient) 
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "demand_rps.a"
 
 
+@pytest.mark.slow
 def test_a_refused_forecast_or_event_changes_nothing(client: TestClient) -> None:
     """Found by fuzzing: a demand above the schedule request's limit (1e6 req/s) was
     stored before the 422, so every later plan of the site failed."""
@@ -506,6 +513,7 @@ def test_two_concurrent_event_posts_both_take_effect(
     assert sorted(e["event"]["eventName"] for e in logged) == ["first", "second"]
 
 
+@pytest.mark.slow
 def test_plan_start_is_a_clock(client: TestClient) -> None:
     """targets/now follows the wall clock when `at` is not given."""
     body = site_body()
@@ -520,6 +528,7 @@ def test_plan_start_is_a_clock(client: TestClient) -> None:
 # ---------------------------------------------------------------- plans as jobs
 
 
+@pytest.mark.slow
 def test_a_site_plan_job_keeps_the_plan_the_route_would(client: TestClient) -> None:
     """``{"kind": "site_plan"}`` runs the same use case as POST /v1/sites/{id}/plan in
     the background: the job's result is the stored plan, GET .../plan answers it, and a

@@ -109,6 +109,7 @@ def test_a_webhook_needs_the_servers_secret_and_a_permitted_target(make_client: 
     assert client.get("/v1/jobs/none").status_code == 404
 
 
+@pytest.mark.slow
 def test_an_ended_job_is_posted_once_signed_with_its_document(
     make_client: Any, receiver: Receiver
 ) -> None:
@@ -133,6 +134,7 @@ def test_an_ended_job_is_posted_once_signed_with_its_document(
     assert after == {"url": receiver.url, "state": "delivered", "attempts": 1, "status_code": 200}
 
 
+@pytest.mark.slow
 def test_a_refusing_receiver_is_retried_and_the_failure_recorded(make_client: Any) -> None:
     receiver = Receiver(status=500)
     try:
@@ -151,6 +153,7 @@ def test_a_refusing_receiver_is_retried_and_the_failure_recorded(make_client: An
         receiver.server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_cancelled_queued_job_is_notified_as_cancelled(
     make_client: Any, receiver: Receiver
 ) -> None:
