@@ -69,6 +69,12 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "tests/formulation/test_period.py": {
         "test_four_deployments_with_offsets_equal_brute_force": 31.4,
     },
+    "tests/model/test_admission.py": {
+        "test_one_prefill_server_capacity_against_the_simulator": 2.1,
+    },
+    "tests/model/test_latency.py": {
+        "test_agrees_with_the_simulator_on_fixed_lengths": 5.2,
+    },
     "tests/model/test_kernels.py": {  # on the published kernel tables
         "test_a_moe_model_composes_on_the_published_tables": 29.7,
         "test_b200_phases_carry_their_kernels_power": 23.6,
@@ -78,6 +84,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_fp8_releases_on_the_published_tables_use_their_fp8_gemm_and_moe_dtypes": 9.5,
         "test_qwen3_32b_on_h200_against_the_spec_rooflines": 8.6,
         "test_what_the_published_tables_cannot_compose_is_refused_with_the_reason": 4.4,
+    },
+    "tests/service/test_model_variant.py": {
+        "test_schedule_response_names_each_deployments_variant": 16.3,  # loaded machine
     },
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ MARKDOWN = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 README_MAX_LINES = 150  # the README answers what, how to run, where to read on
 
 
+@cache
 def defined_names(path: Path) -> set[str]:
     """Top-level functions, classes and assignments of ``path``, and ``Class.member``
     for the functions and assignments in a class body."""
