@@ -27,20 +27,28 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel
+
 from formulation.request import (
-    DEFAULT_TIME_LIMIT_S,
     MAX_DEPLOYMENTS,
     MAX_PERIODS,
-    MAX_TIME_LIMIT_S,
-    MIN_HEADROOM,
-    MIN_PERIOD_MINUTES,
-    MIN_TIME_LIMIT_S,
+    Bounds,
+    DeploymentIn,
+    Initial,
     ScheduleRequest,
+    SiteIn,
+    SolverIn,
+    TransitionsIn,
     parse_request,
 )
-from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.errors import InputError
 from model.workload import check_no_file
+
+
+def _default(schema: type[BaseModel], name: str) -> Any:
+    """The request schema's default of field ``name``: the one source of each default
+    (:mod:`formulation.request`), which these dataclasses take for theirs."""
+    return schema.model_fields[name].default
 
 
 class Method(StrEnum):
@@ -61,27 +69,29 @@ class DeploymentInput:
     gpu: str
     workload: str
     demand_rps: tuple[float, ...]
-    unserved_penalty_usd_per_request: float = 0.01
-    headroom: float = 1.0
-    max_gpus: int = 16
-    min_n_p: int = 0
-    max_n_p: int | None = None
-    min_n_d: int = 0
-    max_n_d: int | None = None
-    initial_n_p: int = 0
-    initial_n_d: int = 0
+    unserved_penalty_usd_per_request: float = _default(
+        DeploymentIn, "unserved_penalty_usd_per_request"
+    )
+    headroom: float = _default(DeploymentIn, "headroom")
+    max_gpus: int = _default(DeploymentIn, "max_gpus")
+    min_n_p: int = _default(Bounds, "min_n_p")
+    max_n_p: int | None = _default(Bounds, "max_n_p")
+    min_n_d: int = _default(Bounds, "min_n_d")
+    max_n_d: int | None = _default(Bounds, "max_n_d")
+    initial_n_p: int = _default(Initial, "n_p")
+    initial_n_d: int = _default(Initial, "n_d")
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    model_variant: str = DEFAULT_VARIANT
-    performance: str = DEFAULT_PERFORMANCE
-    framework: str | None = None
+    model_variant: str = _default(DeploymentIn, "model_variant")
+    performance: str = _default(DeploymentIn, "performance")
+    framework: str | None = _default(DeploymentIn, "framework")
 
 
 @dataclass(frozen=True)
 class SiteInput:
     gpu_inventory: Mapping[str, int]
-    pue: float = 1.0
-    idle_gpu_power_w: float = 120.0
-    carbon_price_usd_per_tonne: float = 0.0
+    pue: float = _default(SiteIn, "pue")
+    idle_gpu_power_w: float = _default(SiteIn, "idle_gpu_power_w")
+    carbon_price_usd_per_tonne: float = _default(SiteIn, "carbon_price_usd_per_tonne")
 
 
 @dataclass(frozen=True)
@@ -93,17 +103,19 @@ class GridInput:
 
 @dataclass(frozen=True)
 class TransitionInput:
-    start_cost_usd: float = 0.0
-    stop_cost_usd: float = 0.0
-    max_instance_changes_per_period: int | None = None
+    start_cost_usd: float = _default(TransitionsIn, "start_cost_usd")
+    stop_cost_usd: float = _default(TransitionsIn, "stop_cost_usd")
+    max_instance_changes_per_period: int | None = _default(
+        TransitionsIn, "max_instance_changes_per_period"
+    )
 
 
 @dataclass(frozen=True)
 class SolverOptions:
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S
-    mip_gap: float = 1e-3
-    threads: int | None = None
-    method: Method = Method.AUTO
+    time_limit_s: float = _default(SolverIn, "time_limit_s")
+    mip_gap: float = _default(SolverIn, "mip_gap")
+    threads: int | None = _default(SolverIn, "threads")
+    method: Method = Method(_default(SolverIn, "method"))
 
 
 @dataclass(frozen=True)
@@ -152,13 +164,6 @@ def _finite(path: str, v: float, lo: float | None = None, hi: float | None = Non
         raise InputError(path, f"must be <= {hi:g}, got {v:g}")
 
 
-def _int(path: str, v: Any, lo: int = 0) -> None:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(path, f"must be an integer, got {v!r}")
-    if v < lo:
-        raise InputError(path, f"must be >= {lo}, got {v}")
-
-
 def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[float, ...]:
     """A constant or a per-period series, as ``n`` values (lengths must agree)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -175,29 +180,20 @@ def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[fl
 
 
 def validate(p: ScheduleProblem) -> None:
-    """Every check that does not need the catalog; raises InputError naming the field."""
-    _finite("period_minutes", p.period_minutes, MIN_PERIOD_MINUTES, 24 * 60)
-    if not p.deployments:
-        raise InputError("deployments", "at least one deployment is required")
+    """The rules the request schema cannot state, checked before the catalog is read:
+    across fields (series lengths, names, inventories, bounds, initial states) and the
+    formulation's own limits; ranges of single fields are the schema's
+    (:mod:`formulation.request`). Raises InputError naming the field."""
     if len(p.deployments) > MAX_DEPLOYMENTS:
         raise InputError("deployments", f"at most {MAX_DEPLOYMENTS} deployments")
     n = len(p.deployments[0].demand_rps)
-    if n == 0:
-        raise InputError("deployments[0].demand_rps", "needs at least one period")
     if n > MAX_PERIODS:
         raise InputError("deployments[0].demand_rps", f"at most {MAX_PERIODS} periods")
     s = p.site
-    if not s.gpu_inventory:
-        raise InputError("site.gpu_inventory", "needs at least one GPU type")
-    for g, cnt in s.gpu_inventory.items():
-        _int(f"site.gpu_inventory.{g}", cnt, 0)
-    _finite("site.pue", s.pue, 1.0, 5.0)
-    _finite("site.idle_gpu_power_w", s.idle_gpu_power_w, 0.0, 1e5)
-    _finite("site.carbon_price_usd_per_tonne", s.carbon_price_usd_per_tonne, 0.0, 1e5)
     names: set[str] = set()
     for i, d in enumerate(p.deployments):
         at = f"deployments[{i}]"
-        if not d.name or d.name in names:
+        if d.name in names:
             raise InputError(f"{at}.name", f"must be non-empty and unique, got {d.name!r}")
         names.add(d.name)
         if not p.host.read_files:
@@ -207,25 +203,16 @@ def validate(p: ScheduleProblem) -> None:
                 f"{at}.demand_rps",
                 f"has {len(d.demand_rps)} periods but deployments[0] has {n}",
             )
-        for t, v in enumerate(d.demand_rps):
-            _finite(f"{at}.demand_rps[{t}]", v, 0.0)
         if d.gpu not in s.gpu_inventory:
             raise InputError(
                 f"{at}.gpu",
                 f"GPU type {d.gpu!r} is not in site.gpu_inventory "
                 f"({', '.join(sorted(s.gpu_inventory))})",
             )
-        _finite(f"{at}.unserved_penalty_usd_per_request", d.unserved_penalty_usd_per_request, 0.0)
-        _finite(f"{at}.headroom", d.headroom, MIN_HEADROOM, 1.0)
-        _int(f"{at}.max_gpus", d.max_gpus, 0)
-        for fld in ("min_n_p", "min_n_d", "initial_n_p", "initial_n_d"):
-            _int(f"{at}.{fld}", getattr(d, fld), 0)
         for fld, lo_fld in (("max_n_p", "min_n_p"), ("max_n_d", "min_n_d")):
             v = getattr(d, fld)
-            if v is not None:
-                _int(f"{at}.{fld}", v, 0)
-                if v < getattr(d, lo_fld):
-                    raise InputError(f"{at}.{fld}", f"must be >= {lo_fld}")
+            if v is not None and v < getattr(d, lo_fld):
+                raise InputError(f"{at}.{fld}", f"must be >= {lo_fld}")
         if (d.initial_n_p == 0) != (d.initial_n_d == 0):
             raise InputError(
                 f"{at}.initial",
@@ -236,20 +223,8 @@ def validate(p: ScheduleProblem) -> None:
         vals = getattr(grid, fld)
         if len(vals) != n:
             raise InputError(f"grid.{fld}", f"has {len(vals)} values, horizon has {n}")
-    for t in range(n):
+    for t in range(n):  # a cap has no lower bound in the schema (a number or a list)
         _finite(f"grid.power_cap_w[{t}]", grid.power_cap_w[t], 0.0)
-        _finite(f"grid.price_usd_per_mwh[{t}]", grid.price_usd_per_mwh[t], 0.0, 1e5)
-        _finite(f"grid.carbon_g_per_kwh[{t}]", grid.carbon_g_per_kwh[t], 0.0, 1e5)
-    tr = p.transitions
-    _finite("transitions.start_cost_usd", tr.start_cost_usd, 0.0)
-    _finite("transitions.stop_cost_usd", tr.stop_cost_usd, 0.0)
-    if tr.max_instance_changes_per_period is not None:
-        _int("transitions.max_instance_changes_per_period", tr.max_instance_changes_per_period, 0)
-    so = p.solver
-    _finite("solver.time_limit_s", so.time_limit_s, MIN_TIME_LIMIT_S, MAX_TIME_LIMIT_S)
-    _finite("solver.mip_gap", so.mip_gap, 0.0, 1.0)
-    if so.threads is not None:
-        _int("solver.threads", so.threads, 1)
 
 
 def _fill(body: Any, key: str, value: str) -> Any:

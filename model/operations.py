@@ -45,14 +45,20 @@ from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
 
+#: the deployment a request that names none describes: the one source of these
+#: defaults for the HTTP API's schemas and the command line's options
+DEFAULT_MODEL = "qwen3-32b"
+DEFAULT_GPU = "h200"
+DEFAULT_WORKLOAD = "azure-conv-2023"
+
 
 @dataclass(frozen=True)
 class SpecRequest:
     """Names plus per-section overrides, as a user gives them."""
 
-    model: str = "qwen3-32b"
-    gpu: str = "h200"
-    workload: str = "azure-conv-2023"
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
+    workload: str = DEFAULT_WORKLOAD
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     moments: Mapping[str, Any] | None = None  # explicit workload moments (replace `workload`)
     read_files: bool = False  # resolve `trace:`/`moments:` file forms (the CLI only)

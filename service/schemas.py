@@ -25,6 +25,7 @@ from formulation.request import (
     WorkloadText,
 )
 from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
+from model.operations import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 
 __all__ = ["NonNeg", "ScheduleRequest", "Strict"]
 
@@ -65,9 +66,9 @@ class Moments(Strict):
 
 
 class SpecFields(Strict):
-    model: Name = "qwen3-32b"
-    gpu: Name = "h200"
-    workload: WorkloadText = "azure-conv-2023"
+    model: Name = DEFAULT_MODEL
+    gpu: Name = DEFAULT_GPU
+    workload: WorkloadText = DEFAULT_WORKLOAD
     moments: Moments | None = None
     overrides: Overrides = Field(default_factory=dict)
     model_variant: ModelVariant = DEFAULT_VARIANT

@@ -20,7 +20,15 @@ from model.capacity import (
 from model.catalog import load_gpu, load_override_file, parse_set_flags
 from model.engine import gpu_folder
 from model.errors import InputError
-from model.operations import SpecRequest, kernel_database, kernel_versions_of, resolve_spec
+from model.operations import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DEFAULT_WORKLOAD,
+    SpecRequest,
+    kernel_database,
+    kernel_versions_of,
+    resolve_spec,
+)
 from service.cli.calibrate import calibration_for_gpu
 from service.cli.shared import parse_kernel_versions
 
@@ -128,14 +136,14 @@ def add_spec_args(
 ) -> None:
     """The deployment options shared by the sub-commands (``variant``: the memory balance
     option, for the commands whose numbers come from it)."""
-    p.add_argument("--model", default="qwen3-32b", help="model name (default: qwen3-32b)")
-    p.add_argument("--gpu", default="h200", help="GPU name (default: h200)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model name (default: {DEFAULT_MODEL})")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help=f"GPU name (default: {DEFAULT_GPU})")
     p.add_argument(
         "--workload",
-        default="azure-conv-2023",
+        default=DEFAULT_WORKLOAD,
         help=workload_help
         or "fixed:IN:OUT, a preset (azure-conv-2023, azure-code-2023, mooncake), "
-        "trace:PATH (CSV or Mooncake JSONL) or moments:PATH.json (default: azure-conv-2023)",
+        f"trace:PATH (CSV or Mooncake JSONL) or moments:PATH.json (default: {DEFAULT_WORKLOAD})",
     )
     p.add_argument(
         "--override",
