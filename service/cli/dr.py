@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from model.errors import InputError
-from service.cli.plan import Progress, add_host_args, host_from_args, load_body
+from service.cli.solving import Progress, add_host_args, host_from_args, load_body
 
 DEMO_FLEX_PERIOD = 72  # 18:00, the demo's evening peak
 

@@ -47,7 +47,7 @@ from model.simulator import (
     slo_front,
 )
 from service.cli.common import add_spec_args, spec_from_args
-from service.cli.plan import Progress
+from service.cli.solving import Progress
 
 WORKLOAD_HELP = (
     "fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "

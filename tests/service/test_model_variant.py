@@ -97,7 +97,7 @@ def test_simulate_has_no_variant_option(capsys):
 
 
 def test_plan_flag_fills_only_deployments_without_their_own(tmp_path):
-    from service.cli.plan import with_model_variant
+    from service.cli.solving import with_model_variant
 
     body = demo_request()
     body["deployments"][0]["model_variant"] = "paper"

@@ -1,0 +1,123 @@
+"""What the commands that solve schedules share (``pdwatt plan``, ``dr``, ``flex``): the
+request document, read from a file or the built-in demo with the command line's
+defaults; the host options (memory budget, kernel database); and the progress lines
+(``pdwatt simulate`` prints them too)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from formulation.demo import demo_request
+from formulation.problem import Host, fill_model_variant, fill_performance
+from model.errors import InputError
+from service.cli.common import add_performance_args, add_variant_arg, kernel_options
+
+
+class Progress:
+    """Prints each phase and, while a phase runs long, the elapsed time (to stderr)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self) -> Progress:
+        if not self.quiet:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(5.0):
+            print(f"  ... {time.perf_counter() - self.t0:5.1f} s  {self.last}", file=sys.stderr)
+
+    def __call__(self, msg: str) -> None:
+        self.last = msg
+        if not self.quiet and not msg.startswith("decomposition: round"):
+            print(f"[{time.perf_counter() - self.t0:5.1f} s] {msg}", file=sys.stderr)
+
+
+def load_body(a: argparse.Namespace) -> dict[str, Any]:
+    if a.demo:
+        body = demo_request()
+        if a.time_limit is not None:
+            body["solver"]["time_limit_s"] = a.time_limit
+        return with_defaults(body, a)
+    if not a.file:
+        raise InputError("FILE", "give a schedule request file (JSON) or --demo")
+    try:
+        with open(a.file, encoding="utf-8") as fh:
+            body = json.load(fh)
+    except OSError as e:
+        raise InputError("FILE", f"cannot read {a.file}: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise InputError("FILE", f"{a.file} is not valid JSON: line {e.lineno}: {e.msg}") from e
+    if a.time_limit is not None and isinstance(body, dict):
+        body.setdefault("solver", {})["time_limit_s"] = a.time_limit
+    return with_defaults(body, a)
+
+
+def with_defaults(body: Any, a: argparse.Namespace) -> Any:
+    """``body`` with ``--model-variant`` and ``--performance`` on each deployment that
+    does not name its own, and ``--framework`` on each one using kernels that names none."""
+    body = with_model_variant(body, getattr(a, "model_variant", None))
+    if getattr(a, "performance", None) is not None:
+        body = fill_performance(body, a.performance)
+    if getattr(a, "framework", None) is not None:
+        for dep in _deployments(body):
+            if dep.get("performance") == "kernels":
+                dep.setdefault("framework", a.framework)
+    return body
+
+
+def with_model_variant(body: Any, variant: str | None) -> Any:
+    """``body`` with ``--model-variant`` on each deployment that does not name its own."""
+    return body if variant is None else fill_model_variant(body, variant)
+
+
+def _deployments(body: Any) -> list[dict[str, Any]]:
+    deps = body.get("deployments") if isinstance(body, dict) else None
+    return [d for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
+
+
+def add_host_args(p: argparse.ArgumentParser) -> None:
+    """``--max-memory-mb``, ``--model-variant`` and the performance options: the flags of
+    every command that solves schedules."""
+    add_variant_arg(p, per_deployment=True)
+    add_performance_args(p, per_deployment=True)
+    p.add_argument(
+        "--max-memory-mb",
+        type=float,
+        help="refuse a solve estimated to need more memory (default: "
+        "PDWATT_MAX_SOLVE_MEMORY_MB, 4096)",
+    )
+
+
+def host_from_args(a: argparse.Namespace, body: Any) -> Host:
+    """The command line reads the user's own workload files; memory budget from the flag
+    or the same setting the service uses; the kernel database (``--kernels``, else
+    ``$PDWATT_KERNELS``) when a deployment of ``body`` uses kernels."""
+    from service.settings import get_settings
+
+    budget = a.max_memory_mb
+    if budget is None:
+        budget = get_settings().max_solve_memory_mb
+    if budget <= 0:
+        raise InputError("--max-memory-mb", f"must be > 0, got {budget:g}")
+    uses = any(d.get("performance") == "kernels" for d in _deployments(body))
+    folder, versions = kernel_options(a, uses)
+    return Host(
+        read_files=True,
+        memory_budget_mb=budget,
+        kernels=folder,
+        kernel_versions=tuple(sorted(versions.items())),
+    )
