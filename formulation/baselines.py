@@ -25,10 +25,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from formulation.budget import Deadline, TimeBudget
 from formulation.data import ScheduleData, take_periods
 from formulation.dp import (
     DeploymentGrid,
@@ -171,25 +173,50 @@ def priced_period(
     return best
 
 
+@dataclass
+class GreedyReport:
+    """How the greedy baseline solved its periods: ``periods_over_cap`` (where the
+    deployments' own optima break the cap or an inventory), ``periods_proven`` (of
+    those, solved to their exact optimum), ``method`` and, for the enumeration,
+    ``seconds`` (its time for all those periods, on its forked processes)."""
+
+    periods_over_cap: int = 0
+    periods_proven: int = 0
+    method: str | None = None
+    seconds: float | None = None
+
+    def enumerated_all(self, within_s: float) -> bool:
+        """Whether the enumeration found every over-cap period's exact optimum (there
+        is at least one) within ``within_s`` seconds."""
+        return (
+            self.periods_over_cap > 0
+            and self.periods_proven == self.periods_over_cap
+            and self.seconds is not None
+            and self.seconds <= within_s
+        )
+
+    def as_stats(self) -> dict[str, Any]:
+        """The report as the solve's statistics show it (fields that are set)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
 def greedy(
     data: ScheduleData,
-    time_limit_s: float = 10.0,
+    deadline: Deadline,
     grids: Sequence[DeploymentGrid] | None = None,
 ) -> Priced:
     """See the module docstring; ``grids``: the deployments' DP grids, if built already."""
-    return greedy_with_report(data, time_limit_s, grids)[0]
+    return greedy_with_report(data, deadline, grids)[0]
 
 
 def greedy_with_report(
     data: ScheduleData,
-    time_limit_s: float = 10.0,
+    deadline: Deadline,
     grids: Sequence[DeploymentGrid] | None = None,
     workers: int = 1,
-) -> tuple[Priced, dict[str, Any]]:
-    """:func:`greedy` and how its periods were solved: ``periods_over_cap`` (where the
-    deployments' own optima break the cap or an inventory), ``periods_proven`` (of
-    those, solved to their exact optimum), ``method`` and, for the enumeration,
-    ``seconds`` (its time for all those periods, on ``workers`` forked processes)."""
+) -> tuple[Priced, GreedyReport]:
+    """:func:`greedy` by ``deadline`` and how its periods were solved (the one-period
+    enumeration on ``workers`` forked processes)."""
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
@@ -203,13 +230,12 @@ def greedy_with_report(
     bad = np.array(
         sorted(set(first.cap_violations) | set(first.inventory_violations)), dtype=np.int64
     )
-    report: dict[str, Any] = {"periods_over_cap": int(bad.size), "periods_proven": 0}
+    report = GreedyReport(periods_over_cap=int(bad.size))
     if bad.size and not pool_can_bind(data, int(bad[0])):
         # exact one-period optima (formulation.period); a period whose search outlasts
         # the time limit keeps the best choice found, counted as not proven
-        report["method"] = "one-period optimum by Lagrangian-bounded Pareto enumeration"
+        report.method = "one-period optimum by Lagrangian-bounded Pareto enumeration"
         t0 = time.perf_counter()
-        deadline = t0 + time_limit_s
         with ForkPool(data, workers) as pool:
             sols = pool.map(solve_period, [(int(t), None, None, deadline) for t in bad])
         for t, sol in zip(bad, sols, strict=True):
@@ -217,8 +243,8 @@ def greedy_with_report(
                 cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
                 continue
             cfg[:, t], served[:, t] = sol.config, sol.served
-            report["periods_proven"] += int(sol.proven)
-        report["seconds"] = round(time.perf_counter() - t0, 3)
+            report.periods_proven += int(sol.proven)
+        report.seconds = round(time.perf_counter() - t0, 3)
         return price_schedule(data, Schedule(cfg, served)), report
     if bad.size:
         # a GPU pool can bind: each period priced on its own first (a feasible mix
@@ -231,16 +257,16 @@ def greedy_with_report(
         sub = periods_alone(data, bad)
         allowed: list[list[list[int]]] | None = None
         choices = sum(int(d.allowed.sum()) for d in data.deployments) * bad.size
-        report["method"] = "compact MILP over every configuration (gap 1e-4)"
-        if estimated_build_s(choices) > 0.3 * time_limit_s:
+        report.method = "compact MILP over every configuration (gap 1e-4)"
+        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * deadline.remaining():
             allowed = _front_allowed(sub)
             choices = sum(len(rows[0]) for rows in allowed) * bad.size
-            report["method"] = "MILP over each deployment's capacity-power front"
-        if estimated_build_s(choices) > 0.3 * time_limit_s:
-            report["method"] = "each period priced on its own (no MILP fits the time)"
+            report.method = "MILP over each deployment's capacity-power front"
+        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * deadline.remaining():
+            report.method = "each period priced on its own (no MILP fits the time)"
         else:
             start = Schedule(cfg[:, bad], served[:, bad])
-            r = solve_compact(sub, time_limit_s, 1e-4, allowed=allowed, start=start)
+            r = solve_compact(sub, deadline, 1e-4, allowed=allowed, start=start)
             if r.schedule is not None:
                 before = price_schedule(sub, start)
                 after = price_schedule(sub, r.schedule)
@@ -250,7 +276,7 @@ def greedy_with_report(
                     cfg[:, bad] = r.schedule.config
                     served[:, bad] = r.schedule.served_rps
                     if allowed is None and r.status == "optimal":
-                        report["periods_proven"] = int(bad.size)
+                        report.periods_proven = int(bad.size)
     return price_schedule(data, Schedule(cfg, served)), report
 
 

@@ -37,6 +37,7 @@ import highspy
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import Deadline
 from formulation.data import ScheduleData
 from formulation.dp import (
     deployment_grid,
@@ -167,7 +168,7 @@ class Master:
 
 def decompose(
     data: ScheduleData,
-    time_limit_s: float,
+    deadline: Deadline,
     extra_columns: list[Column] | None = None,
     max_iter: int = 500,
     rel_tol: float = 1e-7,
@@ -178,7 +179,7 @@ def decompose(
     first: Point | None = None,
     bound_to_beat: Callable[[], float] | None = None,
 ) -> DecompositionResult:
-    """Column generation to the Dantzig-Wolfe bound (or the time limit). ``oracle``
+    """Column generation to the Dantzig-Wolfe bound (or ``deadline``). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
     grids of :func:`formulation.lagrange.local_grids`; ``stop``: checked after every
     round; ``first``: the oracle's point at zero prices, if the caller has it;
@@ -194,7 +195,7 @@ def decompose(
             data,
             oracle,
             t0,
-            time_limit_s,
+            deadline,
             extra_columns,
             max_iter,
             rel_tol,
@@ -220,7 +221,7 @@ def _generate(
     data: ScheduleData,
     oracle: DualOracle,
     t0: float,
-    time_limit_s: float,
+    deadline: Deadline,
     extra_columns: list[Column] | None,
     max_iter: int,
     rel_tol: float,
@@ -284,7 +285,7 @@ def _generate(
         if bound_to_beat is not None and lp_total <= bound_to_beat():
             beaten = True
             break
-        if time.perf_counter() - t0 > time_limit_s or (stop is not None and stop()):
+        if deadline.expired() or (stop is not None and stop()):
             break
     n_slack = master.n_slack
     slack = x[:n_slack] if x.size else np.zeros(n_slack)

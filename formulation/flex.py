@@ -33,12 +33,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.baselines import periods_alone
+from formulation.budget import FLEX_MILP_AT_LEAST_S, Deadline
 from formulation.data import ScheduleData, build_data
 from formulation.dr import request_errors
 from formulation.milp import solve_compact
 from formulation.period import pool_can_bind, solve_period
 from formulation.problem import Host, problem_from_dict
-from formulation.request import ScheduleRequest
 from formulation.solve import min_site_power_w
 from model.errors import InputError
 
@@ -104,7 +104,8 @@ def _solve_at(data: ScheduleData, t: int, cap_w: float, milp_s: float) -> _Plan 
             return None
         ks, served = sol.config, sol.served
     else:
-        r = solve_compact(periods_alone(capped, np.array([t], dtype=np.int64)), milp_s, 1e-6)
+        one = periods_alone(capped, np.array([t], dtype=np.int64))
+        r = solve_compact(one, Deadline.after(milp_s), 1e-6)
         if r.schedule is None:
             return None
         ks, served = r.schedule.config[:, 0], r.schedule.served_rps[:, 0]
@@ -179,7 +180,7 @@ def period_curve(
 
 
 def flexibility_curve(
-    body: ScheduleRequest | dict[str, Any],
+    body: dict[str, Any],
     period: int | None = None,
     n_points: int = 25,
     request_field: str = "",
@@ -209,7 +210,7 @@ def flexibility_curve(
     periods = [period] if period is not None else list(range(n))
     floor = min_site_power_w(data)
     evaluations = len(periods) * (n_points + 1)
-    milp_s = max(0.2, problem.solver.time_limit_s / evaluations)
+    milp_s = max(FLEX_MILP_AT_LEAST_S, problem.solver.time_limit_s / evaluations)
     return {
         "deployments": [d.name for d in data.deployments],
         "period_minutes": float(problem.period_minutes),

@@ -13,11 +13,10 @@ transitions) moves towards feasibility; only violation-free results are kept.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import Deadline
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, shortest_path
 from formulation.evaluate import Priced, Schedule, price_schedule
@@ -75,11 +74,11 @@ def coordinate_descent(
     data: ScheduleData,
     grids: list[DeploymentGrid],
     start: Schedule,
-    time_limit_s: float = 5.0,
+    deadline: Deadline,
     max_sweeps: int = 20,
 ) -> Priced:
-    """Sweep :func:`reoptimise` over the deployments until nothing improves."""
-    t0 = time.perf_counter()
+    """Sweep :func:`reoptimise` over the deployments until nothing improves or
+    ``deadline`` passes (checked after each sweep)."""
     penalty = 1e3 * (float(np.max(data.cost_usd_per_w)) + 1.0)
     sched = Schedule(start.config.copy(), start.served_rps.copy())
     M = len(data.deployments)
@@ -103,6 +102,6 @@ def coordinate_descent(
             val = penalised(trial)
             if val < current - 1e-9 * max(abs(current), 1.0):
                 sched, current, improved = trial, val, True
-        if not improved or time.perf_counter() - t0 > time_limit_s:
+        if not improved or deadline.expired():
             break
     return price_schedule(data, sched)

@@ -12,7 +12,6 @@ import ctypes
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from typing import Any
 
 import highspy
 import numpy as np
+
+from formulation.budget import HIGHS_GRACE_S, HIGHS_GRACE_SHARE, Deadline
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,6 @@ class HighsProcess:
     with the process, keeping the last improving solution HiGHS sent; the next MILP
     starts a new process."""
 
-    #: how long past its own time limit a MILP may run before its process is ended:
-    #: HiGHS usually stops by itself within this
-    GRACE_S = 0.5
-    GRACE_SHARE = 0.02
     POLL_S = 0.05
 
     def __init__(self) -> None:
@@ -128,13 +125,15 @@ class HighsProcess:
     def solve(
         self,
         model: dict[str, Any],
-        time_limit_s: float,
+        deadline: Deadline,
         stop: Callable[[], bool] | None = None,
     ) -> HighsOutcome:
         """Run ``model`` (the arrays :func:`lp_arrays` gives, with ``options`` and
-        ``start_values``) for at most ``time_limit_s`` plus the grace."""
-        started = time.perf_counter()
-        deadline = started + time_limit_s * (1.0 + self.GRACE_SHARE) + self.GRACE_S
+        ``start_values``) until ``deadline`` plus the grace
+        (:data:`formulation.budget.HIGHS_GRACE_SHARE` of the time it has left and
+        :data:`formulation.budget.HIGHS_GRACE_S`)."""
+        limit_s = deadline.remaining()
+        killed_at = Deadline.after(limit_s * (1.0 + HIGHS_GRACE_SHARE) + HIGHS_GRACE_S)
         try:
             self._ensure()
             self._send.send(model)
@@ -166,7 +165,7 @@ class HighsProcess:
                     asked = bool(stop())
                 except Exception:  # noqa: BLE001 - a broken check stops the MILP
                     asked = True
-            if asked or time.perf_counter() > deadline:
+            if asked or killed_at.expired():
                 self.kill()
                 return HighsOutcome("stopped" if asked else "killed", best, bound, None)
 

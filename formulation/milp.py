@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyomo.environ as pyo
 
+from formulation.budget import HIGHS_AT_LEAST_S, HIGHS_SHARE, Deadline
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule
 from formulation.highs import PROCESS, lp_arrays, stdout_to_stderr
@@ -382,20 +383,19 @@ def extract(m: pyo.ConcreteModel) -> Schedule:
 
 def solve_model(
     m: pyo.ConcreteModel,
-    time_limit_s: float,
+    deadline: Deadline,
     mip_gap: float,
     threads: int | None = None,
     start: Schedule | None = None,
     build_s: float = 0.0,
 ) -> MilpResult:
-    """Solve with HiGHS, optionally from a MIP start, within ``time_limit_s`` of wall
-    time from the call: loading the model into HiGHS counts against it. Pyomo's appsi
-    interface builds HiGHS's model; HiGHS runs in a process of its own
-    (:class:`formulation.highs.HighsProcess`), ended with the best schedule it sent if
-    it runs past the limit (plus a grace) or the run is asked to stop."""
+    """Solve with HiGHS, optionally from a MIP start, by ``deadline``: loading the
+    model into HiGHS counts against it. Pyomo's appsi interface builds HiGHS's model;
+    HiGHS runs in a process of its own (:class:`formulation.highs.HighsProcess`), ended
+    with the best schedule it sent if it runs past the deadline (plus a grace) or the
+    run is asked to stop."""
     from pyomo.contrib.appsi.solvers.highs import Highs
 
-    t_call = time.perf_counter()
     opt = Highs()  # builds HiGHS's model from Pyomo's; HiGHS then runs in its process
     if start is not None:
         set_start(m, start)
@@ -414,16 +414,15 @@ def solve_model(
                 values[col_of[id(v)]] = v.value
         payload["start_values"] = values
     # what is left, less a share for reading the solution back
-    left = time_limit_s - (time.perf_counter() - t_call)
     options: dict[str, Any] = {
         "mip_rel_gap": float(mip_gap),
         "mip_abs_gap": 1e-9,
-        "time_limit": max(0.95 * left, 0.01),
+        "time_limit": max(HIGHS_SHARE * deadline.remaining(), HIGHS_AT_LEAST_S),
     }
     if threads:
         options["threads"] = int(threads)
     payload["options"] = options
-    out = PROCESS.solve(payload, max(left, 0.01), STOP.get())
+    out = PROCESS.solve(payload, deadline.at_least(HIGHS_AT_LEAST_S), STOP.get())
     solve_s = time.perf_counter() - t0
     term = out.status
     if out.status == "infeasible":
@@ -451,7 +450,7 @@ def solve_model(
 
 def solve_compact(
     data: ScheduleData,
-    time_limit_s: float,
+    deadline: Deadline,
     mip_gap: float,
     threads: int | None = None,
     allowed: Allowed | None = None,
@@ -459,8 +458,12 @@ def solve_compact(
     entry_cost: Sequence[np.ndarray] | None = None,
     exit_cost: Sequence[np.ndarray] | None = None,
 ) -> MilpResult:
+    """The compact MILP over ``allowed`` (default: every candidate), solved by
+    ``deadline`` moved later by the model's build time: callers weigh the build before
+    they start one (:func:`estimated_build_s`), and its time is not taken from the
+    solve's."""
     t0 = time.perf_counter()
     m = build_model(data, allowed, entry_cost, exit_cost)
     build_s = time.perf_counter() - t0
     log.info("compact MILP built in %.2f s", build_s)
-    return solve_model(m, time_limit_s, mip_gap, threads, start, build_s)
+    return solve_model(m, deadline.later(build_s), mip_gap, threads, start, build_s)

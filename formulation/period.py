@@ -23,13 +23,13 @@ transitions relaxed it bounds the whole schedule from below.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import Deadline
 from formulation.data import ScheduleData
 
 FloatArray = NDArray[np.float64]
@@ -333,7 +333,7 @@ def solve_period(
     t: int,
     offsets: list[FloatArray] | None = None,
     hint: PeriodSolution | None = None,
-    deadline: float | None = None,
+    deadline: Deadline | None = None,
 ) -> PeriodSolution | None:
     """Exact optimum of period ``t`` alone (transitions ignored); None if infeasible.
 
@@ -341,7 +341,7 @@ def solve_period(
     configuration ``k`` (Lagrange multipliers). ``hint`` (optional) is a feasible
     solution of the period (e.g. the previous one under other offsets): its cost bounds
     the optimum, so partial sums that cannot beat it are pruned early. ``deadline``
-    (optional, ``time.perf_counter`` time): past it, or (with a deadline) when one merge
+    (optional): past it, or (with a deadline) when one merge
     would form more than ``MAX_PAIRS`` pairs, the search stops and the best choice found
     so far comes back with ``proven`` False; without one the search is exact, whatever
     it takes. Raises ValueError if a GPU pool can
@@ -401,7 +401,7 @@ def solve_period(
             if deadline is not None and cur.pnet.size * pruned[j][0].size > MAX_PAIRS:
                 raise _OutOfTime  # the merge's arrays would outgrow its memory
             cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest)
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and deadline.expired():
                 raise _OutOfTime
             if np.isfinite(cost_cap) and cur.pnet.size:
                 left = budget - cur.pnet

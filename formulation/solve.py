@@ -31,8 +31,7 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    Lagrangian decomposition (one-period optima, cap included, against each
    deployment's path) can be far stronger than the relaxation; it reports every
    better bound and schedule as it finds them. The window MILP over pruned choices
-   runs only when the model it would build fits in the time left
-   (``TimeBudget.fits``);
+   runs only when the model it would build fits in the time left (``Run.fits``);
 6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
    corridors of configurations around the incumbent and the Lagrangian paths (local
    branching), the radius growing while a corridor is solved without improvement:
@@ -50,7 +49,9 @@ The reported gap is always measured against a bound that holds for the full prob
 restrictions used to find schedules never enter it, and it never falls below the sum
 of the deployments' uncapped optima. Whatever happens, the returned schedule is never
 worse than a violation-free baseline, and the wall time stays within the limit (plus
-the pricing of the result) because every phase is given a deadline.
+the pricing of the result) because every phase is given a deadline
+(:class:`formulation.budget.Deadline`; the phases' shares of the limit, and every
+kernel's share of its phase, are named in :mod:`formulation.budget`).
 """
 
 from __future__ import annotations
@@ -61,11 +62,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from formulation.baselines import greedy_ramped, greedy_with_report, static_peak
+from formulation.baselines import GreedyReport, greedy_ramped, greedy_with_report, static_peak
+from formulation.budget import (
+    GUIDED_AT_LEAST_S,
+    NEIGHBOURHOOD_AT_LEAST_S,
+    VOLUME_REPAIR_AT_MOST,
+    VOLUME_REPAIR_EVERY,
+    Deadline,
+    TimeBudget,
+)
 from formulation.data import ScheduleData, build_data
 from formulation.decomposition import decompose, make_column, schedule_of_columns
 from formulation.dp import DeploymentGrid, deployment_grid
@@ -206,12 +215,11 @@ def _infeasible_after(
     )
 
 
-def diagnose_infeasible(
-    data: ScheduleData, fallback: str, time_limit_s: float = 10.0
-) -> InfeasibleError:
+def diagnose_infeasible(data: ScheduleData, fallback: str, deadline: Deadline) -> InfeasibleError:
     """Name the periods where even the LP relaxation cannot meet the site constraints
-    (transition limits from the initial state included); else a plain explanation."""
-    dec = decompose(data, time_limit_s)
+    (transition limits from the initial state included), looked for until ``deadline``;
+    else a plain explanation."""
+    dec = decompose(data, deadline)
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         return _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
     return InfeasibleError(
@@ -224,67 +232,6 @@ def diagnose_infeasible(
             }
         ],
     )
-
-
-@dataclass
-class TimeBudget:
-    """The time limit, shared by the phases through named fractions of it: each phase
-    ends by the time its fraction of the limit has elapsed (``until``), whatever the
-    earlier phases used; ``RESERVE`` is kept at the end for pricing and reporting."""
-
-    limit_s: float
-    started: float = field(default_factory=time.perf_counter)
-
-    BASELINES: ClassVar[float] = 0.10
-    RELAXATION: ClassVar[float] = 0.25
-    #: the least share of the limit the relaxation and the repair get when earlier
-    #: phases overran their own
-    RELAXATION_AT_LEAST: ClassVar[float] = 0.12
-    REPAIR_AT_LEAST: ClassVar[float] = 0.05
-    REPAIR: ClassVar[float] = 0.40
-    #: the window MILP over pruned choices ends here (the window guided by
-    #: one-period optima, whose own neighbourhoods grow inside it, runs to the end)
-    EXACT_WINDOW: ClassVar[float] = 0.55
-    END: ClassVar[float] = 1.0
-    #: at most this share of the limit for one neighbourhood MILP, and the length of
-    #: its time windows (periods)
-    NEIGHBOURHOOD: ClassVar[float] = 0.2
-    WINDOW_PERIODS: ClassVar[int] = 12
-    RESERVE: ClassVar[float] = 0.03
-    #: the window is guided by one-period optima when one round of them takes at most
-    #: this share of the limit (formulation.solve._guided)
-    GUIDED_ROUND: ClassVar[float] = 0.05
-    #: and when the relaxation leaves a gap above this
-    GUIDED_GAP: ClassVar[float] = 0.005
-    #: the one-period bound taken before the relaxation ends by here
-    ONE_PERIOD_BOUND: ClassVar[float] = 0.15
-    #: a restricted MILP is built only if its estimated Pyomo build time
-    #: (:func:`formulation.milp.estimated_build_s`) is at most this share of the time
-    #: its phase has left
-    BUILD_SHARE: ClassVar[float] = 0.3
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def deadline(self, until: float, at_least: float = 0.0) -> float:
-        """``perf_counter`` time at which a phase ending at fraction ``until`` stops;
-        with ``at_least``, not before that fraction of the limit from now (when earlier
-        phases overran), but never past the end."""
-        end = self.started + self.limit_s * (1.0 - self.RESERVE)
-        planned = self.started + self.limit_s * min(until, 1.0 - self.RESERVE)
-        return min(max(planned, time.perf_counter() + at_least * self.limit_s), end)
-
-    def left(self, until: float = END, at_least: float = 0.0) -> float:
-        return max(self.deadline(until, at_least) - time.perf_counter(), 0.0)
-
-    def fits(self, choices: int, until: float, root: bool = True) -> bool:
-        """Whether a MILP over ``choices`` can be built and solved before ``until``: its
-        build within ``BUILD_SHARE`` of the time left and, with ``root``, its root node
-        (which HiGHS does not interrupt for its time limit) within the time left."""
-        left = self.left(until)
-        if estimated_build_s(choices) > self.BUILD_SHARE * left:
-            return False
-        return not root or estimated_root_s(choices) <= left
 
 
 class Run:
@@ -304,6 +251,7 @@ class Run:
         self.best: Priced | None = None
         self.source = ""
         self.lower_bound = -np.inf
+        self.greedy: GreedyReport | None = None
         self.stats: dict[str, Any] = {"phases": [], "trace": []}
 
     @contextmanager
@@ -396,6 +344,16 @@ class Run:
         """Nothing more to do: the gap is closed or a stop was requested."""
         return self.should_stop() or self.closed()
 
+    def fits(self, choices: int, until: float, root: bool = True) -> bool:
+        """Whether a MILP over ``choices`` can be built and solved before ``until``: its
+        build within ``TimeBudget.BUILD_SHARE`` of the time left and, with ``root``, its
+        root node (which HiGHS does not interrupt for its time limit) within the time
+        left."""
+        left = self.budget.left(until)
+        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * left:
+            return False
+        return not root or estimated_root_s(choices) <= left
+
 
 def solve(
     problem: ScheduleProblem, progress: Progress | None = None, monitor: Monitor | None = None
@@ -458,11 +416,9 @@ def _guided(run: Run) -> bool:
 def _cheap_rounds(run: Run) -> bool:
     """The greedy baseline found every over-cap period's exact optimum within
     ``TimeBudget.GUIDED_ROUND`` of the limit."""
-    report = run.stats.get("greedy", {})
-    return bool(
-        report.get("periods_over_cap", 0) > 0
-        and report.get("periods_proven") == report.get("periods_over_cap")
-        and report.get("seconds", np.inf) <= TimeBudget.GUIDED_ROUND * run.budget.limit_s
+    report = run.greedy
+    return report is not None and report.enumerated_all(
+        TimeBudget.GUIDED_ROUND * run.budget.limit_s
     )
 
 
@@ -487,9 +443,10 @@ def _one_period_bound(run: Run, data: ScheduleData, grids: list[DeploymentGrid])
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
     run.say("baselines: static peak, greedy and greedy within transition limits")
     greedy_base, report = greedy_with_report(
-        data, run.budget.left(TimeBudget.BASELINES), grids, _workers(run)
+        data, run.budget.deadline(TimeBudget.BASELINES), grids, _workers(run)
     )
-    run.stats["greedy"] = report
+    run.greedy = report
+    run.stats["greedy"] = report.as_stats()
     base = {
         "static_peak": static_peak(data),
         "greedy": greedy_base,
@@ -505,7 +462,7 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     choices = data.n_periods * sum(int(d.allowed.sum()) for d in data.deployments)
     # the compact MILP is the exact reference the caller asked for: only its build is
     # weighed against the time (its root may then run past the limit)
-    if not run.budget.fits(choices, TimeBudget.END, root=False):
+    if not run.fits(choices, TimeBudget.END, root=False):
         # building alone would overrun the limit: the best baseline and the
         # zero-price bound come back, and the reason with them
         run.stats["compact"] = (
@@ -517,13 +474,13 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     run.say("compact MILP over every candidate")
     r = solve_compact(
         data,
-        run.budget.left(),
+        run.budget.deadline(TimeBudget.END),
         run.opts.mip_gap,
         run.opts.threads,
         start=run.best.schedule if run.best else None,
     )
     if r.status == "infeasible":
-        raise diagnose_infeasible(data, "HiGHS proved the problem infeasible", _diagnosis_s(run))
+        raise diagnose_infeasible(data, "HiGHS proved the problem infeasible", _diagnosis(run))
     if r.schedule is not None:
         run.offer(price_schedule(data, r.schedule), "compact MILP")
     if r.bound_usd is not None:
@@ -531,10 +488,10 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     run.stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
 
 
-def _diagnosis_s(run: Run) -> float:
-    """Time for naming the periods of an infeasible problem: what the limit leaves,
+def _diagnosis(run: Run) -> Deadline:
+    """When naming the periods of an infeasible problem ends: what the limit leaves,
     including its reserve, and at least a second."""
-    return max(run.budget.limit_s - run.budget.elapsed(), 1.0)
+    return Deadline.after(max(run.budget.limit_s - run.budget.elapsed(), 1.0))
 
 
 def _workers(run: Run) -> int:
@@ -570,7 +527,7 @@ def _relaxation(
         # some deployment has no path within what the site allows it, or the bound
         # outgrew what any schedule can cost: no schedule is feasible
         raise diagnose_infeasible(
-            data, "no deployment schedule fits the site's limits", _diagnosis_s(run)
+            data, "no deployment schedule fits the site's limits", _diagnosis(run)
         )
     run.stats["relaxation"] = {
         "method": how,
@@ -590,7 +547,7 @@ def _volume(
     data: ScheduleData,
     grids: list[DeploymentGrid],
     oracle: DualOracle,
-    deadline: float,
+    deadline: Deadline,
     source: str,
 ) -> Relaxation:
     run.say("Lagrangian relaxation (volume algorithm): one DP per deployment per step")
@@ -601,12 +558,14 @@ def _volume(
         run.bound(p.value_usd, source)
         if run.offer(price_schedule(data, p.schedule), "Lagrangian relaxation"):
             return
-        # Lagrangian heuristic: at most a fifth of the phase, once per 5% of it
+        # Lagrangian heuristic: at most VOLUME_REPAIR_AT_MOST of the phase, once per
+        # VOLUME_REPAIR_EVERY of it
         now = run.budget.elapsed()
-        if now - repairs["last"] < 0.05 * phase or repairs["spent"] > 0.2 * phase:
+        every = VOLUME_REPAIR_EVERY * phase
+        if now - repairs["last"] < every or repairs["spent"] > VOLUME_REPAIR_AT_MOST * phase:
             return
         t0 = time.perf_counter()
-        _repair(run, data, grids, [p.schedule], share=0.05 * phase)
+        _repair(run, data, grids, [p.schedule], Deadline.after(every))
         repairs["last"] = now
         repairs["spent"] += time.perf_counter() - t0
 
@@ -625,7 +584,7 @@ def _column_generation(
     data: ScheduleData,
     lgrids: list[DeploymentGrid],
     oracle: DualOracle,
-    deadline: float,
+    deadline: Deadline,
     source: str,
 ) -> Relaxation:
     run.say("Lagrangian relaxation (column generation): one DP per deployment per round")
@@ -640,7 +599,7 @@ def _column_generation(
             extra.append(make_column(data, m, cfg, served))
     dec = decompose(
         data,
-        max(deadline - time.perf_counter(), 0.0),
+        deadline,
         extra_columns=extra,
         progress=run.say,
         oracle=oracle,
@@ -672,19 +631,16 @@ def _repair(
     data: ScheduleData,
     grids: list[DeploymentGrid],
     starts: list[Schedule],
-    share: float | None = None,
+    deadline: Deadline | None = None,
 ) -> None:
     """Exact per-deployment re-optimisation from each start until none improves, by
-    the repair phase's deadline (or within ``share`` seconds)."""
-    if share is None:
+    ``deadline`` (default: the repair phase's)."""
+    if deadline is None:
         deadline = run.budget.deadline(TimeBudget.REPAIR, TimeBudget.REPAIR_AT_LEAST)
-    else:
-        deadline = time.perf_counter() + share
     for st in starts:
-        limit = deadline - time.perf_counter()
-        if limit <= 0:
+        if deadline.expired():
             return
-        cand = coordinate_descent(data, grids, st, time_limit_s=limit)
+        cand = coordinate_descent(data, grids, st, deadline)
         run.offer(cand, "Lagrangian heuristic")
 
 
@@ -705,7 +661,7 @@ def _lp_support(
     allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
     choices = sum(len(r) for rows in allowed for r in rows)
     until = TimeBudget.EXACT_WINDOW  # the repair that follows keeps REPAIR_AT_LEAST
-    if not run.budget.fits(choices, until):
+    if not run.fits(choices, until):
         run.stats["lp_support"] = {"choices": choices, "status": "not built: no time"}
         return
     run.say(f"MILP over the master LP's support: {choices:,} choices")
@@ -728,7 +684,7 @@ def _restricted_milp(
     assert run.best is not None
     r = solve_compact(
         data,
-        min(run.budget.left(until), TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
+        run.budget.deadline(until).within(TimeBudget.NEIGHBOURHOOD * run.budget.limit_s),
         run.opts.mip_gap / 2,
         run.opts.threads,
         allowed,
@@ -766,7 +722,11 @@ def _neighbourhoods(
     passed_without_gain = True
     log_rows: list[dict[str, Any]] = []
     run.stats["neighbourhoods"] = log_rows
-    while not run.done() and run.best is not None and run.budget.left(until) > 0.2:
+    while (
+        not run.done()
+        and run.best is not None
+        and run.budget.left(until) > NEIGHBOURHOOD_AT_LEAST_S
+    ):
         focus = None
         if windows is not None:
             if not windows:
@@ -780,7 +740,7 @@ def _neighbourhoods(
         centres = [run.best.schedule.config, relaxation.best.schedule.config]
         allowed = corridor(data, centres, radius, range(data.n_periods), grids=lgrids, focus=focus)
         choices = sum(len(r) for rows in allowed for r in rows)
-        if not run.budget.fits(choices, until):
+        if not run.fits(choices, until):
             if windows is None:
                 windows = []  # too large over the whole horizon: windows instead
                 continue
@@ -828,7 +788,7 @@ def _exact_window(
         g = solve_guided(
             data,
             grids,
-            max(run.budget.left(TimeBudget.END), 0.1),
+            run.budget.deadline(TimeBudget.END).at_least(GUIDED_AT_LEAST_S),
             opts.mip_gap,
             opts.threads,
             run.best,
@@ -855,20 +815,20 @@ def _exact_window(
     # is weighed (its root, unlike the corridors' on 32 deployments, has kept to its
     # limit on every benchmark site)
     unpruned = window_choices(data, span, None)
-    if not run.budget.fits(unpruned // 10, TimeBudget.EXACT_WINDOW, root=False):
+    if not run.fits(unpruned // 10, TimeBudget.EXACT_WINDOW, root=False):
         run.stats["exact_window"] = f"skipped: {unpruned:,} choices before pruning"
         return
     allowed, kept, total = keep_choices(data, lgrids, relaxation.best, run.upper())
     run.stats.update(choices_kept=kept, choices_total=total)
     run.say(f"Lagrangian pruning kept {kept:,} of {total:,} (deployment, period, config) choices")
     need = window_choices(data, span, allowed)
-    if not run.budget.fits(need, TimeBudget.EXACT_WINDOW, root=False):
+    if not run.fits(need, TimeBudget.EXACT_WINDOW, root=False):
         run.stats["exact_window"] = f"skipped: {need:,} choices do not fit in the time left"
         return
     w = solve_windowed(
         data,
         grids,
-        run.budget.left(TimeBudget.EXACT_WINDOW),
+        run.budget.deadline(TimeBudget.EXACT_WINDOW),
         opts.mip_gap,
         opts.threads,
         run.best,
@@ -890,7 +850,7 @@ def _finish(run: Run, data: ScheduleData, base: dict[str, Priced]) -> Outcome:
     best = run.best
     if best is None:
         raise diagnose_infeasible(
-            data, "no feasible schedule found within the time limit", _diagnosis_s(run)
+            data, "no feasible schedule found within the time limit", _diagnosis(run)
         )
     status = "optimal" if run.closed() else "stopped" if run.stopped else "time_limit"
     run.stats["incumbent_from"] = run.source

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import HINTS_AFTER, Deadline
 from formulation.data import ScheduleData
 from formulation.dp import DeploymentGrid, reach, step_cost_to, transition_cost
 from formulation.interrupt import stop_requested
@@ -95,7 +96,7 @@ def split_bound(
     exit_: list[FloatArray] | None,
     constant_usd: float,
     upper_bound_usd: float,
-    time_limit_s: float,
+    deadline: Deadline,
     max_iter: int = 200,
     theta0: float = 1.0,
     patience: int = 5,
@@ -107,7 +108,7 @@ def split_bound(
     pool: ForkPool[ScheduleData] | None = None,
     restart_every: int | None = None,
 ) -> SplitBound:
-    """Best ``L(mu)`` found by subgradient ascent within the time limit.
+    """Best ``L(mu)`` found by subgradient ascent by ``deadline``.
 
     ``improve(states)`` (optional), called every few iterations with the joint period
     states seen so far, may return a better upper bound (a schedule built from them);
@@ -121,6 +122,7 @@ def split_bound(
     ``theta0`` (a restarted subgradient method: halving alone shrinks the steps long
     before the multipliers settle)."""
     t0 = time.perf_counter()
+    hints_from = deadline.fraction(HINTS_AFTER)
     M = len(data.deployments)
     W = b - a
     mu = (
@@ -142,7 +144,7 @@ def split_bound(
         y = np.zeros((M, W), dtype=np.int64)
         total = constant_usd
         todo = [i for i in range(W) if dirty[i] or cache[i] is None]
-        tasks = [(a + i, [-mu[m][i] for m in range(M)], cache[i], t0 + time_limit_s) for i in todo]
+        tasks = [(a + i, [-mu[m][i] for m in range(M)], cache[i], deadline) for i in todo]
         if pool is not None:
             found = pool.map(solve_period, tasks)
         else:
@@ -182,7 +184,7 @@ def split_bound(
             stall += 1
             if stall >= patience:
                 theta, stall = theta / 2, 0
-        if it > max_iter // 4 or time.perf_counter() - t0 > 0.5 * time_limit_s:
+        if it > max_iter // 4 or hints_from.expired():
             for m in range(M):
                 for i in range(W):
                     hints[m][i].add(int(x[m, i]))
@@ -195,7 +197,7 @@ def split_bound(
             break
         diff = x != y
         norm2 = 2.0 * float(diff.sum())
-        if norm2 == 0 or time.perf_counter() - t0 > time_limit_s or stop_requested():
+        if norm2 == 0 or deadline.expired() or stop_requested():
             break  # x == y: the relaxation's solution is feasible for both copies
         if restart_every is not None and it % restart_every == 0:
             mu = [x.copy() for x in best_mu]

@@ -15,7 +15,6 @@ the deployments' independent optima break the site constraints.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import (
+    ROUND_AT_LEAST_S,
+    ROUND_SHARE,
+    WINDOW_MILP_AT_LEAST_S,
+    WINDOW_REPAIR_AT_LEAST_S,
+    WINDOW_REPAIR_SHARE,
+    WINDOW_STEP_AT_LEAST_S,
+    Deadline,
+)
 from formulation.data import ScheduleData, slice_periods
 from formulation.dp import (
     DeploymentGrid,
@@ -50,9 +58,9 @@ IntArray = NDArray[np.int64]
 #: (formulation.split.split_bound)
 PATIENCE = 15
 RESTART_EVERY = 25
-#: one round of the ascent (between which the window's schedules are looked for) may
-#: take this share of the time the window has left
-ROUND_SHARE = 0.6
+#: at most this many rounds of the ascent over one window, the schedules looked for
+#: between them (each round's time: formulation.budget.ROUND_SHARE)
+MAX_ROUNDS = 8
 
 
 @dataclass
@@ -147,7 +155,7 @@ def window_choices(data: ScheduleData, span: tuple[int, int], allowed: Allowed |
 def solve_windowed(
     data: ScheduleData,
     grids: list[DeploymentGrid],
-    time_limit_s: float,
+    deadline: Deadline,
     mip_gap: float,
     threads: int | None = None,
     incumbent: Priced | None = None,
@@ -156,8 +164,8 @@ def solve_windowed(
     pad: int = 1,
 ) -> WindowResult:
     """See the module docstring. ``allowed`` (optional) restricts the window MILP to
-    choices known to be safe to keep (e.g. Lagrangian pruning against ``incumbent``)."""
-    t0 = time.perf_counter()
+    choices known to be safe to keep (e.g. Lagrangian pruning against ``incumbent``);
+    each window MILP gets at least ``WINDOW_MILP_AT_LEAST_S``."""
     say = progress or (lambda _m: None)
     T = data.n_periods
     tabs, free = _uncoupled(data, grids)
@@ -184,9 +192,9 @@ def solve_windowed(
         start = None
         if best is not None:
             start = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
-        left = time_limit_s - (time.perf_counter() - t0)
         say(f"window MILP over periods {a}..{b - 1}")
-        r = solve_compact(sub, max(left, 0.5), mip_gap, threads, sub_allowed, start, entry, exit_)
+        milp_deadline = deadline.at_least(WINDOW_MILP_AT_LEAST_S)
+        r = solve_compact(sub, milp_deadline, mip_gap, threads, sub_allowed, start, entry, exit_)
         outside_const = site_constant_usd(data) - site_constant_usd(sub)
         stats["windows"].append(
             {
@@ -208,7 +216,7 @@ def solve_windowed(
                 best = full
             return WindowResult(best, lb, r.status == "optimal", stats)
         new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
-        if not new or time.perf_counter() - t0 > time_limit_s or stop_requested():
+        if not new or deadline.expired() or stop_requested():
             return WindowResult(best, lb, False, stats)
         broken |= new
 
@@ -326,7 +334,7 @@ def _span_bound(
 
 
 def _period_optima(
-    data: ScheduleData, a: int, b: int, deadline: float | None = None, workers: int = 1
+    data: ScheduleData, a: int, b: int, deadline: Deadline | None = None, workers: int = 1
 ) -> tuple[list[PeriodSolution], int | None, bool]:
     """The one-period optima of periods ``a..b-1`` (on ``workers`` forked processes);
     the first period where none exists (or None); and whether every one is proven (a
@@ -344,15 +352,15 @@ def _period_optima(
 def guided_start(
     data: ScheduleData,
     grids: list[DeploymentGrid],
-    deadline: float | None = None,
+    deadline: Deadline | None = None,
     workers: int = 1,
 ) -> GuidedStart:
     """The first step of :func:`solve_guided`, on its own so that a solve can take its
     bound early: exact DP for each deployment before and after the span where the
     uncoupled optima break the site, and inside it the sum of the exact one-period
     optima, which ignore transitions. That is a relaxation of the full problem, hence a
-    proven lower bound (-inf when ``deadline``, a ``time.perf_counter`` time, cut a
-    one-period search short; the uncoupled schedule's cost when it meets the site)."""
+    proven lower bound (-inf when ``deadline`` cut a one-period search short; the
+    uncoupled schedule's cost when it meets the site)."""
     tabs, free = _uncoupled(data, grids)
     first = price_schedule(data, free)
     if first.violation_free:
@@ -367,7 +375,7 @@ def guided_start(
 def solve_guided(
     data: ScheduleData,
     grids: list[DeploymentGrid],
-    time_limit_s: float,
+    deadline: Deadline,
     mip_gap: float,
     threads: int | None = None,
     incumbent: Priced | None = None,
@@ -379,260 +387,345 @@ def solve_guided(
     on_schedule: Callable[[Priced], object] | None = None,
     workers: int = 1,
 ) -> WindowResult:
-    """Window solve guided by the exact one-period optima (see :mod:`formulation.period`).
+    """Window solve guided by the exact one-period optima (see :mod:`formulation.period`),
+    by ``deadline``.
 
     Lower bound: that of :func:`guided_start` (``start``, if the caller has it), raised
-    by the Lagrangian decomposition of :func:`formulation.split.split_bound`, and by the
-    window MILP over every candidate when it runs.
+    by the Lagrangian decomposition of :func:`formulation.split.split_bound` in rounds
+    (:meth:`_Guided.bound_rounds`), and by the window MILP over every candidate when it
+    runs.
 
-    Schedules: the window MILP (transitions exact, entry and exit costs from the DP)
-    restricted to configurations within ``radius`` instances of the one-period optima,
-    of the DP path and of the incumbent; the radius grows until the gap closes or time
-    runs out. The restriction only limits which schedules are found, never the bound.
+    Schedules: between the rounds, the best transition-feasible path through the joint
+    period states the decomposition saw (:func:`_joint_states_schedule`); then the
+    window MILP (transitions exact, entry and exit costs from the DP) restricted to
+    configurations within ``radius`` instances of the one-period optima, of the DP path
+    and of the incumbent (:meth:`_Guided.window_milp`); the radius grows until the gap
+    closes or time runs out. The restriction only limits which schedules are found,
+    never the bound. A window MILP whose schedule breaks periods outside the window
+    grows the window to them, and the steps start again over it.
 
     ``on_bound`` and ``on_schedule`` (optional) see every better bound and schedule as
     soon as it is found, before the result comes back. The decomposition's period
     problems run on ``workers`` forked processes (:class:`formulation.workers.ForkPool`).
     """
-
-    t0 = time.perf_counter()
-    say = progress or (lambda _m: None)
+    # each start's repair: a share of the window's whole time
+    repair_s = max(WINDOW_REPAIR_SHARE * deadline.remaining(), WINDOW_REPAIR_AT_LEAST_S)
+    init = start if start is not None else guided_start(data, grids)
+    if init.first.violation_free:
+        stats: dict[str, Any] = {"windows": [{"periods": 0}]}
+        return WindowResult(init.first, init.first.objective_usd, True, stats)
     with ForkPool(data, workers) as pool:
-        return _guided(
+        g = _Guided(
             data,
             grids,
-            time_limit_s,
+            deadline,
             mip_gap,
             threads,
             incumbent,
-            say,
-            max_radius,
-            hints,
-            start,
-            on_schedule,
-            on_bound,
+            init,
             pool,
-            t0,
+            progress or (lambda _m: None),
+            on_bound,
+            on_schedule,
+        )
+        g.repair([init.free, *(hints or [])], repair_s)
+        broken = set(init.first.cap_violations) | set(init.first.inventory_violations)
+        if g.best is not None:
+            broken |= binding_periods(data, g.best)
+        reuse = True
+        while True:
+            w = g.window(min(broken), max(broken) + 1, reuse)
+            reuse = False
+            if w is None:
+                return g.result(False)
+            out = g.steps(w, max_radius)
+            if isinstance(out, WindowResult):
+                return out
+            broken |= out  # the window grows to the periods its schedule broke
+            if deadline.expired() or stop_requested():
+                return g.result(False)
+
+
+@dataclass
+class _Span:
+    """One window ``[a, b)`` of the guided solve: the one-period optima in it, the
+    window's data, the DP costs of entering and leaving it, and per deployment and
+    window period the configurations its MILPs are restricted around (``anchors``)."""
+
+    a: int
+    b: int
+    sols: list[PeriodSolution]
+    sub: ScheduleData
+    entry: list[np.ndarray] | None
+    exit_: list[np.ndarray] | None
+    anchors: list[list[set[int]]]
+
+
+class _Guided:
+    """The state of one :func:`solve_guided`: the incumbent, the bound and the
+    statistics, shared by its steps (the window's one-period optima, the bound rounds,
+    the schedule search between them and the window MILPs)."""
+
+    def __init__(
+        self,
+        data: ScheduleData,
+        grids: list[DeploymentGrid],
+        deadline: Deadline,
+        mip_gap: float,
+        threads: int | None,
+        incumbent: Priced | None,
+        init: GuidedStart,
+        pool: ForkPool[ScheduleData],
+        say: Callable[[str], None],
+        on_bound: Callable[[float], None] | None,
+        on_schedule: Callable[[Priced], object] | None,
+    ) -> None:
+        self.data, self.grids, self.deadline = data, grids, deadline
+        self.mip_gap, self.threads, self.init, self.pool = mip_gap, threads, init, pool
+        self.say, self.on_bound, self.on_schedule = say, on_bound, on_schedule
+        self.best = incumbent
+        self.lb = -np.inf
+        self.const = site_constant_usd(data)
+        self.stats: dict[str, Any] = {"windows": []}
+
+    def found_schedule(self, p: Priced, how: str) -> None:
+        self.say(f"{how}: ${p.objective_usd:.4f}")
+        if self.on_schedule is not None:
+            self.on_schedule(p)
+
+    def found_bound(self, value: float) -> None:
+        if self.on_bound is not None:
+            best = self.best
+            self.on_bound(value if best is None else min(value, best.objective_usd))
+
+    def upper(self) -> float:
+        return np.inf if self.best is None else self.best.objective_usd
+
+    def gap(self) -> float:
+        if self.best is None:
+            return np.inf
+        return (self.best.objective_usd - self.lb) / max(abs(self.best.objective_usd), 1e-9)
+
+    def closed(self) -> bool:
+        best = self.best
+        return best is not None and (best.objective_usd - self.lb) <= self.mip_gap * abs(
+            best.objective_usd
         )
 
+    def out_of_time(self, at_least_s: float) -> bool:
+        return self.deadline.remaining() <= at_least_s or stop_requested()
 
-def _guided(
-    data: ScheduleData,
-    grids: list[DeploymentGrid],
-    time_limit_s: float,
-    mip_gap: float,
-    threads: int | None,
-    incumbent: Priced | None,
-    say: Callable[[str], None],
-    max_radius: int,
-    hints: list[Schedule] | None,
-    start: GuidedStart | None,
-    on_schedule: Callable[[Priced], object] | None,
-    on_bound: Callable[[float], None] | None,
-    pool: ForkPool[ScheduleData],
-    t0: float,
-) -> WindowResult:
-    T, M = data.n_periods, len(data.deployments)
-    init = start if start is not None else guided_start(data, grids)
-    tabs, free, first = init.tabs, init.free, init.first
-    stats: dict[str, Any] = {"windows": []}
-    if first.violation_free:
-        stats["windows"].append({"periods": 0})
-        return WindowResult(first, first.objective_usd, True, stats)
-    best = incumbent
+    def result(self, proven: bool) -> WindowResult:
+        return WindowResult(self.best, self.lb, proven, self.stats)
 
-    def found_schedule(p: Priced, how: str) -> None:
-        say(f"{how}: ${p.objective_usd:.4f}")
-        if on_schedule is not None:
-            on_schedule(p)
+    def repair(self, starts: list[Schedule], seconds: float) -> None:
+        """Each start made feasible by coordinate descent (``seconds`` each); the best
+        becomes the incumbent if it beats it."""
+        for h in starts:
+            cd = coordinate_descent(self.data, self.grids, h, Deadline.after(seconds))
+            if cd.violation_free and cd.objective_usd < self.upper():
+                self.best = cd
+                self.found_schedule(cd, "feasible schedule (repaired by coordinate descent)")
 
-    def found_bound(value: float) -> None:
-        if on_bound is not None:
-            on_bound(value if best is None else min(value, best.objective_usd))
-
-    for h in [free, *(hints or [])]:
-        cd = coordinate_descent(data, grids, h, time_limit_s=max(0.05 * time_limit_s, 0.1))
-        if cd.violation_free and (best is None or cd.objective_usd < best.objective_usd):
-            best = cd
-            found_schedule(best, "feasible schedule (repaired by coordinate descent)")
-    const = site_constant_usd(data)
-    broken = set(first.cap_violations) | set(first.inventory_violations)
-    if best is not None:
-        broken |= binding_periods(data, best)
-    lb = -np.inf
-    reuse = True
-    while True:
-        a, b = min(broken), max(broken) + 1
+    def window(self, a: int, b: int, reuse: bool) -> _Span | None:
+        """The window ``[a, b)``: its one-period optima (those of the start when it
+        spans the same periods and ``reuse``), the bound they give, and its anchors;
+        None when some period in it has no feasible mix (named in the statistics)."""
+        data, init = self.data, self.init
+        T, M = data.n_periods, len(data.deployments)
         if reuse and init.span == (a, b):
             sols, infeasible = init.solutions, init.infeasible_period
             if infeasible is None and not np.isfinite(init.bound_usd):
                 sols, infeasible, _ = _period_optima(data, a, b)  # cut short: again, exactly
         else:
-            say(f"one-period optima for periods {a}..{b - 1} (transitions relaxed)")
+            self.say(f"one-period optima for periods {a}..{b - 1} (transitions relaxed)")
             sols, infeasible, _ = _period_optima(data, a, b)
-        reuse = False
         if infeasible is not None:
-            stats["infeasible_period"] = infeasible
-            return WindowResult(best, lb, False, stats)
-        lb = max(lb, _span_bound(data, tabs, a, b, sols))
-        found_bound(lb)
+            self.stats["infeasible_period"] = infeasible
+            return None
+        tabs = init.tabs
+        self.lb = max(self.lb, _span_bound(data, tabs, a, b, sols))
+        self.found_bound(self.lb)
         anchors: list[list[set[int]]] = [[set() for _ in range(a, b)] for _ in range(M)]
         for i, s in enumerate(sols):
             for m in range(M):
                 anchors[m][i].add(int(s.config[m]))
-                anchors[m][i].add(int(free.config[m, a + i]))
-                if best is not None:
-                    anchors[m][i].add(int(best.schedule.config[m, a + i]))
-        sub = slice_periods(data, a, b)
+                anchors[m][i].add(int(init.free.config[m, a + i]))
+                if self.best is not None:
+                    anchors[m][i].add(int(self.best.schedule.config[m, a + i]))
         entry = None
         if a > 0:
             entry = [
-                reach(data, d, grids[m], tabs[m][2][a - 1], True)
+                reach(data, d, self.grids[m], tabs[m][2][a - 1], True)
                 for m, d in enumerate(data.deployments)
             ]
         exit_ = [tabs[m][3][b - 1] for m in range(M)] if b < T else None
-        grown = False
-        outside_const = const - site_constant_usd(sub)
-        # first the decomposition bound (its period solutions give schedules and its
-        # hints enlarge the anchors), then window MILPs of growing radius
+        return _Span(a, b, sols, slice_periods(data, a, b), entry, exit_, anchors)
+
+    def joint_path(
+        self,
+        w: _Span,
+        states: list[dict[tuple[int, ...], tuple[np.ndarray, float]]] | None,
+        ref: Priced | None,
+    ) -> Priced | None:
+        """The schedule search: :func:`_joint_states_schedule` over ``w``."""
+        return _joint_states_schedule(
+            self.data, self.grids, self.init.tabs, w.a, w.b, states, w.sols, ref, w.entry, w.exit_
+        )
+
+    def bound_rounds(self, w: _Span) -> bool:
+        """Rounds of the decomposition bound over ``w`` (each within ``ROUND_SHARE`` of
+        the time left, from the previous round's multipliers), a schedule looked for
+        during and after each; they continue while they move the bound or the schedule.
+        Returns whether the gap is closed."""
+        mu = None
+        for _round in range(MAX_ROUNDS):
+            lb_before, ub_before = self.lb, self.upper()
+            if self.out_of_time(ROUND_AT_LEAST_S):
+                break
+            self.say(f"Lagrangian decomposition bound over periods {w.a}..{w.b - 1}")
+            lb = self.lb
+            target = (
+                self.best.objective_usd if self.best is not None else lb + abs(lb) * 0.005 + 1e-3
+            )
+            search = _PathSearch(self, w)
+            sb = split_bound(
+                self.data,
+                self.grids,
+                w.a,
+                w.b,
+                w.entry,
+                w.exit_,
+                self.const,
+                target,
+                self.deadline.fraction(ROUND_SHARE),
+                max_iter=100_000,  # each round ends by its time
+                theta0=2.0,
+                patience=PATIENCE,
+                restart_every=RESTART_EVERY,
+                mu0=mu,
+                improve=search,
+                target_gap=self.mip_gap,
+                on_bound=self.found_bound,
+                pool=self.pool,
+            )
+            if search.found and search.found[-1].objective_usd < self.upper():
+                self.best = search.found[-1]
+            mu = sb.mu
+            self.stats.setdefault("split_bound", []).append(round_stats(sb))
+            if np.isfinite(sb.value_usd):
+                self.lb = max(self.lb, min(sb.value_usd, self.upper()))
+            if sb.hints is not None:
+                for m in range(len(self.data.deployments)):
+                    for i in range(w.b - w.a):
+                        w.anchors[m][i] |= sb.hints[m][i]
+            cand = self.joint_path(w, sb.states, self.best)
+            if cand is not None and cand.objective_usd < self.upper() - 1e-9:
+                self.best = cand
+                self.found_schedule(cand, "joint-state path over the window")
+            if self.closed():
+                return True
+            # rounds continue while they still move the bound or the schedule
+            if self.lb <= lb_before + 1e-7 * abs(self.lb) and self.upper() >= ub_before - 1e-9:
+                break
+        return False
+
+    def steps(self, w: _Span, max_radius: int) -> WindowResult | set[int]:
+        """Over ``w``: first the bound rounds (their period solutions give schedules and
+        their hints enlarge the anchors), then window MILPs of radius 1 to
+        ``max_radius`` and over every candidate. Returns the result once the gap is
+        closed or the steps are done, or the periods outside ``w`` that a window MILP's
+        schedule breaks (the window grows to them)."""
         radii: list[int | None] = [*range(1, max_radius + 1), None]
         for step_i, radius in enumerate(radii):
-            left = time_limit_s - (time.perf_counter() - t0)
-            if left <= 0.2 or stop_requested():
+            if self.out_of_time(WINDOW_STEP_AT_LEAST_S):
                 break
             if step_i == 0:
-                gap_now = (
-                    np.inf
-                    if best is None
-                    else (best.objective_usd - lb) / max(abs(best.objective_usd), 1e-9)
-                )
-                if gap_now <= mip_gap:
+                if self.gap() <= self.mip_gap:
                     continue
-                mu = None
-                for _round in range(8):
-                    lb_before = lb
-                    ub_before = np.inf if best is None else best.objective_usd
-                    left = time_limit_s - (time.perf_counter() - t0)
-                    if left <= 0.3 or stop_requested():
-                        break
-                    say(f"Lagrangian decomposition bound over periods {a}..{b - 1}")
-                    target = best.objective_usd if best is not None else lb + abs(lb) * 0.005 + 1e-3
-                    found: list[Priced] = []
-
-                    def improve(
-                        states: list[dict[tuple[int, ...], tuple[np.ndarray, float]]],
-                        found: list[Priced] = found,
-                        ref0: Priced | None = best,
-                        a: int = a,
-                        b: int = b,
-                        sols: list[Any] = sols,
-                        entry: list[np.ndarray] | None = entry,
-                        exit_: list[np.ndarray] | None = exit_,
-                    ) -> float | None:
-                        ref = found[-1] if found else ref0
-                        cand = _joint_states_schedule(
-                            data, grids, tabs, a, b, states, sols, ref, entry, exit_
-                        )
-                        if cand is None or (
-                            ref is not None and cand.objective_usd >= ref.objective_usd
-                        ):
-                            return None
-                        found.append(cand)
-                        found_schedule(cand, "joint-state path over the window")
-                        return cand.objective_usd
-
-                    sb = split_bound(
-                        data,
-                        grids,
-                        a,
-                        b,
-                        entry,
-                        exit_,
-                        const,
-                        target,
-                        time_limit_s=ROUND_SHARE * left,
-                        max_iter=100_000,  # each round ends by its time
-                        theta0=2.0,
-                        patience=PATIENCE,
-                        restart_every=RESTART_EVERY,
-                        mu0=mu,
-                        improve=improve,
-                        target_gap=mip_gap,
-                        on_bound=found_bound,
-                        pool=pool,
-                    )
-                    if found and (best is None or found[-1].objective_usd < best.objective_usd):
-                        best = found[-1]
-                    mu = sb.mu
-                    stats.setdefault("split_bound", []).append(round_stats(sb))
-                    if np.isfinite(sb.value_usd):
-                        cap_ub = np.inf if best is None else best.objective_usd
-                        lb = max(lb, min(sb.value_usd, cap_ub))
-                    if sb.hints is not None:
-                        for m in range(M):
-                            for i in range(b - a):
-                                anchors[m][i] |= sb.hints[m][i]
-                    cand = _joint_states_schedule(
-                        data, grids, tabs, a, b, sb.states, sols, best, entry, exit_
-                    )
-                    improved = cand is not None and (
-                        best is None or cand.objective_usd < best.objective_usd - 1e-9
-                    )
-                    if improved and cand is not None:
-                        best = cand
-                        found_schedule(cand, "joint-state path over the window")
-                    if best is not None and (best.objective_usd - lb) <= mip_gap * abs(
-                        best.objective_usd
-                    ):
-                        return WindowResult(best, lb, True, stats)
-                    ub_now = np.inf if best is None else best.objective_usd
-                    # rounds continue while they still move the bound or the schedule
-                    if lb <= lb_before + 1e-7 * abs(lb) and ub_now >= ub_before - 1e-9:
-                        break
-                left = time_limit_s - (time.perf_counter() - t0)
-                if left <= 0.2 or stop_requested():
+                if self.bound_rounds(w):
+                    return self.result(True)
+                if self.out_of_time(WINDOW_STEP_AT_LEAST_S):
                     break
-            allowed = None if radius is None else _guided_allowed(data, a, b, anchors, radius)
-            n_choices = (
-                sum(int(d.allowed.sum()) for d in data.deployments) * (b - a)
-                if allowed is None
-                else sum(len(r) for rows in allowed for r in rows)
-            )
-            label = "all" if radius is None else f"radius {radius}"
-            say(f"window MILP, periods {a}..{b - 1}, {label}: {n_choices} choices")
-            warm = None
-            if best is not None:
-                warm = Schedule(best.schedule.config[:, a:b], best.schedule.served_rps[:, a:b])
-            r = solve_compact(sub, left, mip_gap / 2, threads, allowed, warm, entry, exit_)
-            stats["windows"].append(
-                {
-                    "first": a,
-                    "last": b - 1,
-                    "radius": radius,
-                    "choices": n_choices,
-                    "binaries": r.n_binaries,
-                    "build_s": round(r.build_s, 3),
-                    "solve_s": round(r.solve_s, 3),
-                    "status": r.status,
-                }
-            )
-            if radius is None and r.bound_usd is not None and np.isfinite(r.bound_usd):
-                # every candidate in the window, exact DP outside it, caps outside
-                # relaxed: a relaxation of the full problem, so its bound holds
-                lb = max(lb, r.bound_usd + outside_const)
-                found_bound(lb)
-            if r.schedule is None:
+            new = self.window_milp(w, radius)
+            if new is None:
                 continue
-            full = price_schedule(data, _assemble(data, grids, tabs, a, b, r.schedule))
-            new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
             if new:
-                broken |= new
-                grown = True
-                break
-            if full.violation_free and (best is None or full.objective_usd < best.objective_usd):
-                best = full
-                found_schedule(full, f"window MILP ({label})")
-            if best is not None and (best.objective_usd - lb) <= mip_gap * abs(best.objective_usd):
-                return WindowResult(best, min(lb, best.objective_usd), True, stats)
-        if not grown or time.perf_counter() - t0 > time_limit_s or stop_requested():
-            return WindowResult(best, lb, False, stats)
+                return new
+            if self.closed():
+                assert self.best is not None
+                return WindowResult(
+                    self.best, min(self.lb, self.best.objective_usd), True, self.stats
+                )
+        return self.result(False)
+
+    def window_milp(self, w: _Span, radius: int | None) -> set[int] | None:
+        """The window MILP over ``w``, restricted to ``radius`` instances around the
+        anchors (None: every candidate, whose bound then holds for the full problem),
+        from the incumbent. Returns None when it found no schedule, else the periods
+        outside ``w`` its schedule breaks (empty when none: the schedule is offered)."""
+        data, a, b = self.data, w.a, w.b
+        allowed = None if radius is None else _guided_allowed(data, a, b, w.anchors, radius)
+        n_choices = (
+            sum(int(d.allowed.sum()) for d in data.deployments) * (b - a)
+            if allowed is None
+            else sum(len(r) for rows in allowed for r in rows)
+        )
+        label = "all" if radius is None else f"radius {radius}"
+        self.say(f"window MILP, periods {a}..{b - 1}, {label}: {n_choices} choices")
+        warm = None
+        if self.best is not None:
+            warm = Schedule(
+                self.best.schedule.config[:, a:b], self.best.schedule.served_rps[:, a:b]
+            )
+        r = solve_compact(
+            w.sub, self.deadline, self.mip_gap / 2, self.threads, allowed, warm, w.entry, w.exit_
+        )
+        self.stats["windows"].append(
+            {
+                "first": a,
+                "last": b - 1,
+                "radius": radius,
+                "choices": n_choices,
+                "binaries": r.n_binaries,
+                "build_s": round(r.build_s, 3),
+                "solve_s": round(r.solve_s, 3),
+                "status": r.status,
+            }
+        )
+        if radius is None and r.bound_usd is not None and np.isfinite(r.bound_usd):
+            # every candidate in the window, exact DP outside it, caps outside
+            # relaxed: a relaxation of the full problem, so its bound holds
+            self.lb = max(self.lb, r.bound_usd + self.const - site_constant_usd(w.sub))
+            self.found_bound(self.lb)
+        if r.schedule is None:
+            return None
+        full = price_schedule(data, _assemble(data, self.grids, self.init.tabs, a, b, r.schedule))
+        new = (set(full.cap_violations) | set(full.inventory_violations)) - set(range(a, b))
+        if new:
+            return new
+        if full.violation_free and full.objective_usd < self.upper():
+            self.best = full
+            self.found_schedule(full, f"window MILP ({label})")
+        return set()
+
+
+class _PathSearch:
+    """The schedule search during one round of the bound: called by the ascent with the
+    joint period states it has seen, the best path through them if it beats the last
+    one found (or the incumbent at the round's start); each one found is reported."""
+
+    def __init__(self, g: _Guided, w: _Span) -> None:
+        self.g, self.w, self.ref0 = g, w, g.best
+        self.found: list[Priced] = []
+
+    def __call__(
+        self, states: list[dict[tuple[int, ...], tuple[np.ndarray, float]]]
+    ) -> float | None:
+        ref = self.found[-1] if self.found else self.ref0
+        cand = self.g.joint_path(self.w, states, ref)
+        if cand is None or (ref is not None and cand.objective_usd >= ref.objective_usd):
+            return None
+        self.found.append(cand)
+        self.g.found_schedule(cand, "joint-state path over the window")
+        return cand.objective_usd

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from formulation.baselines import greedy
+from formulation.budget import Deadline
 from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
@@ -225,5 +226,5 @@ def test_greedy_baseline_meets_the_cap_whenever_shedding_can() -> None:
     data = build_data(problem_from_dict(demo_request()))
     # every demo period can meet its cap with every deployment off and all GPUs idle
     assert (data.pue * data.idle_site_it_w <= data.power_cap_w).all()
-    base = greedy(data, time_limit_s=0.01)
+    base = greedy(data, Deadline.after(0.01))
     assert base.cap_violations == []

@@ -5,12 +5,12 @@ enumeration (tests.formulation.test_exact) on small random sites."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import numpy as np
 import pytest
 
+from formulation.budget import Deadline
 from formulation.data import build_data
 from formulation.decomposition import decompose
 from formulation.demo import demo_request
@@ -90,7 +90,7 @@ def test_the_first_guided_bound_is_a_bound(seed: int) -> None:
 @pytest.mark.parametrize("seed", BINDING[:3])
 def test_a_first_bound_cut_short_by_its_deadline_is_no_bound(seed: int) -> None:
     data, grids, _ = _capped(seed)
-    start = guided_start(data, grids, deadline=time.perf_counter() - 1.0)
+    start = guided_start(data, grids, deadline=Deadline.after(-1.0))
     if all(s.proven for s in start.solutions):
         pytest.skip("every one-period search finished before its first deadline check")
     assert start.bound_usd == -np.inf
@@ -105,7 +105,7 @@ def test_guided_reports_only_bounds_and_feasible_schedules_as_they_come(seed: in
     r = solve_guided(
         data,
         grids,
-        30.0,
+        Deadline.after(30.0),
         1e-9,
         start=start,
         on_bound=bounds.append,
@@ -130,17 +130,17 @@ def test_column_generation_stops_at_a_bound_it_cannot_beat(seed: int) -> None:
     round for a bound above every LP value); without one it runs to convergence."""
     data, grids, best = _capped(seed)
     oracle = DualOracle(data, local_grids(data, grids))
-    full = decompose(data, 30.0, oracle=oracle)
+    full = decompose(data, Deadline.after(30.0), oracle=oracle)
     assert full.converged and not full.beaten
     assert full.lower_bound_usd <= best.value * (1 + 1e-9) + 1e-9
     if full.iterations == 1:
         pytest.skip("converged in its first round")
-    beaten = decompose(data, 30.0, oracle=oracle, bound_to_beat=lambda: np.inf)
+    beaten = decompose(data, Deadline.after(30.0), oracle=oracle, bound_to_beat=lambda: np.inf)
     assert beaten.beaten and not beaten.converged and beaten.iterations == 1
     assert beaten.lower_bound_usd <= full.lower_bound_usd + 1e-9 * abs(full.lower_bound_usd)
     # a bound just above the Dantzig-Wolfe one: stopped no later than convergence
     at = full.lower_bound_usd + 1e-6 * abs(full.lower_bound_usd)
-    near = decompose(data, 30.0, oracle=oracle, bound_to_beat=lambda: at)
+    near = decompose(data, Deadline.after(30.0), oracle=oracle, bound_to_beat=lambda: at)
     assert near.iterations <= full.iterations
     assert near.beaten or near.converged
     assert not near.beaten or near.lp_value_usd <= at
@@ -186,7 +186,7 @@ def _split_value(seed: int, pool: ForkPool[Any] | None, restart_every: int | Non
         exit_,
         site_constant_usd(data),
         ub,
-        30.0,
+        Deadline.after(30.0),
         max_iter=15,
         pool=pool,
         restart_every=restart_every,
@@ -248,7 +248,7 @@ def test_a_round_without_a_bound_is_reported_as_null() -> None:
     }
     # and a whole guided window's statistics are strict JSON
     data, grids, _ = _capped(BINDING[0])
-    r = solve_guided(data, grids, 2.0, 1e-9, start=guided_start(data, grids))
+    r = solve_guided(data, grids, Deadline.after(2.0), 1e-9, start=guided_start(data, grids))
     rounds = json.loads(json.dumps(r.stats, allow_nan=False))["split_bound"]
     assert rounds and all(e["value_usd"] is None or np.isfinite(e["value_usd"]) for e in rounds)
 

@@ -11,6 +11,7 @@ from pyomo.contrib.appsi.solvers.highs import Highs
 
 import formulation.milp as milp
 from formulation.baselines import greedy_ramped
+from formulation.budget import HIGHS_GRACE_S, HIGHS_GRACE_SHARE, Deadline
 from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.evaluate import price_schedule
@@ -38,7 +39,7 @@ def test_a_stopped_milp_keeps_the_incumbent_highs_sent() -> None:
     # the stop comes with HiGHS's first schedule; the limit only bounds a slow machine's
     # wait for it (30 s ran out once, under load, before HiGHS had sent one)
     with interruptible(stop):
-        r = milp.solve_compact(data, 120.0, 0.0, start=start.schedule)
+        r = milp.solve_compact(data, Deadline.after(120.0), 0.0, start=start.schedule)
     if r.termination == "optimal":
         pytest.skip("HiGHS solved this MILP before the stop")
     assert r.termination == "stopped" and PROCESS.restarts == restarts + 1
@@ -51,7 +52,7 @@ def test_a_stopped_milp_keeps_the_incumbent_highs_sent() -> None:
         assert r.bound_usd <= p.objective_usd + 1e-6
     # the next MILP runs on a new process
     small = build_data(problem_from_dict(small_schedule(mip_gap=0.0)))
-    again = milp.solve_compact(small, 30.0, 0.0)
+    again = milp.solve_compact(small, Deadline.after(30.0), 0.0)
     assert again.schedule is not None and again.termination == "optimal"
 
 
@@ -67,19 +68,19 @@ def test_a_milp_past_its_deadline_is_ended_with_its_process() -> None:
     payload["options"] = {"time_limit": 60.0, "mip_rel_gap": 0.0}
     proc = HighsProcess()
     t0 = time.perf_counter()
-    out = proc.solve(payload, 0.3)
+    out = proc.solve(payload, Deadline.after(0.3))
     spent = time.perf_counter() - t0
     if out.status == "optimal":
         pytest.skip("HiGHS proved this MILP optimal within the grace")
     assert out.status == "killed" and proc.restarts == 1
-    assert spent < 0.3 * (1 + HighsProcess.GRACE_SHARE) + HighsProcess.GRACE_S + 2.0
+    assert spent < 0.3 * (1 + HIGHS_GRACE_SHARE) + HIGHS_GRACE_S + 2.0
     # the next MILP runs on a new process
     small = milp.build_model(build_data(problem_from_dict(small_schedule(mip_gap=0.0))))
     opt = Highs()
     with stdout_to_stderr():
         opt.set_instance(small)
     payload = lp_arrays(opt._solver_model) | {"options": {"mip_rel_gap": 0.0}}
-    again = proc.solve(payload, 60.0)
+    again = proc.solve(payload, Deadline.after(60.0))
     assert again.status == "optimal" and again.best is not None
     proc.kill()
 
@@ -92,5 +93,5 @@ def test_a_failing_stop_check_ends_the_milp() -> None:
         raise RuntimeError("database is locked")
 
     with interruptible(broken):
-        r = milp.solve_compact(data, 30.0, 0.0, start=start.schedule)
+        r = milp.solve_compact(data, Deadline.after(30.0), 0.0, start=start.schedule)
     assert r.termination in ("stopped", "optimal")

@@ -4,7 +4,6 @@ deployment under a binding cap, a dense DP written in this file."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -12,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from formulation.budget import Deadline, TimeBudget
 from formulation.data import build_data
 from formulation.dp import deployment_grid
 from formulation.evaluate import Schedule
 from formulation.lagrange import DualOracle, corridor, keep_choices, local_grids, relax
 from formulation.problem import problem_from_dict
-from formulation.solve import TimeBudget, solve
+from formulation.solve import solve
 from tests.formulation.test_exact import (
     REL,
     enumerate_optimum,
@@ -76,7 +76,7 @@ def test_relaxation_raises_the_bound_and_pruning_keeps_the_optimum(seed: int) ->
         pytest.skip("infeasible instance")
     grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
     oracle = DualOracle(data, grids)
-    r = relax(oracle, time.perf_counter() + 30.0, lambda: best.value, 1e-9, max_iter=200)
+    r = relax(oracle, Deadline.after(30.0), lambda: best.value, 1e-9, max_iter=200)
     tol = 1e-9 * max(abs(best.value), 1.0)
     assert r.first.value_usd <= r.best.value_usd <= best.value + tol
     assert [v for _, v in r.history] == sorted(v for _, v in r.history)
@@ -175,10 +175,10 @@ def test_corridor_keeps_configurations_within_the_radius() -> None:
 
 def test_time_budget_phases_end_in_order_within_the_limit() -> None:
     b = TimeBudget(100.0, started=0.0)
-    ends = [b.deadline(f) for f in (b.BASELINES, b.RELAXATION, b.REPAIR, b.END)]
+    ends = [b.deadline(f).at for f in (b.BASELINES, b.RELAXATION, b.REPAIR, b.END)]
     assert ends == sorted(ends)
     assert ends[-1] == pytest.approx(100.0 * (1 - b.RESERVE))
-    assert b.deadline(2.0) == ends[-1]
+    assert b.deadline(2.0).at == ends[-1]
 
 
 def test_schedule_shape_of_the_oracle() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from formulation import period
 from formulation.baselines import periods_alone
+from formulation.budget import Deadline
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import best_served
 from formulation.milp import solve_compact
@@ -79,7 +80,7 @@ def _equals_the_milp(data: ScheduleData) -> None:
     const_per_w = data.idle_gpu_power_w * data.total_gpus
     for t in range(data.n_periods):
         sol = solve_period(data, t)
-        r = solve_compact(periods_alone(data, np.array([t])), 120, 1e-9)
+        r = solve_compact(periods_alone(data, np.array([t])), Deadline.after(120), 1e-9)
         if sol is None:
             assert r.schedule is None
             continue
@@ -185,7 +186,7 @@ def test_a_search_stopped_by_its_deadline_returns_a_feasible_unproven_choice(see
     data = build_data(problem_from_dict(_site(rng, 4, 6)))
     for t in range(data.n_periods):
         exact = solve_period(data, t)
-        stopped = solve_period(data, t, deadline=0.0)  # long past
+        stopped = solve_period(data, t, deadline=Deadline(0.0))  # long past
         if exact is None:
             assert stopped is None
             continue
@@ -212,7 +213,7 @@ def test_a_search_too_large_for_its_memory_stops_unproven(monkeypatch: pytest.Mo
     data = build_data(problem_from_dict(_site(rng, 4, 6)))
     exact = [solve_period(data, t) for t in range(data.n_periods)]
     monkeypatch.setattr(period, "MAX_PAIRS", 1)  # every merge beyond the first is too big
-    stopped = [solve_period(data, t, deadline=np.inf) for t in range(data.n_periods)]
+    stopped = [solve_period(data, t, deadline=Deadline.never()) for t in range(data.n_periods)]
     unbounded = [solve_period(data, t) for t in range(data.n_periods)]  # no deadline: exact
     searched = 0
     for e, s, u in zip(exact, stopped, unbounded, strict=True):
