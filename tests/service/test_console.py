@@ -16,6 +16,7 @@ DIR (docs/console.md shows them).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -253,6 +254,17 @@ def test_console_sites_site_event_jobs(
     tooltip = page.locator("#vg-tooltip-element")
     tooltip.wait_for(state="visible")
     assert "site power kW" in tooltip.inner_text() and "cap kW" in tooltip.inner_text()
+    # and the keyboard reaches the same numbers: a slider over the periods
+    page.get_by_text("A period's numbers").click()
+    slider = page.get_by_label("Period", exact=True)
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    shown = periods_by_index(plan)[int(slider.input_value())]
+    details = page.locator("details")
+    assert details.get_by_role("row", name="site power kW").locator("td").all_inner_texts() == [
+        "site power kW",
+        f"{shown['power_w'] / 1000:.2f}",
+    ]
     console.clean(page)
     console.shoot(page, "site")
     page.close()
@@ -348,6 +360,25 @@ def test_console_sites_site_event_jobs(
     console.clean(page)
     console.shoot(page, "flex")
     page.close()
+
+    # a site registered by uploading its request file
+    upload = tmp_path / "uploaded.json"
+    upload.write_text(json.dumps(demo_site(datetime.now(UTC)) | {"name": "uploaded-site"}))
+    page = console.open("/", "sites")
+    page.get_by_label("Request file").set_input_files(str(upload))
+    page.get_by_label("plan it once registered").uncheck()
+    page.get_by_role("button", name="Register").click()
+    console.wait(page, "site")
+    assert "This site has no plan yet." in page.locator("main").inner_text()
+    listed = httpx.get(f"{base}/v1/sites", timeout=10).json()["sites"]
+    assert sorted(x["name"] for x in listed) == ["demo-site", "uploaded-site"]
+    assert page.url.endswith(f"#/site/{listed[1]['id']}")
+    console.clean(page)
+    page.close()
+
+
+def periods_by_index(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["index"]: p for p in plan["schedule"]["periods"]}
 
 
 def test_console_asks_for_the_key_first(live_server: Callable[..., str], browser: Any) -> None:

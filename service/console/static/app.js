@@ -193,7 +193,7 @@ async function sitePage(t0, id) {
       card("unserved value lost", `$${num(s.totals.unserved_value_usd)}`),
       card("periods", `${plan.first_period}–${plan.n_periods - 1} × ${plan.period_minutes} min`)),
     h("div", { class: "row" }, h("div", {}, h("label", { for: "second-axis" }, "Second axis"), second)),
-    powerEl, phasesEl, unservedEl,
+    powerEl, phasesEl, unservedEl, periodDetails(rows.hover, plan),
     h("h2", {}, "Plan against the baselines"), baselineTable(plan),
     h("h2", {}, "Replica targets now"), targets,
     h("h2", {}, "Events"), summary.events.length
@@ -216,6 +216,24 @@ async function sitePage(t0, id) {
     targets.replaceChildren(h("p", {}, `The plan does not cover now (it runs from ${when(plan.schedule.periods[0].start)} to ${when(plan.schedule.periods.at(-1).end)}).`));
   }
   done("site", t0);
+}
+
+// a period's numbers, as hover shows them, for the keyboard: a slider over the periods
+function periodDetails(hover, plan) {
+  const first = plan.schedule.periods[0].index;
+  const startAt = Math.max(0, hover.findIndex((r) => r["at cap"] === "yes"));
+  const slider = h("input", { id: "period-pick", type: "range", min: String(first),
+                              max: String(first + hover.length - 1), step: "1", value: String(first + startAt) });
+  const out = h("div", { class: "scroll", "aria-live": "polite" });
+  const show = () => {
+    const row = hover[Number(slider.value) - first];
+    out.replaceChildren(table(["", ""], Object.entries(row).filter(([k]) => k !== "start" && k !== "end")
+      .map(([k, v]) => [k, String(v)])));
+  };
+  slider.addEventListener("input", show);
+  show();
+  return h("details", {}, h("summary", {}, "A period's numbers"),
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "period-pick" }, "Period"), slider)), out);
 }
 
 // ------------------------------------------------------------------ an event
