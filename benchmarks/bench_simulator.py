@@ -22,13 +22,10 @@ import time
 
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
-from model.simulator import (
-    SimTiming,
-    capacity_search_report,
-    default_requests,
-    resolve_samples,
-    simulate,
-)
+from model.simulator.engine import simulate
+from model.simulator.reports import capacity_search_report
+from model.simulator.samples import SimTiming, resolve_samples
+from model.simulator.search import default_requests
 
 WORKLOADS = ("fixed:4096:256", "azure-conv-2023", "azure-code-2023", "mooncake")
 CONFIGS = ("1x1", "4x4", "8x8", "8x1", "1x8")

@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 from model.capacity import Coefficients, evaluate  # noqa: E402
 from model.latency import latency_at  # noqa: E402
 from model.operations import SpecRequest, resolve_spec  # noqa: E402
-from model.simulator import SimTiming, resolve_samples, simulate  # noqa: E402
+from model.simulator.engine import simulate  # noqa: E402
+from model.simulator.samples import SimTiming, resolve_samples  # noqa: E402
 from scripts.validation_report import WORKLOADS  # noqa: E402
 
 CONFIGS = [(1, 1), (2, 1), (1, 2), (4, 2), (2, 6), (6, 2)]

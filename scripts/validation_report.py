@@ -16,7 +16,7 @@ responsible, from the simulator's diagnostics. It writes ``docs/validation.md`` 
 ``docs/validation.png``.
 
 The trace presets need their trace files (``$PDWATT_DATA_DIR``, see
-``model/simulator.py``). ``--cache`` keeps the simulated results in a JSON file and
+``model/simulator/``). ``--cache`` keeps the simulated results in a JSON file and
 reuses them when the settings match (to redo the report without simulating again).
 """
 
@@ -50,13 +50,9 @@ from model.capacity import (  # noqa: E402
 )
 from model.operations import SpecRequest, resolve_spec  # noqa: E402
 from model.pareto import eps_pareto_agreement, front_indices  # noqa: E402
-from model.simulator import (  # noqa: E402
-    SimTiming,
-    default_requests,
-    find_capacity,
-    resolve_samples,
-    simulate,
-)
+from model.simulator.engine import simulate  # noqa: E402
+from model.simulator.samples import SimTiming, resolve_samples  # noqa: E402
+from model.simulator.search import default_requests, find_capacity  # noqa: E402
 
 WORKLOADS = (
     "fixed:1024:256",

@@ -221,7 +221,7 @@ def test_random_dispatch_waits_longer_than_round_robin() -> None:
     ("n_p", "n_d", "load"), [(1, 1, 0.5), (2, 1, 0.8), (4, 2, 0.8), (2, 6, 0.5)]
 )
 def test_agrees_with_the_simulator_on_fixed_lengths(n_p: int, n_d: int, load: float) -> None:
-    """Reference: model/simulator.py, 2 seeds x 8,000 requests (docs/latency.md's target:
+    """Reference: model/simulator/, 2 seeds x 8,000 requests (docs/latency.md's target:
     p99 within 15% below 90% of capacity)."""
     spec = resolve_spec(SpecRequest(workload="fixed:1024:256"))
     mu = float(evaluate(spec, [n_p], [n_d]).capacity_rps[0])
@@ -258,8 +258,9 @@ def test_heavy_tailed_prompts_near_capacity_are_flagged() -> None:
 
 
 def test_simulator_stays_independent_of_the_analytic_latency() -> None:
-    tree = ast.parse((ROOT / "model" / "simulator.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
-    }
-    assert not imported & {"model.latency", "model.admission"}
+    for path in sorted((ROOT / "model" / "simulator").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        } | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not imported & {"model.latency", "model.admission"}, path.name
