@@ -26,7 +26,7 @@ from scipy.optimize import least_squares
 from model.calibrate import Skipped, Usable, std_errors
 from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
-from model.screen import Screened
+from model.screen import EXCLUDES, Screened
 
 FloatArray = np.ndarray
 #: prompt lengths (tokens) at which each row's kernels are composed; between them the
@@ -287,8 +287,13 @@ def predict_rows(
 
 def fitted(rows: Sequence[Composed], verdicts: Mapping[str, Screened]) -> list[Composed]:
     """The rows a fit of decode times takes: all but those the screen keeps out whole
-    (the ITL rule; a row screened for its power keeps its ITL)."""
-    return [c for c in rows if getattr(verdicts.get(c.u.m.where), "rule", None) != "itl"]
+    (the ITL and GPU rules; a row screened for its power keeps its ITL)."""
+    out = []
+    for c in rows:
+        v = verdicts.get(c.u.m.where)
+        if v is None or "itl_ms" not in EXCLUDES[v.rule]:
+            out.append(c)
+    return out
 
 
 def to_document(fit: EngineFit, folder: str) -> dict[str, Any]:

@@ -63,8 +63,10 @@ than the window, which no full-attention kernel matches, is refused); chunked la
 prompt per chunk (a decode beyond it is refused). Then the dense MLP (gate-up and
 down GEMMs, intermediate width split over ranks) in the dense layers, and in the MoE
 layers the router GEMM (bf16), the fused-MoE table at the rank's tokens with
-``moe_tp = tp / ep`` and ``moe_ep = ep`` and the load ``distribution`` the tables
-measure (``balanced`` by default), and the shared experts as two dense GEMMs of their
+``moe_tp = tp / ep`` and ``moe_ep = ep`` and the load ``distribution``: by default
+``uniform`` routing, read off the ``balanced`` rows at the tokens that read as many
+experts (:func:`uniform_tokens`), or a load the tables measure by name, and the
+shared experts as two dense GEMMs of their
 width split over ranks; two all-reduces of the residual stream when ``tp > 1``
 (custom all-reduce table; its graph-captured backend for decode, eager for prefill,
 as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
@@ -434,8 +436,9 @@ class KernelSetup:
     weights the release stores in FP8; ``fp8_block`` or ``fp8_tensor`` to force one
     table; ``nvfp4``), the MoE experts (default: the weights', or the table's 4-bit
     dtype of experts the catalog stores in MXFP4 or NVFP4), the KV cache
-    (``bfloat16``, ``fp8``), the MoE load `distribution` (``balanced``, or a measured
-    skew such as ``power_law_1.2``) and the NCCL version (default: the newest the
+    (``bfloat16``, ``fp8``), the MoE load `distribution` (``uniform``: each token's
+    experts drawn uniformly, :func:`uniform_tokens`; or a load the tables measure:
+    ``balanced``, a skew such as ``power_law_1.2``) and the NCCL version (default: the newest the
     database has for the GPU)."""
 
     gpu: str
@@ -446,7 +449,7 @@ class KernelSetup:
     weight_dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
     moe_dtype: str = ""
-    distribution: str = "balanced"
+    distribution: str = "uniform"
     nccl_version: str = ""
 
     def __post_init__(self) -> None:
@@ -497,6 +500,29 @@ class PhaseTime:
         for c in self.calls:
             out[c.name] += c.total_s
         return dict(out)
+
+
+#: the MoE load of a decode: each token's experts drawn uniformly at random
+UNIFORM = "uniform"
+
+
+def uniform_tokens(tokens: float, experts: int, top_k: int) -> float:
+    """The token count at which the tables' ``balanced`` load reads as many experts as
+    `tokens` tokens routed uniformly at random, each to `top_k` distinct experts of
+    `experts` (``docs/kernels.md``, "Expert load").
+
+    An expert is missed by one token with probability ``1 - k/E``, by all `T` with
+    ``(1 - k/E)^T``, so ``D(T) = E (1 - (1 - k/E)^T)`` experts are read on average;
+    the balanced load spreads ``T k`` assignments evenly and reads ``min(E, T k)``.
+    The fused kernel's time at small `T` is the reading of the experts' weights, so
+    the balanced table is read at ``T D(T) / min(E, T k)`` tokens: ``D/k`` while
+    ``T k <= E`` (the experts read equal), ``T D / E`` beyond (every expert read, the
+    work scaled by the share a uniform load leaves unread, vanishing as ``T``
+    grows). It is 1 at one token, at most `T`, continuous, and tends to `T`."""
+    t = float(tokens)
+    e, k = float(experts), float(top_k)
+    read = e * -math.expm1(t * math.log1p(-k / e)) if k < e else e
+    return max(1.0, t * read / min(e, t * k))
 
 
 def expert_intermediate_size(model: ModelArch) -> int:
@@ -847,8 +873,12 @@ class KernelModel:
                     num_experts=m.experts,
                     moe_tp_size=tp // s.ep,
                     moe_ep_size=s.ep,
-                    distribution=s.distribution,
-                    num_tokens=tokens,
+                    distribution="balanced" if s.distribution == UNIFORM else s.distribution,
+                    num_tokens=(
+                        uniform_tokens(tokens, m.experts, m.experts_per_token)
+                        if s.distribution == UNIFORM
+                        else tokens
+                    ),
                 )
             if m.shared_intermediate_size:
                 inter = m.shared_intermediate_size // tp

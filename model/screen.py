@@ -18,8 +18,20 @@ the row in the most violating pairs goes; on a tie, the one with the smaller bat
 row slower, or drawing more, than a larger batch), then the lower row name. The rows
 screened depend only on the set of rows, never on their order.
 
+Across GPUs, *peers* are rows of the same model, task, serving stack, tensor-, expert-
+and data-parallel sizes and precision on different GPUs. A row violates
+
+* the **GPU rule** when its median ITL is more than 10% above a peer's on a GPU it
+  dominates (no lower BF16 or FP8 peak, no lower HBM bandwidth, not the same on all)
+  at a batch at least 95% of its own: in every iteration model built from the GPU's
+  rates the same work takes no longer on the faster GPU, and an iteration at 95% of
+  a batch takes at least 95% of its time (the time per request does not fall as the
+  batch shrinks), which the 10% covers. The row on the faster GPU is screened.
+
 The ITL rule runs first and screens the whole row (its ITL is not an iteration's time
-and its power was drawn at that unknown operating point). The power rule then runs on
+and its power was drawn at that unknown operating point). The GPU rule runs next, on the
+rows the ITL rule keeps (they are also the peers it compares with), and screens the
+whole row for the same reason. The power rule then runs on
 the rows left and screens only their power: their ITL passed the ITL rule and is kept
 in the fit and in the errors.
 """
@@ -31,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from model.catalog import load_gpu
+from model.errors import InputError
 from model.measurements import Measurement
 
 #: a larger batch's ITL more than this share below a smaller batch's violates the ITL rule
@@ -41,11 +55,16 @@ POWER_DROP = 0.10
 #: the share of usable rows each rule is meant to screen at most; more says the data,
 #: not a few rows, disagree with the model (reports flag it)
 MAX_SHARE = 0.05
+#: a row's ITL more than this share above a peer's on a GPU it dominates violates the
+#: GPU rule
+GPU_SLOWER = 0.10
+#: the GPU rule compares with peers at a batch at least this share of the row's
+GPU_BATCH_SHARE = 0.95
 #: the rules, in the order they run
-RULES = ("itl", "power")
+RULES = ("itl", "gpu", "power")
 #: the quantities of a predicted row (``model.calibrate.predict``) each rule keeps out
 #: of the error statistics
-EXCLUDES = {"itl": ("itl_ms", "power_w"), "power": ("power_w",)}
+EXCLUDES = {"itl": ("itl_ms", "power_w"), "gpu": ("itl_ms", "power_w"), "power": ("power_w",)}
 
 
 @dataclass(frozen=True)
@@ -53,7 +72,7 @@ class Screened:
     """A row the screen keeps out, and why."""
 
     row: str  # where: "file: row"
-    rule: str  # "itl" (the whole row is out) or "power" (its power is out)
+    rule: str  # "itl" or "gpu" (the whole row is out), "power" (its power is out)
     file: str
     model: str
     gpu: str
@@ -179,20 +198,91 @@ def _rule(
         left.remove(worst)
 
 
+def _rates(gpu: str) -> tuple[float, ...] | None:
+    """A GPU's BF16 and FP8 peaks and HBM bandwidth (None: not in the catalog)."""
+    try:
+        g = load_gpu(gpu)
+    except InputError:
+        return None
+    return (g.flops_per_s, g.fp8_flops_per_s or g.flops_per_s, g.mem_bw_bytes_per_s)
+
+
+def dominates(gpu: str, other: str) -> bool:
+    """Whether `gpu` has no lower rate than `other` (BF16 and FP8 peaks, HBM
+    bandwidth) and a higher one; False for a GPU the catalog does not know."""
+    a, b = _rates(gpu), _rates(other)
+    if a is None or b is None or a == b:
+        return False
+    return all(x >= y for x, y in zip(a, b, strict=True))
+
+
+def _peers(m: Measurement) -> tuple[Any, ...]:
+    return (m.model, m.task, m.stack, m.tp, m.ep, m.dp, m.precision)
+
+
+def _gpu_rule(rows: Sequence[Measurement], idx: list[int], slower: float) -> dict[int, Screened]:
+    """The rows of ``idx`` that the GPU rule screens: slower than a peer of ``idx`` on
+    a GPU they dominate (the peer with the largest ratio is named)."""
+    peers: dict[tuple[Any, ...], list[int]] = {}
+    for i in idx:
+        peers.setdefault(_peers(rows[i]), []).append(i)
+    out: dict[int, Screened] = {}
+    for same in peers.values():
+        for i in same:
+            m = rows[i]
+            worse = [
+                rows[j]
+                for j in same
+                if dominates(m.gpu, rows[j].gpu)
+                and rows[j].batch >= GPU_BATCH_SHARE * m.batch
+                and m.itl_s > (1.0 + slower) * rows[j].itl_s
+            ]
+            if not worse:
+                continue
+            other = min(worse, key=lambda p: (p.itl_s / m.itl_s, _order(p)))
+            names = sorted({p.row for p in worse}, key=lambda r: (len(r), r))
+            out[i] = Screened(
+                row=m.where,
+                rule="gpu",
+                file=m.file,
+                model=m.model,
+                gpu=m.gpu,
+                tp=m.tp,
+                ep=m.ep,
+                batch=m.batch,
+                value=m.itl_s * 1e3,
+                conflicts=tuple(names),
+                reason=(
+                    f"GPU rule: median ITL {m.itl_s * 1e3:.4g} ms at batch {m.batch:.1f} on "
+                    f"{m.gpu}, {m.itl_s / other.itl_s - 1.0:.0%} above {other.itl_s * 1e3:.4g} "
+                    f"ms at batch {other.batch:.1f} on {other.gpu} ({other.row}), a GPU it "
+                    f"dominates (more than {slower:.0%}); row and power not judged"
+                ),
+            )
+    return out
+
+
 def verdicts(
-    rows: Sequence[Measurement], itl_drop: float = ITL_DROP, power_drop: float = POWER_DROP
+    rows: Sequence[Measurement],
+    itl_drop: float = ITL_DROP,
+    power_drop: float = POWER_DROP,
+    gpu_slower: float = GPU_SLOWER,
 ) -> list[Screened | None]:
     """The screen's verdict on each row, in the rows' order: None for a row kept whole."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, m in enumerate(rows):
         groups.setdefault(_group(m), []).append(i)
+    by_itl: dict[int, Screened] = {}
+    for idx in groups.values():
+        by_itl |= _rule(rows, idx, "itl", _itl_ms, itl_drop)
+    by_gpu = _gpu_rule(rows, [i for i in range(len(rows)) if i not in by_itl], gpu_slower)
     out: list[Screened | None] = [None] * len(rows)
     for idx in groups.values():
-        by_itl = _rule(rows, idx, "itl", _itl_ms, itl_drop)
-        rest = [i for i in idx if i not in by_itl]
-        by_power = _rule(rows, rest, "power", _power_w, power_drop)
-        for i, s in (by_itl | by_power).items():
+        rest = [i for i in idx if i not in by_itl and i not in by_gpu]
+        for i, s in (_rule(rows, rest, "power", _power_w, power_drop)).items():
             out[i] = s
+    for i, s in (by_itl | by_gpu).items():
+        out[i] = s
     return out
 
 

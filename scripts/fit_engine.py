@@ -47,6 +47,7 @@ from model.capacity import DecodeTerms  # noqa: E402
 from model.catalog import load_calibration, load_gpu, load_model  # noqa: E402
 from model.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
 from model.measurements import Measurement, read_measurements  # noqa: E402
+from model.screen import RULES  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 #: the small models a new user has measured (dense <= 14B, MoE <= 4B active)
@@ -278,7 +279,7 @@ def document(
         "figures": figures,
         "rows_not_described": n_skipped,
         "rows_not_composed": len(not_composed),
-        "rows_screened": {rule: sum(r == rule for _, r in screened) for rule in ("itl", "power")},
+        "rows_screened": {rule: sum(r == rule for _, r in screened) for rule in RULES},
         "source": {
             "measurements": MLENERGY | {"files": {f.name: file_sha256(f) for f in files}},
             "kernels": KERNELS,

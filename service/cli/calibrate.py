@@ -159,6 +159,7 @@ def _screen_lines(screened: list[dict[str, Any]], usable: int) -> list[str]:
     out = []
     for rule, what in (
         ("itl", "rows screened out by the ITL rule"),
+        ("gpu", "rows screened out by the GPU rule"),
         ("power", "rows' power screened out by the power rule (their ITL kept)"),
     ):
         sel = [s for s in screened if s["rule"] == rule]
@@ -258,7 +259,7 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
             print(line)
         screened = [r for r in res["rows"] if "screened" in r]
         if screened:
-            out_rows = sum(r["screened_rule"] == "itl" for r in screened)
+            out_rows = sum(r["screened_rule"] in ("itl", "gpu") for r in screened)
             print(
                 f"{len(screened)} rows screened, left out of the errors ({out_rows} whole, "
                 f"the power of {len(screened) - out_rows}; see --json for each and why)"

@@ -26,7 +26,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     per_kind = summary.get("per_gpu_and_kind", {})
     for label, s in [("all", summary["all"]), *summary["per_gpu"].items(), *per_kind.items()]:
         n = s.get("screened", {})
-        out_rows, power = n.get("itl", 0), n.get("power", 0)
+        out_rows, power = n.get("itl", 0) + n.get("gpu", 0), n.get("power", 0)
         screened = (
             f" ({out_rows} screened out, the power of {power} more)" if out_rows or power else ""
         )

@@ -380,8 +380,8 @@ def test_the_experts_terms_are_fitted_after_the_shared_ones() -> None:
 def test_every_published_model_but_the_hybrids_is_described(shared_data_dir: Path) -> None:
     """Every ML.ENERGY row is described except the Mamba-Transformer hybrids' (out of
     scope: their state is not a KV cache); leave-one-model-out, the mixtures of experts
-    stay within the 14.4% (H100) and 14.3% (B200) median errors of docs/calibration.md
-    plus a margin for the optimiser."""
+    stay within the 15.4% (H100) and 12.6% (B200) median errors of docs/calibration.md
+    (section 9, with the GPU rule) plus a margin for the optimiser."""
     files = sorted((shared_data_dir / "mlenergy").glob("*.json"))
     if not files:
         pytest.skip("no ML.ENERGY files")
@@ -393,8 +393,8 @@ def test_every_published_model_but_the_hybrids_is_described(shared_data_dir: Pat
     assert len(usable) == sum(r.architecture != "hybrid" for r in rows)
     res = leave_one_model_out(rows)
     per = res["summary"]["per_gpu_and_kind"]
-    assert per["h100-sxm/moe"]["itl_ms"]["median_abs_error"] <= 0.15
-    assert per["b200/moe"]["itl_ms"]["median_abs_error"] <= 0.15
+    assert per["h100-sxm/moe"]["itl_ms"]["median_abs_error"] <= 0.16
+    assert per["b200/moe"]["itl_ms"]["median_abs_error"] <= 0.135
     assert per["h100-sxm/dense"]["itl_ms"]["median_abs_error"] <= 0.05
 
 

@@ -16,7 +16,14 @@ import pytest
 
 from model.catalog import ModelArch, load_calibration, load_gpu, load_model
 from model.errors import InputError, OutsideTableError
-from model.kernels import TABLE_SPECS, KernelDatabase, KernelModel, KernelSetup, PhaseTime
+from model.kernels import (
+    TABLE_SPECS,
+    KernelDatabase,
+    KernelModel,
+    KernelSetup,
+    PhaseTime,
+    uniform_tokens,
+)
 from tests.conftest import shared_data_dir
 
 GPU, FW, VER = "toy_gpu", "sglang", "0.5.14"
@@ -330,10 +337,21 @@ def test_decode_under_tp_equals_the_hand_summed_forward_pass(tmp_path: Path) -> 
 def test_moe_layer_and_power_of_a_phase(tmp_path: Path) -> None:
     db = make_db(tmp_path, power=True)
     moe = toy(experts=32, experts_per_token=2, moe_layers=2, expert_params=3 * 64 * 32)
-    km = KernelModel(db, moe, KernelSetup(GPU, FW, VER, tp=2, ep=2))
+    km = KernelModel(db, moe, KernelSetup(GPU, FW, VER, tp=2, ep=2, distribution="balanced"))
     B, c = 4, 16
     phase = km.decode(B, c)
     assert phase.by_name()["moe"] == pytest.approx(2 * moe_ms(B, 2) * MS)
+    # the default load: uniform routing, read off the balanced rows at the tokens that
+    # read as many experts (4 tokens x top 2 of 32 experts read 7.2 on average)
+    uniform = KernelModel(db, moe, KernelSetup(GPU, FW, VER, tp=2, ep=2)).decode(B, c)
+    shape = {"moe_dtype": "bfloat16", "hidden_size": 64, "inter_size": 32, "topk": 2,
+             "num_experts": 32, "moe_tp_size": 1, "moe_ep_size": 2}  # fmt: skip
+    table = db.table(GPU, "moe", FW, VER)
+    t_eff = uniform_tokens(B, 32, 2)
+    assert t_eff == pytest.approx(32 * (1 - (30 / 32) ** 4) / 2)  # D/k while T k <= E
+    at = table.lookup(**shape, distribution="balanced", num_tokens=t_eff).time_s
+    assert uniform.by_name()["moe"] == pytest.approx(2 * at)
+    assert uniform.by_name()["moe"] < phase.by_name()["moe"]
     assert phase.by_name()["router"] == pytest.approx(2 * gemm_ms(B, 32, 64) * MS)
     assert phase.power_w is None  # attention and collectives have no power here
     skewed = KernelModel(
@@ -577,7 +595,8 @@ def test_mixed_dense_and_moe_layers_with_a_shared_expert_equal_the_hand_summed_p
 ) -> None:
     db = make_db(tmp_path)
     model = moe_toy(shared_intermediate_size=64)
-    km = KernelModel(db, model, KernelSetup(GPU, FW, VER, tp=2, ep=2))
+    setup = KernelSetup(GPU, FW, VER, tp=2, ep=2, distribution="balanced")
+    km = KernelModel(db, model, setup)
     B, c = 4, 16
     every_layer = (
         gemm_ms(B, (2 + 2 * 1) * 16, 64)  # QKV, 2 heads and 1 KV head per rank
@@ -608,7 +627,7 @@ def test_mixed_dense_and_moe_layers_with_a_shared_expert_equal_the_hand_summed_p
     assert counts["shared expert gate-up"] == 2 and counts["shared expert down"] == 2
     assert counts["qkv projection"] == 3 and counts["attention"] == 3
     # without the shared expert the MoE layers lose exactly its two GEMMs
-    plain = KernelModel(db, moe_toy(), KernelSetup(GPU, FW, VER, tp=2, ep=2)).decode(B, c)
+    plain = KernelModel(db, moe_toy(), setup).decode(B, c)
     shared = 2 * (gemm_ms(B, 64, 64) + gemm_ms(B, 64, 32))
     assert phase.time_s - plain.time_s == pytest.approx(shared * MS, rel=1e-9)
     with pytest.raises(InputError, match="shared experts' width 50"):
@@ -753,7 +772,9 @@ def test_fp8_weights_use_the_fp8_tables_of_the_release_format(tmp_path: Path) ->
 def test_mxfp4_experts_use_the_moe_tables_4_bit_dtype(tmp_path: Path) -> None:
     db = fp8_db(tmp_path)
     gpt_oss_like = moe_toy(layers=2, expert_bytes_per_param=4.25 / 8)
-    km = KernelModel(db, gpt_oss_like, KernelSetup(GPU, FW, VER, tp=2, ep=2))
+    km = KernelModel(
+        db, gpt_oss_like, KernelSetup(GPU, FW, VER, tp=2, ep=2, distribution="balanced")
+    )
     phase = km.decode(4, 16)
     got = gemm_dtypes(phase)
     assert got["moe"] == [("w4a16_mxfp4", 2)]
@@ -874,3 +895,20 @@ def test_what_the_published_tables_cannot_compose_is_refused_with_the_reason() -
         moe.lookup(moe_dtype="bfloat16", hidden_size=5120, inter_size=8192, topk=1,
                    num_experts=16, moe_tp_size=1, moe_ep_size=4, distribution="balanced",
                    num_tokens=64)  # fmt: skip
+
+
+def test_uniform_tokens_reads_as_many_experts_as_uniform_routing() -> None:
+    # 16 tokens, top 8 of 128: D = 128 (1 - (120/128)^16) = 82.42 experts read, the
+    # balanced load reads min(128, 128) -> 16 * 82.42 / 128 = 10.30 tokens
+    assert uniform_tokens(16, 128, 8) == pytest.approx(16 * 128 * (1 - (15 / 16) ** 16) / 128)
+    assert uniform_tokens(16, 128, 8) == pytest.approx(10.30, abs=0.01)
+    assert uniform_tokens(1, 128, 8) == 1.0  # one token reads its k experts either way
+    assert uniform_tokens(8192, 128, 8) == pytest.approx(8192)  # every expert read
+    last = 0.0
+    for t in range(1, 400):
+        v = uniform_tokens(t, 128, 8)
+        assert 1.0 <= v <= t and v >= last  # never more than the tokens, never falling
+        last = v
+    # continuous where T k reaches E (16 tokens): both branches give D/k
+    assert uniform_tokens(16 - 1e-9, 128, 8) == pytest.approx(uniform_tokens(16, 128, 8))
+    assert uniform_tokens(4, 8, 8) == 4.0  # top-k of all experts: the load is balanced
