@@ -90,6 +90,7 @@ def test_demand_response_route(client: TestClient) -> None:
     )
 
 
+@pytest.mark.slow
 def test_demand_response_png(client: TestClient) -> None:
     r = client.post("/v1/demand-response?format=png", json={"request": twins(), "event": EVENT})
     assert r.status_code == 200, r.text
