@@ -26,6 +26,7 @@ from formulation.request import (
 )
 from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.operations import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from model.slo import SloTargets
 
 __all__ = ["NonNeg", "ScheduleRequest", "Strict"]
 
@@ -105,6 +106,22 @@ class CapacityRequest(SpecFields):
     )
 
 
+class SloIn(Strict):
+    """Latency targets the front is restricted to (:func:`model.slo.slo_restricted_front`):
+    the analytic p99s of docs/latency.md at ``at_load`` times each configuration's
+    capacity; where admission waits for KV pool memory matter the analytic TTFT is
+    optimistic and is used anyway (``pdwatt front`` simulates those). Needs
+    per-request lengths: a ``fixed:IN:OUT`` workload or a trace preset the server holds,
+    not moments. The answer then has ``slo`` (the targets, how many configurations were
+    checked and met them, the rule) and each configuration its verdict."""
+
+    ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
+    tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
+    at_load: float = Field(
+        SloTargets.at_load, gt=0, le=1, description="fraction of each configuration's capacity"
+    )
+
+
 class FrontRequest(SpecFields):
     model_config = ConfigDict(
         extra="forbid",
@@ -114,6 +131,9 @@ class FrontRequest(SpecFields):
     required_rps: NonNeg | None = None
     headroom: float = Field(1.0, gt=0, le=1)
     budget_w: NonNeg | None = None
+    slo: SloIn | None = Field(
+        None, description="keep only the configurations meeting these latency targets"
+    )
 
 
 class ConfigRecord(BaseModel):

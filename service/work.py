@@ -10,7 +10,10 @@ from typing import Any
 
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings
+from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+from model.simulator import resolve_samples
+from model.slo import SloTargets, slo_restricted_front
 from service.schemas import CapacityRequest, FrontRequest, SpecFields
 
 
@@ -39,10 +42,19 @@ def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]
 
 
 def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
+    """The front, restricted to ``req.slo``'s latency targets when it has them (by the
+    analytic p99s alone: no simulation runs in a request)."""
     spec, ov = _spec(req, kernels)
-    return front_report(
+    rep = front_report(
         spec, req.max_gpus, req.required_rps, req.headroom, req.budget_w, overridden=ov
     )
+    if req.slo is None:
+        return rep
+    slo = req.slo
+    targets = SloTargets(slo.ttft_p99_s, slo.tpot_p99_s, slo.at_load, simulate_bound=False)
+    if not targets.given:
+        raise InputError("slo", "give ttft_p99_s and/or tpot_p99_s")
+    return slo_restricted_front(rep, spec, resolve_samples(spec.workload), targets)
 
 
 def schedule(

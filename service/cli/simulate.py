@@ -28,24 +28,19 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from functools import partial
 from types import TracebackType
 from typing import Any
 
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
-from model.latency import analytic_slo_front, latency_at
+from model.latency import latency_at
 from model.simulator import (
-    Samples,
-    SimTiming,
     capacity_search_report,
     default_requests,
-    not_simulated,
     resolve_samples,
     simulate_report,
-    simulated_slo_check,
-    slo_front,
 )
+from model.slo import SloTargets, slo_restricted_front
 from service.cli.common import add_spec_args, spec_from_args
 from service.cli.solving import Progress
 
@@ -236,9 +231,10 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--at-load",
         type=float,
-        default=0.8,
+        default=SloTargets.at_load,
         metavar="FRACTION",
-        help="check the SLOs at this fraction of each configuration's capacity (default 0.8)",
+        help="check the SLOs at this fraction of each configuration's capacity "
+        f"(default {SloTargets.at_load:g})",
     )
     g.add_argument(
         "--slo-method",
@@ -248,7 +244,12 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
         "KV pool memory make its TTFT optimistic; simulate: every check simulated "
         "(default analytic)",
     )
-    g.add_argument("--slo-seeds", type=int, default=2, help="seeds per SLO check (default 2)")
+    g.add_argument(
+        "--slo-seeds",
+        type=int,
+        default=SloTargets.seeds,
+        help=f"seeds per SLO check (default {SloTargets.seeds})",
+    )
     g.add_argument(
         "--slo-jobs",
         type=int,
@@ -259,8 +260,8 @@ def add_slo_args(front_parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--slo-requests",
         type=int,
-        default=4000,
-        help="requests measured per seed in an SLO check (default 4000)",
+        default=SloTargets.requests,
+        help=f"requests measured per seed in an SLO check (default {SloTargets.requests})",
     )
 
 
@@ -311,7 +312,8 @@ class SloChecks:
 
 
 def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The front report restricted to configurations meeting the SLOs (``slo`` added).
+    """The front report restricted to configurations meeting the SLOs (``slo`` added;
+    :func:`model.slo.slo_restricted_front`).
 
     Returns `report` itself when neither ``--ttft-p99`` nor ``--tpot-p99`` is given.
     Progress goes to stderr unless ``--json`` is given.
@@ -320,53 +322,18 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
     tpot = getattr(args, "tpot_p99", None)
     if ttft is None and tpot is None:
         return report
+    targets = SloTargets(
+        ttft_p99_s=ttft,
+        tpot_p99_s=tpot,
+        at_load=args.at_load,
+        method=getattr(args, "slo_method", "analytic"),
+        seeds=args.slo_seeds,
+        requests=args.slo_requests,
+    )
+    targets.check()
     spec = _spec_from_args(args)
     samples = resolve_samples(args.workload or spec.workload)
-    if args.slo_seeds < 1:
-        raise InputError("slo_seeds", "must be >= 1")
-    if args.slo_requests < 1:
-        raise InputError("slo_requests", "must be >= 1")
     jobs = getattr(args, "slo_jobs", None)
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     with Progress(quiet=getattr(args, "json", False)) as say, SloChecks(jobs, say) as checks:
-        return _restricted(report, args, spec, samples, (ttft, tpot), checks)
-
-
-def _restricted(
-    report: dict[str, Any],
-    args: argparse.Namespace,
-    spec: DeploymentSpec,
-    samples: Samples,
-    targets: tuple[float | None, float | None],
-    checks: SloChecks,
-) -> dict[str, Any]:
-    ttft, tpot = targets
-
-    def simulation() -> dict[str, Any]:  # how a configuration is simulated
-        return {
-            "timing": SimTiming.of(spec),
-            "samples": samples,
-            "at_load": args.at_load,
-            "seeds": args.slo_seeds,
-            "requests": args.slo_requests,
-            "dispatch": spec.serving.dispatch,
-        }
-
-    if getattr(args, "slo_method", "analytic") == "analytic":
-        simulated: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-        # a model the simulator does not describe (sliding-window attention): the
-        # analytic figures decide every configuration (the report's rule says so)
-        if not_simulated(spec.model) is None:
-            simulated = partial(simulated_slo_check, targets=targets, **simulation())
-        return analytic_slo_front(
-            report,
-            Coefficients.of(spec),
-            samples.l_in,
-            samples.l_out,
-            ttft_p99_s=ttft,
-            tpot_p99_s=tpot,
-            at_load=args.at_load,
-            fallback=simulated,
-            map_checks=checks,
-        )
-    return slo_front(report, ttft_p99_s=ttft, tpot_p99_s=tpot, map_checks=checks, **simulation())
+        return slo_restricted_front(report, spec, samples, targets, checks)

@@ -1,0 +1,115 @@
+"""A capacity-power front restricted to the configurations that meet latency targets
+(p99 TTFT and TPOT at a fraction of each configuration's capacity): the one function
+behind ``pdwatt front --ttft-p99/--tpot-p99`` and ``POST /v1/front``'s ``slo``.
+
+Two methods (docs/latency.md): ``analytic``, the queue model's p99s
+(:func:`model.latency.analytic_slo_front`), where admission waits for KV pool memory
+make its TTFT optimistic a simulation decides (when ``simulate_bound`` and the
+simulator describes the model); ``simulate``, every check simulated
+(:func:`model.simulator.slo_front`). The checks of a round go through ``map_checks``
+(a process pool's ``map`` on the command line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from model.capacity import Coefficients, DeploymentSpec
+from model.errors import InputError
+from model.latency import analytic_slo_front
+from model.pareto import CheckMap
+from model.simulator import (
+    Samples,
+    SimTiming,
+    not_simulated,
+    simulated_slo_check,
+    slo_front,
+)
+
+METHODS = ("analytic", "simulate")
+
+
+@dataclass(frozen=True)
+class SloTargets:
+    """What a front is restricted to, and how each configuration is checked."""
+
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    #: the load of a check, as a fraction of the configuration's capacity
+    at_load: float = 0.8
+    #: ``analytic`` or ``simulate`` (:data:`METHODS`)
+    method: str = "analytic"
+    #: ``analytic``: simulate the configurations where admission waits matter
+    simulate_bound: bool = True
+    #: a simulated check's seeds and requests measured per seed
+    seeds: int = 2
+    requests: int = 4000
+
+    def check(self) -> None:
+        """InputError naming the option at fault (the targets themselves are checked
+        with the front, :func:`model.pareto.check_slo_targets`)."""
+        if self.method not in METHODS:
+            raise InputError("slo_method", f"must be one of {', '.join(METHODS)}")
+        if self.seeds < 1:
+            raise InputError("slo_seeds", "must be >= 1")
+        if self.requests < 1:
+            raise InputError("slo_requests", "must be >= 1")
+
+    @property
+    def given(self) -> bool:
+        """Whether any target is set (without one, a front is left as it is)."""
+        return self.ttft_p99_s is not None or self.tpot_p99_s is not None
+
+
+def slo_restricted_front(
+    report: dict[str, Any],
+    spec: DeploymentSpec,
+    samples: Samples,
+    targets: SloTargets,
+    map_checks: CheckMap = map,
+) -> dict[str, Any]:
+    """``report`` (a front report of ``spec``) restricted to the configurations that
+    meet ``targets`` on the per-request lengths ``samples``, with ``slo`` added; the
+    report itself when no target is given. InputError names the option at fault."""
+    if not targets.given:
+        return report
+    targets.check()
+    pair = (targets.ttft_p99_s, targets.tpot_p99_s)
+
+    def simulation() -> dict[str, Any]:  # how a configuration is simulated
+        return {
+            "timing": SimTiming.of(spec),
+            "samples": samples,
+            "at_load": targets.at_load,
+            "seeds": targets.seeds,
+            "requests": targets.requests,
+            "dispatch": spec.serving.dispatch,
+        }
+
+    if targets.method == "analytic":
+        simulated: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        # a model the simulator does not describe (sliding-window attention): the
+        # analytic figures decide every configuration (the report's rule says so)
+        if targets.simulate_bound and not_simulated(spec.model) is None:
+            simulated = partial(simulated_slo_check, targets=pair, **simulation())
+        return analytic_slo_front(
+            report,
+            Coefficients.of(spec),
+            samples.l_in,
+            samples.l_out,
+            ttft_p99_s=targets.ttft_p99_s,
+            tpot_p99_s=targets.tpot_p99_s,
+            at_load=targets.at_load,
+            fallback=simulated,
+            map_checks=map_checks,
+        )
+    return slo_front(
+        report,
+        ttft_p99_s=targets.ttft_p99_s,
+        tpot_p99_s=targets.tpot_p99_s,
+        map_checks=map_checks,
+        **simulation(),
+    )

@@ -1,0 +1,60 @@
+"""The front restricted to latency targets over HTTP (``POST /v1/front`` with ``slo``):
+the same function as ``pdwatt front --ttft-p99/--tpot-p99`` (model.slo), by the
+analytic p99s alone, and refusals that name the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.service.test_cli_core import run_json
+from tests.service.test_routes import assert_problem
+
+BODY: dict[str, Any] = {
+    "model": "qwen3-32b",
+    "gpu": "h200",
+    "workload": "fixed:1024:128",
+    "max_gpus": 6,
+}
+CLI = ["front", "--model", "qwen3-32b", "--gpu", "h200", "--workload", "fixed:1024:128"]
+CLI += ["--max-gpus", "6", "--slo-jobs", "1", "--json"]
+
+
+def _key(cfgs: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(c["n_p"], c["n_d"]) for c in cfgs]
+
+
+def test_the_front_meets_the_targets_as_on_the_command_line(client: TestClient, capsys) -> None:
+    lax = client.post("/v1/front", json={**BODY, "slo": {"tpot_p99_s": 10.0}}).json()
+    tpots = sorted(c["slo"]["tpot_p99_s"] for c in lax["configs"] if c["slo"]["checked"])
+    assert len(tpots) >= 2 and tpots[0] < tpots[-1]
+    target = (tpots[0] + tpots[-1]) / 2  # between the fastest and the slowest checked
+    r = client.post("/v1/front", json={**BODY, "slo": {"tpot_p99_s": target, "at_load": 0.8}})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["slo"]["method"] == "analytic" and got["slo"]["simulated"] == 0
+    assert 1 <= got["slo"]["meeting"] and got["slo"]["failing"] >= 1
+    assert all(c["slo"]["meets"] and c["slo"]["tpot_p99_s"] <= target for c in got["front"])
+    # no configuration here waits for pool memory, so the command line, which simulates
+    # only those, keeps the same configurations
+    assert not any(c["slo"].get("admission_bound") for c in got["configs"])
+    cli = run_json(capsys, [*CLI, "--tpot-p99", repr(target)])
+    assert _key(cli["front"]) == _key(got["front"])
+    assert [c["slo"] for c in cli["configs"]] == [c["slo"] for c in got["configs"]]
+    plain = client.post("/v1/front", json=BODY).json()
+    assert "slo" not in plain and _key(got["front"]) != _key(plain["front"])
+
+
+def test_slo_refusals_name_the_field(client: TestClient) -> None:
+    assert_problem(client.post("/v1/front", json={**BODY, "slo": {}}), 422, "slo")
+    over = {**BODY, "slo": {"tpot_p99_s": 0.05, "at_load": 1.5}}
+    assert_problem(client.post("/v1/front", json=over), 422, "slo.at_load")
+    zero = {**BODY, "slo": {"ttft_p99_s": 0}}
+    assert_problem(client.post("/v1/front", json=zero), 422, "slo.ttft_p99_s")
+    moments = {  # lengths that vary: no fixed pair to simulate
+        "mean_in": 1024, "e_in2": 2 * 1024**2, "e_in3": 6 * 1024**3, "e_in4": 24 * 1024**4,
+        "mean_out": 128, "e_out2": 2 * 128**2, "e_in_out": 1024 * 128, "max_tokens": 8192,
+    }  # fmt: skip
+    body = {**BODY, "moments": moments, "slo": {"tpot_p99_s": 0.05}}
+    assert_problem(client.post("/v1/front", json=body), 422, "workload")
