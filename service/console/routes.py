@@ -6,6 +6,8 @@ gathered from the store with the same calls the ``/v1`` routes make.
   (status, gap, cost, peak power against the cap there) and its events, each dated on
   the site's periods, with the next one.
 * ``GET /ui/api/sites/{id}``: the same for one site.
+* ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site
+  and its latest plan as the ``/v1`` routes answer them.
 * ``GET /ui/api/jobs``: the jobs, newest first, without their requests and results but
   with the solver's trace (time, best objective, proven bound) once they have one.
 
@@ -25,7 +27,8 @@ from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
 from service.jobs import FINAL, JobNotFound, job_store
 from service.openadr import event_to_signals
-from service.site_plans import n_periods, period, plan_start
+from service.site_plans import n_periods, period, plan_doc, plan_start
+from service.sites import site_doc
 from service.store import EventRecord, Plan, Site, SiteNotFound, store_for
 
 router = APIRouter(prefix="/ui/api", tags=["console"])
@@ -152,6 +155,31 @@ async def site(
     """One site in brief."""
     try:
         return await run_in_threadpool(_site_summary, settings.database_url, site_id)
+    except SiteNotFound:
+        raise HTTPException(404, f"no site {site_id!r}") from None
+
+
+@router.get("/sites/{site_id}/page", dependencies=[ApiKey], responses=problem_responses(401, 404))
+async def site_page(
+    site_id: Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
+    settings: SettingsDep,
+) -> dict[str, Any]:
+    """What a site's page shows, in one answer: the site in brief (``summary``), the site
+    as ``GET /v1/sites/{id}`` answers it (``site``) and its latest plan as ``GET
+    /v1/sites/{id}/plan`` does (``plan``, null before the first)."""
+
+    def gather() -> dict[str, Any]:
+        store = store_for(settings.database_url)
+        site = store.get_site(site_id)
+        plan = store.latest_plan(site_id)
+        return {
+            "summary": _summary(site, plan, store.list_events(site_id)),
+            "site": site_doc(site),
+            "plan": None if plan is None else plan_doc(plan, site.version),
+        }
+
+    try:
+        return await run_in_threadpool(gather)
     except SiteNotFound:
         raise HTTPException(404, f"no site {site_id!r}") from None
 

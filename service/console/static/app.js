@@ -133,9 +133,7 @@ async function sitesPage(t0) {
 
 async function loadSite(id) {
   charts.loadVega();  // the charts' scripts load while the data comes
-  const [{ doc: summary }, { doc: site }] = await Promise.all([api(`ui/api/sites/${id}`), api(`v1/sites/${id}`)]);
-  const plan = summary.plan ? (await api(`v1/sites/${id}/plan`)).doc : null;
-  return { summary, site, plan };
+  return (await api(`ui/api/sites/${id}/page`)).doc;  // { summary, site, plan }
 }
 
 function nowPeriod(summary) {

@@ -1,0 +1,95 @@
+"""The console's read-only routes (/ui/api/...) against the /v1 routes they summarise:
+a site's page holds the site and its latest plan as /v1 answers them, the brief's peak
+and periods at the cap are those of the plan, events are dated on the site's periods,
+and the jobs list gives each job's trace from its result."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from service.console.routes import AT_CAP_RTOL
+from tests.service.conftest import small_schedule
+
+PLAN_START = "2026-07-01T12:00:00Z"
+
+
+def _site(client: TestClient) -> str:
+    body = small_schedule() | {"name": "small", "plan_start": PLAN_START}
+    # period 2 draws 3.1 kW under a 9 kW cap: 2.8 kW binds there
+    body["grid"]["power_cap_w"] = [20_000, 20_000, 2_800, 20_000]
+    r = client.post("/v1/sites", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _event(start: str, minutes: int, kw: float) -> dict[str, Any]:
+    return {
+        "programID": "test",
+        "eventName": "cut",
+        "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
+        "intervalPeriod": {"start": start, "duration": f"PT{minutes}M"},
+        "intervals": [{"id": 0, "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [kw]}]}],
+    }
+
+
+def test_site_page_and_brief(client: TestClient) -> None:
+    site_id = _site(client)
+    page = client.get(f"/ui/api/sites/{site_id}/page").json()
+    assert page["plan"] is None and page["summary"]["plan"] is None
+    assert page["site"] == client.get(f"/v1/sites/{site_id}").json()
+
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+    page = client.get(f"/ui/api/sites/{site_id}/page").json()
+    plan = client.get(f"/v1/sites/{site_id}/plan").json()
+    assert page["plan"] == plan
+    periods = plan["schedule"]["periods"]
+    brief = page["summary"]["plan"]
+    peak = max(periods, key=lambda p: p["power_w"])
+    assert (brief["peak_power_w"], brief["peak_period"], brief["cap_at_peak_w"]) == (
+        peak["power_w"],
+        peak["index"],
+        peak["power_cap_w"],
+    )
+    at_cap = [p["index"] for p in periods if p["power_w"] >= p["power_cap_w"] * (1 - AT_CAP_RTOL)]
+    assert 2 in at_cap and brief["periods_at_cap"] == len(at_cap)
+    assert brief["objective_usd"] == plan["schedule"]["objective_usd"]
+    assert brief["status"] == plan["status"] and brief["stale"] is False
+    assert page["summary"]["gpu_inventory"] == {"h200": 8}
+    assert [d["name"] for d in page["summary"]["deployments"]] == ["a", "b"]
+    assert client.get("/ui/api/sites").json()["sites"] == [page["summary"]]
+
+
+def test_events_dated_on_the_site_periods(client: TestClient) -> None:
+    site_id = _site(client)
+    # 13:30 for 60 minutes on hourly periods from 12:00: touches periods 1 and 2
+    r = client.post(
+        f"/v1/sites/{site_id}/events", json={"event": _event("2026-07-01T13:30:00Z", 60, 15)}
+    )
+    assert r.status_code == 200, r.text
+    summary = client.get(f"/ui/api/sites/{site_id}").json()
+    (ev,) = summary["events"]
+    assert (ev["first_period"], ev["end_period"]) == (1, 3)
+    assert (ev["start"], ev["end"]) == ("2026-07-01T13:00:00+00:00", "2026-07-01T15:00:00+00:00")
+    assert ev["types"] == ["IMPORT_CAPACITY_LIMIT"]
+    assert summary["next_event"] is None  # that day is past
+    assert summary["plan"]["stale"] is False  # the event re-planned the site
+
+
+def test_jobs_listed_with_their_trace(client: TestClient) -> None:
+    site_id = _site(client)
+    r = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": site_id}})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    for _ in range(600):
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] not in ("queued", "running"):
+            break
+        time.sleep(0.05)  # the job runs in the application's own thread
+    assert job["status"] == "succeeded", job
+    (listed,) = client.get("/ui/api/jobs").json()["jobs"]
+    assert listed["id"] == job_id and listed["site_id"] == site_id
+    assert "result" not in listed
+    assert listed["trace"] == job["result"]["schedule"]["solver"]["trace"]
