@@ -13,15 +13,17 @@ const fmt = (x, d = 2) => (x === null || x === undefined ? "" : Number(x).toFixe
 // Vega, Vega-Lite and vega-embed, loaded once, by the first page that draws a chart
 const VEGA = ["vendor/vega/vega.min.js", "vendor/vega-lite/vega-lite.min.js",
               "vendor/vega-embed/vega-embed.min.js"];
+// (fetched in parallel, run in this order: async = false)
 let vegaLoaded = null;
 export function loadVega() {
-  vegaLoaded ??= VEGA.reduce((ready, src) => ready.then(() => new Promise((resolve, reject) => {
+  vegaLoaded ??= Promise.all(VEGA.map((src) => new Promise((resolve, reject) => {
     const s = document.createElement("script");
     s.src = src;
+    s.async = false;
     s.onload = resolve;
     s.onerror = () => reject(new Error(`could not load ${src}`));
     document.head.append(s);
-  })), Promise.resolve());
+  })));
   return vegaLoaded;
 }
 
