@@ -217,6 +217,7 @@ def greedy_with_report(
 ) -> tuple[Priced, GreedyReport]:
     """:func:`greedy` by ``deadline`` and how its periods were solved (the one-period
     enumeration on ``workers`` forked processes)."""
+    limit_s = deadline.remaining()  # what a MILP's build is weighed against
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
@@ -258,11 +259,11 @@ def greedy_with_report(
         allowed: list[list[list[int]]] | None = None
         choices = sum(int(d.allowed.sum()) for d in data.deployments) * bad.size
         report.method = "compact MILP over every configuration (gap 1e-4)"
-        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * deadline.remaining():
+        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * limit_s:
             allowed = _front_allowed(sub)
             choices = sum(len(rows[0]) for rows in allowed) * bad.size
             report.method = "MILP over each deployment's capacity-power front"
-        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * deadline.remaining():
+        if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * limit_s:
             report.method = "each period priced on its own (no MILP fits the time)"
         else:
             start = Schedule(cfg[:, bad], served[:, bad])
