@@ -292,6 +292,36 @@ def test_console_sites_site_event_jobs(
     assert f"${cost:.2f}" in page.locator(".card", has_text="cost of the event").inner_text()
     console.clean(page)
     console.shoot(page, "event")
+
+    # a pasted OpenADR 3.1 event: a wrong one is refused naming the field (the browser
+    # logs the 422 response, the only console message allowed here), a right one merged
+    event = {
+        "programID": "grid-operator",
+        "eventName": "pasted",
+        "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
+        "intervalPeriod": {"start": periods[10]["start"], "duration": "PT30M"},
+        "intervals": [{"id": 0, "payloads": [{"type": "EXPORT_PRICE", "values": [cap_kw]}]}],
+    }
+    page.get_by_label("Or an OpenADR 3.1 event").fill(json.dumps(event))
+    page.get_by_role("button", name="Post the event and re-plan").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "event.intervals[0].payloads[0].type" in alert.inner_text()
+    assert len(page.errors) == 1 and "422" in page.errors[0], page.errors
+    page.errors.clear()
+    event["intervals"][0]["payloads"][0]["type"] = "IMPORT_CAPACITY_LIMIT"
+    page.get_by_label("Or an OpenADR 3.1 event").fill(json.dumps(event))
+    page.get_by_role("button", name="Post the event and re-plan").click()
+    page.wait_for_function(
+        "(id) => document.body.dataset.replanned !== id",
+        arg=str(after["plan_id"]),
+        timeout=REPLAN_TIMEOUT_MS,
+    )
+    pasted = httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=10).json()
+    capped = periods_by_index(pasted)
+    assert [capped[t]["power_cap_w"] for t in (10, 11)] == [cap_kw * 1000] * 2
+    console.clean(page)
+    after = pasted
     page.close()
 
     # the site page now draws the new plan, the event listed and shaded
