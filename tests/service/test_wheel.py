@@ -74,9 +74,19 @@ def test_wheel_installs_and_serves(tmp_path: Path) -> None:
     )
     wheels = list(dist.glob("pdwatt-*.whl"))
     assert len(wheels) == 1, wheels
-    # the console and Swagger UI ship in the wheel: every file of service/console/static
+    # every Python module of the copied packages ships in the wheel (a subpackage left
+    # out of pyproject's list would install without it)
     with zipfile.ZipFile(wheels[0]) as whl:
-        packed = {n for n in whl.namelist() if n.startswith("service/console/static/")}
+        names = set(whl.namelist())
+    modules = {
+        str(p.relative_to(REPO))
+        for top in ("model", "formulation", "service")
+        for p in (REPO / top).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert modules <= names, sorted(modules - names)
+    # the console and Swagger UI ship in the wheel: every file of service/console/static
+    packed = {n for n in names if n.startswith("service/console/static/")}
     static = REPO / "service" / "console" / "static"
     shipped = {f"service/console/static/{p.relative_to(static)}" for p in static.rglob("*")}
     assert packed == {p for p in shipped if not (REPO / p).is_dir()}
