@@ -91,9 +91,11 @@ class Console:
         self.host = urlsplit(base).netloc
         self.shots = os.environ.get("CONSOLE_SCREENSHOTS")
 
-    def open(self, fragment: str, ready: str) -> Any:
+    def open(self, fragment: str, ready: str, viewport: dict[str, int] | None = None) -> Any:
         """A new tab on ``/ui/#fragment``, once the page ``ready`` is drawn."""
         page = self.context.new_page()
+        if viewport is not None:
+            page.set_viewport_size(viewport)
         page.errors = []
         page.foreign = []
 
@@ -268,6 +270,14 @@ def test_console_sites_site_event_jobs(
     console.clean(page)
     console.shoot(page, "site")
     page.close()
+
+    # on a phone's width the sites and site pages fit it: wide tables scroll in their box
+    for fragment, ready in (("/", "sites"), (f"/site/{site_id}", "site")):
+        page = console.open(fragment, ready, viewport=PHONE)
+        overflow = page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{ready} page is {overflow} px wider than a phone"
+        console.clean(page)
+        page.close()
 
     # an event through the form: a cap at 80% of the peak, over the peak's hour
     periods = plan["schedule"]["periods"]
