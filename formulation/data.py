@@ -19,7 +19,8 @@ from numpy.typing import NDArray
 
 from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
-from model.capacity import Coefficients, DeploymentSpec
+from model.capacity import Coefficients, DeploymentSpec, with_settings
+from model.clocks import parse_setting
 from model.errors import InputError, PdwattError
 from model.operations import SpecRequest, resolve_spec
 from model.tables import ConfigTable, build_table
@@ -50,6 +51,19 @@ class DeploymentData:
     off_allowed: bool  # False when min_n_p or min_n_d >= 1
     headroom: float
     measured_calibration: bool
+    #: the (prefill, decode) GPU settings the candidates run at, when the deployment
+    #: lists settings (None: the full clock only, named nowhere); ``option[k]`` is the
+    #: index of candidate ``k``'s pair (0 for off). Candidates of one ``(n_P, n_D)`` at
+    #: different settings are distinct choices whose moves between them are free: every
+    #: transition is priced on ``n_p``/``n_d`` alone
+    settings: tuple[tuple[str, str], ...] | None = None
+    option: IntArray | None = None
+
+    def setting_of(self, k: int) -> tuple[str, str] | None:
+        """Candidate ``k``'s ``(prefill, decode)`` settings (None without settings)."""
+        if self.settings is None or self.option is None:
+            return None
+        return self.settings[int(self.option[k])]
 
     @property
     def n_configs(self) -> int:
@@ -242,6 +256,135 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
     return spec
 
 
+def setting_lists(
+    i: int, d: DeploymentInput, spec: DeploymentSpec
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The deployment's settings per phase, validated against its GPU and written as
+    model.clocks writes them (the full clock as the GPU's full clock; repeats dropped);
+    None when it lists none. An input error names ``deployments[i].settings.<phase>[j]``."""
+    if d.prefill_settings is None and d.decode_settings is None:
+        return None
+    clocks = spec.gpu_clocks()
+    full = clocks.full_clock if clocks is not None else "default"
+    out = []
+    for phase, texts in (("prefill", d.prefill_settings), ("decode", d.decode_settings)):
+        seen: list[str] = []
+        for j, text in enumerate(texts or ("default",)):
+            s = parse_setting(text, clocks, f"deployments[{i}].settings.{phase}[{j}]")
+            name = full if s is None else s.text
+            if name not in seen:
+                seen.append(name)
+        out.append(tuple(seen))
+    return out[0], out[1]
+
+
+def _spec_text(text: str, spec: DeploymentSpec) -> str | None:
+    """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
+    clocks = spec.gpu_clocks()
+    return None if clocks is None or text == clocks.full_clock else text
+
+
+def _pw_at(bl: FloatArray, bp: FloatArray, x: FloatArray) -> FloatArray:
+    """Rows' piecewise-linear power (breakpoints ``bl``/``bp``, NaN-padded, (n, 4)) at
+    the loads ``x`` (n, m): the rule of :meth:`DeploymentData.power_w`."""
+    out = np.repeat(bp[:, :1], x.shape[1], axis=1)
+    for j in range(3):
+        x0, x1 = bl[:, j : j + 1], bl[:, j + 1 : j + 2]
+        y0, y1 = bp[:, j : j + 1], bp[:, j + 1 : j + 2]
+        valid = ~np.isnan(x1)
+        width = np.where(valid, x1 - x0, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(valid & (width > 0), (y1 - y0) / width, 0.0)
+        out += slope * np.clip(x - np.where(valid, x0, 0.0), 0.0, width)
+    return out
+
+
+def dominated_options(cap: FloatArray, bl: FloatArray, bp: FloatArray) -> NDArray[np.bool_]:
+    """(O, n) whether option ``b`` of configuration ``i`` is dominated: another option
+    ``a`` of the same configuration has at least its capacity and at most its power at
+    every load up to ``b``'s capacity (checked at both curves' breakpoints there, between
+    which the difference is linear), and is not itself dominated back by ``b`` unless
+    listed first. ``cap`` is (O, n), ``bl``/``bp`` (O, n, 4). Such an ``a`` serves
+    whatever ``b`` serves, on the same GPUs, for no more power, so dropping ``b`` loses
+    no schedule."""
+    n_opt = cap.shape[0]
+
+    def dom(a: int, b: int) -> NDArray[np.bool_]:
+        pts = np.concatenate([bl[a], bl[b]], axis=1)
+        pts = np.minimum(np.nan_to_num(pts, nan=0.0), cap[b][:, None])
+        lower = _pw_at(bl[a], bp[a], pts) <= _pw_at(bl[b], bp[b], pts)
+        return np.asarray((cap[a] >= cap[b]) & lower.all(axis=1))
+
+    out = np.zeros(cap.shape, dtype=bool)
+    for b in range(n_opt):
+        for a in range(n_opt):
+            if a != b:
+                ab = dom(a, b)
+                out[b] |= ab & ((a < b) | ~dom(b, a))
+    return out
+
+
+#: a deployment's candidates: the first table, n_p, n_d, capacity, breakpoint loads and
+#: powers and counts (off first), the setting pairs and each candidate's pair
+_Candidates = tuple[
+    ConfigTable,
+    IntArray,
+    IntArray,
+    FloatArray,
+    FloatArray,
+    FloatArray,
+    IntArray,
+    tuple[tuple[str, str], ...] | None,
+    IntArray | None,
+]
+
+
+def _tables(
+    i: int,
+    d: DeploymentInput,
+    spec: DeploymentSpec,
+    cp: IntArray,
+    cd: IntArray,
+) -> _Candidates:
+    """The candidates (off first) and their tables: one per configuration at the full
+    clock, or, when the deployment lists settings, one per configuration and setting
+    pair that no other pair of the configuration dominates (:func:`dominated_options`),
+    configuration by configuration in the order the pairs are listed."""
+    lists = setting_lists(i, d, spec)
+    off_row = np.array([[0.0, np.nan, np.nan, np.nan]])
+    if lists is None:
+        table = build_table(spec, cp, cd)
+        n_p = np.concatenate([[0], cp]).astype(np.int64)
+        n_d = np.concatenate([[0], cd]).astype(np.int64)
+        cap = np.concatenate([[0.0], table.result.capacity_rps])
+        bl = np.vstack([off_row, table.bp_load_rps])
+        bp = np.vstack([off_row, table.bp_power_w])
+        bc = np.concatenate([[1], table.bp_count]).astype(np.int64)
+        return table, n_p, n_d, cap, bl, bp, bc, None, None
+    pairs = tuple((a, b) for a in lists[0] for b in lists[1])
+    tables = []
+    for sp, sd in pairs:
+        try:
+            s = with_settings(spec, _spec_text(sp, spec), _spec_text(sd, spec))
+            tables.append(build_table(s, cp, cd))
+        except InputError as e:
+            raise InputError(f"deployments[{i}].settings", f"{sp}/{sd}: {e.reason}") from e
+    cap_o = np.stack([t.result.capacity_rps for t in tables])
+    bl_o = np.stack([t.bp_load_rps for t in tables])
+    bp_o = np.stack([t.bp_power_w for t in tables])
+    bc_o = np.stack([t.bp_count for t in tables])
+    keep = ~dominated_options(cap_o, bl_o, bp_o)  # (O, n)
+    cfg_idx, opt_idx = np.nonzero(keep.T)  # configuration-major, options in order
+    n_p = np.concatenate([[0], cp[cfg_idx]]).astype(np.int64)
+    n_d = np.concatenate([[0], cd[cfg_idx]]).astype(np.int64)
+    cap = np.concatenate([[0.0], cap_o[opt_idx, cfg_idx]])
+    bl = np.vstack([off_row, bl_o[opt_idx, cfg_idx]])
+    bp = np.vstack([off_row, bp_o[opt_idx, cfg_idx]])
+    bc = np.concatenate([[1], bc_o[opt_idx, cfg_idx]]).astype(np.int64)
+    option = np.concatenate([[0], opt_idx]).astype(np.int64)
+    return tables[0], n_p, n_d, cap, bl, bp, bc, pairs, option
+
+
 def _deployment(
     i: int, d: DeploymentInput, p: ScheduleProblem, spec: DeploymentSpec
 ) -> DeploymentData:
@@ -251,15 +394,8 @@ def _deployment(
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
-    table = build_table(spec, cp, cd)
-    r = table.result
-    n_p = np.concatenate([[0], cp]).astype(np.int64)
-    n_d = np.concatenate([[0], cd]).astype(np.int64)
+    table, n_p, n_d, cap, bl, bp, bc, pairs, option = _tables(i, d, spec, cp, cd)
     gpus = (n_p + n_d) * tp
-    cap = np.concatenate([[0.0], r.capacity_rps])
-    bl = np.vstack([[0.0, np.nan, np.nan, np.nan], table.bp_load_rps])
-    bp = np.vstack([[0.0, np.nan, np.nan, np.nan], table.bp_power_w])
-    bc = np.concatenate([[1], table.bp_count]).astype(np.int64)
     demand = np.asarray(d.demand_rps, dtype=float)
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
     init = 0
@@ -292,6 +428,8 @@ def _deployment(
         off_allowed=off_allowed,
         headroom=d.headroom,
         measured_calibration=bool(spec.calibration.measured),
+        settings=pairs,
+        option=option,
     )
     return data
 
@@ -300,14 +438,23 @@ def _specs(p: ScheduleProblem) -> list[DeploymentSpec]:
     return [_spec(i, d, p) for i, d in enumerate(p.deployments)]
 
 
+def _pair_count(d: DeploymentInput) -> int:
+    """Setting pairs the deployment lists (1 without settings): an upper bound on the
+    options per configuration, before repeats and dominated pairs are dropped."""
+    return len(d.prefill_settings or ("",)) * len(d.decode_settings or ("",))
+
+
 def check_memory(
     p: ScheduleProblem, specs: list[DeploymentSpec] | None = None
 ) -> memory.MemoryEstimate:
     """The estimated memory of solving ``p``; InputError naming the deployment's
-    ``max_gpus`` when it exceeds ``p.host.memory_budget_mb``. Builds no table."""
+    ``max_gpus`` when it exceeds ``p.host.memory_budget_mb``, or the setting a GPU does
+    not take (``deployments[i].settings.prefill[j]``). Builds no table."""
     specs = _specs(p) if specs is None else specs
+    for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True)):
+        setting_lists(i, d, s)
     counts = [
-        candidate_count(d, s.serving.tensor_parallel)
+        1 + (candidate_count(d, s.serving.tensor_parallel) - 1) * _pair_count(d)
         for d, s in zip(p.deployments, specs, strict=True)
     ]
     return memory.check(p.n_periods, counts, p.host.memory_budget_mb)

@@ -21,7 +21,9 @@ the ball is the L-fold sum of the unit cross and the cost is additive along mono
 paths, so applying the unit step (stay, or one instance more or less of either kind)
 L times is exact, O(K L) per period with O(K) memory: no K x K matrix is ever built.
 Intermediate grid cells that are not candidates carry paths through (they stay
-inside the bounding box of the two end points) but are never chosen.
+inside the bounding box of the two end points) but are never chosen. Candidates that
+share a cell (one ``(n_P, n_D)`` at several GPU settings) enter it at their least and
+each leaves it at the cell's value: a change of setting costs nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class DeploymentGrid:
     #: (T, K) choices this grid admits, where a restriction applies (see
     #: :func:`formulation.lagrange.local_grids`); None: every allowed candidate
     ok: NDArray[np.bool_] | None = None
+    #: several candidates share a cell (one configuration at several GPU settings):
+    #: moving between them is free, so a cell holds the least of its candidates
+    shared_cells: bool = False
 
 
 def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
@@ -65,7 +70,8 @@ def deployment_grid(data: ScheduleData, d: DeploymentData) -> DeploymentGrid:
     limit = data.max_changes
     if limit is not None and limit >= (p_dim - 1) + (d_dim - 1):
         limit = None  # no two candidates are further apart: the limit cannot bind
-    return DeploymentGrid(p_dim, d_dim, cell, p0, p1, d.smax_rps, limit)
+    shared = bool(np.unique(cell).size < cell.size)
+    return DeploymentGrid(p_dim, d_dim, cell, p0, p1, d.smax_rps, limit, shared_cells=shared)
 
 
 def transition_cost(
@@ -168,7 +174,10 @@ def reach(
     if not forward:
         c_up, c_down = c_down, c_up
     grid = np.full(g.p_dim * g.d_dim, np.inf)
-    grid[g.cell] = prev
+    if g.shared_cells:
+        np.minimum.at(grid, g.cell, prev)
+    else:
+        grid[g.cell] = prev
     gg = grid.reshape(g.p_dim, g.d_dim)
     if g.limit is None:
         gg = _dt_axis(_dt_axis(gg, 0, c_up, c_down), 1, c_up, c_down)

@@ -84,6 +84,10 @@ class DeploymentInput:
     model_variant: str = _default(DeploymentIn, "model_variant")
     performance: str = _default(DeploymentIn, "performance")
     framework: str | None = _default(DeploymentIn, "framework")
+    #: the settings the deployment may use per phase (None: the full clock only, and
+    #: the response names none); validated against the GPU when the tables are built
+    prefill_settings: tuple[str, ...] | None = None
+    decode_settings: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,8 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
             model_variant=d.model_variant,
             performance=d.performance,
             framework=d.framework,
+            prefill_settings=None if d.settings is None else tuple(d.settings.prefill),
+            decode_settings=None if d.settings is None else tuple(d.settings.decode),
         )
         for d in req.deployments
     )

@@ -205,6 +205,30 @@ class Bounds(Strict):
     max_n_d: int | None = Field(None, ge=0)
 
 
+#: the most settings a deployment may list per phase (each pair of a prefill and a
+#: decode setting is one more table of its configurations)
+MAX_SETTINGS_PER_PHASE = 8
+
+SettingText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=32,
+        description="'<N>MHz' (a locked SM clock) or '<N>W' (a per-GPU power limit), "
+        "or 'default' (the full clock); docs/clocks.md",
+    ),
+]
+SettingList = Annotated[list[SettingText], Field(min_length=1, max_length=MAX_SETTINGS_PER_PHASE)]
+
+
+class SettingsIn(Strict):
+    """The GPU settings a deployment may use per phase; each period of the schedule
+    chooses one of each (free to change: not an instance change)."""
+
+    prefill: SettingList = Field(default_factory=lambda: ["default"])
+    decode: SettingList = Field(default_factory=lambda: ["default"])
+
+
 class DeploymentIn(Strict):
     name: Name
     model: Name
@@ -220,6 +244,11 @@ class DeploymentIn(Strict):
     model_variant: ModelVariant = DEFAULT_VARIANT
     performance: Performance = DEFAULT_PERFORMANCE
     framework: Framework | None = None
+    settings: SettingsIn | None = Field(
+        None,
+        description="GPU settings the deployment may use per phase (default: the full "
+        "clock only); each period of the response names the ones chosen",
+    )
 
 
 class SiteIn(Strict):

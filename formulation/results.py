@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from formulation.data import DeploymentData
 from formulation.evaluate import Priced
 from formulation.solve import Outcome
 from model.operations import performance_report
@@ -27,13 +28,20 @@ def _baseline(p: Priced, best: Priced) -> dict[str, Any]:
     return out
 
 
+def _settings_offered(d: DeploymentData) -> dict[str, Any]:
+    """The setting pairs a deployment listed (nothing when it listed none)."""
+    if d.settings is None:
+        return {}
+    return {"settings": [{"prefill": a, "decode": b} for a, b in d.settings]}
+
+
 def response(o: Outcome) -> dict[str, Any]:
     """SPEC 6.1 schedule response (extended with bounds, savings and solver statistics)."""
     data, p = o.data, o.priced
     sched = p.schedule
     periods = []
     for t in range(data.n_periods):
-        deps = {}
+        deps: dict[str, dict[str, Any]] = {}
         for m, d in enumerate(data.deployments):
             k = int(sched.config[m, t])
             deps[d.name] = {
@@ -47,6 +55,9 @@ def response(o: Outcome) -> dict[str, Any]:
                 "instances_started": int(p.starts[m, t]),
                 "instances_stopped": int(p.stops[m, t]),
             }
+            setting = d.setting_of(k)
+            if setting is not None:  # only for a deployment that lists settings
+                deps[d.name]["prefill_setting"], deps[d.name]["decode_setting"] = setting
         periods.append(
             {
                 "index": t,
@@ -78,6 +89,7 @@ def response(o: Outcome) -> dict[str, Any]:
                 "model_variant": d.spec.variant,
                 "performance": performance_report(d.spec, d.table.result.coefficients),
                 "candidates": d.n_configs,
+                **_settings_offered(d),
             }
             for d in data.deployments
         ],

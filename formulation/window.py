@@ -273,16 +273,16 @@ def _guided_allowed(
     within ``radius`` instances of one in each phase, plus off."""
     out = []
     for m, d in enumerate(data.deployments):
-        pos = {(int(p), int(q)): i for i, (p, q) in enumerate(zip(d.n_p, d.n_d, strict=True))}
+        pos: dict[tuple[int, int], list[int]] = {}  # a configuration's candidates
+        for i, (p, q) in enumerate(zip(d.n_p.tolist(), d.n_d.tolist(), strict=True)):
+            pos.setdefault((p, q), []).append(i)
         rows = []
         for t in range(a, b):
             keep: set[int] = set()
             for k in anchors[m][t - a]:
                 for dp in range(-radius, radius + 1):
                     for dq in range(-radius, radius + 1):
-                        j = pos.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dq))
-                        if j is not None:
-                            keep.add(j)
+                        keep.update(pos.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dq), ()))
             keep.add(0)
             rows.append(sorted(k for k in keep if d.allowed[k]))
         out.append(rows)
