@@ -124,8 +124,11 @@ class Console:
         page.wait_for_selector(f"body[data-page={ready}]")
 
     def clean(self, page: Any) -> None:
+        """No console error, no request to another host, no page wider than the window."""
         assert page.errors == [], f"console errors on {page.url}: {page.errors}"
         assert page.foreign == [], f"requests to other hosts from {page.url}: {page.foreign}"
+        overflow = page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{page.url} is {overflow} px wider than its window"
 
     def shoot(self, page: Any, name: str) -> None:
         if not self.shots:
@@ -274,8 +277,6 @@ def test_console_sites_site_event_jobs(
     # on a phone's width the sites and site pages fit it: wide tables scroll in their box
     for fragment, ready in (("/", "sites"), (f"/site/{site_id}", "site")):
         page = console.open(fragment, ready, viewport=PHONE)
-        overflow = page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"{ready} page is {overflow} px wider than a phone"
         console.clean(page)
         page.close()
 
