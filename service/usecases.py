@@ -225,8 +225,14 @@ def use_case(kind: str) -> UseCase:
 
 
 def run(kind: str, request: BaseModel, ctx: Context) -> dict[str, Any]:
-    """Run ``request`` (validated) as its kind does: in a solver worker."""
-    return use_case(kind).run(request, ctx)
+    """Run ``request`` (validated) as its kind does, in a solver worker: the answer of
+    a kind with a route is checked against the route's response model (its OpenAPI
+    description), so that what the route says it answers is what it answers."""
+    uc = use_case(kind)
+    out = uc.run(request, ctx)
+    if uc.route is not None:
+        uc.route.response.model_validate(out)
+    return out
 
 
 def parse(kind: str, document: dict[str, Any]) -> BaseModel:

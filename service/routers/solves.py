@@ -24,7 +24,7 @@ from service.errors import problem_responses
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import SolvePool, run_or_429
 from service.settings import Settings
-from service.usecases import USE_CASES, Context, Route, UseCase
+from service.usecases import USE_CASES, Context, Route, UseCase, run
 
 router = APIRouter(prefix="/v1", dependencies=[ApiKey])
 
@@ -44,7 +44,7 @@ async def _answer(
     await run_in_threadpool(uc.check, req, settings, "")
     t0 = time.perf_counter()
     ctx = Context(pool.memory_budget_mb, settings.kernels)
-    result = await run_or_429(pool, settings.retry_after_s, uc.run, req, ctx)
+    result = await run_or_429(pool, settings.retry_after_s, run, uc.kind, req, ctx)
     if route.counted:
         solve_seconds.observe(time.perf_counter() - t0)
         solver_outcomes_total.labels(result["status"]).inc()

@@ -58,3 +58,18 @@ def test_the_parity_tests_cover_every_route() -> None:
 def test_an_unknown_kind_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="unknown job kind 'nope'"):
         run_kind("nope", {}, None)
+
+
+def test_an_answer_unlike_the_routes_response_model_is_refused(monkeypatch: Any) -> None:
+    """The response model a route publishes is checked on every answer (in the solver
+    worker): an answer that lost a field the model requires does not go out."""
+    from pydantic import ValidationError
+
+    from service import usecases, work
+    from service.schemas import ScheduleRequest
+    from tests.service.conftest import small_schedule
+
+    monkeypatch.setattr(work, "schedule", lambda *_args: {"status": "optimal"})
+    req = ScheduleRequest.model_validate(small_schedule())
+    with pytest.raises(ValidationError, match="periods"):
+        usecases.run("schedule", req, usecases.Context())
