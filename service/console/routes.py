@@ -8,8 +8,9 @@ gathered from the store with the same calls the ``/v1`` routes make.
 * ``GET /ui/api/sites/{id}``: the same for one site.
 * ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site
   and its latest plan as the ``/v1`` routes answer them.
-* ``GET /ui/api/jobs``: the jobs, newest first, without their requests and results but
-  with the solver's trace (time, best objective, proven bound) once they have one.
+* ``GET /ui/api/jobs``: the jobs (queued, running, and the newest of each finished
+  status), newest first, without their requests and results but with the solver's
+  trace (time, best objective, proven bound) once they have one.
 
 Every route but the first needs the API key when one is set, as the sites do.
 """
@@ -196,9 +197,12 @@ def _trace(result: dict[str, Any] | None) -> list[Any] | None:
 @router.get("/jobs", dependencies=[ApiKey], responses=problem_responses(401, 422))
 async def jobs(
     settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=500, description="finished jobs listed, newest")] = 50,
+    limit: Annotated[
+        int, Query(ge=1, le=500, description="jobs listed of each finished status, newest")
+    ] = 50,
 ) -> dict[str, Any]:
-    """Queued and running jobs, and the newest ``limit`` finished ones, newest first."""
+    """Queued and running jobs, and the newest ``limit`` of each finished status
+    (succeeded, failed, cancelled); newest first."""
 
     def gather() -> list[dict[str, Any]]:
         store = job_store(settings.database_url)

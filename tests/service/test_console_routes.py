@@ -6,6 +6,7 @@ and the jobs list gives each job's trace from its result."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -76,6 +77,25 @@ def test_events_dated_on_the_site_periods(client: TestClient) -> None:
     assert ev["types"] == ["IMPORT_CAPACITY_LIMIT"]
     assert summary["next_event"] is None  # that day is past
     assert summary["plan"]["stale"] is False  # the event re-planned the site
+
+
+def test_next_event(client: TestClient) -> None:
+    """The next event is the one that starts first of those not yet over."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    body = small_schedule() | {"name": "now", "plan_start": now.isoformat()}
+    r = client.post("/v1/sites", json=body)
+    assert r.status_code == 201, r.text
+    site_id = r.json()["id"]
+    assert client.get(f"/ui/api/sites/{site_id}").json()["next_event"] is None
+    later = (now + timedelta(hours=2)).isoformat()
+    sooner = (now + timedelta(hours=1)).isoformat()
+    for start, name in ((later, "later"), (sooner, "sooner")):
+        ev = _event(start, 60, 15) | {"eventName": name}
+        assert client.post(f"/v1/sites/{site_id}/events", json={"event": ev}).status_code == 200
+    summary = client.get(f"/ui/api/sites/{site_id}").json()
+    assert [e["eventName"] for e in summary["events"]] == ["later", "sooner"]
+    assert summary["next_event"]["eventName"] == "sooner"
+    assert summary["next_event"]["first_period"] == 1
 
 
 def test_jobs_listed_with_their_trace(client: TestClient) -> None:
