@@ -34,6 +34,7 @@ from typing import Any
 from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
 from model.latency import latency_at
+from model.operations import DEFAULT_WORKLOAD
 from model.simulator import (
     capacity_search_report,
     default_requests,
@@ -46,7 +47,7 @@ from service.cli.solving import Progress
 
 WORKLOAD_HELP = (
     "fixed:IN:OUT, a preset (its trace must be in $PDWATT_DATA_DIR) or trace:PATH "
-    "(CSV or Mooncake JSONL) (default: azure-conv-2023)"
+    f"(CSV or Mooncake JSONL) (default: {DEFAULT_WORKLOAD})"
 )
 
 
