@@ -82,8 +82,8 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
 
 def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """The memory budget of a schedule request, estimated (no table built): InputError
-    naming the field under ``prefix``. The synchronous routes find the same refusal in
-    their solver worker, before any table is built."""
+    naming the field under ``prefix``, before the request reaches a solver worker (which
+    applies the same budget before it builds a table)."""
     try:
         host = Host(memory_budget_mb=s.max_solve_memory_mb, kernels=s.kernels)
         check_memory(problem_from_request(req, host))
@@ -94,9 +94,9 @@ def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> 
 
 
 def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
-    """Everything a schedule request is checked for before any solve, as the synchronous
-    routes check it: the server's limits, the rules across fields and the memory budget
-    (no table built). InputError names the field under ``prefix``."""
+    """Everything a schedule request is checked for before any solve, on a route and in
+    a job alike: the server's limits, the rules across fields and the memory budget (no
+    table built). InputError names the field under ``prefix``."""
     check_schedule_limits(req, s, prefix)
     check_memory_budget(req, s, prefix)
 

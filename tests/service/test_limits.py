@@ -62,8 +62,8 @@ SCHEDULE_LIMITS: dict[str, tuple[dict[str, Any], Callable[[], dict[str, Any]], s
         lambda: small_schedule(time_limit_s=11),
         "solver.time_limit_s",
     ),
-    # below the fixed part of any solve: refused before a table is built (the routes
-    # in their solver worker, a job when it is submitted)
+    # below the fixed part of any solve: refused before a table is built, by a route
+    # and a job alike before the request reaches a solver worker
     "max_solve_memory_mb": (
         {"max_solve_memory_mb": 100},
         small_schedule,
