@@ -98,7 +98,11 @@ def response(o: Outcome) -> dict[str, Any]:
 
 
 def to_csv(resp: dict[str, Any]) -> str:
-    """One row per (period, deployment)."""
+    """One row per (period, deployment); with two columns more, the settings, when a
+    deployment lists settings."""
+    settings = any(
+        "prefill_setting" in d for per in resp["periods"] for d in per["deployments"].values()
+    )
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(
@@ -116,6 +120,7 @@ def to_csv(resp: dict[str, Any]) -> str:
             "served_rps",
             "capacity_rps",
             "deployment_power_w",
+            *(["prefill_setting", "decode_setting"] if settings else []),
         ]
     )
     for per in resp["periods"]:
@@ -135,6 +140,11 @@ def to_csv(resp: dict[str, Any]) -> str:
                     f"{d['served_rps']:.6f}",
                     f"{d['capacity_rps']:.6f}",
                     f"{d['power_w']:.3f}",
+                    *(
+                        [d.get("prefill_setting", ""), d.get("decode_setting", "")]
+                        if settings
+                        else []
+                    ),
                 ]
             )
     return buf.getvalue()

@@ -21,7 +21,7 @@ import pytest
 from formulation.data import build_data, check_memory
 from formulation.problem import problem_from_dict
 from formulation.request import parse_model
-from formulation.results import response
+from formulation.results import response, to_csv
 from formulation.solve import solve
 from model.capacity import with_settings
 from model.errors import InputError
@@ -124,6 +124,11 @@ def test_the_full_clock_alone_is_the_schedule_without_settings(method: str) -> N
     for p in without["periods"]:
         for d in p["deployments"].values():
             assert not set(SETTING_KEYS) & set(d)
+    # the table: the same without settings; two columns more, the settings, with them
+    plain, listed = to_csv(without).splitlines(), to_csv(only_full).splitlines()
+    assert "setting" not in plain[0]
+    assert listed[0] == plain[0] + ",prefill_setting,decode_setting"
+    assert all(b == a + ",1980MHz,1980MHz" for a, b in zip(plain[1:], listed[1:], strict=True))
 
 
 def random_site(seed: int, method: str) -> tuple[dict[str, Any], list[str], list[str]]:
