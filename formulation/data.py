@@ -58,6 +58,24 @@ class DeploymentData:
     #: transition is priced on ``n_p``/``n_d`` alone
     settings: tuple[tuple[str, str], ...] | None = None
     option: IntArray | None = None
+    #: (T, K) with settings: a candidate of the same ``(n_P, n_D)`` that dominates
+    #: ``k`` in period ``t`` (:func:`period_dominated`), ``k`` itself where none does; no
+    #: schedule is lost without the dominated choices, so solvers leave them out.
+    #: None: every candidate counts
+    dominator: NDArray[np.int32] | None = None
+
+    @cached_property
+    def useful(self) -> NDArray[np.bool_] | None:
+        """(T, K) the choices no other of their configuration dominates (None: all)."""
+        if self.dominator is None:
+            return None
+        return np.asarray(self.dominator == np.arange(self.n_configs, dtype=np.int32))
+
+    def period_allowed(self) -> NDArray[np.bool_]:
+        """(T, K) the choices a solver needs: :attr:`allowed`, less the candidates
+        another one of their configuration dominates in the period."""
+        ok = np.broadcast_to(self.allowed, self.smax_rps.shape)
+        return ok if self.useful is None else ok & self.useful
 
     def setting_of(self, k: int) -> tuple[str, str] | None:
         """Candidate ``k``'s ``(prefill, decode)`` settings (None without settings)."""
@@ -286,8 +304,9 @@ def _spec_text(text: str, spec: DeploymentSpec) -> str | None:
 
 def _pw_at(bl: FloatArray, bp: FloatArray, x: FloatArray) -> FloatArray:
     """Rows' piecewise-linear power (breakpoints ``bl``/``bp``, NaN-padded, (n, 4)) at
-    the loads ``x`` (n, m): the rule of :meth:`DeploymentData.power_w`."""
-    out = np.repeat(bp[:, :1], x.shape[1], axis=1)
+    the loads ``x`` (n, m), or (periods, n, m): the rule of
+    :meth:`DeploymentData.power_w`."""
+    out = np.broadcast_to(bp[:, :1], x.shape).copy()
     for j in range(3):
         x0, x1 = bl[:, j : j + 1], bl[:, j + 1 : j + 2]
         y0, y1 = bp[:, j : j + 1], bp[:, j + 1 : j + 2]
@@ -321,6 +340,80 @@ def dominated_options(cap: FloatArray, bl: FloatArray, bp: FloatArray) -> NDArra
             if a != b:
                 ab = dom(a, b)
                 out[b] |= ab & ((a < b) | ~dom(b, a))
+    return out
+
+
+def lower_up_to(
+    bl_a: FloatArray, bp_a: FloatArray, bl_b: FloatArray, bp_b: FloatArray
+) -> FloatArray:
+    """Per row: the largest breakpoint load ``x`` (of either curve) such that curve
+    ``a`` draws at most curve ``b``'s power at every load in ``[0, x]``; inf when it
+    does everywhere, -inf when not even at zero load. Between two breakpoints the
+    difference of the curves is linear, so checking at them is exact; beyond the last
+    both curves are flat."""
+    pts = np.sort(np.concatenate([bl_a, bl_b], axis=1), axis=1)  # NaNs sort last
+    pts = np.where(np.isnan(pts), pts[:, :1], pts)  # absent: load 0 again, harmless
+    above = _pw_at(bl_a, bp_a, pts) > _pw_at(bl_b, bp_b, pts)
+    # the first load where a draws more; every point before it is fine
+    first_bad = np.where(above.any(axis=1), np.argmax(above, axis=1), pts.shape[1])
+    out = np.full(pts.shape[0], np.inf)
+    inside = first_bad < pts.shape[1]
+    prev = np.take_along_axis(pts, np.maximum(first_bad - 1, 0)[:, None], axis=1)[:, 0]
+    out[inside] = np.where(first_bad[inside] == 0, -np.inf, prev[inside])
+    # the sorted points repeat 0 for absent breakpoints: a load 0 that fails fails at 0
+    return out
+
+
+def period_dominated(
+    n_p: IntArray, n_d: IntArray, bl: FloatArray, bp: FloatArray, smax: FloatArray
+) -> NDArray[np.int32]:
+    """(T, K) a candidate that dominates candidate ``k`` in period ``t`` (``k`` where
+    none does): another candidate ``a`` of the same ``(n_P, n_D)`` (a setting pair of
+    one configuration) that may serve at least as much (``smax[t, a] >= smax[t, k]``)
+    and draws at most ``k``'s power at every load up to ``smax[t, k]``
+    (:func:`lower_up_to`), where ``k`` does not dominate ``a`` back unless ``a`` comes
+    first. Then any schedule running ``k`` in ``t`` runs ``a`` instead, serving the same
+    load on the same GPUs for no more power and no other transition: leaving ``k`` out
+    of period ``t`` loses no schedule. Candidates of one configuration must be
+    consecutive."""
+    t_count, k_count = smax.shape
+    key = n_p * (int(n_d.max()) + 1) + n_d
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    sizes = np.diff(np.r_[starts, k_count])
+    group = np.repeat(np.arange(starts.size), sizes)
+    first, size = starts[group], sizes[group]
+    pos = np.arange(k_count) - first
+    out = np.broadcast_to(np.arange(k_count, dtype=np.int32), (t_count, k_count)).copy()
+    k_all = np.arange(k_count)
+    for j in range(int(sizes.max())):
+        has = (j < size) & (j != pos)
+        if not has.any():
+            continue
+        a = np.where(has, first + j, k_all)
+        x_ak = lower_up_to(bl[a], bp[a], bl, bp)  # a no higher than k up to x_ak
+        x_ka = lower_up_to(bl, bp, bl[a], bp[a])
+        s_a, s_k = smax[:, a], smax
+        ak = (s_a >= s_k) & (s_k <= x_ak[None, :])
+        ka = (s_k >= s_a) & (s_a <= x_ka[None, :])
+        hit = has[None, :] & ak & ((j < pos)[None, :] | ~ka)
+        out = np.where(hit, a[None, :].astype(np.int32), out)
+    return out
+
+
+def undominated(data: ScheduleData, config: IntArray) -> IntArray:
+    """``config`` (M, T) with every choice a dominated setting pair replaced by the
+    pair that dominates it in its period (:func:`period_dominated`): the same instances
+    serving the same loads for no more power, and no other transition."""
+    out = np.array(config, dtype=np.int64, copy=True)
+    t = np.arange(out.shape[1])
+    for m, d in enumerate(data.deployments):
+        if d.dominator is None:
+            continue
+        for _ in range(len(d.settings or ())):  # a chain is at most as long as the pairs
+            nxt = d.dominator[t, out[m]].astype(np.int64)
+            if np.array_equal(nxt, out[m]):
+                break
+            out[m] = nxt
     return out
 
 
@@ -398,6 +491,7 @@ def _deployment(
     gpus = (n_p + n_d) * tp
     demand = np.asarray(d.demand_rps, dtype=float)
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
+    dominator = None if pairs is None else period_dominated(n_p, n_d, bl, bp, smax)
     init = 0
     if d.initial_n_p or d.initial_n_d:
         hit = np.flatnonzero((n_p == d.initial_n_p) & (n_d == d.initial_n_d))
@@ -430,6 +524,7 @@ def _deployment(
         measured_calibration=bool(spec.calibration.measured),
         settings=pairs,
         option=option,
+        dominator=dominator,
     )
     return data
 
@@ -520,6 +615,7 @@ def take_periods(data: ScheduleData, idx: NDArray[np.int64]) -> ScheduleData:
             demand_rps=d.demand_rps[idx],
             smax_rps=d.smax_rps[idx],
             unserved_usd_per_rps=d.unserved_usd_per_rps[idx],
+            dominator=None if d.dominator is None else d.dominator[idx],
         )
         for d in data.deployments
     )

@@ -124,6 +124,8 @@ def stage_costs(
     )
     if g.ok is not None:
         cost[~g.ok] = np.inf
+    if d.useful is not None:  # a setting pair its configuration's others dominate
+        cost[~d.useful] = np.inf
     return cost, full
 
 

@@ -98,7 +98,7 @@ def local_grids(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> list[Dep
         k_all = np.arange(d.n_configs)[None, :]
         p_budget = budget[:, None] + idle * d.gpus[None, :]  # gross power m may draw
         fit = d.max_load_within(k_all, p_budget)
-        ok = (fit >= 0) & (d.gpus[None, :] <= avail) & d.allowed[None, :]
+        ok = (fit >= 0) & (d.gpus[None, :] <= avail) & d.period_allowed()
         s_hi = np.where(ok, np.minimum(g.smax, np.maximum(fit, 0.0)), 0.0)
         if ok.all() and np.array_equal(s_hi, g.smax):
             out.append(g)  # the site never limits this deployment on its own
@@ -364,10 +364,10 @@ def keep_choices(
         best, _, fwd = shortest_path(data, d, g, stage)
         through = fwd + backward_values(data, d, g, stage)
         ok = (lb - best + through) <= upper_usd + tol
-        ok &= d.allowed[None, :]
+        ok &= d.period_allowed()
         out.append([np.flatnonzero(ok[t]).tolist() for t in range(data.n_periods)])
         kept += int(ok.sum())
-        total += int(d.allowed.sum()) * data.n_periods
+        total += int(d.period_allowed().sum())
     return out, kept, total
 
 

@@ -70,11 +70,16 @@ def estimated_root_s(choices: int) -> float:
 
 
 def all_allowed(data: ScheduleData) -> list[list[list[int]]]:
-    """Every candidate of every deployment in every period."""
+    """Every candidate of every deployment in every period (less the setting pairs
+    that others of their configuration dominate in the period)."""
     out = []
     for d in data.deployments:
-        ks = np.flatnonzero(d.allowed).tolist()
-        out.append([ks for _ in range(data.n_periods)])
+        if d.useful is None:
+            ks = np.flatnonzero(d.allowed).tolist()
+            out.append([ks for _ in range(data.n_periods)])
+        else:
+            ok = d.period_allowed()
+            out.append([np.flatnonzero(ok[t]).tolist() for t in range(data.n_periods)])
     return out
 
 

@@ -81,7 +81,7 @@ def endpoint_options(
     """Per allowed configuration: (pnet, cost, config, served) at s = 0 and s = smax;
     ``offset[k]`` (optional) is added to the cost of running configuration ``k``."""
     d = data.deployments[m]
-    ks = np.flatnonzero(d.allowed)
+    ks = np.flatnonzero(d.allowed if d.useful is None else d.allowed & d.useful[t])
     cfg = np.concatenate([ks, ks]).astype(np.int64)
     served = np.concatenate([np.zeros(ks.size), d.smax_rps[t, ks]])
     power = np.concatenate([d.bp_power_w[ks, 0], d.full_load_power_w[t, ks]])
@@ -452,7 +452,7 @@ def solve_period(
         for f in range(M):
             d = data.deployments[f]
             others = [j for j in range(M) if j != f]
-            ks = np.flatnonzero(d.allowed & (d.smax_rps[t] > 0))
+            ks = np.flatnonzero(d.period_allowed()[t] & (d.smax_rps[t] > 0))
             # a filler's cost plus pi times its power is concave in its load: at least its
             # configuration's least endpoint value
             pnet_f, cost_f, cfg_f, _ = opts[f]

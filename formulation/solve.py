@@ -75,7 +75,7 @@ from formulation.budget import (
     Deadline,
     TimeBudget,
 )
-from formulation.data import ScheduleData, build_data
+from formulation.data import ScheduleData, build_data, undominated
 from formulation.decomposition import decompose, make_column, schedule_of_columns
 from formulation.dp import DeploymentGrid, deployment_grid
 from formulation.evaluate import Priced, Schedule, price_schedule
@@ -453,13 +453,22 @@ def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dic
         "greedy_ramped": greedy_ramped(data, grids),
     }
     for name, p in base.items():
-        run.offer(p, f"baseline {name}")
+        run.offer(_undominated(data, p), f"baseline {name}")
     return base
+
+
+def _undominated(data: ScheduleData, p: Priced) -> Priced:
+    """``p`` with its dominated setting pairs replaced (:func:`undominated`; the same
+    schedule without settings): no dearer, and inside every solver's choices."""
+    config = undominated(data, p.schedule.config)
+    if np.array_equal(config, p.schedule.config):
+        return p
+    return price_schedule(data, Schedule(config, p.schedule.served_rps))
 
 
 def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
     run.bound(uncoupled_bound(data, local_grids(data, grids)), UNCOUPLED_SOURCE)
-    choices = data.n_periods * sum(int(d.allowed.sum()) for d in data.deployments)
+    choices = sum(int(d.period_allowed().sum()) for d in data.deployments)
     # the compact MILP is the exact reference the caller asked for: only its build is
     # weighed against the time (its root may then run past the limit)
     if not run.fits(choices, TimeBudget.END, root=False):

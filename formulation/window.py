@@ -148,7 +148,7 @@ def window_choices(data: ScheduleData, span: tuple[int, int], allowed: Allowed |
     """(deployment, period, configuration) choices of a window MILP over ``span``."""
     a, b = span
     if allowed is None:
-        return (b - a) * sum(int(d.allowed.sum()) for d in data.deployments)
+        return sum(int(d.period_allowed()[a:b].sum()) for d in data.deployments)
     return sum(len(rows[t]) for rows in allowed for t in range(a, b))
 
 
@@ -277,6 +277,7 @@ def _guided_allowed(
         for i, (p, q) in enumerate(zip(d.n_p.tolist(), d.n_d.tolist(), strict=True)):
             pos.setdefault((p, q), []).append(i)
         rows = []
+        ok = d.period_allowed()
         for t in range(a, b):
             keep: set[int] = set()
             for k in anchors[m][t - a]:
@@ -284,7 +285,7 @@ def _guided_allowed(
                     for dq in range(-radius, radius + 1):
                         keep.update(pos.get((int(d.n_p[k]) + dp, int(d.n_d[k]) + dq), ()))
             keep.add(0)
-            rows.append(sorted(k for k in keep if d.allowed[k]))
+            rows.append(sorted(k for k in keep if ok[t, k]))
         out.append(rows)
     return out
 
@@ -667,7 +668,7 @@ class _Guided:
         data, a, b = self.data, w.a, w.b
         allowed = None if radius is None else _guided_allowed(data, a, b, w.anchors, radius)
         n_choices = (
-            sum(int(d.allowed.sum()) for d in data.deployments) * (b - a)
+            sum(int(d.period_allowed()[a:b].sum()) for d in data.deployments)
             if allowed is None
             else sum(len(r) for rows in allowed for r in rows)
         )

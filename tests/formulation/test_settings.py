@@ -297,3 +297,25 @@ def test_a_site_request_takes_the_settings() -> None:
     site = parse_model(SiteRequest, body)
     assert site.deployments[0].settings is not None
     assert site.deployments[0].settings.decode == ["550W"]
+
+
+def test_a_choice_left_out_of_a_period_has_one_at_least_as_good() -> None:
+    body = with_settings_listed(small_site("auto"), [*CLOCKS, "450W"], [*CLOCKS, "300W"])
+    data = build_data(problem_from_dict(body))
+    for d in data.deployments:
+        assert d.dominator is not None and d.useful is not None
+        t_idx, k_idx = np.nonzero(~d.useful)
+        assert t_idx.size > 0  # something is left out
+        for t, k in zip(t_idx.tolist(), k_idx.tolist(), strict=True):
+            a = int(d.dominator[t, k])
+            while not d.useful[t, a]:  # a chain ends at a choice that is kept
+                a = int(d.dominator[t, a])
+            assert (d.n_p[a], d.n_d[a]) == (d.n_p[k], d.n_d[k]) and a != k
+            assert d.smax_rps[t, a] >= d.smax_rps[t, k]
+            loads = np.linspace(0.0, float(d.smax_rps[t, k]), 41)
+            assert np.all(d.power_w(a, loads) <= d.power_w(k, loads) * (1 + 1e-12))
+        # every configuration keeps a choice in every period
+        for t in range(data.n_periods):
+            on = d.useful[t]
+            kept = {(int(p), int(q)) for p, q in zip(d.n_p[on], d.n_d[on], strict=True)}
+            assert kept == {(int(p), int(q)) for p, q in zip(d.n_p, d.n_d, strict=True)}
