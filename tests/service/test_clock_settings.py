@@ -9,6 +9,7 @@ import json
 import pytest
 
 from service.cli.app import main
+from tests.service.conftest import small_schedule
 
 BASE = [
     "capacity",
@@ -111,3 +112,49 @@ def test_api_bad_setting_is_a_422_naming_the_field(client, body, field):
     problem = r.json()
     assert [e["field"] for e in problem["errors"]] == [field]
     assert "Traceback" not in r.text
+
+
+def _with_settings(body, prefill, decode):
+    for d in body["deployments"]:
+        d["settings"] = {"prefill": prefill, "decode": decode}
+    return body
+
+
+def test_api_schedule_with_settings(client):
+    plain = client.post("/v1/schedule", json=small_schedule())
+    assert plain.status_code == 200, plain.text
+    body = _with_settings(small_schedule(), ["1980MHz", "1185MHz"], ["default", "1590MHz"])
+    r = client.post("/v1/schedule", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    offered = {("1980MHz", "1980MHz"), ("1980MHz", "1590MHz")}
+    offered |= {("1185MHz", "1980MHz"), ("1185MHz", "1590MHz")}
+    for p in got["periods"]:
+        for d in p["deployments"].values():
+            assert (d["prefill_setting"], d["decode_setting"]) in offered
+    for p in plain.json()["periods"]:
+        for d in p["deployments"].values():
+            assert "prefill_setting" not in d and "decode_setting" not in d
+    # the choice is a superset of the full clock's (both solves proven within their gap)
+    assert got["lower_bound_usd"] <= plain.json()["objective_usd"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "field"),
+    [
+        (["1980MHz"], ["1590MHz", "2500MHz"], "deployments[1].settings.decode[1]"),
+        (["50W"], ["default"], "deployments[1].settings.prefill[0]"),
+        (["1980MHz", 1500], ["default"], "deployments[1].settings.prefill[1]"),
+    ],
+)
+def test_api_schedule_and_site_bad_setting_is_a_422_naming_the_field(
+    client, prefill, decode, field
+):
+    body = small_schedule()
+    body["deployments"][1]["settings"] = {"prefill": prefill, "decode": decode}
+    site = {**body, "name": "with-settings", "plan_start": "2026-07-01T12:00:00Z"}
+    for route, doc in (("/v1/schedule", body), ("/v1/sites", site)):
+        r = client.post(route, json=doc)
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].split(";")[0] == "application/problem+json"
+        assert [e["field"] for e in r.json()["errors"]] == [field]
