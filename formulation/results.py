@@ -1,17 +1,67 @@
-"""The schedule response of SPEC 6.1, as plain JSON-able data, and its CSV table."""
+"""The schedule response of SPEC 6.1, as plain JSON-able data, its shape
+(:class:`ScheduleResponse`, the response model the HTTP API publishes and checks every
+answer against) and its CSV table."""
 
 from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from formulation.data import DeploymentData
 from formulation.evaluate import Priced
 from formulation.solve import Outcome
 from model.operations import performance_report
+
+
+class DeploymentPeriod(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    n_p: int
+    n_d: int
+    demand_rps: float
+    served_rps: float
+    capacity_rps: float
+    power_w: float
+
+
+class PeriodOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    index: int
+    power_w: float
+    power_cap_w: float
+    deployments: dict[str, DeploymentPeriod]
+
+
+class Totals(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    objective_usd: float
+    energy_kwh: float
+    cost_usd: float
+    carbon_kg: float
+    served_requests: float
+    unserved_requests: float
+    unserved_value_usd: float
+    transition_cost_usd: float
+
+
+class BaselineOut(Totals):
+    cap_violations: int
+    limit_violations: int
+
+
+class ScheduleResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    status: Literal["optimal", "time_limit", "stopped"]
+    mip_gap: float
+    lower_bound_usd: float
+    solve_time_s: float
+    objective_usd: float
+    periods: list[PeriodOut]
+    totals: Totals
+    baselines: dict[str, BaselineOut]
 
 
 def _totals(p: Priced) -> dict[str, Any]:

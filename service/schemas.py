@@ -24,11 +24,12 @@ from formulation.request import (
     Strict,
     WorkloadText,
 )
+from formulation.results import ScheduleResponse
 from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.operations import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from model.slo import SloTargets
 
-__all__ = ["NonNeg", "ScheduleRequest", "Strict"]
+__all__ = ["NonNeg", "ScheduleRequest", "ScheduleResponse", "Strict"]
 
 #: the character no text of PostgreSQL can hold
 NUL = "\x00"
@@ -190,53 +191,8 @@ class FrontResponse(BaseModel):
 
 
 # ---------------------------------------------------------------- schedule
-
-
-class DeploymentPeriod(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    n_p: int
-    n_d: int
-    demand_rps: float
-    served_rps: float
-    capacity_rps: float
-    power_w: float
-
-
-class PeriodOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    index: int
-    power_w: float
-    power_cap_w: float
-    deployments: dict[str, DeploymentPeriod]
-
-
-class Totals(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    objective_usd: float
-    energy_kwh: float
-    cost_usd: float
-    carbon_kg: float
-    served_requests: float
-    unserved_requests: float
-    unserved_value_usd: float
-    transition_cost_usd: float
-
-
-class BaselineOut(Totals):
-    cap_violations: int
-    limit_violations: int
-
-
-class ScheduleResponse(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    status: Literal["optimal", "time_limit", "stopped"]
-    mip_gap: float
-    lower_bound_usd: float
-    solve_time_s: float
-    objective_usd: float
-    periods: list[PeriodOut]
-    totals: Totals
-    baselines: dict[str, BaselineOut]
+# the schedule's answer: formulation.results builds it and describes it
+# (ScheduleResponse, checked on every answer of the routes that return one)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
