@@ -23,7 +23,7 @@ from service.limits import check_schedule
 from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.pool import PoolFull, WorkerLost
 from service.schemas import dump
-from service.schemas_sites import SiteRequest
+from service.schemas_sites import ForecastBody, SiteRequest
 from service.settings import Settings
 from service.site_plans import n_periods, period, plan_start, request_of
 from service.store import Plan, Site, Store, Update
@@ -131,6 +131,19 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
         "notes": sig["notes"],
         "signals": sig,
     }
+
+
+def merge_forecast(
+    store: Store, site_id: str, forecast: ForecastBody
+) -> tuple[Site, dict[str, Any]]:
+    """Replace the demand of the named deployments from ``forecast.from_period`` on
+    (default: ``current.period``, else 0). The site as it now is, and the answer's
+    ``site_version`` and ``from_period``."""
+    start = forecast.from_period
+    if start is None:
+        start = forecast.current.period if forecast.current is not None else 0
+    site, _ = store.update_site(site_id, lambda s: with_forecast(s, forecast.demand_rps, start))
+    return site, {"site_version": site.version, "from_period": start}
 
 
 class StoredButInfeasible(InfeasibleError):

@@ -325,15 +325,7 @@ async def post_forecast(
 
     A series may be shorter than the rest of the horizon: it replaces that many periods.
     """
-    start = body.from_period
-    if start is None:
-        start = body.current.period if body.current is not None else 0
-
-    def change(site: Site) -> Update:
-        return sites.with_forecast(site, body.demand_rps, start)
-
-    site, _ = await _db(store.update_site, site_id, change)
-    answer: dict[str, Any] = {"site_version": site.version, "from_period": start}
+    site, answer = await _db(sites.merge_forecast, store, site_id, body)
     return await _after_update(pool, settings, site, body.current, answer)
 
 
