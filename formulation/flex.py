@@ -39,6 +39,7 @@ from formulation.dr import request_errors
 from formulation.milp import solve_compact
 from formulation.period import pool_can_bind, solve_period
 from formulation.problem import Host, problem_from_dict
+from formulation.request import ScheduleRequest
 from formulation.solve import min_site_power_w
 from model.errors import InputError
 
@@ -180,7 +181,7 @@ def period_curve(
 
 
 def flexibility_curve(
-    body: dict[str, Any],
+    body: ScheduleRequest | dict[str, Any],
     period: int | None = None,
     n_points: int = 25,
     request_field: str = "",

@@ -35,12 +35,12 @@ from model.capacity import Coefficients, DeploymentSpec
 from model.errors import InputError
 from model.latency import latency_at
 from model.operations import DEFAULT_WORKLOAD
-from model.simulator import (
+from model.simulator.reports import (
     capacity_search_report,
-    default_requests,
-    resolve_samples,
     simulate_report,
 )
+from model.simulator.samples import resolve_samples
+from model.simulator.search import default_requests
 from model.slo import SloTargets, slo_restricted_front
 from service.cli.common import add_spec_args, spec_from_args
 from service.cli.solving import Progress
