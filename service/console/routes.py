@@ -148,7 +148,7 @@ async def sites(settings: SettingsDep) -> dict[str, Any]:
     return {"sites": await run_in_threadpool(gather)}
 
 
-@router.get("/sites/{site_id}", dependencies=[ApiKey], responses=problem_responses(401, 404))
+@router.get("/sites/{site_id}", dependencies=[ApiKey], responses=problem_responses(401, 404, 422))
 async def site(
     site_id: Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
     settings: SettingsDep,
@@ -160,7 +160,9 @@ async def site(
         raise HTTPException(404, f"no site {site_id!r}") from None
 
 
-@router.get("/sites/{site_id}/page", dependencies=[ApiKey], responses=problem_responses(401, 404))
+@router.get(
+    "/sites/{site_id}/page", dependencies=[ApiKey], responses=problem_responses(401, 404, 422)
+)
 async def site_page(
     site_id: Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
     settings: SettingsDep,
