@@ -144,6 +144,25 @@ def _ratio(a: Measurement, b: Measurement, value: Callable[[Measurement], float 
     return float(value(hi) or 0.0) / float(value(lo) or 1.0)
 
 
+def _screened(
+    m: Measurement, rule: str, value: float, conflicts: Sequence[str], reason: str
+) -> Screened:
+    """The verdict of ``rule`` on row ``m``."""
+    return Screened(
+        row=m.where,
+        rule=rule,
+        file=m.file,
+        model=m.model,
+        gpu=m.gpu,
+        tp=m.tp,
+        ep=m.ep,
+        batch=m.batch,
+        value=value,
+        conflicts=tuple(conflicts),
+        reason=reason,
+    )
+
+
 def _rule(
     rows: Sequence[Measurement],
     idx: list[int],
@@ -182,19 +201,7 @@ def _rule(
             f"the larger batch (more than {drop:.0%}); in {len(partners)} such pair(s) of "
             f"its group, the most; {what}"
         )
-        out[worst] = Screened(
-            row=m.where,
-            rule=rule,
-            file=m.file,
-            model=m.model,
-            gpu=m.gpu,
-            tp=m.tp,
-            ep=m.ep,
-            batch=m.batch,
-            value=v,
-            conflicts=tuple(names),
-            reason=reason,
-        )
+        out[worst] = _screened(m, rule, v, names, reason)
         left.remove(worst)
 
 
@@ -241,23 +248,15 @@ def _gpu_rule(rows: Sequence[Measurement], idx: list[int], slower: float) -> dic
                 continue
             other = min(worse, key=lambda p: (p.itl_s / m.itl_s, _order(p)))
             names = sorted({p.row for p in worse}, key=lambda r: (len(r), r))
-            out[i] = Screened(
-                row=m.where,
-                rule="gpu",
-                file=m.file,
-                model=m.model,
-                gpu=m.gpu,
-                tp=m.tp,
-                ep=m.ep,
-                batch=m.batch,
-                value=m.itl_s * 1e3,
-                conflicts=tuple(names),
-                reason=(
-                    f"GPU rule: median ITL {m.itl_s * 1e3:.4g} ms at batch {m.batch:.1f} on "
-                    f"{m.gpu}, {m.itl_s / other.itl_s - 1.0:.0%} above {other.itl_s * 1e3:.4g} "
-                    f"ms at batch {other.batch:.1f} on {other.gpu} ({other.row}), a GPU it "
-                    f"dominates (more than {slower:.0%}); row and power not judged"
-                ),
+            out[i] = _screened(
+                m,
+                "gpu",
+                m.itl_s * 1e3,
+                names,
+                f"GPU rule: median ITL {m.itl_s * 1e3:.4g} ms at batch {m.batch:.1f} on "
+                f"{m.gpu}, {m.itl_s / other.itl_s - 1.0:.0%} above {other.itl_s * 1e3:.4g} "
+                f"ms at batch {other.batch:.1f} on {other.gpu} ({other.row}), a GPU it "
+                f"dominates (more than {slower:.0%}); row and power not judged",
             )
     return out
 
