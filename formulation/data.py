@@ -102,17 +102,7 @@ class DeploymentData:
         k_arr, s_arr = np.broadcast_arrays(
             np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
         )
-        xs = self.bp_load_rps[k_arr]
-        ys = self.bp_power_w[k_arr]
-        out = ys[..., 0].copy()
-        for j in range(3):
-            x0, x1 = xs[..., j], xs[..., j + 1]
-            valid = ~np.isnan(x1)
-            width = np.where(valid, x1 - x0, 0.0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                slope = np.where(valid & (width > 0), (ys[..., j + 1] - ys[..., j]) / width, 0.0)
-            out += slope * np.clip(s_arr - np.where(valid, x0, 0.0), 0.0, width)
-        return out
+        return _piecewise(self.bp_load_rps[k_arr], self.bp_power_w[k_arr], s_arr)
 
     def power_at(self, k: int, load_rps: float) -> float:
         """:meth:`power_w` of one configuration at one load, for callers pricing single
@@ -302,20 +292,28 @@ def _spec_text(text: str, spec: DeploymentSpec) -> str | None:
     return None if clocks is None or text == clocks.full_clock else text
 
 
-def _pw_at(bl: FloatArray, bp: FloatArray, x: FloatArray) -> FloatArray:
-    """Rows' piecewise-linear power (breakpoints ``bl``/``bp``, NaN-padded, (n, 4)) at
-    the loads ``x`` (n, m), or (periods, n, m): the rule of
-    :meth:`DeploymentData.power_w`."""
-    out = np.broadcast_to(bp[:, :1], x.shape).copy()
+def _piecewise(xs: FloatArray, ys: FloatArray, s: FloatArray) -> FloatArray:
+    """Piecewise-linear power at loads ``s``: breakpoints ``xs``/``ys`` (..., 4),
+    NaN-padded, whose ``[..., j]`` slices broadcast with ``s``; the power at zero load
+    plus each segment's slope times the part of ``s`` that falls in it (flat beyond the
+    last breakpoint). The one rule behind :meth:`DeploymentData.power_w` and
+    :func:`_pw_at`."""
+    out = np.broadcast_to(ys[..., 0], np.broadcast_shapes(ys[..., 0].shape, s.shape)).copy()
     for j in range(3):
-        x0, x1 = bl[:, j : j + 1], bl[:, j + 1 : j + 2]
-        y0, y1 = bp[:, j : j + 1], bp[:, j + 1 : j + 2]
+        x0, x1 = xs[..., j], xs[..., j + 1]
         valid = ~np.isnan(x1)
         width = np.where(valid, x1 - x0, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            slope = np.where(valid & (width > 0), (y1 - y0) / width, 0.0)
-        out += slope * np.clip(x - np.where(valid, x0, 0.0), 0.0, width)
+            slope = np.where(valid & (width > 0), (ys[..., j + 1] - ys[..., j]) / width, 0.0)
+        out += slope * np.clip(s - np.where(valid, x0, 0.0), 0.0, width)
     return out
+
+
+def _pw_at(bl: FloatArray, bp: FloatArray, x: FloatArray) -> FloatArray:
+    """Rows' piecewise-linear power (breakpoints ``bl``/``bp``, NaN-padded, (n, 4)) at
+    the loads ``x`` (n, m), or (periods, n, m): :func:`_piecewise` with each row's
+    breakpoints against its row of loads."""
+    return _piecewise(bl[:, None, :], bp[:, None, :], x)
 
 
 def dominated_options(cap: FloatArray, bl: FloatArray, bp: FloatArray) -> NDArray[np.bool_]:
