@@ -24,7 +24,8 @@ G = 262144 * 4224 / (4.8e12 * 0.77) + 0.062e-3
 B_MAX = 233_840 / (4224 + 512)
 MU_D_MAX = B_MAX / (255 * (ALPHA + G * B_MAX))
 
-CAPACITY = [
+#: Qwen3-32B on H200, fixed:4096:256, 3 prefill and 1 decode instance, as JSON
+QWEN3_32B_H200 = [
     "capacity",
     "--model",
     "qwen3-32b",
@@ -37,9 +38,9 @@ CAPACITY = [
     "--nd",
     "1",
     "--json",
-    "--model-variant",
-    "paper",  # the hand computation above is SPEC 2 (the paper variant)
 ]
+# the hand computation above is SPEC 2 (the paper variant)
+CAPACITY = [*QWEN3_32B_H200, "--model-variant", "paper"]
 FLOAT_KEYS = (
     "capacity_rps",
     "power_w",

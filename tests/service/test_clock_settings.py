@@ -4,27 +4,13 @@ request's ``prefill_setting`` / ``decode_setting``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from service.cli.app import main
 from tests.service.conftest import small_schedule
+from tests.service.test_cli_core import QWEN3_32B_H200 as BASE
+from tests.service.test_cli_core import run_json
 
-BASE = [
-    "capacity",
-    "--model",
-    "qwen3-32b",
-    "--gpu",
-    "h200",
-    "--workload",
-    "fixed:4096:256",
-    "--np",
-    "3",
-    "--nd",
-    "1",
-    "--json",
-]
 BODY = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", "n_p": 3, "n_d": 1}
 SETTING_KEYS = {
     "prefill_setting",
@@ -34,13 +20,6 @@ SETTING_KEYS = {
     "prefill_draw_w",
     "decode_draw_w",
 }
-
-
-def run_json(capsys, argv):
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_cli_capacity_with_settings(capsys):
