@@ -235,12 +235,16 @@ def _gpu_rule(rows: Sequence[Measurement], idx: list[int], slower: float) -> dic
         peers.setdefault(_peers(rows[i]), []).append(i)
     out: dict[int, Screened] = {}
     for same in peers.values():
+        # the pairs of GPUs of ``same`` where the first dominates: once per pair of
+        # GPUs, not per pair of rows
+        gpus = {rows[i].gpu for i in same}
+        faster = {(g, h) for g in gpus for h in gpus if dominates(g, h)}
         for i in same:
             m = rows[i]
             worse = [
                 rows[j]
                 for j in same
-                if dominates(m.gpu, rows[j].gpu)
+                if (m.gpu, rows[j].gpu) in faster
                 and rows[j].batch >= GPU_BATCH_SHARE * m.batch
                 and m.itl_s > (1.0 + slower) * rows[j].itl_s
             ]
