@@ -35,7 +35,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -173,8 +173,6 @@ class DeploymentSpec:
 
     def describe(self) -> dict[str, Any]:
         """JSON-able summary of the inputs (for outputs and cache keys)."""
-        from dataclasses import asdict
-
         out: dict[str, Any] = {
             "model": asdict(self.model),
             "gpu": asdict(self.gpu),
@@ -1140,17 +1138,5 @@ def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     }
     if phases is None:  # the settings resolve to the full clock (a limit not binding)
         f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
-        out.update(
-            prefill_clock_mhz=f_max,
-            decode_clock_mhz=f_max,
-            prefill_draw_w=cal.psat_prefill_w,
-            decode_draw_w=cal.psat_decode_w,
-        )
-    else:
-        out.update(
-            prefill_clock_mhz=phases.prefill_clock_mhz,
-            decode_clock_mhz=phases.decode_clock_mhz,
-            prefill_draw_w=phases.prefill_draw_w,
-            decode_draw_w=phases.decode_draw_w,
-        )
-    return out
+        phases = PhaseClocks(f_max, f_max, cal.psat_prefill_w, cal.psat_decode_w)
+    return out | asdict(phases)
