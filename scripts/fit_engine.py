@@ -47,7 +47,7 @@ from model.capacity import DecodeTerms  # noqa: E402
 from model.catalog import load_calibration, load_gpu, load_model  # noqa: E402
 from model.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
 from model.measurements import Measurement, read_measurements  # noqa: E402
-from model.screen import RULES  # noqa: E402
+from model.screen import Screened, counts  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 #: the small models a new user has measured (dense <= 14B, MoE <= 4B active)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
     every, not_composed = engine_fit.compose(usable, folder, progress=say)
     comp = engine_fit.fitted(every, verdicts)
-    screened = [(w, v.rule) for w, v in verdicts.items()]
+    screened = list(verdicts.values())
     fit, figures, lomo = report(comp, say)
     # the power comparison leaves out the powers the screen keeps out
     power = b200_power([c for c in comp if c.u.m.where not in verdicts], fit, folder)
@@ -253,7 +253,7 @@ def document(
     figures: dict[str, Any],
     n_skipped: int,
     not_composed: Sequence[Any],
-    screened: Sequence[tuple[str, str]],
+    screened: Sequence[Screened],
 ) -> dict[str, Any]:
     entries = []
     for f, src in ((fit, "ML.ENERGY Leaderboard v3 (vLLM), measured"), (paper, "SPEC Tab. 3")):
@@ -279,7 +279,7 @@ def document(
         "figures": figures,
         "rows_not_described": n_skipped,
         "rows_not_composed": len(not_composed),
-        "rows_screened": {rule: sum(r == rule for _, r in screened) for rule in RULES},
+        "rows_screened": counts(screened),
         "source": {
             "measurements": MLENERGY | {"files": {f.name: file_sha256(f) for f in files}},
             "kernels": KERNELS,
