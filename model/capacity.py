@@ -185,15 +185,25 @@ class DeploymentSpec:
         if self.kernel_source is not None and self.engine is not None:
             out["kernels"] = self.kernel_source.describe()
             out["engine"] = asdict(self.engine)
-        prefill, decode = self.settings()
-        if prefill is not None or decode is not None:  # at the default: as before
-            clocks = self.gpu_clocks()
-            full = clocks.full_clock if clocks is not None else None
-            out["prefill_setting"] = full if prefill is None else prefill.text
-            out["decode_setting"] = full if decode is None else decode.text
+        texts = self.setting_texts()
+        if texts:  # at the default: as before
+            out |= texts
             if self.clocks is not None:
                 out["clocks"] = asdict(self.clocks)
         return out
+
+    def setting_texts(self) -> dict[str, str]:
+        """``prefill_setting`` and ``decode_setting`` as text (the full clock for a
+        phase left at its default); empty at the default (both phases at full clock)."""
+        prefill, decode = self.settings()
+        if prefill is None and decode is None:
+            return {}
+        clocks = self.gpu_clocks()
+        assert clocks is not None  # a setting parses only with clock data
+        return {
+            "prefill_setting": clocks.full_clock if prefill is None else prefill.text,
+            "decode_setting": clocks.full_clock if decode is None else decode.text,
+        }
 
 
 def kv_memory_bytes(
@@ -1126,16 +1136,12 @@ def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     (the document is as before); else ``prefill_setting`` and ``decode_setting`` (the
     full clock for a phase left at its default), each phase's effective SM clock
     (a power limit resolved to its clock) and its draw per GPU at capacity."""
-    prefill, decode = spec.settings()
-    if prefill is None and decode is None:
-        return {}
+    out: dict[str, Any] = spec.setting_texts()
+    if not out:
+        return out
     clocks = spec.gpu_clocks()
     assert clocks is not None  # a setting parses only with clock data
     phases = spec.coefficients().phase_clocks
-    out: dict[str, Any] = {
-        "prefill_setting": clocks.full_clock if prefill is None else prefill.text,
-        "decode_setting": clocks.full_clock if decode is None else decode.text,
-    }
     if phases is None:  # the settings resolve to the full clock (a limit not binding)
         f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
         phases = PhaseClocks(f_max, f_max, cal.psat_prefill_w, cal.psat_decode_w)
