@@ -73,9 +73,18 @@ class DeploymentData:
 
     def period_allowed(self) -> NDArray[np.bool_]:
         """(T, K) the choices a solver needs: :attr:`allowed`, less the candidates
-        another one of their configuration dominates in the period."""
+        another one of their configuration dominates in the period (computed once,
+        read-only: solvers call this inside their period loops)."""
+        return self._period_allowed
+
+    @cached_property
+    def _period_allowed(self) -> NDArray[np.bool_]:
         ok = np.broadcast_to(self.allowed, self.smax_rps.shape)
-        return ok if self.useful is None else ok & self.useful
+        if self.useful is None:
+            return ok  # a read-only view already
+        out = ok & self.useful
+        out.flags.writeable = False
+        return out
 
     def setting_of(self, k: int) -> tuple[str, str] | None:
         """Candidate ``k``'s ``(prefill, decode)`` settings (None without settings)."""

@@ -81,7 +81,7 @@ def endpoint_options(
     """Per allowed configuration: (pnet, cost, config, served) at s = 0 and s = smax;
     ``offset[k]`` (optional) is added to the cost of running configuration ``k``."""
     d = data.deployments[m]
-    ks = np.flatnonzero(d.allowed if d.useful is None else d.allowed & d.useful[t])
+    ks = np.flatnonzero(d.period_allowed()[t])
     cfg = np.concatenate([ks, ks]).astype(np.int64)
     served = np.concatenate([np.zeros(ks.size), d.smax_rps[t, ks]])
     power = np.concatenate([d.bp_power_w[ks, 0], d.full_load_power_w[t, ks]])
