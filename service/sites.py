@@ -64,12 +64,17 @@ def checked(update: Update) -> Update:
     return update
 
 
+def event_signals(body: dict[str, Any], event: OadrEvent | dict[str, Any]) -> dict[str, Any]:
+    """The grid signals an OpenADR event gives on the periods of a site's ``body``
+    (:func:`service.openadr.event_to_signals`); :class:`InputError` naming the field at fault."""
+    return event_to_signals(event, plan_start(body), body["period_minutes"], n_periods(body))
+
+
 def with_event(site: Site, event: OadrEvent, doc: dict[str, Any]) -> tuple[Update, dict[str, Any]]:
     """The site with an OpenADR event merged into its grid signals (the event ``doc``
     logged with it), and the signals the event gave."""
-    n = n_periods(site.body)
-    signals = event_to_signals(event, plan_start(site.body), site.body["period_minutes"], n)
-    grid = merge_signals(site.body["grid"], signals, n)
+    signals = event_signals(site.body, event)
+    grid = merge_signals(site.body["grid"], signals, n_periods(site.body))
     return checked(Update(site.name, {**site.body, "grid": grid}, doc)), signals
 
 

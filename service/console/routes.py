@@ -27,9 +27,8 @@ from model.errors import InputError
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
 from service.jobs import FINAL, JobNotFound, job_store
-from service.openadr import event_to_signals
 from service.site_plans import n_periods, period, plan_doc, plan_start
-from service.sites import site_doc
+from service.sites import event_signals, site_doc
 from service.store import EventRecord, Plan, Site, SiteNotFound, store_for
 
 router = APIRouter(prefix="/ui/api", tags=["console"])
@@ -49,7 +48,7 @@ def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
     """The site's events with the periods they touch on its clock (``first_period``
     null for one that no longer lies in the horizon of the site as it is now)."""
     body = site.body
-    n, start, step = n_periods(body), plan_start(body), period(body)
+    start, step = plan_start(body), period(body)
     out = []
     for r in rows:
         ev: dict[str, Any] = {
@@ -62,7 +61,7 @@ def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
             "types": [],
         }
         try:
-            sig = event_to_signals(r.event, start, body["period_minutes"], n)
+            sig = event_signals(body, r.event)
         except InputError as e:
             ev["note"] = f"{e.field}: {e.reason}"
         else:
