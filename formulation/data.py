@@ -341,12 +341,13 @@ def dominated_options(cap: FloatArray, bl: FloatArray, bp: FloatArray) -> NDArra
         lower = _pw_at(bl[a], bp[a], pts) <= _pw_at(bl[b], bp[b], pts)
         return np.asarray((cap[a] >= cap[b]) & lower.all(axis=1))
 
+    # each ordered pair once: the rule below reads (a, b) and (b, a)
+    pair = {(a, b): dom(a, b) for a in range(n_opt) for b in range(n_opt) if a != b}
     out = np.zeros(cap.shape, dtype=bool)
     for b in range(n_opt):
         for a in range(n_opt):
             if a != b:
-                ab = dom(a, b)
-                out[b] |= ab & ((a < b) | ~dom(b, a))
+                out[b] |= pair[a, b] & ((a < b) | ~pair[b, a])
     return out
 
 
