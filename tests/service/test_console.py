@@ -91,13 +91,10 @@ class Console:
         self.host = urlsplit(base).netloc
         self.shots = os.environ.get("CONSOLE_SCREENSHOTS")
 
-    def open(self, fragment: str, ready: str, viewport: dict[str, int] | None = None) -> Any:
-        """A new tab on ``/ui/#fragment``, once the page ``ready`` is drawn."""
-        page = self.context.new_page()
-        if viewport is not None:
-            page.set_viewport_size(viewport)
-        page.errors = []
-        page.foreign = []
+    def watch(self, page: Any) -> None:
+        """Collect ``page``'s console errors (``page.errors``) and refuse and collect its
+        requests to other hosts (``page.foreign``)."""
+        page.errors, page.foreign = [], []
 
         def on_console(msg: Any) -> None:
             if msg.type == "error":
@@ -111,8 +108,15 @@ class Console:
                 route.continue_()
 
         page.on("console", on_console)
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
         page.route("**/*", on_request)
+
+    def open(self, fragment: str, ready: str, viewport: dict[str, int] | None = None) -> Any:
+        """A new tab on ``/ui/#fragment``, once the page ``ready`` is drawn."""
+        page = self.context.new_page()
+        if viewport is not None:
+            page.set_viewport_size(viewport)
+        self.watch(page)
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
         page.goto(f"{self.base}/ui/#{fragment}")
         self.wait(page, ready)
         ms = page.evaluate("window.pdwattTimings[0].ms")
@@ -451,17 +455,7 @@ def test_docs_in_the_browser(live_server: Callable[..., str], browser: Any) -> N
     base = live_server()
     console = Console(browser, base)
     page = browser.new_page()
-    page.errors, page.foreign = [], []
-    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-
-    def on_request(route: Any) -> None:
-        if urlsplit(route.request.url).netloc != console.host:
-            page.foreign.append(route.request.url)
-            route.abort()
-        else:
-            route.continue_()
-
-    page.route("**/*", on_request)
+    console.watch(page)
     page.goto(f"{base}/docs")
     page.locator(".swagger-ui .info .title", has_text="pdwatt").wait_for()
     page.get_by_text("/v1/sites/{site_id}/events").first.wait_for()
