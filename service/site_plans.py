@@ -128,14 +128,19 @@ def plan_response(
     }
 
 
-def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
+def plan_head(plan: Plan, site_version: int) -> dict[str, Any]:
+    """A stored plan's id, time, status, and whether the site (now at ``site_version``)
+    changed after it was computed (``stale``)."""
     return {
         "plan_id": plan.id,
         "created": plan.created.isoformat(),
         "status": plan.status,
         "stale": plan.site_version < site_version,
-        **plan.response,
     }
+
+
+def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
+    return {**plan_head(plan, site_version), **plan.response}
 
 
 def plan_site(

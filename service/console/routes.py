@@ -27,7 +27,7 @@ from model.errors import InputError
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
 from service.jobs import FINAL, JobNotFound, job_store
-from service.site_plans import n_periods, period, plan_doc, plan_start
+from service.site_plans import n_periods, period, plan_doc, plan_head, plan_start
 from service.sites import event_signals, site_doc
 from service.store import EventRecord, Plan, Site, SiteNotFound, store_for
 
@@ -84,10 +84,7 @@ def _plan_brief(plan: Plan, site: Site) -> dict[str, Any]:
     periods = sched["periods"]
     peak = max(periods, key=lambda p: p["power_w"])
     return {
-        "plan_id": plan.id,
-        "created": plan.created.isoformat(),
-        "status": plan.status,
-        "stale": plan.site_version < site.version,
+        **plan_head(plan, site.version),
         "mip_gap": sched.get("mip_gap"),
         "objective_usd": sched["objective_usd"],
         "unserved_value_usd": sched["totals"]["unserved_value_usd"],
