@@ -122,10 +122,16 @@ def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str
     }
 
 
-def _site_summary(url: str, site_id: str) -> dict[str, Any]:
+def _read(url: str, site_id: str) -> tuple[Site, Plan | None, dict[str, Any]]:
+    """The site, its latest plan, and the site in brief."""
     store = store_for(url)
     site = store.get_site(site_id)
-    return _summary(site, store.latest_plan(site_id), store.list_events(site_id))
+    plan = store.latest_plan(site_id)
+    return site, plan, _summary(site, plan, store.list_events(site_id))
+
+
+def _site_summary(url: str, site_id: str) -> dict[str, Any]:
+    return _read(url, site_id)[2]
 
 
 @router.get("/sites", dependencies=[ApiKey], responses=problem_responses(401))
@@ -168,11 +174,9 @@ async def site_page(
     /v1/sites/{id}/plan`` does (``plan``, null before the first)."""
 
     def gather() -> dict[str, Any]:
-        store = store_for(settings.database_url)
-        site = store.get_site(site_id)
-        plan = store.latest_plan(site_id)
+        site, plan, summary = _read(settings.database_url, site_id)
         return {
-            "summary": _summary(site, plan, store.list_events(site_id)),
+            "summary": summary,
             "site": site_doc(site),
             "plan": None if plan is None else plan_doc(plan, site.version),
         }
