@@ -306,15 +306,40 @@ SHIPPED_FILE = Path(__file__).parent / "data" / "engine_calibrations.json"
 
 
 @dataclass(frozen=True)
+class TransferredFrom:
+    """The fitted (GPU, framework) whose overheads a calibration carries, and the version
+    of the tables they were fitted against."""
+
+    gpu: str
+    framework: str
+    version: str
+
+
+@dataclass(frozen=True)
 class EngineCalibration:
-    """Engine overheads fitted for one (GPU, framework) against kernel tables of one
-    version, with where they come from."""
+    """Engine overheads for one (GPU, framework) over kernel tables of one version (the
+    version the composition reads), with where they come from: fitted to measurements of
+    the pair, or, for a pair no measurement covers, ``transferred_from`` a fitted pair
+    (its overheads over this pair's own kernel tables; ``docs/calibration.md``,
+    section 8)."""
 
     gpu: str
     framework: str
     version: str
     overheads: EngineOverheads
     source: str
+    transferred_from: TransferredFrom | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """Where the overheads come from, for outputs: the source text and, for a
+        transferred calibration, the pair and version it carries (None if fitted)."""
+        t = self.transferred_from
+        return {
+            "source": self.source,
+            "transferred_from": None
+            if t is None
+            else {"gpu": t.gpu, "framework": t.framework, "version": t.version},
+        }
 
 
 @cache
@@ -331,6 +356,7 @@ def _shipped() -> tuple[EngineCalibration, ...]:
             e["version"],
             EngineOverheads(**e["overheads"]),
             e["source"],
+            TransferredFrom(**e["transferred_from"]) if e.get("transferred_from") else None,
         )
         for e in doc["calibrations"]
     )

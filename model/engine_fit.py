@@ -249,6 +249,69 @@ def leave_one_model_out(
     return out
 
 
+@dataclass
+class TransferCheck:
+    """How well one (GPU, framework)'s engine overheads carry to another whose rows they
+    never saw: the source fitted on its own rows alone (overheads and the tasks' prompt
+    lengths), the target's rows predicted from the target's own kernel tables plus the
+    source's overheads at the source's prompt lengths (a task's prompts are the task's,
+    not the GPU's; a task the source never ran takes :data:`PROMPT_DEFAULT`). Beside it, on
+    the same target rows and at the same prompt lengths, the target's own fit (the best
+    three overheads can do there) and its kernels alone (nothing fitted). Errors are
+    relative, per target row, in ``target_rows``' order."""
+
+    source: tuple[str, str]
+    target: tuple[str, str]
+    overheads: EngineOverheads  # the source's, carried over
+    prompts: dict[str, float]
+    own_overheads: EngineOverheads  # the target's own fit, for comparison
+    target_rows: list[Composed]
+    transferred: list[float]
+    own: list[float]
+    alone: list[float]
+
+
+def transfer_check(
+    rows: Sequence[Composed],
+    source: tuple[str, str],
+    target: tuple[str, str],
+    prompts: Mapping[str, float] | None = None,
+) -> TransferCheck:
+    """Fit ``source``'s rows only and predict ``target``'s rows with their own kernels and
+    the source's overheads (:class:`TransferCheck`). ``prompts``: prompt lengths of tasks
+    held fixed in the source's fit instead of fitted (for a source whose rows state their
+    context and so fit none; never lengths fitted to the target's rows)."""
+    src = [c for c in rows if (c.gpu, c.framework) == source]
+    tgt = [c for c in rows if (c.gpu, c.framework) == target]
+    for name, key, sel in (("source", source, src), ("target", target, tgt)):
+        if not sel:
+            raise InputError(name, f"no composed rows of {key[0]}/{key[1]}")
+    if source == target:
+        raise InputError("target", "must differ from the source")
+    given = dict(prompts or {})
+    f_src = fit_engine(src, given)
+    carried = f_src.overheads[source]
+    prompts = given | f_src.prompts
+    moved = EngineFit({target: carried}, {}, {}, prompts, {})
+    # the target's own fit at the source's prompt lengths; a task the source never ran
+    # takes PROMPT_DEFAULT in the transfer (nothing of the target's rows is fitted for
+    # it) and its own fitted length in the target's fit (fit_engine returns the lengths
+    # it fitted, not those it was given)
+    f_own = fit_engine(tgt, prompts)
+    f_own.prompts = prompts | f_own.prompts
+    return TransferCheck(
+        source,
+        target,
+        carried,
+        prompts,
+        f_own.overheads[target],
+        list(tgt),
+        errors(tgt, moved),
+        errors(tgt, f_own),
+        unfitted(tgt, prompts),
+    )
+
+
 FORMAT = "pdwatt-engine-calibration/1"
 
 

@@ -186,7 +186,7 @@ def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
             "version": src.version(spec.gpu.name),
         }
         out["engine_calibration"] = {
-            "source": eng.source,
+            **eng.describe(),
             "fitted_version": eng.version,
             **eng.overheads.as_dict(),
         }

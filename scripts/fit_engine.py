@@ -15,14 +15,21 @@ AIConfigurator's kernel tables (``DATA_DIR/aiconfigurator/``), see their READMEs
   :func:`model.engine_fit.fit_engine`;
 * H200 under SGLang: the one measured pair, Qwen3-32B, through the paper's Tab. 3
   decode times (SPEC 2.3), taken as measurements at batches 1-256 and contexts of
-  512-4,096 tokens.
+  512-4,096 tokens;
+* the pairs no measurement covers (:data:`TRANSFERS`: H200 under vLLM, H100 and B200
+  under SGLang): the overheads of a fitted pair, transferred, over kernel tables of their
+  own GPU and framework (the oldest version, as for the fitted pairs), each marked
+  ``transferred_from``.
 
 It prints, per GPU and for dense models and mixtures of experts apart, the median
 |error| of the decode time in sample, with the kernels alone (nothing fitted), fitted
 on small models only (dense <= 14B, MoE <= 4B active) and predicting the larger ones,
 and leave-one-model-out; on B200 the kernels' measured power against the measured
-power. It writes the fitted numbers (never the measurements), with the files' sha256,
-to ``model/data/engine_calibrations.json`` and, with ``--chart``, a chart of predicted
+power; how well overheads carry from one pair to another where both are known
+(:func:`model.engine_fit.transfer_check`), what the tables' version costs such a
+transfer, and the H200's decode kernels against the H100's. It writes the fitted
+numbers (never the measurements), with the files' sha256, to
+``model/data/engine_calibrations.json`` and, with ``--chart``, a chart of predicted
 against measured.
 """
 
@@ -63,6 +70,25 @@ KERNELS = {
     "repository": "https://github.com/ai-dynamo/aiconfigurator",
     "commit": "095f58a51c4c",
 }
+#: (GPU, framework) pairs with no whole-server measurement, and the measured pair whose
+#: engine overheads each takes (docs/calibration.md, section 8, "Pairs without
+#: measurements"): H200 is the H100's die with more, faster HBM, so its host- and
+#: launch-side overheads are the H100's under the same framework; SGLang's only fit is
+#: on H200, whose overheads carry to H100 and B200 under SGLang
+TRANSFERS = (
+    (("h200", "vllm"), ("h100-sxm", "vllm")),
+    (("h100-sxm", "sglang"), ("h200", "sglang")),
+    (("b200", "sglang"), ("h200", "sglang")),
+)
+#: the transfers checked where both pairs are measured (or, for SGLang, taken from Tab. 3)
+TRANSFER_CHECKS = (
+    (("h100-sxm", "vllm"), ("b200", "vllm")),
+    (("b200", "vllm"), ("h100-sxm", "vllm")),
+    (("h100-sxm", "vllm"), ("h200", "sglang")),
+    (("b200", "vllm"), ("h200", "sglang")),
+    (("h200", "sglang"), ("h100-sxm", "vllm")),
+    (("h200", "sglang"), ("b200", "vllm")),
+)
 #: the paper's pair: batches and contexts at which SPEC's Tab. 3 decode time is taken
 PAPER_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 PAPER_CONTEXTS = (512.0, 1024.0, 2048.0, 4096.0)
@@ -165,6 +191,107 @@ def report(
     return fit, figures, lomo
 
 
+def kind_medians(rows: Sequence[engine_fit.Composed], errs: Sequence[float]) -> dict[str, Any]:
+    """Median |error| of dense models and mixtures of experts apart."""
+    out: dict[str, Any] = {}
+    for kind, moe in (("dense", False), ("moe", True)):
+        v = [e for c, e in zip(rows, errs, strict=True) if bool(c.u.model.experts) == moe]
+        if v:
+            out[kind] = {"rows": len(v), "median_abs": median_abs(v)}
+    return out
+
+
+def transfer_figures(
+    rows: Sequence[engine_fit.Composed],
+    source: tuple[str, str],
+    target: tuple[str, str],
+    prompts: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """:func:`model.engine_fit.transfer_check` as figures: per kind, the median |error| of
+    the target's rows with the source's overheads, with the target's own fit and with its
+    kernels alone; and both pairs' overheads."""
+    t = engine_fit.transfer_check(rows, source, target, prompts)
+    out: dict[str, Any] = {
+        "source_overheads": t.overheads.as_dict(),
+        "target_own_overheads": t.own_overheads.as_dict(),
+    }
+    for name, errs in (("transferred", t.transferred), ("own", t.own), ("alone", t.alone)):
+        for kind, v in kind_medians(t.target_rows, errs).items():
+            out.setdefault(kind, {"rows": v["rows"]})[name] = v["median_abs"]
+    return out
+
+
+def transfers(
+    comp: Sequence[engine_fit.Composed], paper: Sequence[engine_fit.Composed]
+) -> dict[str, Any]:
+    """:data:`TRANSFER_CHECKS` as figures. The Tab. 3 rows state their context and fit no
+    prompt length: carried from H200 under SGLang to one vLLM GPU, the overheads predict
+    that GPU's rows at the prompt lengths fitted on the other vLLM GPU's rows alone."""
+    rows = [*comp, *paper]
+    alone = {
+        g: engine_fit.fit_engine([c for c in comp if c.gpu == g]).prompts
+        for g in ("h100-sxm", "b200")
+    }
+    other = {"h100-sxm": "b200", "b200": "h100-sxm"}
+    out = {}
+    for source, target in TRANSFER_CHECKS:
+        prompts = alone[other[target[0]]] if source == ("h200", "sglang") else None
+        name = f"{source[0]} {source[1]} -> {target[0]} {target[1]}"
+        out[name] = transfer_figures(rows, source, target, prompts)
+    return out
+
+
+def version_check(
+    usable: Sequence[Usable],
+    comp: Sequence[engine_fit.Composed],
+    folder: str,
+    verdicts: dict[str, Screened],
+) -> dict[str, Any]:
+    """H100 rows under vLLM with overheads fitted against the 0.14.0 tables (the H100's
+    rows only) and kernels of the 0.24.0 tables (the only vLLM tables of the H200), beside
+    the overheads fitted against 0.24.0 and the 0.14.0 fit itself: what the tables'
+    version costs a transferred calibration."""
+    h14 = [c for c in comp if c.gpu == "h100-sxm"]
+    every, _ = engine_fit.compose(
+        [u for u in usable if u.gpu.name == "h100-sxm"], folder, {"h100-sxm": "0.24.0"}
+    )
+    keep = {c.u.m.where for c in h14}
+    h24 = [c for c in engine_fit.fitted(every, verdicts) if c.u.m.where in keep]
+    both = {c.u.m.where for c in h24}
+    h14 = [c for c in h14 if c.u.m.where in both]
+    f14 = engine_fit.fit_engine(h14)
+    f24 = engine_fit.fit_engine(h24, f14.prompts)
+    f24.prompts = f14.prompts | f24.prompts
+    return {
+        "rows": len(h24),
+        "overheads_0.14.0": f14.overheads[("h100-sxm", "vllm")].as_dict(),
+        "overheads_0.24.0": f24.overheads[("h100-sxm", "vllm")].as_dict(),
+        "0.14.0 overheads, 0.14.0 kernels": kind_medians(h14, engine_fit.errors(h14, f14)),
+        "0.14.0 overheads, 0.24.0 kernels": kind_medians(h24, engine_fit.errors(h24, f14)),
+        "0.24.0 overheads, 0.24.0 kernels": kind_medians(h24, engine_fit.errors(h24, f24)),
+    }
+
+
+def hopper_kernels(folder: str) -> dict[str, Any]:
+    """Qwen3-32B (TP1) decode kernels on H200 against H100, the same framework and version
+    on both (vLLM 0.24.0, SGLang 0.5.14), at a context of 1,024 tokens: the part of a
+    transferred calibration that is the H200's own."""
+    model = load_model("qwen3-32b")
+    out: dict[str, Any] = {}
+    for framework, version in (("vllm", "0.24.0"), ("sglang", "0.5.14")):
+        ratio = {}
+        for b in (1, 16, 64, 256):
+            t = {
+                g: KernelTimes.of(
+                    KernelSource(folder, framework, ((g, version),)), model, g, 1
+                ).decode_kernels_s(b, 1024.0)
+                for g in ("h100-sxm", "h200")
+            }
+            ratio[str(b)] = t["h200"] / t["h100-sxm"]
+        out[f"{framework} {version}"] = ratio
+    return out
+
+
 def chart(comp: list[engine_fit.Composed], lomo: dict[int, float], path: Path) -> None:
     import matplotlib
 
@@ -234,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         "in_sample": median_abs(engine_fit.errors(paper_comp, paper)),
         "worst": float(np.max(np.abs(engine_fit.errors(paper_comp, paper)))),
     }
-    doc = document(fit, paper, files, figures, len(skipped), not_composed, screened)
+    figures["transfer"] = transfers(comp, paper_comp)
+    figures["transfer version (h100 vllm)"] = version_check(usable, comp, folder, verdicts)
+    figures["h200 / h100 decode kernels (qwen3-32b)"] = hopper_kernels(folder)
+    doc = document(fit, paper, files, figures, len(skipped), not_composed, screened, folder)
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
@@ -254,8 +384,9 @@ def document(
     n_skipped: int,
     not_composed: Sequence[Any],
     screened: Sequence[Screened],
+    folder: str,
 ) -> dict[str, Any]:
-    entries = []
+    entries: list[dict[str, Any]] = []
     for f, src in ((fit, "ML.ENERGY Leaderboard v3 (vLLM), measured"), (paper, "SPEC Tab. 3")):
         for (gpu, framework), o in sorted(f.overheads.items()):
             entries.append(
@@ -271,6 +402,31 @@ def document(
                     f"{f.versions[(gpu, framework)]} tables",
                 }
             )
+    fitted = {(e["gpu"], e["framework"]): e for e in entries}
+    for (gpu, framework), (src_gpu, src_framework) in TRANSFERS:
+        base = fitted[(src_gpu, src_framework)]
+        version = engine_fit.default_version(folder, gpu, framework)
+        entries.append(
+            {
+                "gpu": gpu,
+                "framework": framework,
+                "version": version,
+                "overheads": dict(base["overheads"]),
+                "std": dict(base["std"]),
+                "rows": 0,
+                "models": [],
+                "transferred_from": {
+                    "gpu": src_gpu,
+                    "framework": src_framework,
+                    "version": base["version"],
+                },
+                "source": f"transferred: no whole-server measurement of {gpu} under "
+                f"{framework}; engine overheads of {src_gpu} / {src_framework} "
+                f"{base['version']} ({base['source'].split(';')[0]}); kernels: "
+                f"AIConfigurator {framework} {version} tables of {gpu}",
+            }
+        )
+    entries.sort(key=lambda e: (e["gpu"], e["framework"]))
     return {
         "format": "pdwatt-engine-calibration/1",
         "calibrations": entries,

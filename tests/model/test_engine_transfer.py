@@ -1,0 +1,208 @@
+"""Engine calibrations for (GPU, framework) pairs no whole-server measurement covers:
+the overheads of a fitted pair carried over to another pair's own kernel tables
+(``docs/calibration.md``, section 8, "Pairs without measurements").
+
+The transfer check (:func:`model.engine_fit.transfer_check`) on rows written here with
+known overheads; the shipped file's six pairs; and, with the published kernel tables
+(skipped when absent), that each transferred pair reads its own GPU's tables and that a
+capacity report names the transferred calibration."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from model import engine_fit
+from model.calibrate import Usable
+from model.catalog import load_gpu, load_model
+from model.engine import (
+    SHIPPED_FILE,
+    EngineOverheads,
+    TransferredFrom,
+    gpu_folder,
+    open_database,
+    shipped_calibration,
+)
+from model.errors import InputError
+from model.measurements import Measurement
+from model.operations import SpecRequest, capacity_report, resolve_spec
+from tests.conftest import shared_data_dir
+
+TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
+OTHER = EngineOverheads(t_iter_s=0.2e-3, t_req_s=60e-6, t_layer_s=25e-6)
+#: the kernels of the second "GPU" take this share of the first's
+FASTER = 0.6
+MODELS = ("qwen3-8b", "qwen3-14b", "qwen3-32b", "llama-3.1-70b")  # 36, 40, 64, 80 layers
+BATCHES = (8, 16, 32, 64, 128, 256)
+
+
+def _row(gpu: str, model: str, batch: float, kernel_s: float, itl_s: float) -> engine_fit.Composed:
+    arch = load_model(model)
+    m = Measurement(
+        file="synthetic.csv",
+        row=f"{gpu} {model} B={batch}",
+        model=model,
+        gpu=gpu,
+        stack="vllm",
+        task="",
+        tp=1,
+        ep=1,
+        precision="bf16",
+        architecture="dense",
+        batch=batch,
+        output_tokens=100.0,
+        output_weighted_tokens=100.0,
+        prompt_tokens=None,
+        context_tokens=1000.0,
+        itl_s=itl_s,
+        power_w=None,
+        prefill_tokens_per_s=None,
+    )
+    u = Usable(m, arch, load_gpu(gpu))
+    return engine_fit.Composed(u, "vllm", "0.0.1", arch.layers, np.array([kernel_s]), True)
+
+
+def _kernel_s(model: str, batch: int) -> float:
+    """Any kernel time (given, not fitted): a weight read plus a per-request part."""
+    return 5e-3 + 1e-4 * batch + 2e-5 * load_model(model).layers
+
+
+def _two_gpus(target: EngineOverheads) -> list[engine_fit.Composed]:
+    """H100 rows with overheads TRUE; B200 rows with kernels FASTER times the H100's and
+    overheads ``target``."""
+    rows = []
+    for gpu, share, o in (("h100-sxm", 1.0, TRUE), ("b200", FASTER, target)):
+        for model in MODELS:
+            n = load_model(model).layers
+            for b in BATCHES:
+                k = share * _kernel_s(model, b)
+                t = k + o.t_iter_s + o.t_req_s * b + o.t_layer_s * n
+                rows.append(_row(gpu, model, float(b), k, t))
+    return rows
+
+
+H100, B200 = ("h100-sxm", "vllm"), ("b200", "vllm")
+
+
+def test_overheads_shared_by_two_gpus_are_recovered_and_carry_over() -> None:
+    t = engine_fit.transfer_check(_two_gpus(TRUE), H100, B200)
+    assert (t.source, t.target) == (H100, B200)
+    for name, true in TRUE.as_dict().items():
+        assert getattr(t.overheads, name) == pytest.approx(true, rel=1e-4), name
+        assert getattr(t.own_overheads, name) == pytest.approx(true, rel=1e-4), name
+    assert len(t.target_rows) == len(MODELS) * len(BATCHES)
+    assert all(c.gpu == "b200" for c in t.target_rows)
+    assert max(abs(e) for e in t.transferred) < 1e-6
+    assert max(abs(e) for e in t.own) < 1e-6
+    # the kernels alone are short by the overheads
+    assert all(e < -0.05 for e in t.alone)
+
+
+def test_overheads_that_differ_give_the_difference_as_the_transfer_error() -> None:
+    t = engine_fit.transfer_check(_two_gpus(OTHER), H100, B200)
+    for name, true in OTHER.as_dict().items():  # the target's own fit finds its own
+        assert getattr(t.own_overheads, name) == pytest.approx(true, rel=1e-4), name
+    for c, e, alone in zip(t.target_rows, t.transferred, t.alone, strict=True):
+        b, n, k = c.u.m.batch, c.layers, float(c.kernel_s[0])
+        moved = k + TRUE.t_iter_s + TRUE.t_req_s * b + TRUE.t_layer_s * n
+        measured = k + OTHER.t_iter_s + OTHER.t_req_s * b + OTHER.t_layer_s * n
+        assert e == pytest.approx(moved / measured - 1.0, rel=1e-3, abs=1e-7)
+        assert alone == pytest.approx(k / measured - 1.0, rel=1e-12)
+    assert max(abs(e) for e in t.transferred) > 0.01  # the check tells them apart
+
+
+def test_a_pair_without_rows_is_named() -> None:
+    rows = _two_gpus(TRUE)
+    with pytest.raises(InputError, match="h200/vllm") as e:
+        engine_fit.transfer_check(rows, H100, ("h200", "vllm"))
+    assert e.value.field == "target"
+    with pytest.raises(InputError, match="h200/sglang") as e:
+        engine_fit.transfer_check(rows, ("h200", "sglang"), B200)
+    assert e.value.field == "source"
+
+
+# ---- the shipped file -------------------------------------------------------------------
+
+PAIRS = {(g, f) for g in ("h100-sxm", "h200", "b200") for f in ("vllm", "sglang")}
+
+
+def _shipped() -> dict[tuple[str, str], dict]:
+    doc = json.loads(SHIPPED_FILE.read_text())
+    return {(e["gpu"], e["framework"]): e for e in doc["calibrations"]}
+
+
+def test_the_shipped_file_holds_every_gpu_under_both_frameworks() -> None:
+    entries = _shipped()
+    assert set(entries) == PAIRS
+    transferred = {k for k, e in entries.items() if e.get("transferred_from")}
+    # the measured (or Tab. 3) pairs are fitted; the three others carry a fitted pair's
+    assert transferred == {("h200", "vllm"), ("h100-sxm", "sglang"), ("b200", "sglang")}
+    for key, e in entries.items():
+        cal = shipped_calibration(*key)
+        assert cal.version == e["version"]
+        if key not in transferred:
+            assert e["rows"] > 0 and cal.transferred_from is None
+            assert not e["source"].startswith("transferred")
+            continue
+        src = entries[(e["transferred_from"]["gpu"], e["transferred_from"]["framework"])]
+        assert not src.get("transferred_from")  # carried from a fitted pair
+        assert e["transferred_from"]["version"] == src["version"]
+        assert e["overheads"] == src["overheads"]  # exactly, not refitted
+        assert e["rows"] == 0 and e["models"] == []
+        assert e["source"].startswith(f"transferred: no whole-server measurement of {key[0]}")
+        assert cal.transferred_from == TransferredFrom(**e["transferred_from"])
+        assert cal.overheads == shipped_calibration(src["gpu"], src["framework"]).overheads
+    # the choice of docs/calibration.md: H200 under vLLM from H100, SGLang from H200
+    assert entries[("h200", "vllm")]["transferred_from"]["gpu"] == "h100-sxm"
+    assert entries[("h100-sxm", "sglang")]["transferred_from"]["gpu"] == "h200"
+    assert entries[("b200", "sglang")]["transferred_from"]["gpu"] == "h200"
+
+
+def test_each_shipped_pair_reads_its_own_gpus_tables() -> None:
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    db = open_database(str(root))
+    for (gpu, framework), e in _shipped().items():
+        folder = gpu_folder(gpu)
+        for op in ("gemm", "generation_attention", "context_attention"):
+            assert (framework, e["version"]) in db.versions(folder, op), (gpu, framework, op)
+        if e.get("transferred_from"):
+            # the version rule of the fitted pairs: the framework's oldest tables
+            assert e["version"] == engine_fit.default_version(str(root), gpu, framework)
+            assert e["source"].endswith(f"{framework} {e['version']} tables of {gpu}")
+
+
+def test_a_capacity_report_on_h200_under_vllm_names_the_transferred_calibration() -> None:
+    root = shared_data_dir() / "aiconfigurator"
+    if not root.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    spec = resolve_spec(
+        SpecRequest(gpu="h200", workload="fixed:4096:256", performance="kernels", kernels=str(root))
+    )
+    assert spec.engine is not None and spec.kernel_source is not None
+    assert spec.kernel_source.version("h200") == "0.24.0"
+    assert spec.engine.overheads == shipped_calibration("h100-sxm", "vllm").overheads
+    rep = capacity_report(spec, 3, 1)
+    perf = rep["performance"]
+    assert perf["kernels"] == {
+        "folder": root.name,
+        "framework": "vllm",
+        "gpu": "h200",
+        "version": "0.24.0",
+    }
+    eng = perf["engine_calibration"]
+    assert eng["transferred_from"] == {"gpu": "h100-sxm", "framework": "vllm", "version": "0.14.0"}
+    assert eng["source"].startswith("transferred:") and "h100-sxm / vllm 0.14.0" in eng["source"]
+    assert math.isfinite(rep["capacity_rps"]) and rep["capacity_rps"] > 0
+    # a fitted pair says it carries nothing
+    h100 = resolve_spec(
+        SpecRequest(
+            gpu="h100-sxm", workload="fixed:4096:256", performance="kernels", kernels=str(root)
+        )
+    )
+    fitted = capacity_report(h100, 3, 1)["performance"]["engine_calibration"]
+    assert fitted["transferred_from"] is None
