@@ -404,6 +404,8 @@ def document(
             )
     fitted = {(e["gpu"], e["framework"]): e for e in entries}
     for (gpu, framework), (src_gpu, src_framework) in TRANSFERS:
+        if (gpu, framework) in fitted:  # measured: the fit replaces the transfer
+            continue
         base = fitted[(src_gpu, src_framework)]
         version = engine_fit.default_version(folder, gpu, framework)
         entries.append(
