@@ -330,25 +330,40 @@ class EngineCalibration:
     source: str
     transferred_from: TransferredFrom | None = None
 
+    @property
+    def fitted_version(self) -> str:
+        """The version of the tables the overheads were fitted against: ``version``, or
+        for a transferred calibration its source's."""
+        t = self.transferred_from
+        return self.version if t is None else t.version
+
     def describe(self) -> dict[str, Any]:
-        """Where the overheads come from, for outputs: the source text and, for a
-        transferred calibration, the pair and version it carries (None if fitted)."""
+        """Where the overheads come from, for outputs: the source text, the version they
+        were fitted against and, for a transferred calibration, the pair and version it
+        carries (None if fitted)."""
         t = self.transferred_from
         return {
             "source": self.source,
+            "fitted_version": self.fitted_version,
             "transferred_from": None
             if t is None
             else {"gpu": t.gpu, "framework": t.framework, "version": t.version},
         }
 
 
-@cache
-def _shipped() -> tuple[EngineCalibration, ...]:
+def shipped_document() -> dict[str, Any]:
+    """The shipped engine calibration file, parsed (no calibration if it is absent)."""
     if not SHIPPED_FILE.exists():
-        return ()
+        return {"format": "pdwatt-engine-calibration/1", "calibrations": []}
     import json
 
-    doc = json.loads(SHIPPED_FILE.read_text())
+    doc: dict[str, Any] = json.loads(SHIPPED_FILE.read_text())
+    return doc
+
+
+@cache
+def _shipped() -> tuple[EngineCalibration, ...]:
+    doc = shipped_document()
     return tuple(
         EngineCalibration(
             e["gpu"],

@@ -152,6 +152,8 @@ class EngineFit:
     prompt_std: dict[str, float]
     rows: dict[tuple[str, str], int] = field(default_factory=dict)
     models: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    #: pairs whose overheads are another pair's, carried (a file's ``transferred_from``)
+    transferred: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def predict_s(self, c: Composed, prompts: dict[str, float] | None = None) -> float:
         o = self.overheads[(c.gpu, c.framework)]
@@ -343,6 +345,9 @@ def predict_rows(
         )
         row["performance"] = "kernels"
         row["kernels"] = f"{c.framework} {c.version}"
+        moved = fit.transferred.get((c.gpu, c.framework))
+        if moved is not None:  # the overheads are another pair's (docs/calibration.md, 8)
+            row["transferred_from"] = dict(moved)
         row["power_model"] = "ramp of the shipped calibration"
         out.append(row)
     return out
@@ -386,14 +391,14 @@ def is_document(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("format") == FORMAT
 
 
-def from_document(doc: object, where: str = "calibration") -> tuple[EngineFit, str]:
+def from_document(doc: object, where: str = "calibration") -> tuple[EngineFit, str | None]:
     """An :class:`EngineFit` and its kernel folder read back from :func:`to_document`'s
-    output; errors name the field."""
+    output or the shipped file (which names no folder: None); errors name the field."""
     if not is_document(doc):
         raise InputError(where, f"not a {FORMAT} document")
     assert isinstance(doc, dict)
     try:
-        folder = str(doc["kernels"]["folder"])
+        folder = str(doc["kernels"]["folder"]) if "kernels" in doc else None
         fit = EngineFit({}, {}, {}, {}, {})
         for i, e in enumerate(doc["calibrations"]):
             key = (str(e["gpu"]), str(e["framework"]))
@@ -403,6 +408,9 @@ def from_document(doc: object, where: str = "calibration") -> tuple[EngineFit, s
                 raise InputError(f"{where}: calibrations[{i}].overheads", str(error)) from None
             fit.versions[key] = str(e["version"])
             fit.std[key] = {k: float(v) for k, v in e.get("std", {}).items()}
+            if e.get("transferred_from"):
+                t = e["transferred_from"]
+                fit.transferred[key] = {n: str(t[n]) for n in ("gpu", "framework", "version")}
         fit.prompts = {str(k): float(v) for k, v in doc.get("prompt_tokens", {}).items()}
     except (KeyError, TypeError, ValueError) as error:
         raise InputError(where, f"malformed {FORMAT} document: {error}") from None

@@ -185,11 +185,7 @@ def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
             "gpu": spec.gpu.name,
             "version": src.version(spec.gpu.name),
         }
-        out["engine_calibration"] = {
-            **eng.describe(),
-            "fitted_version": eng.version,
-            **eng.overheads.as_dict(),
-        }
+        out["engine_calibration"] = {**eng.describe(), **eng.overheads.as_dict()}
         out["decode_line"] = {
             "context_tokens": forms.context_tokens,
             "batch_from": forms.decode.domain[0],

@@ -22,6 +22,7 @@ from model import engine_fit
 from model import screen as screening
 from model.calibrate import Fit, fit, from_document, leave_one_model_out, predict, to_document
 from model.catalog import Calibration, load_gpu
+from model.engine import shipped_document
 from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
@@ -60,7 +61,8 @@ def register(subparsers: Any) -> None:
         "--calibration",
         metavar="CAL.json",
         help="from pdwatt calibrate (default: the shipped calibration of each row's model "
-        "and GPU, as every other command uses, with the shipped prompt lengths)",
+        "and GPU, as every other command uses, with the shipped prompt lengths; with "
+        "--kernels, the shipped engine calibration of each row's GPU and framework)",
     )
     p.add_argument("--chart", metavar="FILE.png", help="predicted against measured")
     p.add_argument("--json", action="store_true", help="rows and summary as JSON")
@@ -244,6 +246,8 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
         doc = _read_json(a.calibration)
         if engine_fit.is_document(doc):
             return cmd_predict_kernels(a, doc)
+    elif a.kernels:  # measured kernels: the shipped engine calibrations
+        return cmd_predict_kernels(a, shipped_document())
     f = None if a.calibration is None else read_calibration_file(a.calibration)
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     res = predict(rows, f, not a.no_screen)

@@ -16,6 +16,7 @@ import numpy as np
 from model import engine_fit
 from model import screen as screening
 from model.calibrate import screened_rows, summarise
+from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.shared import parse_kernel_versions, summary_lines
 
@@ -97,10 +98,13 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
-    """Predict with an engine calibration file: its kernel folder unless ``--kernels``
-    names another."""
-    fit, folder = engine_fit.from_document(doc, Path(a.calibration).name)
-    folder = a.kernels or folder
+    """Predict with an engine calibration file (without ``--calibration``, the shipped
+    one): its kernel folder unless ``--kernels`` names another."""
+    name = Path(a.calibration).name if a.calibration else "the shipped engine calibrations"
+    fit, named = engine_fit.from_document(doc, name)
+    folder = a.kernels or named
+    if not folder:
+        raise InputError("kernels", f"{name} names no kernel folder: give --kernels DIR")
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     usable, skipped, found = screened_rows(rows, not a.no_screen)
     verdicts = {u.m.where: v for u, v in zip(usable, found, strict=True) if v is not None}
@@ -119,6 +123,15 @@ def cmd_predict_kernels(a: argparse.Namespace, doc: dict[str, Any]) -> dict[str,
         "skipped": [{"row": s.row, "reason": s.reason} for s in skipped],
     }
     if not a.json:
+        for gpu, framework in sorted({(c.gpu, c.framework) for c in known}):
+            t = fit.transferred.get((gpu, framework))
+            moved = (
+                f", overheads transferred from {t['gpu']} / {t['framework']} {t['version']}"
+                if t
+                else ""
+            )
+            version = fit.versions[(gpu, framework)]
+            print(f"engine calibration {gpu} / {framework}: {name} ({version} tables{moved})")
         for line in summary_lines(res["summary"]):
             print(line)
         if skipped:

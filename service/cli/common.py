@@ -69,8 +69,8 @@ def add_performance_args(p: argparse.ArgumentParser, per_deployment: bool = Fals
         "--framework",
         choices=FRAMEWORKS,
         help="with --performance kernels: the serving framework of the kernel tables and "
-        f"engine calibration (default {DEFAULT_FRAMEWORK}{each}; the shipped engine "
-        "calibrations are vLLM on H100 and B200)",
+        f"engine calibration (default {DEFAULT_FRAMEWORK}{each}; an engine calibration "
+        "is shipped for H100, H200 and B200 under each, docs/kernels.md)",
     )
     p.add_argument(
         "--kernel-version",

@@ -9,6 +9,7 @@ capacity report names the transferred calibration."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -25,6 +26,7 @@ from model.engine import (
     gpu_folder,
     open_database,
     shipped_calibration,
+    shipped_document,
 )
 from model.errors import InputError
 from model.measurements import Measurement
@@ -196,6 +198,7 @@ def test_a_capacity_report_on_h200_under_vllm_names_the_transferred_calibration(
     }
     eng = perf["engine_calibration"]
     assert eng["transferred_from"] == {"gpu": "h100-sxm", "framework": "vllm", "version": "0.14.0"}
+    assert eng["fitted_version"] == "0.14.0"  # the tables the overheads were fitted against
     assert eng["source"].startswith("transferred:") and "h100-sxm / vllm 0.14.0" in eng["source"]
     assert math.isfinite(rep["capacity_rps"]) and rep["capacity_rps"] > 0
     # a fitted pair says it carries nothing
@@ -204,5 +207,39 @@ def test_a_capacity_report_on_h200_under_vllm_names_the_transferred_calibration(
             gpu="h100-sxm", workload="fixed:4096:256", performance="kernels", kernels=str(root)
         )
     )
+    assert h100.engine is not None
     fitted = capacity_report(h100, 3, 1)["performance"]["engine_calibration"]
     assert fitted["transferred_from"] is None
+    assert fitted["fitted_version"] == h100.engine.version == "0.14.0"
+
+
+def test_the_shipped_file_read_back_marks_its_transferred_rows() -> None:
+    """``pdwatt predict --kernels DIR`` reads the shipped file (which names no kernel
+    folder): its transferred pairs predict rows that say so, the fitted pairs' do not."""
+    fit, folder = engine_fit.from_document(shipped_document(), "shipped")
+    assert folder is None
+    assert set(fit.overheads) == PAIRS
+    assert set(fit.transferred) == {("h200", "vllm"), ("h100-sxm", "sglang"), ("b200", "sglang")}
+    assert fit.overheads[("h200", "vllm")] == fit.overheads[("h100-sxm", "vllm")]
+    assert fit.versions[("h200", "vllm")] == "0.24.0"
+    rows = _two_gpus(TRUE)
+    h200 = [
+        dataclasses.replace(
+            c,
+            u=dataclasses.replace(
+                c.u, m=dataclasses.replace(c.u.m, gpu="h200"), gpu=load_gpu("h200")
+            ),
+        )
+        for c in rows[:3]
+    ]
+    out = engine_fit.predict_rows([*h200, rows[0]], fit)
+    for r in out[:3]:
+        assert r["gpu"] == "h200"
+        assert r["transferred_from"] == {
+            "gpu": "h100-sxm",
+            "framework": "vllm",
+            "version": "0.14.0",
+        }
+    assert out[3]["gpu"] == "h100-sxm" and "transferred_from" not in out[3]
+    # the same overheads on the same kernels: the same prediction
+    assert out[0]["itl_ms"]["predicted"] == pytest.approx(out[3]["itl_ms"]["predicted"])

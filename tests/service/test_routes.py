@@ -578,8 +578,14 @@ def test_kernels_on_a_server_with_a_kernel_database(make_client):
     long = {**KERNEL_BODY, "workload": "fixed:17000:16"}
     problem = assert_problem(client.post("/v1/capacity", json=long), 422, "workload")
     assert "beyond the kernel tables" in problem["detail"]
+    # a pair no measurement covers: its transferred calibration, named as such
+    moved = client.post("/v1/capacity", json={**KERNEL_BODY, "gpu": "h200", "framework": "vllm"})
+    assert moved.status_code == 200, moved.text
+    eng = moved.json()["performance"]["engine_calibration"]
+    assert eng["transferred_from"] == {"gpu": "h100-sxm", "framework": "vllm", "version": "0.14.0"}
+    assert eng["source"].startswith("transferred:")
     # no engine calibration shipped for this GPU and framework: 422 naming performance
-    other = {**KERNEL_BODY, "gpu": "h200", "framework": "vllm"}
+    other = {**KERNEL_BODY, "gpu": "a100-80gb", "framework": "vllm"}
     assert_problem(client.post("/v1/capacity", json=other), 422, "performance")
 
 
