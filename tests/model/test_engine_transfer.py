@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,6 +115,41 @@ def test_overheads_that_differ_give_the_difference_as_the_transfer_error() -> No
         assert e == pytest.approx(moved / measured - 1.0, rel=1e-3, abs=1e-7)
         assert alone == pytest.approx(k / measured - 1.0, rel=1e-12)
     assert max(abs(e) for e in t.transferred) > 0.01  # the check tells them apart
+
+
+def test_prompt_lengths_come_from_the_source_never_from_the_target() -> None:
+    """Rows that do not state their context: the transfer predicts them at the prompt
+    lengths the source's rows set, and a task only the target ran at PROMPT_DEFAULT;
+    the target's own fit sets that task's length from its rows."""
+    grid = np.array(engine_fit.PROMPT_GRID)
+    lengths = {"a": 512.0, "b": 64.0}
+    rows = []
+    for gpu, share, tasks in (("h100-sxm", 1.0, ("a",)), ("b200", FASTER, ("a", "b"))):
+        for task in tasks:
+            for model in MODELS:
+                n = load_model(model).layers
+                for b in BATCHES:
+                    # attention reads every request's context in every layer: a term
+                    # that no overhead (1, B, n) can take the place of
+                    k = share * (_kernel_s(model, b) + 2e-8 * b * n * grid)
+                    lk = np.interp(np.log(lengths[task]), np.log(grid), np.log(k))
+                    itl = float(np.exp(lk)) + TRUE.t_iter_s + TRUE.t_req_s * b + TRUE.t_layer_s * n
+                    c = _row(gpu, model, float(b), 0.0, itl)
+                    m = dataclasses.replace(c.u.m, task=task, row=f"{c.u.m.row} {task}")
+                    u = dataclasses.replace(c.u, m=m)
+                    rows.append(dataclasses.replace(c, u=u, kernel_s=k, fixed=False))
+    t = engine_fit.transfer_check(rows, H100, B200)
+    assert t.prompts == {"a": pytest.approx(512.0, rel=1e-4)}  # "b": not the source's
+    o = TRUE
+    for c, e in zip(t.target_rows, t.transferred, strict=True):
+        if c.u.m.task == "a":
+            assert abs(e) < 1e-6
+        else:  # at PROMPT_DEFAULT, not at the target's 64 tokens
+            p = engine_fit.PROMPT_DEFAULT
+            moved = c.kernels_at(p) + o.t_iter_s + o.t_req_s * c.u.m.batch + o.t_layer_s * c.layers
+            assert e == pytest.approx(moved / c.u.m.itl_s - 1.0, rel=1e-3, abs=1e-7)
+            assert e > 0.1  # 256 tokens read more than 64
+    assert max(abs(e) for e in t.own) < 1e-5  # the own fit finds "b" from its rows
 
 
 def test_a_pair_without_rows_is_named() -> None:
@@ -243,3 +279,45 @@ def test_the_shipped_file_read_back_marks_its_transferred_rows() -> None:
     assert out[3]["gpu"] == "h100-sxm" and "transferred_from" not in out[3]
     # the same overheads on the same kernels: the same prediction
     assert out[0]["itl_ms"]["predicted"] == pytest.approx(out[3]["itl_ms"]["predicted"])
+
+
+@pytest.mark.slow
+def test_the_shipped_file_is_a_fresh_run_of_the_script(tmp_path: Path) -> None:
+    """model/data/engine_calibrations.json, its transferred entries and its transfer
+    figures (docs/calibration.md, section 8) are what scripts/fit_engine.py makes from
+    the published files (to the optimiser's tolerance)."""
+    import importlib.util
+
+    data = shared_data_dir()
+    if not (data / "aiconfigurator").is_dir() or not list((data / "mlenergy").glob("*.json")):
+        pytest.skip("the ML.ENERGY files or the kernel tables are not in the data directory")
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("fit_eng", root / "scripts" / "fit_engine.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "engine.json"
+    assert mod.main([str(data), "--out", str(out), "--json"]) == 0
+    fresh, shipped = json.loads(out.read_text()), json.loads(SHIPPED_FILE.read_text())
+    assert fresh["source"] == shipped["source"]
+    for a, b in zip(shipped["calibrations"], fresh["calibrations"], strict=True):
+        for name in ("gpu", "framework", "version", "transferred_from", "source", "rows"):
+            assert a.get(name) == b.get(name), name
+        assert a["overheads"] == pytest.approx(b["overheads"], rel=1e-6, abs=1e-9)
+
+    def close(x: object, y: object) -> None:
+        if isinstance(x, dict):
+            assert isinstance(y, dict) and set(x) == set(y)
+            for k in x:
+                close(x[k], y[k])
+        elif isinstance(x, float):
+            assert x == pytest.approx(y, rel=1e-6, abs=1e-9)
+        else:
+            assert x == y
+
+    for name in (
+        "transfer",
+        "transfer version (h100 vllm)",
+        "h200 / h100 decode kernels (qwen3-32b)",
+    ):
+        close(shipped["figures"][name], fresh["figures"][name])
