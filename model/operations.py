@@ -75,8 +75,8 @@ class SpecRequest:
     #: command line's ``--kernels``, a server's setting), never by a request; unused under
     #: ``spec``
     kernels: str | None = None
-    #: ``kernels``: the tables' version per catalog GPU (default: the version the engine
-    #: calibration was fitted against)
+    #: ``kernels``: the tables' version per catalog GPU (default: the engine
+    #: calibration's, ``EngineCalibration.version``)
     kernel_versions: Mapping[str, str] = field(default_factory=dict)
     #: ``kernels``: the engine's overheads (default: the shipped calibration of the GPU
     #: and framework)

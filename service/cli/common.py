@@ -79,7 +79,7 @@ def add_performance_args(p: argparse.ArgumentParser, per_deployment: bool = Fals
         default=[],
         metavar="GPU=VERSION",
         help="with --performance kernels: the version of GPU's kernel tables (default: "
-        "the version its engine calibration was fitted with); repeat for several GPUs",
+        "the version of its engine calibration's tables); repeat for several GPUs",
     )
 
 
