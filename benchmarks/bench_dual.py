@@ -17,10 +17,10 @@ import time
 import numpy as np
 from bench_schedule import SITES, site_request
 
+from formulation.bounds.lagrange import DualOracle, local_grids
 from formulation.data import build_data
-from formulation.dp import deployment_grid
-from formulation.lagrange import DualOracle, local_grids
 from formulation.problem import problem_from_dict
+from formulation.subproblems.dp import deployment_grid
 
 
 def per_eval_s(oracle: DualOracle, repeat: int, rng: np.random.Generator) -> float:

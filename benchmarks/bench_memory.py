@@ -5,7 +5,7 @@ Each case runs in a fresh process (so its peak resident set is its own): one day
 change limit 4) scaled to the given GPUs, solved with the given time limit. Prints,
 per case, the candidate cells (periods x configurations), the estimate of
 ``formulation.memory``, the measured peak RSS of the solving process and of its HiGHS
-process (``formulation.highs``), and the ratio of the estimate to their sum (the
+process (``formulation.milp.highs``), and the ratio of the estimate to their sum (the
 estimate should stay above it). ``64x100+60`` is a fleet of 64 deployments of 100 to
 160 GPUs (8,320 GPUs).
 
@@ -48,7 +48,7 @@ def request(n_dep: int, gpus: int, limit_s: float, spread: int = 0) -> dict[str,
 
 def child(n_dep: int, gpus: int, spread: int, limit_s: float) -> None:
     from formulation.data import check_memory
-    from formulation.highs import PROCESS
+    from formulation.milp.highs import PROCESS
     from formulation.problem import problem_from_dict
     from formulation.solve import solve
 

@@ -35,14 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from formulation.bounds.lagrange import uncoupled_schedule
 from formulation.data import build_data
 from formulation.demo import demo_request
-from formulation.dp import deployment_grid
 from formulation.evaluate import price_schedule
-from formulation.highs import PROCESS
-from formulation.lagrange import uncoupled_schedule
+from formulation.milp.highs import PROCESS
 from formulation.problem import fill_model_variant, problem_from_dict
 from formulation.solve import solve
+from formulation.subproblems.dp import deployment_grid
 from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
 
 MIX = [
@@ -186,7 +186,7 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
         "choices_kept": st.get("choices_kept"),
         "choices_total": st.get("choices_total"),
         "bound_history": relaxation.get("history"),
-        # this process and the HiGHS process beside it (formulation.highs.PROCESS)
+        # this process and the HiGHS process beside it (formulation.milp.highs.PROCESS)
         "peak_rss_mb": round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + PROCESS.peak_rss_mb(), 1
         ),

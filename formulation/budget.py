@@ -95,7 +95,7 @@ class TimeBudget:
     #: the one-period bound taken before the relaxation ends by here
     ONE_PERIOD_BOUND: ClassVar[float] = 0.15
     #: a restricted MILP is built only if its estimated Pyomo build time
-    #: (:func:`formulation.milp.estimated_build_s`) is at most this share of the time
+    #: (:func:`formulation.milp.compact.estimated_build_s`) is at most this share of the time
     #: its phase has left (the greedy baseline's MILP too)
     BUILD_SHARE: ClassVar[float] = 0.3
 

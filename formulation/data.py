@@ -636,3 +636,8 @@ def take_periods(data: ScheduleData, idx: NDArray[np.int64]) -> ScheduleData:
         price_usd_per_mwh=data.price_usd_per_mwh[idx],
         carbon_g_per_kwh=data.carbon_g_per_kwh[idx],
     )
+
+
+def site_constant_usd(data: ScheduleData) -> float:
+    """Energy cost of the whole site idle (every deployment's net cost adds to it)."""
+    return float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)

@@ -2,10 +2,10 @@
 
 A solve keeps, for every deployment, a few numbers per (period, candidate
 configuration) cell for its whole duration (loads, powers at zero load and at the
-largest load, the local restriction of :mod:`formulation.lagrange`), and works on one
+largest load, the local restriction of :mod:`formulation.bounds.lagrange`), and works on one
 deployment at a time (per solver thread) with a larger set of such arrays (stage costs,
 forward and backward DP values, the re-optimisation's budgets). The MILPs it builds are
-bounded by their build time (:func:`formulation.milp.estimated_build_s`), not by the
+bounded by their build time (:func:`formulation.milp.compact.estimated_build_s`), not by the
 cells. Hence::
 
     MB  ~=  BASE_MB + (BYTES_PER_CELL * sum_m T K_m + WORKING_BYTES_PER_CELL * max_m T K_m) / 2**20
@@ -32,7 +32,7 @@ from model.errors import InputError
 BASE_MB = 1200.0
 #: bytes kept per (period, candidate) cell of every deployment: the loads and powers at
 #: the most each may serve (16), the copies the local restriction of
-#: formulation.lagrange keeps where the site limits a deployment on its own (up to 17),
+#: formulation.bounds.lagrange keeps where the site limits a deployment on its own (up to 17),
 #: and what the phases hold for a while beside them
 BYTES_PER_CELL = 40.0
 #: bytes per cell of the deployment being worked on (two solver threads)

@@ -11,22 +11,22 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    ``one_period_bound`` (when the greedy baseline found the one-period optima cheaply,
    ``_cheap_rounds``): the guided window's first bound, exact DPs outside the span
    where the site binds and the one-period optima inside it
-   (:func:`formulation.window.guided_start`), taken before the relaxation, which stops
+   (:func:`formulation.primal.window.guided_start`), taken before the relaxation, which stops
    once its master LP falls to it;
 3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
    deployment's exact DP, restricted to what the site allows it, as the subproblem
-   (:mod:`formulation.lagrange`). Its best bound is the proven lower bound; with one
+   (:mod:`formulation.bounds.lagrange`). Its best bound is the proven lower bound; with one
    deployment the first point is already the exact optimum;
    ``lp_support`` (after column generation): the compact MILP restricted to the
    configurations of the final master LP's columns and of the incumbent, every period
    (price-and-branch on the LP's support); schedules only;
 4. ``repair`` (not when the window is guided: phase 5 repairs its own starts):
    Lagrangian heuristic: the DP solutions at the best multipliers, made feasible by
-   exact per-deployment re-optimisation (:mod:`formulation.heuristics`), which
+   exact per-deployment re-optimisation (:mod:`formulation.primal.heuristics`), which
    respects transition limits;
 5. ``exact_window``: the MILP over the periods where the site constraints bind, the
    others solved exactly by DP, over the choices Lagrangian pruning keeps
-   (:mod:`formulation.window`). When the exact one-period optima are cheap (the greedy
+   (:mod:`formulation.primal.window`). When the exact one-period optima are cheap (the greedy
    baseline measures them, ``_guided``) the window is guided by them instead: its
    Lagrangian decomposition (one-period optima, cap included, against each
    deployment's path) can be far stronger than the relaxation; it reports every
@@ -66,22 +66,8 @@ from typing import Any
 
 import numpy as np
 
-from formulation.baselines import GreedyReport, greedy_ramped, greedy_with_report, static_peak
-from formulation.budget import (
-    GUIDED_AT_LEAST_S,
-    NEIGHBOURHOOD_AT_LEAST_S,
-    VOLUME_REPAIR_AT_MOST,
-    VOLUME_REPAIR_EVERY,
-    Deadline,
-    TimeBudget,
-)
-from formulation.data import ScheduleData, build_data, undominated
-from formulation.decomposition import decompose, make_column, schedule_of_columns
-from formulation.dp import DeploymentGrid, deployment_grid
-from formulation.evaluate import Priced, Schedule, price_schedule
-from formulation.heuristics import coordinate_descent
-from formulation.interrupt import interruptible, process_stopping
-from formulation.lagrange import (
+from formulation.bounds.decomposition import decompose, make_column, schedule_of_columns
+from formulation.bounds.lagrange import (
     DualOracle,
     Point,
     Relaxation,
@@ -92,15 +78,31 @@ from formulation.lagrange import (
     relax,
     uncoupled_bound,
 )
-from formulation.milp import (
+from formulation.budget import (
+    GUIDED_AT_LEAST_S,
+    NEIGHBOURHOOD_AT_LEAST_S,
+    VOLUME_REPAIR_AT_MOST,
+    VOLUME_REPAIR_EVERY,
+    Deadline,
+    TimeBudget,
+)
+from formulation.data import ScheduleData, build_data, undominated
+from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.milp.compact import (
     Allowed,
     MilpResult,
     estimated_build_s,
     estimated_root_s,
     solve_compact,
 )
-from formulation.problem import Method, ScheduleProblem
-from formulation.window import (
+from formulation.primal.baselines import (
+    GreedyReport,
+    greedy_ramped,
+    greedy_with_report,
+    static_peak,
+)
+from formulation.primal.heuristics import coordinate_descent
+from formulation.primal.window import (
     GuidedStart,
     binding_periods,
     guided_start,
@@ -109,6 +111,9 @@ from formulation.window import (
     window_choices,
     window_span,
 )
+from formulation.problem import Method, ScheduleProblem
+from formulation.processes.interrupt import interruptible, process_stopping
+from formulation.subproblems.dp import DeploymentGrid, deployment_grid
 from model.errors import PdwattError
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from formulation.interrupt import process_stopping
+from formulation.processes.interrupt import process_stopping
 from model.errors import PdwattError
 from service import webhooks
 from service.pool import PoolFull, SolvePool, WorkerLost

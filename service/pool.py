@@ -17,7 +17,7 @@ out-of-memory killer, ``kill -9``) is noticed at once:
   whose worker died before taking it runs on a fresh one: the next request runs.
 
 Workers end with the process that started them
-(:func:`formulation.lifetime.die_with_parent`), so none outlives the server. When the
+(:func:`formulation.processes.lifetime.die_with_parent`), so none outlives the server. When the
 server starts shutting down, :meth:`SolvePool.stop_solves` stops every running solve
 within a fraction of a second (each answers with the best schedule it has); a solve
 that has not answered :data:`STOP_GRACE_S` later is killed, so that a shutdown never
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from formulation.lifetime import (
+from formulation.processes.lifetime import (
     die_with_parent,
     kill_process_group,
     lead_process_group,
@@ -83,7 +83,7 @@ def _serve(conn: Any, parent_pid: int, stopping: Any) -> None:
     The worker leads a process group (its solve's children join it), ends with the
     process that started it, and stops every solve, keeping its best schedule, once
     ``stopping`` (a multiprocessing Event) is set."""
-    from formulation.interrupt import stop_process_on
+    from formulation.processes.interrupt import stop_process_on
 
     lead_process_group()
     die_with_parent(parent_pid)

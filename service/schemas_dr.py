@@ -1,7 +1,7 @@
 """Request and response schemas of POST /v1/demand-response and POST /v1/flexibility.
 
 The authoritative checks of the event (window inside the horizon, exactly one cap
-form) are those of :func:`formulation.dr.parse_event`, shared with ``pdwatt dr``.
+form) are those of :func:`formulation.whatif.dr.parse_event`, shared with ``pdwatt dr``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from formulation.demo import demo_request
-from formulation.dr import DEMO_EVENT
+from formulation.whatif.dr import DEMO_EVENT
 from service.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
 
 

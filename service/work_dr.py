@@ -17,7 +17,7 @@ def demand_response(
     req: DemandResponseRequest, memory_budget_mb: float | None = None, kernels: str | None = None
 ) -> dict[str, Any]:
     """``kernels``: the server's kernel database (a setting, never the request's)."""
-    from formulation.dr import demand_response as run
+    from formulation.whatif.dr import demand_response as run
 
     host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
     event = req.event.model_dump(mode="json")
@@ -27,7 +27,7 @@ def demand_response(
 def flexibility(
     req: FlexibilityRequest, memory_budget_mb: float | None = None, kernels: str | None = None
 ) -> dict[str, Any]:
-    from formulation.flex import flexibility_curve
+    from formulation.whatif.flex import flexibility_curve
 
     return flexibility_curve(
         req.request,

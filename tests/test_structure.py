@@ -113,3 +113,36 @@ def test_no_import_cycle() -> None:
 def test_the_graph_sees_imports(name: str) -> None:
     """The checks above read real edges (a graph with none would pass them all)."""
     assert graph()[name], name
+
+
+# formulation's folders in pipeline order: a module may import its own folder, the
+# flat modules at the top (the problem, its data, pricing, time) and folders before it;
+# solve.py runs the pipeline over them all and whatif/ asks questions of solve.
+FORMULATION_ORDER = ("processes", "subproblems", "milp", "bounds", "primal", "top", "whatif")
+FORMULATION_BASE = {"budget", "data", "evaluate", "memory", "problem", "request", "demo"}
+
+
+def formulation_folder(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2:
+        return parts[1]
+    return "base" if parts[1] in FORMULATION_BASE else "top"
+
+
+def test_formulation_folders_follow_the_pipeline() -> None:
+    folders = {formulation_folder(m) for m in MODULES if m.startswith("formulation.")}
+    assert folders == set(FORMULATION_ORDER) | {"base"}, folders
+    bad = []
+    for mod, targets in graph().items():
+        if not mod.startswith("formulation."):
+            continue
+        src = formulation_folder(mod)
+        for t in targets:
+            if not t.startswith("formulation."):
+                continue
+            dst = formulation_folder(t)
+            if dst == src or dst == "base":
+                continue
+            if src == "base" or FORMULATION_ORDER.index(dst) > FORMULATION_ORDER.index(src):
+                bad.append(f"{mod} ({src}) imports {t} ({dst})")
+    assert bad == [], "\n".join(bad)

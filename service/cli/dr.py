@@ -124,8 +124,8 @@ def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:
 
 
 def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
-    from formulation.dr import DEMO_EVENT, demand_response
     from formulation.solve import InfeasibleError
+    from formulation.whatif.dr import DEMO_EVENT, demand_response
 
     body = load_body(a)
     if a.event:
@@ -210,7 +210,7 @@ def print_flex(r: dict[str, Any]) -> None:
 
 
 def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
-    from formulation.flex import flexibility_curve
+    from formulation.whatif.flex import flexibility_curve
 
     body = load_body(a)
     period = a.period

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from formulation.data import build_data
-from formulation.dp import (
+from formulation.problem import problem_from_dict
+from formulation.subproblems.dp import (
     deployment_grid,
     reach,
     shortest_path,
@@ -21,7 +22,6 @@ from formulation.dp import (
     step_cost_to,
     transition_cost,
 )
-from formulation.problem import problem_from_dict
 
 
 def body(max_gpus: int, limit: int | None, start: float, stop: float, periods: int = 3) -> Any:

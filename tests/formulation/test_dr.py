@@ -21,11 +21,11 @@ import pytest
 
 from formulation.data import build_data
 from formulation.demo import demo_request
-from formulation.dr import DEMO_EVENT, demand_response, parse_event
 from formulation.evaluate import best_served
-from formulation.flex import flexibility_curve
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError
+from formulation.whatif.dr import DEMO_EVENT, demand_response, parse_event
+from formulation.whatif.flex import flexibility_curve
 from model.errors import InputError
 
 PUE = 1.2

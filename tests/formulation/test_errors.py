@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from formulation.baselines import greedy
 from formulation.budget import Deadline
 from formulation.data import build_data
 from formulation.demo import demo_request
+from formulation.primal.baselines import greedy
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError, solve
 from model.errors import InputError

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from formulation.bounds.lagrange import uncoupled_bound
 from formulation.data import ScheduleData, build_data
-from formulation.dp import deployment_grid
 from formulation.evaluate import Schedule, best_served, price_schedule
-from formulation.lagrange import uncoupled_bound
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError, solve
+from formulation.subproblems.dp import deployment_grid
 from model.capacity import Coefficients, evaluate
 
 WORKLOADS = ["fixed:1024:256", "fixed:512:512", "fixed:4096:256"]

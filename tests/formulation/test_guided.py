@@ -10,19 +10,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from formulation.bounds.decomposition import decompose
+from formulation.bounds.lagrange import (
+    DualOracle,
+    local_grids,
+    uncoupled_schedule,
+)
+from formulation.bounds.split import SplitBound, split_bound
 from formulation.budget import Deadline
-from formulation.data import build_data
-from formulation.decomposition import decompose
+from formulation.data import build_data, site_constant_usd
 from formulation.demo import demo_request
-from formulation.dp import deployment_grid, reach
 from formulation.evaluate import Priced, price_schedule
-from formulation.lagrange import DualOracle, local_grids, site_constant_usd, uncoupled_schedule
-from formulation.period import pool_can_bind
+from formulation.primal.window import binding_periods, guided_start, round_stats, solve_guided
 from formulation.problem import fill_model_variant, problem_from_dict
+from formulation.processes.workers import ForkPool
 from formulation.solve import solve
-from formulation.split import SplitBound, split_bound
-from formulation.window import binding_periods, guided_start, round_stats, solve_guided
-from formulation.workers import ForkPool
+from formulation.subproblems.dp import deployment_grid, reach
+from formulation.subproblems.period import pool_can_bind
 from tests.formulation.test_exact import enumerate_optimum, hand_model, random_request
 
 FEASIBLE = [s for s in range(24) if s % 7 != 3]
@@ -280,7 +284,7 @@ def test_the_readme_demo_is_proven_within_its_gap_under_both_model_variants(
     also draw the whole cap in period 78, just after the span the uncoupled optima
     break (68-77): without that period in the guided window the window's bound stays
     near 477.30 USD against an optimum near 477.94, a 0.13% gap no subgradient
-    closes (formulation.window.binding_periods)."""
+    closes (formulation.primal.window.binding_periods)."""
     body = fill_model_variant(demo_request(), variant)
     problem = problem_from_dict(body)
     out = solve(problem)

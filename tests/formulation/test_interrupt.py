@@ -1,4 +1,4 @@
-"""HiGHS runs in a process of its own (formulation.highs.HighsProcess): a stop request,
+"""HiGHS runs in a process of its own (formulation.milp.highs.HighsProcess): a stop request,
 or a MILP running past its time limit and grace, ends the process, and the MILP
 answers with the best schedule HiGHS had sent; the next MILP gets a new process."""
 
@@ -9,15 +9,15 @@ import time
 import pytest
 from pyomo.contrib.appsi.solvers.highs import Highs
 
-import formulation.milp as milp
-from formulation.baselines import greedy_ramped
+import formulation.milp.compact as milp
 from formulation.budget import HIGHS_GRACE_S, HIGHS_GRACE_SHARE, Deadline
 from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.evaluate import price_schedule
-from formulation.highs import PROCESS, HighsProcess, lp_arrays, stdout_to_stderr
-from formulation.interrupt import interruptible
+from formulation.milp.highs import PROCESS, HighsProcess, lp_arrays, stdout_to_stderr
+from formulation.primal.baselines import greedy_ramped
 from formulation.problem import problem_from_dict
+from formulation.processes.interrupt import interruptible
 from tests.service.conftest import small_schedule
 
 

@@ -1,4 +1,4 @@
-"""The Lagrangian relaxation (formulation.lagrange) against references computed here:
+"""The Lagrangian relaxation (formulation.bounds.lagrange) against references computed here:
 exhaustive enumeration of small sites (tests.formulation.test_exact) and, for one
 deployment under a binding cap, a dense DP written in this file."""
 
@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from formulation.bounds.lagrange import DualOracle, corridor, keep_choices, local_grids, relax
 from formulation.budget import Deadline, TimeBudget
 from formulation.data import build_data
-from formulation.dp import deployment_grid
 from formulation.evaluate import Schedule
-from formulation.lagrange import DualOracle, corridor, keep_choices, local_grids, relax
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
+from formulation.subproblems.dp import deployment_grid
 from tests.formulation.test_exact import (
     REL,
     enumerate_optimum,
@@ -216,8 +216,8 @@ def test_compact_too_large_to_build_in_time_returns_the_best_baseline() -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 4, 5])
 def test_priced_period_fits_the_cap_whenever_shedding_can(seed: int) -> None:
-    from formulation.baselines import priced_period
     from formulation.evaluate import price_schedule
+    from formulation.primal.baselines import priced_period
 
     body = random_request(seed)
     data = build_data(problem_from_dict(body))

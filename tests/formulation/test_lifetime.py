@@ -1,4 +1,4 @@
-"""Children that end with their parent (formulation/lifetime.py): a real process tree."""
+"""Children that end with their parent (formulation/processes/lifetime.py): a real process tree."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MIDDLE = textwrap.dedent(
     import subprocess, sys, time
     ask = sys.argv[1] == "ask"
     code = (
-        "from formulation.lifetime import kill_on_parent_death\\n"
+        "from formulation.processes.lifetime import kill_on_parent_death\\n"
         + ("assert kill_on_parent_death()\\n" if ask else "")
         + "print('ready', flush=True)\\n"
         + "import time; time.sleep(60)\\n"
@@ -86,7 +86,7 @@ def test_without_the_request_the_child_outlives_its_parent():
 FORK_POOL = textwrap.dedent(
     """
     import os, sys, time
-    from formulation.workers import ForkPool
+    from formulation.processes.workers import ForkPool
 
     def task(shared, path):
         with open(path + ".tmp", "w") as f:
@@ -132,13 +132,13 @@ def test_fork_pool_workers_die_with_the_process_that_forked_them(tmp_path: Path)
 GROUP = textwrap.dedent(
     """
     import ctypes, os, signal, subprocess, sys, time
-    from formulation.lifetime import kill_process_group, lead_process_group, reap_orphans
+    from formulation.processes.lifetime import kill_process_group, lead_process_group, reap_orphans
 
     PR_SET_CHILD_SUBREAPER = 36
     assert ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     code = (
         "import subprocess, sys, time\\n"
-        "from formulation.lifetime import lead_process_group\\n"
+        "from formulation.processes.lifetime import lead_process_group\\n"
         "assert lead_process_group()\\n"
         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\\n"
         "print(g.pid, flush=True)\\n"

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from formulation import period
-from formulation.baselines import periods_alone
 from formulation.budget import Deadline
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import best_served
-from formulation.milp import solve_compact
-from formulation.period import cap_price, solve_period
+from formulation.milp.compact import solve_compact
+from formulation.primal.baselines import periods_alone
 from formulation.problem import problem_from_dict
+from formulation.subproblems import period
+from formulation.subproblems.period import cap_price, solve_period
 
 WORKLOADS = ["fixed:1024:256", "fixed:4096:256", "fixed:2048:64"]
 

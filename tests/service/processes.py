@@ -42,7 +42,7 @@ class Proc:
 
     @property
     def highs(self) -> bool:
-        return "formulation.highs_child" in self.cmdline
+        return "formulation.milp.highs_child" in self.cmdline
 
 
 def marked(mark: str) -> list[Proc]:

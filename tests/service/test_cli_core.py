@@ -399,4 +399,3 @@ def test_the_default_workload_composes_on_h100(capsys):
     assert code == 0
     assert "l up to 14,088: within" in out
     assert "carries it beyond" not in out
-

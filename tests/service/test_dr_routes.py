@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from formulation.demo import demo_request
-from formulation.dr import DEMO_EVENT
+from formulation.whatif.dr import DEMO_EVENT
 from service.cli.app import main
 from service.main import create_app
 from service.settings import Settings

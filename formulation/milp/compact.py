@@ -35,11 +35,10 @@ import numpy as np
 import pyomo.environ as pyo
 
 from formulation.budget import HIGHS_AT_LEAST_S, HIGHS_SHARE, Deadline
-from formulation.data import ScheduleData
+from formulation.data import ScheduleData, site_constant_usd
 from formulation.evaluate import Schedule
-from formulation.highs import PROCESS, lp_arrays, stdout_to_stderr
-from formulation.interrupt import STOP
-from formulation.lagrange import site_constant_usd
+from formulation.milp.highs import PROCESS, lp_arrays, stdout_to_stderr
+from formulation.processes.interrupt import STOP
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +395,7 @@ def solve_model(
 ) -> MilpResult:
     """Solve with HiGHS, optionally from a MIP start, by ``deadline``: loading the
     model into HiGHS counts against it. Pyomo's appsi interface builds HiGHS's model;
-    HiGHS runs in a process of its own (:class:`formulation.highs.HighsProcess`), ended
+    HiGHS runs in a process of its own (:class:`formulation.milp.highs.HighsProcess`), ended
     with the best schedule it sent if it runs past the deadline (plus a grace) or the
     run is asked to stop."""
     from pyomo.contrib.appsi.solvers.highs import Highs

@@ -61,7 +61,7 @@ def quiet_highs() -> highspy.Highs:
 
 
 class HighsProcess:
-    """HiGHS in a process of its own (:mod:`formulation.highs_child`), started once and
+    """HiGHS in a process of its own (:mod:`formulation.milp.highs_child`), started once and
     reused: a MILP that runs past its deadline (HiGHS does not look at its time limit
     inside the root node's separation rounds) or whose run is asked to stop is ended
     with the process, keeping the last improving solution HiGHS sent; the next MILP
@@ -85,7 +85,7 @@ class HighsProcess:
         # a new interpreter running one module (not multiprocessing's spawn, which
         # would run the parent's main script again)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "formulation.highs_child", str(os.getpid())],
+            [sys.executable, "-m", "formulation.milp.highs_child", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": _import_path()},
@@ -236,7 +236,7 @@ class _Collect:
 
 
 def _in_process(model: dict[str, Any]) -> HighsOutcome:
-    from formulation import highs_child
+    from formulation.milp import highs_child
 
     conn = _Collect()
     with stdout_to_stderr():

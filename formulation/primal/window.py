@@ -2,7 +2,7 @@
 
 Relax the site cap and the GPU inventory in every period outside a window ``W``.
 The relaxed problem is exact dynamic programming outside ``W`` (each deployment on its
-own, as in :mod:`formulation.dp` at zero prices) and the compact MILP inside ``W``,
+own, as in :mod:`formulation.subproblems.dp` at zero prices) and the compact MILP inside ``W``,
 joined by two cost vectors per deployment: the least cost of reaching each
 configuration at the window's first period (forward DP, transition included) and the
 least cost of finishing the horizon from each configuration at its last period
@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.bounds.lagrange import uncoupled_schedule
+from formulation.bounds.split import SplitBound, joint_path, split_bound
 from formulation.budget import (
     ROUND_AT_LEAST_S,
     ROUND_SHARE,
@@ -31,8 +33,13 @@ from formulation.budget import (
     WINDOW_STEP_AT_LEAST_S,
     Deadline,
 )
-from formulation.data import ScheduleData, slice_periods
-from formulation.dp import (
+from formulation.data import ScheduleData, site_constant_usd, slice_periods
+from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.milp.compact import Allowed, solve_compact
+from formulation.primal.heuristics import coordinate_descent
+from formulation.processes.interrupt import stop_requested
+from formulation.processes.workers import ForkPool
+from formulation.subproblems.dp import (
     DeploymentGrid,
     backward_values,
     reach,
@@ -41,21 +48,14 @@ from formulation.dp import (
     step_cost_from,
     step_cost_to,
 )
-from formulation.evaluate import Priced, Schedule, price_schedule
-from formulation.heuristics import coordinate_descent
-from formulation.interrupt import stop_requested
-from formulation.lagrange import site_constant_usd, uncoupled_schedule
-from formulation.milp import Allowed, solve_compact
-from formulation.period import PeriodSolution, decisions_cost, solve_period
-from formulation.split import SplitBound, joint_path, split_bound
-from formulation.workers import ForkPool
+from formulation.subproblems.period import PeriodSolution, decisions_cost, solve_period
 
 IntArray = NDArray[np.int64]
 
 #: the decomposition's subgradient ascent halves its step factor after ``PATIENCE``
 #: iterations without a better bound, and starts again from its best multipliers, with
 #: its first step factor, every ``RESTART_EVERY`` iterations
-#: (formulation.split.split_bound)
+#: (formulation.bounds.split.split_bound)
 PATIENCE = 15
 RESTART_EVERY = 25
 #: at most this many rounds of the ascent over one window, the schedules looked for
@@ -388,11 +388,11 @@ def solve_guided(
     on_schedule: Callable[[Priced], object] | None = None,
     workers: int = 1,
 ) -> WindowResult:
-    """Window solve guided by the exact one-period optima (see :mod:`formulation.period`),
-    by ``deadline``.
+    """Window solve guided by the exact one-period optima (see
+    :mod:`formulation.subproblems.period`), by ``deadline``.
 
     Lower bound: that of :func:`guided_start` (``start``, if the caller has it), raised
-    by the Lagrangian decomposition of :func:`formulation.split.split_bound` in rounds
+    by the Lagrangian decomposition of :func:`formulation.bounds.split.split_bound` in rounds
     (:meth:`_Guided.bound_rounds`), and by the window MILP over every candidate when it
     runs.
 
@@ -407,7 +407,7 @@ def solve_guided(
 
     ``on_bound`` and ``on_schedule`` (optional) see every better bound and schedule as
     soon as it is found, before the result comes back. The decomposition's period
-    problems run on ``workers`` forked processes (:class:`formulation.workers.ForkPool`).
+    problems run on ``workers`` forked processes (:class:`formulation.processes.workers.ForkPool`).
     """
     # each start's repair: a share of the window's whole time
     repair_s = max(WINDOW_REPAIR_SHARE * deadline.remaining(), WINDOW_REPAIR_AT_LEAST_S)

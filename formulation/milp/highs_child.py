@@ -1,4 +1,4 @@
-"""The process that runs HiGHS for :class:`formulation.highs.HighsProcess`.
+"""The process that runs HiGHS for :class:`formulation.milp.highs.HighsProcess`.
 
 It imports only numpy and highspy, receives one model at a time as arrays (HiGHS's
 column-wise LP with integrality, options and a start), and sends back every improving
@@ -18,7 +18,7 @@ from typing import Any
 import highspy
 import numpy as np
 
-from formulation.lifetime import kill_on_parent_death
+from formulation.processes.lifetime import kill_on_parent_death
 
 
 def serve(conn: Any, parent_pid: int) -> None:
@@ -37,7 +37,7 @@ def serve(conn: Any, parent_pid: int) -> None:
 
 
 def main() -> None:
-    """``python -m formulation.highs_child PARENT_PID``: messages on standard input and
+    """``python -m formulation.milp.highs_child PARENT_PID``: messages on standard input and
     output (pickled, framed by :mod:`multiprocessing.connection`); HiGHS's own output
     goes to standard error."""
     from multiprocessing.connection import Connection

@@ -7,9 +7,9 @@ An energy-management system bids this curve into a DR programme.
 
 This is a **one-period** flexibility: transitions (their costs, limits and the state
 of neighbouring periods) are ignored, as an EMS bids it. Each cap is solved exactly
-by Pareto enumeration (:func:`formulation.period.solve_period`); when a GPU pool can
-bind, by the compact MILP on the period alone
-(:func:`formulation.milp.solve_compact` on :func:`formulation.baselines.periods_alone`),
+by Pareto enumeration (:func:`formulation.subproblems.period.solve_period`); when a GPU pool can
+bind, by the compact MILP on the period alone (:func:`formulation.milp.compact.solve_compact`
+on :func:`formulation.primal.baselines.periods_alone`),
 each solve limited to a share of the request's ``solver.time_limit_s``.
 
 Caps run from the least site draw (:func:`formulation.solve.min_site_power_w`: every
@@ -32,15 +32,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from formulation.baselines import periods_alone
 from formulation.budget import FLEX_MILP_AT_LEAST_S, Deadline
 from formulation.data import ScheduleData, build_data
-from formulation.dr import request_errors
-from formulation.milp import solve_compact
-from formulation.period import pool_can_bind, solve_period
+from formulation.milp.compact import solve_compact
+from formulation.primal.baselines import periods_alone
 from formulation.problem import Host, problem_from_dict
 from formulation.request import ScheduleRequest
 from formulation.solve import min_site_power_w
+from formulation.subproblems.period import pool_can_bind, solve_period
+from formulation.whatif.dr import request_errors
 from model.errors import InputError
 
 FloatArray = NDArray[np.float64]

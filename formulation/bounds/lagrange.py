@@ -7,7 +7,7 @@ Deployments are coupled only by two families of constraints per period ``t``:
     sum_{m in g} gpus_m,t <= G_g (inventory of pool g)
 
 Pricing them with ``pi_t >= 0`` (USD per W) and ``sigma_g,t >= 0`` (USD per GPU)
-separates the problem into one shortest path per deployment (:mod:`formulation.dp`),
+separates the problem into one shortest path per deployment (:mod:`formulation.subproblems.dp`),
 and the dual function
 
     L(pi, sigma) = sum_m DP_m(pi, sigma) - pi . R - sigma . G + idle-site energy
@@ -43,7 +43,7 @@ a_max]``. ``pi'`` replaces ``pi_best`` only when its bound is higher; ``f`` grow
 by a third after 20 steps that do not improve ("red"). The best bound seen is
 reported; it is valid whatever the multipliers.
 
-Column generation (:mod:`formulation.decomposition`) reaches the Lagrangian dual
+Column generation (:mod:`formulation.bounds.decomposition`) reaches the Lagrangian dual
 optimum sooner on every benchmark site and is the default (``solver.method: auto``;
 figures in docs/schedule.md). The volume algorithm stays as ``solver.method: volume``:
 an option of the request schema that callers may name, and a second route to the
@@ -62,10 +62,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.budget import Deadline
-from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, backward_values, shortest_path, stage_costs
+from formulation.data import ScheduleData, site_constant_usd
 from formulation.evaluate import Schedule
-from formulation.workers import ForkPool
+from formulation.processes.workers import ForkPool
+from formulation.subproblems.dp import DeploymentGrid, backward_values, shortest_path, stage_costs
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -120,11 +120,6 @@ class Point:
     gpu_load: FloatArray  # (G, T) their GPUs per pool
 
 
-def site_constant_usd(data: ScheduleData) -> float:
-    """Energy cost of the whole site idle (every deployment's net cost adds to it)."""
-    return float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)
-
-
 def dual_value(
     data: ScheduleData, dp_values: Sequence[float], pi: FloatArray, sigma: FloatArray
 ) -> float:
@@ -168,7 +163,7 @@ def _solve_in_worker(
 
 class DualOracle:
     """Evaluates ``L(pi, sigma)``: one exact DP per deployment, on ``workers`` forked
-    processes when there are more than one (:class:`formulation.workers.ForkPool`), so
+    processes when there are more than one (:class:`formulation.processes.workers.ForkPool`), so
     each evaluation sends only the prices and receives the paths."""
 
     def __init__(

@@ -1,8 +1,8 @@
 """Child processes that end with their parent.
 
 Every kind of child the product starts (the service's solver workers, the forked
-workers of :class:`formulation.workers.ForkPool` and the HiGHS process of
-:mod:`formulation.highs`) asks the kernel for the parent-death signal, so that none
+workers of :class:`formulation.processes.workers.ForkPool` and the HiGHS process of
+:mod:`formulation.milp.highs`) asks the kernel for the parent-death signal, so that none
 outlives the process that started it: a killed solver worker takes its whole solve
 with it, and a killed server its workers. A service's solver worker also leads a
 process group of its own, which its descendants join, so that the service can end

@@ -7,7 +7,7 @@ forks its workers with the shared state already in memory: each task sends only 
 arguments and receives its result. Where processes cannot be forked, where this
 process may not have children (a daemonic worker) or where a worker dies (e.g. out of
 memory), the tasks run serially in this process, with the same results. The workers
-end with the process that forked them (:func:`formulation.lifetime.die_with_parent`):
+end with the process that forked them (:func:`formulation.processes.lifetime.die_with_parent`):
 a solve killed from outside (the out-of-memory killer) leaves none of them running.
 """
 
@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Generic, TypeVar
 
-from formulation.lifetime import die_with_parent
+from formulation.processes.lifetime import die_with_parent
 
 S = TypeVar("S")
 R = TypeVar("R")

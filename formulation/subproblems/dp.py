@@ -51,7 +51,7 @@ class DeploymentGrid:
     smax: FloatArray  # (T, K)
     limit: int | None  # change limit L where it can bind, else None
     #: (T, K) choices this grid admits, where a restriction applies (see
-    #: :func:`formulation.lagrange.local_grids`); None: every allowed candidate
+    #: :func:`formulation.bounds.lagrange.local_grids`); None: every allowed candidate
     ok: NDArray[np.bool_] | None = None
     #: several candidates share a cell (one configuration at several GPU settings):
     #: moving between them is free, so a cell holds the least of its candidates

@@ -3,7 +3,7 @@ configurations worth keeping.
 
 Deployments are coupled only by the per-period site cap and the GPU inventories.
 Relaxing those with prices gives one exact dynamic program per deployment
-(:mod:`formulation.dp`). Column generation finds the prices: the master LP chooses a
+(:mod:`formulation.subproblems.dp`). Column generation finds the prices: the master LP chooses a
 convex combination of whole-horizon schedules ("columns") per deployment within the
 cap and inventory; its duals price the next DP; the DPs return new columns.
 
@@ -19,7 +19,7 @@ At convergence it equals the master LP value (the Dantzig-Wolfe bound).
 The master LP is solved with highspy directly: it is re-solved after every round of
 new columns, and adding a column to a live HiGHS model is far cheaper than rebuilding
 a Pyomo model each time. The integer problem itself is built in Pyomo
-(:mod:`formulation.milp`).
+(:mod:`formulation.milp.compact`).
 
 Dual smoothing (Wentges): the DPs are priced at ``alpha * best + (1 - alpha) * LP``
 duals, which damps the oscillation of the LP duals; mispricing (no improving column at
@@ -37,14 +37,14 @@ import highspy
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.bounds.lagrange import DualOracle, Point
 from formulation.budget import Deadline
-from formulation.data import ScheduleData
-from formulation.dp import (
+from formulation.data import ScheduleData, site_constant_usd
+from formulation.evaluate import Schedule, transitions
+from formulation.milp.highs import quiet_highs
+from formulation.subproblems.dp import (
     deployment_grid,
 )
-from formulation.evaluate import Schedule, transitions
-from formulation.highs import quiet_highs
-from formulation.lagrange import DualOracle, Point, site_constant_usd
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def decompose(
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or ``deadline``). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
-    grids of :func:`formulation.lagrange.local_grids`; ``stop``: checked after every
+    grids of :func:`formulation.bounds.lagrange.local_grids`; ``stop``: checked after every
     round; ``first``: the oracle's point at zero prices, if the caller has it;
     ``bound_to_beat`` (optional): a lower bound proven otherwise. The restricted master
     LP's value is at least the Dantzig-Wolfe bound, so once it is no higher than that

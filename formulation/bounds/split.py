@@ -2,9 +2,9 @@
 
 Inside the window ``[a, b)`` each deployment's configuration is duplicated: a
 *period copy* ``y[m,t]`` that must fit the site cap and inventory with the other
-deployments (the one-period knapsack, solved exactly by :mod:`formulation.period`)
+deployments (the one-period knapsack, solved exactly by :mod:`formulation.subproblems.period`)
 and a *deployment copy* ``x[m,t]`` that must follow the transition rules (a shortest
-path, as in :mod:`formulation.dp`, with the exact DP costs before and after the
+path, as in :mod:`formulation.subproblems.dp`, with the exact DP costs before and after the
 window as entry and exit costs). Relaxing ``x = y`` with multipliers ``mu[m,t,k]``
 gives, for any ``mu``,
 
@@ -12,7 +12,7 @@ gives, for any ``mu``,
           + sum_m min_x [entry + transitions + sum_t mu[m,t,x_t] + exit] + site constant
 
 a lower bound on the full problem (caps outside the window are relaxed too, which
-only lowers it). ``L(0)`` is the bound of :func:`formulation.window.solve_guided`;
+only lowers it). ``L(0)`` is the bound of :func:`formulation.primal.window.solve_guided`;
 subgradient steps on ``mu`` (Polyak steps towards the incumbent) raise it by pricing
 the transition limits into the period problems. Both copies keep their integrality,
 so this bound is at least the better of the knapsack and the path relaxations.
@@ -29,10 +29,10 @@ from numpy.typing import NDArray
 
 from formulation.budget import HINTS_AFTER, Deadline
 from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, reach, step_cost_to, transition_cost
-from formulation.interrupt import stop_requested
-from formulation.period import PeriodSolution, solve_period
-from formulation.workers import ForkPool
+from formulation.processes.interrupt import stop_requested
+from formulation.processes.workers import ForkPool
+from formulation.subproblems.dp import DeploymentGrid, reach, step_cost_to, transition_cost
+from formulation.subproblems.period import PeriodSolution, solve_period
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -18,9 +18,9 @@ from numpy.typing import NDArray
 
 from formulation.budget import Deadline
 from formulation.data import ScheduleData
-from formulation.dp import DeploymentGrid, shortest_path
 from formulation.evaluate import Priced, Schedule, price_schedule
-from formulation.interrupt import stop_requested
+from formulation.processes.interrupt import stop_requested
+from formulation.subproblems.dp import DeploymentGrid, shortest_path
 
 FloatArray = NDArray[np.float64]
 

@@ -10,7 +10,7 @@
   that period's cost under the cap and inventory, ignoring transitions. Where the
   deployments' individual optima fit the site they are the period's optimum; where
   they do not, the one-period problem is solved exactly by Lagrangian-bounded Pareto
-  enumeration (:func:`formulation.period.solve_period`) within the baseline's time
+  enumeration (:func:`formulation.subproblems.period.solve_period`) within the baseline's time
   (a period whose search outlasts it keeps the best choice found, and the report says
   how many periods are proven), or, when a GPU pool can bind, by the compact MILP over
   those periods (restricted to each deployment's capacity-power front when the full
@@ -32,17 +32,17 @@ import numpy as np
 
 from formulation.budget import Deadline, TimeBudget
 from formulation.data import ScheduleData, take_periods
-from formulation.dp import (
+from formulation.evaluate import Priced, Schedule, best_served, price_schedule
+from formulation.milp.compact import estimated_build_s, solve_compact
+from formulation.processes.workers import ForkPool
+from formulation.subproblems.dp import (
     DeploymentGrid,
     deployment_grid,
     endpoint_costs,
     stage_costs,
     transition_cost,
 )
-from formulation.evaluate import Priced, Schedule, best_served, price_schedule
-from formulation.milp import estimated_build_s, solve_compact
-from formulation.period import pool_can_bind, solve_period
-from formulation.workers import ForkPool
+from formulation.subproblems.period import pool_can_bind, solve_period
 from model.pareto import pareto_mask
 
 MAX_ENUMERATED = 12
@@ -233,7 +233,7 @@ def greedy_with_report(
     )
     report = GreedyReport(periods_over_cap=int(bad.size))
     if bad.size and not pool_can_bind(data, int(bad[0])):
-        # exact one-period optima (formulation.period); a period whose search outlasts
+        # exact one-period optima (formulation.subproblems.period); a period whose search outlasts
         # the time limit keeps the best choice found, counted as not proven
         report.method = "one-period optimum by Lagrangian-bounded Pareto enumeration"
         t0 = time.perf_counter()
