@@ -44,6 +44,7 @@ class DeploymentData:
     bp_load_rps: FloatArray  # (K, 4) NaN-padded breakpoints of P(lambda) on [0, mu]
     bp_power_w: FloatArray
     bp_count: IntArray
+    bp_prefill_power_w: FloatArray  # (K, 4) the prefill instances' part of bp_power_w
     demand_rps: FloatArray  # (T,)
     smax_rps: FloatArray  # (T, K): min(demand, headroom * mu)
     unserved_usd_per_rps: FloatArray  # (T,): value of one req/s unserved through a period
@@ -112,6 +113,18 @@ class DeploymentData:
             np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
         )
         return _piecewise(self.bp_load_rps[k_arr], self.bp_power_w[k_arr], s_arr)
+
+    def phase_power_w(
+        self, k: int | IntArray, load_rps: float | FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """The prefill and the decode instances' parts of :meth:`power_w` (same
+        arguments): each phase's power is linear between the same breakpoints, so the
+        prefill part interpolates exactly like the whole; the decode part is the rest."""
+        k_arr, s_arr = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
+        )
+        prefill = _piecewise(self.bp_load_rps[k_arr], self.bp_prefill_power_w[k_arr], s_arr)
+        return prefill, self.power_w(k, load_rps) - prefill
 
     def power_at(self, k: int, load_rps: float) -> float:
         """:meth:`power_w` of one configuration at one load, for callers pricing single
@@ -426,7 +439,8 @@ def undominated(data: ScheduleData, config: IntArray) -> IntArray:
 
 
 #: a deployment's candidates: the first table, n_p, n_d, capacity, breakpoint loads and
-#: powers and counts (off first), the setting pairs and each candidate's pair
+#: powers and counts and the powers' prefill parts (off first), the setting pairs and
+#: each candidate's pair
 _Candidates = tuple[
     ConfigTable,
     IntArray,
@@ -435,6 +449,7 @@ _Candidates = tuple[
     FloatArray,
     FloatArray,
     IntArray,
+    FloatArray,
     tuple[tuple[str, str], ...] | None,
     IntArray | None,
 ]
@@ -461,7 +476,8 @@ def _tables(
         bl = np.vstack([off_row, table.bp_load_rps])
         bp = np.vstack([off_row, table.bp_power_w])
         bc = np.concatenate([[1], table.bp_count]).astype(np.int64)
-        return table, n_p, n_d, cap, bl, bp, bc, None, None
+        bf = np.vstack([off_row, table.bp_prefill_power_w])
+        return table, n_p, n_d, cap, bl, bp, bc, bf, None, None
     pairs = tuple((a, b) for a in lists[0] for b in lists[1])
     tables = []
     for sp, sd in pairs:
@@ -474,6 +490,7 @@ def _tables(
     bl_o = np.stack([t.bp_load_rps for t in tables])
     bp_o = np.stack([t.bp_power_w for t in tables])
     bc_o = np.stack([t.bp_count for t in tables])
+    bf_o = np.stack([t.bp_prefill_power_w for t in tables])
     keep = ~dominated_options(cap_o, bl_o, bp_o)  # (O, n)
     cfg_idx, opt_idx = np.nonzero(keep.T)  # configuration-major, options in order
     n_p = np.concatenate([[0], cp[cfg_idx]]).astype(np.int64)
@@ -482,8 +499,9 @@ def _tables(
     bl = np.vstack([off_row, bl_o[opt_idx, cfg_idx]])
     bp = np.vstack([off_row, bp_o[opt_idx, cfg_idx]])
     bc = np.concatenate([[1], bc_o[opt_idx, cfg_idx]]).astype(np.int64)
+    bf = np.vstack([off_row, bf_o[opt_idx, cfg_idx]])
     option = np.concatenate([[0], opt_idx]).astype(np.int64)
-    return tables[0], n_p, n_d, cap, bl, bp, bc, pairs, option
+    return tables[0], n_p, n_d, cap, bl, bp, bc, bf, pairs, option
 
 
 def _deployment(
@@ -495,7 +513,7 @@ def _deployment(
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
-    table, n_p, n_d, cap, bl, bp, bc, pairs, option = _tables(i, d, spec, cp, cd)
+    table, n_p, n_d, cap, bl, bp, bc, bf, pairs, option = _tables(i, d, spec, cp, cd)
     gpus = (n_p + n_d) * tp
     demand = np.asarray(d.demand_rps, dtype=float)
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
@@ -523,6 +541,7 @@ def _deployment(
         bp_load_rps=bl,
         bp_power_w=bp,
         bp_count=bc,
+        bp_prefill_power_w=bf,
         demand_rps=demand,
         smax_rps=smax,
         unserved_usd_per_rps=unserved,

@@ -77,6 +77,23 @@ def transitions(d: DeploymentData, ks: IntArray) -> tuple[IntArray, IntArray]:
     return starts.astype(np.int64), stops.astype(np.int64)
 
 
+def _priced_load(d: DeploymentData, ks: IntArray, s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The most deployment ``d`` may serve in each period at choices ``ks``, and the
+    served loads ``s`` clipped to ``[0, that]``: the loads its power is priced at."""
+    smax = d.smax_rps[np.arange(ks.shape[0]), ks]
+    return smax, np.clip(s, 0.0, smax)
+
+
+def phase_power_w(data: ScheduleData, sched: Schedule) -> tuple[FloatArray, FloatArray]:
+    """(M, T) the prefill and the decode instances' parts of
+    :attr:`Priced.it_power_w`, at the loads :func:`price_schedule` prices."""
+    out = np.zeros((2, *sched.config.shape))
+    for m, d in enumerate(data.deployments):
+        ks = sched.config[m]
+        out[0, m], out[1, m] = d.phase_power_w(ks, _priced_load(d, ks, sched.served_rps[m])[1])
+    return out[0], out[1]
+
+
 def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
     """Price ``sched`` with the objective of SPEC 4 and list every violation."""
     m_count, t_count = sched.config.shape
@@ -93,10 +110,9 @@ def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
     for m, d in enumerate(data.deployments):
         ks = sched.config[m]
         s = sched.served_rps[m]
-        smax = d.smax_rps[np.arange(t_count), ks]
+        smax, s_c = _priced_load(d, ks, s)
         bad = (s < -1e-9) | (s > smax * (1 + FEAS_RTOL) + 1e-9) | ~d.allowed[ks]
         served_viol.extend((m, int(t)) for t in np.flatnonzero(bad))
-        s_c = np.clip(s, 0.0, smax)
         it[m] = d.power_w(ks, s_c)
         starts[m], stops[m] = transitions(d, ks)
         if data.max_changes is not None:

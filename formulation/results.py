@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from formulation.data import DeploymentData
-from formulation.evaluate import Priced
+from formulation.evaluate import Priced, phase_power_w
 from formulation.solve import Outcome
 from model.operations import performance_report
 
@@ -25,6 +25,9 @@ class DeploymentPeriod(BaseModel):
     served_rps: float
     capacity_rps: float
     power_w: float
+    #: the prefill and the decode instances' parts of power_w
+    prefill_power_w: float
+    decode_power_w: float
 
 
 class PeriodOut(BaseModel):
@@ -89,6 +92,7 @@ def response(o: Outcome) -> dict[str, Any]:
     """SPEC 6.1 schedule response (extended with bounds, savings and solver statistics)."""
     data, p = o.data, o.priced
     sched = p.schedule
+    prefill_w, decode_w = phase_power_w(data, sched)
     periods = []
     for t in range(data.n_periods):
         deps: dict[str, dict[str, Any]] = {}
@@ -102,6 +106,8 @@ def response(o: Outcome) -> dict[str, Any]:
                 "served_rps": float(sched.served_rps[m, t]),
                 "capacity_rps": float(d.capacity_rps[k]),
                 "power_w": float(p.it_power_w[m, t]),
+                "prefill_power_w": float(prefill_w[m, t]),
+                "decode_power_w": float(decode_w[m, t]),
                 "instances_started": int(p.starts[m, t]),
                 "instances_stopped": int(p.stops[m, t]),
             }
@@ -170,6 +176,8 @@ def to_csv(resp: dict[str, Any]) -> str:
             "served_rps",
             "capacity_rps",
             "deployment_power_w",
+            "prefill_power_w",
+            "decode_power_w",
             *(["prefill_setting", "decode_setting"] if settings else []),
         ]
     )
@@ -190,6 +198,8 @@ def to_csv(resp: dict[str, Any]) -> str:
                     f"{d['served_rps']:.6f}",
                     f"{d['capacity_rps']:.6f}",
                     f"{d['power_w']:.3f}",
+                    f"{d['prefill_power_w']:.3f}",
+                    f"{d['decode_power_w']:.3f}",
                     *(
                         [d.get("prefill_setting", ""), d.get("decode_setting", "")]
                         if settings

@@ -1007,15 +1007,17 @@ def instance_power_w(p0_w: float, gamma_w: float, psat_w: float, x: ArrayLike) -
     return np.minimum(p0_w + gamma_w * np.asarray(x, dtype=float), psat_w)
 
 
-def config_power_w(
+def phase_power_w(
     c: Coefficients,
     n_p: ArrayLike,
     n_d: ArrayLike,
     mu_p_total: ArrayLike,
     mu_d_max_total: ArrayLike,
     load_rps: ArrayLike,
-) -> FloatArray:
-    """``P(n_P, n_D, lambda) = n_P p_P(lambda/(n_P mu_P)) + n_D p_D(lambda/(n_D mu_D_max))``.
+) -> tuple[FloatArray, FloatArray]:
+    """The prefill and decode instances' power at a served load: ``n_P p_P(lambda/(n_P
+    mu_P))`` and ``n_D p_D(lambda/(n_D mu_D_max))`` (W), the two terms of
+    :func:`config_power_w`.
 
     ``mu_p_total = n_P mu_P`` and ``mu_d_max_total = n_D mu_D_max`` (req/s); an absent
     phase (``n = 0``) contributes nothing; an infinite ``mu_D_max`` (no decode work)
@@ -1029,7 +1031,21 @@ def config_power_w(
         xd = np.where(ndf > 0, lam / np.asarray(mu_d_max_total, float), 0.0)
     pp = instance_power_w(c.p0_prefill_w, c.gamma_prefill_w, c.psat_prefill_w, xp)
     pd = instance_power_w(c.p0_decode_w, c.gamma_decode_w, c.psat_decode_w, xd)
-    return npf * pp + ndf * pd
+    return npf * pp, ndf * pd
+
+
+def config_power_w(
+    c: Coefficients,
+    n_p: ArrayLike,
+    n_d: ArrayLike,
+    mu_p_total: ArrayLike,
+    mu_d_max_total: ArrayLike,
+    load_rps: ArrayLike,
+) -> FloatArray:
+    """``P(n_P, n_D, lambda) = n_P p_P(lambda/(n_P mu_P)) + n_D p_D(lambda/(n_D mu_D_max))``:
+    the sum of :func:`phase_power_w` (same arguments)."""
+    prefill, decode = phase_power_w(c, n_p, n_d, mu_p_total, mu_d_max_total, load_rps)
+    return prefill + decode
 
 
 def evaluate(

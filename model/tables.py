@@ -3,7 +3,9 @@
 For every candidate ``(n_P, n_D)`` the table keeps capacity, the per-instance rates,
 ``B*``, ``P(mu)``, ``P(0)`` and the breakpoints of the concave piecewise-linear power
 curve ``P(lambda)`` on ``[0, mu]``: ``0``, the loads where a ramp saturates (only those
-strictly inside ``(0, mu)``), and ``mu``, with the power at each.
+strictly inside ``(0, mu)``), and ``mu``, with the power at each, and the prefill
+instances' part of it (each phase's power is linear between the same breakpoints, so
+the prefill part interpolates as exactly as the whole; the decode part is the rest).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.capacity import CapacityResult, DeploymentSpec, config_power_w, evaluate
+from model.capacity import CapacityResult, DeploymentSpec, evaluate, phase_power_w
 
 #: Most tables kept in memory (least recently used are dropped first).
 CACHE_SIZE = 128
@@ -33,6 +35,7 @@ class ConfigTable:
     bp_load_rps: NDArray[np.float64]  # (n, 4): breakpoint loads, NaN-padded
     bp_power_w: NDArray[np.float64]  # (n, 4): power at each breakpoint, NaN-padded
     bp_count: NDArray[np.int64]  # number of breakpoints per configuration (>= 1)
+    bp_prefill_power_w: NDArray[np.float64]  # (n, 4): the prefill instances' part
 
     def __len__(self) -> int:
         return len(self.result)
@@ -56,7 +59,7 @@ class ConfigTable:
 
 def _breakpoints(
     r: CapacityResult,
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]]:
     c = r.coefficients
     npf = r.n_p.astype(float)
     ndf = r.n_d.astype(float)
@@ -83,7 +86,7 @@ def _breakpoints(
     safe = np.nan_to_num(loads, nan=0.0)
     with np.errstate(invalid="ignore"):  # 0 x inf for n_D = 0 with no decode work
         decode_max_total = np.where(ndf > 0, ndf * r.mu_d_max_rps, 0.0)
-    powers = config_power_w(
+    prefill, decode = phase_power_w(
         c,
         npf[:, None],
         ndf[:, None],
@@ -91,8 +94,9 @@ def _breakpoints(
         decode_max_total[:, None],
         safe,
     )
-    powers = np.where(np.isnan(loads), np.nan, powers)
-    return loads, powers, count
+    absent = np.isnan(loads)
+    powers = np.where(absent, np.nan, prefill + decode)  # config_power_w's sum
+    return loads, powers, count, np.where(absent, np.nan, prefill)
 
 
 def table_key(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> str:
@@ -118,8 +122,8 @@ def build_table(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> ConfigT
             _cache.move_to_end(key)
             return hit
     result = evaluate(spec, n_p, n_d)
-    loads, powers, count = _breakpoints(result)
-    table = ConfigTable(key, result, loads, powers, count)
+    loads, powers, count, prefill = _breakpoints(result)
+    table = ConfigTable(key, result, loads, powers, count, prefill)
     with _lock:
         _cache[key] = table
         while len(_cache) > CACHE_SIZE:

@@ -14,7 +14,7 @@ from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
 from formulation.results import response
 from formulation.solve import solve
-from model.capacity import Coefficients, evaluate
+from model.capacity import DEFAULT_VARIANT, Coefficients, evaluate
 from model.operations import SpecRequest, resolve_spec
 
 pytestmark = pytest.mark.slow
@@ -36,14 +36,18 @@ def fleet_request(copies: int) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture(scope="module", params=["demo", "demo-volume", "fleet"])
+@pytest.fixture(scope="module", params=["demo", "demo-volume", "demo-paper", "fleet"])
 def demo(request: pytest.FixtureRequest) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The demo with each multiplier method, and a 9-deployment site, solved; the
-    response is checked from its JSON alone."""
+    """The demo with each multiplier method and with the paper's memory balance (the
+    default is the admission variant), and a 9-deployment site, solved; the response is
+    checked from its JSON alone."""
     body = fleet_request(3) if request.param == "fleet" else demo_request()
     body["solver"]["time_limit_s"] = 10
     if request.param == "demo-volume":
         body["solver"]["method"] = "volume"
+    if request.param == "demo-paper":
+        for d in body["deployments"]:
+            d["model_variant"] = "paper"
     resp = response(solve(problem_from_dict(body)))
     # the contract is JSON: everything must survive a strict round trip
     return body, json.loads(json.dumps(resp, allow_nan=False))
@@ -100,10 +104,19 @@ def test_served_within_demand_and_headroom(demo: tuple[dict[str, Any], dict[str,
 def test_deployment_power_and_capacity_follow_the_core(
     demo: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
-    """Per-deployment power is SPEC 2.6 at the served load; capacity is SPEC 2.5."""
+    """Per-deployment power is SPEC 2.6 at the served load, its prefill and decode parts
+    each phase's term of it, summing to it; capacity is SPEC 2.5."""
     body, resp = demo
     for raw in body["deployments"]:
-        spec = resolve_spec(SpecRequest(raw["model"], raw["gpu"], raw["workload"], {}))
+        spec = resolve_spec(
+            SpecRequest(
+                raw["model"],
+                raw["gpu"],
+                raw["workload"],
+                {},
+                model_variant=raw.get("model_variant", DEFAULT_VARIANT),
+            )
+        )
         c = Coefficients.of(spec)
         rows = [p["deployments"][raw["name"]] for p in resp["periods"]]
         on = [r for r in rows if r["n_p"] > 0]
@@ -115,6 +128,12 @@ def test_deployment_power_and_capacity_follow_the_core(
             pp = min(c.p0_prefill_w + c.gamma_prefill_w * s / (x["n_p"] * mu_p), c.psat_prefill_w)
             pd = min(c.p0_decode_w + c.gamma_decode_w * s / (x["n_d"] * mu_d), c.psat_decode_w)
             assert x["power_w"] == pytest.approx(x["n_p"] * pp + x["n_d"] * pd, rel=1e-9)
+            assert x["prefill_power_w"] == pytest.approx(x["n_p"] * pp, rel=1e-9)
+            assert x["decode_power_w"] == pytest.approx(x["n_d"] * pd, rel=1e-9)
+        for x in rows:  # off included: both parts 0
+            assert x["prefill_power_w"] + x["decode_power_w"] == pytest.approx(
+                x["power_w"], rel=1e-12, abs=1e-9
+            )
 
 
 def test_transitions_follow_consecutive_states(
