@@ -1,0 +1,287 @@
+"""Fast demand response: the GPU settings that meet a new site cap now, with the running
+instances kept.
+
+A lower cap that starts now cannot wait for instance changes (they take effect at the
+next period boundary, and a starting instance serves nothing while it loads). A
+setting (a locked SM clock or a power limit per GPU, docs/clocks.md) takes effect in
+under a second and keeps every instance serving. :func:`fast_response` chooses, for
+period ``t`` of a site's schedule problem and the ``(n_P, n_D)`` each deployment runs,
+one prefill and one decode setting per deployment and the load each serves, at least
+cost under a site power target:
+
+* the choice per deployment is among the settings it lists
+  (``deployments[i].settings``), or, when it lists none, the settings its GPU offers by
+  default (docs/clocks.md section 5); the full clock is always among them;
+* served loads are the schedule's: the cost-minimising ones (a deployment may serve
+  less than it could when the cap leaves no room, its unserved demand priced at its
+  value), at most ``min(demand, headroom x capacity)`` at the setting;
+* cost is the schedule objective's for the period: site energy and carbon, plus the
+  value of unserved demand (no transition: the instances do not change);
+* it is exact: the period is a multiple-choice knapsack over each deployment's setting
+  pairs (the running ``(n_P, n_D)`` at each pair, serving 0, its most, or, for at most
+  one deployment, the most that fits), solved by the one-period enumeration of
+  :func:`formulation.subproblems.period.solve_period` on a problem whose only
+  candidates are those pairs.
+
+When no choice of settings meets the target, even serving nothing, the answer is the
+least power the settings reach (every deployment at its pair of least idle draw,
+serving nothing), its shortfall against the target, and the instance changes the
+schedule makes at the next period boundary under the same cap
+(:func:`next_boundary`: the one-period schedule from the running state, within the
+transition limit; the site's re-plan decides the rest of the horizon).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from formulation.data import ScheduleData, build_data
+from formulation.problem import ScheduleProblem, SolverOptions
+from formulation.solve import InfeasibleError, solve
+from formulation.subproblems.period import solve_period
+from model.errors import InputError
+
+
+@dataclass(frozen=True)
+class DeploymentShed:
+    """One deployment's answer: the settings to apply now and what it then serves."""
+
+    name: str
+    n_p: int
+    n_d: int
+    prefill_setting: str
+    decode_setting: str
+    demand_rps: float
+    served_rps: float
+    capacity_rps: float
+    power_w: float  # IT power of its instances at the served load (before PUE)
+
+
+@dataclass(frozen=True)
+class Shed:
+    """The fast response to a site power target in period ``period``."""
+
+    period: int
+    target_w: float
+    #: True when the settings meet the target (then ``shortfall_w`` is 0)
+    met: bool
+    site_power_w: float  # after PUE, idle GPUs included
+    shortfall_w: float
+    #: site energy, carbon and unserved demand at their values, per hour
+    cost_usd_per_h: float
+    energy_usd_per_h: float
+    carbon_usd_per_h: float
+    unserved_usd_per_h: float
+    deployments: tuple[DeploymentShed, ...]
+
+    def document(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["deployments"] = {d.pop("name"): d for d in out["deployments"]}
+        return out
+
+
+def _running(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> None:
+    if len(running) != len(problem.deployments):
+        raise InputError(
+            "running", f"needs one (n_p, n_d) per deployment ({len(problem.deployments)})"
+        )
+    for d, (n_p, n_d) in zip(problem.deployments, running, strict=True):
+        if n_p < 0 or n_d < 0 or (n_p == 0) != (n_d == 0):
+            raise InputError(
+                f"running.{d.name}",
+                f"({n_p}, {n_d}): n_p and n_d both 0 or both >= 1",
+            )
+
+
+def one_period(
+    problem: ScheduleProblem,
+    t: int,
+    target_w: float,
+    running: Sequence[tuple[int, int]],
+    *,
+    fixed: bool = True,
+    settings: Sequence[tuple[tuple[str, ...], tuple[str, ...]] | None] | None = None,
+) -> ScheduleProblem:
+    """Period ``t`` of ``problem`` alone under the cap ``target_w``, from the running
+    ``(n_P, n_D)``: with ``fixed``, each deployment may run only those counts;
+    ``settings[m]`` (optional) replaces deployment ``m``'s setting lists."""
+    if not 0 <= t < problem.n_periods:
+        raise InputError("period", f"must be in 0..{problem.n_periods - 1}, got {t}")
+    deps = []
+    for m, (d, (n_p, n_d)) in enumerate(zip(problem.deployments, running, strict=True)):
+        change: dict[str, Any] = {
+            "demand_rps": (d.demand_rps[t],),
+            "initial_n_p": n_p,
+            "initial_n_d": n_d,
+        }
+        if fixed:
+            change.update(min_n_p=n_p, max_n_p=n_p, min_n_d=n_d, max_n_d=n_d)
+            # the running counts are what the plan runs: its max_gpus held them
+        if settings is not None and settings[m] is not None:
+            pre, dec = settings[m]  # type: ignore[misc]
+            change.update(prefill_settings=tuple(pre), decode_settings=tuple(dec))
+        deps.append(dataclasses.replace(d, **change))
+    grid = dataclasses.replace(
+        problem.grid,
+        power_cap_w=(float(target_w),),
+        price_usd_per_mwh=(problem.grid.price_usd_per_mwh[t],),
+        carbon_g_per_kwh=(problem.grid.carbon_g_per_kwh[t],),
+    )
+    return dataclasses.replace(problem, deployments=tuple(deps), grid=grid)
+
+
+def offered(data: ScheduleData) -> list[tuple[tuple[str, ...], tuple[str, ...]] | None]:
+    """Per deployment of ``data``: the settings the fast response chooses among, per
+    phase: those it lists, or its GPU's default offer when it lists none, with the full
+    clock always among them (None: a GPU without clock data, the full clock only)."""
+    out: list[tuple[tuple[str, ...], tuple[str, ...]] | None] = []
+    for d, listed in zip(data.deployments, data.problem.deployments, strict=True):
+        clocks = d.spec.gpu_clocks()
+        if clocks is None:
+            out.append(None)
+            continue
+        full = clocks.full_clock
+        phases = []
+        for texts in (listed.prefill_settings, listed.decode_settings):
+            if listed.prefill_settings is None and listed.decode_settings is None:
+                texts = clocks.settings
+            texts = tuple(texts or ())
+            phases.append(texts if full in texts else (full, *texts))
+        out.append((phases[0], phases[1]))
+    return out
+
+
+def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
+    """Per deployment: the allowed candidate of least draw at zero load, and zero loads."""
+    cfg = np.zeros(len(data.deployments), dtype=np.int64)
+    for m, d in enumerate(data.deployments):
+        ks = np.flatnonzero(d.allowed)
+        cfg[m] = int(ks[np.argmin(d.bp_power_w[ks, 0])])
+    return cfg, np.zeros(len(data.deployments))
+
+
+def settings_data(
+    problem: ScheduleProblem, t: int, running: Sequence[tuple[int, int]], target_w: float
+) -> ScheduleData:
+    """The one-period tables of the fast response: period ``t``, the running counts
+    only, at every setting pair :func:`offered` gives."""
+    _running(problem, running)
+    if not (np.isfinite(target_w) and target_w >= 0):
+        raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
+    plain = build_data(one_period(problem, t, target_w, running))
+    return build_data(one_period(problem, t, target_w, running, settings=offered(plain)))
+
+
+def fast_response(
+    problem: ScheduleProblem,
+    t: int,
+    running: Sequence[tuple[int, int]],
+    target_w: float,
+    data: ScheduleData | None = None,
+) -> Shed:
+    """The least-cost settings (and served loads) that keep site power within
+    ``target_w`` (W, after PUE, as the schedule's cap) in period ``t`` with the running
+    ``(n_P, n_D)`` of each deployment; ``data`` the tables :func:`settings_data` gives
+    (built when not given). When none meets the target: the least power settings reach,
+    and the shortfall."""
+    if data is None:
+        data = settings_data(problem, t, running, target_w)
+    sol = solve_period(data, 0)
+    if sol is not None:
+        cfg, served = sol.config, sol.served
+    else:
+        cfg, served = _least_power(data)
+    return _answer(data, t, target_w, cfg, served, met=sol is not None)
+
+
+def _answer(
+    data: ScheduleData, t: int, target_w: float, cfg: np.ndarray, served: np.ndarray, met: bool
+) -> Shed:
+    deps = []
+    it = data.idle_gpu_power_w * float(
+        data.total_gpus - sum(int(d.gpus[cfg[m]]) for m, d in enumerate(data.deployments))
+    )
+    unserved = 0.0
+    for m, d in enumerate(data.deployments):
+        k = int(cfg[m])
+        s = float(served[m])
+        p = d.power_at(k, s)
+        it += p
+        unserved += max(float(d.demand_rps[0]) - s, 0.0) * float(d.unserved_usd_per_rps[0])
+        pair = d.setting_of(k)
+        clocks = d.spec.gpu_clocks()
+        full = "default" if clocks is None else clocks.full_clock
+        pre, dec = pair if pair is not None else (full, full)
+        deps.append(
+            DeploymentShed(
+                name=d.name,
+                n_p=int(d.n_p[k]),
+                n_d=int(d.n_d[k]),
+                prefill_setting=pre,
+                decode_setting=dec,
+                demand_rps=float(d.demand_rps[0]),
+                served_rps=s,
+                capacity_rps=float(d.capacity_rps[k]),
+                power_w=float(p),
+            )
+        )
+    site = data.pue * it
+    h = data.period_hours
+    energy = site * float(data.price_usd_per_mwh[0]) / 1e6  # per hour
+    carbon = site * float(data.carbon_g_per_kwh[0]) / 1e6 / 1e3 * data.carbon_price_usd_per_tonne
+    unserved_h = unserved / h
+    return Shed(
+        period=t,
+        target_w=float(target_w),
+        met=met,
+        site_power_w=float(site),
+        shortfall_w=0.0 if met else max(float(site) - float(target_w), 0.0),
+        cost_usd_per_h=float(energy + carbon + unserved_h),
+        energy_usd_per_h=float(energy),
+        carbon_usd_per_h=float(carbon),
+        unserved_usd_per_h=float(unserved_h),
+        deployments=tuple(deps),
+    )
+
+
+def next_boundary(
+    problem: ScheduleProblem,
+    t: int,
+    running: Sequence[tuple[int, int]],
+    target_w: float,
+    time_limit_s: float = 5.0,
+) -> dict[str, Any]:
+    """The instance changes the schedule makes at the start of period ``t`` from the
+    running ``(n_P, n_D)`` under the cap ``target_w``: period ``t`` alone, solved
+    exactly (its instance counts and settings free within the bounds and the transition
+    limit). ``{"feasible": False, ...}`` when even that cannot meet the cap."""
+    _running(problem, running)
+    p1 = one_period(problem, t, target_w, running, fixed=False)
+    p1 = dataclasses.replace(
+        p1, solver=SolverOptions(time_limit_s=time_limit_s, mip_gap=p1.solver.mip_gap, threads=1)
+    )
+    try:
+        o = solve(p1)
+    except InfeasibleError as e:
+        return {"period": t, "feasible": False, "reason": str(e)}
+    sched = o.priced.schedule
+    changes = {}
+    for m, d in enumerate(o.data.deployments):
+        k = int(sched.config[m, 0])
+        n_p, n_d = running[m]
+        if (int(d.n_p[k]), int(d.n_d[k])) != (n_p, n_d):
+            changes[d.name] = {
+                "from": {"n_p": n_p, "n_d": n_d},
+                "to": {"n_p": int(d.n_p[k]), "n_d": int(d.n_d[k])},
+            }
+    return {
+        "period": t,
+        "feasible": True,
+        "site_power_w": float(o.priced.site_power_w[0]),
+        "instance_changes": changes,
+    }
