@@ -28,6 +28,7 @@ from model.capacity import DecodeTerms, instance_power_w
 from model.catalog import load_calibration, load_gpu, load_model
 from model.errors import InputError
 from model.measurements import Measurement, read_measurements
+from tests.model.rows import measurement
 
 TRUE = {
     "mbu": 0.82,
@@ -43,25 +44,17 @@ PROMPT = 700.0
 
 
 def _row(model: str, tp: int, batch: float, task: str = "chat") -> Measurement:
-    return Measurement(
+    return measurement(
         file="synthetic",
         row=f"{model}/tp{tp}/{batch}",
         model=model,
-        gpu="h100-sxm",
-        stack="vllm",
         task=task,
         tp=tp,
-        ep=1,
-        precision="bf16",
-        architecture="dense",
         batch=batch,
         output_tokens=500.0,
         output_weighted_tokens=900.0,
-        prompt_tokens=None,
-        context_tokens=None,
         itl_s=1.0,  # replaced by the model's value below
         power_w=1.0,
-        prefill_tokens_per_s=None,
     )
 
 

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 from model import engine_fit
-from model.calibrate import Usable
-from model.catalog import load_gpu, load_model
+from model.catalog import load_model
 from model.engine import EngineOverheads
 from model.errors import InputError
-from model.measurements import Measurement
+from tests.model.rows import composed
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
 
@@ -20,29 +19,7 @@ TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
 def _row(
     model: str, batch: float, kernel_s: float, itl_s: float, task: str = ""
 ) -> engine_fit.Composed:
-    arch = load_model(model)
-    m = Measurement(
-        file="synthetic.csv",
-        row=f"{model} B={batch}",
-        model=model,
-        gpu="h100-sxm",
-        stack="vllm",
-        task=task,
-        tp=1,
-        ep=1,
-        precision="bf16",
-        architecture="dense",
-        batch=batch,
-        output_tokens=100.0,
-        output_weighted_tokens=100.0,
-        prompt_tokens=None,
-        context_tokens=1000.0,
-        itl_s=itl_s,
-        power_w=None,
-        prefill_tokens_per_s=None,
-    )
-    u = Usable(m, arch, load_gpu("h100-sxm"))
-    return engine_fit.Composed(u, "vllm", "0.14.0", arch.layers, np.array([kernel_s]), True)
+    return composed("h100-sxm", model, batch, kernel_s, itl_s, "0.14.0", task)
 
 
 def _data(noise: float, seed: int = 7) -> list[engine_fit.Composed]:

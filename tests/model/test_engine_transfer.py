@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from model import engine_fit
-from model.calibrate import Usable
 from model.catalog import load_gpu, load_model
 from model.engine import (
     SHIPPED_FILE,
@@ -30,9 +29,9 @@ from model.engine import (
     shipped_document,
 )
 from model.errors import InputError
-from model.measurements import Measurement
 from model.operations import SpecRequest, capacity_report, resolve_spec
 from tests.conftest import shared_data_dir
+from tests.model.rows import composed
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
 OTHER = EngineOverheads(t_iter_s=0.2e-3, t_req_s=60e-6, t_layer_s=25e-6)
@@ -43,29 +42,7 @@ BATCHES = (8, 16, 32, 64, 128, 256)
 
 
 def _row(gpu: str, model: str, batch: float, kernel_s: float, itl_s: float) -> engine_fit.Composed:
-    arch = load_model(model)
-    m = Measurement(
-        file="synthetic.csv",
-        row=f"{gpu} {model} B={batch}",
-        model=model,
-        gpu=gpu,
-        stack="vllm",
-        task="",
-        tp=1,
-        ep=1,
-        precision="bf16",
-        architecture="dense",
-        batch=batch,
-        output_tokens=100.0,
-        output_weighted_tokens=100.0,
-        prompt_tokens=None,
-        context_tokens=1000.0,
-        itl_s=itl_s,
-        power_w=None,
-        prefill_tokens_per_s=None,
-    )
-    u = Usable(m, arch, load_gpu(gpu))
-    return engine_fit.Composed(u, "vllm", "0.0.1", arch.layers, np.array([kernel_s]), True)
+    return composed(gpu, model, batch, kernel_s, itl_s, "0.0.1")
 
 
 def _kernel_s(model: str, batch: int) -> float:

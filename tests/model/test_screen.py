@@ -18,6 +18,7 @@ from model.calibrate import Usable, fit, leave_one_model_out, predict, to_docume
 from model.catalog import load_gpu, load_model
 from model.measurements import Measurement, read_measurements
 from service.cli.app import main
+from tests.model.rows import measurement
 from tests.model.test_calibrate import synthetic
 
 
@@ -31,25 +32,18 @@ def _m(
     file: str = "runs.csv",
     gpu: str = "b200",
 ) -> Measurement:
-    return Measurement(
+    return measurement(
         file=file,
         row=row or f"batch {batch:g}",
-        model="qwen3-8b",
         gpu=gpu,
-        stack="vllm",
         task="chat",
         tp=tp,
-        ep=1,
-        precision="bf16",
-        architecture="dense",
         batch=batch,
         output_tokens=500.0,
         output_weighted_tokens=900.0,
         prompt_tokens=700.0,
-        context_tokens=None,
         itl_s=itl_ms / 1e3,
         power_w=power_w,
-        prefill_tokens_per_s=None,
     )
 
 

@@ -22,6 +22,7 @@ from model.errors import InputError
 from model.measurements import Measurement
 from model.simulator import SimTiming
 from model.workload import Workload
+from tests.model.rows import measurement
 
 
 def test_gpt_oss_shapes_and_kv_cache() -> None:
@@ -136,25 +137,15 @@ def test_the_simulator_refuses_sliding_window_models() -> None:
 
 
 def _row(model: str, precision: str) -> Measurement:
-    return Measurement(
+    return measurement(
         file="f.csv",
-        row="line 2",
         model=model,
-        gpu="h100-sxm",
-        stack="vllm",
         task="chat",
-        tp=1,
-        ep=1,
         precision=precision,
         architecture="",
-        batch=8.0,
         output_tokens=500.0,
         output_weighted_tokens=500.0,
         prompt_tokens=100.0,
-        context_tokens=None,
-        itl_s=0.01,
-        power_w=None,
-        prefill_tokens_per_s=None,
     )
 
 

@@ -1,0 +1,59 @@
+"""Measured rows written by tests: one row with plain values, each test naming only the
+fields it is about."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from model import engine_fit
+from model.calibrate import Usable
+from model.catalog import load_gpu, load_model
+from model.measurements import Measurement
+
+#: a dense bf16 model on one H100 under vLLM; every test replaces the fields it needs
+PLAIN = Measurement(
+    file="synthetic.csv",
+    row="line 2",
+    model="qwen3-8b",
+    gpu="h100-sxm",
+    stack="vllm",
+    task="",
+    tp=1,
+    ep=1,
+    precision="bf16",
+    architecture="dense",
+    batch=8.0,
+    output_tokens=100.0,
+    output_weighted_tokens=100.0,
+    prompt_tokens=None,
+    context_tokens=None,
+    itl_s=0.01,
+    power_w=None,
+    prefill_tokens_per_s=None,
+)
+
+
+def measurement(**fields: Any) -> Measurement:
+    """:data:`PLAIN` with ``fields`` replaced."""
+    return dataclasses.replace(PLAIN, **fields)
+
+
+def composed(
+    gpu: str, model: str, batch: float, kernel_s: float, itl_s: float, version: str, task: str = ""
+) -> engine_fit.Composed:
+    """A decode row at context 1,000 whose kernel time is given: the engine fit's input."""
+    arch = load_model(model)
+    m = measurement(
+        row=f"{gpu} {model} B={batch}",
+        model=model,
+        gpu=gpu,
+        task=task,
+        batch=batch,
+        context_tokens=1000.0,
+        itl_s=itl_s,
+    )
+    u = Usable(m, arch, load_gpu(gpu))
+    return engine_fit.Composed(u, "vllm", version, arch.layers, np.array([kernel_s]), True)
