@@ -18,6 +18,10 @@ Choices where the issue is silent:
   plan is then ``stale``: computed from an older version of the site.
 * "Latest plan" is the plan of the newest site version (then the last stored), so two
   concurrent posts can't leave the plan of the older version on top.
+* ``?replan=job`` on an event or forecast post hands the re-plan to a ``site_plan`` job
+  (:mod:`service.jobs`) instead: 202 at once with the job's id and ``Location``, whose
+  progress (best schedule, bound, gap) ``GET /v1/jobs/{id}`` reports as it runs and
+  whose result is the plan (an infeasible site fails the job with the problem).
 * The same event posted twice (same canonical JSON) is merged once.
 * ``PUT`` replaces the whole site (events merged before are replaced with it);
   ``If-Match: "<version>"`` on ``PUT`` refuses a replace over a newer version (412).
@@ -33,7 +37,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -42,8 +46,10 @@ from model.errors import InputError
 from service import sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.jobs import JobRunner, job_store
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
+from service.queue import RedisJobs
 from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, plan_doc
@@ -87,10 +93,17 @@ def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 _ACCEPTED: dict[int | str, dict[str, Any]] = {
     202: {
-        "description": "update stored; re-plan refused (every solver worker busy): `plan` null",
+        "description": "update stored; re-plan refused (every solver worker busy), or handed "
+        "to a job (`?replan=job`: `job` is its id and status): `plan` null",
         "content": {"application/json": {"schema": {"type": "object"}}},
     }
 }
+
+#: ``now``: re-plan within the request; ``job``: in a ``site_plan`` job, answered at once
+Replan = Annotated[
+    Literal["now", "job"],
+    Query(description="`job`: re-plan in a site_plan job (202 with its id) instead of now"),
+]
 
 
 def get_store(settings: SettingsDep) -> Store:
@@ -164,6 +177,30 @@ async def _after_update(
         )
     status = 202 if out.postponed else 200
     return JSONResponse(out.answer, status_code=status, headers=_etag(site.version))
+
+
+async def _replan_job(
+    request: Request,
+    settings: Settings,
+    site: Site,
+    current: Current | None,
+    answer: dict[str, Any],
+) -> JSONResponse:
+    """The answer to an update whose re-plan goes to a ``site_plan`` job: 202 with the
+    job's id (``job``) and ``Location``; ``plan`` null."""
+    job_request: dict[str, Any] = {"site_id": site.id}
+    if current is not None:
+        job_request["current"] = current.model_dump(mode="json")
+    store = job_store(settings.database_url)
+    job, _ = await run_in_threadpool(store.create, "site_plan", job_request)
+    runner: JobRunner | RedisJobs = request.app.state.jobs
+    await runner.submit(job.id)
+    answer |= {"plan": None, "job": {"id": job.id, "status": job.status}}
+    return JSONResponse(
+        answer,
+        status_code=202,
+        headers={**_etag(site.version), "Location": f"/v1/jobs/{job.id}"},
+    )
 
 
 def _if_match(value: str | None) -> int | None:
@@ -280,6 +317,8 @@ async def post_event(
     settings: SettingsDep,
     pool: PoolDep,
     store: StoreDep,
+    request: Request,
+    replan: Replan = "now",
 ) -> JSONResponse:
     """Merge an OpenADR 3.1.0 event into the site's grid signals, then re-plan.
 
@@ -289,6 +328,8 @@ async def post_event(
     """
     site, event = await _db(sites.merge_event, store, site_id, body.event)
     answer = {"event": event, "site_version": site.version}
+    if replan == "job":
+        return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)
 
 
@@ -320,12 +361,16 @@ async def post_forecast(
     settings: SettingsDep,
     pool: PoolDep,
     store: StoreDep,
+    request: Request,
+    replan: Replan = "now",
 ) -> JSONResponse:
     """Replace demand forecasts from `from_period` on (per deployment), then re-plan.
 
     A series may be shorter than the rest of the horizon: it replaces that many periods.
     """
     site, answer = await _db(sites.merge_forecast, store, site_id, body)
+    if replan == "job":
+        return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)
 
 

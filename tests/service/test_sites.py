@@ -579,3 +579,30 @@ def test_a_cancelled_site_plan_is_not_kept(client: TestClient, db_url: str) -> N
     doc = plan_site(store_for(db_url), site_id, None, work.schedule, keep=lambda: False)
     assert doc["plan_id"] is None and len(doc["schedule"]["periods"]) == 4
     assert client.get(f"/v1/sites/{site_id}/plan").status_code == 404
+
+
+def test_an_event_re_planned_in_a_job(client: TestClient) -> None:
+    """``?replan=job``: the event is merged at once and the re-plan runs as a
+    ``site_plan`` job (202 with its id and Location), whose result is the site's new
+    latest plan, of the event's version; ``replan`` takes only ``now`` or ``job``."""
+    from tests.service.test_jobs import wait_final
+
+    site_id = register(client)
+    ev = oadr_event()
+    r = client.post(f"/v1/sites/{site_id}/events?replan=job", json={"event": ev})
+    assert r.status_code == 202, r.text
+    out = r.json()
+    assert out["plan"] is None and out["site_version"] == 2
+    assert out["event"]["periods"] == [1, 2]
+    job_id = out["job"]["id"]
+    assert r.headers["Location"] == f"/v1/jobs/{job_id}"
+    doc = wait_final(client, job_id)
+    assert doc["status"] == "succeeded" and doc["kind"] == "site_plan", doc
+    assert doc["progress"]["phase"] == "done" and doc["progress"]["objective_usd"] is not None
+    latest = client.get(f"/v1/sites/{site_id}/plan").json()
+    assert doc["result"] == latest and not latest["stale"]
+    assert caps(latest) == [BASE_CAP_W, 2600.0, 2400.0, BASE_CAP_W]
+    assert_within_caps(latest)
+    r = client.post(f"/v1/sites/{site_id}/events?replan=later", json={"event": ev})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "replan"
