@@ -195,8 +195,9 @@ WEIGHT_JS = """() => performance.getEntriesByType("resource")
 
 def check_plan_chart(page: Any, plan: dict[str, Any]) -> None:
     """The power chart's marks against the plan: one cap rule per period at its cap (kW),
-    and per period the stacked layers (deployments and idle GPUs, after PUE) summing to
-    the period's site power."""
+    and per period the stacked layers (each deployment's prefill and decode instances,
+    and idle GPUs, after PUE) summing to the period's site power, each phase's layer at
+    the plan's power of that phase."""
     periods = plan["schedule"]["periods"]
     marks = page.evaluate(MARKS_JS, "power")
     caps = sorted(marks["cap_marks"], key=lambda d: d["period"])
@@ -204,7 +205,7 @@ def check_plan_chart(page: Any, plan: dict[str, Any]) -> None:
     assert [d["cap_kw"] for d in caps] == pytest.approx(
         [p["power_cap_w"] / 1000 for p in periods], rel=1e-12
     )
-    layers = len(periods[0]["deployments"]) + 1
+    layers = 2 * len(periods[0]["deployments"]) + 1
     stack = marks["power_marks"]
     assert len(stack) == len(periods) * layers
     top = {}
@@ -212,6 +213,14 @@ def check_plan_chart(page: Any, plan: dict[str, Any]) -> None:
         top[d["period"]] = max(top.get(d["period"], 0.0), d["y1"])
     for p in periods:
         assert math.isclose(top[p["index"]], p["power_w"] / 1000, rel_tol=1e-9), p["index"]
+    pue = demo_request()["site"]["pue"]
+    drawn = {(d["period"], d["layer"]): d for d in stack}
+    for p in periods:
+        for name, x in p["deployments"].items():
+            for phase in ("prefill", "decode"):
+                d = drawn[p["index"], f"{name} {phase}"]
+                assert (d["deployment"], d["phase"]) == (name, phase)
+                assert d["kw"] == pytest.approx(pue * x[f"{phase}_power_w"] / 1000, rel=1e-12)
     # one hover band per period
     assert len(marks["periods_marks"]) == len(periods)
 
@@ -263,6 +272,7 @@ def test_console_sites_site_event_jobs(
     tooltip = page.locator("#vg-tooltip-element")
     tooltip.wait_for(state="visible")
     assert "site power kW" in tooltip.inner_text() and "cap kW" in tooltip.inner_text()
+    assert "chat prefill kW" in tooltip.inner_text() and "chat decode kW" in tooltip.inner_text()
     # and the keyboard reaches the same numbers: a slider over the periods
     page.get_by_text("A period's numbers").click()
     slider = page.get_by_label("Period", exact=True)
@@ -293,9 +303,26 @@ def test_console_sites_site_event_jobs(
     page.get_by_label("Start (UTC)").fill(peak["start"][:16])
     page.get_by_label("Duration (minutes)").fill("60")
     page.get_by_role("button", name="Post the event and re-plan").click()
+    # the re-plan runs as a job: its progress shows while it runs, then the new plan
+    progress = page.locator("#replan-progress")
+    progress.locator(".card").first.wait_for(timeout=REPLAN_TIMEOUT_MS)
     page.wait_for_selector("body[data-replanned]", timeout=REPLAN_TIMEOUT_MS)
     after = httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=10).json()
     assert page.evaluate("document.body.dataset.replanned") == str(after["plan_id"])
+    job = httpx.get(f"{base}/v1/jobs/{progress.get_attribute('data-job')}", timeout=10).json()
+    assert job["kind"] == "site_plan" and job["status"] == "succeeded"
+    assert job["result"]["plan_id"] == after["plan_id"]
+    shown = dict(card.split("\n", 1) for card in progress.locator(".card").all_inner_texts())
+    reported = job["progress"]
+    assert shown["phase"] == reported["phase"]
+    assert shown["best schedule"] == f"${reported['objective_usd']:.2f}"
+    assert shown["bound"] == f"${reported['lower_bound_usd']:.2f}"
+    assert shown["gap"] == f"{100 * reported['gap']:.2f}%"
+    drawn = page.evaluate(MARKS_JS, "replan")["trace_marks"]
+    trace = job["result"]["schedule"]["solver"]["trace"]
+    assert sorted((d["s"], d["usd"]) for d in drawn) == sorted(
+        (t, v) for t, *values in trace for v in values if v is not None
+    )
     assert after["plan_id"] != plan["plan_id"] and not after["stale"]
     before_caps = {p["index"]: p["power_cap_w"] for p in periods}
     hit = [p for p in after["schedule"]["periods"] if p["power_cap_w"] != before_caps[p["index"]]]

@@ -178,7 +178,7 @@ async function sitePage(t0, id) {
   const second = h("select", { id: "second-axis" }, h("option", { value: "price USD/MWh" }, "price (USD/MWh)"),
     h("option", { value: "carbon g/kWh" }, "carbon (g/kWh)"));
   const powerEl = h("div", { class: "chart", id: "chart-power", role: "img",
-    "aria-label": `Site power per deployment against the cap over ${s.periods.length} periods` });
+    "aria-label": `Site power per deployment, prefill and decode apart, against the cap over ${s.periods.length} periods` });
   const phasesEl = h("div", { class: "chart", id: "chart-phases", role: "img", "aria-label": "Prefill and decode instances per deployment" });
   const unservedEl = h("div", { class: "chart", id: "chart-unserved", role: "img", "aria-label": "Unserved demand and periods at the cap" });
   const targets = h("div", {}, h("p", { class: "muted" }, "…"));
@@ -256,6 +256,7 @@ async function eventPage(t0, id) {
   const name = h("input", { id: "ev-name", type: "text", value: "capacity limit" });
   const pasted = h("textarea", { id: "ev-json", spellcheck: "false", placeholder: "{\"programID\": …, \"intervals\": […]}" });
   const status = h("div", { role: "status" });
+  const progressEl = h("div", {});
   const result = h("div", {});
   const form = h("form", { class: "panel", "aria-labelledby": "event-title" },
     h("h2", { id: "event-title" }, "A capacity limit"),
@@ -281,12 +282,10 @@ async function eventPage(t0, id) {
     status.replaceChildren(bar, " re-planning… ", secs);
     const tick = setInterval(() => { secs.textContent = `${((performance.now() - began) / 1000).toFixed(0)} s`; }, 250);
     try {
-      const { status: code, doc } = await api(`v1/sites/${id}/events`, { method: "POST", body: { event } });
-      let after = doc.plan;
-      if (code === 202) {  // stored; every worker busy: wait for a plan of this version
-        status.replaceChildren(bar, " stored; waiting for a solver worker… ", secs);
-        after = await waitForPlan(id, doc.site_version);
-      }
+      // the re-plan runs as a site_plan job, whose progress is polled and shown
+      const { doc } = await api(`v1/sites/${id}/events?replan=job`, { method: "POST", body: { event } });
+      status.replaceChildren(bar, " re-planning in job ", h("a", { href: "#/jobs" }, doc.job.id), "… ", secs);
+      const after = await followReplan(doc.job.id, progressEl);
       clearInterval(tick);
       status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
       await showBeforeAfter(result, plan, after);
@@ -295,15 +294,35 @@ async function eventPage(t0, id) {
       status.replaceChildren(errorBox(err));
     } finally { button.disabled = false; }
   });
-  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form, result);
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form, progressEl, result);
   done("event", t0);
 }
 
-async function waitForPlan(id, version) {
+// a re-plan job followed to its end: its progress (phase, best schedule, bound, gap) and
+// the best schedule and bound over time shown in el as it goes; its plan, or its error
+async function followReplan(jobId, el) {
+  const samples = [];  // [seconds, best, bound] seen while polling
+  const values = h("div", { class: "cards", id: "replan-progress", "aria-live": "polite", "data-job": jobId });
+  const chartEl = h("div", { class: "chart", id: "chart-replan", role: "img", "aria-label": `Best schedule and bound of job ${jobId}` });
+  el.replaceChildren(h("h2", {}, "Re-plan progress"), values, chartEl);
+  let drawn = 0;
   for (;;) {
-    await new Promise((r) => setTimeout(r, 1000));
-    const { doc } = await api(`ui/api/sites/${id}`);
-    if (doc.plan && !doc.plan.stale && doc.version === version) return (await api(`v1/sites/${id}/plan`)).doc;
+    const { doc: job } = await api(`v1/jobs/${jobId}`);
+    const q = job.progress;
+    if (q) {
+      values.replaceChildren(card("phase", q.phase ?? "–"), card("best schedule", q.objective_usd === null ? "–" : `$${num(q.objective_usd)}`),
+        card("bound", q.lower_bound_usd === null ? "–" : `$${num(q.lower_bound_usd)}`), card("gap", pct(q.gap)),
+        card("solve time", `${num(q.elapsed_s, 1)} s`));
+      if (!samples.length || samples.at(-1)[0] !== q.elapsed_s) samples.push([q.elapsed_s, q.objective_usd, q.lower_bound_usd]);
+    }
+    if (["succeeded", "failed", "cancelled"].includes(job.status)) {
+      const trace = job.result?.schedule?.solver?.trace || samples;
+      if (trace.length) await charts.draw(chartEl, "replan", charts.traceSpec(trace));
+      if (job.status === "succeeded") return job.result;
+      throw new Error(job.error ? `${job.error.title}: ${job.error.detail}` : `the re-plan job was ${job.status}`);
+    }
+    if (samples.length > drawn) { drawn = samples.length; await charts.draw(chartEl, "replan", charts.traceSpec(samples)); }
+    await new Promise((r) => setTimeout(r, 500));
   }
 }
 

@@ -50,8 +50,16 @@ function periodX(title = "time (UTC)") {
   return { field: "start", type: "temporal", title, axis: { format: "%H:%M", labelOverlap: true } };
 }
 
-// rows of one plan: per period, per stacked layer (each deployment's power after PUE,
-// then the idle GPUs', stacked here: y0 to y1), and per period the hover row with the numbers
+// a colour mixed with white: a deployment's decode layer beside its prefill one
+function lighter(hex, share = 0.45) {
+  const c = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  return `#${c.map((v) => Math.round(v + (255 - v) * share).toString(16).padStart(2, "0")).join("")}`;
+}
+
+// rows of one plan: per period, per stacked layer (each deployment's prefill and decode
+// instances' power after PUE, then the idle GPUs', stacked here: y0 to y1), and per
+// period the hover row with the numbers. A plan stored before its periods gave power by
+// phase stacks one layer per deployment.
 export function planRows(plan, site) {
   const periods = plan.schedule.periods;
   const pue = site.site.pue;
@@ -69,9 +77,15 @@ export function planRows(plan, site) {
                 "at cap": p.power_w >= p.power_cap_w * (1 - AT_CAP_RTOL) ? "yes" : "no" };
     let lost = 0, lostRps = 0, top = 0;
     for (const [name, d] of Object.entries(p.deployments)) {
-      const w = kw(d.power_w * pue);
-      stack.push({ ...at, layer: name, kw: w, y0: top, y1: top + w });
-      top += w;
+      const split = {};
+      const parts = d.prefill_power_w === undefined ? [[name, null, d.power_w]]
+        : [[`${name} prefill`, "prefill", d.prefill_power_w], [`${name} decode`, "decode", d.decode_power_w]];
+      for (const [layer, phase, watts] of parts) {
+        const w = kw(watts * pue);
+        stack.push({ ...at, layer, deployment: name, phase, kw: w, y0: top, y1: top + w });
+        top += w;
+        if (phase) split[`${name} ${phase} kW`] = fmt(w);
+      }
       phases.push({ ...at, deployment: name, phase: "prefill", n: d.n_p });
       phases.push({ ...at, deployment: name, phase: "decode", n: d.n_d });
       const u = Math.max(0, d.demand_rps - d.served_rps);
@@ -80,6 +94,7 @@ export function planRows(plan, site) {
       lost += value; lostRps += u;
       h[`${name} nP/nD`] = `${d.n_p}/${d.n_d}`;
       h[`${name} kW`] = fmt(kw(d.power_w * pue));
+      Object.assign(h, split);
       h[`${name} served/demand rps`] = `${fmt(d.served_rps)}/${fmt(d.demand_rps)}`;
     }
     const idle = kw(p.idle_gpus * idleW * pue);
@@ -90,8 +105,18 @@ export function planRows(plan, site) {
     cap.push({ ...at, cap_kw: kw(p.power_cap_w), at_cap: h["at cap"] === "yes" });
     signal.push({ ...at, "price USD/MWh": p.price_usd_per_mwh, "carbon g/kWh": p.carbon_g_per_kwh });
   }
-  const layers = [...Object.keys(periods[0].deployments), "idle GPUs"];
-  return { stack, phases, unserved, hover, cap, signal, layers };
+  const names = Object.keys(periods[0].deployments);
+  const layers = [], colours = [];
+  names.forEach((name, i) => {
+    const colour = PALETTE[i % PALETTE.length];
+    if (periods[0].deployments[name].prefill_power_w === undefined) {
+      layers.push(name); colours.push(colour);
+    } else {
+      layers.push(`${name} prefill`, `${name} decode`); colours.push(colour, lighter(colour));
+    }
+  });
+  layers.push("idle GPUs"); colours.push("#b8bcc2");
+  return { stack, phases, unserved, hover, cap, signal, layers, colours };
 }
 
 // windows to shade: the site's events (periods they touch) and every run of periods
@@ -151,7 +176,7 @@ export function powerSpec(rows, bandRows, signalName) {
               x: periodX(), x2: { field: "end" },
               y: { field: "y0", type: "quantitative", title: "site power (kW)" }, y2: { field: "y1" },
               color: { field: "layer", type: "nominal", title: "power of (after PUE)",
-                       scale: { domain: rows.layers, range: [...PALETTE.slice(0, rows.layers.length - 1), "#b8bcc2"] } },
+                       scale: { domain: rows.layers, range: rows.colours } },
             },
           },
           {
