@@ -6,7 +6,7 @@ and ``POST /v1/capacity`` give the same document.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ from model.capacity import (
     check_framework,
     check_performance,
     evaluate,
+    settings_record,
+    with_settings,
 )
 from model.catalog import (
     Calibration,
@@ -32,6 +34,7 @@ from model.catalog import (
     load_gpu,
     load_model,
 )
+from model.clocks import parse_setting
 from model.engine import (
     EngineCalibration,
     KernelSource,
@@ -238,6 +241,42 @@ def capacity_report(
     return out
 
 
+def front_settings(
+    spec: DeploymentSpec,
+    prefill_settings: Sequence[str] | None,
+    decode_settings: Sequence[str] | None,
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The settings a front searches per phase, each checked against the deployment's
+    GPU (an input error names ``prefill_settings[j]`` or ``decode_settings[j]``) and
+    written as :mod:`model.clocks` writes them (the full clock, also for ``default``, as
+    the GPU's full clock; repeats dropped, order kept); a phase given none searches the
+    full clock only. None when neither phase is given: the front of today."""
+    if prefill_settings is None and decode_settings is None:
+        return None
+    clocks = spec.gpu_clocks()
+    lists = []
+    for phase, texts in (("prefill", prefill_settings), ("decode", decode_settings)):
+        field_name = f"{phase}_settings"
+        if texts is not None and len(texts) == 0:
+            raise InputError(field_name, "give at least one setting (or leave it out)")
+        seen: list[str] = []
+        for j, text in enumerate(texts or ("default",)):
+            s = parse_setting(text, clocks, f"{field_name}[{j}]")
+            if s is None and clocks is None:  # only the default, on a GPU without clock data
+                raise InputError(field_name, "this GPU has no clock data in the catalog")
+            name = clocks.full_clock if s is None else s.text  # type: ignore[union-attr]
+            if name not in seen:
+                seen.append(name)
+        lists.append(tuple(seen))
+    return lists[0], lists[1]
+
+
+def _setting_arg(text: str, spec: DeploymentSpec) -> str | None:
+    """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
+    clocks = spec.gpu_clocks()
+    return None if clocks is None or text == clocks.full_clock else text
+
+
 def front_report(
     spec: DeploymentSpec,
     max_gpus: int = 16,
@@ -245,17 +284,44 @@ def front_report(
     headroom: float = 1.0,
     budget_w: float | None = None,
     overridden: bool = False,
+    prefill_settings: Sequence[str] | None = None,
+    decode_settings: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """``pdwatt front``: every candidate, the Pareto front by capacity, and selections."""
+    """``pdwatt front``: every candidate, the Pareto front by capacity, and selections.
+
+    With ``prefill_settings`` and/or ``decode_settings`` (docs/clocks.md), a candidate is
+    ``(n_P, n_D, setting_P, setting_D)`` for every pair of the listed settings (pairs
+    in listed order, prefill outer), each configuration named by its settings, and the
+    front and the selections search them all; without, the report is today's."""
     if int(max_gpus) != max_gpus or max_gpus < 2:
         raise InputError("max_gpus", "must be an integer >= 2")
     if max_gpus > 4096:
         raise InputError("max_gpus", "must be <= 4096")
+    lists = front_settings(spec, prefill_settings, decode_settings)
     n_p, n_d = candidate_configs(int(max_gpus), spec.serving.tensor_parallel)
-    r = evaluate(spec, n_p, n_d)
-    configs = [r.record(i) for i in range(len(r))]
-    front = front_indices(r.capacity_rps, r.power_w)
-    out: dict[str, Any] = _context(spec, overridden, r.coefficients)
+    if lists is None:
+        r = evaluate(spec, n_p, n_d)
+        coefficients = r.coefficients
+        configs = [r.record(i) for i in range(len(r))]
+        mu, power, gpus = r.capacity_rps, r.power_w, r.gpus
+    else:
+        configs, results = [], []
+        for pair in ((a, b) for a in lists[0] for b in lists[1]):
+            at = with_settings(spec, _setting_arg(pair[0], spec), _setting_arg(pair[1], spec))
+            r = evaluate(at, n_p, n_d)
+            # the settings, each phase's effective clock and draw per GPU at capacity,
+            # as `pdwatt capacity` names them (a pair at the full clock included)
+            named = settings_record(with_settings(spec, *pair))
+            configs.extend(r.record(i) | named for i in range(len(r)))
+            results.append(r)
+        coefficients = results[0].coefficients
+        mu = np.concatenate([r.capacity_rps for r in results])
+        power = np.concatenate([r.power_w for r in results])
+        gpus = np.concatenate([r.gpus for r in results])
+    front = front_indices(mu, power)
+    out: dict[str, Any] = _context(spec, overridden, coefficients)
+    if lists is not None:
+        out["prefill_settings"], out["decode_settings"] = list(lists[0]), list(lists[1])
     out.update(
         {
             "max_gpus": int(max_gpus),
@@ -263,7 +329,7 @@ def front_report(
             "front": [configs[i] for i in front],
         }
     )
-    mu_f, p_f, g_f = r.capacity_rps[front], r.power_w[front], r.gpus[front]
+    mu_f, p_f, g_f = mu[front], power[front], gpus[front]
     if required_rps is not None:
         i = min_power_index(mu_f, p_f, required_rps, headroom, g_f)
         out["min_power_for_rate"] = {

@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def front_chart(report: Mapping[str, Any], path: str) -> None:
-    """Capacity-power plane: every configuration, the Pareto front highlighted."""
+    """Capacity-power plane: every configuration, the Pareto front highlighted; a front
+    searched over GPU settings marks each front point by its setting pair."""
     configs: Sequence[Mapping[str, Any]] = report["configs"]
     front: Sequence[Mapping[str, Any]] = report["front"]
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
@@ -26,12 +27,27 @@ def front_chart(report: Mapping[str, Any], path: str) -> None:
     ax.plot(
         [c["capacity_rps"] for c in front],
         [c["power_w"] / 1e3 for c in front],
-        "o-",
+        "-" if "prefill_settings" in report else "o-",
         color="#d1495b",
         ms=4,
         lw=1.5,
         label=f"Pareto front ({len(front)})",
     )
+    if "prefill_settings" in report:  # one marker and colour per setting pair
+        pairs = [(a, b) for a in report["prefill_settings"] for b in report["decode_settings"]]
+        markers = "osD^v<>PX*hp"
+        for j, (sp, sd) in enumerate(pairs):
+            pts = [c for c in front if (c["prefill_setting"], c["decode_setting"]) == (sp, sd)]
+            if pts:
+                ax.scatter(
+                    [c["capacity_rps"] for c in pts],
+                    [c["power_w"] / 1e3 for c in pts],
+                    s=22,
+                    marker=markers[j % len(markers)],
+                    color=COLOURS[j % len(COLOURS)],
+                    zorder=3,
+                    label=f"P {sp} / D {sd} ({len(pts)})",
+                )
     for c in front[:: max(1, len(front) // 8)]:
         ax.annotate(
             f"{c['n_p']}P{c['n_d']}D",
@@ -50,7 +66,7 @@ def front_chart(report: Mapping[str, Any], path: str) -> None:
     ax.set_xlabel("capacity (req/s)")
     ax.set_ylabel("power at capacity (kW)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", fontsize=7 if "prefill_settings" in report else None)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -21,6 +21,7 @@ from formulation.request import (
     Overrides,
     Performance,
     ScheduleRequest,
+    SettingList,
     Strict,
     WorkloadText,
 )
@@ -134,6 +135,15 @@ class FrontRequest(SpecFields):
     budget_w: NonNeg | None = None
     slo: SloIn | None = Field(
         None, description="keep only the configurations meeting these latency targets"
+    )
+    prefill_settings: SettingList | None = Field(
+        None,
+        description="the prefill GPUs' settings to search ('<N>MHz', '<N>W' or 'default'); "
+        "with decode_settings, a configuration is (n_P, n_D, setting_P, setting_D) and "
+        "each point names its settings (docs/clocks.md). Default: the full clock only",
+    )
+    decode_settings: SettingList | None = Field(
+        None, description="the decode GPUs' settings to search, as prefill_settings"
     )
 
 

@@ -44,9 +44,19 @@ def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]
 def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
     """The front, restricted to ``req.slo``'s latency targets when it has them (by the
     analytic p99s alone: no simulation runs in a request)."""
+    searched = req.prefill_settings is not None or req.decode_settings is not None
+    if searched and req.slo is not None:
+        raise InputError("slo", "latency targets are checked at the full clock only: drop one")
     spec, ov = _spec(req, kernels)
     rep = front_report(
-        spec, req.max_gpus, req.required_rps, req.headroom, req.budget_w, overridden=ov
+        spec,
+        req.max_gpus,
+        req.required_rps,
+        req.headroom,
+        req.budget_w,
+        overridden=ov,
+        prefill_settings=req.prefill_settings,
+        decode_settings=req.decode_settings,
     )
     if req.slo is None:
         return rep

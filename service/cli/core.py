@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from model.capacity import settings_record, with_settings
+from model.errors import InputError
 from model.operations import capacity_report, front_report
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
@@ -56,10 +57,33 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
     return rep
 
 
+def _at(c: dict[str, Any]) -> str:
+    """A front point's settings as the text names them (nothing without settings)."""
+    if "prefill_setting" not in c:
+        return ""
+    return f" at {c['prefill_setting']}/{c['decode_setting']}"
+
+
+def _setting_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",")]
+
+
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
+    searched = a.prefill_settings is not None or a.decode_settings is not None
+    if searched and (a.ttft_p99 is not None or a.tpot_p99 is not None):
+        raise InputError(
+            "prefill_settings", "latency targets are checked at the full clock only: drop one"
+        )
     spec, overridden = spec_from_args(a)
     rep = front_report(
-        spec, a.max_gpus, a.required_rps, a.headroom, a.budget_w, overridden=overridden
+        spec,
+        a.max_gpus,
+        a.required_rps,
+        a.headroom,
+        a.budget_w,
+        overridden=overridden,
+        prefill_settings=a.prefill_settings,
+        decode_settings=a.decode_settings,
     )
     rep = simulate.apply_slo(rep, a)
     if a.plot:
@@ -73,9 +97,11 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             f"{len(rep['front'])} on the capacity-power front"
         )
         print(calibration_line(rep))
+        named = "prefill_settings" in rep
         rows = [
             [
                 f"{c['n_p']}P{c['n_d']}D",
+                *([f"{c['prefill_setting']}/{c['decode_setting']}"] if named else []),
                 str(c["gpus"]),
                 fmt(c["capacity_rps"]),
                 fmt(c["power_w"], 0),
@@ -85,7 +111,8 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             ]
             for c in rep["front"]
         ]
-        print(table(rows, ["config", "GPUs", "req/s", "W", "J/req", "rho*", "bottleneck"]))
+        head = ["config", *(["settings P/D"] if named else []), "GPUs", "req/s", "W", "J/req"]
+        print(table(rows, [*head, "rho*", "bottleneck"]))
         if "slo" in rep:
             slo = rep["slo"]
             analytic = slo.get("method") == "analytic"
@@ -116,7 +143,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 res = (
                     "none on the front qualifies"
                     if c is None
-                    else f"{c['n_p']}P{c['n_d']}D: {fmt(c['capacity_rps'])} req/s "
+                    else f"{c['n_p']}P{c['n_d']}D{_at(c)}: {fmt(c['capacity_rps'])} req/s "
                     f"at {fmt(c['power_w'], 0)} W"
                 )
                 print(f"{label} {what}: {res}")
@@ -151,6 +178,15 @@ def register(sub: Any) -> None:
         "--headroom", type=float, default=1.0, help="utilisation headroom rho_bar (default 1)"
     )
     f.add_argument("--budget-w", type=float, help="also select the most capacity within this power")
+    for phase, example in (("prefill", "1980MHz,1500MHz"), ("decode", "1980MHz,1200MHz,500W")):
+        f.add_argument(
+            f"--{phase}-settings",
+            type=_setting_list,
+            metavar="LIST",
+            help=f"search the {phase} GPUs' settings in this comma-separated list, e.g. "
+            f"{example} ('default': the full clock; docs/clocks.md); each point names "
+            "its settings. Default: the full clock only, the front as without settings",
+        )
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)
     simulate.add_slo_args(f)

@@ -1,0 +1,79 @@
+"""The front searched over GPU settings on the command line (``pdwatt front
+--prefill-settings ... --decode-settings ...``) and the HTTP API (``POST /v1/front``'s
+``prefill_settings`` / ``decode_settings``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.test_cli_core import run, run_json
+
+SPEC = ["--model", "qwen3-32b", "--gpu", "h200", "--workload", "fixed:4096:256"]
+FRONT = ["front", *SPEC, "--max-gpus", "8", "--required-rps", "3", "--budget-w", "4000"]
+SETTINGS = ["--prefill-settings", "1980MHz,1500MHz", "--decode-settings", "1980MHz,1200MHz,500W"]
+BODY = {
+    "model": "qwen3-32b",
+    "gpu": "h200",
+    "workload": "fixed:4096:256",
+    "max_gpus": 8,
+    "required_rps": 3,
+    "budget_w": 4000,
+}
+
+
+def test_cli_front_over_settings_names_every_point(capsys, tmp_path):
+    plain = run_json(capsys, [*FRONT, "--json"])
+    chart = tmp_path / "front.png"
+    rep = run_json(capsys, [*FRONT, *SETTINGS, "--json", "--plot", str(chart)])
+    assert rep["prefill_settings"] == ["1980MHz", "1500MHz"]
+    assert rep["decode_settings"] == ["1980MHz", "1200MHz", "500W"]
+    assert len(rep["configs"]) == 6 * len(plain["configs"])
+    for c in [*rep["front"], rep["min_power_for_rate"]["config"]]:
+        assert c["prefill_setting"] in rep["prefill_settings"]
+        assert c["decode_setting"] in rep["decode_settings"]
+    assert "prefill_setting" not in plain["front"][0]
+    assert rep["min_power_for_rate"]["config"]["power_w"] <= (
+        plain["min_power_for_rate"]["config"]["power_w"]
+    )
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out, _ = run(capsys, [*FRONT, *SETTINGS])
+    assert code == 0
+    assert "settings P/D" in out
+    assert " at 1" in out.splitlines()[-2]  # the selection names its settings
+
+
+def test_cli_front_settings_errors_name_the_field(capsys):
+    code, _, err = run(capsys, [*FRONT, "--decode-settings", "1200MHz,9000MHz"])
+    assert code == 2 and "decode_settings[1]:" in err and "345-1980 MHz" in err
+    code, _, err = run(capsys, [*FRONT, *SETTINGS, "--tpot-p99", "0.1"])
+    assert code == 2 and "prefill_settings:" in err
+
+
+def test_api_front_over_settings_is_the_cli_document(client, capsys):
+    plain = client.post("/v1/front", json=BODY)
+    assert plain.status_code == 200, plain.text
+    assert "prefill_settings" not in plain.json()
+    assert "prefill_setting" not in plain.json()["front"][0]
+    body = {**BODY, "prefill_settings": ["1980MHz", "1500MHz"]}
+    body["decode_settings"] = ["1980MHz", "1200MHz", "500W"]
+    r = client.post("/v1/front", json=body)
+    assert r.status_code == 200, r.text
+    cli = run_json(capsys, [*FRONT, *SETTINGS, "--json"])
+    got = r.json()
+    for key in ("prefill_settings", "decode_settings", "front", "min_power_for_rate"):
+        assert got[key] == cli[key], key
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"prefill_settings": ["1500MHz", "2500MHz"]}, "prefill_settings[1]"),
+        ({"decode_settings": ["50W"]}, "decode_settings[0]"),
+        ({"decode_settings": ["1200MHz"], "slo": {"tpot_p99_s": 0.1}}, "slo"),
+    ],
+)
+def test_api_front_bad_settings_are_a_422_naming_the_field(client, extra, field):
+    r = client.post("/v1/front", json={**BODY, **extra})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].split(";")[0] == "application/problem+json"
+    assert [e["field"] for e in r.json()["errors"]] == [field]
