@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from service.charts import COLOURS, period_edges, stairs  # noqa: E402
 
 Target = str | IO[bytes]
+#: step lines to draw: the periods, the key of each period's value, the line's style
+Lines = tuple[tuple[Sequence[Mapping[str, Any]], str, dict[str, Any]], ...]
 
 
 def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand response") -> None:
@@ -25,31 +27,17 @@ def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand respo
     h0, h1 = ev["start_minute"] / 60.0, ev["end_minute"] / 60.0
     fig, axes = plt.subplots(2, 1, figsize=(10, 7.5), dpi=110, sharex=True)
     ax = axes[0]
-    stairs(
-        ax,
-        [p["power_w"] / 1e3 for p in base],
-        edges,
-        color="#8d99ae",
-        lw=1.4,
-        label="baseline site power",
+    site_lines: Lines = (
+        (base, "power_w", {"color": "#8d99ae", "lw": 1.4, "label": "baseline site power"}),
+        (resp, "power_w", {"color": "#1f77b4", "lw": 1.6, "label": "response site power"}),
+        (
+            resp,
+            "power_cap_w",
+            {"color": "#d1495b", "lw": 1.2, "ls": "--", "label": "cap (with the event)"},
+        ),
     )
-    stairs(
-        ax,
-        [p["power_w"] / 1e3 for p in resp],
-        edges,
-        color="#1f77b4",
-        lw=1.6,
-        label="response site power",
-    )
-    stairs(
-        ax,
-        [p["power_cap_w"] / 1e3 for p in resp],
-        edges,
-        color="#d1495b",
-        lw=1.2,
-        ls="--",
-        label="cap (with the event)",
-    )
+    for periods, key, style in site_lines:
+        stairs(ax, [p[key] / 1e3 for p in periods], edges, **style)
     ax.axvspan(h0, h1, color="#d1495b", alpha=0.08, lw=0)
     ax.set_ylabel("kW")
     ax.legend(loc="upper left", fontsize=8)
@@ -64,31 +52,13 @@ def dr_chart(result: Mapping[str, Any], path: Target, title: str = "demand respo
     names = list(base[0]["deployments"])
     for i, n in enumerate(names):
         c = COLOURS[i % len(COLOURS)]
-        stairs(
-            ax,
-            [p["deployments"][n]["demand_rps"] for p in base],
-            edges,
-            color=c,
-            lw=0.7,
-            ls=":",
+        deployment_lines: Lines = (
+            (base, "demand_rps", {"lw": 0.7, "ls": ":"}),
+            (base, "served_rps", {"lw": 0.9, "ls": "--", "alpha": 0.7}),
+            (resp, "served_rps", {"lw": 1.4, "label": f"{n} served (response)"}),
         )
-        stairs(
-            ax,
-            [p["deployments"][n]["served_rps"] for p in base],
-            edges,
-            color=c,
-            lw=0.9,
-            ls="--",
-            alpha=0.7,
-        )
-        stairs(
-            ax,
-            [p["deployments"][n]["served_rps"] for p in resp],
-            edges,
-            color=c,
-            lw=1.4,
-            label=f"{n} served (response)",
-        )
+        for periods, key, style in deployment_lines:
+            stairs(ax, [p["deployments"][n][key] for p in periods], edges, color=c, **style)
     ax.axvspan(h0, h1, color="#d1495b", alpha=0.08, lw=0)
     ax.set_ylabel("req/s (dashed: baseline, dotted: demand)")
     ax.set_xlabel("hour")
@@ -116,23 +86,13 @@ def flex_chart(result: Mapping[str, Any], path: Target, title: str = "flexibilit
         caps = [p["cap_w"] / 1e3 for p in pts]
         fig, axes = plt.subplots(2, 1, figsize=(9, 7.5), dpi=110, sharex=True)
         ax = axes[0]
-        ax.plot(
-            caps,
-            [p["served_value_usd_per_h"] for p in pts],
-            "o-",
-            color="#1f77b4",
-            ms=3,
-            label="value of served demand",
-        )
-        ax.set_ylabel("value of served demand (USD/h)")
         tw = ax.twinx()
-        tw.plot(
-            caps,
-            [p["energy_cost_usd_per_h"] for p in pts],
-            "s-",
-            color="#8d99ae",
-            ms=3,
-        )
+        for a, key, fmt, colour, label in (
+            (ax, "served_value_usd_per_h", "o-", "#1f77b4", "value of served demand"),
+            (tw, "energy_cost_usd_per_h", "s-", "#8d99ae", None),
+        ):
+            a.plot(caps, [p[key] for p in pts], fmt, color=colour, ms=3, label=label)
+        ax.set_ylabel("value of served demand (USD/h)")
         tw.set_ylabel("energy and carbon cost (USD/h)", color="#777777")
         ax.legend(loc="upper left", fontsize=8)
         ax.set_title(
