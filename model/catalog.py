@@ -27,7 +27,7 @@ import math
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from importlib import resources
@@ -587,72 +587,85 @@ _CLOCK_KEYS = {
 }
 
 
-@functools.cache
-def _models() -> Mapping[str, ModelArch]:
-    catalog: dict[str, ModelArch] = {}
-    for name, entry in _read_data("models.json").items():
-        where = f"models.json:{name}"
-        _check_keys(where, entry, _MODEL_KEYS, _MODEL_OPTIONAL)
+E = TypeVar("E")
+
+
+def _entries(
+    filename: str,
+    required: set[str],
+    optional: set[str],
+    build: Callable[[str, dict[str, Any]], E],
+    section: str | None = None,
+) -> Mapping[str, E]:
+    """Each entry of a catalog file (or its ``section``, where it has one) checked for its
+    keys and built; an error names the entry and the field."""
+    catalog: dict[str, E] = {}
+    for name, entry in _read_data(filename).items():
+        where = f"{filename}:{name}"
+        if section is not None:
+            if section not in entry:
+                continue
+            where, entry = f"{where}.{section}", entry[section]
+        raw = _check_keys(where, entry, required, optional)
         try:
-            fields = dict(entry)
-            if "aliases" in fields:
-                if not isinstance(fields["aliases"], list):
-                    raise InputError("aliases", "must be a list of names")
-                fields["aliases"] = tuple(fields["aliases"])
-            catalog[name] = ModelArch(name=name, **fields)
+            catalog[name] = build(name, raw)
         except InputError as error:
             raise _catalog_error(where, error) from None
     return types.MappingProxyType(catalog)
+
+
+def _model_entry(name: str, entry: dict[str, Any]) -> ModelArch:
+    fields = dict(entry)
+    if "aliases" in fields:
+        if not isinstance(fields["aliases"], list):
+            raise InputError("aliases", "must be a list of names")
+        fields["aliases"] = tuple(fields["aliases"])
+    return ModelArch(name=name, **fields)
+
+
+def _gpu_entry(name: str, entry: dict[str, Any]) -> GpuSpec:
+    return GpuSpec(
+        name=name,
+        flops_per_s=_scaled(entry["bf16_dense_tflops"], "1e12", "bf16_dense_tflops"),
+        mem_bw_bytes_per_s=_scaled(entry["mem_bw_tb_per_s"], "1e12", "mem_bw_tb_per_s"),
+        mem_bytes=_scaled(entry["mem_gb"], "1e9", "mem_gb"),
+        tdp_w=_finite("tdp_w", entry["tdp_w"]),
+        source=entry.get("source", ""),
+        # datasheets give NVLink bandwidth summed over both directions
+        link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
+        fp8_flops_per_s=_scaled(entry.get("fp8_dense_tflops", 0), "1e12", "fp8"),
+        fp4_flops_per_s=_scaled(entry.get("fp4_dense_tflops", 0), "1e12", "fp4"),
+    )
+
+
+def _clocks_entry(name: str, raw: dict[str, Any]) -> GpuClocks:
+    if not isinstance(raw["settings"], list):
+        raise InputError("settings", "must be a list of settings")
+    return GpuClocks(
+        gpu=name,
+        sm_clock_min_mhz=raw["sm_clock_min_mhz"],
+        sm_clock_max_mhz=raw["sm_clock_max_mhz"],
+        power_limit_min_w=raw["power_limit_min_w"],
+        power_limit_max_w=raw["power_limit_max_w"],
+        v_min_ratio=raw["v_min_ratio"],
+        settings=tuple(raw["settings"]),
+        source=raw.get("source", ""),
+    )
+
+
+@functools.cache
+def _models() -> Mapping[str, ModelArch]:
+    return _entries("models.json", _MODEL_KEYS, _MODEL_OPTIONAL, _model_entry)
 
 
 @functools.cache
 def _gpus() -> Mapping[str, GpuSpec]:
-    catalog: dict[str, GpuSpec] = {}
-    for name, entry in _read_data("gpus.json").items():
-        where = f"gpus.json:{name}"
-        _check_keys(where, entry, _GPU_KEYS, _GPU_OPTIONAL)
-        try:
-            catalog[name] = GpuSpec(
-                name=name,
-                flops_per_s=_scaled(entry["bf16_dense_tflops"], "1e12", "bf16_dense_tflops"),
-                mem_bw_bytes_per_s=_scaled(entry["mem_bw_tb_per_s"], "1e12", "mem_bw_tb_per_s"),
-                mem_bytes=_scaled(entry["mem_gb"], "1e9", "mem_gb"),
-                tdp_w=_finite("tdp_w", entry["tdp_w"]),
-                source=entry.get("source", ""),
-                # datasheets give NVLink bandwidth summed over both directions
-                link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
-                fp8_flops_per_s=_scaled(entry.get("fp8_dense_tflops", 0), "1e12", "fp8"),
-                fp4_flops_per_s=_scaled(entry.get("fp4_dense_tflops", 0), "1e12", "fp4"),
-            )
-        except InputError as error:
-            raise _catalog_error(where, error) from None
-    return types.MappingProxyType(catalog)
+    return _entries("gpus.json", _GPU_KEYS, _GPU_OPTIONAL, _gpu_entry)
 
 
 @functools.cache
 def _gpu_clocks() -> Mapping[str, GpuClocks]:
-    catalog: dict[str, GpuClocks] = {}
-    for name, entry in _read_data("gpus.json").items():
-        if "clocks" not in entry:
-            continue
-        where = f"gpus.json:{name}.clocks"
-        raw = _check_keys(where, entry["clocks"], _CLOCK_KEYS, {"source"})
-        try:
-            if not isinstance(raw["settings"], list):
-                raise InputError("settings", "must be a list of settings")
-            catalog[name] = GpuClocks(
-                gpu=name,
-                sm_clock_min_mhz=raw["sm_clock_min_mhz"],
-                sm_clock_max_mhz=raw["sm_clock_max_mhz"],
-                power_limit_min_w=raw["power_limit_min_w"],
-                power_limit_max_w=raw["power_limit_max_w"],
-                v_min_ratio=raw["v_min_ratio"],
-                settings=tuple(raw["settings"]),
-                source=raw.get("source", ""),
-            )
-        except InputError as error:
-            raise _catalog_error(where, error) from None
-    return types.MappingProxyType(catalog)
+    return _entries("gpus.json", _CLOCK_KEYS, {"source"}, _clocks_entry, section="clocks")
 
 
 _CAL_TIME_KEYS = {"t_iter_ms": "t_iter_s", "t_req_ms": "t_req_s"}
