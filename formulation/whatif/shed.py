@@ -34,13 +34,17 @@ transition limit; the site's re-plan decides the rest of the horizon).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from formulation.data import ScheduleData, build_data
+from formulation.data import ScheduleData, build_data, take_periods
 from formulation.problem import ScheduleProblem, SolverOptions
 from formulation.solve import InfeasibleError, solve
 from formulation.subproblems.period import solve_period
@@ -98,41 +102,54 @@ def _running(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> No
             )
 
 
-def one_period(
+def fixed_counts(
     problem: ScheduleProblem,
-    t: int,
-    target_w: float,
     running: Sequence[tuple[int, int]],
-    *,
-    fixed: bool = True,
     settings: Sequence[tuple[tuple[str, ...], tuple[str, ...]] | None] | None = None,
 ) -> ScheduleProblem:
-    """Period ``t`` of ``problem`` alone under the cap ``target_w``, from the running
-    ``(n_P, n_D)``: with ``fixed``, each deployment may run only those counts;
-    ``settings[m]`` (optional) replaces deployment ``m``'s setting lists."""
-    if not 0 <= t < problem.n_periods:
-        raise InputError("period", f"must be in 0..{problem.n_periods - 1}, got {t}")
+    """``problem`` with each deployment held at its running ``(n_P, n_D)`` (its only
+    candidate, and its initial state; the plan that runs them kept them within
+    ``max_gpus``); ``settings[m]`` (optional) replaces deployment ``m``'s setting lists."""
+    _running(problem, running)
     deps = []
     for m, (d, (n_p, n_d)) in enumerate(zip(problem.deployments, running, strict=True)):
         change: dict[str, Any] = {
-            "demand_rps": (d.demand_rps[t],),
             "initial_n_p": n_p,
             "initial_n_d": n_d,
+            "min_n_p": n_p,
+            "max_n_p": n_p,
+            "min_n_d": n_d,
+            "max_n_d": n_d,
         }
-        if fixed:
-            change.update(min_n_p=n_p, max_n_p=n_p, min_n_d=n_d, max_n_d=n_d)
-            # the running counts are what the plan runs: its max_gpus held them
         if settings is not None and settings[m] is not None:
             pre, dec = settings[m]  # type: ignore[misc]
             change.update(prefill_settings=tuple(pre), decode_settings=tuple(dec))
         deps.append(dataclasses.replace(d, **change))
+    return dataclasses.replace(problem, deployments=tuple(deps))
+
+
+def one_period(
+    problem: ScheduleProblem, t: int, target_w: float, running: Sequence[tuple[int, int]]
+) -> ScheduleProblem:
+    """Period ``t`` of ``problem`` alone under the cap ``target_w``, starting from the
+    running ``(n_P, n_D)`` (its instance counts free within the bounds)."""
+    _period(problem, t)
+    deps = tuple(
+        dataclasses.replace(d, demand_rps=(d.demand_rps[t],), initial_n_p=a, initial_n_d=b)
+        for d, (a, b) in zip(problem.deployments, running, strict=True)
+    )
     grid = dataclasses.replace(
         problem.grid,
         power_cap_w=(float(target_w),),
         price_usd_per_mwh=(problem.grid.price_usd_per_mwh[t],),
         carbon_g_per_kwh=(problem.grid.carbon_g_per_kwh[t],),
     )
-    return dataclasses.replace(problem, deployments=tuple(deps), grid=grid)
+    return dataclasses.replace(problem, deployments=deps, grid=grid)
+
+
+def _period(problem: ScheduleProblem, t: int) -> None:
+    if not 0 <= t < problem.n_periods:
+        raise InputError("period", f"must be in 0..{problem.n_periods - 1}, got {t}")
 
 
 def offered(data: ScheduleData) -> list[tuple[tuple[str, ...], tuple[str, ...]] | None]:
@@ -165,16 +182,43 @@ def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
     return cfg, np.zeros(len(data.deployments))
 
 
-def settings_data(
-    problem: ScheduleProblem, t: int, running: Sequence[tuple[int, int]], target_w: float
-) -> ScheduleData:
-    """The one-period tables of the fast response: period ``t``, the running counts
-    only, at every setting pair :func:`offered` gives."""
-    _running(problem, running)
-    if not (np.isfinite(target_w) and target_w >= 0):
-        raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
-    plain = build_data(one_period(problem, t, target_w, running))
-    return build_data(one_period(problem, t, target_w, running, settings=offered(plain)))
+#: the tables of the last few (site, running counts) asked about: a shed answers from
+#: them in a fraction of the time their capacity model takes
+_CACHE: OrderedDict[str, ScheduleData] = OrderedDict()
+_CACHE_SIZE = 16
+_lock = threading.Lock()
+
+
+def _key(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> str:
+    """What the tables depend on: the problem but its cap (replaced by each target)."""
+    doc = dataclasses.asdict(problem)
+    doc["grid"].pop("power_cap_w")
+    text = json.dumps([doc, [list(r) for r in running]], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> ScheduleData:
+    """The tables of the fast response over the whole horizon: each deployment at its
+    running counts only, at every setting pair :func:`offered` gives (kept for the next
+    call with the same problem, cap aside, and counts)."""
+    key = _key(problem, running)
+    with _lock:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    plain = build_data(fixed_counts(problem, running))
+    data = build_data(fixed_counts(problem, running, offered(plain)))
+    with _lock:
+        _CACHE[key] = data
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return data
+
+
+def clear_cache() -> None:
+    with _lock:
+        _CACHE.clear()
 
 
 def fast_response(
@@ -182,15 +226,16 @@ def fast_response(
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
-    data: ScheduleData | None = None,
 ) -> Shed:
     """The least-cost settings (and served loads) that keep site power within
     ``target_w`` (W, after PUE, as the schedule's cap) in period ``t`` with the running
-    ``(n_P, n_D)`` of each deployment; ``data`` the tables :func:`settings_data` gives
-    (built when not given). When none meets the target: the least power settings reach,
-    and the shortfall."""
-    if data is None:
-        data = settings_data(problem, t, running, target_w)
+    ``(n_P, n_D)`` of each deployment. When none meets the target: the least power
+    settings reach, and the shortfall."""
+    _period(problem, t)
+    if not (np.isfinite(target_w) and target_w >= 0):
+        raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
+    data = take_periods(settings_data(problem, running), np.array([t]))
+    data = dataclasses.replace(data, power_cap_w=np.array([float(target_w)]))
     sol = solve_period(data, 0)
     if sol is not None:
         cfg, served = sol.config, sol.served
@@ -261,7 +306,7 @@ def next_boundary(
     exactly (its instance counts and settings free within the bounds and the transition
     limit). ``{"feasible": False, ...}`` when even that cannot meet the cap."""
     _running(problem, running)
-    p1 = one_period(problem, t, target_w, running, fixed=False)
+    p1 = one_period(problem, t, target_w, running)
     p1 = dataclasses.replace(
         p1, solver=SolverOptions(time_limit_s=time_limit_s, mip_gap=p1.solver.mip_gap, threads=1)
     )
