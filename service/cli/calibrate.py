@@ -26,7 +26,7 @@ from model.engine import shipped_document
 from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
-from service.cli.shared import summary_lines
+from service.cli.shared import fit_lines, summary_lines
 
 
 def _say(msg: str) -> None:
@@ -227,15 +227,8 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
             print("screen off (--no-screen): every row fitted and judged")
         for line in _screen_lines(doc["screened"], doc["in_sample"]["all"]["rows"]):
             print(line)
-        print("in-sample:")
-        for line in summary_lines(doc["in_sample"]):
-            print(f"  {line}")
-        if a.leave_one_model_out:
-            print("leave-one-model-out:")
-            for line in summary_lines(doc["leave_one_model_out"]["summary"]):
-                print(f"  {line}")
-        if a.output:
-            print(f"calibration written to {a.output}")
+        for line in fit_lines(doc, a.leave_one_model_out, a.output):
+            print(line)
         if a.chart:
             print(f"chart written to {a.chart}")
     return doc

@@ -18,7 +18,7 @@ from model import screen as screening
 from model.calibrate import screened_rows, summarise
 from model.errors import InputError
 from model.measurements import read_measurements
-from service.cli.shared import parse_kernel_versions, summary_lines
+from service.cli.shared import fit_lines, parse_kernel_versions, summary_lines
 
 
 def _say(msg: str) -> None:
@@ -85,15 +85,8 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
                 f"screened: {n['itl']} rows out, the power of {n['power']} more "
                 "(docs/calibration.md, section 9)"
             )
-        print("in-sample:")
-        for line in summary_lines(doc["in_sample"]):
-            print(f"  {line}")
-        if a.leave_one_model_out:
-            print("leave-one-model-out:")
-            for line in summary_lines(doc["leave_one_model_out"]["summary"]):
-                print(f"  {line}")
-        if a.output:
-            print(f"calibration written to {a.output}")
+        for line in fit_lines(doc, a.leave_one_model_out, a.output):
+            print(line)
     return doc
 
 

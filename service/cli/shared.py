@@ -1,5 +1,6 @@
 """Pieces several commands share that need nothing else of the command line: the
-``--kernel-version GPU=VERSION`` options and the text of a prediction summary."""
+``--kernel-version GPU=VERSION`` options and the text of a prediction summary and of a
+fit's report."""
 
 from __future__ import annotations
 
@@ -38,4 +39,16 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                     f"worst {s[key]['worst_error']:+.1%}"
                 )
         out.append("; ".join(parts))
+    return out
+
+
+def fit_lines(doc: dict[str, Any], leave_one_model_out: bool, output: str | None) -> list[str]:
+    """The end of a fit's text report: its in-sample summary, its leave-one-model-out one
+    when it was asked for, and the file the calibration was written to."""
+    out = ["in-sample:", *(f"  {line}" for line in summary_lines(doc["in_sample"]))]
+    if leave_one_model_out:
+        out.append("leave-one-model-out:")
+        out += [f"  {line}" for line in summary_lines(doc["leave_one_model_out"]["summary"])]
+    if output:
+        out.append(f"calibration written to {output}")
     return out
