@@ -90,6 +90,35 @@ class Target(BaseModel):
     num_decode: int
     replicas: dict[str, int]
     gpus: int
+    #: only for a deployment that lists GPU settings (service.site_targets)
+    prefill_setting: str | None = Field(None, description="as the plan's period names it")
+    decode_setting: str | None = Field(None, description="as the plan's period names it")
+    gpu_settings: dict[str, dict[str, float]] | None = Field(
+        None,
+        description="per role: gpu_power_limit_w (a power limit) or sm_clock_mhz (a clock "
+        "locked below the full clock); empty at the full clock (the GPU's defaults)",
+    )
+    dynamo: dict[str, Any] | None = Field(
+        None,
+        description="per role, the podTemplate annotation dynamo.nvidia.com/gpu-power-limit "
+        "(watts per GPU; the GPU's default limit for a role without one)",
+    )
+
+
+class PeriodLimit(BaseModel):
+    period: int
+    start: str
+    end: str
+    power_cap_w: float
+    idle_gpus: int
+    total_gpu_power_limit_w: float = Field(
+        description="power_cap_w / PUE - idle_gpu_power_w x idle_gpus: the GPU watts the "
+        "plan's instances were held to"
+    )
+    dynamo: dict[str, Any] = Field(
+        description="as Dynamo's Planner configuration reads it: enable_power_awareness, "
+        "total_gpu_power_limit (whole watts)"
+    )
 
 
 class Targets(BaseModel):
@@ -99,3 +128,4 @@ class Targets(BaseModel):
     stale: bool
     period_minutes: float
     targets: list[Target]
+    periods: list[PeriodLimit]

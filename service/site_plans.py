@@ -124,6 +124,12 @@ def plan_response(
         "n_periods": n_periods(site.body),
         "first_period": first,
         "current": None if current is None else current.model_dump(),
+        # what turns the site cap into the GPU watts the plan's instances were held to
+        # (service.site_targets.total_gpu_power_limit_w)
+        "site_power": {
+            "pue": site.body["site"]["pue"],
+            "idle_gpu_power_w": site.body["site"]["idle_gpu_power_w"],
+        },
         "schedule": resp,
     }
 

@@ -8,8 +8,6 @@ responses.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from typing import Any
 from formulation.problem import problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
+from service import site_targets
 from service.limits import check_schedule
 from service.openadr import OadrEvent, event_to_signals, merge_signals
 from service.pool import PoolFull, WorkerLost
@@ -190,45 +189,23 @@ async def replan_after_update(
     return Replanned(answer)
 
 
-def targets(periods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One replica target per deployment and period of a plan."""
-    out = []
-    for per in periods:
-        for name, d in per["deployments"].items():
-            out.append(
-                {
-                    "deployment": name,
-                    "period": per["index"],
-                    "start": per["start"],
-                    "end": per["end"],
-                    "num_prefill": d["n_p"],
-                    "num_decode": d["n_d"],
-                    "replicas": {"prefill": d["n_p"], "decode": d["n_d"]},
-                    "gpus": d["gpus"],
-                }
-            )
-    return out
-
-
 def targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The replica targets of ``periods`` of the plan, with each period's GPU power
+    limit (:mod:`service.site_targets`)."""
+    pue, idle_w = site_targets.site_power(plan.response, site.body)
     return {
         "site_id": site.id,
         "plan_id": plan.id,
         "plan_created": plan.created.isoformat(),
         "stale": plan.site_version < site.version,
         "period_minutes": plan.response["period_minutes"],
-        "targets": targets(periods),
+        "targets": site_targets.targets(plan.response, periods),
+        "periods": site_targets.period_limits(periods, pue, idle_w),
     }
 
 
-def targets_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    cols = ["deployment", "period", "start", "end", "num_prefill", "num_decode", "gpus"]
-    w.writerow(cols)
-    for t in rows:
-        w.writerow([t[c] for c in cols])
-    return buf.getvalue()
+def targets_csv(doc: dict[str, Any]) -> str:
+    return site_targets.targets_csv(doc)
 
 
 def periods_at(plan: Plan, when: datetime) -> tuple[int, list[dict[str, Any]]]:

@@ -390,19 +390,22 @@ async def targets(
     """Replica targets of the latest plan: one per deployment and period.
 
     `num_prefill`/`num_decode` are the pair Dynamo Planner's connector applies;
-    `replicas` gives the same counts per component for a Kubernetes scaler.
+    `replicas` gives the same counts per component for a Kubernetes scaler. A
+    deployment that lists GPU settings also gets each role's setting (`gpu_settings`,
+    and `dynamo`: the `dynamo.nvidia.com/gpu-power-limit` pod annotation per role);
+    `periods` gives each period's `total_gpu_power_limit_w` (docs/service.md).
     """
     site, plan = await _latest(store, site_id)
     doc = sites.targets_doc(site, plan, plan.response["schedule"]["periods"])
     if format == "csv":
-        return Response(sites.targets_csv(doc["targets"]), media_type="text/csv")
+        return Response(sites.targets_csv(doc), media_type="text/csv")
     return JSONResponse(doc)
 
 
 @router.get(
     "/{site_id}/targets/now",
     response_model=Targets,
-    responses=_problems(404, 422),
+    responses={200: {"content": {"text/csv": {}}}, **_problems(404, 422)},
 )
 async def targets_now(
     site_id: SiteId,
@@ -410,6 +413,7 @@ async def targets_now(
     at: Annotated[
         datetime | None, Query(description="ISO date-time with offset (default: now)")
     ] = None,
+    format: Literal["json", "csv"] = Query("json", description="response format"),  # noqa: A002
 ) -> Any:
     """The targets of the period the clock (or `at`) is in, from `plan_start`."""
     if at is not None and at.tzinfo is None:
@@ -421,6 +425,8 @@ async def targets_now(
     except sites.NoPeriod as e:
         raise HTTPException(404, str(e)) from None
     doc = sites.targets_doc(site, plan, periods)
+    if format == "csv":
+        return Response(sites.targets_csv(doc), media_type="text/csv")
     doc["period"] = t
     doc["at"] = when.isoformat()
     return JSONResponse(doc)
