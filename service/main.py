@@ -16,7 +16,7 @@ from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
 from service.metrics import request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
-from service.routers import catalog, core, health, jobs, sites, solves
+from service.routers import catalog, core, health, jobs, shed, sites, solves
 from service.settings import Settings, get_settings
 
 #: on shutdown, running jobs are asked to stop and given this long to return their best
@@ -150,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         catalog.router,
         health.router,
         sites.router,
+        shed.router,
         jobs.router,
     ):
         app.include_router(r)

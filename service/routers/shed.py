@@ -1,0 +1,103 @@
+"""``POST /v1/sites/{site_id}/shed``: a site power target that starts now, answered at
+once with the GPU settings to apply (see :mod:`service.site_shed`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from model.errors import InputError
+from service import site_shed, sites
+from service.deps import ApiKey, SettingsDep
+from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.jobs import job_store
+from service.store import Contention, SiteNotFound, Store, store_for
+
+router = APIRouter(
+    prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
+)
+
+SiteId = Annotated[
+    str, PathParam(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="site id")
+]
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **problem_responses(422),
+    404: {"description": "no such site", "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}}},
+    409: {
+        "description": "the site has no plan covering the time of the shed (nothing says "
+        "what runs), or it changed too often while the shed was recorded",
+        "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}},
+    },
+}
+
+
+def _not_found(site_id: str) -> JSONResponse:
+    return problem(404, "Not Found", f"no site {site_id!r}")
+
+
+def _no_plan(detail: str) -> JSONResponse:
+    return problem(
+        409,
+        "Conflict",
+        detail,
+        "/problems/no-running-plan",
+        errors=[{"field": "site_id", "reason": detail}],
+    )
+
+
+@router.post("/{site_id}/shed", responses=_RESPONSES)
+async def shed(
+    site_id: SiteId,
+    body: site_shed.ShedBody,
+    request: Request,
+    settings: SettingsDep,
+) -> JSONResponse:
+    """Bring the site's power to `target_kw` now, without stopping an instance.
+
+    Answers at once with the GPU setting each deployment applies now per role
+    (`prefill_setting`, `decode_setting`) for the instances its latest plan runs in the
+    current period, the load each then serves, the site power before (as planned) and
+    after, the shortfall when settings alone cannot reach the target (and the instance
+    changes the next period boundary brings), and the cost per hour. The target is
+    recorded as an OpenADR capacity limit from `at` (default now) for `duration`
+    (default: to the horizon's end), like a posted event, and the site is re-planned
+    from the next period boundary as a job (`replan.job_id`).
+    """
+    store: Store = store_for(settings.database_url)
+    when = body.at or datetime.now(UTC)
+    try:
+        site = await run_in_threadpool(store.get_site, site_id)
+        plan = await run_in_threadpool(store.latest_plan, site_id)
+    except SiteNotFound:
+        return _not_found(site_id)
+    if plan is None:
+        return _no_plan(f"site {site_id!r} has no plan yet: POST /v1/sites/{site_id}/plan first")
+    try:
+        answer = await run_in_threadpool(
+            site_shed.immediate, site, plan, when, settings, body.target_kw * 1000.0
+        )
+    except site_shed.NoRunningPlan as e:
+        return _no_plan(str(e))
+    event = site_shed.shed_event(body, when)
+    try:
+        site, answer["event"] = await run_in_threadpool(sites.merge_event, store, site_id, event)
+    except SiteNotFound:
+        return _not_found(site_id)
+    except Contention as e:
+        return problem(409, "Conflict", str(e))
+    except InputError as e:
+        if e.field.startswith("event.intervalPeriod.duration"):
+            raise InputError("duration", e.reason) from None
+        raise
+    answer["site_version"] = site.version
+    jobs = job_store(settings.database_url)
+    job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)
+    if job_id is not None:
+        await request.app.state.jobs.submit(job_id)
+    return JSONResponse(answer)

@@ -1,0 +1,171 @@
+"""Fast demand response of a registered site: the use case behind ``POST
+/v1/sites/{id}/shed`` and the ``immediate`` answer of an event whose cap holds now.
+
+A shed is a capacity limit that starts now. It is answered at once with the GPU
+settings each deployment applies now, for the instances its latest plan runs in the
+current period (:func:`formulation.whatif.shed.fast_response`), and it is kept as an
+OpenADR event (an ``IMPORT_CAPACITY_LIMIT`` of ``target_kw`` from now, merged into the
+site's cap and logged like any event); the site is then re-planned, as a ``site_plan``
+job, from the next period boundary and the running ``(n_P, n_D)``, so that instance
+changes follow where the settings do not suffice. No HTTP here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import AwareDatetime, Field
+
+from formulation.problem import Host, expand_series, problem_from_dict
+from formulation.whatif.shed import fast_response, next_boundary, settings_data
+from model.errors import InputError
+from service.jobs import JobStore
+from service.openadr import OadrEvent, event_to_signals
+from service.schemas import Strict, dump
+from service.settings import Settings
+from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
+from service.sites import periods_at
+from service.store import Plan, Site
+
+PROGRAM = "pdwatt-shed"
+
+
+class ShedBody(Strict):
+    """What ``POST /v1/sites/{site_id}/shed`` takes."""
+
+    target_kw: float = Field(
+        ge=0, le=1e9, allow_inf_nan=False, description="site power target (kW, after PUE)"
+    )
+    at: AwareDatetime | None = Field(
+        None, description="when the target starts: ISO 8601 date-time with offset (default: now)"
+    )
+    duration: str = Field(
+        "P9999Y",
+        pattern=r"^P(?:\d+Y)?(?:\d+M)?(?:\d+[DW])?(?:T(?:\d+H)?(?:\d+M)?(?:\d+S)?)?$",
+        description="how long the target holds, ISO 8601 (default: to the horizon's end)",
+    )
+
+
+class NoRunningPlan(LookupError):
+    """The site has no plan covering the time of the shed: nothing tells what runs."""
+
+
+def shed_event(body: ShedBody, when: datetime) -> OadrEvent:
+    """The shed as an OpenADR 3.1.0 event: a capacity limit of ``target_kw`` from
+    ``when`` for ``duration``."""
+    return OadrEvent.model_validate(
+        {
+            "programID": PROGRAM,
+            "eventName": f"shed to {body.target_kw:g} kW",
+            "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
+            "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
+            "intervals": [
+                {
+                    "id": 0,
+                    "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [body.target_kw]}],
+                }
+            ],
+        }
+    )
+
+
+def caps_now(event: OadrEvent, when: datetime) -> bool:
+    """Whether ``event`` limits the site's power at ``when`` (a capacity limit whose
+    interval holds that instant)."""
+    try:
+        sig = event_to_signals(event, when, 1.0 / 60.0, 1)  # the one second from when
+    except InputError:  # every interval lies outside that second
+        return False
+    return sig["power_cap_w"]["values"][0] is not None
+
+
+def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
+    """The period of the plan at ``when`` and its record; :class:`NoRunningPlan` when
+    the plan does not cover it."""
+    from service.sites import NoPeriod
+
+    try:
+        t, periods = periods_at(plan, when)
+    except NoPeriod as e:
+        raise NoRunningPlan(str(e)) from None
+    return t, periods[0]
+
+
+def immediate(
+    site: Site, plan: Plan, when: datetime, settings: Settings, target_w: float | None = None
+) -> dict[str, Any]:
+    """The settings to apply at ``when`` under the site's cap in that period (or
+    ``target_w``, W, where it is lower), for the counts the plan runs then, with the
+    site power before (as planned) and after, the shortfall and the cost per hour; when
+    the settings fall short, the next boundary's instance changes under the same cap."""
+    t, record = running_state(plan, when)
+    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
+    problem = problem_from_dict(request_of(site.body), host)
+    names = [d.name for d in problem.deployments]
+    try:
+        running = [
+            (record["deployments"][n]["n_p"], record["deployments"][n]["n_d"]) for n in names
+        ]
+    except KeyError as e:
+        raise NoRunningPlan(
+            f"the latest plan does not name deployment {e.args[0]!r}: re-plan the site"
+        ) from None
+    cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
+    target_w = cap[t] if target_w is None else min(target_w, cap[t])  # never above the cap
+    r = fast_response(problem, t, running, target_w)
+    doc = r.document()
+    before = float(record["power_w"])
+    out: dict[str, Any] = {
+        "at": when.isoformat(),
+        "period": t,
+        "plan_id": plan.id,
+        "target_w": doc.pop("target_w"),
+        "met": doc.pop("met"),
+        "site_power_before_w": before,
+        "site_power_w": doc.pop("site_power_w"),
+        "shed_w": before - r.site_power_w,
+        "shortfall_w": doc.pop("shortfall_w"),
+        **{k: v for k, v in doc.items() if k != "period"},
+        "next_boundary": None,
+    }
+    if not r.met and t + 1 < problem.n_periods:
+        out["next_boundary"] = next_boundary(problem, t + 1, running, target_w)
+    return out
+
+
+def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> None:
+    """Build the fast response's tables for the counts the plan runs at ``when`` (so
+    that a shed then answers from them); nothing when the plan does not cover it."""
+    try:
+        t, record = running_state(plan, when)
+        host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
+        problem = problem_from_dict(request_of(site.body), host)
+        running = [
+            (record["deployments"][d.name]["n_p"], record["deployments"][d.name]["n_d"])
+            for d in problem.deployments
+        ]
+        settings_data(problem, running)
+    except (NoRunningPlan, InputError, KeyError):
+        return
+
+
+def replan_job(
+    jobs: JobStore, site: Site, shed: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
+    """A ``site_plan`` job re-planning ``site`` from the period after the shed's, from
+    the counts running in the shed's period; ``(job id or None, the answer's
+    ``replan``)``. None when the shed's period is the horizon's last."""
+    t = int(shed["period"])
+    if t + 1 >= n_periods(site.body):
+        return None, {"job_id": None, "reason": "the shed's period is the horizon's last"}
+    state = {name: State(n_p=d["n_p"], n_d=d["n_d"]) for name, d in shed["deployments"].items()}
+    req = SitePlanRequest(site_id=site.id, current=Current(period=t + 1, state=state))
+    job, _ = jobs.create("site_plan", dump(req))
+    return job.id, {
+        "job_id": job.id,
+        "status": job.status,
+        "location": f"/v1/jobs/{job.id}",
+        "from_period": t + 1,
+        "site_version": site.version,
+    }

@@ -1,0 +1,129 @@
+"""POST /v1/sites/{id}/shed: settings at once, the shed kept as an event, the re-plan
+from the next boundary as a job; bad input as problem details."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from formulation.problem import problem_from_dict
+from formulation.whatif.shed import fast_response
+from model.catalog import load_gpu_clocks
+from service.site_plans import request_of
+from tests.service.test_sites import PLAN_START, register
+
+AT = (datetime.fromisoformat(PLAN_START) + timedelta(minutes=90)).isoformat()  # period 1
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient], tmp_path: Path) -> TestClient:
+    return make_client(workers=2, database_url=f"sqlite:///{tmp_path / 'pdwatt.db'}")
+
+
+def _planned(client: TestClient) -> tuple[str, dict[str, Any]]:
+    site_id = register(client)
+    r = client.post(f"/v1/sites/{site_id}/plan")
+    assert r.status_code == 200, r.text
+    return site_id, r.json()
+
+
+def _job(client: TestClient, job_id: str) -> dict[str, Any]:
+    for _ in range(600):
+        doc: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if doc["status"] not in ("queued", "running"):
+            return doc
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still running")
+
+
+def test_shed_answers_the_settings_records_the_event_and_replans(client: TestClient) -> None:
+    site_id, plan = _planned(client)
+    period = plan["schedule"]["periods"][1]
+    before = period["power_w"]
+    target_kw = 0.85 * before / 1000.0
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": target_kw, "at": AT})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["period"] == 1 and doc["plan_id"] == plan["plan_id"]
+    assert doc["site_power_before_w"] == before
+    assert doc["met"] and doc["shortfall_w"] == 0.0
+    assert doc["site_power_w"] <= target_kw * 1000.0 * (1 + 1e-7)
+    assert doc["shed_w"] == pytest.approx(before - doc["site_power_w"])
+    clocks = load_gpu_clocks("h200")
+    assert clocks is not None
+    for name, d in doc["deployments"].items():
+        run = period["deployments"][name]
+        assert (d["n_p"], d["n_d"]) == (run["n_p"], run["n_d"])  # no instance changes
+        assert d["prefill_setting"] in clocks.settings
+        assert d["decode_setting"] in clocks.settings
+    # the answer is the fast response of the site as stored, for the plan's counts
+    site = client.get(f"/v1/sites/{site_id}").json()
+    body = request_of(
+        {k: v for k, v in site.items() if k not in ("id", "version", "created", "updated", "name")}
+    )
+    running = [
+        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
+        for d in body["deployments"]
+    ]
+    ref = fast_response(problem_from_dict(body), 1, running, target_kw * 1000.0)
+    assert doc["cost_usd_per_h"] == pytest.approx(ref.cost_usd_per_h, rel=1e-9)
+    assert doc["site_power_w"] == pytest.approx(ref.site_power_w, rel=1e-9)
+    # kept as an event: the cap from period 1 on is the target
+    assert site["grid"]["power_cap_w"][1:] == [target_kw * 1000.0] * 3
+    events = client.get(f"/v1/sites/{site_id}/events").json()["events"]
+    assert events[-1]["id"] == doc["event"]["id"]
+    # the re-plan from the next boundary, from the running counts
+    rp = doc["replan"]
+    assert rp["from_period"] == 2
+    job = _job(client, rp["job_id"])
+    assert job["status"] == "succeeded", job
+    latest = client.get(f"/v1/sites/{site_id}/plan").json()
+    assert latest["first_period"] == 2
+    for p in latest["schedule"]["periods"]:
+        assert p["power_w"] <= target_kw * 1000.0 * (1 + 1e-6)
+
+
+def test_a_target_below_what_settings_reach_gives_the_shortfall(client: TestClient) -> None:
+    site_id, _ = _planned(client)
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0.5, "at": AT})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert not doc["met"]
+    assert doc["shortfall_w"] == pytest.approx(doc["site_power_w"] - 500.0)
+    assert doc["next_boundary"]["period"] == 2
+
+
+def test_bad_shed_is_a_problem_naming_the_field(client: TestClient) -> None:
+    site_id, _ = _planned(client)
+    for body, field in (
+        ({"target_kw": -1}, "target_kw"),
+        ({"target_kw": "x"}, "target_kw"),
+        ({}, "target_kw"),
+        ({"target_kw": 5, "at": "2026-07-01T13:00:00"}, "at"),
+        ({"target_kw": 5, "duration": "1h"}, "duration"),
+    ):
+        r = client.post(f"/v1/sites/{site_id}/shed", json=body)
+        assert r.status_code == 422, (body, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert r.json()["errors"][0]["field"] == field, r.json()
+    r = client.post("/v1/sites/nope/shed", json={"target_kw": 5})
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("application/problem+json")
+    # a site with no plan, and a time the plan does not cover: nothing says what runs
+    fresh = register(client)
+    r = client.post(f"/v1/sites/{fresh}/shed", json={"target_kw": 5, "at": AT})
+    assert r.status_code == 409
+    assert "no plan" in r.json()["detail"]
+    r = client.post(
+        f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": "2030-01-01T00:00:00Z"}
+    )
+    assert r.status_code == 409
+    assert "no period" in r.json()["detail"]
+    # nothing was recorded by a refused shed
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
