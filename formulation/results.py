@@ -9,7 +9,8 @@ import io
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from formulation.data import DeploymentData
 from formulation.evaluate import Priced, phase_power_w
@@ -28,6 +29,14 @@ class DeploymentPeriod(BaseModel):
     #: the prefill and the decode instances' parts of power_w
     prefill_power_w: float
     decode_power_w: float
+    #: only for a deployment that lists settings, and then always: absent otherwise,
+    #: never null (the routes answer the document itself, not this model's dump)
+    prefill_setting: str | SkipJsonSchema[None] = Field(
+        None, description="the prefill GPUs' setting this period (a deployment with settings)"
+    )
+    decode_setting: str | SkipJsonSchema[None] = Field(
+        None, description="the decode GPUs' setting this period (a deployment with settings)"
+    )
 
 
 class PeriodOut(BaseModel):
@@ -55,6 +64,20 @@ class BaselineOut(Totals):
     limit_violations: int
 
 
+class SettingPair(BaseModel):
+    prefill: str
+    decode: str
+
+
+class DeploymentOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    #: only for a deployment that lists settings: the pairs it was offered
+    settings: list[SettingPair] | SkipJsonSchema[None] = Field(
+        None, description="the (prefill, decode) setting pairs offered (with settings)"
+    )
+
+
 class ScheduleResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Literal["optimal", "time_limit", "stopped"]
@@ -65,6 +88,7 @@ class ScheduleResponse(BaseModel):
     periods: list[PeriodOut]
     totals: Totals
     baselines: dict[str, BaselineOut]
+    deployments: list[DeploymentOut]
 
 
 def _totals(p: Priced) -> dict[str, Any]:
