@@ -252,6 +252,25 @@ def std_errors(jac: FloatArray, resid: FloatArray, n_par: int) -> FloatArray:
     return np.sqrt(np.maximum(np.diag(cov), 0.0))
 
 
+def robust_fit(
+    residuals: Callable[[FloatArray], FloatArray],
+    x0: Sequence[float] | FloatArray,
+    lo: Sequence[float] | FloatArray,
+    hi: Sequence[float] | FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """The bounded least-squares fit of relative residuals with the robust loss
+    (:data:`LOSS`, :data:`F_SCALE`) from ``x0``: the parameters and their standard errors."""
+    res = least_squares(
+        residuals,
+        np.array(x0),
+        bounds=(np.array(lo), np.array(hi)),
+        x_scale="jac",
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
+    return res.x, std_errors(res.jac, res.fun, len(x0))
+
+
 def _check_determined(key: tuple[str, str], rows: list[Usable]) -> None:
     where = f"{key[0]}/{key[1]}"
     batches = {round(u.m.batch, 3) for u in rows}
@@ -356,16 +375,8 @@ def _fit_decode(
 
     if not index:
         return dict(start), {}, {}
-    res = least_squares(
-        residuals,
-        np.array(x0),
-        bounds=(np.array(lo), np.array(hi)),
-        x_scale="jac",
-        loss=LOSS,
-        f_scale=F_SCALE,
-    )
-    std = std_errors(res.jac, res.fun, len(x0))
-    cals, prompts = unpack(res.x)
+    x, std = robust_fit(residuals, x0, lo, hi)
+    cals, prompts = unpack(x)
     fitted_prompts = {t: prompts[t] for t in tasks}
     return cals, fitted_prompts, {k: float(v) for k, v in zip(index, std, strict=True)}
 
@@ -498,16 +509,8 @@ def _fit_power(
         return instance_power_w(p0, gamma, p0 + rise, xs) / ps - 1.0
 
     x0 = np.array([float(np.min(ps)), float(np.ptp(ps)) * 2.0, float(np.ptp(ps))])
-    r = least_squares(
-        resid,
-        x0,
-        bounds=([0.0, 0.0, 0.0], [tdp * 1.2, tdp * 20.0, tdp * 1.2]),
-        x_scale="jac",
-        loss=LOSS,
-        f_scale=F_SCALE,
-    )
-    p0, gamma, rise = (float(v) for v in r.x)
-    s = std_errors(r.jac, r.fun, 3)
+    x, s = robust_fit(resid, x0, [0.0, 0.0, 0.0], [tdp * 1.2, tdp * 20.0, tdp * 1.2])
+    p0, gamma, rise = (float(v) for v in x)
     std = {
         "p0_decode_w": float(s[0]),
         "gamma_decode_w": float(s[1]),

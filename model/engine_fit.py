@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
-from model.calibrate import Skipped, Usable, std_errors
+from model.calibrate import Skipped, Usable, robust_fit
 from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
 from model.screen import EXCLUDES, Screened
@@ -39,8 +38,6 @@ PROMPT_DEFAULT = 256.0
 #: bounds of the overheads (s): per iteration, per request, per layer
 OVERHEAD_BOUNDS = {"t_iter_s": (0.0, 0.05), "t_req_s": (0.0, 1e-3), "t_layer_s": (0.0, 1e-3)}
 OVERHEADS = tuple(OVERHEAD_BOUNDS)
-LOSS = "soft_l1"
-F_SCALE = 0.05
 
 
 @dataclass
@@ -201,16 +198,8 @@ def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None
         t = k + o[which, 0] + o[which, 1] * batch + o[which, 2] * layers
         return t / measured - 1.0
 
-    res = least_squares(
-        residuals,
-        np.array(x0),
-        bounds=(np.array(lo), np.array(hi)),
-        x_scale="jac",
-        loss=LOSS,
-        f_scale=F_SCALE,
-    )
-    std = std_errors(res.jac, res.fun, len(x0))
-    o, pr = unpack(res.x)
+    x, std = robust_fit(residuals, x0, lo, hi)
+    o, pr = unpack(x)
     fit = EngineFit({}, {}, {}, {t: pr[t] for t in tasks}, {})
     for key, i in k_index.items():
         fit.overheads[key] = EngineOverheads(*(float(v) for v in o[i]))
