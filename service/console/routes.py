@@ -6,8 +6,8 @@ gathered from the store with the same calls the ``/v1`` routes make.
   (status, gap, cost, peak power against the cap there) and its events, each dated on
   the site's periods, with the next one.
 * ``GET /ui/api/sites/{id}``: the same for one site.
-* ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site
-  and its latest plan as the ``/v1`` routes answer them.
+* ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site,
+  its latest plan and its replica targets now as the ``/v1`` routes answer them.
 * ``GET /ui/api/jobs``: the jobs (queued, running, and the newest of each finished
   status), newest first, without their requests and results but with the solver's
   trace (time, best objective, proven bound) once they have one.
@@ -28,7 +28,7 @@ from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
 from service.jobs import FINAL, JobNotFound, job_store
 from service.site_plans import n_periods, period, plan_doc, plan_head, plan_start
-from service.sites import event_signals, site_doc
+from service.sites import NoPeriod, event_signals, periods_at, site_doc, targets_doc
 from service.store import EventRecord, Plan, Site, SiteNotFound, store_for
 
 router = APIRouter(prefix="/ui/api", tags=["console"])
@@ -170,8 +170,10 @@ async def site_page(
     settings: SettingsDep,
 ) -> dict[str, Any]:
     """What a site's page shows, in one answer: the site in brief (``summary``), the site
-    as ``GET /v1/sites/{id}`` answers it (``site``) and its latest plan as ``GET
-    /v1/sites/{id}/plan`` does (``plan``, null before the first)."""
+    as ``GET /v1/sites/{id}`` answers it (``site``), its latest plan as ``GET
+    /v1/sites/{id}/plan`` does (``plan``, null before the first) and the plan's replica
+    targets now as ``GET /v1/sites/{id}/targets/now`` does (``targets_now``: its
+    ``period`` and ``targets``; null when the plan does not cover now)."""
 
     def gather() -> dict[str, Any]:
         site, plan, summary = _read(settings.database_url, site_id)
@@ -179,12 +181,22 @@ async def site_page(
             "summary": summary,
             "site": site_doc(site),
             "plan": None if plan is None else plan_doc(plan, site.version),
+            "targets_now": None if plan is None else _targets_now(site, plan),
         }
 
     try:
         return await run_in_threadpool(gather)
     except SiteNotFound:
         raise HTTPException(404, f"no site {site_id!r}") from None
+
+
+def _targets_now(site: Site, plan: Plan) -> dict[str, Any] | None:
+    """The plan's replica targets of the period its clock is in now (None: not covered)."""
+    try:
+        t, periods = periods_at(plan, datetime.now(UTC))
+    except NoPeriod:
+        return None
+    return targets_doc(site, plan, periods) | {"period": t}
 
 
 def _trace(result: dict[str, Any] | None) -> list[Any] | None:

@@ -61,6 +61,21 @@ def test_site_page_and_brief(client: TestClient) -> None:
     assert page["summary"]["gpu_inventory"] == {"h200": 8}
     assert [d["name"] for d in page["summary"]["deployments"]] == ["a", "b"]
     assert client.get("/ui/api/sites").json()["sites"] == [page["summary"]]
+    assert page["targets_now"] is None  # the plan lies in the past
+
+
+def test_site_page_holds_the_targets_now(client: TestClient) -> None:
+    """A plan whose clock covers now: the page's targets now are those of
+    /v1/sites/{id}/targets/now (the period and every deployment's counts)."""
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    body = small_schedule() | {"name": "now", "plan_start": start.isoformat()}
+    site_id = client.post("/v1/sites", json=body).json()["id"]
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+    page = client.get(f"/ui/api/sites/{site_id}/page").json()
+    now = client.get(f"/v1/sites/{site_id}/targets/now").json()
+    assert page["targets_now"]["period"] == now["period"] == 1
+    assert page["targets_now"]["targets"] == now["targets"]
+    assert page["targets_now"]["plan_id"] == now["plan_id"]
 
 
 def test_events_dated_on_the_site_periods(client: TestClient) -> None:

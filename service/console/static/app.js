@@ -133,7 +133,7 @@ async function sitesPage(t0) {
 
 async function loadSite(id) {
   charts.loadVega();  // the charts' scripts load while the data comes
-  return (await api(`ui/api/sites/${id}/page`)).doc;  // { summary, site, plan }
+  return (await api(`ui/api/sites/${id}/page`)).doc;  // { summary, site, plan, targets_now }
 }
 
 function nowPeriod(summary) {
@@ -159,7 +159,7 @@ function baselineTable(plan) {
 }
 
 async function sitePage(t0, id) {
-  const { summary, site, plan } = await loadSite(id);
+  const { summary, site, plan, targets_now: now } = await loadSite(id);
   const head = [h("h1", {}, `Site ${summary.name}`), siteNav(id, "")];
   if (!plan) {
     const status = h("p", { role: "status" });
@@ -181,7 +181,10 @@ async function sitePage(t0, id) {
     "aria-label": `Site power per deployment, prefill and decode apart, against the cap over ${s.periods.length} periods` });
   const phasesEl = h("div", { class: "chart", id: "chart-phases", role: "img", "aria-label": "Prefill and decode instances per deployment" });
   const unservedEl = h("div", { class: "chart", id: "chart-unserved", role: "img", "aria-label": "Unserved demand and periods at the cap" });
-  const targets = h("div", {}, h("p", { class: "muted" }, "…"));
+  const targets = now
+    ? h("div", {}, h("p", {}, `Period ${now.period} (${when(now.targets[0]?.start)} – ${when(now.targets[0]?.end)})`),
+      table(["Deployment", "Prefill", "Decode", "GPUs"], now.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus]), [1, 2, 3]))
+    : h("p", {}, `The plan does not cover now (it runs from ${when(s.periods[0].start)} to ${when(s.periods.at(-1).end)}).`);
   main.replaceChildren(...head,
     h("div", { class: "cards" },
       card("status", `${plan.status}${plan.stale ? " (stale: site changed since)" : ""}`),
@@ -204,15 +207,6 @@ async function sitePage(t0, id) {
   second.addEventListener("change", drawPower);
   await Promise.all([drawPower(), charts.draw(phasesEl, "phases", charts.phasesSpec(rows)),
                      charts.draw(unservedEl, "unserved", charts.unservedSpec(rows))]);
-  const t = nowPeriod(summary);
-  const covered = t !== null && s.periods.some((p) => p.index === t);
-  if (covered) {
-    const { doc } = await api(`v1/sites/${id}/targets/now`);
-    targets.replaceChildren(h("p", {}, `Period ${doc.period} (${when(doc.targets[0]?.start)} – ${when(doc.targets[0]?.end)})`),
-      table(["Deployment", "Prefill", "Decode", "GPUs"], doc.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus]), [1, 2, 3]));
-  } else {
-    targets.replaceChildren(h("p", {}, `The plan does not cover now (it runs from ${when(plan.schedule.periods[0].start)} to ${when(plan.schedule.periods.at(-1).end)}).`));
-  }
   done("site", t0);
 }
 
@@ -458,7 +452,11 @@ async function route() {
   }
 }
 
+// a site's page draws its charts at once: their scripts start loading first
+const SITE_PAGE = /^#\/site\/[A-Za-z0-9_-]+$/;
+
 async function start() {
+  if (SITE_PAGE.test(location.hash)) charts.loadVega();
   const r = await fetch(new URL("api/config", document.baseURI));
   config = await r.json();
   window.addEventListener("hashchange", route);
