@@ -31,6 +31,7 @@ Choices where the issue is silent:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from model.errors import InputError
-from service import sites
+from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import JobRunner, job_store
@@ -324,10 +325,21 @@ async def post_event(
 
     IMPORT_CAPACITY_LIMIT (KW) lowers `power_cap_w`, PRICE (per KWH or MWH, USD) and GHG
     (g/kWh) replace price and carbon on the periods they cover. Errors name the field,
-    e.g. `event.intervals[1].payloads[0].type`.
+    e.g. `event.intervals[1].payloads[0].type`. A capacity limit that holds now (it
+    starts now or started earlier) is also answered at once as `POST .../shed` answers
+    it: `immediate` gives the GPU settings to apply now for the instances the latest
+    plan runs in the current period, under the site's cap there (docs/service.md).
     """
     site, event = await _db(sites.merge_event, store, site_id, body.event)
-    answer = {"event": event, "site_version": site.version}
+    answer: dict[str, Any] = {"event": event, "site_version": site.version}
+    now = datetime.now(UTC)
+    if site_shed.caps_now(body.event, now):  # a cap from now: settings at once
+        plan = await _db(store.latest_plan, site_id)
+        if plan is not None:
+            with contextlib.suppress(site_shed.NoRunningPlan):
+                answer["immediate"] = await run_in_threadpool(
+                    site_shed.immediate, site, plan, now, settings
+                )
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)

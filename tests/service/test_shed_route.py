@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from formulation.problem import problem_from_dict
 from formulation.whatif.shed import fast_response
 from model.catalog import load_gpu_clocks
 from service.site_plans import request_of
-from tests.service.test_sites import PLAN_START, register
+from tests.service.test_sites import PLAN_START, cap_event, register
 
 AT = (datetime.fromisoformat(PLAN_START) + timedelta(minutes=90)).isoformat()  # period 1
 
@@ -64,9 +64,7 @@ def test_shed_answers_the_settings_records_the_event_and_replans(client: TestCli
         assert d["decode_setting"] in clocks.settings
     # the answer is the fast response of the site as stored, for the plan's counts
     site = client.get(f"/v1/sites/{site_id}").json()
-    body = request_of(
-        {k: v for k, v in site.items() if k not in ("id", "version", "created", "updated", "name")}
-    )
+    body = _stored_request(client, site_id)
     running = [
         (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
         for d in body["deployments"]
@@ -127,3 +125,43 @@ def test_bad_shed_is_a_problem_naming_the_field(client: TestClient) -> None:
     assert "no period" in r.json()["detail"]
     # nothing was recorded by a refused shed
     assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
+
+
+def _stored_request(client: TestClient, site_id: str) -> dict[str, Any]:
+    site = client.get(f"/v1/sites/{site_id}").json()
+    drop = ("id", "version", "created", "updated", "name")
+    return request_of({k: v for k, v in site.items() if k not in drop})
+
+
+def test_an_event_capping_now_answers_the_settings_at_once(client: TestClient) -> None:
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    start = (now - timedelta(minutes=30)).isoformat()  # the clock is in period 0
+    site_id = register(client, plan_start=start)
+    plan = client.post(f"/v1/sites/{site_id}/plan").json()
+    period = plan["schedule"]["periods"][0]
+    cap_kw = round(0.85 * period["power_w"] / 1000.0, 3)
+    # a cap that started 10 minutes ago, within the current period
+    event = cap_event((now - timedelta(minutes=10)).isoformat(), [[cap_kw]], name="now")
+    r = client.post(f"/v1/sites/{site_id}/events", json={"event": event})
+    assert r.status_code == 200, r.text
+    imm = r.json()["immediate"]
+    assert imm["period"] == 0 and imm["plan_id"] == plan["plan_id"]
+    assert imm["met"] and imm["site_power_w"] <= cap_kw * 1000.0 * (1 + 1e-7)
+    body = _stored_request(client, site_id)
+    running = [
+        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
+        for d in body["deployments"]
+    ]
+    ref = fast_response(problem_from_dict(body), 0, running, cap_kw * 1000.0)
+    assert imm["cost_usd_per_h"] == pytest.approx(ref.cost_usd_per_h, rel=1e-9)
+    for d, name in zip(ref.deployments, [d["name"] for d in body["deployments"]], strict=True):
+        got = imm["deployments"][name]
+        assert (got["prefill_setting"], got["decode_setting"]) == (
+            d.prefill_setting,
+            d.decode_setting,
+        )
+    # an event that starts later is planned for, not answered at once
+    later = cap_event((now + timedelta(hours=2)).isoformat(), [[cap_kw]], name="later")
+    r = client.post(f"/v1/sites/{site_id}/events", json={"event": later})
+    assert r.status_code == 200, r.text
+    assert "immediate" not in r.json()
