@@ -34,6 +34,14 @@ def shared_data_file(name: str) -> Path:
     return path
 
 
+def kernel_tables() -> Path:
+    """The published AIConfigurator kernel tables; skips the test if they are absent."""
+    path = shared_data_dir() / "aiconfigurator"
+    if not path.is_dir():
+        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    return path
+
+
 @pytest.fixture(name="shared_data_dir")
 def _shared_data_dir_fixture() -> Path:
     """Fixture form of `shared_data_dir()`."""

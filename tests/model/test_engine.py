@@ -36,7 +36,7 @@ from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, resolve_spec
 from model.tables import table_key
 from model.workload import parse_workload
-from tests.conftest import shared_data_dir
+from tests.conftest import kernel_tables
 
 MS = 1e-3
 GPU, FOLDER, FW, VER = "h200", "h200_sxm", "vllm", "0.0.1"
@@ -398,10 +398,7 @@ def test_spec_refuses_kernel_options() -> None:
 
 
 def published() -> str:
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
-    return str(root)
+    return str(kernel_tables())
 
 
 def test_qwen3_32b_on_h100_with_the_shipped_engine_calibration() -> None:

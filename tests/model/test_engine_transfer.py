@@ -30,7 +30,7 @@ from model.engine import (
 )
 from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, resolve_spec
-from tests.conftest import shared_data_dir
+from tests.conftest import kernel_tables, shared_data_dir
 from tests.model.rows import composed
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
@@ -177,9 +177,7 @@ def test_the_shipped_file_holds_every_gpu_under_both_frameworks() -> None:
 
 
 def test_each_shipped_pair_reads_its_own_gpus_tables() -> None:
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    root = kernel_tables()
     db = open_database(str(root))
     for (gpu, framework), e in _shipped().items():
         folder = gpu_folder(gpu)
@@ -192,9 +190,7 @@ def test_each_shipped_pair_reads_its_own_gpus_tables() -> None:
 
 
 def test_a_capacity_report_on_h200_under_vllm_names_the_transferred_calibration() -> None:
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    root = kernel_tables()
     spec = resolve_spec(
         SpecRequest(gpu="h200", workload="fixed:4096:256", performance="kernels", kernels=str(root))
     )

@@ -24,7 +24,7 @@ from model.kernels import (
     PhaseTime,
     uniform_tokens,
 )
-from tests.conftest import shared_data_dir
+from tests.conftest import kernel_tables
 
 GPU, FW, VER = "toy_gpu", "sglang", "0.5.14"
 MS = 1e-3
@@ -423,10 +423,7 @@ def test_composition_refuses_what_it_cannot_compose(tmp_path: Path) -> None:
 
 
 def published() -> KernelDatabase:
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
-    return KernelDatabase(root)
+    return KernelDatabase(kernel_tables())
 
 
 def test_reader_parses_the_published_tables() -> None:

@@ -196,12 +196,9 @@ def test_plan_deployments_take_their_gpus_calibration(
 
 
 def _kernel_db() -> Path:
-    from tests.model.test_kernels import shared_data_dir
+    from tests.conftest import kernel_tables
 
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
-    return root
+    return kernel_tables()
 
 
 def test_calibrate_with_kernels_recovers_engine_overheads(

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.cli.app import main
+from tests.conftest import kernel_tables
 
 # SPEC 2.1-2.3 by hand for Qwen3-32B on H200, fixed:4096:256.
 A_P = 2 * 32.8e9 / (989e12 * 0.67)
@@ -306,15 +307,6 @@ def test_large_json_output_is_compact_and_the_same_document(
 
 
 # ---- --performance kernels -------------------------------------------------------------
-
-
-def kernel_tables() -> Path:
-    from tests.conftest import shared_data_dir
-
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
-    return root
 
 
 H100_KERNELS = [

@@ -246,11 +246,9 @@ def test_plan_kernels_need_a_kernel_database(
 def test_plan_passes_the_choice_per_deployment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.conftest import shared_data_dir
+    from tests.conftest import kernel_tables
 
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
+    root = kernel_tables()
     argv = ["plan", str(write(tmp_path, h100_request())), "--json", "--kernels", str(root)]
     resp = run_json(capsys, argv)
     perf = [d["performance"] for d in resp["deployments"]]

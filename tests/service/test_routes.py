@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+from tests.conftest import kernel_tables
 from tests.service.conftest import small_schedule
 
 PROBLEM = "application/problem+json"
@@ -508,15 +509,6 @@ def test_schedule_extreme_values_are_refused_not_500(client, path, value, field)
 KERNEL_BODY = {**CAPACITY_BODY, "gpu": "h100-sxm", "performance": "kernels"}
 
 
-def kernel_tables() -> str:
-    from tests.conftest import shared_data_dir
-
-    root = shared_data_dir() / "aiconfigurator"
-    if not root.is_dir():
-        pytest.skip("the AIConfigurator kernel tables are not in the data directory")
-    return str(root)
-
-
 def test_kernels_on_a_server_without_a_kernel_database_are_a_422(client):
     for route, body in (
         ("/v1/capacity", KERNEL_BODY),
@@ -560,7 +552,7 @@ def test_capacity_names_its_performance_source(client):
 
 
 def test_kernels_on_a_server_with_a_kernel_database(make_client):
-    root = kernel_tables()
+    root = str(kernel_tables())
     client = make_client(workers=1, kernels=root)
     r = client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "vllm"})
     assert r.status_code == 200, r.text
