@@ -43,6 +43,12 @@ Choices where the issue is silent:
   at the horizon's end (or the window ends with the horizon).
 * ``demand_lost`` and ``power_shed_w`` are over the whole horizon (response minus
   baseline), so load shifted to before or after the window shows up too.
+* ``settings_only`` gives, per window period, what GPU settings alone shed when the
+  event comes without notice: the baseline's instances kept, the least-cost settings
+  and served loads within the event's cap applied at once
+  (:func:`~formulation.whatif.shed.fast_response`), the demand that loses and what the
+  period costs more; beside ``power_shed_w``, what instance changes (planned with
+  notice) shed.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from formulation.results import response
 from formulation.solve import InfeasibleError, Outcome, solve
+from formulation.whatif.shed import fast_response
 from model.errors import InputError
 
 FloatArray = NDArray[np.float64]
@@ -378,6 +385,65 @@ def demand_response(
     return report(data, ev, caps, base, resp)
 
 
+def settings_only(data: ScheduleData, ev: Event, caps: FloatArray, base: Priced) -> dict[str, Any]:
+    """Per window period: what GPU settings alone shed under the event's cap, applied at
+    once to the baseline's running ``(n_P, n_D)`` (:func:`~formulation.whatif.shed.
+    fast_response`: the least-cost settings and served loads within the cap), against
+    the baseline's power, with the demand it loses and what the period then costs more
+    (energy, carbon and unserved demand; no transition)."""
+    sec = 3600.0 * data.period_hours
+    rows: list[dict[str, Any]] = []
+    for t in range(ev.start, ev.end):
+        ks = base.schedule.config[:, t]
+        running = [
+            (int(d.n_p[k]), int(d.n_d[k])) for d, k in zip(data.deployments, ks, strict=True)
+        ]
+        r = fast_response(data.problem, t, running, float(caps[t]))
+        served = np.array([d.served_rps for d in r.deployments])
+        base_served = base.schedule.served_rps[:, t]
+        value = np.array([d.unserved_usd_per_rps[t] for d in data.deployments])
+        base_unserved = float(
+            np.sum(
+                np.maximum(np.array([d.demand_rps[t] for d in data.deployments]) - base_served, 0)
+                * value
+            )
+        )
+        base_cost = (
+            float(base.site_power_w[t])
+            * data.period_hours
+            * (
+                float(data.price_usd_per_mwh[t]) / 1e6
+                + float(data.carbon_g_per_kwh[t]) * data.carbon_price_usd_per_tonne / 1e9
+            )
+        )
+        rows.append(
+            {
+                "period": t,
+                "cap_w": float(caps[t]),
+                "baseline_power_w": float(base.site_power_w[t]),
+                "power_w": r.site_power_w,
+                "shed_w": float(base.site_power_w[t]) - r.site_power_w,
+                "met": r.met,
+                "shortfall_w": r.shortfall_w,
+                "demand_lost_requests": float(np.sum(base_served - served) * sec),
+                "cost_delta_usd": r.cost_usd_per_h * data.period_hours - base_cost - base_unserved,
+                "settings": {
+                    d.name: {"prefill": d.prefill_setting, "decode": d.decode_setting}
+                    for d in r.deployments
+                },
+            }
+        )
+    shed = np.array([x["shed_w"] for x in rows])
+    return {
+        "periods": rows,
+        "max_shed_w": float(shed.max()),
+        "mean_shed_w": float(shed.mean()),
+        "periods_met": sum(bool(x["met"]) for x in rows),
+        "demand_lost_requests": float(sum(x["demand_lost_requests"] for x in rows)),
+        "cost_delta_usd": float(sum(x["cost_delta_usd"] for x in rows)),
+    }
+
+
 def report(
     data: ScheduleData, ev: Event, caps: FloatArray, base: Outcome, resp: Outcome
 ) -> dict[str, Any]:
@@ -437,6 +503,7 @@ def report(
             "unserved_value_usd": float(rt["unserved_value_usd"] - bt["unserved_value_usd"]),
             "transition_usd": float(rt["transition_cost_usd"] - bt["transition_cost_usd"]),
         },
+        "settings_only": settings_only(data, ev, caps, bp),
         "preparation": {
             "first_changed_period": first,
             "periods": ev.start - first if first is not None else 0,

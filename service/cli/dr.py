@@ -62,6 +62,15 @@ def print_dr(r: dict[str, Any]) -> None:
         f"{r['mean_shed_w'] / 1e3:.2f} kW, {r['window_energy_shed_kwh']:.2f} kWh "
         f"({r['energy_shed_kwh']:+.2f} kWh over the horizon)"
     )
+    so = r.get("settings_only")
+    if so is not None:
+        n = len(so["periods"])
+        print(
+            f"settings alone (the baseline's instances kept, applied at once): shed max "
+            f"{so['max_shed_w'] / 1e3:.2f} kW, mean {so['mean_shed_w'] / 1e3:.2f} kW, cap met "
+            f"in {so['periods_met']} of {n} period(s), {so['demand_lost_requests']:,.0f} "
+            f"requests lost, cost ${so['cost_delta_usd']:+.2f}"
+        )
     print("demand lost (response - baseline, whole horizon):")
     w = max(len(n) for n in r["demand_lost"])
     for n, d in r["demand_lost"].items():
@@ -94,21 +103,31 @@ def print_dr(r: dict[str, Any]) -> None:
     hi = min(len(base), ev["end_period"] + 2)
     print(f"\nperiods {lo}..{hi - 1}: site kW baseline -> response (cap), n_P/n_D per deployment")
     print(
-        f"{'time':>6} {'base kW':>8} {'resp kW':>8} {'cap kW':>7} {'shed kW':>8}  "
-        + "  ".join(f"{n:>16}" for n in names)
+        f"{'time':>6} {'base kW':>8} {'resp kW':>8} {'cap kW':>7} {'shed kW':>8} "
+        f"{'set kW':>7} {'set shed':>8}  " + "  ".join(f"{n:>16}" for n in names)
     )
+    by_settings = {p["period"]: p for p in (so or {"periods": []})["periods"]}
     for t in range(lo, hi):
         cells = []
         for n in names:
             a, c = base[t]["deployments"][n], resp[t]["deployments"][n]
             cells.append(f"{a['n_p']}P{a['n_d']}D->{c['n_p']}P{c['n_d']}D")
         mark = "*" if ev["start_period"] <= t < ev["end_period"] else " "
+        p = by_settings.get(t)
+        st = (
+            f"{p['power_w'] / 1e3:7.2f} {p['shed_w'] / 1e3:8.2f}{'' if p['met'] else '!'}"
+            if p is not None
+            else f"{'':7} {'':8}"
+        )
         print(
             f"{_hhmm(base[t]['start_minute']):>5}{mark} {base[t]['power_w'] / 1e3:8.2f} "
             f"{resp[t]['power_w'] / 1e3:8.2f} {resp[t]['power_cap_w'] / 1e3:7.2f} "
-            f"{r['power_shed_w'][t] / 1e3:8.2f}  " + "  ".join(f"{c:>16}" for c in cells)
+            f"{r['power_shed_w'][t] / 1e3:8.2f} {st}  " + "  ".join(f"{c:>16}" for c in cells)
         )
-    print("(* in the event window)")
+    print(
+        "(* in the event window; set kW: settings alone on the baseline's instances, "
+        "! where they cannot meet the cap)"
+    )
 
 
 def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:

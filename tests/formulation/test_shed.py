@@ -204,3 +204,40 @@ def test_next_boundary_stops_instances_the_settings_cannot_cover() -> None:
     assert nb["feasible"]
     assert nb["site_power_w"] <= target * (1 + 1e-7)
     assert nb["instance_changes"]
+
+
+def test_dr_report_gives_what_settings_alone_shed() -> None:
+    """``settings_only`` of the DR what-if: per window period, the fast response on the
+    baseline's running counts under the event's cap, against the baseline's power."""
+    from formulation.whatif.dr import demand_response
+    from tests.formulation.test_dr import dep, site
+
+    body = site([dep("a", [6.0, 8.0, 8.0, 5.0], 0.002), dep("b", [4.0, 6.0, 7.0, 3.0], 0.01)])
+    event = {"start_period": 1, "end_period": 3, "reduction_w": 400}
+    r = demand_response(body, event)
+    so = r["settings_only"]
+    base = r["baseline"]["periods"]
+    problem = problem_from_dict(body)
+    assert [p["period"] for p in so["periods"]] == [1, 2]
+    for row, cap in zip(so["periods"], r["event"]["cap_w"], strict=True):
+        t = row["period"]
+        assert row["cap_w"] == cap
+        assert row["baseline_power_w"] == base[t]["power_w"]
+        running = [(d["n_p"], d["n_d"]) for d in base[t]["deployments"].values()]
+        ref = fast_response(problem, t, running, cap)
+        assert row["power_w"] == ref.site_power_w and row["met"] == ref.met
+        assert row["shed_w"] == pytest.approx(base[t]["power_w"] - ref.site_power_w)
+        if row["met"]:
+            assert row["power_w"] <= cap * (1 + 1e-7) + 1e-6
+        served = sum(d.served_rps for d in ref.deployments)
+        base_served = sum(d["served_rps"] for d in base[t]["deployments"].values())
+        assert row["demand_lost_requests"] == pytest.approx((base_served - served) * 3600.0)
+        # the period's cost: energy and carbon at the site's power, unserved at its value
+        carbon = body["grid"]["carbon_g_per_kwh"] * problem.site.carbon_price_usd_per_tonne
+        price = body["grid"]["price_usd_per_mwh"] / 1e6 + carbon / 1e9
+        base_cost = base[t]["power_w"] * price + sum(
+            (d["demand_rps"] - d["served_rps"]) * 3600.0 * v
+            for d, v in zip(base[t]["deployments"].values(), (0.002, 0.01), strict=True)
+        )
+        assert row["cost_delta_usd"] == pytest.approx(ref.cost_usd_per_h - base_cost, abs=1e-6)
+    assert so["max_shed_w"] == max(x["shed_w"] for x in so["periods"])
