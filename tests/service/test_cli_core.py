@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from service.cli.app import main
 from tests.conftest import kernel_tables
+from tests.service.contract import CAPACITY_3P1D, CAPACITY_FLOATS
 
 # SPEC 2.1-2.3 by hand for Qwen3-32B on H200, fixed:4096:256.
 A_P = 2 * 32.8e9 / (989e12 * 0.67)
@@ -26,31 +27,9 @@ B_MAX = 233_840 / (4224 + 512)
 MU_D_MAX = B_MAX / (255 * (ALPHA + G * B_MAX))
 
 #: Qwen3-32B on H200, fixed:4096:256, 3 prefill and 1 decode instance, as JSON
-QWEN3_32B_H200 = [
-    "capacity",
-    "--model",
-    "qwen3-32b",
-    "--gpu",
-    "h200",
-    "--workload",
-    "fixed:4096:256",
-    "--np",
-    "3",
-    "--nd",
-    "1",
-    "--json",
-]
+QWEN3_32B_H200 = [*CAPACITY_3P1D, "--model", "qwen3-32b", "--gpu", "h200", "--json"]
 # the hand computation above is SPEC 2 (the paper variant)
 CAPACITY = [*QWEN3_32B_H200, "--model-variant", "paper"]
-FLOAT_KEYS = (
-    "capacity_rps",
-    "power_w",
-    "mu_p_rps",
-    "mu_d_rps",
-    "mu_d_max_rps",
-    "batch",
-    "ctx_tokens",
-)
 
 
 def run(capsys, argv):
@@ -69,7 +48,7 @@ def test_capacity_json_has_the_contract_keys(capsys):
     rep = run_json(capsys, CAPACITY)
     assert type(rep["n_p"]) is int and rep["n_p"] == 3
     assert type(rep["n_d"]) is int and rep["n_d"] == 1
-    for key in FLOAT_KEYS:
+    for key in CAPACITY_FLOATS:
         assert type(rep[key]) is float, key
     assert type(rep["kv_pool_tokens"]) is int
     assert rep["kv_pool_tokens"] == 233_840  # SPEC 2.1
@@ -309,19 +288,7 @@ def test_large_json_output_is_compact_and_the_same_document(
 # ---- --performance kernels -------------------------------------------------------------
 
 
-H100_KERNELS = [
-    "capacity",
-    "--gpu",
-    "h100-sxm",
-    "--workload",
-    "fixed:4096:256",
-    "--np",
-    "3",
-    "--nd",
-    "1",
-    "--performance",
-    "kernels",
-]
+H100_KERNELS = [*CAPACITY_3P1D, "--gpu", "h100-sxm", "--performance", "kernels"]
 
 
 def test_kernels_need_a_kernel_database(capsys, monkeypatch, tmp_path):

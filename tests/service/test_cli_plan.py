@@ -11,18 +11,9 @@ from typing import Any
 import pytest
 
 from service.cli.app import main
+from tests.service.contract import TOTALS_KEYS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TOTALS = (
-    "objective_usd",
-    "energy_kwh",
-    "cost_usd",
-    "carbon_kg",
-    "served_requests",
-    "unserved_requests",
-    "unserved_value_usd",
-    "transition_cost_usd",
-)
 DEPLOYMENT_FLOATS = ("demand_rps", "served_rps", "capacity_rps", "power_w")
 
 
@@ -89,7 +80,7 @@ def is_float(v: Any) -> bool:
 
 
 def check_totals(t: dict[str, Any]) -> None:
-    for key in TOTALS:
+    for key in TOTALS_KEYS:
         assert is_float(t[key]), key
 
 

@@ -12,6 +12,7 @@ import pytest
 from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 from tests.conftest import kernel_tables
 from tests.service.conftest import small_schedule
+from tests.service.contract import CAPACITY_KEYS, TOTALS_KEYS
 
 PROBLEM = "application/problem+json"
 CAPACITY_BODY = {
@@ -21,29 +22,7 @@ CAPACITY_BODY = {
     "n_p": 3,
     "n_d": 1,
 }
-SPEC_CAPACITY_KEYS = {
-    "n_p",
-    "n_d",
-    "capacity_rps",
-    "power_w",
-    "mu_p_rps",
-    "mu_d_rps",
-    "mu_d_max_rps",
-    "batch",
-    "ctx_tokens",
-    "kv_pool_tokens",
-}
 SCHEDULE_KEYS = {"status", "mip_gap", "solve_time_s", "objective_usd", "periods", "totals"}
-TOTALS_KEYS = {
-    "objective_usd",
-    "energy_kwh",
-    "cost_usd",
-    "carbon_kg",
-    "served_requests",
-    "unserved_requests",
-    "unserved_value_usd",
-    "transition_cost_usd",
-}
 DEPLOYMENT_PERIOD_KEYS = {"n_p", "n_d", "demand_rps", "served_rps", "capacity_rps", "power_w"}
 
 
@@ -77,11 +56,11 @@ def test_capacity_matches_the_core(client):
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("application/json")
     got = r.json()
-    assert set(got) >= SPEC_CAPACITY_KEYS
+    assert set(got) >= CAPACITY_KEYS
     spec = resolve_spec(SpecRequest(model="qwen3-32b", gpu="h200", workload="fixed:4096:256"))
     want = capacity_report(spec, 3, 1)
     assert (got["n_p"], got["n_d"]) == (3, 1)
-    for k in SPEC_CAPACITY_KEYS - {"n_p", "n_d"}:
+    for k in CAPACITY_KEYS - {"n_p", "n_d"}:
         assert close(got[k], want[k]), (k, got[k], want[k])
     assert got["capacity_rps"] > 0 and got["power_w"] > 0
     assert got["calibration"]["measured"] is True
