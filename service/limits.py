@@ -57,6 +57,27 @@ def check_performance(performance: str, s: Settings, field: str = "performance")
         )
 
 
+def check_front(max_gpus: int, pairs: int, s: Settings) -> None:
+    """InputError naming ``max_gpus`` when a front of ``max_gpus`` GPUs over ``pairs``
+    setting pairs evaluates more configurations than the largest front this server
+    answers, the one of ``max_front_gpus`` GPUs at one setting (every ``(n_P, n_D)``
+    with ``n_P + n_D <= G``: ``G (G - 1) / 2`` of them, one GPU per instance)."""
+    if max_gpus > s.max_front_gpus:
+        raise InputError("max_gpus", f"must be <= {s.max_front_gpus} on this server")
+
+    def count(g: int) -> int:
+        return g * (g - 1) // 2
+
+    budget = count(s.max_front_gpus)
+    if pairs * count(max_gpus) > budget:
+        most = max(g for g in range(2, s.max_front_gpus + 1) if pairs * count(g) <= budget)
+        raise InputError(
+            "max_gpus",
+            f"must be <= {most} on this server with {pairs} setting pairs (a front "
+            f"evaluates at most the configurations of {s.max_front_gpus} GPUs at one setting)",
+        )
+
+
 def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """InputError naming the field (under ``prefix``, e.g. ``request.``) that exceeds a
     limit of this server, or asks for what it does not have (a kernel database); ``req``

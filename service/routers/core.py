@@ -7,11 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from model.errors import InputError
 from service import work
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
-from service.limits import check_performance
+from service.limits import check_front, check_performance
 from service.schemas import (
     CapacityRequest,
     CapacityResponse,
@@ -37,7 +36,7 @@ async def capacity(req: CapacityRequest, settings: SettingsDep) -> dict[str, Any
 @router.post("/front", response_model=FrontResponse)
 async def front(req: FrontRequest, settings: SettingsDep) -> dict[str, Any]:
     """Every configuration with n_P + n_D <= max_gpus and the capacity-power Pareto front."""
-    if req.max_gpus > settings.max_front_gpus:
-        raise InputError("max_gpus", f"must be <= {settings.max_front_gpus} on this server")
+    pairs = len(req.prefill_settings or [""]) * len(req.decode_settings or [""])
+    check_front(req.max_gpus, pairs, settings)
     check_performance(req.performance, settings)
     return await run_in_threadpool(work.front, req, settings.kernels)

@@ -85,13 +85,15 @@ def test_front_over_settings_dominates_and_each_point_is_its_capacity(spec):
     gpus = np.array([c["gpus"] for c in rep["front"]])
     i = min_power_index(mu, power, 15.0, 1.0, gpus)
     assert i is not None and rep["min_power_for_rate"]["config"] == rep["front"][i]
-    assert rep["min_power_for_rate"]["config"]["power_w"] <= (
-        plain["min_power_for_rate"]["config"]["power_w"]
+    assert (
+        rep["min_power_for_rate"]["config"]["power_w"]
+        <= (plain["min_power_for_rate"]["config"]["power_w"])
     )
     j = max_capacity_index(mu, power, 3000.0)
     assert j is not None and rep["max_capacity_under_budget"]["config"] == rep["front"][j]
-    assert rep["max_capacity_under_budget"]["config"]["capacity_rps"] >= (
-        plain["max_capacity_under_budget"]["config"]["capacity_rps"]
+    assert (
+        rep["max_capacity_under_budget"]["config"]["capacity_rps"]
+        >= (plain["max_capacity_under_budget"]["config"]["capacity_rps"])
     )
 
 

@@ -32,8 +32,9 @@ def test_cli_front_over_settings_names_every_point(capsys, tmp_path):
         assert c["prefill_setting"] in rep["prefill_settings"]
         assert c["decode_setting"] in rep["decode_settings"]
     assert "prefill_setting" not in plain["front"][0]
-    assert rep["min_power_for_rate"]["config"]["power_w"] <= (
-        plain["min_power_for_rate"]["config"]["power_w"]
+    assert (
+        rep["min_power_for_rate"]["config"]["power_w"]
+        <= (plain["min_power_for_rate"]["config"]["power_w"])
     )
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, out, _ = run(capsys, [*FRONT, *SETTINGS])
@@ -77,3 +78,17 @@ def test_api_front_bad_settings_are_a_422_naming_the_field(client, extra, field)
     assert r.status_code == 422, r.text
     assert r.headers["content-type"].split(";")[0] == "application/problem+json"
     assert [e["field"] for e in r.json()["errors"]] == [field]
+
+
+def test_api_front_over_settings_stays_within_the_servers_largest_front(make_client):
+    # a server answering fronts of up to 16 GPUs: 120 configurations at one setting, so
+    # 2 x 2 pairs allow 8 GPUs (4 x 28 = 112 configurations), not 9 (4 x 36 = 144)
+    client = make_client(workers=1, max_front_gpus=16)
+    body = {**BODY, "prefill_settings": ["1980MHz", "1500MHz"]}
+    body["decode_settings"] = ["1980MHz", "1200MHz"]
+    assert client.post("/v1/front", json={**body, "max_gpus": 8}).status_code == 200
+    r = client.post("/v1/front", json={**body, "max_gpus": 9})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["field"] == "max_gpus" and "<= 8" in error["reason"]
+    assert client.post("/v1/front", json={**BODY, "max_gpus": 16}).status_code == 200
