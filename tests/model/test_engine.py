@@ -37,6 +37,7 @@ from model.operations import SpecRequest, capacity_report, resolve_spec
 from model.tables import table_key
 from model.workload import parse_workload
 from tests.conftest import kernel_tables
+from tests.model.test_kernels import attn_row
 
 MS = 1e-3
 GPU, FOLDER, FW, VER = "h200", "h200_sxm", "vllm", "0.0.1"
@@ -74,17 +75,7 @@ def _write(root: Path, op: str, kind: str, rows: Sequence[Mapping[str, object]])
 
 
 def _attn(**kw: object) -> dict[str, object]:
-    return {
-        "kernel_source": "flash",
-        "num_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "beam_width": 1,
-        "attn_dtype": "bfloat16",
-        "kv_cache_dtype": "bfloat16",
-        "window_size": 0,
-        **kw,
-    }
+    return attn_row(framework="vLLM", kernel_source="flash", **kw)
 
 
 def make_tables(root: Path) -> Path:
