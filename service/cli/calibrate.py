@@ -26,7 +26,7 @@ from model.engine import shipped_document
 from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
-from service.cli.shared import fit_lines, summary_lines
+from service.cli.shared import fit_lines, summary_lines, write_fit
 
 
 def _say(msg: str) -> None:
@@ -191,18 +191,14 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
     doc = to_document(f, rows)
     if a.leave_one_model_out:
         doc["leave_one_model_out"] = leave_one_model_out(rows, _say, screen)
-    if a.output:
-        Path(a.output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    if a.chart:
-        from service.charts import calibration_chart
-
-        chart_rows = (
-            doc["leave_one_model_out"]["rows"]
-            if a.leave_one_model_out
-            else predict(rows, f, screen)["rows"]
-        )
-        kind = "leave-one-model-out" if a.leave_one_model_out else "in-sample"
-        calibration_chart(chart_rows, a.chart, f"pdwatt calibrate: {kind} predictions")
+    kind = "leave-one-model-out" if a.leave_one_model_out else "in-sample"
+    write_fit(
+        doc,
+        a.output,
+        a.chart,
+        f"pdwatt calibrate: {kind} predictions",
+        lambda: predict(rows, f, screen)["rows"],
+    )
     if not a.json:
         for g in doc["calibrations"]:
             c = g["calibration"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from model import screen as screening
 from model.calibrate import screened_rows, summarise
 from model.errors import InputError
 from model.measurements import read_measurements
-from service.cli.shared import fit_lines, parse_kernel_versions, summary_lines
+from service.cli.shared import fit_lines, parse_kernel_versions, summary_lines, write_fit
 
 
 def _say(msg: str) -> None:
@@ -52,17 +51,13 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
         for r, i in zip(lo_rows, sorted(lomo), strict=True):
             r["itl_ms"]["predicted"] = comp[i].u.m.itl_s * (1.0 + lomo[i]) * 1e3
         doc["leave_one_model_out"] = {"rows": lo_rows, "summary": summarise(lo_rows)}
-    if a.output:
-        Path(a.output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    if a.chart:
-        from service.charts import calibration_chart
-
-        chart_rows = (
-            doc["leave_one_model_out"]["rows"]
-            if a.leave_one_model_out
-            else engine_fit.predict_rows(every, fit, verdicts)
-        )
-        calibration_chart(chart_rows, a.chart, "pdwatt calibrate --kernels: predictions")
+    write_fit(
+        doc,
+        a.output,
+        a.chart,
+        "pdwatt calibrate --kernels: predictions",
+        lambda: engine_fit.predict_rows(every, fit, verdicts),
+    )
     if not a.json:
         for e in doc["calibrations"]:
             o, s = e["overheads"], e["std"]

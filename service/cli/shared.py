@@ -1,9 +1,12 @@
 """Pieces several commands share that need nothing else of the command line: the
-``--kernel-version GPU=VERSION`` options and the text of a prediction summary and of a
-fit's report."""
+``--kernel-version GPU=VERSION`` options, the text of a prediction summary, and a fit's
+report and files."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from model.errors import InputError
@@ -52,3 +55,22 @@ def fit_lines(doc: dict[str, Any], leave_one_model_out: bool, output: str | None
     if output:
         out.append(f"calibration written to {output}")
     return out
+
+
+def write_fit(
+    doc: dict[str, Any],
+    output: str | None,
+    chart: str | None,
+    title: str,
+    in_sample: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """A fit's document to ``output`` and its predictions against the measurements to
+    ``chart``: the leave-one-model-out ones where the document has them, else
+    ``in_sample()``."""
+    if output:
+        Path(output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if chart:
+        from service.charts import calibration_chart
+
+        lomo = "leave_one_model_out" in doc
+        calibration_chart(doc["leave_one_model_out"]["rows"] if lomo else in_sample(), chart, title)
