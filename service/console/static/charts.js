@@ -105,7 +105,8 @@ export function planRows(plan, site) {
       phases.push({ ...at, deployment: name, phase: "decode", n: d.n_d });
       const u = Math.max(0, d.demand_rps - d.served_rps);
       const value = u * seconds * penalty[name];
-      unserved.push({ ...at, deployment: name, rps: u, usd: value, y0: lostRps, y1: lostRps + u });
+      // periods that serve all their demand draw no bar (most of them: fewer marks to draw)
+      if (u > 0) unserved.push({ ...at, deployment: name, rps: u, usd: value, y0: lostRps, y1: lostRps + u });
       lost += value; lostRps += u;
       h[`${name} nP/nD`] = `${d.n_p}/${d.n_d}`;
       h[`${name} kW`] = fmt(kw(d.power_w * pue));
@@ -131,7 +132,7 @@ export function planRows(plan, site) {
     }
   });
   layers.push("idle GPUs"); colours.push("#b8bcc2");
-  return { stack, phases, unserved, hover, cap, signal, layers, colours };
+  return { stack, phases, unserved, hover, cap, signal, layers, colours, names };
 }
 
 // windows to shade: the site's events (periods they touch) and every run of periods
@@ -215,6 +216,13 @@ export function powerSpec(rows, bandRows, signalName) {
   };
 }
 
+// a deployment's colour, the same on every chart (and its legend entry even where it
+// draws nothing)
+const deploymentColour = (names) => ({
+  field: "deployment", type: "nominal",
+  scale: { domain: names, range: names.map((_, i) => PALETTE[i % PALETTE.length]) },
+});
+
 export function phasesSpec(rows) {
   return {
     ...BASE, height: 220, title: "Instances per deployment (prefill solid, decode dashed)",
@@ -224,7 +232,7 @@ export function phasesSpec(rows) {
         mark: { type: "line", interpolate: "step-after", point: false, tooltip: true },
         encoding: {
           x: periodX(), y: { field: "n", type: "quantitative", title: "instances" },
-          color: { field: "deployment", type: "nominal" },
+          color: deploymentColour(rows.names),
           strokeDash: { field: "phase", type: "nominal", sort: ["prefill", "decode"] },
           tooltip: [{ field: "start", type: "temporal", format: "%H:%M" }, { field: "deployment" },
                     { field: "phase" }, { field: "n" }],
@@ -249,7 +257,7 @@ export function unservedSpec(rows) {
         encoding: {
           x: periodX(), x2: { field: "end" },
           y: { field: "y0", type: "quantitative", title: "unserved (req/s)" }, y2: { field: "y1" },
-          color: { field: "deployment", type: "nominal" },
+          color: deploymentColour(rows.names),
         },
       },
       hoverLayer(rows.hover),
