@@ -26,9 +26,12 @@ class DeploymentPeriod(BaseModel):
     served_rps: float
     capacity_rps: float
     power_w: float
-    #: the prefill and the decode instances' parts of power_w
-    prefill_power_w: float
-    decode_power_w: float
+    prefill_power_w: float = Field(
+        description="the prefill instances' part of power_w at the served load (W)"
+    )
+    decode_power_w: float = Field(
+        description="the decode instances' part of power_w at the served load (W)"
+    )
     #: only for a deployment that lists settings, and then always: absent otherwise,
     #: never null (the routes answer the document itself, not this model's dump)
     prefill_setting: str | SkipJsonSchema[None] = Field(

@@ -4,6 +4,8 @@ baselines and the reported gap."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
-from formulation.results import response
+from formulation.results import response, to_csv
 from formulation.solve import solve
 from model.capacity import DEFAULT_VARIANT, Coefficients, evaluate
 from model.operations import SpecRequest, resolve_spec
@@ -134,6 +136,20 @@ def test_deployment_power_and_capacity_follow_the_core(
             assert x["prefill_power_w"] + x["decode_power_w"] == pytest.approx(
                 x["power_w"], rel=1e-12, abs=1e-9
             )
+
+
+def test_csv_gives_each_phase_power(demo: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """The CSV's prefill and decode columns are the response's parts (to the CSV's 1 mW)
+    and add up to its deployment power column."""
+    _, resp = demo
+    rows = list(csv.DictReader(io.StringIO(to_csv(resp))))
+    periods = {p["index"]: p for p in resp["periods"]}
+    assert len(rows) == sum(len(p["deployments"]) for p in resp["periods"])
+    for r in rows:
+        d = periods[int(r["period"])]["deployments"][r["deployment"]]
+        parts = float(r["prefill_power_w"]), float(r["decode_power_w"])
+        assert parts == pytest.approx((d["prefill_power_w"], d["decode_power_w"]), abs=5e-4)
+        assert sum(parts) == pytest.approx(float(r["deployment_power_w"]), abs=1.5e-3)
 
 
 def test_transitions_follow_consecutive_states(
