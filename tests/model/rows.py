@@ -36,9 +36,9 @@ PLAIN = Measurement(
 )
 
 
-def measurement(**fields: Any) -> Measurement:
-    """:data:`PLAIN` with ``fields`` replaced."""
-    return dataclasses.replace(PLAIN, **fields)
+def measurement(model: str, batch: float, **fields: Any) -> Measurement:
+    """:data:`PLAIN` of ``model`` at ``batch`` with ``fields`` replaced."""
+    return dataclasses.replace(PLAIN, model=model, batch=batch, **fields)
 
 
 def composed(
@@ -46,14 +46,7 @@ def composed(
 ) -> engine_fit.Composed:
     """A decode row at context 1,000 whose kernel time is given: the engine fit's input."""
     arch = load_model(model)
-    m = measurement(
-        row=f"{gpu} {model} B={batch}",
-        model=model,
-        gpu=gpu,
-        task=task,
-        batch=batch,
-        context_tokens=1000.0,
-        itl_s=itl_s,
-    )
+    where = f"{gpu} {model} B={batch}"
+    m = measurement(model, batch, row=where, gpu=gpu, task=task, context_tokens=1e3, itl_s=itl_s)
     u = Usable(m, arch, load_gpu(gpu))
     return engine_fit.Composed(u, "vllm", version, arch.layers, np.array([kernel_s]), True)

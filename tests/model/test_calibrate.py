@@ -45,12 +45,12 @@ PROMPT = 700.0
 
 def _row(model: str, tp: int, batch: float, task: str = "chat") -> Measurement:
     return measurement(
+        model,
+        batch,
         file="synthetic",
         row=f"{model}/tp{tp}/{batch}",
-        model=model,
         task=task,
         tp=tp,
-        batch=batch,
         output_tokens=500.0,
         output_weighted_tokens=900.0,
         itl_s=1.0,  # replaced by the model's value below

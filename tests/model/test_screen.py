@@ -33,12 +33,13 @@ def _m(
     gpu: str = "b200",
 ) -> Measurement:
     return measurement(
+        "qwen3-8b",
+        batch,
         file=file,
         row=row or f"batch {batch:g}",
         gpu=gpu,
         task="chat",
         tp=tp,
-        batch=batch,
         output_tokens=500.0,
         output_weighted_tokens=900.0,
         prompt_tokens=700.0,

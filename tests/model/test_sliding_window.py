@@ -138,8 +138,9 @@ def test_the_simulator_refuses_sliding_window_models() -> None:
 
 def _row(model: str, precision: str) -> Measurement:
     return measurement(
+        model,
+        8.0,
         file="f.csv",
-        model=model,
         task="chat",
         precision=precision,
         architecture="",
