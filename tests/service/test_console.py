@@ -317,7 +317,8 @@ def test_console_sites_site_event_jobs(
     assert shown["phase"] == reported["phase"]
     assert shown["best schedule"] == f"${reported['objective_usd']:.2f}"
     assert shown["bound"] == f"${reported['lower_bound_usd']:.2f}"
-    assert shown["gap"] == f"{100 * reported['gap']:.2f}%"
+    gap = reported["gap"]
+    assert shown["gap"] == ("–" if gap is None else f"{100 * gap:.2f}%")
     drawn = page.evaluate(MARKS_JS, "replan")["trace_marks"]
     trace = job["result"]["schedule"]["solver"]["trace"]
     assert sorted((d["s"], d["usd"]) for d in drawn) == sorted(
