@@ -140,26 +140,15 @@ def install(app: FastAPI) -> None:
             errors=errors,
         )
 
-    @app.exception_handler(NotFoundError)
-    async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
-        return problem(
-            422,
-            f"Unknown {exc.field}",
-            str(exc),
-            "/problems/unknown-name",
-            errors=[{"field": exc.field, "reason": exc.reason}],
-            known=exc.known,
-        )
-
     @app.exception_handler(InputError)
     async def _input(_: Request, exc: InputError) -> JSONResponse:
-        return problem(
-            422,
-            "Invalid input",
-            str(exc),
-            "/problems/invalid-input",
-            errors=[{"field": exc.field, "reason": exc.reason}],
-        )
+        errors = [{"field": exc.field, "reason": exc.reason}]
+        extra: dict[str, Any]
+        if isinstance(exc, NotFoundError):  # a name not in the catalog: the known ones
+            title, kind, extra = f"Unknown {exc.field}", "unknown-name", {"known": exc.known}
+        else:
+            title, kind, extra = "Invalid input", "invalid-input", {}
+        return problem(422, title, str(exc), f"/problems/{kind}", errors=errors, **extra)
 
     @app.exception_handler(InfeasibleError)
     async def _infeasible(_: Request, exc: InfeasibleError) -> JSONResponse:
