@@ -606,3 +606,25 @@ def test_an_event_re_planned_in_a_job(client: TestClient) -> None:
     r = client.post(f"/v1/sites/{site_id}/events?replan=later", json={"event": ev})
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "replan"
+
+
+def test_a_forecast_re_planned_in_a_job_from_the_running_state(client: TestClient) -> None:
+    """``?replan=job`` on a forecast: the job re-plans from ``current`` as the route
+    would (the periods from ``current.period`` on, at the new demand)."""
+    from tests.service.test_jobs import wait_final
+
+    site_id = register(client)
+    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
+    r = client.post(
+        f"/v1/sites/{site_id}/forecast?replan=job",
+        json={"demand_rps": {"a": [0.5, 0.5]}, "current": {"period": 2, "state": state}},
+    )
+    assert r.status_code == 202, r.text
+    out = r.json()
+    assert out["plan"] is None and out["from_period"] == 2 and out["site_version"] == 2
+    doc = wait_final(client, out["job"]["id"])
+    assert doc["status"] == "succeeded", doc
+    periods = doc["result"]["schedule"]["periods"]
+    assert [p["index"] for p in periods] == [2, 3]
+    assert [p["deployments"]["a"]["demand_rps"] for p in periods] == [0.5, 0.5]
+    assert client.get(f"/v1/sites/{site_id}/plan").json() == doc["result"]
