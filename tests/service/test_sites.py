@@ -628,3 +628,21 @@ def test_a_forecast_re_planned_in_a_job_from_the_running_state(client: TestClien
     assert [p["index"] for p in periods] == [2, 3]
     assert [p["deployments"]["a"]["demand_rps"] for p in periods] == [0.5, 0.5]
     assert client.get(f"/v1/sites/{site_id}/plan").json() == doc["result"]
+
+
+@pytest.mark.slow
+def test_an_infeasible_event_fails_its_re_plan_job(client: TestClient) -> None:
+    """With ``?replan=job`` an event no schedule meets is stored and its job fails with
+    the conflicts the route's 422 would name; the previous plan stays, stale."""
+    from tests.service.test_jobs import wait_final
+
+    site_id = register(client)
+    client.post(f"/v1/sites/{site_id}/plan")
+    # 0.5 kW is below the idle draw of the site's GPUs (8 x 120 W x PUE 1.2)
+    event = cap_event("2026-07-01T13:00:00Z", [[0.5]])
+    r = client.post(f"/v1/sites/{site_id}/events?replan=job", json={"event": event})
+    assert r.status_code == 202, r.text
+    doc = wait_final(client, r.json()["job"]["id"])
+    assert doc["status"] == "failed" and doc["error"]["conflicts"], doc
+    assert client.get(f"/v1/sites/{site_id}").json()["version"] == 2
+    assert client.get(f"/v1/sites/{site_id}/plan").json()["stale"] is True
