@@ -95,23 +95,11 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     names = list(periods[0]["deployments"])
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), dpi=110, sharex=True)
     ax = axes[0]
-    stairs(
-        ax,
-        [p["power_w"] / 1e3 for p in periods],
-        edges,
-        color="#333333",
-        lw=1.6,
-        label="site power",
-    )
-    stairs(
-        ax,
-        [p["power_cap_w"] / 1e3 for p in periods],
-        edges,
-        color="#d1495b",
-        lw=1.2,
-        ls="--",
-        label="power cap",
-    )
+    for key, style in (
+        ("power_w", {"color": "#333333", "lw": 1.6, "label": "site power"}),
+        ("power_cap_w", {"color": "#d1495b", "lw": 1.2, "ls": "--", "label": "power cap"}),
+    ):
+        stairs(ax, [p[key] / 1e3 for p in periods], edges, **style)
     ax.set_ylabel("kW")
     tw = ax.twinx()
     stairs(tw, [p["price_usd_per_mwh"] for p in periods], edges, color="#999999", lw=0.8, alpha=0.7)
@@ -127,44 +115,21 @@ def schedule_chart(resp: Mapping[str, Any], path: str, title: str = "pdwatt sche
     ax = axes[1]
     for i, n in enumerate(names):
         c = COLOURS[i % len(COLOURS)]
-        stairs(
-            ax,
-            [p["deployments"][n]["n_p"] for p in periods],
-            edges,
-            color=c,
-            lw=1.4,
-            label=f"{n} prefill",
-        )
-        stairs(
-            ax,
-            [p["deployments"][n]["n_d"] for p in periods],
-            edges,
-            color=c,
-            lw=1.0,
-            ls=":",
-            label=f"{n} decode",
-        )
+        for key, style in (
+            ("n_p", {"lw": 1.4, "label": f"{n} prefill"}),
+            ("n_d", {"lw": 1.0, "ls": ":", "label": f"{n} decode"}),
+        ):
+            stairs(ax, [p["deployments"][n][key] for p in periods], edges, color=c, **style)
     ax.set_ylabel("instances")
     ax.legend(loc="upper left", fontsize=7, ncol=len(names))
     ax = axes[2]
     for i, n in enumerate(names):
         c = COLOURS[i % len(COLOURS)]
-        stairs(
-            ax,
-            [p["deployments"][n]["demand_rps"] for p in periods],
-            edges,
-            color=c,
-            lw=0.8,
-            ls="--",
-        )
-        stairs(
-            ax,
-            [p["deployments"][n]["served_rps"] for p in periods],
-            edges,
-            color=c,
-            lw=1.4,
-            label=f"{n} served",
-        )
+        for key, style in (
+            ("demand_rps", {"lw": 0.8, "ls": "--"}),
+            ("served_rps", {"lw": 1.4, "label": f"{n} served"}),
+        ):
+            stairs(ax, [p["deployments"][n][key] for p in periods], edges, color=c, **style)
     ax.set_ylabel("req/s (dashed: demand)")
     ax.set_xlabel("hour")
     ax.legend(loc="upper left", fontsize=7, ncol=len(names))
