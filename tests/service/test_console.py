@@ -314,7 +314,7 @@ def test_console_sites_site_event_jobs(
     assert job["result"]["plan_id"] == after["plan_id"]
     shown = dict(card.split("\n", 1) for card in progress.locator(".card").all_inner_texts())
     reported = job["progress"]
-    assert shown["phase"] == reported["phase"]
+    assert shown["job"] == "succeeded" and shown["phase"] == reported["phase"]
     assert shown["best schedule"] == f"${reported['objective_usd']:.2f}"
     assert shown["bound"] == f"${reported['lower_bound_usd']:.2f}"
     gap = reported["gap"]

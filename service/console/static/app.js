@@ -303,8 +303,9 @@ async function followReplan(jobId, el) {
   for (;;) {
     const { doc: job } = await api(`v1/jobs/${jobId}`);
     const q = job.progress;
-    if (q) {
-      values.replaceChildren(card("phase", q.phase ?? "–"), card("best schedule", q.objective_usd === null ? "–" : `$${num(q.objective_usd)}`),
+    if (!q) values.replaceChildren(card("job", job.status));  // queued: every solver worker busy
+    else {
+      values.replaceChildren(card("job", job.status), card("phase", q.phase ?? "–"), card("best schedule", q.objective_usd === null ? "–" : `$${num(q.objective_usd)}`),
         card("bound", q.lower_bound_usd === null ? "–" : `$${num(q.lower_bound_usd)}`), card("gap", pct(q.gap)),
         card("solve time", `${num(q.elapsed_s, 1)} s`));
       if (!samples.length || samples.at(-1)[0] !== q.elapsed_s) samples.push([q.elapsed_s, q.objective_usd, q.lower_bound_usd]);
