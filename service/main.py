@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import console, errors, replan
+from service import console, errors, replan, site_shed
 from service.jobs import JobRunner, Notifier
 from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
 from service.metrics import request_seconds, requests_total
@@ -124,7 +124,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.redis_url is None
             else None
         )
+        # the fast response's tables of each site's running counts, in this process,
+        # which answers sheds (service.site_shed)
+        warming = asyncio.get_running_loop().create_task(
+            site_shed.warm_forever(settings, settings.replan_check_s)
+        )
         yield
+        warming.cancel()
         if replans is not None:
             replans.cancel()
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)

@@ -12,12 +12,15 @@ changes follow where the settings do not suffice. No HTTP here.
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import AwareDatetime, Field
+from sqlalchemy.exc import SQLAlchemyError
 
-from formulation.problem import Host, expand_series, problem_from_dict
+from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
 from formulation.whatif.shed import fast_response, next_boundary, settings_data
 from model.errors import InputError
 from service.jobs import JobStore
@@ -26,9 +29,10 @@ from service.schemas import Strict, dump
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
 from service.sites import periods_at
-from service.store import Plan, Site
+from service.store import Plan, Site, SiteNotFound, Store, store_for
 
 PROGRAM = "pdwatt-shed"
+log = logging.getLogger(__name__)
 
 
 class ShedBody(Strict):
@@ -100,17 +104,8 @@ def immediate(
     site power before (as planned) and after, the shortfall and the cost per hour; when
     the settings fall short, the next boundary's instance changes under the same cap."""
     t, record = running_state(plan, when)
-    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
-    problem = problem_from_dict(request_of(site.body), host)
-    names = [d.name for d in problem.deployments]
-    try:
-        running = [
-            (record["deployments"][n]["n_p"], record["deployments"][n]["n_d"]) for n in names
-        ]
-    except KeyError as e:
-        raise NoRunningPlan(
-            f"the latest plan does not name deployment {e.args[0]!r}: re-plan the site"
-        ) from None
+    problem = _problem(site, settings)
+    running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
     target_w = cap[t] if target_w is None else min(target_w, cap[t])  # never above the cap
     r = fast_response(problem, t, running, target_w)
@@ -134,20 +129,64 @@ def immediate(
     return out
 
 
-def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> None:
-    """Build the fast response's tables for the counts the plan runs at ``when`` (so
-    that a shed then answers from them); nothing when the plan does not cover it."""
+def _problem(site: Site, settings: Settings) -> ScheduleProblem:
+    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
+    return problem_from_dict(request_of(site.body), host)
+
+
+def running_counts(problem: ScheduleProblem, record: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each deployment's ``(n_P, n_D)`` in a plan's period ``record``, in the problem's
+    order; :class:`NoRunningPlan` when the plan does not name one."""
     try:
-        t, record = running_state(plan, when)
-        host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
-        problem = problem_from_dict(request_of(site.body), host)
-        running = [
+        return [
             (record["deployments"][d.name]["n_p"], record["deployments"][d.name]["n_d"])
             for d in problem.deployments
         ]
-        settings_data(problem, running)
-    except (NoRunningPlan, InputError, KeyError):
-        return
+    except KeyError as e:
+        raise NoRunningPlan(
+            f"the latest plan does not name deployment {e.args[0]!r}: re-plan the site"
+        ) from None
+
+
+def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
+    """Build the fast response's tables for the counts the plan runs at ``when``, so
+    that a shed then answers from them; False when the plan does not cover ``when``."""
+    try:
+        _, record = running_state(plan, when)
+        problem = _problem(site, settings)
+        settings_data(problem, running_counts(problem, record))
+    except (NoRunningPlan, InputError):
+        return False
+    return True
+
+
+def warm_sites(store: Store, settings: Settings, now: datetime) -> int:
+    """:func:`warm` every site whose latest plan covers ``now``; how many were."""
+    done = 0
+    for summary in store.list_sites():
+        try:
+            site = store.get_site(summary["id"])
+        except SiteNotFound:  # deleted meanwhile
+            continue
+        plan = store.latest_plan(site.id)
+        if plan is not None and warm(site, plan, now, settings):
+            done += 1
+    return done
+
+
+async def warm_forever(settings: Settings, every_s: float) -> None:
+    """Keep the fast response's tables of every site's running counts built: checked
+    every ``every_s`` seconds (a kept table costs a lookup), so that a shed, or an event
+    capping now, answers from them after a plan changes the counts."""
+    store = store_for(settings.database_url)
+    while True:
+        try:
+            await asyncio.to_thread(warm_sites, store, settings, datetime.now(UTC))
+        except SQLAlchemyError as e:  # the database is away: try again next time
+            log.warning("shed tables not built: %s", e)
+        except Exception:  # a site the core refuses must not stop the others' tables
+            log.exception("shed tables not built")
+        await asyncio.sleep(every_s)
 
 
 def replan_job(

@@ -216,6 +216,12 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
     return data
 
 
+def is_cached(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> bool:
+    """Whether :func:`settings_data` of ``problem`` and ``running`` is kept."""
+    with _lock:
+        return _key(problem, running) in _CACHE
+
+
 def clear_cache() -> None:
     with _lock:
         _CACHE.clear()

@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from formulation.problem import problem_from_dict
-from formulation.whatif.shed import fast_response
+from formulation.problem import Host, problem_from_dict
+from formulation.whatif.shed import clear_cache, fast_response, is_cached
 from model.catalog import load_gpu_clocks
+from service.settings import Settings
 from service.site_plans import request_of
+from service.site_shed import warm_sites
+from service.store import store_for
 from tests.service.test_sites import PLAN_START, cap_event, register
 
 AT = (datetime.fromisoformat(PLAN_START) + timedelta(minutes=90)).isoformat()  # period 1
@@ -165,3 +168,26 @@ def test_an_event_capping_now_answers_the_settings_at_once(client: TestClient) -
     r = client.post(f"/v1/sites/{site_id}/events", json={"event": later})
     assert r.status_code == 200, r.text
     assert "immediate" not in r.json()
+
+
+def test_the_tables_of_the_running_counts_are_built_ahead(client: TestClient) -> None:
+    """warm_sites builds the fast response's tables for what each site's plan runs now,
+    so that the first shed answers from them."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    site_id = register(client, plan_start=(now - timedelta(minutes=30)).isoformat())
+    fresh = register(client)  # no plan: nothing to build
+    plan = client.post(f"/v1/sites/{site_id}/plan").json()
+    body = _stored_request(client, site_id)
+    period = plan["schedule"]["periods"][0]
+    running = [
+        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
+        for d in body["deployments"]
+    ]
+    settings: Settings = client.app.state.settings  # type: ignore[attr-defined]
+    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
+    problem = problem_from_dict(body, host)  # as the server reads the site
+    clear_cache()
+    assert not is_cached(problem, running)
+    assert warm_sites(store_for(settings.database_url), settings, now) == 1
+    assert is_cached(problem, running)
+    assert fresh != site_id
