@@ -108,7 +108,14 @@ def immediate(
     running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
     target_w = cap[t] if target_w is None else min(target_w, cap[t])  # never above the cap
-    r = fast_response(problem, t, running, target_w)
+    try:
+        r = fast_response(problem, t, running, target_w)
+    except InputError as e:
+        if e.field.split(".")[0] != "running":
+            raise
+        raise NoRunningPlan(
+            f"the latest plan's counts no longer fit the site: {e.reason}"
+        ) from None
     doc = r.document()
     before = float(record["power_w"])
     out: dict[str, Any] = {

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ import numpy as np
 from formulation.data import ScheduleData, build_data, take_periods
 from formulation.problem import ScheduleProblem, SolverOptions
 from formulation.solve import InfeasibleError, solve
-from formulation.subproblems.period import solve_period
+from formulation.subproblems.period import pool_can_bind, solve_period
 from model.errors import InputError
 
 
@@ -197,6 +198,9 @@ def _key(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+_BOUNDS = re.compile(r"^deployments\[(\d+)\]\.(?:max_gpus|initial|max_n_p|max_n_d)")
+
+
 def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> ScheduleData:
     """The tables of the fast response over the whole horizon: each deployment at its
     running counts only, at every setting pair :func:`offered` gives (kept for the next
@@ -207,7 +211,14 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    plain = build_data(fixed_counts(problem, running))
+    try:
+        plain = build_data(fixed_counts(problem, running))
+    except InputError as e:  # counts the deployment's bounds or max_gpus do not allow
+        m = _BOUNDS.match(e.field)
+        if m is None:
+            raise
+        name = problem.deployments[int(m.group(1))].name
+        raise InputError(f"running.{name}", f"{running[int(m.group(1))]}: {e.reason}") from e
     data = build_data(fixed_counts(problem, running, offered(plain)))
     with _lock:
         _CACHE[key] = data
@@ -242,6 +253,8 @@ def fast_response(
         raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
     data = take_periods(settings_data(problem, running), np.array([t]))
     data = dataclasses.replace(data, power_cap_w=np.array([float(target_w)]))
+    if pool_can_bind(data, 0):  # the counts are fixed: they use more GPUs than there are
+        raise InputError("running", "uses more GPUs of a pool than the site's gpu_inventory has")
     sol = solve_period(data, 0)
     if sol is not None:
         cfg, served = sol.config, sol.served

@@ -241,3 +241,15 @@ def test_dr_report_gives_what_settings_alone_shed() -> None:
         )
         assert row["cost_delta_usd"] == pytest.approx(ref.cost_usd_per_h - base_cost, abs=1e-6)
     assert so["max_shed_w"] == max(x["shed_w"] for x in so["periods"])
+
+
+def test_counts_beyond_the_inventory_are_refused() -> None:
+    body, running = _site(np.random.default_rng(0))
+    assert len(running) == 3  # 32 GPUs, 16 at most per deployment
+    problem = problem_from_dict(body)
+    with pytest.raises(InputError) as e:
+        fast_response(problem, 0, [(8, 8)] * 3, 1e6)  # 48 GPUs
+    assert e.value.field == "running"
+    with pytest.raises(InputError) as e:
+        fast_response(problem, 0, [(16, 16), *running[1:]], 1e6)  # beyond max_gpus
+    assert e.value.field == "running.d0"

@@ -19,7 +19,7 @@ from service.settings import Settings
 from service.site_plans import request_of
 from service.site_shed import warm_sites
 from service.store import store_for
-from tests.service.test_sites import PLAN_START, cap_event, register
+from tests.service.test_sites import PLAN_START, cap_event, register, site_body
 
 AT = (datetime.fromisoformat(PLAN_START) + timedelta(minutes=90)).isoformat()  # period 1
 
@@ -191,3 +191,16 @@ def test_the_tables_of_the_running_counts_are_built_ahead(client: TestClient) ->
     assert warm_sites(store_for(settings.database_url), settings, now) == 1
     assert is_cached(problem, running)
     assert fresh != site_id
+
+
+def test_a_plan_whose_counts_no_longer_fit_the_site_is_a_conflict(client: TestClient) -> None:
+    site_id, plan = _planned(client)
+    used = sum(d["gpus"] for d in plan["schedule"]["periods"][1]["deployments"].values())
+    assert used > 2
+    new = site_body()
+    new["site"]["gpu_inventory"] = {"h200": 2}  # the plan's counts no longer fit
+    assert client.put(f"/v1/sites/{site_id}", json=new).status_code == 200
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": AT})
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert "no longer fit" in r.json()["detail"]
