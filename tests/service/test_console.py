@@ -266,6 +266,11 @@ def test_console_sites_site_event_jobs(
             str(t["num_decode"]),
             str(t["gpus"]),
         ]
+    # the GPU power the orchestrator is handed for this period (the demo lists no
+    # settings, so no setting columns)
+    limit_kw = now["periods"][0]["total_gpu_power_limit_w"] / 1000
+    assert page.locator("#gpu-power-limit").inner_text().endswith(f"{limit_kw:.1f} kW")
+    assert page.get_by_role("columnheader", name="Prefill setting").count() == 0
     # hover shows the period's numbers
     box = page.locator("#chart-power canvas").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)

@@ -158,6 +158,20 @@ function baselineTable(plan) {
                 "Value lost", "Starts", "Periods over cap"], rows, [1, 2, 3, 4, 5, 6, 7, 8]);
 }
 
+// The replica targets of the period now: counts per role and, for a deployment that
+// lists GPU settings, each role's setting; under them the GPU power the site's instances
+// are held to (total_gpu_power_limit_w, the value handed to the orchestrator).
+function targetsNow(now) {
+  const named = now.targets.some((x) => "prefill_setting" in x);
+  const head = ["Deployment", "Prefill", "Decode", "GPUs", ...(named ? ["Prefill setting", "Decode setting"] : [])];
+  const rows = now.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus,
+    ...(named ? [x.prefill_setting ?? "full clock", x.decode_setting ?? "full clock"] : [])]);
+  const limit = now.periods?.[0]?.total_gpu_power_limit_w;
+  return h("div", {}, h("p", {}, `Period ${now.period} (${when(now.targets[0]?.start)} – ${when(now.targets[0]?.end)})`),
+    table(head, rows, [1, 2, 3]),
+    limit === undefined ? null : h("p", { id: "gpu-power-limit" }, `GPU power the instances are held to: ${kwText(limit)}`));
+}
+
 async function sitePage(t0, id) {
   const { summary, site, plan, targets_now: now } = await loadSite(id);
   const head = [h("h1", {}, `Site ${summary.name}`), siteNav(id, "")];
@@ -181,9 +195,7 @@ async function sitePage(t0, id) {
     "aria-label": `Site power per deployment, prefill and decode apart, against the cap over ${s.periods.length} periods` });
   const phasesEl = h("div", { class: "chart", id: "chart-phases", role: "img", "aria-label": "Prefill and decode instances per deployment" });
   const unservedEl = h("div", { class: "chart", id: "chart-unserved", role: "img", "aria-label": "Unserved demand and periods at the cap" });
-  const targets = now
-    ? h("div", {}, h("p", {}, `Period ${now.period} (${when(now.targets[0]?.start)} – ${when(now.targets[0]?.end)})`),
-      table(["Deployment", "Prefill", "Decode", "GPUs"], now.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus]), [1, 2, 3]))
+  const targets = now ? targetsNow(now) 
     : h("p", {}, `The plan does not cover now (it runs from ${when(s.periods[0].start)} to ${when(s.periods.at(-1).end)}).`);
   main.replaceChildren(...head,
     h("div", { class: "cards" },
