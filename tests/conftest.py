@@ -74,6 +74,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_volume_method_equals_exhaustive_enumeration": 3.4,
         "test_oracle_in_a_daemonic_process_runs_serially": 2.2,
     },
+    "tests/formulation/test_shed.py": {
+        "test_next_boundary_stops_instances_the_settings_cannot_cover": 4.8,
+    },
     "tests/formulation/test_period.py": {
         "test_four_deployments_with_offsets_equal_brute_force": 31.4,
     },
