@@ -140,6 +140,10 @@ class Servers:
 
     def start(self, **settings: Any) -> str:
         """Base URL of a new server with these settings (``workers=1`` -> PDWATT_WORKERS)."""
+        return self.start_process(**settings)[1]
+
+    def start_process(self, **settings: Any) -> tuple[subprocess.Popen[bytes], str]:
+        """:meth:`start`, with the server's process (to stop it before the others)."""
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
         env["PDWATT_DATABASE_URL"] = f"sqlite:///{self.workdir / 'pdwatt.db'}"
@@ -163,7 +167,7 @@ class Servers:
         except RuntimeError as e:
             stop_server(proc)
             raise RuntimeError(f"{e}; log:\n{log.read_text(errors='replace')}") from None
-        return base
+        return proc, base
 
     def stop_all(self) -> list[str]:
         """SIGTERM each server; the failures (not exited with 0 within 10 s)."""

@@ -6,9 +6,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,14 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.store import Site, Update, store_for
-from tests.service.conftest import (
-    REPO,
-    STARTUP_TIMEOUT_S,
-    free_port,
-    small_schedule,
-    stop_server,
-    wait_healthy,
-)
+from tests.service.conftest import Servers, small_schedule, stop_server
 from tests.service.test_openadr import oadr_event
 
 PLAN_START = "2026-07-01T12:00:00Z"
@@ -331,14 +322,25 @@ def test_rolling_replan_checks_the_state(client: TestClient) -> None:
         assert r.json()["errors"][0]["field"] == field, r.json()
 
 
+def post_forecast(client: TestClient, site_id: str, query: str = "") -> httpx.Response:
+    """Deployment a's demand from period 2 on is 0.5 rps, with every deployment at 1P1D."""
+    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
+    return client.post(
+        f"/v1/sites/{site_id}/forecast{query}",
+        json={"demand_rps": {"a": [0.5, 0.5]}, "current": {"period": 2, "state": state}},
+    )
+
+
+def assert_forecast_from_period_2(periods: list[dict[str, Any]]) -> None:
+    """The re-plan of :func:`post_forecast`: periods 2 and 3, at a's new demand."""
+    assert [p["index"] for p in periods] == [2, 3]
+    assert [p["deployments"]["a"]["demand_rps"] for p in periods] == [0.5, 0.5]
+
+
 @pytest.mark.slow
 def test_forecast_replaces_the_remaining_demand_and_replans(client: TestClient) -> None:
     site_id = register(client)
-    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
-    r = client.post(
-        f"/v1/sites/{site_id}/forecast",
-        json={"demand_rps": {"a": [0.5, 0.5]}, "current": {"period": 2, "state": state}},
-    )
+    r = post_forecast(client, site_id)
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["from_period"] == 2 and out["site_version"] == 2
@@ -346,8 +348,7 @@ def test_forecast_replaces_the_remaining_demand_and_replans(client: TestClient) 
     assert stored["deployments"][0]["demand_rps"] == [1.0, 3.0, 0.5, 0.5]
     assert stored["deployments"][1]["demand_rps"] == [2.0, 2.0, 6.0, 1.0]
     periods = out["plan"]["schedule"]["periods"]
-    assert [p["index"] for p in periods] == [2, 3]
-    assert [p["deployments"]["a"]["demand_rps"] for p in periods] == [0.5, 0.5]
+    assert_forecast_from_period_2(periods)
 
     bad = client.post(f"/v1/sites/{site_id}/forecast", json={"demand_rps": {"zz": [1.0]}})
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "demand_rps.zz"
@@ -408,51 +409,21 @@ def test_store_retries_a_lost_race_and_keeps_both_writes(db_url: str) -> None:
     assert len(store.list_events(site.id)) == 2
 
 
-def _serve(tmp_path: Path, db_url: str, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
-    """A real ``pdwatt serve`` (uvicorn) over ``db_url``."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
-    env.update(PDWATT_DATABASE_URL=db_url, PDWATT_WORKERS=str(workers))
-    env["MPLCONFIGDIR"] = str(tmp_path / "mpl")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    log = tmp_path / f"server-{port}.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1"]
-            + ["--port", str(port)],
-            cwd=tmp_path,  # the database path is absolute; nothing lands in the repo
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(base, proc, STARTUP_TIMEOUT_S)
-    except RuntimeError as e:
-        stop_server(proc)
-        raise RuntimeError(f"{e}; log:\n{log.read_text(errors='replace')}") from None
-    return proc, base
-
-
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], str]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(db_url: str, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
-        proc, base = _serve(tmp_path, db_url, workers)
-        procs.append(proc)
-        return proc, base
-
-    yield start
-    for proc in procs:
-        stop_server(proc)
+    """``servers(**settings)`` -> (process, base URL) of a real server; clean shutdown
+    asserted."""
+    servers = Servers(tmp_path)
+    yield servers.start_process
+    failures = servers.stop_all()
+    assert not failures, "\n".join(failures)
 
 
 @pytest.mark.servers
 def test_site_and_plan_survive_a_server_restart(
     servers: Callable[..., tuple[subprocess.Popen[bytes], str]], db_url: str
 ) -> None:
-    proc, base = servers(db_url)
+    proc, base = servers(database_url=db_url)
     r = httpx.post(f"{base}/v1/sites", json=site_body(), timeout=30)
     assert r.status_code == 201, r.text
     site_id = r.json()["id"]
@@ -467,7 +438,7 @@ def test_site_and_plan_survive_a_server_restart(
     targets = httpx.get(f"{base}/v1/sites/{site_id}/targets").json()
     assert stop_server(proc) == 0  # SIGTERM: a clean shutdown
 
-    _, base2 = servers(db_url)
+    _, base2 = servers(database_url=db_url)
     assert httpx.get(f"{base2}/v1/sites/{site_id}").json() == site
     assert httpx.get(f"{base2}/v1/sites/{site_id}/plan").json() == plan
     assert httpx.get(f"{base2}/v1/sites/{site_id}/targets").json() == targets
@@ -479,7 +450,7 @@ def test_site_and_plan_survive_a_server_restart(
 def test_two_concurrent_event_posts_both_take_effect(
     servers: Callable[..., tuple[subprocess.Popen[bytes], str]], db_url: str
 ) -> None:
-    _, base = servers(db_url, workers=2)
+    _, base = servers(database_url=db_url, workers=2)
     site_id = httpx.post(f"{base}/v1/sites", json=site_body(), timeout=30).json()["id"]
     events = [
         cap_event("2026-07-01T13:00:00Z", [[2.6]], name="first"),  # period 1
@@ -614,19 +585,14 @@ def test_a_forecast_re_planned_in_a_job_from_the_running_state(client: TestClien
     from tests.service.test_jobs import wait_final
 
     site_id = register(client)
-    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
-    r = client.post(
-        f"/v1/sites/{site_id}/forecast?replan=job",
-        json={"demand_rps": {"a": [0.5, 0.5]}, "current": {"period": 2, "state": state}},
-    )
+    r = post_forecast(client, site_id, "?replan=job")
     assert r.status_code == 202, r.text
     out = r.json()
     assert out["plan"] is None and out["from_period"] == 2 and out["site_version"] == 2
     doc = wait_final(client, out["job"]["id"])
     assert doc["status"] == "succeeded", doc
     periods = doc["result"]["schedule"]["periods"]
-    assert [p["index"] for p in periods] == [2, 3]
-    assert [p["deployments"]["a"]["demand_rps"] for p in periods] == [0.5, 0.5]
+    assert_forecast_from_period_2(periods)
     assert client.get(f"/v1/sites/{site_id}/plan").json() == doc["result"]
 
 
