@@ -11,6 +11,7 @@ of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -23,7 +24,7 @@ from model.capacity import Coefficients, DeploymentSpec, with_settings
 from model.clocks import parse_setting
 from model.errors import InputError, PdwattError
 from model.operations import SpecRequest, resolve_spec
-from model.tables import ConfigTable, build_table
+from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -461,15 +462,17 @@ def _tables(
     spec: DeploymentSpec,
     cp: IntArray,
     cd: IntArray,
+    ready: list[ConfigTable] | None = None,
 ) -> _Candidates:
     """The candidates (off first) and their tables: one per configuration at the full
     clock, or, when the deployment lists settings, one per configuration and setting
     pair that no other pair of the configuration dominates (:func:`dominated_options`),
-    configuration by configuration in the order the pairs are listed."""
+    configuration by configuration in the order the pairs are listed. ``ready``: the
+    tables per pair (one without settings), when :func:`_batched_tables` built them."""
     lists = setting_lists(i, d, spec)
     off_row = np.array([[0.0, np.nan, np.nan, np.nan]])
     if lists is None:
-        table = build_table(spec, cp, cd)
+        table = build_table(spec, cp, cd) if ready is None else ready[0]
         n_p = np.concatenate([[0], cp]).astype(np.int64)
         n_d = np.concatenate([[0], cd]).astype(np.int64)
         cap = np.concatenate([[0.0], table.result.capacity_rps])
@@ -479,8 +482,8 @@ def _tables(
         bf = np.vstack([off_row, table.bp_prefill_power_w])
         return table, n_p, n_d, cap, bl, bp, bc, bf, None, None
     pairs = tuple((a, b) for a in lists[0] for b in lists[1])
-    tables = []
-    for sp, sd in pairs:
+    tables = [] if ready is None else ready
+    for sp, sd in pairs if ready is None else ():
         try:
             s = with_settings(spec, _spec_text(sp, spec), _spec_text(sd, spec))
             tables.append(build_table(s, cp, cd))
@@ -504,8 +507,57 @@ def _tables(
     return tables[0], n_p, n_d, cap, bl, bp, bc, bf, pairs, option
 
 
+def _batched_tables(
+    p: ScheduleProblem, specs: list[DeploymentSpec]
+) -> list[list[ConfigTable] | None]:
+    """Per deployment: its tables per setting pair (one without settings), as
+    :func:`_tables` builds them one by one, here with one evaluation per distinct spec
+    and setting pair over the candidates of every deployment that shares them
+    (:func:`~model.tables.build_tables`; many deployments of a site share a model, GPU
+    and workload). All None when some table fails: then :func:`_tables` builds them one
+    by one and reports the first failure as it does."""
+    try:
+        return _shared_tables(p, specs)
+    except InputError:
+        return [None] * len(specs)
+
+
+def _shared_tables(
+    p: ScheduleProblem, specs: list[DeploymentSpec]
+) -> list[list[ConfigTable] | None]:
+    groups: dict[tuple[bytes, str | None, str | None], list[tuple[int, int]]] = {}
+    jobs: dict[tuple[bytes, str | None, str | None], DeploymentSpec] = {}
+    grids: list[tuple[IntArray, IntArray]] = []
+    sizes: list[int] = []
+    for i, (d, spec) in enumerate(zip(p.deployments, specs, strict=True)):
+        grids.append(deployment_candidates(d, spec.serving.tensor_parallel))
+        base = json.dumps(spec.describe(), sort_keys=True, default=str).encode()
+        lists = setting_lists(i, d, spec)
+        pairs = [(None, None)] if lists is None else [(a, b) for a in lists[0] for b in lists[1]]
+        sizes.append(len(pairs))
+        for o, (sp, sd) in enumerate(pairs):
+            key = (
+                base,
+                None if sp is None else _spec_text(sp, spec),
+                None if sd is None else _spec_text(sd, spec),
+            )
+            if key not in jobs:
+                jobs[key] = spec if lists is None else with_settings(spec, key[1], key[2])
+            groups.setdefault(key, []).append((i, o))
+    out: list[list[ConfigTable | None]] = [[None] * n for n in sizes]
+    for key, members in groups.items():
+        tables = build_tables(jobs[key], [grids[i] for i, _ in members])
+        for (i, o), table in zip(members, tables, strict=True):
+            out[i][o] = table
+    return [[t for t in row if t is not None] for row in out]
+
+
 def _deployment(
-    i: int, d: DeploymentInput, p: ScheduleProblem, spec: DeploymentSpec
+    i: int,
+    d: DeploymentInput,
+    p: ScheduleProblem,
+    spec: DeploymentSpec,
+    ready: list[ConfigTable] | None = None,
 ) -> DeploymentData:
     at = f"deployments[{i}]"
     tp = spec.serving.tensor_parallel
@@ -513,7 +565,7 @@ def _deployment(
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
-    table, n_p, n_d, cap, bl, bp, bc, bf, pairs, option = _tables(i, d, spec, cp, cd)
+    table, n_p, n_d, cap, bl, bp, bc, bf, pairs, option = _tables(i, d, spec, cp, cd, ready)
     gpus = (n_p + n_d) * tp
     demand = np.asarray(d.demand_rps, dtype=float)
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
@@ -587,8 +639,10 @@ def build_data(p: ScheduleProblem) -> ScheduleData:
     validate(p)
     specs = _specs(p)
     check_memory(p, specs)  # before any table is built
+    ready = _batched_tables(p, specs)
     deps = tuple(
-        _deployment(i, d, p, s) for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True))
+        _deployment(i, d, p, s, r)
+        for i, (d, s, r) in enumerate(zip(p.deployments, specs, ready, strict=True))
     )
     pools = tuple(sorted(p.site.gpu_inventory))
     pool_gpus = np.array([p.site.gpu_inventory[g] for g in pools], dtype=np.int64)

@@ -308,6 +308,7 @@ def solve_batch(
     b_rho: FloatArray,
     rtol: float = 1e-9,
     max_iter: int = 200,
+    groups: ArrayLike | None = None,
 ) -> tuple[FloatArray, int]:
     """Batch ``B*`` at capacity, in ``(0, min(B_max, B0, B_rho))``.
 
@@ -319,7 +320,8 @@ def solve_batch(
     waiting (the wait only adds reservations). Vectorised false position with the
     Illinois modification, safeguarded by bisection. Round-robin configurations with the
     same components ``(a, b)`` share their ``B*``, so each component shape is solved
-    once. Returns ``(B*, passes)``."""
+    once (with ``groups``, one label per configuration: once per group, so that each
+    group's ``B*`` are those it gets alone). Returns ``(B*, passes)``."""
     _, a, b = components(np.atleast_1d(n_p), np.atleast_1d(n_d), t.random_dispatch)
     if np.any(a <= 0) or np.any(b <= 0):
         raise ValueError("every configuration needs n_P >= 1 and n_D >= 1")
@@ -327,6 +329,8 @@ def solve_batch(
     if t.random_dispatch or a.size < 2:
         return _solve_shapes(t, a, b, b_max, rho_end, rtol, max_iter)
     key = a * (b.max() + 1.0) + b
+    if groups is not None:
+        key = key + np.asarray(groups, dtype=float) * (a.max() + 1.0) * (b.max() + 1.0)
     _, first, back = np.unique(key, return_index=True, return_inverse=True)
     out, passes = _solve_shapes(t, a[first], b[first], b_max, rho_end[first], rtol, max_iter)
     return out[back.ravel()], passes

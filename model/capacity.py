@@ -35,7 +35,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -975,6 +975,16 @@ class CapacityResult:
     def __len__(self) -> int:
         return int(self.n_p.shape[0])
 
+    def rows(self, start: int, stop: int) -> CapacityResult:
+        """Configurations ``start..stop-1`` alone (``root_passes`` stays the whole
+        evaluation's: the most false-position passes any configuration needed)."""
+        cut = {
+            f.name: getattr(self, f.name)[start:stop]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)
+        }
+        return replace(self, **cut)
+
     def record(self, i: int) -> dict[str, Any]:
         """One configuration as the JSON record of SPEC 6.1."""
         c = self.coefficients
@@ -1053,12 +1063,16 @@ def evaluate(
     n_p: ArrayLike,
     n_d: ArrayLike,
     load_rps: ArrayLike | None = None,
+    groups: ArrayLike | None = None,
 ) -> CapacityResult:
     """Capacity ``mu`` and power of every configuration ``(n_p[i], n_d[i])`` in one pass.
 
     ``load_rps`` (scalar or per configuration) gives power at that served load, capped at
     capacity (SPEC 2.6: an offered load above ``mu`` is served at ``mu``); by default
-    power is at capacity. ``n_P = 0`` or ``n_D = 0`` gives capacity 0.
+    power is at capacity. ``n_P = 0`` or ``n_D = 0`` gives capacity 0. ``groups`` (one
+    label per configuration, optional): lists evaluated together, each given exactly
+    what evaluating it alone gives (the admission variant's configurations of one
+    component shape share their batch only within a group).
     """
     c = spec if isinstance(spec, Coefficients) else Coefficients.of(spec)
     npi = np.atleast_1d(np.asarray(n_p)).astype(np.int64)
@@ -1082,6 +1096,7 @@ def evaluate(
                     c.batch_max,
                     c.batch_rho(npf[both], ndf[both]),
                     rtol=ROOT_RTOL,
+                    groups=None if groups is None else np.broadcast_to(groups, both.shape)[both],
                 )
             else:
                 b, passes = solve_batch(c, npf[both], ndf[both])

@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,8 +102,16 @@ def _breakpoints(
 
 def table_key(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> str:
     """sha256 of the deployment's inputs and the candidate list."""
+    return _key(_described(spec), n_p, n_d)
+
+
+def _described(spec: DeploymentSpec) -> bytes:
+    return json.dumps(spec.describe(), sort_keys=True, default=str).encode()
+
+
+def _key(described: bytes, n_p: ArrayLike, n_d: ArrayLike) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps(spec.describe(), sort_keys=True, default=str).encode())
+    h.update(described)
     h.update(np.ascontiguousarray(np.asarray(n_p, dtype=np.int64)).tobytes())
     h.update(b"|")
     h.update(np.ascontiguousarray(np.asarray(n_d, dtype=np.int64)).tobytes())
@@ -129,6 +138,53 @@ def build_table(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> ConfigT
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     return table
+
+
+def build_tables(
+    spec: DeploymentSpec, grids: Sequence[tuple[ArrayLike, ArrayLike]]
+) -> list[ConfigTable]:
+    """:func:`build_table` of each candidate list ``grids[j] = (n_p, n_d)`` of one
+    spec, the ones not cached evaluated in one pass over their concatenation, each list
+    a group of :func:`~model.capacity.evaluate` (elementwise arrays, the batch root
+    found row by row, shared within a list only), so each table's rows are those
+    :func:`build_table` gives,
+    at the fixed cost of one evaluation instead of one per list (``root_passes`` is the
+    pass's). Repeated lists share one table."""
+    described = _described(spec)
+    keys = [_key(described, n_p, n_d) for n_p, n_d in grids]
+    out: dict[str, ConfigTable] = {}
+    with _lock:
+        for key in keys:
+            hit = _cache.get(key)
+            if hit is not None:
+                _cache.move_to_end(key)
+                out[key] = hit
+    todo: dict[str, tuple[NDArray[np.int64], NDArray[np.int64]]] = {}
+    for key, (n_p, n_d) in zip(keys, grids, strict=True):
+        if key not in out and key not in todo:
+            todo[key] = (np.asarray(n_p, dtype=np.int64), np.asarray(n_d, dtype=np.int64))
+    if todo:
+        sizes = [p.size for p, _ in todo.values()]
+        result = evaluate(
+            spec,
+            np.concatenate([p.ravel() for p, _ in todo.values()]),
+            np.concatenate([d.ravel() for _, d in todo.values()]),
+            groups=np.repeat(np.arange(len(sizes)), sizes),
+        )
+        loads, powers, count, prefill = _breakpoints(result)
+        ends = np.cumsum([0, *sizes])
+        made = {}
+        for key, a, b in zip(todo, ends[:-1], ends[1:], strict=True):
+            made[key] = ConfigTable(
+                key, result.rows(a, b), loads[a:b], powers[a:b], count[a:b], prefill[a:b]
+            )
+        out |= made
+        with _lock:
+            for key, table in made.items():
+                _cache[key] = table
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    return [out[key] for key in keys]
 
 
 def clear_cache() -> None:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.capacity import evaluate
+from model.capacity import evaluate, with_settings
 from model.operations import SpecRequest, resolve_spec
-from model.tables import build_table, clear_cache, table_key
+from model.tables import build_table, build_tables, clear_cache, table_key
 
 # SPEC 2.1: Qwen3-32B on H200 power ramps (paper Tab. 3), W.
 P0_P, GAMMA_P, PSAT_P = 133.0, 566.0, 692.0
@@ -169,3 +169,44 @@ def test_changed_calibration_gives_fresh_numbers():
     a_p = 2 * 32.8e9 / (989e12 * 0.6)
     b_p = 2.17 * 64 * 8192 / (989e12 * 0.6)
     assert table.result.mu_p_rps[0] == pytest.approx(1 / (a_p * 4096 + b_p * 4096**2), rel=1e-12)
+
+
+def _table_arrays(t):
+    out = [t.bp_load_rps, t.bp_power_w, t.bp_count, t.bp_prefill_power_w]
+    out += [v for v in vars(t.result).values() if isinstance(v, np.ndarray)]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(WORKLOADS + ("azure-code-2023",)),
+    st.sampled_from(("admission", "paper")),
+    st.sampled_from((None, "1590MHz", "1185MHz")),
+    st.sampled_from((None, "1590MHz", "1185MHz")),
+    st.lists(configs, min_size=1, max_size=6),
+)
+def test_build_tables_gives_each_list_the_table_build_table_gives(
+    workload, variant, prefill, decode, grids
+):
+    # one evaluation over the concatenated lists must give every row bit for bit what
+    # evaluating its own list does: the capacity model treats configurations one by one
+    spec = with_settings(
+        resolve_spec(SpecRequest(gpu="h200", workload=workload, model_variant=variant)),
+        prefill,
+        decode,
+    )
+    lists = [([a for a, _ in g], [b for _, b in g]) for g in grids]
+    batched = build_tables(spec, lists)
+    assert len(batched) == len(lists)
+    for (n_p, n_d), table in zip(lists, batched, strict=True):
+        clear_cache()
+        alone = build_table(spec, n_p, n_d)
+        assert table.key == alone.key
+        assert repr(table.result.coefficients) == repr(alone.result.coefficients)  # nan
+        for x, y in zip(_table_arrays(table), _table_arrays(alone), strict=True):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)  # NaN where NaN, every other bit equal
+    clear_cache()
+    first = build_tables(spec, lists)
+    again = build_tables(spec, lists)  # cached: the same objects
+    assert all(a is b for a, b in zip(again, first, strict=True))
