@@ -68,10 +68,7 @@ def test_shed_answers_the_settings_records_the_event_and_replans(client: TestCli
     # the answer is the fast response of the site as stored, for the plan's counts
     site = client.get(f"/v1/sites/{site_id}").json()
     body = _stored_request(client, site_id)
-    running = [
-        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
-        for d in body["deployments"]
-    ]
+    running = _running(body, period)
     ref = fast_response(problem_from_dict(body), 1, running, target_kw * 1000.0)
     assert doc["cost_usd_per_h"] == pytest.approx(ref.cost_usd_per_h, rel=1e-9)
     assert doc["site_power_w"] == pytest.approx(ref.site_power_w, rel=1e-9)
@@ -136,6 +133,14 @@ def _stored_request(client: TestClient, site_id: str) -> dict[str, Any]:
     return request_of({k: v for k, v in site.items() if k not in drop})
 
 
+def _running(body: dict[str, Any], period: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (n_p, n_d) a plan's ``period`` runs, in the order of the request's deployments."""
+    return [
+        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
+        for d in body["deployments"]
+    ]
+
+
 def test_an_event_capping_now_answers_the_settings_at_once(client: TestClient) -> None:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     start = (now - timedelta(minutes=30)).isoformat()  # the clock is in period 0
@@ -151,10 +156,7 @@ def test_an_event_capping_now_answers_the_settings_at_once(client: TestClient) -
     assert imm["period"] == 0 and imm["plan_id"] == plan["plan_id"]
     assert imm["met"] and imm["site_power_w"] <= cap_kw * 1000.0 * (1 + 1e-7)
     body = _stored_request(client, site_id)
-    running = [
-        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
-        for d in body["deployments"]
-    ]
+    running = _running(body, period)
     ref = fast_response(problem_from_dict(body), 0, running, cap_kw * 1000.0)
     assert imm["cost_usd_per_h"] == pytest.approx(ref.cost_usd_per_h, rel=1e-9)
     for d, name in zip(ref.deployments, [d["name"] for d in body["deployments"]], strict=True):
@@ -179,10 +181,7 @@ def test_the_tables_of_the_running_counts_are_built_ahead(client: TestClient) ->
     plan = client.post(f"/v1/sites/{site_id}/plan").json()
     body = _stored_request(client, site_id)
     period = plan["schedule"]["periods"][0]
-    running = [
-        (period["deployments"][d["name"]]["n_p"], period["deployments"][d["name"]]["n_d"])
-        for d in body["deployments"]
-    ]
+    running = _running(body, period)
     settings: Settings = client.app.state.settings  # type: ignore[attr-defined]
     host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
     problem = problem_from_dict(body, host)  # as the server reads the site
