@@ -14,7 +14,8 @@ from model.pareto import front_indices, max_capacity_index, min_power_index
 
 PREFILL = ["1980MHz", "1500MHz", "550W"]
 DECODE = ["1980MHz", "1200MHz", "500W"]
-NAMES = {
+#: what a configuration or report with settings adds (docs/clocks.md)
+SETTING_KEYS = {
     "prefill_setting",
     "decode_setting",
     "prefill_clock_mhz",
@@ -30,7 +31,7 @@ def spec():
 
 
 def _strip(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in NAMES}
+    return {k: v for k, v in record.items() if k not in SETTING_KEYS}
 
 
 def test_default_front_is_the_full_clock_front_number_for_number(spec):
@@ -40,7 +41,7 @@ def test_default_front_is_the_full_clock_front_number_for_number(spec):
     r = evaluate(spec, n_p, n_d)
     assert plain["configs"] == [r.record(i) for i in range(len(r))]
     assert plain["front"] == [r.record(int(i)) for i in front_indices(r.capacity_rps, r.power_w)]
-    assert "prefill_settings" not in plain and not NAMES & set(plain["front"][0])
+    assert "prefill_settings" not in plain and not SETTING_KEYS & set(plain["front"][0])
     # the single full-clock setting, named: the same numbers, bit for bit, plus the names
     named = front_report(
         spec, 16, required_rps=20.0, budget_w=5000.0,

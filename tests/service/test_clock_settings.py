@@ -7,19 +7,12 @@ from __future__ import annotations
 import pytest
 
 from service.cli.app import main
+from tests.model.test_front_settings import SETTING_KEYS
 from tests.service.conftest import small_schedule
 from tests.service.test_cli_core import QWEN3_32B_H200 as BASE
 from tests.service.test_cli_core import run_json
 
 BODY = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", "n_p": 3, "n_d": 1}
-SETTING_KEYS = {
-    "prefill_setting",
-    "decode_setting",
-    "prefill_clock_mhz",
-    "decode_clock_mhz",
-    "prefill_draw_w",
-    "decode_draw_w",
-}
 
 
 def test_cli_capacity_with_settings(capsys):

@@ -23,6 +23,8 @@ PUE, IDLE_W = 1.2, 120.0  # small_schedule's site
 FULL_MHZ, MAX_LIMIT_W = 1980.0, 700.0
 PREFILL = ["1980MHz", "1185MHz", "450W"]
 DECODE = ["500W", "600W"]  # every decode choice is a power limit
+#: what every target names, in the order of the CSV's first columns
+TARGET_FIELDS = ["deployment", "period", "start", "end", "num_prefill", "num_decode"]
 
 
 @pytest.fixture
@@ -118,26 +120,8 @@ def test_targets_without_settings_name_none(client: TestClient) -> None:
     site_id, plan = planned(client, settings=False)
     doc = client.get(f"/v1/sites/{site_id}/targets").json()
     for t in doc["targets"]:
-        assert set(t) == {
-            "deployment",
-            "period",
-            "start",
-            "end",
-            "num_prefill",
-            "num_decode",
-            "replicas",
-            "gpus",
-        }
+        assert set(t) == {*TARGET_FIELDS, "replicas", "gpus"}
     assert [p["power_cap_w"] for p in doc["periods"]] == [20_000, 2_600, 2_400, 20_000]
     text = client.get(f"/v1/sites/{site_id}/targets", params={"format": "csv"}).text
     header = text.splitlines()[0].split(",")
-    assert header == [
-        "deployment",
-        "period",
-        "start",
-        "end",
-        "num_prefill",
-        "num_decode",
-        "gpus",
-        "total_gpu_power_limit_w",
-    ]
+    assert header == [*TARGET_FIELDS, "gpus", "total_gpu_power_limit_w"]
