@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -275,6 +275,43 @@ def _setting_arg(text: str, spec: DeploymentSpec) -> str | None:
     """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
     clocks = spec.gpu_clocks()
     return None if clocks is None or text == clocks.full_clock else text
+
+
+class FrontQuestion(Protocol):
+    """What a front is asked for: ``pdwatt front``'s options, the HTTP front request."""
+
+    @property
+    def max_gpus(self) -> int: ...
+    @property
+    def required_rps(self) -> float | None: ...
+    @property
+    def headroom(self) -> float: ...
+    @property
+    def budget_w(self) -> float | None: ...
+    @property
+    def prefill_settings(self) -> Sequence[str] | None: ...
+    @property
+    def decode_settings(self) -> Sequence[str] | None: ...
+
+
+def front_of(
+    spec: DeploymentSpec, q: FrontQuestion, overridden: bool, slo_field: str | None
+) -> dict[str, Any]:
+    """:func:`front_report` of ``q``. ``slo_field`` names the field that gave latency
+    targets, if any: they are checked at the full clock only, so searching settings
+    with them is an input error naming that field."""
+    if slo_field is not None and (q.prefill_settings is not None or q.decode_settings is not None):
+        raise InputError(slo_field, "latency targets are checked at the full clock only: drop one")
+    return front_report(
+        spec,
+        q.max_gpus,
+        q.required_rps,
+        q.headroom,
+        q.budget_w,
+        overridden=overridden,
+        prefill_settings=q.prefill_settings,
+        decode_settings=q.decode_settings,
+    )
 
 
 def front_report(

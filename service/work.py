@@ -11,7 +11,7 @@ from typing import Any
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings
 from model.errors import InputError
-from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+from model.operations import SpecRequest, capacity_report, front_of, resolve_spec
 from model.simulator import resolve_samples
 from model.slo import SloTargets, slo_restricted_front
 from service.schemas import CapacityRequest, FrontRequest, SpecFields
@@ -44,20 +44,8 @@ def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]
 def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
     """The front, restricted to ``req.slo``'s latency targets when it has them (by the
     analytic p99s alone: no simulation runs in a request)."""
-    searched = req.prefill_settings is not None or req.decode_settings is not None
-    if searched and req.slo is not None:
-        raise InputError("slo", "latency targets are checked at the full clock only: drop one")
     spec, ov = _spec(req, kernels)
-    rep = front_report(
-        spec,
-        req.max_gpus,
-        req.required_rps,
-        req.headroom,
-        req.budget_w,
-        overridden=ov,
-        prefill_settings=req.prefill_settings,
-        decode_settings=req.decode_settings,
-    )
+    rep = front_of(spec, req, ov, None if req.slo is None else "slo")
     if req.slo is None:
         return rep
     slo = req.slo

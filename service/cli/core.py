@@ -7,8 +7,7 @@ import argparse
 from typing import Any
 
 from model.capacity import settings_record, with_settings
-from model.errors import InputError
-from model.operations import capacity_report, front_report
+from model.operations import capacity_report, front_of
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
 
@@ -69,22 +68,9 @@ def _setting_list(text: str) -> list[str]:
 
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
-    searched = a.prefill_settings is not None or a.decode_settings is not None
-    if searched and (a.ttft_p99 is not None or a.tpot_p99 is not None):
-        raise InputError(
-            "prefill_settings", "latency targets are checked at the full clock only: drop one"
-        )
+    slo_given = a.ttft_p99 is not None or a.tpot_p99 is not None
     spec, overridden = spec_from_args(a)
-    rep = front_report(
-        spec,
-        a.max_gpus,
-        a.required_rps,
-        a.headroom,
-        a.budget_w,
-        overridden=overridden,
-        prefill_settings=a.prefill_settings,
-        decode_settings=a.decode_settings,
-    )
+    rep = front_of(spec, a, overridden, "prefill_settings" if slo_given else None)
     rep = simulate.apply_slo(rep, a)
     if a.plot:
         from service.charts import front_chart
