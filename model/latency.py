@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -513,37 +512,32 @@ def analytic_slo_front(
     analytic TTFT is optimistic: ``fallback`` (a simulation, given by the caller)
     decides those configurations instead, and the analytic figures stay beside its
     verdict."""
-    from model.pareto import check_slo_targets, restrict_front
+    from model.pareto import check_slo_targets, restrict_to_slo
 
     check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
     li, lo = _lengths(l_in, l_out)
-    check = partial(
+
+    def fields(checked: int, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+        simulated = sum(1 for v in verdicts if v["simulated"])
+        return {"method": "analytic", "checked": checked, "simulated": simulated}
+
+    rule = (
+        "analytic p99 TTFT and TPOT at at_load x capacity (docs/latency.md); where "
+        "admission waits for KV pool memory matter (admission_bound) the analytic "
+        "TTFT is optimistic and "
+        + ("a simulation decides" if fallback is not None else "it is used anyway")
+        + "; configurations never checked are dominated by ones that meet the targets"
+    )
+    return restrict_to_slo(
+        report,
         analytic_slo_check,
+        map_checks,
+        (ttft_p99_s, tpot_p99_s),
+        at_load,
+        fields,
+        rule,
         c=c,
         l_in=li,
         l_out=lo,
-        targets=(ttft_p99_s, tpot_p99_s),
-        at_load=at_load,
         fallback=fallback,
     )
-    out, checked = restrict_front(report, check, map_checks)
-    verdicts = [cfg["slo"] for cfg in out["configs"] if cfg["slo"]["checked"]]
-    failing = sum(1 for v in verdicts if not v["meets"])
-    out["slo"] = {
-        "ttft_p99_s": ttft_p99_s,
-        "tpot_p99_s": tpot_p99_s,
-        "at_load": at_load,
-        "method": "analytic",
-        "checked": checked,
-        "simulated": sum(1 for v in verdicts if v["simulated"]),
-        "meeting": checked - failing,
-        "failing": failing,
-        "rule": (
-            "analytic p99 TTFT and TPOT at at_load x capacity (docs/latency.md); where "
-            "admission waits for KV pool memory matter (admission_bound) the analytic "
-            "TTFT is optimistic and "
-            + ("a simulation decides" if fallback is not None else "it is used anyway")
-            + "; configurations never checked are dominated by ones that meet the targets"
-        ),
-    }
-    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -213,6 +214,37 @@ def restrict_front(
         sel["config"] = None if j is None else configs[int(front[j])]
         out["max_capacity_under_budget"] = sel
     return out, len(verdict)
+
+
+def restrict_to_slo(
+    report: dict[str, Any],
+    slo_check: Callable[..., dict[str, Any]],
+    map_checks: CheckMap,
+    targets: tuple[float | None, float | None],
+    at_load: float,
+    fields: Callable[[int, list[dict[str, Any]]], dict[str, Any]],
+    rule: str,
+    **context: Any,
+) -> dict[str, Any]:
+    """:func:`restrict_front` by latency targets ``(ttft_p99_s, tpot_p99_s)``: each
+    configuration is judged by ``slo_check(config, targets=, at_load=, **context)``. The
+    report's ``slo`` summary gives the targets and ``at_load``, ``fields(checked,
+    verdicts)`` (the verdicts of the configurations checked), how many of those meet the
+    targets and how many fail, and the ``rule`` that decided."""
+    check = partial(slo_check, targets=targets, at_load=at_load, **context)
+    out, checked = restrict_front(report, check, map_checks)
+    verdicts = [c["slo"] for c in out["configs"] if c["slo"]["checked"]]
+    failing = sum(1 for v in verdicts if not v["meets"])
+    out["slo"] = {
+        "ttft_p99_s": targets[0],
+        "tpot_p99_s": targets[1],
+        "at_load": at_load,
+        **fields(checked, verdicts),
+        "meeting": checked - failing,
+        "failing": failing,
+        "rule": rule,
+    }
+    return out
 
 
 def check_slo_targets(ttft_p99_s: float | None, tpot_p99_s: float | None, at_load: float) -> None:

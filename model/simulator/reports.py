@@ -4,7 +4,6 @@ service print.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -296,36 +295,29 @@ def slo_front(
     (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
     ``map_checks`` runs each round's simulations (:func:`model.pareto.restrict_front`).
     """
-    from model.pareto import check_slo_targets, restrict_front
+    from model.pareto import check_slo_targets, restrict_to_slo
 
     check_slo_targets(ttft_p99_s, tpot_p99_s, at_load)
-    check = functools.partial(
+
+    def fields(checked: int, _verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"seeds": seeds, "requests_per_seed": requests, "simulated": checked}
+
+    rule = (
+        "simulated at at_load x capacity with Poisson arrivals; meets = stable "
+        f"(completions >= {STABLE_SHARE:g} x arrivals) and p99 within the targets; "
+        "configurations never simulated are dominated by ones that meet the targets"
+    )
+    return restrict_to_slo(
+        dict(report),
         simulated_slo_check,
+        map_checks,
+        (ttft_p99_s, tpot_p99_s),
+        at_load,
+        fields,
+        rule,
         timing=timing,
         samples=samples,
-        targets=(ttft_p99_s, tpot_p99_s),
-        at_load=at_load,
         seeds=seeds,
         requests=requests,
         dispatch=dispatch,
     )
-
-    out, checked = restrict_front(dict(report), check, map_checks)
-    verdict = [c["slo"] for c in out["configs"] if c["slo"]["checked"]]
-    failing = sum(1 for v in verdict if not v["meets"])
-    out["slo"] = {
-        "ttft_p99_s": ttft_p99_s,
-        "tpot_p99_s": tpot_p99_s,
-        "at_load": at_load,
-        "seeds": seeds,
-        "requests_per_seed": requests,
-        "simulated": checked,
-        "meeting": checked - failing,
-        "failing": failing,
-        "rule": (
-            "simulated at at_load x capacity with Poisson arrivals; meets = stable "
-            f"(completions >= {STABLE_SHARE:g} x arrivals) and p99 within the targets; "
-            "configurations never simulated are dominated by ones that meet the targets"
-        ),
-    }
-    return out
