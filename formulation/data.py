@@ -348,21 +348,19 @@ def dominated_options(cap: FloatArray, bl: FloatArray, bp: FloatArray) -> NDArra
     whatever ``b`` serves, on the same GPUs, for no more power, so dropping ``b`` loses
     no schedule."""
     n_opt = cap.shape[0]
-
-    def dom(a: int, b: int) -> NDArray[np.bool_]:
-        pts = np.concatenate([bl[a], bl[b]], axis=1)
-        pts = np.minimum(np.nan_to_num(pts, nan=0.0), cap[b][:, None])
-        lower = _pw_at(bl[a], bp[a], pts) <= _pw_at(bl[b], bp[b], pts)
-        return np.asarray((cap[a] >= cap[b]) & lower.all(axis=1))
-
-    # each ordered pair once: the rule below reads (a, b) and (b, a)
-    pair = {(a, b): dom(a, b) for a in range(n_opt) for b in range(n_opt) if a != b}
-    out = np.zeros(cap.shape, dtype=bool)
-    for b in range(n_opt):
-        for a in range(n_opt):
-            if a != b:
-                out[b] |= pair[a, b] & ((a < b) | ~pair[b, a])
-    return out
+    # pair[a, b]: a dominates b (each a against every b at once, (O, n) per a)
+    pair = np.zeros((n_opt, *cap.shape), dtype=bool)
+    at_b = np.nan_to_num(bl, nan=0.0)  # (O, n, 4): b's breakpoints, absent ones at 0
+    for a in range(n_opt):
+        pts = np.concatenate([np.broadcast_to(np.nan_to_num(bl[a], nan=0.0), bl.shape), at_b], 2)
+        pts = np.minimum(pts, cap[:, :, None])  # up to each b's capacity
+        lower = _pw_at(bl[a], bp[a], pts) <= _piecewise(bl[:, :, None, :], bp[:, :, None, :], pts)
+        pair[a] = (cap[a][None, :] >= cap) & lower.all(axis=2)
+    ab = np.arange(n_opt)
+    first = (ab[:, None] < ab[None, :])[:, :, None]  # a listed before b
+    beaten = pair & (first | ~pair.transpose(1, 0, 2))
+    beaten[ab, ab] = False  # an option does not dominate itself
+    return np.asarray(beaten.any(axis=0))
 
 
 def lower_up_to(
