@@ -606,7 +606,9 @@ def _deployment(
     return data
 
 
-def _specs(p: ScheduleProblem) -> list[DeploymentSpec]:
+def deployment_specs(p: ScheduleProblem) -> list[DeploymentSpec]:
+    """Each deployment's resolved spec (its GPU's clock data among it); an input error
+    names ``deployments[i].<field>``."""
     return [_spec(i, d, p) for i, d in enumerate(p.deployments)]
 
 
@@ -622,7 +624,7 @@ def check_memory(
     """The estimated memory of solving ``p``; InputError naming the deployment's
     ``max_gpus`` when it exceeds ``p.host.memory_budget_mb``, or the setting a GPU does
     not take (``deployments[i].settings.prefill[j]``). Builds no table."""
-    specs = _specs(p) if specs is None else specs
+    specs = deployment_specs(p) if specs is None else specs
     for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True)):
         setting_lists(i, d, s)
     counts = [
@@ -635,7 +637,7 @@ def check_memory(
 def build_data(p: ScheduleProblem) -> ScheduleData:
     """Validate ``p`` and compute every table it needs (cached by the core)."""
     validate(p)
-    specs = _specs(p)
+    specs = deployment_specs(p)
     check_memory(p, specs)  # before any table is built
     ready = _batched_tables(p, specs)
     deps = tuple(

@@ -39,16 +39,24 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from formulation.data import ScheduleData, build_data, take_periods
-from formulation.problem import ScheduleProblem, SolverOptions
+from formulation.data import (
+    ScheduleData,
+    build_data,
+    deployment_specs,
+    setting_lists,
+    take_periods,
+)
+from formulation.problem import ScheduleProblem, SolverOptions, validate
 from formulation.solve import InfeasibleError, solve
 from formulation.subproblems.period import pool_can_bind, solve_period
+from model.capacity import DeploymentSpec
 from model.errors import InputError
 
 
@@ -153,13 +161,16 @@ def _period(problem: ScheduleProblem, t: int) -> None:
         raise InputError("period", f"must be in 0..{problem.n_periods - 1}, got {t}")
 
 
-def offered(data: ScheduleData) -> list[tuple[tuple[str, ...], tuple[str, ...]] | None]:
-    """Per deployment of ``data``: the settings the fast response chooses among, per
-    phase: those it lists, or its GPU's default offer when it lists none, with the full
-    clock always among them (None: a GPU without clock data, the full clock only)."""
+def offered(
+    problem: ScheduleProblem, specs: Sequence[DeploymentSpec]
+) -> list[tuple[tuple[str, ...], tuple[str, ...]] | None]:
+    """Per deployment of ``problem`` (``specs``: their resolved specs): the settings the
+    fast response chooses among, per phase: those it lists, or its GPU's default offer
+    when it lists none, with the full clock always among them (None: a GPU without clock
+    data, the full clock only)."""
     out: list[tuple[tuple[str, ...], tuple[str, ...]] | None] = []
-    for d, listed in zip(data.deployments, data.problem.deployments, strict=True):
-        clocks = d.spec.gpu_clocks()
+    for spec, listed in zip(specs, problem.deployments, strict=True):
+        clocks = spec.gpu_clocks()
         if clocks is None:
             out.append(None)
             continue
@@ -201,6 +212,20 @@ def _key(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> str:
 _BOUNDS = re.compile(r"^deployments\[(\d+)\]\.(?:max_gpus|initial|max_n_p|max_n_d)")
 
 
+@contextmanager
+def _counts_named(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> Iterator[None]:
+    """Counts the deployment's bounds or max_gpus do not allow: an input error naming
+    ``running.<deployment>``."""
+    try:
+        yield
+    except InputError as e:
+        m = _BOUNDS.match(e.field)
+        if m is None:
+            raise
+        name = problem.deployments[int(m.group(1))].name
+        raise InputError(f"running.{name}", f"{running[int(m.group(1))]}: {e.reason}") from e
+
+
 def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> ScheduleData:
     """The tables of the fast response over the whole horizon: each deployment at its
     running counts only, at every setting pair :func:`offered` gives (kept for the next
@@ -211,15 +236,14 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    try:
-        plain = build_data(fixed_counts(problem, running))
-    except InputError as e:  # counts the deployment's bounds or max_gpus do not allow
-        m = _BOUNDS.match(e.field)
-        if m is None:
-            raise
-        name = problem.deployments[int(m.group(1))].name
-        raise InputError(f"running.{name}", f"{running[int(m.group(1))]}: {e.reason}") from e
-    data = build_data(fixed_counts(problem, running, offered(plain)))
+    plain = fixed_counts(problem, running)
+    with _counts_named(problem, running):
+        validate(plain)  # the counts against the bounds, before any spec is resolved
+    specs = deployment_specs(plain)
+    for i, (d, spec) in enumerate(zip(plain.deployments, specs, strict=True)):
+        setting_lists(i, d, spec)  # the listed settings, named as the schedule names them
+    with _counts_named(problem, running):
+        data = build_data(fixed_counts(problem, running, offered(plain, specs)))
     with _lock:
         _CACHE[key] = data
         while len(_CACHE) > _CACHE_SIZE:
