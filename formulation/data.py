@@ -634,10 +634,12 @@ def check_memory(
     return memory.check(p.n_periods, counts, p.host.memory_budget_mb)
 
 
-def build_data(p: ScheduleProblem) -> ScheduleData:
-    """Validate ``p`` and compute every table it needs (cached by the core)."""
+def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> ScheduleData:
+    """Validate ``p`` and compute every table it needs (cached by the core). ``specs``:
+    :func:`deployment_specs` of ``p`` when the caller has them (they depend on neither
+    the counts nor the settings)."""
     validate(p)
-    specs = deployment_specs(p)
+    specs = deployment_specs(p) if specs is None else specs
     check_memory(p, specs)  # before any table is built
     ready = _batched_tables(p, specs)
     deps = tuple(

@@ -243,7 +243,7 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
     for i, (d, spec) in enumerate(zip(plain.deployments, specs, strict=True)):
         setting_lists(i, d, spec)  # the listed settings, named as the schedule names them
     with _counts_named(problem, running):
-        data = build_data(fixed_counts(problem, running, offered(plain, specs)))
+        data = build_data(fixed_counts(problem, running, offered(plain, specs)), specs)
     with _lock:
         _CACHE[key] = data
         while len(_CACHE) > _CACHE_SIZE:
