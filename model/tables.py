@@ -124,32 +124,18 @@ _lock = threading.Lock()
 
 def build_table(spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike) -> ConfigTable:
     """The table for the candidates ``(n_p[i], n_d[i])``; cached by :func:`table_key`."""
-    key = table_key(spec, n_p, n_d)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit
-    result = evaluate(spec, n_p, n_d)
-    loads, powers, count, prefill = _breakpoints(result)
-    table = ConfigTable(key, result, loads, powers, count, prefill)
-    with _lock:
-        _cache[key] = table
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return table
+    return build_tables(spec, [(n_p, n_d)])[0]
 
 
 def build_tables(
     spec: DeploymentSpec, grids: Sequence[tuple[ArrayLike, ArrayLike]]
 ) -> list[ConfigTable]:
-    """:func:`build_table` of each candidate list ``grids[j] = (n_p, n_d)`` of one
-    spec, the ones not cached evaluated in one pass over their concatenation, each list
-    a group of :func:`~model.capacity.evaluate` (elementwise arrays, the batch root
-    found row by row, shared within a list only), so each table's rows are those
-    :func:`build_table` gives,
-    at the fixed cost of one evaluation instead of one per list (``root_passes`` is the
-    pass's). Repeated lists share one table."""
+    """:func:`build_table` of each candidate list ``grids[j] = (n_p, n_d)`` of one spec.
+    The lists not cached are evaluated in one pass over their concatenation, each list a
+    group of :func:`~model.capacity.evaluate` (the batch root is shared within a list
+    only), so each table's rows are those the list gives alone, at the fixed cost of one
+    evaluation instead of one per list (``root_passes`` is the pass's). Repeated lists
+    share one table."""
     described = _described(spec)
     keys = [_key(described, n_p, n_d) for n_p, n_d in grids]
     out: dict[str, ConfigTable] = {}
@@ -169,7 +155,7 @@ def build_tables(
             spec,
             np.concatenate([p.ravel() for p, _ in todo.values()]),
             np.concatenate([d.ravel() for _, d in todo.values()]),
-            groups=np.repeat(np.arange(len(sizes)), sizes),
+            groups=None if len(sizes) == 1 else np.repeat(np.arange(len(sizes)), sizes),
         )
         loads, powers, count, prefill = _breakpoints(result)
         ends = np.cumsum([0, *sizes])
