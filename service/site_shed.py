@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
-from formulation.whatif.shed import fast_response, next_boundary, settings_data
+from formulation.whatif.shed import CACHE_SIZE, fast_response, next_boundary, settings_data
 from model.errors import InputError
 from service.jobs import JobStore
 from service.openadr import OadrEvent, event_to_signals
@@ -168,9 +168,17 @@ def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
 
 
 def warm_sites(store: Store, settings: Settings, now: datetime) -> int:
-    """:func:`warm` every site whose latest plan covers ``now``; how many were."""
+    """:func:`warm` the sites whose latest plan covers ``now``, as many as the fast
+    response keeps tables of (:data:`~formulation.whatif.shed.CACHE_SIZE`: warming more
+    would drop the first ones' tables and build them again at every check); how many
+    were."""
     done = 0
     for summary in store.list_sites():
+        if done >= CACHE_SIZE:
+            log.info(
+                "shed tables kept for %d sites only; the others build on their first shed", done
+            )
+            break
         try:
             site = store.get_site(summary["id"])
         except SiteNotFound:  # deleted meanwhile

@@ -197,7 +197,7 @@ def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
 #: the tables of the last few (site, running counts) asked about: a shed answers from
 #: them in a fraction of the time their capacity model takes
 _CACHE: OrderedDict[str, ScheduleData] = OrderedDict()
-_CACHE_SIZE = 16
+CACHE_SIZE = 16
 _lock = threading.Lock()
 
 
@@ -246,7 +246,7 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
         data = build_data(fixed_counts(problem, running, offered(plain, specs)), specs)
     with _lock:
         _CACHE[key] = data
-        while len(_CACHE) > _CACHE_SIZE:
+        while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
     return data
 
