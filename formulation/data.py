@@ -110,9 +110,7 @@ class DeploymentData:
         piecewise-linear, vectorised (``k`` and ``s`` broadcast): the power at zero load
         plus each segment's slope times the part of ``s`` that falls in it (flat beyond
         capacity)."""
-        k_arr, s_arr = np.broadcast_arrays(
-            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
-        )
+        k_arr, s_arr = _indexed(k, load_rps)
         return _piecewise(self.bp_load_rps[k_arr], self.bp_power_w[k_arr], s_arr)
 
     def phase_power_w(
@@ -121,9 +119,7 @@ class DeploymentData:
         """The prefill and the decode instances' parts of :meth:`power_w` (same
         arguments): each phase's power is linear between the same breakpoints, so the
         prefill part interpolates exactly like the whole; the decode part is the rest."""
-        k_arr, s_arr = np.broadcast_arrays(
-            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(load_rps, dtype=float)
-        )
+        k_arr, s_arr = _indexed(k, load_rps)
         prefill = _piecewise(self.bp_load_rps[k_arr], self.bp_prefill_power_w[k_arr], s_arr)
         return prefill, self.power_w(k, load_rps) - prefill
 
@@ -142,9 +138,7 @@ class DeploymentData:
     def max_load_within(self, k: int | IntArray, budget_w: float | FloatArray) -> FloatArray:
         """Largest load ``s`` with ``P_k(s) <= budget_w`` (before clipping to ``smax``);
         -1 where even zero load exceeds the budget. Vectorised like :meth:`power_w`."""
-        k_arr, b = np.broadcast_arrays(
-            np.atleast_1d(np.asarray(k, dtype=np.int64)), np.asarray(budget_w, dtype=float)
-        )
+        k_arr, b = _indexed(k, budget_w)
         xs = self.bp_load_rps[k_arr]
         ys = self.bp_power_w[k_arr]
         out = np.where(b >= ys[..., 0], 0.0, -1.0)
@@ -313,6 +307,17 @@ def _spec_text(text: str, spec: DeploymentSpec) -> str | None:
     """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
     clocks = spec.gpu_clocks()
     return None if clocks is None or text == clocks.full_clock else text
+
+
+def _indexed(k: int | IntArray, x: float | FloatArray) -> tuple[IntArray, FloatArray]:
+    """``k`` as candidate indices and ``x`` as floats, not broadcast against each other:
+    the breakpoints are taken once per index (``k``'s shape, (..., 4)) and broadcast
+    against ``x`` segment by segment, instead of copied for every element of the
+    broadcast shape ((T, K, 4) for a (T, K) load against (K,) candidates)."""
+    k_arr = np.atleast_1d(np.asarray(k, dtype=np.int64))
+    x_arr = np.asarray(x, dtype=float)
+    np.broadcast_shapes(k_arr.shape, x_arr.shape)  # the shapes must still broadcast
+    return k_arr, x_arr
 
 
 def _piecewise(xs: FloatArray, ys: FloatArray, s: FloatArray) -> FloatArray:
