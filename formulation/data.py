@@ -408,21 +408,24 @@ def period_dominated(
     group = np.repeat(np.arange(starts.size), sizes)
     first, size = starts[group], sizes[group]
     pos = np.arange(k_count) - first
-    out = np.broadcast_to(np.arange(k_count, dtype=np.int32), (t_count, k_count)).copy()
-    k_all = np.arange(k_count)
+    # candidate-major (K, T): each comparison gathers whole rows
+    out = np.broadcast_to(np.arange(k_count, dtype=np.int32)[:, None], (k_count, t_count)).copy()
+    smax_kt = np.ascontiguousarray(smax.T)
     for j in range(int(sizes.max())):
-        has = (j < size) & (j != pos)
-        if not has.any():
+        # the candidates k whose configuration has a j-th pair a other than k itself
+        # (only those are compared: a configuration keeps a few of its pairs)
+        k = np.flatnonzero((j < size) & (j != pos))
+        if k.size == 0:
             continue
-        a = np.where(has, first + j, k_all)
-        x_ak = lower_up_to(bl[a], bp[a], bl, bp)  # a no higher than k up to x_ak
-        x_ka = lower_up_to(bl, bp, bl[a], bp[a])
-        s_a, s_k = smax[:, a], smax
-        ak = (s_a >= s_k) & (s_k <= x_ak[None, :])
-        ka = (s_k >= s_a) & (s_a <= x_ka[None, :])
-        hit = has[None, :] & ak & ((j < pos)[None, :] | ~ka)
-        out = np.where(hit, a[None, :].astype(np.int32), out)
-    return out
+        a = first[k] + j
+        x_ak = lower_up_to(bl[a], bp[a], bl[k], bp[k])  # a no higher than k up to x_ak
+        x_ka = lower_up_to(bl[k], bp[k], bl[a], bp[a])
+        s_a, s_k = smax_kt[a], smax_kt[k]
+        ak = (s_a >= s_k) & (s_k <= x_ak[:, None])
+        ka = (s_k >= s_a) & (s_a <= x_ka[:, None])
+        hit = ak & ((j < pos[k])[:, None] | ~ka)
+        out[k] = np.where(hit, a[:, None].astype(np.int32), out[k])
+    return np.ascontiguousarray(out.T)
 
 
 def undominated(data: ScheduleData, config: IntArray) -> IntArray:
