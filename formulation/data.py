@@ -21,9 +21,9 @@ from numpy.typing import NDArray
 from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
 from model.capacity import Coefficients, DeploymentSpec, with_settings
-from model.clocks import parse_setting
+from model.clocks import named_settings
 from model.errors import InputError, PdwattError
-from model.operations import SpecRequest, resolve_spec
+from model.operations import SpecRequest, resolve_spec, setting_arg
 from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]
@@ -290,23 +290,11 @@ def setting_lists(
     if d.prefill_settings is None and d.decode_settings is None:
         return None
     clocks = spec.gpu_clocks()
-    full = clocks.full_clock if clocks is not None else "default"
-    out = []
-    for phase, texts in (("prefill", d.prefill_settings), ("decode", d.decode_settings)):
-        seen: list[str] = []
-        for j, text in enumerate(texts or ("default",)):
-            s = parse_setting(text, clocks, f"deployments[{i}].settings.{phase}[{j}]")
-            name = full if s is None else s.text
-            if name not in seen:
-                seen.append(name)
-        out.append(tuple(seen))
-    return out[0], out[1]
-
-
-def _spec_text(text: str, spec: DeploymentSpec) -> str | None:
-    """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
-    clocks = spec.gpu_clocks()
-    return None if clocks is None or text == clocks.full_clock else text
+    pre, dec = (
+        named_settings(texts or ("default",), clocks, f"deployments[{i}].settings.{phase}")
+        for phase, texts in (("prefill", d.prefill_settings), ("decode", d.decode_settings))
+    )
+    return pre, dec
 
 
 def _indexed(k: int | IntArray, x: float | FloatArray) -> tuple[IntArray, FloatArray]:
@@ -491,7 +479,7 @@ def _tables(
     tables = [] if ready is None else ready
     for sp, sd in pairs if ready is None else ():
         try:
-            s = with_settings(spec, _spec_text(sp, spec), _spec_text(sd, spec))
+            s = with_settings(spec, setting_arg(sp, spec), setting_arg(sd, spec))
             tables.append(build_table(s, cp, cd))
         except InputError as e:
             raise InputError(f"deployments[{i}].settings", f"{sp}/{sd}: {e.reason}") from e
@@ -544,8 +532,8 @@ def _shared_tables(
         for o, (sp, sd) in enumerate(pairs):
             key = (
                 base,
-                None if sp is None else _spec_text(sp, spec),
-                None if sd is None else _spec_text(sd, spec),
+                None if sp is None else setting_arg(sp, spec),
+                None if sd is None else setting_arg(sd, spec),
             )
             if key not in jobs:
                 jobs[key] = spec if lists is None else with_settings(spec, key[1], key[2])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from model.errors import InputError
@@ -143,6 +143,20 @@ def parse_setting(text: object, clocks: GpuClocks | None, field: str) -> Setting
             f"{value:g} {unit} is outside the {what}s {clocks.gpu} supports, {lo:g}-{hi:g} {unit}",
         )
     return Setting(kind, value)
+
+
+def named_settings(texts: Sequence[str], clocks: GpuClocks | None, field: str) -> tuple[str, ...]:
+    """Each of ``texts`` checked by :func:`parse_setting` (an error names
+    ``field[j]``) and written as this module writes it: the full clock as the GPU's full
+    clock (``"default"`` on a GPU without clock data); repeats dropped, order kept."""
+    full = clocks.full_clock if clocks is not None else "default"
+    seen: list[str] = []
+    for j, text in enumerate(texts):
+        s = parse_setting(text, clocks, f"{field}[{j}]")
+        name = full if s is None else s.text
+        if name not in seen:
+            seen.append(name)
+    return tuple(seen)
 
 
 def power_factor(

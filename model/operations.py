@@ -34,7 +34,7 @@ from model.catalog import (
     load_gpu,
     load_model,
 )
-from model.clocks import parse_setting
+from model.clocks import named_settings
 from model.engine import (
     EngineCalibration,
     KernelSource,
@@ -259,19 +259,14 @@ def front_settings(
         field_name = f"{phase}_settings"
         if texts is not None and len(texts) == 0:
             raise InputError(field_name, "give at least one setting (or leave it out)")
-        seen: list[str] = []
-        for j, text in enumerate(texts or ("default",)):
-            s = parse_setting(text, clocks, f"{field_name}[{j}]")
-            if s is None and clocks is None:  # only the default, on a GPU without clock data
-                raise InputError(field_name, "this GPU has no clock data in the catalog")
-            name = clocks.full_clock if s is None else s.text  # type: ignore[union-attr]
-            if name not in seen:
-                seen.append(name)
-        lists.append(tuple(seen))
+        names = named_settings(texts or ("default",), clocks, field_name)
+        if clocks is None:  # only the default, on a GPU without clock data
+            raise InputError(field_name, "this GPU has no clock data in the catalog")
+        lists.append(names)
     return lists[0], lists[1]
 
 
-def _setting_arg(text: str, spec: DeploymentSpec) -> str | None:
+def setting_arg(text: str, spec: DeploymentSpec) -> str | None:
     """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
     clocks = spec.gpu_clocks()
     return None if clocks is None or text == clocks.full_clock else text
@@ -344,7 +339,7 @@ def front_report(
     else:
         configs, results = [], []
         for pair in ((a, b) for a in lists[0] for b in lists[1]):
-            at = with_settings(spec, _setting_arg(pair[0], spec), _setting_arg(pair[1], spec))
+            at = with_settings(spec, setting_arg(pair[0], spec), setting_arg(pair[1], spec))
             r = evaluate(at, n_p, n_d)
             # the settings, each phase's effective clock and draw per GPU at capacity,
             # as `pdwatt capacity` names them (a pair at the full clock included)
