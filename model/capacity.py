@@ -1026,8 +1026,8 @@ def phase_power_w(
     load_rps: ArrayLike,
 ) -> tuple[FloatArray, FloatArray]:
     """The prefill and decode instances' power at a served load: ``n_P p_P(lambda/(n_P
-    mu_P))`` and ``n_D p_D(lambda/(n_D mu_D_max))`` (W), the two terms of
-    :func:`config_power_w`.
+    mu_P))`` and ``n_D p_D(lambda/(n_D mu_D_max))`` (W), whose sum is SPEC 2.6's
+    ``P(n_P, n_D, lambda)``.
 
     ``mu_p_total = n_P mu_P`` and ``mu_d_max_total = n_D mu_D_max`` (req/s); an absent
     phase (``n = 0``) contributes nothing; an infinite ``mu_D_max`` (no decode work)
@@ -1042,20 +1042,6 @@ def phase_power_w(
     pp = instance_power_w(c.p0_prefill_w, c.gamma_prefill_w, c.psat_prefill_w, xp)
     pd = instance_power_w(c.p0_decode_w, c.gamma_decode_w, c.psat_decode_w, xd)
     return npf * pp, ndf * pd
-
-
-def config_power_w(
-    c: Coefficients,
-    n_p: ArrayLike,
-    n_d: ArrayLike,
-    mu_p_total: ArrayLike,
-    mu_d_max_total: ArrayLike,
-    load_rps: ArrayLike,
-) -> FloatArray:
-    """``P(n_P, n_D, lambda) = n_P p_P(lambda/(n_P mu_P)) + n_D p_D(lambda/(n_D mu_D_max))``:
-    the sum of :func:`phase_power_w` (same arguments)."""
-    prefill, decode = phase_power_w(c, n_p, n_d, mu_p_total, mu_d_max_total, load_rps)
-    return prefill + decode
 
 
 def evaluate(
@@ -1119,7 +1105,8 @@ def evaluate(
     load = np.broadcast_to(load, capacity.shape).astype(float)
     if np.any(load < 0) or not np.all(np.isfinite(load)):
         raise InputError("load_rps", "served load must be finite and >= 0")
-    power = config_power_w(c, npf, ndf, prefill_total, decode_max_total, load)
+    prefill_w, decode_w = phase_power_w(c, npf, ndf, prefill_total, decode_max_total, load)
+    power = prefill_w + decode_w
     power_idle = npf * c.p0_prefill_w + ndf * c.p0_decode_w
     power_sat = npf * c.psat_prefill_w + ndf * c.psat_decode_w
     return CapacityResult(

@@ -96,7 +96,7 @@ def _breakpoints(
         safe,
     )
     absent = np.isnan(loads)
-    powers = np.where(absent, np.nan, prefill + decode)  # config_power_w's sum
+    powers = np.where(absent, np.nan, prefill + decode)  # P(n_P, n_D, lambda), SPEC 2.6
     return loads, powers, count, np.where(absent, np.nan, prefill)
 
 
