@@ -400,6 +400,7 @@ class _Clocked:
     a_p: float
     b_p: float
     g: float
+    extra_g: float  # the part of g the decode clock adds
     powers: dict[str, float]
     phases: PhaseClocks
 
@@ -495,10 +496,12 @@ def _apply_settings(
     pp = ramp(*p_ramp, k_p) if prefill is not None else p_ramp
     dp = ramp(*d_ramp, k_d) if decode is not None else d_ramp
     scale_p = f_max / f_p if prefill is not None else 1.0
+    extra = extra_g(f_d) if decode is not None else 0.0
     return _Clocked(
         a_p=a_p * scale_p if prefill is not None else a_p,
         b_p=b_p * scale_p if prefill is not None else b_p,
-        g=g + extra_g(f_d) if decode is not None else g,
+        g=g + extra if decode is not None else g,
+        extra_g=extra,
         powers={
             "p0_prefill_w": pp[0],
             "gamma_prefill_w": pp[1],
@@ -673,6 +676,9 @@ class Coefficients:
     forms: KernelForms | None = None
     # the settings' effect (None: the default full clock, docs/clocks.md)
     phase_clocks: PhaseClocks | None = None
+    # the part of g_s_per_request the decode setting's clock adds, per request and
+    # iteration (model.clocks.decode_extra_g, docs/clocks.md); 0 at the full clock
+    clock_extra_g_s_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -826,6 +832,7 @@ class Coefficients:
             head_e2_tokens2=e2 + (2.0 * e1 + r) * r,
             forms=forms,
             phase_clocks=None if clocked is None else clocked.phases,
+            clock_extra_g_s_per_request=0.0 if clocked is None else clocked.extra_g,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------

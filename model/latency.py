@@ -31,7 +31,7 @@ Pure numerics on plain arrays; the simulator never imports it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from scipy.stats import gamma as gamma_dist
 
 from model.capacity import Coefficients
 from model.errors import InputError
-from model.pareto import CheckMap
+from model.pareto import CheckMap, SettingPair
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -467,7 +467,7 @@ def pool_block_probability(
 
 def analytic_slo_check(
     cfg: dict[str, Any],
-    c: Coefficients,
+    c: Coefficients | Mapping[SettingPair, Coefficients],
     l_in: FloatArray,
     l_out: FloatArray,
     targets: tuple[float | None, float | None],
@@ -475,11 +475,12 @@ def analytic_slo_check(
     fallback: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The verdict of :func:`analytic_slo_front` on one configuration of a front report
-    (a module-level function, so that a process pool can run it)."""
-    from model.pareto import within_targets
+    (a module-level function, so that a process pool can run it), with ``c`` or, given
+    per setting pair, the configuration's pair's coefficients."""
+    from model.pareto import at_setting, within_targets
 
     load = at_load * float(cfg["capacity_rps"])
-    lat = latency_at(c, int(cfg["n_p"]), int(cfg["n_d"]), load, l_in, l_out)
+    lat = latency_at(at_setting(c, cfg), int(cfg["n_p"]), int(cfg["n_d"]), load, l_in, l_out)
     analytic = {
         "simulated": False,
         "load_rps": load,
@@ -495,7 +496,7 @@ def analytic_slo_check(
 
 def analytic_slo_front(
     report: dict[str, Any],
-    c: Coefficients,
+    c: Coefficients | Mapping[SettingPair, Coefficients],
     l_in: ArrayLike,
     l_out: ArrayLike,
     *,
@@ -508,6 +509,8 @@ def analytic_slo_front(
     """A front report restricted to the configurations whose analytic p99 TTFT and TPOT
     at ``at_load`` times their capacity meet the targets (see
     :func:`model.pareto.restrict_front`, which runs the checks through ``map_checks``).
+    A front over GPU settings (docs/clocks.md) gives ``c`` per setting pair: each
+    configuration is checked with its own pair's coefficients.
     Where admission waits for pool memory matter (:attr:`Latency.admission_bound`) the
     analytic TTFT is optimistic: ``fallback`` (a simulation, given by the caller)
     decides those configurations instead, and the analytic figures stay beside its

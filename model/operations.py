@@ -289,14 +289,9 @@ class FrontQuestion(Protocol):
     def decode_settings(self) -> Sequence[str] | None: ...
 
 
-def front_of(
-    spec: DeploymentSpec, q: FrontQuestion, overridden: bool, slo_field: str | None
-) -> dict[str, Any]:
-    """:func:`front_report` of ``q``. ``slo_field`` names the field that gave latency
-    targets, if any: they are checked at the full clock only, so searching settings
-    with them is an input error naming that field."""
-    if slo_field is not None and (q.prefill_settings is not None or q.decode_settings is not None):
-        raise InputError(slo_field, "latency targets are checked at the full clock only: drop one")
+def front_of(spec: DeploymentSpec, q: FrontQuestion, overridden: bool) -> dict[str, Any]:
+    """:func:`front_report` of ``q`` (latency targets, if it has them, restrict it
+    afterwards, each configuration at its own settings: :mod:`model.slo`)."""
     return front_report(
         spec,
         q.max_gpus,

@@ -15,10 +15,10 @@ Choices where SPEC leaves room:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -149,6 +149,33 @@ def eps_pareto_agreement(
         pa[i], pb[i] = p_a[ia], p_b[ib]
         agree[i] = id_a[ia] == id_b[ib] or abs(pa[i] - pb[i]) <= epsilon * pb[i]
     return Agreement(float(agree.mean()), rates, agree, pa, pb)
+
+
+#: A configuration's GPU settings as a front over settings names them (docs/clocks.md):
+#: ``(prefill_setting, decode_setting)``.
+SettingPair = tuple[str, str]
+
+T = TypeVar("T")
+
+
+def setting_pair(cfg: Mapping[str, Any]) -> SettingPair | None:
+    """The settings a configuration of a front report names (None: a front without
+    settings, every configuration at the deployment's own)."""
+    if "prefill_setting" not in cfg:
+        return None
+    return str(cfg["prefill_setting"]), str(cfg["decode_setting"])
+
+
+def at_setting(value: T | Mapping[SettingPair, T], cfg: Mapping[str, Any]) -> T:
+    """What a check uses for configuration ``cfg``: ``value`` itself, or, when it is
+    given per setting pair (a front over settings, whose configurations each name
+    theirs), the entry of ``cfg``'s pair."""
+    if not isinstance(value, Mapping):
+        return value
+    pair = setting_pair(cfg)
+    if pair is None or pair not in value:
+        raise KeyError(f"no entry for the settings {pair} of {cfg['n_p']}P{cfg['n_d']}D")
+    return value[pair]
 
 
 #: How a round's checks are run: ``map_checks(check, configs)`` yields ``check(c)`` for

@@ -7,20 +7,23 @@ Two methods (docs/latency.md): ``analytic``, the queue model's p99s
 make its TTFT optimistic a simulation decides (when ``simulate_bound`` and the
 simulator describes the model); ``simulate``, every check simulated
 (:func:`model.simulator.slo_front`). The checks of a round go through ``map_checks``
-(a process pool's ``map`` on the command line).
+(a process pool's ``map`` on the command line). A front over GPU settings
+(docs/clocks.md, section 9) is checked configuration by configuration at each one's
+own settings: its pair's coefficients, its pair's simulated timing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
-from model.capacity import Coefficients, DeploymentSpec
+from model.capacity import Coefficients, DeploymentSpec, with_settings
 from model.errors import InputError
 from model.latency import analytic_slo_front
-from model.pareto import CheckMap
+from model.operations import setting_arg
+from model.pareto import CheckMap, SettingPair, setting_pair
 from model.simulator import (
     Samples,
     SimTiming,
@@ -30,6 +33,8 @@ from model.simulator import (
 )
 
 METHODS = ("analytic", "simulate")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,28 @@ class SloTargets:
         return self.ttft_p99_s is not None or self.tpot_p99_s is not None
 
 
+def setting_specs(
+    report: Mapping[str, Any], spec: DeploymentSpec
+) -> dict[SettingPair, DeploymentSpec]:
+    """The deployment at each setting pair the configurations of ``report`` (a front
+    report of ``spec``) name, as :func:`model.operations.front_report` evaluated them;
+    empty for a front without settings."""
+    pairs = {p for c in report["configs"] if (p := setting_pair(c)) is not None}
+    return {
+        pair: with_settings(spec, setting_arg(pair[0], spec), setting_arg(pair[1], spec))
+        for pair in sorted(pairs)
+    }
+
+
+def _per_setting(
+    specs: Mapping[SettingPair, DeploymentSpec],
+    spec: DeploymentSpec,
+    of: Callable[[DeploymentSpec], T],
+) -> T | dict[SettingPair, T]:
+    """``of(spec)``, or, for a front over settings, ``of`` at each of its pairs."""
+    return {pair: of(at) for pair, at in specs.items()} if specs else of(spec)
+
+
 def slo_restricted_front(
     report: dict[str, Any],
     spec: DeploymentSpec,
@@ -73,15 +100,18 @@ def slo_restricted_front(
 ) -> dict[str, Any]:
     """``report`` (a front report of ``spec``) restricted to the configurations that
     meet ``targets`` on the per-request lengths ``samples``, with ``slo`` added; the
-    report itself when no target is given. InputError names the option at fault."""
+    report itself when no target is given. A front over GPU settings checks each
+    configuration at its own settings (:func:`setting_specs`). InputError names the
+    option at fault."""
     if not targets.given:
         return report
     targets.check()
     pair = (targets.ttft_p99_s, targets.tpot_p99_s)
+    specs = setting_specs(report, spec)
 
     def simulation() -> dict[str, Any]:  # how a configuration is simulated
         return {
-            "timing": SimTiming.of(spec),
+            "timing": _per_setting(specs, spec, SimTiming.of),
             "samples": samples,
             "at_load": targets.at_load,
             "seeds": targets.seeds,
@@ -97,7 +127,7 @@ def slo_restricted_front(
             simulated = partial(simulated_slo_check, targets=pair, **simulation())
         return analytic_slo_front(
             report,
-            Coefficients.of(spec),
+            _per_setting(specs, spec, Coefficients.of),
             samples.l_in,
             samples.l_out,
             ttft_p99_s=targets.ttft_p99_s,

@@ -111,8 +111,9 @@ class CapacityRequest(SpecFields):
 class SloIn(Strict):
     """Latency targets the front is restricted to (:func:`model.slo.slo_restricted_front`):
     the analytic p99s of docs/latency.md at ``at_load`` times each configuration's
-    capacity; where admission waits for KV pool memory matter the analytic TTFT is
-    optimistic and is used anyway (``pdwatt front`` simulates those). Needs
+    capacity, at its own GPU settings in a front over settings (docs/clocks.md); where
+    admission waits for KV pool memory matter the analytic TTFT is optimistic and is
+    used anyway (``pdwatt front`` simulates those). Needs
     per-request lengths: a ``fixed:IN:OUT`` workload or a trace preset the server holds,
     not moments. The answer then has ``slo`` (the targets, how many configurations were
     checked and met them, the rule) and each configuration its verdict."""

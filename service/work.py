@@ -45,7 +45,7 @@ def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
     """The front, restricted to ``req.slo``'s latency targets when it has them (by the
     analytic p99s alone: no simulation runs in a request)."""
     spec, ov = _spec(req, kernels)
-    rep = front_of(spec, req, ov, None if req.slo is None else "slo")
+    rep = front_of(spec, req, ov)
     if req.slo is None:
         return rep
     slo = req.slo

@@ -369,7 +369,7 @@ class _Engine:
         res = tm.reserved_tokens
         c_kv = tm.attended_token_s  # s per attended token
         w_s = tm.iteration_s  # s per iteration at zero batch
-        t_req = tm.t_req_s
+        t_req = tm.request_s  # s per request in the batch (the clock's term included)
         a_p, b_p = tm.a_p_s_per_token, tm.b_p_s_per_token2
         log = self.log
         saturated = self.saturated

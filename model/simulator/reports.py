@@ -12,7 +12,7 @@ import numpy as np
 
 from model.capacity import DeploymentSpec
 from model.errors import InputError
-from model.pareto import CheckMap
+from model.pareto import CheckMap, SettingPair
 from model.simulator.engine import STABLE_SHARE, SimResult, percentiles, simulate
 from model.simulator.samples import Samples, SimTiming
 from model.simulator.search import default_requests, find_capacity, pooled_stable
@@ -245,7 +245,7 @@ def simulated_slo(
 
 def simulated_slo_check(
     cfg: Mapping[str, Any],
-    timing: SimTiming,
+    timing: SimTiming | Mapping[SettingPair, SimTiming],
     samples: Samples,
     targets: tuple[float | None, float | None],
     at_load: float,
@@ -255,9 +255,12 @@ def simulated_slo_check(
     dispatch: str = "round_robin",
 ) -> dict[str, Any]:
     """:func:`simulated_slo` for one configuration of a front report, at ``at_load``
-    times its capacity (a module-level function, so that a process pool can run it)."""
+    times its capacity (a module-level function, so that a process pool can run it),
+    with ``timing`` or, given per setting pair, the configuration's pair's timing."""
+    from model.pareto import at_setting
+
     return simulated_slo(
-        timing,
+        at_setting(timing, cfg),
         samples,
         int(cfg["n_p"]),
         int(cfg["n_d"]),
@@ -271,7 +274,7 @@ def simulated_slo_check(
 
 def slo_front(
     report: Mapping[str, Any],
-    timing: SimTiming,
+    timing: SimTiming | Mapping[SettingPair, SimTiming],
     samples: Samples,
     *,
     ttft_p99_s: float | None,
@@ -294,6 +297,8 @@ def slo_front(
     is the same as filtering every configuration first. The selections
     (``min_power_for_rate``, ``max_capacity_under_budget``) are redone on the new front.
     ``map_checks`` runs each round's simulations (:func:`model.pareto.restrict_front`).
+    A front over GPU settings (docs/clocks.md) gives ``timing`` per setting pair: each
+    configuration is simulated with its own pair's timing.
     """
     from model.pareto import check_slo_targets, restrict_to_slo
 

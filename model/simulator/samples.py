@@ -42,8 +42,10 @@ class SimTiming:
 
     Built from a deployment by :meth:`of`: ``a_P``, ``b_P``, the pool ``C_tok``,
     the usable pool ``C_tok - U`` (floored to whole tokens) and ``R`` come from
-    :class:`model.capacity.Coefficients`; the decode terms from the catalog
-    (``beta MBU`` scaled by tensor parallelism).
+    :class:`model.capacity.Coefficients` (so ``a_P`` and ``b_P`` at the prefill
+    setting's clock); the decode terms from the catalog (``beta MBU`` scaled by tensor
+    parallelism), plus the decode setting's clock term per request
+    (``clock_extra_s_per_request``, docs/clocks.md).
     """
 
     a_p_s_per_token: float
@@ -61,9 +63,20 @@ class SimTiming:
     # and per attended token) instead of the rooflines above (None: the rooflines)
     kernel_iteration_s: float | None = None
     kernel_token_s: float | None = None
+    #: what the decode setting's clock adds to an iteration per request in the batch
+    #: (``Coefficients.clock_extra_g_s_per_request``: the weight GEMMs' compute outgrowing
+    #: their weight read); 0 at the full clock
+    clock_extra_s_per_request: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("a_p_s_per_token", "b_p_s_per_token2", "weight_bytes", "t_iter_s", "t_req_s"):
+        for name in (
+            "a_p_s_per_token",
+            "b_p_s_per_token2",
+            "weight_bytes",
+            "t_iter_s",
+            "t_req_s",
+            "clock_extra_s_per_request",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(name, f"must be finite and >= 0, got {value!r}")
@@ -91,7 +104,14 @@ class SimTiming:
         request costs whatever its context, ``g - g_c ctx``, and what each attended
         token costs, ``g_c`` (``Coefficients.g_context_s_per_token``); where that split
         would make the first part negative it is 0 and ``g_c = g / ctx``, so that at the
-        mean context the iteration is the line's either way."""
+        mean context the iteration is the line's either way.
+
+        Under GPU settings (``prefill_setting``, ``decode_setting``; docs/clocks.md)
+        ``a_P`` and ``b_P`` are the clocked coefficients, and the decode setting's clock
+        adds ``Coefficients.clock_extra_g_s_per_request`` per request in the batch (kept
+        apart as ``clock_extra_s_per_request``; the kernel line above is split without
+        it), as the capacity model's ``g`` has it; at the full clock it is 0 and the
+        timing is the one without settings."""
         reason = not_simulated(spec.model)
         if reason is not None:
             raise InputError("model", reason)
@@ -99,13 +119,15 @@ class SimTiming:
         tp = spec.serving.tensor_parallel
         t_req_s = spec.calibration.t_req_s
         iteration = token = None
+        extra = c.clock_extra_g_s_per_request
         if spec.performance == "kernels":
             iteration, token, t_req_s = c.alpha_s, 0.0, 0.0
             if c.has_decode_work:
+                g = c.g_s_per_request - extra  # the line at the full clock
                 token = c.g_context_s_per_token
-                t_req_s = c.g_s_per_request - token * c.ctx_tokens
+                t_req_s = g - token * c.ctx_tokens
                 if t_req_s < 0.0:
-                    t_req_s, token = 0.0, c.g_s_per_request / c.ctx_tokens
+                    t_req_s, token = 0.0, g / c.ctx_tokens
         return cls(
             a_p_s_per_token=c.a_p_s_per_token,
             b_p_s_per_token2=c.b_p_s_per_token2,
@@ -119,6 +141,7 @@ class SimTiming:
             reserved_tokens=c.reserved_tokens,
             kernel_iteration_s=iteration,
             kernel_token_s=token,
+            clock_extra_s_per_request=extra,
         )
 
     @property
@@ -127,6 +150,12 @@ class SimTiming:
         if self.kernel_iteration_s is not None:
             return self.kernel_iteration_s
         return self.weight_bytes / self.decode_bw_bytes_per_s + self.t_iter_s
+
+    @property
+    def request_s(self) -> float:
+        """What each request in the batch adds to a decode iteration, whatever its
+        context (s): ``t_req_s`` plus the decode clock's term."""
+        return self.t_req_s + self.clock_extra_s_per_request
 
     @property
     def attended_token_s(self) -> float:
@@ -144,19 +173,20 @@ class SimTiming:
         """One decode iteration (s) of ``batch`` requests attending to ``context_sum_tokens``.
 
         ``(weight_bytes + kappa * S) / (beta MBU) + t_iter + t_req * batch``, SPEC 2.3
-        with the actual batch (with kernels, the line's parts: see :meth:`of`).
+        with the actual batch (with kernels, the line's parts: see :meth:`of`), ``t_req``
+        with the decode clock's term (:attr:`request_s`).
         """
         if self.kernel_iteration_s is not None and self.kernel_token_s is not None:
             return (
                 self.kernel_iteration_s
                 + self.kernel_token_s * context_sum_tokens
-                + self.t_req_s * batch
+                + self.request_s * batch
             )
         return (
             (self.weight_bytes + self.kv_bytes_per_token * context_sum_tokens)
             / self.decode_bw_bytes_per_s
             + self.t_iter_s
-            + self.t_req_s * batch
+            + self.request_s * batch
         )
 
 

@@ -68,9 +68,8 @@ def _setting_list(text: str) -> list[str]:
 
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
-    slo_given = a.ttft_p99 is not None or a.tpot_p99 is not None
     spec, overridden = spec_from_args(a)
-    rep = front_of(spec, a, overridden, "prefill_settings" if slo_given else None)
+    rep = front_of(spec, a, overridden)
     rep = simulate.apply_slo(rep, a)
     if a.plot:
         from service.charts import front_chart

@@ -1,16 +1,26 @@
 """The capacity-power front searched over GPU settings (docs/clocks.md): a configuration
 is ``(n_P, n_D, setting_P, setting_D)``; without settings the report is the one of the
-full clock, number for number."""
+full clock, number for number. Latency targets check each configuration at its own
+settings (model.slo)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.capacity import candidate_configs, evaluate, with_settings
+from model.capacity import Coefficients, candidate_configs, evaluate, with_settings
 from model.errors import InputError
-from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
+from model.latency import latency_at
+from model.operations import (
+    SpecRequest,
+    capacity_report,
+    front_report,
+    resolve_spec,
+    setting_arg,
+)
 from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.simulator import Samples, SimTiming, simulated_slo
+from model.slo import SloTargets, slo_restricted_front
 
 PREFILL = ["1980MHz", "1500MHz", "550W"]
 DECODE = ["1980MHz", "1200MHz", "500W"]
@@ -116,3 +126,131 @@ def test_bad_settings_name_the_field(spec, kwargs, field, words):
     with pytest.raises(InputError) as e:
         front_report(spec, 6, **kwargs)
     assert e.value.field == field and words in e.value.reason
+
+
+# -- latency targets over settings: each configuration checked at its own settings -------
+
+FIXED = (1024, 256)  # fixed lengths: the analytic and the simulated checks both apply
+LOW = "800MHz"  # a decode clock at which the weight GEMMs' compute shows (g grows)
+
+
+@pytest.fixture(scope="module")
+def fixed_spec():
+    return resolve_spec(
+        SpecRequest(model="qwen3-32b", gpu="h200", workload=f"fixed:{FIXED[0]}:{FIXED[1]}")
+    )
+
+
+def _p99s(c, cfg, rate):
+    lat = latency_at(c, cfg["n_p"], cfg["n_d"], rate, [FIXED[0]], [FIXED[1]])
+    return lat.ttft_quantile_s, lat.tpot_quantile_s
+
+
+def _key(c):
+    return c["n_p"], c["n_d"], c.get("prefill_setting"), c.get("decode_setting")
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        SloTargets(0.2, 0.05),  # analytic, simulated where pool admission binds
+        SloTargets(0.2, 0.05, method="simulate", requests=300),
+    ],
+    ids=["analytic", "simulate"],
+)
+def test_slo_front_at_the_listed_full_clock_is_todays_number_for_number(fixed_spec, targets):
+    samples = Samples.fixed(*FIXED)
+    plain = slo_restricted_front(front_report(fixed_spec, 6, 5.0), fixed_spec, samples, targets)
+    assert plain["slo"]["meeting"] > 0 and plain["slo"]["failing"] > 0  # the targets bite
+    report = front_report(
+        fixed_spec, 6, 5.0, prefill_settings=["1980MHz"], decode_settings=["default"]
+    )
+    named = slo_restricted_front(report, fixed_spec, samples, targets)
+    assert named["slo"] == plain["slo"]
+    assert [_strip(c) for c in named["configs"]] == plain["configs"]  # verdicts included
+    assert [_strip(c) for c in named["front"]] == plain["front"]
+    assert _strip(named["min_power_for_rate"]["config"]) == plain["min_power_for_rate"]["config"]
+
+
+def test_sim_timing_follows_the_settings(fixed_spec):
+    full = SimTiming.of(fixed_spec)
+    assert full.clock_extra_s_per_request == 0.0 and full.request_s == full.t_req_s
+    # the full clock written out is the timing without settings, field for field
+    assert SimTiming.of(with_settings(fixed_spec, "1980MHz", "1980MHz")) == full
+    prev = full
+    for mhz in (1590, 1185, 800, 345):
+        at = with_settings(fixed_spec, f"{mhz}MHz", f"{mhz}MHz")
+        c, t = Coefficients.of(at), SimTiming.of(at)
+        # prefill: the clocked coefficients; decode: the capacity model's extra slope
+        assert (t.a_p_s_per_token, t.b_p_s_per_token2) == (c.a_p_s_per_token, c.b_p_s_per_token2)
+        assert t.a_p_s_per_token == pytest.approx(full.a_p_s_per_token * 1980 / mhz, rel=1e-12)
+        assert t.clock_extra_s_per_request == c.clock_extra_g_s_per_request
+        assert c.g_s_per_request == Coefficients.of(fixed_spec).g_s_per_request + (
+            c.clock_extra_g_s_per_request
+        )
+        # every decode iteration at least as long as at the next higher clock, the same
+        # with an empty batch
+        for batch, context in ((0, 0.0), (1, 1100.0), (64, 70_000.0), (140, 160_000.0)):
+            assert t.t_decode_s(batch, context) >= prev.t_decode_s(batch, context)
+        assert t.t_decode_s(0, 0.0) == full.t_decode_s(0, 0.0)
+        prev = t
+    assert prev.clock_extra_s_per_request > 0.0  # the lowest clock slows decode
+
+
+def test_a_lower_decode_clock_never_lowers_tpot_at_the_same_rate(fixed_spec):
+    """For one configuration at one absolute arrival rate (below the capacity at the
+    lower clock), the analytic p99 TPOT is non-decreasing as the decode clock falls;
+    simulated with the same seeds, too."""
+    clocks = ("1980MHz", "1590MHz", "1185MHz", "800MHz", "345MHz")
+    coefficients = [Coefficients.of(with_settings(fixed_spec, None, d)) for d in clocks]
+    lowest = with_settings(fixed_spec, None, clocks[-1])
+    grew = False
+    for n_p, n_d in ((1, 1), (2, 1), (1, 2), (3, 2), (2, 5)):
+        mu = capacity_report(lowest, n_p, n_d)["capacity_rps"]
+        for share in (0.2, 0.5, 0.8):
+            cfg = {"n_p": n_p, "n_d": n_d}
+            tpot = [_p99s(c, cfg, share * mu)[1] for c in coefficients]
+            assert all(b >= a for a, b in zip(tpot, tpot[1:], strict=False)), (n_p, n_d, tpot)
+            grew |= tpot[-1] > tpot[0]
+    assert grew
+    samples = Samples.fixed(*FIXED)
+    sim = []
+    for d in ("1980MHz", "800MHz", "345MHz"):
+        timing = SimTiming.of(with_settings(fixed_spec, None, d))
+        mu = capacity_report(lowest, 2, 2)["capacity_rps"]
+        sim.append(simulated_slo(timing, samples, 2, 2, 0.8 * mu, (None, None), requests=600))
+    tpot = [v["tpot_p99_s"] for v in sim]
+    assert tpot[0] < tpot[1] < tpot[2], tpot
+
+
+def test_a_target_the_full_clock_meets_drops_the_low_clock_configurations_missing_it(
+    fixed_spec,
+):
+    report = front_report(
+        fixed_spec, 6, 10.0, prefill_settings=["1980MHz"], decode_settings=["1980MHz", LOW]
+    )
+    at = {
+        d: Coefficients.of(with_settings(fixed_spec, None, setting_arg(d, fixed_spec)))
+        for d in ("1980MHz", LOW)
+    }
+    live = [c for c in report["configs"] if c["capacity_rps"] > 0]
+    tpot = {_key(c): _p99s(at[c["decode_setting"]], c, 0.8 * c["capacity_rps"])[1] for c in live}
+    # the target: the worst p99 TPOT of any configuration at the full clock
+    target = max(v for k, v in tpot.items() if k[3] == "1980MHz")
+    missing = {k for k, v in tpot.items() if v > target}
+    assert missing and all(k[3] == LOW for k in missing)
+    targets = SloTargets(tpot_p99_s=target, simulate_bound=False)
+    out = slo_restricted_front(report, fixed_spec, Samples.fixed(*FIXED), targets)
+    # each configuration checked is judged by its own settings' p99
+    for c in out["configs"]:
+        if c["slo"]["checked"]:
+            assert c["slo"]["tpot_p99_s"] == tpot[_key(c)]
+            assert c["slo"]["meets"] == (_key(c) not in missing)
+    assert out["slo"]["failing"] > 0  # some low-clock configurations were on the front
+    # the new front is the front of every configuration but those missing the target
+    kept = [c for c in live if _key(c) not in missing]
+    mu = np.array([c["capacity_rps"] for c in kept])
+    power = np.array([c["power_w"] for c in kept])
+    assert [_key(c) for c in out["front"]] == [_key(kept[i]) for i in front_indices(mu, power)]
+    assert all(c["slo"]["meets"] for c in out["front"])
+    assert {c["decode_setting"] for c in out["front"]} == {"1980MHz", LOW}

@@ -1,6 +1,7 @@
 """The front searched over GPU settings on the command line (``pdwatt front
 --prefill-settings ... --decode-settings ...``) and the HTTP API (``POST /v1/front``'s
-``prefill_settings`` / ``decode_settings``)."""
+``prefill_settings`` / ``decode_settings``), also with latency targets (checked at each
+configuration's own settings)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def test_cli_front_over_settings_names_every_point(capsys, tmp_path):
 def test_cli_front_settings_errors_name_the_field(capsys):
     code, _, err = run(capsys, [*FRONT, "--decode-settings", "1200MHz,9000MHz"])
     assert code == 2 and "decode_settings[1]:" in err and "345-1980 MHz" in err
-    code, _, err = run(capsys, [*FRONT, *SETTINGS, "--tpot-p99", "0.1"])
-    assert code == 2 and "prefill_settings:" in err
+    # with latency targets as well: still the setting at fault
+    code, _, err = run(capsys, [*FRONT, "--decode-settings", "1200MHz,9000MHz", "--tpot-p99", "1"])
+    assert code == 2 and "decode_settings[1]:" in err and "345-1980 MHz" in err
 
 
 def test_api_front_over_settings_is_the_cli_document(client, capsys):
@@ -70,7 +72,10 @@ def test_api_front_over_settings_is_the_cli_document(client, capsys):
     [
         ({"prefill_settings": ["1500MHz", "2500MHz"]}, "prefill_settings[1]"),
         ({"decode_settings": ["50W"]}, "decode_settings[0]"),
-        ({"decode_settings": ["1200MHz"], "slo": {"tpot_p99_s": 0.1}}, "slo"),
+        (
+            {"decode_settings": ["1200MHz", "9000MHz"], "slo": {"tpot_p99_s": 0.1}},
+            "decode_settings[1]",
+        ),
     ],
 )
 def test_api_front_bad_settings_are_a_422_naming_the_field(client, extra, field):
@@ -78,6 +83,61 @@ def test_api_front_bad_settings_are_a_422_naming_the_field(client, extra, field)
     assert r.status_code == 422, r.text
     assert r.headers["content-type"].split(";")[0] == "application/problem+json"
     assert [e["field"] for e in r.json()["errors"]] == [field]
+
+
+SLO_SETTINGS = {
+    "prefill_settings": ["1980MHz", "1185MHz"],
+    "decode_settings": ["1980MHz", "800MHz"],
+}
+
+
+def test_api_front_over_settings_meets_latency_targets_at_each_ones_settings(client, capsys):
+    body = {**BODY, "workload": "fixed:1024:128", **SLO_SETTINGS}
+    lax = client.post("/v1/front", json={**body, "slo": {"tpot_p99_s": 10.0}})
+    assert lax.status_code == 200, lax.text
+    checked = [c for c in lax.json()["configs"] if c["slo"]["checked"]]
+    tpots = sorted(c["slo"]["tpot_p99_s"] for c in checked)
+    target = (tpots[0] + tpots[-1]) / 2  # between the fastest and the slowest checked
+    r = client.post("/v1/front", json={**body, "slo": {"tpot_p99_s": target}})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["prefill_settings"] == SLO_SETTINGS["prefill_settings"]
+    assert got["decode_settings"] == SLO_SETTINGS["decode_settings"]
+    assert got["slo"]["meeting"] >= 1 and got["slo"]["failing"] >= 1
+    for c in got["front"]:  # each point names its settings and meets the target
+        assert c["prefill_setting"] in got["prefill_settings"]
+        assert c["decode_setting"] in got["decode_settings"]
+        assert c["slo"]["meets"] and c["slo"]["tpot_p99_s"] <= target
+    # a verdict's p99 is its configuration's, whatever the target
+    lax_p99 = {_point(c): c["slo"]["tpot_p99_s"] for c in checked}
+    for c in got["configs"]:
+        if c["slo"]["checked"] and _point(c) in lax_p99:
+            assert c["slo"]["tpot_p99_s"] == lax_p99[_point(c)]
+    # the same (n_P, n_D) is slower per token at the lower decode clock
+    by_point = {_point(c): c["slo"]["tpot_p99_s"] for c in got["configs"] if c["slo"]["checked"]}
+    pairs = [
+        (v, by_point[(n_p, n_d, p, "1980MHz")])
+        for (n_p, n_d, p, d), v in by_point.items()
+        if d == "800MHz" and (n_p, n_d, p, "1980MHz") in by_point
+    ]
+    assert pairs and all(low >= full for low, full in pairs)
+    # the command line's document (it simulates only where pool admission binds: none
+    # does here)
+    assert not any(c["slo"].get("admission_bound") for c in got["configs"])
+    cli_args = [
+        "front", "--model", "qwen3-32b", "--gpu", "h200", "--workload", "fixed:1024:128",
+        "--max-gpus", "8", "--required-rps", "3", "--budget-w", "4000",
+        "--prefill-settings", ",".join(SLO_SETTINGS["prefill_settings"]),
+        "--decode-settings", ",".join(SLO_SETTINGS["decode_settings"]),
+        "--tpot-p99", repr(target), "--slo-jobs", "1", "--json",
+    ]  # fmt: skip
+    cli = run_json(capsys, cli_args)
+    assert [_point(c) for c in cli["front"]] == [_point(c) for c in got["front"]]
+    assert [c["slo"] for c in cli["configs"]] == [c["slo"] for c in got["configs"]]
+
+
+def _point(c):
+    return c["n_p"], c["n_d"], c["prefill_setting"], c["decode_setting"]
 
 
 def test_api_front_over_settings_stays_within_the_servers_largest_front(make_client):
