@@ -107,9 +107,14 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 if analytic
                 else "simulated"
             )
+            given = ", ".join(
+                f"{name} p99 <= {slo[key]} s"
+                for name, key in (("TTFT", "ttft_p99_s"), ("TPOT", "tpot_p99_s"))
+                if slo[key] is not None
+            )
+            at = ", each at its settings" if named else ""
             print(
-                f"latency targets (TTFT p99 <= {slo['ttft_p99_s']} s, TPOT p99 <= "
-                f"{slo['tpot_p99_s']} s at {slo['at_load']:g} x capacity; {how}): "
+                f"latency targets ({given} at {slo['at_load']:g} x capacity{at}; {how}): "
                 f"{slo['meeting']} of {checked} checked configurations meet them; "
                 "the front above keeps only those"
             )

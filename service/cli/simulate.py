@@ -308,7 +308,12 @@ class SloChecks:
             self.done += 1
             how = "simulated" if v["simulated"] else "analytic"
             verdict = "meets the targets" if v["meets"] else "misses"
-            self.say(f"SLO check {self.done}: {cfg['n_p']}P{cfg['n_d']}D {how}, {verdict}")
+            at = (
+                f" at {cfg['prefill_setting']}/{cfg['decode_setting']}"
+                if "prefill_setting" in cfg
+                else ""
+            )
+            self.say(f"SLO check {self.done}: {cfg['n_p']}P{cfg['n_d']}D{at} {how}, {verdict}")
             yield v
 
 

@@ -134,6 +134,12 @@ def test_api_front_over_settings_meets_latency_targets_at_each_ones_settings(cli
     cli = run_json(capsys, cli_args)
     assert [_point(c) for c in cli["front"]] == [_point(c) for c in got["front"]]
     assert [c["slo"] for c in cli["configs"]] == [c["slo"] for c in got["configs"]]
+    code, out, err = run(capsys, cli_args[:-1])  # the text: targets given, at each one's settings
+    assert code == 0
+    assert (
+        f"latency targets (TPOT p99 <= {target!r} s at 0.8 x capacity, each at its settings" in out
+    )
+    assert "TTFT" not in out and "SLO check 1: " in err and "MHz analytic, " in err
 
 
 def _point(c):
