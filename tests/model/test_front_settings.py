@@ -197,6 +197,30 @@ def test_sim_timing_follows_the_settings(fixed_spec):
     assert prev.clock_extra_s_per_request > 0.0  # the lowest clock slows decode
 
 
+def test_sim_timing_with_kernels_adds_the_clock_term_once(tmp_path):
+    """Under ``performance: kernels`` the decode line is split without the clock's term
+    and the term added beside it: at the mean context the iteration is the clocked line."""
+    from model.capacity import clear_kernel_cache
+    from tests.model.test_engine import kernel_spec, make_tables
+
+    clear_kernel_cache()
+    spec = kernel_spec(make_tables(tmp_path))
+    full = SimTiming.of(spec)
+    at = with_settings(spec, None, "345MHz")  # the toy's GEMMs outgrow their read here
+    c, t = Coefficients.of(at), SimTiming.of(at)
+    assert c.clock_extra_g_s_per_request > 0.0
+    assert t.clock_extra_s_per_request == c.clock_extra_g_s_per_request
+    assert (t.t_req_s, t.kernel_token_s, t.kernel_iteration_s) == (
+        full.t_req_s,
+        full.kernel_token_s,
+        full.kernel_iteration_s,
+    )
+    for n in (1, 7, 50):
+        assert t.t_decode_s(n, n * c.ctx_tokens) == pytest.approx(
+            c.alpha_s + c.g_s_per_request * n, rel=1e-12
+        )
+
+
 def test_a_lower_decode_clock_never_lowers_tpot_at_the_same_rate(fixed_spec):
     """For one configuration at one absolute arrival rate (below the capacity at the
     lower clock), the analytic p99 TPOT is non-decreasing as the decode clock falls;
