@@ -86,6 +86,10 @@ class TimeBudget:
     #: its time windows (periods)
     NEIGHBOURHOOD: ClassVar[float] = 0.2
     WINDOW_PERIODS: ClassVar[int] = 12
+    #: when column generation stopped short of convergence, the neighbourhoods end
+    #: this share of the limit before the end, which goes back to column generation
+    #: (``relaxation_resumed``)
+    RESUMED_RELAXATION: ClassVar[float] = 0.15
     RESERVE: ClassVar[float] = 0.03
     #: the window is guided by one-period optima when one round of them takes at most
     #: this share of the limit (formulation.solve._guided)

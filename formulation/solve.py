@@ -35,7 +35,13 @@ in ``stats["phases"]`` with its time, and share the time limit through one
 6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
    corridors of configurations around the incumbent and the Lagrangian paths (local
    branching), the radius growing while a corridor is solved without improvement:
-   schedules only.
+   schedules only; when column generation stopped short of convergence they end
+   ``TimeBudget.RESUMED_RELAXATION`` of the limit before its end;
+7. ``relaxation_resumed``: when the phases before end ahead of the limit with column
+   generation short of convergence and the gap open, column generation goes on from
+   the columns, master LP and multipliers phase 3 stopped with, in whole rounds until
+   the limit (its longest round must fit in the time left); its better bounds are
+   reported as found.
 
 Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
 default) or by the volume algorithm (``volume``); on the benchmark sites column
@@ -66,7 +72,12 @@ from typing import Any
 
 import numpy as np
 
-from formulation.bounds.decomposition import decompose, make_column, schedule_of_columns
+from formulation.bounds.decomposition import (
+    ColumnGeneration,
+    decompose,
+    make_column,
+    schedule_of_columns,
+)
 from formulation.bounds.lagrange import (
     DualOracle,
     Point,
@@ -387,7 +398,7 @@ def _phases(run: Run) -> Outcome:
         with run.phase("one_period_bound"):
             start = _one_period_bound(run, data, grids)
     with run.phase("relaxation"):
-        relaxation, lgrids = _relaxation(run, data, grids)
+        relaxation, lgrids, generation = _relaxation(run, data, grids)
     if not run.done() and relaxation.support:
         with run.phase("lp_support"):
             _lp_support(run, data, lgrids, relaxation)
@@ -403,7 +414,11 @@ def _phases(run: Run) -> Outcome:
             _exact_window(run, data, grids, lgrids, relaxation, base, guided, start)
     if not run.done():
         with run.phase("neighbourhoods"):
-            _neighbourhoods(run, data, lgrids, relaxation)
+            _neighbourhoods(run, data, lgrids, relaxation, _neighbourhoods_end(generation))
+    if _resumable(run, generation):
+        assert generation is not None
+        with run.phase("relaxation_resumed"):
+            _resume_relaxation(run, data, lgrids, generation)
     return _finish(run, data, base)
 
 
@@ -514,10 +529,21 @@ def _workers(run: Run) -> int:
     return max(1, min(run.opts.threads or cores, cores))
 
 
+def _relaxation_source(how: str) -> str:
+    return (
+        f"Lagrangian relaxation of the site cap and GPU inventories ({how}), each "
+        "deployment's exact DP within its local limits as the subproblem"
+    )
+
+
+COLUMN_GENERATION = "column generation with dual smoothing"
+
+
 def _relaxation(
     run: Run, data: ScheduleData, grids: list[DeploymentGrid]
-) -> tuple[Relaxation, list[DeploymentGrid]]:
-    """The Lagrangian bound and its multipliers, by the method the problem names."""
+) -> tuple[Relaxation, list[DeploymentGrid], ColumnGeneration | None]:
+    """The Lagrangian bound and its multipliers, by the method the problem names, and
+    column generation's state when it may go on later (``relaxation_resumed``)."""
     lgrids = local_grids(data, grids)
     oracle = DualOracle(data, lgrids, _workers(run))
     # when one-period rounds are cheap the guided window may follow: the relaxation
@@ -525,16 +551,14 @@ def _relaxation(
     until = TimeBudget.RELAXATION_AT_LEAST if _cheap_rounds(run) else TimeBudget.RELAXATION
     deadline = run.budget.deadline(until, TimeBudget.RELAXATION_AT_LEAST)
     volume = run.opts.method == Method.VOLUME
-    how = "volume algorithm" if volume else "column generation with dual smoothing"
-    source = (
-        f"Lagrangian relaxation of the site cap and GPU inventories ({how}), each "
-        "deployment's exact DP within its local limits as the subproblem"
-    )
+    how = "volume algorithm" if volume else COLUMN_GENERATION
+    source = _relaxation_source(how)
+    generation = None
     try:
         if volume:
             r = _volume(run, data, grids, oracle, deadline, source)
         else:
-            r = _column_generation(run, data, lgrids, oracle, deadline, source)
+            r, generation = _column_generation(run, data, lgrids, oracle, deadline, source)
     finally:
         oracle.close()
     if r.best.value_usd > cost_ceiling(data, lgrids):
@@ -553,7 +577,68 @@ def _relaxation(
         "dual_evaluations_s": round(oracle.seconds, 3),
         "history": [[round(t, 3), round(v, 6)] for t, v in r.history],
     }
-    return r, lgrids
+    return r, lgrids, generation
+
+
+def _neighbourhoods_end(generation: ColumnGeneration | None) -> float:
+    """Where the neighbourhoods end (a fraction of the limit): at the end, or
+    ``TimeBudget.RESUMED_RELAXATION`` before it when column generation stopped short of
+    convergence (its bound, not the schedule, is then what leaves the gap open on the
+    benchmark sites: docs/clocks.md section 8)."""
+    if generation is None or generation.converged:
+        return TimeBudget.END
+    return TimeBudget.END - TimeBudget.RESUMED_RELAXATION
+
+
+def _resumable(run: Run, generation: ColumnGeneration | None) -> bool:
+    """Whether column generation may go on once the schedules' phases are over: it
+    stopped short of convergence, the gap is open and a round as long as its longest
+    fits in the time left (``relaxation_resumed``)."""
+    return (
+        generation is not None
+        and not generation.converged
+        and not run.done()
+        and run.budget.left(TimeBudget.END) >= generation.round_s
+    )
+
+
+def _resume_relaxation(
+    run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], generation: ColumnGeneration
+) -> None:
+    """Column generation again, from the columns, master LP and best multipliers it
+    stopped with, in the time the schedules' phases left unused: whole rounds until
+    the end of the limit, convergence, or the gap closed. Its bound is the best
+    Lagrangian value seen, so it never falls; each better one is reported as found."""
+    source = _relaxation_source(COLUMN_GENERATION)
+    before, rounds = generation.best_lb, generation.iterations
+    t0 = time.perf_counter()
+    run.say(f"relaxation resumed: column generation from round {rounds}")
+
+    def progress(msg: str) -> None:
+        run.bound(generation.best_lb, source)
+        run.say(msg)
+
+    oracle = DualOracle(data, lgrids, _workers(run))
+    try:
+        generation.rounds(
+            oracle,
+            run.budget.deadline(TimeBudget.END),
+            progress=progress,
+            stop=run.done,
+            bound_to_beat=lambda: run.lower_bound,
+            whole=True,
+        )
+    finally:
+        oracle.close()
+    run.bound(generation.best_lb, source)
+    run.stats["relaxation_resumed"] = {
+        "rounds": generation.iterations - rounds,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "bound_before_usd": before,
+        "bound_usd": generation.best_lb,
+        "converged": generation.converged,
+        "dual_evaluations_s": round(oracle.seconds, 3),
+    }
 
 
 def _volume(
@@ -600,11 +685,11 @@ def _column_generation(
     oracle: DualOracle,
     deadline: Deadline,
     source: str,
-) -> Relaxation:
+) -> tuple[Relaxation, ColumnGeneration | None]:
     run.say("Lagrangian relaxation (column generation): one DP per deployment per round")
     zero = _zero_prices(run, data, oracle)
     if run.closed():
-        return zero
+        return zero, None
     first = zero.first
     extra = []
     if run.best is not None:
@@ -635,9 +720,10 @@ def _column_generation(
     hints = [schedule_of_columns(data, rounded)]
     used = zip(dec.columns, dec.weights, strict=True)
     support = [(c.deployment, c.config) for c, w in used if w > 1e-9]
-    return Relaxation(
+    relaxation = Relaxation(
         best, first, dec.iterations, dec.seconds, dec.history, hints, support, dec.beaten
     )
+    return relaxation, dec.generation
 
 
 def _repair(
@@ -723,14 +809,18 @@ def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1)
 
 
 def _neighbourhoods(
-    run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], relaxation: Relaxation
+    run: Run,
+    data: ScheduleData,
+    lgrids: list[DeploymentGrid],
+    relaxation: Relaxation,
+    until: float = TimeBudget.END,
 ) -> None:
     """Corridor MILPs around the incumbent and the Lagrangian paths, each given at most
-    ``TimeBudget.NEIGHBOURHOOD`` of the limit. Over the whole horizon first, the radius
-    growing while a corridor is solved without improvement; once one runs out of time
-    without improving, over time windows where the cap binds (the incumbent fixed
-    outside), one after another, the radius growing after a pass without improvement."""
-    until = TimeBudget.END
+    ``TimeBudget.NEIGHBOURHOOD`` of the limit, until fraction ``until`` of it. Over the
+    whole horizon first, the radius growing while a corridor is solved without
+    improvement; once one runs out of time without improving, over time windows where
+    the cap binds (the incumbent fixed outside), one after another, the radius growing
+    after a pass without improvement."""
     radius = 1
     windows: list[set[int]] | None = None
     passed_without_gain = True

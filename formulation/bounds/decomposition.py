@@ -21,9 +21,20 @@ new columns, and adding a column to a live HiGHS model is far cheaper than rebui
 a Pyomo model each time. The integer problem itself is built in Pyomo
 (:mod:`formulation.milp.compact`).
 
-Dual smoothing (Wentges): the DPs are priced at ``alpha * best + (1 - alpha) * LP``
-duals, which damps the oscillation of the LP duals; mispricing (no improving column at
-the smoothed point) falls back to the LP duals.
+Dual smoothing (Wentges, "Weighted Dantzig-Wolfe decomposition for linear
+mixed-integer programming", ITOR 4, 1997): the DPs are priced at ``alpha * best +
+(1 - alpha) * LP`` duals, the best-bound multipliers being the stability centre, which
+damps the oscillation of the LP duals; mispricing (no new column at the smoothed
+point) falls back to the LP duals, so every round adds a column or proves the LP
+optimal. ``alpha`` starts at ``smoothing`` and, with ``auto_smoothing``, follows the
+rule of Pessoa, Sadykov, Uchoa and Vanderbeck ("Automation and combination of
+linear-programming based stabilization techniques in column generation", INFORMS J.
+Comput. 30, 2018, section 3): where the supergradient of the dual function at the
+smoothed point ``g`` (the DPs' coupling load less the right-hand sides) points towards
+the LP duals, ``g . (LP - best) > 0``, the centre holds the prices back and ``alpha``
+falls by 0.1 (not below 0); otherwise it rises by a tenth of ``1 - alpha``. Every
+priced point is a Lagrangian bound whatever ``alpha``: the smoothing changes only how
+fast the bound rises.
 """
 
 from __future__ import annotations
@@ -78,6 +89,12 @@ class DecompositionResult:
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
     # stopped because the master LP fell to a bound proven otherwise (``bound_to_beat``)
     beaten: bool = False
+    # the state, to go on from where it stopped
+    generation: ColumnGeneration | None = None
+
+
+#: whether column generation adapts its smoothing (module docstring)
+AUTO_SMOOTHING = False
 
 
 def make_column(data: ScheduleData, m: int, sched_cfg: IntArray, served: FloatArray) -> Column:
@@ -178,6 +195,7 @@ def decompose(
     stop: Callable[[], bool] | None = None,
     first: Point | None = None,
     bound_to_beat: Callable[[], float] | None = None,
+    auto_smoothing: bool = AUTO_SMOOTHING,
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or ``deadline``). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
@@ -185,26 +203,17 @@ def decompose(
     round; ``first``: the oracle's point at zero prices, if the caller has it;
     ``bound_to_beat`` (optional): a lower bound proven otherwise. The restricted master
     LP's value is at least the Dantzig-Wolfe bound, so once it is no higher than that
-    bound column generation cannot beat it and stops (``beaten`` in the result)."""
-    t0 = time.perf_counter()
+    bound column generation cannot beat it and stops (``beaten`` in the result). The
+    result's ``generation`` goes on from where it stopped (:meth:`ColumnGeneration.rounds`)."""
     own = oracle is None
     if oracle is None:
         oracle = DualOracle(data, [deployment_grid(data, d) for d in data.deployments])
     try:
-        return _generate(
-            data,
-            oracle,
-            t0,
-            deadline,
-            extra_columns,
-            max_iter,
-            rel_tol,
-            smoothing,
-            progress,
-            stop,
-            first,
-            bound_to_beat,
+        gen = ColumnGeneration(
+            data, oracle, extra_columns, rel_tol, smoothing, first, auto_smoothing
         )
+        gen.rounds(oracle, deadline, max_iter, progress, stop, bound_to_beat)
+        return gen.result()
     finally:
         if own:
             oracle.close()
@@ -217,98 +226,151 @@ def _columns(data: ScheduleData, p: Point) -> list[Column]:
     ]
 
 
-def _generate(
-    data: ScheduleData,
-    oracle: DualOracle,
-    t0: float,
-    deadline: Deadline,
-    extra_columns: list[Column] | None,
-    max_iter: int,
-    rel_tol: float,
-    smoothing: float,
-    progress: Callable[[str], None] | None,
-    stop: Callable[[], bool] | None,
-    first: Point | None,
-    bound_to_beat: Callable[[], float] | None,
-) -> DecompositionResult:
-    T, G = data.n_periods, len(data.pools)
-    master = Master(data)
-    zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
-    high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
-    if first is None:
-        first = oracle(zero_pi, zero_sigma)
-    for p in (first, oracle(high_pi, zero_sigma)):
-        for col in _columns(data, p):
-            master.add(col)
-    for col in extra_columns or []:
-        master.add(col)
-    # at zero prices the bound is the sum of each deployment's uncapped optimum: the
-    # bound never falls below it, whatever the LP duals do
-    best_lb = first.value_usd
-    best_pi, best_sigma = zero_pi.copy(), zero_sigma.copy()
-    history = [(time.perf_counter() - t0, best_lb)]
-    lp = np.inf
-    it = 0
-    converged = beaten = False
-    x = np.zeros(0)
-    while it < max_iter:
-        it += 1
-        lp, kappa, pi_lp, sigma_lp, x = master.solve()
-        added = 0
-        for attempt in (0, 1):
-            if attempt == 0 and np.isfinite(best_lb) and smoothing > 0:
-                pi = smoothing * best_pi + (1 - smoothing) * pi_lp
-                sigma = smoothing * best_sigma + (1 - smoothing) * sigma_lp
-            elif attempt == 0:
-                continue
-            else:
-                pi, sigma = pi_lp, sigma_lp
-            point = oracle(pi, sigma)
-            new_cols = _columns(data, point)
-            lb = point.value_usd
-            if lb > best_lb:
-                best_lb, best_pi, best_sigma = lb, pi.copy(), sigma.copy()
-                history.append((time.perf_counter() - t0, best_lb))
-            added = sum(master.add(c) for c in new_cols)
-            if added:
+class ColumnGeneration:
+    """Column generation's state between rounds: the live master LP with its columns,
+    the best bound and its multipliers (the stability centre of the smoothing). Its
+    rounds can stop at one deadline and go on at a later one, with another oracle over
+    the same grids, from the same columns and duals: nothing is recomputed, and the
+    bound never falls (it is the best Lagrangian value seen)."""
+
+    def __init__(
+        self,
+        data: ScheduleData,
+        oracle: DualOracle,
+        extra_columns: list[Column] | None = None,
+        rel_tol: float = 1e-7,
+        smoothing: float = 0.5,
+        first: Point | None = None,
+        auto_smoothing: bool = AUTO_SMOOTHING,
+    ) -> None:
+        self.data = data
+        self.rel_tol = rel_tol
+        self.alpha = smoothing
+        self.auto_smoothing = auto_smoothing
+        self.t0 = time.perf_counter()
+        T, G = data.n_periods, len(data.pools)
+        self.master = Master(data)
+        zero_pi, zero_sigma = np.zeros(T), np.zeros((G, T))
+        high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
+        if first is None:
+            first = oracle(zero_pi, zero_sigma)
+        for p in (first, oracle(high_pi, zero_sigma)):
+            for col in _columns(data, p):
+                self.master.add(col)
+        for col in extra_columns or []:
+            self.master.add(col)
+        # at zero prices the bound is the sum of each deployment's uncapped optimum: the
+        # bound never falls below it, whatever the LP duals do
+        self.best_lb = first.value_usd
+        self.best_pi, self.best_sigma = zero_pi, zero_sigma
+        self.history = [(time.perf_counter() - self.t0, self.best_lb)]
+        self.lp = np.inf
+        self.iterations = 0
+        self.converged = self.beaten = False
+        self.x = np.zeros(0)
+        #: the longest round so far (s): a round that must end by a deadline starts
+        #: only with this much time left
+        self.round_s = 0.0
+
+    def rounds(
+        self,
+        oracle: DualOracle,
+        deadline: Deadline,
+        max_iter: int = 500,
+        progress: Callable[[str], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+        bound_to_beat: Callable[[], float] | None = None,
+        whole: bool = False,
+    ) -> None:
+        """Rounds until convergence, ``max_iter`` rounds in all, ``deadline``, ``stop``
+        or the master LP falling to ``bound_to_beat()``. The deadline is checked after
+        each round; with ``whole``, also before: a round starts only when the longest
+        so far fits in the time left."""
+        data = self.data
+        self.beaten = False
+        while self.iterations < max_iter and not self.converged:
+            if whole and deadline.remaining() < max(self.round_s, 1e-9):
                 break
-        lp_total = lp + site_constant_usd(data)
-        scale = max(abs(lp_total), 1.0)
-        if progress is not None:
-            progress(
-                f"decomposition: round {it}, LP {lp_total:.4f}, bound {best_lb:.4f}, "
-                f"columns {len(master.columns)}"
-            )
-        if added == 0 or (lp_total - best_lb) <= rel_tol * scale:
-            converged = True
-            break
-        if bound_to_beat is not None and lp_total <= bound_to_beat():
-            beaten = True
-            break
-        if deadline.expired() or (stop is not None and stop()):
-            break
-    n_slack = master.n_slack
-    slack = x[:n_slack] if x.size else np.zeros(n_slack)
-    weights = np.zeros(len(master.columns))
-    if x.size:
-        weights[: x.size - n_slack] = x[n_slack:]
-    cap_slack = [int(t) for t in np.flatnonzero(slack[:T] > 1e-6)]
-    inv_slack = [(int(r // T), int(r % T)) for r in np.flatnonzero(slack[T:] > 1e-9)]
-    return DecompositionResult(
-        lower_bound_usd=float(best_lb),
-        lp_value_usd=float(lp + site_constant_usd(data)),
-        columns=master.columns,
-        weights=np.asarray(weights),
-        iterations=it,
-        seconds=time.perf_counter() - t0,
-        converged=converged,
-        lp_slack_periods=cap_slack,
-        lp_inventory_slack=inv_slack,
-        prices_w=best_pi,
-        prices_gpu=best_sigma,
-        history=history,
-        beaten=beaten,
-    )
+            started = time.perf_counter()
+            self.iterations += 1
+            self.lp, _, pi_lp, sigma_lp, self.x = self.master.solve()
+            added = 0
+            for attempt in (0, 1):
+                if attempt == 0 and np.isfinite(self.best_lb) and self.alpha > 0:
+                    a = self.alpha
+                    pi = a * self.best_pi + (1 - a) * pi_lp
+                    sigma = a * self.best_sigma + (1 - a) * sigma_lp
+                elif attempt == 0:
+                    continue
+                else:
+                    pi, sigma = pi_lp, sigma_lp
+                point = oracle(pi, sigma)
+                if attempt == 0 and self.auto_smoothing:
+                    self._adapt(point, pi_lp, sigma_lp)
+                new_cols = _columns(data, point)
+                if point.value_usd > self.best_lb:
+                    self.best_lb, self.best_pi, self.best_sigma = point.value_usd, pi, sigma
+                    self.history.append((time.perf_counter() - self.t0, self.best_lb))
+                added = sum(self.master.add(c) for c in new_cols)
+                if added:
+                    break
+            self.round_s = max(self.round_s, time.perf_counter() - started)
+            lp_total = self.lp + site_constant_usd(data)
+            scale = max(abs(lp_total), 1.0)
+            if progress is not None:
+                progress(
+                    f"decomposition: round {self.iterations}, LP {lp_total:.4f}, bound "
+                    f"{self.best_lb:.4f}, columns {len(self.master.columns)}"
+                )
+            if added == 0 or (lp_total - self.best_lb) <= self.rel_tol * scale:
+                self.converged = True
+                break
+            if bound_to_beat is not None and lp_total <= bound_to_beat():
+                self.beaten = True
+                break
+            if deadline.expired() or (stop is not None and stop()):
+                break
+
+    def _adapt(self, point: Point, pi_lp: FloatArray, sigma_lp: FloatArray) -> None:
+        """Pessoa et al.'s rule for ``alpha`` (module docstring), from the
+        supergradient at the smoothed ``point`` (before the centre moves to it)."""
+        data = self.data
+        g_cap = point.cap_load_w - data.net_cap_w
+        g_inv = point.gpu_load - data.pool_gpus[:, None]
+        towards_lp = float(
+            np.dot(g_cap, pi_lp - self.best_pi) + np.sum(g_inv * (sigma_lp - self.best_sigma))
+        )
+        if towards_lp > 0:
+            self.alpha = max(self.alpha - 0.1, 0.0)
+        else:
+            self.alpha = min(self.alpha + 0.1 * (1 - self.alpha), 0.99)
+
+    def result(self) -> DecompositionResult:
+        data, x = self.data, self.x
+        T = data.n_periods
+        n_slack = self.master.n_slack
+        slack = x[:n_slack] if x.size else np.zeros(n_slack)
+        weights = np.zeros(len(self.master.columns))
+        if x.size:
+            weights[: x.size - n_slack] = x[n_slack:]
+        cap_slack = [int(t) for t in np.flatnonzero(slack[:T] > 1e-6)]
+        inv_slack = [(int(r // T), int(r % T)) for r in np.flatnonzero(slack[T:] > 1e-9)]
+        return DecompositionResult(
+            lower_bound_usd=float(self.best_lb),
+            lp_value_usd=float(self.lp + site_constant_usd(data)),
+            columns=list(self.master.columns),
+            weights=np.asarray(weights),
+            iterations=self.iterations,
+            seconds=time.perf_counter() - self.t0,
+            converged=self.converged,
+            lp_slack_periods=cap_slack,
+            lp_inventory_slack=inv_slack,
+            prices_w=self.best_pi.copy(),
+            prices_gpu=self.best_sigma.copy(),
+            history=list(self.history),
+            beaten=self.beaten,
+            generation=self,
+        )
 
 
 def schedule_of_columns(data: ScheduleData, cols: list[Column]) -> Schedule:

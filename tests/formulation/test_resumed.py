@@ -1,0 +1,135 @@
+"""Column generation stopped and resumed (``relaxation_resumed``): the same rounds as
+without the stop, a bound that never falls, and never above the optimum, which the
+compact MILP proves on small random sites with GPU settings (3 x 3 clocks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import formulation.solve as solve_module
+from formulation.bounds.decomposition import decompose
+from formulation.bounds.lagrange import DualOracle, local_grids
+from formulation.budget import Deadline, TimeBudget
+from formulation.data import build_data
+from formulation.problem import problem_from_dict
+from formulation.solve import solve
+from formulation.subproblems.dp import deployment_grid
+from tests.formulation.test_settings import CLOCKS, deployment, plan, request, with_settings_listed
+
+SEEDS = range(8)
+
+
+def site(seed: int, method: str = "compact") -> dict[str, Any]:
+    """Three deployments over six periods, each offered the H200's three clocks per
+    phase, a cap that binds in some periods and a change limit of 1 to 3."""
+    rng = np.random.default_rng(seed)
+    periods = 6
+    deps = [
+        deployment(
+            f"d{m}",
+            [round(float(x), 3) for x in rng.uniform(0.5, 12.0, periods)],
+            int(rng.integers(2, 7)),
+        )
+        for m in range(3)
+    ]
+    cap = [round(float(x), 1) for x in rng.uniform(2500.0, 9000.0, periods)]
+    price = [round(float(x), 2) for x in rng.uniform(20.0, 300.0, periods)]
+    inventory = int(rng.integers(6, 16))
+    body = request(deps, cap, price, inventory, method, changes=int(rng.integers(1, 4)))
+    return with_settings_listed(body, CLOCKS, CLOCKS)
+
+
+def optimum(seed: int) -> float:
+    """The compact MILP's optimum (``plan`` asserts it is proven, gap 1e-9)."""
+    return float(plan(site(seed))["objective_usd"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_resumed_column_generation_is_the_uninterrupted_one(seed: int) -> None:
+    data = build_data(problem_from_dict(site(seed)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    with DualOracle(data, grids) as oracle:
+        whole = decompose(data, Deadline.after(60.0), oracle=oracle)
+        cut = decompose(data, Deadline.after(60.0), oracle=oracle, max_iter=1)
+    assert cut.iterations == 1
+    gen = cut.generation
+    assert gen is not None
+    before = cut.lower_bound_usd
+    # another oracle, as the solve's later phase has: the state is all it needs
+    with DualOracle(data, grids) as other:
+        gen.rounds(other, Deadline.after(60.0), whole=True)
+    after = gen.result()
+    assert after.iterations == whole.iterations
+    assert after.converged == whole.converged
+    assert after.lower_bound_usd == pytest.approx(whole.lower_bound_usd, rel=1e-9, abs=1e-9)
+    assert after.lower_bound_usd >= before
+    if not (whole.lp_slack_periods or whole.lp_inventory_slack):  # feasible sites only
+        best = optimum(seed)
+        assert after.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
+
+
+def test_some_sites_need_more_than_one_round() -> None:
+    rounds = []
+    for seed in SEEDS:
+        data = build_data(problem_from_dict(site(seed)))
+        grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+        with DualOracle(data, grids) as oracle:
+            rounds.append(decompose(data, Deadline.after(60.0), oracle=oracle).iterations)
+    assert sum(r > 2 for r in rounds) >= 3, rounds
+
+
+def test_a_solve_resumes_its_relaxation_with_the_time_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relaxation given no time of its own stops after one round; with the primal
+    phases after it ending at once (as when no MILP fits in the time left), the time
+    left goes back to column generation, as the last phase: its bound is reported, at
+    least the relaxation's, at most the optimum."""
+    monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
+    monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
+    monkeypatch.setattr(solve_module, "_exact_window", lambda *args: None)
+    monkeypatch.setattr(solve_module, "_neighbourhoods", lambda *args: None)
+    resumed = 0
+    for seed in SEEDS:
+        out = solve(problem_from_dict(site(seed, "auto")))
+        names = [p["name"] for p in out.stats["phases"]]
+        if "relaxation_resumed" not in names:
+            # column generation converged in its round, or the gap closed before
+            assert out.status == "optimal" or out.stats["relaxation"]["iterations"] <= 1
+            continue
+        resumed += 1
+        assert names[-1] == "relaxation_resumed"
+        assert names.count("relaxation_resumed") == 1
+        r = out.stats["relaxation_resumed"]
+        assert r["bound_before_usd"] == pytest.approx(out.stats["relaxation"]["bound_usd"])
+        assert r["bound_usd"] >= r["bound_before_usd"]
+        assert r["rounds"] >= 1
+        assert out.lower_bound_usd >= r["bound_usd"] - 1e-9 * abs(r["bound_usd"])
+        best = optimum(seed)
+        assert out.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
+        assert out.priced.objective_usd >= best - 1e-7 * max(abs(best), 1.0)
+    assert resumed >= 2, resumed
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_adaptive_smoothing_reaches_the_same_bound_and_stays_below_the_optimum(seed: int) -> None:
+    """With ``alpha`` adapted (Pessoa et al.'s rule) or fixed, column generation
+    converges to the Dantzig-Wolfe bound of the same master problem; every bound it
+    reports on the way is a Lagrangian value, never above the compact MILP's optimum."""
+    data = build_data(problem_from_dict(site(seed)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    with DualOracle(data, grids) as oracle:
+        fixed = decompose(data, Deadline.after(60.0), oracle=oracle, auto_smoothing=False)
+        adapted = decompose(data, Deadline.after(60.0), oracle=oracle, auto_smoothing=True)
+    assert fixed.converged and adapted.converged
+    scale = max(abs(fixed.lp_value_usd), 1.0)
+    assert adapted.lower_bound_usd == pytest.approx(fixed.lower_bound_usd, abs=1e-6 * scale)
+    assert adapted.lp_value_usd == pytest.approx(fixed.lp_value_usd, abs=1e-6 * scale)
+    bounds = [v for _, v in adapted.history]
+    assert bounds == sorted(bounds)
+    if not (adapted.lp_slack_periods or adapted.lp_inventory_slack):
+        best = optimum(seed)
+        assert max(bounds) <= best + 1e-7 * max(abs(best), 1.0)
