@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import binom
 
 from model import admission
 from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack, load_gpu_clocks
@@ -63,6 +62,7 @@ from model.engine import (
     prefill_curve,
 )
 from model.errors import DoesNotFitError, InputError, OutsideTableError
+from model.kernels import busiest_rank_experts
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -351,15 +351,14 @@ class DecodeTerms:
         ``(n, p)`` with ``p`` = :meth:`touched` (the experts taken as independent, which
         the routing of ``k`` distinct experts per token makes slightly pessimistic), so
         ``E[max] = sum_{j=1..n} (1 - F(j - 1)^ep)`` with ``F`` their distribution
-        function (``docs/calibration.md``, section 7)."""
+        function (:func:`model.kernels.busiest_rank_experts`, which the kernel
+        composition reads the fused-MoE tables with; ``docs/calibration.md``, section 7)."""
         p = self.touched(batch)
         ep = self.expert_groups
         if ep <= 1 or p >= 1.0:
             return p
-        n = math.ceil(self.experts / ep)
-        j = np.arange(n)
-        cdf = binom.cdf(j, n, p)
-        return float(np.sum(1.0 - cdf**ep)) / (self.experts / ep)
+        read = busiest_rank_experts(batch, self.experts, self.experts_per_token, ep)
+        return read / (self.experts / ep)
 
     def alpha_g(self, cal: Calibration) -> tuple[float, float]:
         """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request), every expert

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,6 +23,7 @@ from model.kernels import (
     KernelModel,
     KernelSetup,
     PhaseTime,
+    busiest_rank_experts,
     uniform_tokens,
 )
 from tests.conftest import kernel_tables
@@ -342,16 +344,23 @@ def test_moe_layer_and_power_of_a_phase(tmp_path: Path) -> None:
     phase = km.decode(B, c)
     assert phase.by_name()["moe"] == pytest.approx(2 * moe_ms(B, 2) * MS)
     # the default load: uniform routing, read off the balanced rows at the tokens that
-    # read as many experts (4 tokens x top 2 of 32 experts read 7.2 on average)
+    # make each rank read what the busier of the two ranks reads (4 tokens x top 2 of 32
+    # experts read 7.3 on average, 3.6 per rank of 16; the busier reads 4.57)
     uniform = KernelModel(db, moe, KernelSetup(GPU, FW, VER, tp=2, ep=2)).decode(B, c)
     shape = {"moe_dtype": "bfloat16", "hidden_size": 64, "inter_size": 32, "topk": 2,
              "num_experts": 32, "moe_tp_size": 1, "moe_ep_size": 2}  # fmt: skip
     table = db.table(GPU, "moe", FW, VER)
-    t_eff = uniform_tokens(B, 32, 2)
-    assert t_eff == pytest.approx(32 * (1 - (30 / 32) ** 4) / 2)  # D/k while T k <= E
+    t_eff = uniform_tokens(B, 32, 2, 2)
+    p = 1 - (30 / 32) ** 4  # an expert read by one of 4 tokens
+    cdf = [sum(math.comb(16, i) * p**i * (1 - p) ** (16 - i) for i in range(j + 1))
+           for j in range(16)]  # fmt: skip
+    busier = sum(1 - cdf[j - 1] ** 2 for j in range(1, 17))  # E max of two ranks
+    assert busier == pytest.approx(4.57, abs=0.01)
+    assert t_eff == pytest.approx(2 * busier / 2)  # ep R / k while T k <= E
     at = table.lookup(**shape, distribution="balanced", num_tokens=t_eff).time_s
     assert uniform.by_name()["moe"] == pytest.approx(2 * at)
-    assert uniform.by_name()["moe"] < phase.by_name()["moe"]
+    # the busier rank reads 4.57 experts where the balanced load puts 4 on each
+    assert uniform.by_name()["moe"] > phase.by_name()["moe"]
     assert phase.by_name()["router"] == pytest.approx(2 * gemm_ms(B, 32, 64) * MS)
     assert phase.power_w is None  # attention and collectives have no power here
     skewed = KernelModel(
@@ -892,6 +901,59 @@ def test_what_the_published_tables_cannot_compose_is_refused_with_the_reason() -
         moe.lookup(moe_dtype="bfloat16", hidden_size=5120, inter_size=8192, topk=1,
                    num_experts=16, moe_tp_size=1, moe_ep_size=4, distribution="balanced",
                    num_tokens=64)  # fmt: skip
+
+
+def _routed(tokens: int, experts: int, top_k: int, ep: int, draws: int) -> np.ndarray:
+    """Brute force: `draws` batches of 1..`tokens` tokens, each routed to `top_k` distinct
+    experts drawn uniformly; per batch size, the mean over draws of the experts the
+    busiest of `ep` ranks (consecutive experts, E / ep each) reads."""
+    rng = np.random.default_rng(20261203)
+    read = np.zeros((draws, experts), dtype=bool)
+    out = []
+    for _ in range(tokens):
+        picks = np.argpartition(rng.random((draws, experts)), top_k, axis=1)[:, :top_k]
+        np.put_along_axis(read, picks, True, axis=1)
+        out.append(read.reshape(draws, ep, experts // ep).sum(axis=2).max(axis=1).mean())
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    ("experts", "top_k", "ep"), [(128, 8, 1), (128, 8, 2), (128, 8, 4), (128, 8, 8), (160, 8, 8)]
+)
+def test_busiest_rank_experts_against_brute_force_routing(
+    experts: int, top_k: int, ep: int
+) -> None:
+    """The experts read under uniform routing, on one rank (``E (1 - (1 - k/E)^T)``) and
+    on the busiest of several, against drawing the routing: 4,000 batches per size."""
+    drawn = _routed(64, experts, top_k, ep, 4000)
+    for t in (1, 2, 4, 8, 16, 32, 64):
+        got = busiest_rank_experts(t, experts, top_k, ep)
+        if ep == 1:
+            assert got == pytest.approx(experts * (1 - (1 - top_k / experts) ** t), rel=1e-12)
+            assert got == pytest.approx(drawn[t - 1], rel=0.01)
+        else:  # the experts taken as independent: within 2%
+            assert got == pytest.approx(drawn[t - 1], rel=0.02)
+    # the busiest of several ranks reads more than their mean, and at most its experts
+    if ep > 1:
+        mean = busiest_rank_experts(8, experts, top_k) / ep
+        assert mean < busiest_rank_experts(8, experts, top_k, ep) <= experts / ep
+
+
+def test_uniform_tokens_on_expert_parallel_ranks() -> None:
+    # 8 tokens, top 8 of 128 on 8 ranks of 16: the busiest reads R = 9.26 experts; the
+    # balanced load reads 64 / 8 = 8 per rank at 8 tokens, R per rank at 8 R / 8 tokens
+    r = busiest_rank_experts(8, 128, 8, 8)
+    assert uniform_tokens(8, 128, 8, 8) == pytest.approx(8 * r / 8)
+    assert uniform_tokens(8, 128, 8, 8) > uniform_tokens(8, 128, 8)  # more than one rank's mean
+    assert r == pytest.approx(9.26, abs=0.01)
+    assert uniform_tokens(1, 128, 8, 8) == pytest.approx(2.51, abs=0.01)  # above 1 token
+    assert uniform_tokens(8192, 128, 8, 8) == pytest.approx(8192)  # every expert read
+    last = 0.0
+    for t in range(1, 400):
+        v = uniform_tokens(t, 128, 8, 4)
+        assert v >= last  # never falling
+        last = v
+    assert uniform_tokens(16 - 1e-9, 128, 8, 4) == pytest.approx(uniform_tokens(16, 128, 8, 4))
 
 
 def test_uniform_tokens_reads_as_many_experts_as_uniform_routing() -> None:
