@@ -69,8 +69,9 @@ read as many experts as the busiest expert-parallel rank does (:func:`uniform_to
 or a load the tables measure by name, and the
 shared experts as two dense GEMMs of their
 width split over ranks; two all-reduces of the residual stream when ``tp > 1``
-(custom all-reduce table; its graph-captured backend for decode, eager for prefill,
-as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
+(custom all-reduce table; its graph-captured backend for decode batches the engine
+captures in CUDA graphs, :func:`decode_in_graph`, eager for larger ones and for
+prefill, as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
 FP8 release stores them (block-scaled ``fp8_block`` or per-tensor ``fp8`` tables;
 only the weights of its scope, the router and LM head always bf16); experts stored
 in MXFP4 or NVFP4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
@@ -502,6 +503,22 @@ class PhaseTime:
         for c in self.calls:
             out[c.name] += c.total_s
         return dict(out)
+
+
+#: the largest decode batch a framework runs in a CUDA graph by default, where known:
+#: vLLM's V1 engine captures up to ``min(2 max_num_seqs, 512)`` tokens
+#: (``max_cudagraph_capture_size`` of its ``VllmConfig``) and runs a larger batch without a
+#: graph; a running batch never exceeds ``max_num_seqs``, so every batch up to 512 runs
+#: in a graph and none above
+CUDA_GRAPH_MAX_BATCH = {"vllm": 512}
+
+
+def decode_in_graph(framework: str, batch: int) -> bool:
+    """Whether a decode iteration of `batch` requests runs in a CUDA graph under
+    `framework` (:data:`CUDA_GRAPH_MAX_BATCH`; a framework without a known limit: at
+    every batch). The all-reduces of one that does not are the eager ones."""
+    limit = CUDA_GRAPH_MAX_BATCH.get(framework)
+    return limit is None or batch <= limit
 
 
 #: the MoE load of a decode: each token's experts drawn uniformly at random
@@ -993,7 +1010,7 @@ class KernelModel:
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._decode_attention(calls, group, keys, b, context)
 
-        return self._pass(b, b, attention, graph=True)
+        return self._pass(b, b, attention, graph=decode_in_graph(self.setup.framework, b))
 
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""

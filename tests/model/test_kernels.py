@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from model import kernels
 from model.catalog import ModelArch, load_calibration, load_gpu, load_model
 from model.errors import InputError, OutsideTableError
 from model.kernels import (
@@ -24,6 +25,7 @@ from model.kernels import (
     KernelSetup,
     PhaseTime,
     busiest_rank_experts,
+    decode_in_graph,
     uniform_tokens,
 )
 from tests.conftest import kernel_tables
@@ -334,6 +336,29 @@ def test_decode_under_tp_equals_the_hand_summed_forward_pass(tmp_path: Path) -> 
     assert phase.time_s == pytest.approx(hand * MS, rel=1e-12)
     assert phase.power_w is None
     assert phase.by_name()["attention"] == pytest.approx(2 * gen_ms(B, c) * MS)
+
+
+def test_decode_beyond_the_cuda_graphs_takes_the_eager_all_reduce(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM runs a decode batch above 512 requests without a CUDA graph (its default
+    ``max_cudagraph_capture_size``), so its all-reduces are the eager ones; a framework
+    without a known limit keeps the graph's at every batch."""
+    assert decode_in_graph("vllm", 512) and not decode_in_graph("vllm", 513)
+    assert decode_in_graph("sglang", 100_000)
+    db = make_db(tmp_path)
+    km = KernelModel(db, toy(), KernelSetup(GPU, FW, VER, tp=2))
+    c = 16
+    graph = {b: km.decode(b, c).by_name() for b in (1, 4)}  # messages of 64 and 256
+    monkeypatch.setitem(kernels.CUDA_GRAPH_MAX_BATCH, FW, 1)  # the toy's framework: 1
+    km = KernelModel(db, toy(), KernelSetup(GPU, FW, VER, tp=2))
+    for b in (1, 4):
+        got = km.decode(b, c).by_name()
+        eager = b > 1
+        for name in ("embedding all-reduce", "attention all-reduce", "mlp all-reduce"):
+            n = 1 if name.startswith("embedding") else 2
+            assert got[name] == pytest.approx(n * ar_ms(b * 64, graph=not eager) * MS)
+        assert got["attention"] == graph[b]["attention"]  # nothing else changes
 
 
 def test_moe_layer_and_power_of_a_phase(tmp_path: Path) -> None:
