@@ -112,24 +112,3 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
         assert out.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
         assert out.priced.objective_usd >= best - 1e-7 * max(abs(best), 1.0)
     assert resumed >= 2, resumed
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_adaptive_smoothing_reaches_the_same_bound_and_stays_below_the_optimum(seed: int) -> None:
-    """With ``alpha`` adapted (Pessoa et al.'s rule) or fixed, column generation
-    converges to the Dantzig-Wolfe bound of the same master problem; every bound it
-    reports on the way is a Lagrangian value, never above the compact MILP's optimum."""
-    data = build_data(problem_from_dict(site(seed)))
-    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
-    with DualOracle(data, grids) as oracle:
-        fixed = decompose(data, Deadline.after(60.0), oracle=oracle, auto_smoothing=False)
-        adapted = decompose(data, Deadline.after(60.0), oracle=oracle, auto_smoothing=True)
-    assert fixed.converged and adapted.converged
-    scale = max(abs(fixed.lp_value_usd), 1.0)
-    assert adapted.lower_bound_usd == pytest.approx(fixed.lower_bound_usd, abs=1e-6 * scale)
-    assert adapted.lp_value_usd == pytest.approx(fixed.lp_value_usd, abs=1e-6 * scale)
-    bounds = [v for _, v in adapted.history]
-    assert bounds == sorted(bounds)
-    if not (adapted.lp_slack_periods or adapted.lp_inventory_slack):
-        best = optimum(seed)
-        assert max(bounds) <= best + 1e-7 * max(abs(best), 1.0)
