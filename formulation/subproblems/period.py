@@ -75,13 +75,22 @@ def choice_cost(
     return cost if offset is None else cost + offset[k]
 
 
+def reachable_choices(
+    data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
+) -> NDArray[np.bool_]:
+    """(K,) deployment ``m``'s choices in period ``t``: those a solver needs, less any
+    whose ``offset[k]`` is infinite."""
+    ok = data.deployments[m].period_allowed()[t]
+    return ok if offset is None else ok & np.isfinite(offset)
+
+
 def endpoint_options(
     data: ScheduleData, m: int, t: int, offset: FloatArray | None = None
 ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
     """Per allowed configuration: (pnet, cost, config, served) at s = 0 and s = smax;
     ``offset[k]`` (optional) is added to the cost of running configuration ``k``."""
     d = data.deployments[m]
-    ks = np.flatnonzero(d.period_allowed()[t])
+    ks = np.flatnonzero(reachable_choices(data, m, t, offset))
     cfg = np.concatenate([ks, ks]).astype(np.int64)
     served = np.concatenate([np.zeros(ks.size), d.smax_rps[t, ks]])
     power = np.concatenate([d.bp_power_w[ks, 0], d.full_load_power_w[t, ks]])
@@ -285,13 +294,18 @@ AT_PI = int(np.flatnonzero(PRICE_FACTORS == 1.0)[0])
 MAX_PAIRS = 30_000_000
 
 
-def pool_can_bind(data: ScheduleData, t: int) -> bool:
+def pool_can_bind(data: ScheduleData, t: int, offsets: list[FloatArray] | None = None) -> bool:
+    """Whether the deployments of some GPU pool may use more GPUs than it has in period
+    ``t``, each at its largest allowed configuration (one with an infinite
+    ``offsets[m][k]`` left out: no choice runs it)."""
+
+    def most_gpus(m: int) -> int:
+        d = data.deployments[m]
+        ok = d.allowed if offsets is None else d.allowed & np.isfinite(offsets[m])
+        return int(d.gpus[ok].max()) if ok.any() else 0
+
     for g in range(len(data.pools)):
-        most = sum(
-            int(d.gpus[d.allowed].max())
-            for m, d in enumerate(data.deployments)
-            if data.pool_of[m] == g
-        )
+        most = sum(most_gpus(m) for m in range(len(data.deployments)) if data.pool_of[m] == g)
         if most > data.pool_gpus[g]:
             return True
     return False
@@ -338,7 +352,8 @@ def solve_period(
     """Exact optimum of period ``t`` alone (transitions ignored); None if infeasible.
 
     ``offsets[m][k]`` (optional) is added to the cost of deployment ``m`` running
-    configuration ``k`` (Lagrange multipliers). ``hint`` (optional) is a feasible
+    configuration ``k`` (Lagrange multipliers, or transition costs from a fixed previous
+    state; inf leaves ``k`` out). ``hint`` (optional) is a feasible
     solution of the period (e.g. the previous one under other offsets): its cost bounds
     the optimum, so partial sums that cannot beat it are pruned early. ``deadline``
     (optional): past it, or (with a deadline) when one merge
@@ -346,7 +361,7 @@ def solve_period(
     so far comes back with ``proven`` False; without one the search is exact, whatever
     it takes. Raises ValueError if a GPU pool can
     bind in the period (not handled here)."""
-    if pool_can_bind(data, t):
+    if pool_can_bind(data, t, offsets):
         raise ValueError("a GPU pool can bind: use the MILP for this period")
     M = len(data.deployments)
     budget = float(data.net_cap_w[t])
@@ -452,7 +467,8 @@ def solve_period(
         for f in range(M):
             d = data.deployments[f]
             others = [j for j in range(M) if j != f]
-            ks = np.flatnonzero(d.period_allowed()[t] & (d.smax_rps[t] > 0))
+            off = None if offsets is None else offsets[f]
+            ks = np.flatnonzero(reachable_choices(data, f, t, off) & (d.smax_rps[t] > 0))
             # a filler's cost plus pi times its power is concave in its load: at least its
             # configuration's least endpoint value
             pnet_f, cost_f, cfg_f, _ = opts[f]
@@ -479,7 +495,6 @@ def solve_period(
                 continue
             kk = ks[ci]
             s = np.minimum(d.max_load_within(kk, room[ri, ci]), smax_k[ci])
-            off = None if offsets is None else offsets[f]
             cost = rest.cost[ri] + choice_cost(data, t, f, kk, s, d.power_w(kk, s), off)
             q = int(np.argmin(cost))
             if cost[q] < best_cost - 1e-12:

@@ -28,7 +28,12 @@ least power the settings reach (every deployment at its pair of least idle draw,
 serving nothing), its shortfall against the target, and the instance changes the
 schedule makes at the next period boundary under the same cap
 (:func:`next_boundary`: the one-period schedule from the running state, within the
-transition limit; the site's re-plan decides the rest of the horizon).
+transition limit; the site's re-plan decides the rest of the horizon). With the
+previous state fixed, every transition term of a configuration (its starts and stops
+at their prices, and whether it is within the limit) depends on it alone, so that
+period too is the one-period enumeration, the transitions as its offsets, over the
+configurations within reach of the running counts; the solve pipeline answers only
+when a GPU pool can bind.
 """
 
 from __future__ import annotations
@@ -53,8 +58,10 @@ from formulation.data import (
     setting_lists,
     take_periods,
 )
+from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.problem import ScheduleProblem, SolverOptions, validate
 from formulation.solve import InfeasibleError, solve
+from formulation.subproblems.dp import transition_cost
 from formulation.subproblems.period import pool_can_bind, solve_period
 from model.capacity import DeploymentSpec
 from model.errors import InputError
@@ -197,6 +204,8 @@ def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
 #: the tables of the last few (site, running counts) asked about: a shed answers from
 #: them in a fraction of the time their capacity model takes
 _CACHE: OrderedDict[str, ScheduleData] = OrderedDict()
+#: and those of the next boundary's period (:func:`boundary_data`), as many
+_NEXT: OrderedDict[str, ScheduleData] = OrderedDict()
 CACHE_SIZE = 16
 _lock = threading.Lock()
 
@@ -260,6 +269,7 @@ def is_cached(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> b
 def clear_cache() -> None:
     with _lock:
         _CACHE.clear()
+        _NEXT.clear()
 
 
 def fast_response(
@@ -337,6 +347,154 @@ def _answer(
     )
 
 
+def reachable(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> ScheduleProblem:
+    """``problem`` with each deployment's counts bounded to what one period can reach
+    from its running ``(n_P, n_D)``: within ``max_instance_changes_per_period`` of each
+    count (a box around the running counts that holds every configuration the limit
+    allows, and a few it does not, which :func:`transition_offsets` leaves out), and
+    the running counts as the initial state. Without a limit, every configuration."""
+    _running(problem, running)
+    limit = problem.transitions.max_instance_changes_per_period
+    deps = []
+    for d, (n_p, n_d) in zip(problem.deployments, running, strict=True):
+        change: dict[str, Any] = {"initial_n_p": n_p, "initial_n_d": n_d}
+        if limit is not None:
+            change.update(
+                min_n_p=max(d.min_n_p, n_p - limit),
+                max_n_p=n_p + limit if d.max_n_p is None else min(d.max_n_p, n_p + limit),
+                min_n_d=max(d.min_n_d, n_d - limit),
+                max_n_d=n_d + limit if d.max_n_d is None else min(d.max_n_d, n_d + limit),
+            )
+        deps.append(dataclasses.replace(d, **change))
+    return dataclasses.replace(problem, deployments=tuple(deps))
+
+
+def boundary_data(
+    problem: ScheduleProblem, t: int, running: Sequence[tuple[int, int]]
+) -> ScheduleData:
+    """The tables of period ``t`` alone, from the running ``(n_P, n_D)``, over the
+    configurations one period can reach from them (:func:`reachable`), at the setting
+    pairs each deployment lists (cap aside: each target replaces it; kept for the next
+    call with the same problem, counts and period, as :func:`settings_data` keeps its)."""
+    _period(problem, t)
+    _running(problem, running)
+    key = _key(problem, running) + f":{t}"
+    with _lock:
+        hit = _NEXT.get(key)
+        if hit is not None:
+            _NEXT.move_to_end(key)
+            return hit
+    with _counts_named(problem, running):
+        data = build_data(one_period(reachable(problem, running), t, 0.0, running))
+    with _lock:
+        _NEXT[key] = data
+        while len(_NEXT) > CACHE_SIZE:
+            _NEXT.popitem(last=False)
+    return data
+
+
+def transition_offsets(data: ScheduleData) -> list[np.ndarray]:
+    """Per deployment of ``data`` (one period from its initial state): the cost of
+    moving to each configuration, its instance starts and stops at their prices, inf
+    where the move changes more instances than ``max_instance_changes_per_period``
+    allows (settings change for free). With the previous state fixed these are the
+    period's only transition terms, each a function of the configuration alone."""
+    return [
+        transition_cost(data, d, d.initial, np.arange(d.n_configs, dtype=np.int64))
+        for d in data.deployments
+    ]
+
+
+@dataclass(frozen=True)
+class BoundaryPlan:
+    """The one-period schedule at a boundary from the running counts."""
+
+    period: int
+    #: ``enumeration`` (exact one-period enumeration with the transitions as offsets)
+    #: or ``milp`` (the solve pipeline, when a GPU pool can bind)
+    method: str
+    #: the one-period tables and the schedule priced on them (None: infeasible)
+    data: ScheduleData | None
+    priced: Priced | None
+    #: a proven lower bound on the period's cost (the plan's own cost when enumerated)
+    lower_bound_usd: float | None = None
+    reason: str | None = None
+
+    def document(self, running: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        if self.priced is None or self.data is None:
+            return {"period": self.period, "feasible": False, "reason": self.reason}
+        changes = {}
+        for m, d in enumerate(self.data.deployments):
+            k = int(self.priced.schedule.config[m, 0])
+            n_p, n_d = running[m]
+            if (int(d.n_p[k]), int(d.n_d[k])) != (n_p, n_d):
+                changes[d.name] = {
+                    "from": {"n_p": n_p, "n_d": n_d},
+                    "to": {"n_p": int(d.n_p[k]), "n_d": int(d.n_d[k])},
+                }
+        return {
+            "period": self.period,
+            "feasible": True,
+            "site_power_w": float(self.priced.site_power_w[0]),
+            "instance_changes": changes,
+        }
+
+
+def boundary_plan(
+    problem: ScheduleProblem,
+    t: int,
+    running: Sequence[tuple[int, int]],
+    target_w: float,
+    time_limit_s: float = 5.0,
+) -> BoundaryPlan:
+    """Period ``t`` alone under the cap ``target_w`` from the running ``(n_P, n_D)``,
+    its counts and settings free within the bounds and the transition limit, solved
+    exactly: with the previous state fixed, a configuration's starts, stops and limit
+    depend on it alone, so the period is the one-period enumeration
+    (:func:`~formulation.subproblems.period.solve_period`) with the transition costs
+    as offsets and the configurations beyond the limit left out. When a GPU pool can
+    bind (which the enumeration does not handle), the solve pipeline on the same
+    period, within ``time_limit_s``."""
+    if not (np.isfinite(target_w) and target_w >= 0):
+        raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
+    data = boundary_data(problem, t, running)
+    data = dataclasses.replace(data, power_cap_w=np.array([float(target_w)]))
+    offsets = transition_offsets(data)
+    if pool_can_bind(data, 0, offsets):
+        return _boundary_pipeline(problem, t, running, target_w, time_limit_s)
+    sol = solve_period(data, 0, offsets)
+    if sol is None:
+        return BoundaryPlan(
+            t,
+            "enumeration",
+            None,
+            None,
+            reason="no configurations the transition limit lets the deployments reach from "
+            "the running counts fit under the cap",
+        )
+    priced = price_schedule(data, Schedule(sol.config[:, None], sol.served[:, None]))
+    return BoundaryPlan(t, "enumeration", data, priced, priced.objective_usd)
+
+
+def _boundary_pipeline(
+    problem: ScheduleProblem,
+    t: int,
+    running: Sequence[tuple[int, int]],
+    target_w: float,
+    time_limit_s: float,
+) -> BoundaryPlan:
+    p1 = one_period(reachable(problem, running), t, target_w, running)
+    p1 = dataclasses.replace(
+        p1, solver=SolverOptions(time_limit_s=time_limit_s, mip_gap=p1.solver.mip_gap, threads=1)
+    )
+    try:
+        with _counts_named(problem, running):
+            o = solve(p1)
+    except InfeasibleError as e:
+        return BoundaryPlan(t, "milp", None, None, reason=str(e))
+    return BoundaryPlan(t, "milp", o.data, o.priced, o.lower_bound_usd)
+
+
 def next_boundary(
     problem: ScheduleProblem,
     t: int,
@@ -345,31 +503,6 @@ def next_boundary(
     time_limit_s: float = 5.0,
 ) -> dict[str, Any]:
     """The instance changes the schedule makes at the start of period ``t`` from the
-    running ``(n_P, n_D)`` under the cap ``target_w``: period ``t`` alone, solved
-    exactly (its instance counts and settings free within the bounds and the transition
-    limit). ``{"feasible": False, ...}`` when even that cannot meet the cap."""
-    _running(problem, running)
-    p1 = one_period(problem, t, target_w, running)
-    p1 = dataclasses.replace(
-        p1, solver=SolverOptions(time_limit_s=time_limit_s, mip_gap=p1.solver.mip_gap, threads=1)
-    )
-    try:
-        o = solve(p1)
-    except InfeasibleError as e:
-        return {"period": t, "feasible": False, "reason": str(e)}
-    sched = o.priced.schedule
-    changes = {}
-    for m, d in enumerate(o.data.deployments):
-        k = int(sched.config[m, 0])
-        n_p, n_d = running[m]
-        if (int(d.n_p[k]), int(d.n_d[k])) != (n_p, n_d):
-            changes[d.name] = {
-                "from": {"n_p": n_p, "n_d": n_d},
-                "to": {"n_p": int(d.n_p[k]), "n_d": int(d.n_d[k])},
-            }
-    return {
-        "period": t,
-        "feasible": True,
-        "site_power_w": float(o.priced.site_power_w[0]),
-        "instance_changes": changes,
-    }
+    running ``(n_P, n_D)`` under the cap ``target_w`` (:func:`boundary_plan`), with the
+    site power then. ``{"feasible": False, ...}`` when even that cannot meet the cap."""
+    return boundary_plan(problem, t, running, target_w, time_limit_s).document(running)
