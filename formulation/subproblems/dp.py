@@ -123,9 +123,9 @@ def stage_costs(
         g.smax,
     )
     if g.ok is not None:
-        cost[~g.ok] = np.inf
+        np.copyto(cost, np.inf, where=~g.ok)
     if d.useful is not None:  # a setting pair its configuration's others dominate
-        cost[~d.useful] = np.inf
+        np.copyto(cost, np.inf, where=~d.useful)
     return cost, full
 
 
@@ -144,12 +144,20 @@ def endpoint_costs(
     in the load, so one of the two is its least), at ``a`` USD per IT watt and
     ``sigma`` per GPU, and whether serving the most is cheaper; shapes broadcast (a
     period's row or every period). Candidates the deployment may not run cost inf."""
-    c0 = a * p0 + u * lam
-    c1 = a * p1 + u * (lam - smax)
-    gpu_term = (sigma - a * data.idle_gpu_power_w) * d.gpus
-    cost = np.minimum(c0, c1) + gpu_term
-    cost = np.where(d.allowed, cost, np.inf)
-    return cost, c1 < c0
+    # the same operations as ``min(a p0 + u lam, a p1 + u (lam - smax)) + gpu term``,
+    # in place: three arrays of the result's shape instead of nine
+    cost = a * p0
+    cost += u * lam
+    c1 = np.subtract(lam, smax)
+    c1 *= u
+    work = a * p1
+    c1 += work
+    full = c1 < cost
+    np.minimum(cost, c1, out=cost)
+    np.multiply(sigma - a * data.idle_gpu_power_w, d.gpus, out=work)
+    cost += work
+    np.copyto(cost, np.inf, where=~d.allowed)
+    return cost, full
 
 
 def _unit_steps(gg: FloatArray, steps: int, c_up: float, c_down: float) -> FloatArray:
