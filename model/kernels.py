@@ -521,6 +521,12 @@ def decode_in_graph(framework: str, batch: int) -> bool:
     return limit is None or batch <= limit
 
 
+#: the splits of a decode request's context the split-KV attention kernels may take: 1 to
+#: 32, vLLM's cap under CUDA graphs (``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH``,
+#: default 32); FlashAttention picks the split that fills the GPU
+KV_SPLITS = (1, 2, 4, 8, 16, 32)
+
+
 #: the MoE load of a decode: each token's experts drawn uniformly at random
 UNIFORM = "uniform"
 
@@ -857,7 +863,39 @@ class KernelModel:
                 "its current chunk (its position modulo the chunk), which a mean context "
                 "does not give; not composed",
             )
-        self._generation_attention(out, group.layers, shape)
+        self._split_generation_attention(out, group.layers, shape)
+
+    def _split_generation_attention(
+        self, out: list[KernelCall], count: int, shape: dict[str, Any]
+    ) -> None:
+        """Decode attention as the engines' split-KV kernels run it: each request's context
+        of ``step`` tokens cut into ``s`` equal pieces, each attended as a request of its
+        own (``batch_size x s`` requests of ``step / s`` past tokens: the same keys and
+        values read, more blocks in flight when the batch and the KV heads per GPU are
+        few), the partial results merged. The split is the one of
+        :data:`KV_SPLITS` the tables time fastest; the merge, a few kilobytes per request,
+        is not counted. The unsplit shape must compose (a context beyond the table is
+        refused, not split to fit)."""
+        best: list[KernelCall] = []
+        self._generation_attention(best, count, shape)
+        fastest = sum(c.total_s for c in best)
+        for s in KV_SPLITS[1:]:
+            step = float(shape["step"]) / s
+            if step < 1.0:
+                break
+            trial: list[KernelCall] = []
+            try:
+                self._generation_attention(
+                    trial,
+                    count,
+                    {**shape, "batch_size": int(shape["batch_size"]) * s, "step": step},
+                )
+            except OutsideTableError:
+                continue
+            t = sum(c.total_s for c in trial)
+            if t < fastest:
+                best, fastest = trial, t
+        out.extend(best)
 
     def _prefill_attention(
         self, out: list[KernelCall], group: _Attention, keys: dict[str, Any], n: int

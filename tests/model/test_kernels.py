@@ -361,6 +361,32 @@ def test_decode_beyond_the_cuda_graphs_takes_the_eager_all_reduce(
         assert got["attention"] == graph[b]["attention"]  # nothing else changes
 
 
+def test_decode_attention_takes_the_fastest_split_of_the_context(tmp_path: Path) -> None:
+    """A split-KV kernel attends one request's context as ``s`` pieces in parallel: the
+    table at ``batch x s`` requests of ``step / s`` tokens. With a table whose small
+    batches leave the GPU idle (a cost in ``step / batch``), one request of 64 tokens is
+    fastest as 4 of 16; 4 requests (the widest measured batch) cannot be split; a context
+    beyond the table is refused, not split to fit."""
+    make_db(tmp_path)  # every other table the toy reads
+
+    def idle_ms(b: int, step: float) -> float:
+        return 0.002 + 3e-5 * b * step + 4e-4 * step / b
+
+    gen = [
+        attn_row(num_heads=h, num_key_value_heads=kv, batch_size=b, isl=1, step=s,
+                 latency=idle_ms(b, s))
+        for h, kv in ((4, 2), (2, 1)) for b in BATCH for s in STEP
+    ]  # fmt: skip
+    write(tmp_path, "attention", "generation_attention", gen)
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER))
+    assert idle_ms(4, 16) < idle_ms(1, 64)  # 4 x 16 is faster than 1 x 64
+    got = km.decode(1, 64).by_name()["attention"]
+    assert got == pytest.approx(2 * idle_ms(4, 16) * MS, rel=1e-12)  # two layers
+    assert km.decode(4, 64).by_name()["attention"] == pytest.approx(2 * idle_ms(4, 64) * MS)
+    with pytest.raises(OutsideTableError, match="step=100"):
+        km.decode(1, 100)
+
+
 def test_moe_layer_and_power_of_a_phase(tmp_path: Path) -> None:
     db = make_db(tmp_path, power=True)
     moe = toy(experts=32, experts_per_token=2, moe_layers=2, expert_params=3 * 64 * 32)
