@@ -21,7 +21,13 @@ from pydantic import AwareDatetime, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
-from formulation.whatif.shed import CACHE_SIZE, fast_response, next_boundary, settings_data
+from formulation.whatif.shed import (
+    CACHE_SIZE,
+    boundary_data,
+    fast_response,
+    next_boundary,
+    settings_data,
+)
 from model.errors import InputError
 from service.jobs import JobStore
 from service.openadr import OadrEvent, event_to_signals
@@ -156,14 +162,21 @@ def running_counts(problem: ScheduleProblem, record: dict[str, Any]) -> list[tup
 
 
 def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
-    """Build the fast response's tables for the counts the plan runs at ``when``, so
-    that a shed then answers from them; False when the plan does not cover ``when``."""
+    """Build the fast response's tables for the counts the plan runs at ``when``, and
+    those of the next boundary's period from them, so that a shed then answers from
+    them; False when the plan does not cover ``when``."""
     try:
-        _, record = running_state(plan, when)
+        t, record = running_state(plan, when)
         problem = _problem(site, settings)
-        settings_data(problem, running_counts(problem, record))
+        running = running_counts(problem, record)
+        settings_data(problem, running)
     except (NoRunningPlan, InputError):
         return False
+    if t + 1 < problem.n_periods:
+        try:
+            boundary_data(problem, t + 1, running)
+        except InputError as e:  # a shed would meet the same refusal: nothing to keep
+            log.info("next boundary's tables of site %s not built: %s", site.id, e)
     return True
 
 

@@ -266,6 +266,12 @@ def is_cached(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) -> b
         return _key(problem, running) in _CACHE
 
 
+def boundary_cached(problem: ScheduleProblem, t: int, running: Sequence[tuple[int, int]]) -> bool:
+    """Whether :func:`boundary_data` of ``problem``, ``t`` and ``running`` is kept."""
+    with _lock:
+        return _key(problem, running) + f":{t}" in _NEXT
+
+
 def clear_cache() -> None:
     with _lock:
         _CACHE.clear()

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from formulation.problem import Host, problem_from_dict
-from formulation.whatif.shed import clear_cache, fast_response, is_cached
+from formulation.whatif.shed import boundary_cached, clear_cache, fast_response, is_cached
 from model.catalog import load_gpu_clocks
 from service.settings import Settings
 from service.site_plans import request_of
@@ -174,7 +174,8 @@ def test_an_event_capping_now_answers_the_settings_at_once(client: TestClient) -
 
 def test_the_tables_of_the_running_counts_are_built_ahead(client: TestClient) -> None:
     """warm_sites builds the fast response's tables for what each site's plan runs now,
-    so that the first shed answers from them."""
+    and those of the next boundary's period from those counts, so that the first shed
+    answers from them."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     site_id = register(client, plan_start=(now - timedelta(minutes=30)).isoformat())
     fresh = register(client)  # no plan: nothing to build
@@ -186,9 +187,9 @@ def test_the_tables_of_the_running_counts_are_built_ahead(client: TestClient) ->
     host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
     problem = problem_from_dict(body, host)  # as the server reads the site
     clear_cache()
-    assert not is_cached(problem, running)
+    assert not is_cached(problem, running) and not boundary_cached(problem, 1, running)
     assert warm_sites(store_for(settings.database_url), settings, now) == 1
-    assert is_cached(problem, running)
+    assert is_cached(problem, running) and boundary_cached(problem, 1, running)
     assert fresh != site_id
 
 
