@@ -54,7 +54,9 @@ kept and their latencies (and powers) averaged.
 Composition (:class:`KernelModel`), per layer and per rank under tensor parallelism
 ``tp``: QKV and O projection GEMMs (heads split over ranks; KV heads replicated when
 ``tp`` exceeds them); context attention (a batch of one prompt of ``L`` tokens) or
-generation attention (batch ``B``, past length ``c``), per group of layers: full
+generation attention (batch ``B``, past length ``c``, at the fastest split of each
+request's context the split-KV kernels may take, ``B s`` requests of ``c / s`` tokens
+for ``s`` in :data:`KV_SPLITS`), per group of layers: full
 layers at the whole context; sliding-window layers (Gemma 3, gpt-oss) from the
 table's rows of their window where it measures the shape, else as full attention
 over the ``min(c, window)`` tokens they attend to (the same work; a prefill longer
