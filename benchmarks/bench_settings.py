@@ -3,8 +3,9 @@
 Each site (bench_schedule.py's A-D, or the demo) is solved twice with the same time
 limit: as it is (the full clock only) and with 3 x 3 settings per deployment (the
 GPU's default settings of gpus.json, for H200 1980, 1590 and 1185 MHz, for each
-phase). Prints one JSON row per solve (objective, proven gap, time, candidates) and
-a table: the saving with settings, each solve's gap and time.
+phase). Prints one JSON row per solve (objective, proven gap, time, candidates, the
+phases' times, column generation's rounds and what its resumed phase did) and a
+table: the saving with settings, each solve's gap and time.
 
     python benchmarks/bench_settings.py [--sites demo A B C D]
 """
@@ -49,6 +50,9 @@ def run(name: str, body: dict[str, Any]) -> dict[str, Any]:
         "wall_s": wall,
         "time_limit_s": body["solver"]["time_limit_s"],
         "candidates": sum(d.n_configs for d in o.data.deployments),
+        "phases": [[p["name"], p["seconds"]] for p in o.stats["phases"]],
+        "relaxation_rounds": o.stats.get("relaxation", {}).get("iterations"),
+        "relaxation_resumed": o.stats.get("relaxation_resumed"),
     }
 
 
