@@ -398,8 +398,7 @@ class PhaseClocks:
 class _Clocked:
     a_p: float
     b_p: float
-    g: float
-    extra_g: float  # the part of g the decode clock adds
+    extra_g: float  # what the decode clock adds to g (0 at the full clock)
     powers: dict[str, float]
     phases: PhaseClocks
 
@@ -495,12 +494,10 @@ def _apply_settings(
     pp = ramp(*p_ramp, k_p) if prefill is not None else p_ramp
     dp = ramp(*d_ramp, k_d) if decode is not None else d_ramp
     scale_p = f_max / f_p if prefill is not None else 1.0
-    extra = extra_g(f_d) if decode is not None else 0.0
     return _Clocked(
         a_p=a_p * scale_p if prefill is not None else a_p,
         b_p=b_p * scale_p if prefill is not None else b_p,
-        g=g + extra if decode is not None else g,
-        extra_g=extra,
+        extra_g=extra_g(f_d) if decode is not None else 0.0,
         powers={
             "p0_prefill_w": pp[0],
             "gamma_prefill_w": pp[1],
@@ -797,7 +794,8 @@ class Coefficients:
             "psat_decode_w": cal.psat_decode_w * tp,
         }
         if clocked is not None:
-            a_p, b_p, g, powers = clocked.a_p, clocked.b_p, clocked.g, clocked.powers
+            a_p, b_p, powers = clocked.a_p, clocked.b_p, clocked.powers
+            g = g + clocked.extra_g
         t_mean = a_p * e1 + b_p * e2
         t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
         scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
