@@ -44,7 +44,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -239,24 +239,35 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
     """The tables of the fast response over the whole horizon: each deployment at its
     running counts only, at every setting pair :func:`offered` gives (kept for the next
     call with the same problem, cap aside, and counts)."""
-    key = _key(problem, running)
+
+    def build() -> ScheduleData:
+        plain = fixed_counts(problem, running)
+        with _counts_named(problem, running):
+            validate(plain)  # the counts against the bounds, before any spec is resolved
+        specs = deployment_specs(plain)
+        for i, (d, spec) in enumerate(zip(plain.deployments, specs, strict=True)):
+            setting_lists(i, d, spec)  # the listed settings, named as the schedule names them
+        with _counts_named(problem, running):
+            return build_data(fixed_counts(problem, running, offered(plain, specs)), specs)
+
+    return _kept(_CACHE, _key(problem, running), build)
+
+
+def _kept(
+    cache: OrderedDict[str, ScheduleData], key: str, build: Callable[[], ScheduleData]
+) -> ScheduleData:
+    """``cache[key]``, built by ``build`` when missing and kept, the least recently
+    used of more than :data:`CACHE_SIZE` dropped."""
     with _lock:
-        hit = _CACHE.get(key)
+        hit = cache.get(key)
         if hit is not None:
-            _CACHE.move_to_end(key)
+            cache.move_to_end(key)
             return hit
-    plain = fixed_counts(problem, running)
-    with _counts_named(problem, running):
-        validate(plain)  # the counts against the bounds, before any spec is resolved
-    specs = deployment_specs(plain)
-    for i, (d, spec) in enumerate(zip(plain.deployments, specs, strict=True)):
-        setting_lists(i, d, spec)  # the listed settings, named as the schedule names them
-    with _counts_named(problem, running):
-        data = build_data(fixed_counts(problem, running, offered(plain, specs)), specs)
+    data = build()
     with _lock:
-        _CACHE[key] = data
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        cache[key] = data
+        while len(cache) > CACHE_SIZE:
+            cache.popitem(last=False)
     return data
 
 
@@ -384,19 +395,12 @@ def boundary_data(
     call with the same problem, counts and period, as :func:`settings_data` keeps its)."""
     _period(problem, t)
     _running(problem, running)
-    key = _key(problem, running) + f":{t}"
-    with _lock:
-        hit = _NEXT.get(key)
-        if hit is not None:
-            _NEXT.move_to_end(key)
-            return hit
-    with _counts_named(problem, running):
-        data = build_data(one_period(reachable(problem, running), t, 0.0, running))
-    with _lock:
-        _NEXT[key] = data
-        while len(_NEXT) > CACHE_SIZE:
-            _NEXT.popitem(last=False)
-    return data
+
+    def build() -> ScheduleData:
+        with _counts_named(problem, running):
+            return build_data(one_period(reachable(problem, running), t, 0.0, running))
+
+    return _kept(_NEXT, _key(problem, running) + f":{t}", build)
 
 
 def transition_offsets(data: ScheduleData) -> list[np.ndarray]:
