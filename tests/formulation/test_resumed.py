@@ -17,7 +17,13 @@ from formulation.data import build_data
 from formulation.problem import problem_from_dict
 from formulation.solve import solve
 from formulation.subproblems.dp import deployment_grid
-from tests.formulation.test_settings import CLOCKS, deployment, plan, request, with_settings_listed
+from tests.formulation.test_settings import (
+    CLOCKS,
+    plan,
+    random_deployments,
+    request,
+    with_settings_listed,
+)
 
 SEEDS = range(8)
 
@@ -27,14 +33,7 @@ def site(seed: int, method: str = "compact") -> dict[str, Any]:
     phase, a cap that binds in some periods and a change limit of 1 to 3."""
     rng = np.random.default_rng(seed)
     periods = 6
-    deps = [
-        deployment(
-            f"d{m}",
-            [round(float(x), 3) for x in rng.uniform(0.5, 12.0, periods)],
-            int(rng.integers(2, 7)),
-        )
-        for m in range(3)
-    ]
+    deps = random_deployments(rng, 3, periods)
     cap = [round(float(x), 1) for x in rng.uniform(2500.0, 9000.0, periods)]
     price = [round(float(x), 2) for x in rng.uniform(20.0, 300.0, periods)]
     inventory = int(rng.integers(6, 16))

@@ -131,11 +131,9 @@ def test_the_full_clock_alone_is_the_schedule_without_settings(method: str) -> N
     assert all(b == a + ",1980MHz,1980MHz" for a, b in zip(plain[1:], listed[1:], strict=True))
 
 
-def random_site(seed: int, method: str) -> tuple[dict[str, Any], list[str], list[str]]:
-    rng = np.random.default_rng(seed)
-    n_dep = int(rng.integers(1, 3))
-    periods = 3
-    deps = [
+def random_deployments(rng: np.random.Generator, n_dep: int, periods: int) -> list[dict[str, Any]]:
+    """``n_dep`` deployments with demands of 0.5 to 12 req/s per period and 2 to 6 GPUs."""
+    return [
         deployment(
             f"d{m}",
             [round(float(x), 3) for x in rng.uniform(0.5, 12.0, periods)],
@@ -143,6 +141,13 @@ def random_site(seed: int, method: str) -> tuple[dict[str, Any], list[str], list
         )
         for m in range(n_dep)
     ]
+
+
+def random_site(seed: int, method: str) -> tuple[dict[str, Any], list[str], list[str]]:
+    rng = np.random.default_rng(seed)
+    n_dep = int(rng.integers(1, 3))
+    periods = 3
+    deps = random_deployments(rng, n_dep, periods)
     inventory = int(rng.integers(4, 11))
     cap = [round(float(x), 1) for x in rng.uniform(1500.0, 7000.0, periods)]
     price = [round(float(x), 2) for x in rng.uniform(20.0, 300.0, periods)]
