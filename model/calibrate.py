@@ -271,6 +271,14 @@ def robust_fit(
     return res.x, std_errors(res.jac, res.fun, len(x0))
 
 
+def robust_cost(resid: FloatArray) -> float:
+    """The robust loss of relative residuals, as ``least_squares`` minimises it with
+    :data:`LOSS` and :data:`F_SCALE`: ``0.5 f^2 sum rho((r / f)^2)``, ``rho(z) = 2
+    (sqrt(1 + z) - 1)``. Two fits of the same rows compare by it."""
+    z = (np.asarray(resid) / F_SCALE) ** 2
+    return float(0.5 * F_SCALE**2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
 def _check_determined(key: tuple[str, str], rows: list[Usable]) -> None:
     where = f"{key[0]}/{key[1]}"
     batches = {round(u.m.batch, 3) for u in rows}

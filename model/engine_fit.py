@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from model.calibrate import Skipped, Usable, robust_fit
+from model.calibrate import Skipped, Usable, robust_cost, robust_fit
 from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
 from model.screen import EXCLUDES, Screened
@@ -151,6 +151,9 @@ class EngineFit:
     models: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     #: pairs whose overheads are another pair's, carried (a file's ``transferred_from``)
     transferred: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: the robust loss at the fit (:func:`model.calibrate.robust_cost`); fits of the same
+    #: rows from different starts compare by it
+    cost: float = float("nan")
 
     def predict_s(self, c: Composed, prompts: dict[str, float] | None = None) -> float:
         o = self.overheads[(c.gpu, c.framework)]
@@ -158,9 +161,16 @@ class EngineFit:
         return c.kernels_at(p) + o.t_iter_s + o.t_req_s * c.u.m.batch + o.t_layer_s * c.layers
 
 
-def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None) -> EngineFit:
+def fit_engine(
+    rows: Sequence[Composed],
+    prompts: dict[str, float] | None = None,
+    start: Mapping[str, float] | None = None,
+) -> EngineFit:
     """Least squares of the rows' decode times over each (GPU, framework)'s overheads and
-    the prompt lengths of tasks not in ``prompts``."""
+    the prompt lengths of tasks not in ``prompts``, fitted from ``start`` (a task's
+    prompt length in tokens, within :data:`PROMPT_BOUNDS`; else :data:`PROMPT_DEFAULT`).
+    The fit is not convex in the prompt lengths: another start may end elsewhere
+    (``docs/calibration.md``, section 8, compares them by :attr:`EngineFit.cost`)."""
     if not rows:
         raise InputError("measurements", "no row composes from the kernel tables")
     keys = sorted({(c.gpu, c.framework) for c in rows})
@@ -179,7 +189,15 @@ def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None
     x0 = [min(1e-4, OVERHEAD_BOUNDS[n][1] / 2) for _ in keys for n in OVERHEADS]
     lo += [math.log(PROMPT_BOUNDS[0])] * len(tasks)
     hi += [math.log(PROMPT_BOUNDS[1])] * len(tasks)
-    x0 += [math.log(256.0)] * len(tasks)
+    begin = dict(start or {})
+    for t, v in begin.items():
+        if not (PROMPT_BOUNDS[0] <= v <= PROMPT_BOUNDS[1]):
+            raise InputError(
+                f"start.{t}",
+                f"a prompt length to start from must be within {PROMPT_BOUNDS[0]:g}-"
+                f"{PROMPT_BOUNDS[1]:g} tokens, got {v!r}",
+            )
+    x0 += [math.log(begin.get(t, PROMPT_DEFAULT)) for t in tasks]
     k_index = {k: i for i, k in enumerate(keys)}
     measured = np.array([c.u.m.itl_s for c in rows])
     batch = np.array([c.u.m.batch for c in rows])
@@ -200,7 +218,7 @@ def fit_engine(rows: Sequence[Composed], prompts: dict[str, float] | None = None
 
     x, std = robust_fit(residuals, x0, lo, hi)
     o, pr = unpack(x)
-    fit = EngineFit({}, {}, {}, {t: pr[t] for t in tasks}, {})
+    fit = EngineFit({}, {}, {}, {t: pr[t] for t in tasks}, {}, cost=robust_cost(residuals(x)))
     for key, i in k_index.items():
         fit.overheads[key] = EngineOverheads(*(float(v) for v in o[i]))
         fit.std[key] = {n: float(std[i * n_o + j]) for j, n in enumerate(OVERHEADS)}
@@ -223,17 +241,19 @@ def errors(rows: Sequence[Composed], fit: EngineFit) -> list[float]:
 
 
 def leave_one_model_out(
-    rows: Sequence[Composed], progress: Callable[[str], None] | None = None
+    rows: Sequence[Composed],
+    progress: Callable[[str], None] | None = None,
+    start: Mapping[str, float] | None = None,
 ) -> dict[int, float]:
-    """Each model's rows predicted by a fit to the other models' rows: the relative
-    error per row (index into ``rows``)."""
+    """Each model's rows predicted by a fit to the other models' rows (from ``start``,
+    :func:`fit_engine`): the relative error per row (index into ``rows``)."""
     say = progress or (lambda _m: None)
     names = sorted({c.u.model.name for c in rows})
     out: dict[int, float] = {}
     for n, name in enumerate(names):
         say(f"leave-one-model-out {n + 1}/{len(names)}: {name}")
         train = [c for c in rows if c.u.model.name != name]
-        f = fit_engine(train)
+        f = fit_engine(train, start=start)
         for i, c in enumerate(rows):
             if c.u.model.name == name and (c.gpu, c.framework) in f.overheads:
                 out[i] = f.predict_s(c) / c.u.m.itl_s - 1.0

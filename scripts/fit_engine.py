@@ -3,7 +3,7 @@ how well measured kernels predict whole-server measurements.
 
 Usage:
 
-    python scripts/fit_engine.py DATA_DIR [--out FILE] [--chart PNG] [--check]
+    python scripts/fit_engine.py DATA_DIR [--out FILE] [--chart PNG] [--json] [--prompt-starts]
 
 DATA_DIR holds the ML.ENERGY per-model files (``DATA_DIR/mlenergy/*.json``) and
 AIConfigurator's kernel tables (``DATA_DIR/aiconfigurator/``), see their READMEs.
@@ -36,6 +36,7 @@ against measured.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -163,10 +164,11 @@ def b200_power(
 def report(
     comp: list[engine_fit.Composed],
     say: Callable[[str], None],
+    start: dict[str, float] | None = None,
 ) -> tuple[engine_fit.EngineFit, dict[str, Any], dict[int, float]]:
-    fit = engine_fit.fit_engine(comp)
-    small_fit = engine_fit.fit_engine([c for c in comp if small(c)])
-    lomo = engine_fit.leave_one_model_out(comp, progress=say)
+    fit = engine_fit.fit_engine(comp, start=start)
+    small_fit = engine_fit.fit_engine([c for c in comp if small(c)], start=start)
+    lomo = engine_fit.leave_one_model_out(comp, progress=say, start=start)
     inside = engine_fit.errors(comp, fit)
     bare = engine_fit.unfitted(comp, fit.prompts)
     figures: dict[str, Any] = {}
@@ -189,6 +191,38 @@ def report(
                 "leave_one_model_out_worst": float(np.max(np.abs(lo))) if lo else float("nan"),
             }
     return fit, figures, lomo
+
+
+#: where each task's effective prompt length starts, per fit, for --prompt-starts
+#: (tokens: the prompt grid's low end, its middle and near its top)
+PROMPT_STARTS = (32.0, 256.0, 2048.0)
+
+
+def prompt_starts(
+    comp: list[engine_fit.Composed], say: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """The same fits (in sample, small models to larger, leave-one-model-out) started
+    from every combination of :data:`PROMPT_STARTS` for the tasks' prompt lengths: each
+    start's robust loss, fitted prompt lengths and judged figures. The fit is not
+    convex in the prompt lengths; this shows how far its figures depend on the start."""
+    tasks = sorted({c.u.m.task for c in comp if not c.fixed})
+    out = []
+    for n, combo in enumerate(itertools.product(PROMPT_STARTS, repeat=len(tasks))):
+        start = dict(zip(tasks, combo, strict=True))
+        say(f"prompt start {n + 1}/{len(PROMPT_STARTS) ** len(tasks)}: {start}")
+        fit, figures, _ = report(comp, lambda _m: None, start)
+        out.append(
+            {
+                "start": start,
+                "cost": fit.cost,
+                "prompts": fit.prompts,
+                "figures": {
+                    k: {n: v[n] for n in ("in_sample", "leave_one_model_out", "small_to_large")}
+                    for k, v in figures.items()
+                },
+            }
+        )
+    return sorted(out, key=lambda r: r["cost"])
 
 
 def kind_medians(rows: Sequence[engine_fit.Composed], errs: Sequence[float]) -> dict[str, Any]:
@@ -335,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=SHIPPED_FILE)
     ap.add_argument("--chart", type=Path)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument(
+        "--prompt-starts",
+        action="store_true",
+        help="refit from every start of the prompt lengths and print each start's loss, "
+        "prompt lengths and figures (writes nothing)",
+    )
     args = ap.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     folder = str(args.data_dir / "aiconfigurator")
@@ -346,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     every, not_composed = engine_fit.compose(usable, folder, progress=say)
     comp = engine_fit.fitted(every, verdicts)
     screened = list(verdicts.values())
+    if args.prompt_starts:
+        for r in prompt_starts(comp, say):
+            print(json.dumps(r) if args.json else _start_line(r))
+        return 0
     fit, figures, lomo = report(comp, say)
     # the power comparison leaves out the powers the screen keeps out
     power = b200_power([c for c in comp if c.u.m.where not in verdicts], fit, folder)
@@ -374,6 +418,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.chart:
         chart(comp, lomo, args.chart)
     return 0
+
+
+def _start_line(r: dict[str, Any]) -> str:
+    prompts = " ".join(f"{t}={p:.0f}" for t, p in r["prompts"].items())
+    figs = "; ".join(
+        f"{k}: {v['in_sample']:.1%} / {v['leave_one_model_out']:.1%} / {v['small_to_large']:.1%}"
+        for k, v in r["figures"].items()
+    )
+    start = " ".join(f"{t}={p:.0f}" for t, p in r["start"].items())
+    return f"start {start} -> loss {r['cost']:.4f}, prompts {prompts}; {figs}"
 
 
 def document(

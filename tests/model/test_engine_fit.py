@@ -76,3 +76,75 @@ def test_prompt_grid_interpolates_in_log_log() -> None:
     r = dataclasses.replace(r, kernel_s=1e-3 * np.sqrt(grid), fixed=False)
     for p in (16.0, 100.0, 3000.0):  # a power law is exact in log-log
         assert r.kernels_at(p) == pytest.approx(1e-3 * np.sqrt(p), rel=1e-12)
+
+
+def _task_rows(prompt: float) -> list[engine_fit.Composed]:
+    """Rows of one task whose prompt length the files leave open: the kernels grow with
+    the context (a power law of the prompt on the grid, each row's own scale), measured
+    at ``prompt`` tokens with TRUE's overheads."""
+    grid = np.array(engine_fit.PROMPT_GRID)
+    rows = []
+    for r in _data(0.0):
+        scale = float(r.kernel_s[0])
+        kernels = scale * (grid / 256.0) ** (0.1 + 1e-3 * r.u.m.batch)
+        k = scale * (prompt / 256.0) ** (0.1 + 1e-3 * r.u.m.batch)
+        t = k + TRUE.t_iter_s + TRUE.t_req_s * r.u.m.batch + TRUE.t_layer_s * r.layers
+        m = dataclasses.replace(r.u.m, itl_s=t, task="chat")
+        rows.append(
+            dataclasses.replace(r, u=dataclasses.replace(r.u, m=m), kernel_s=kernels, fixed=False)
+        )
+    return rows
+
+
+@pytest.mark.parametrize("start", [32.0, 2048.0])
+def test_a_task_prompt_length_is_recovered_from_either_end_of_the_grid(start: float) -> None:
+    fit = engine_fit.fit_engine(_task_rows(700.0), start={"chat": start})
+    assert fit.prompts["chat"] == pytest.approx(700.0, rel=1e-3)
+    assert fit.cost == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_start_beyond_the_prompt_bounds_is_refused_naming_the_task() -> None:
+    with pytest.raises(InputError, match="start.chat") as e:
+        engine_fit.fit_engine(_task_rows(700.0), start={"chat": 8192.0})
+    assert "16-4096 tokens" in str(e.value)
+
+
+def test_robust_cost_is_the_loss_least_squares_minimises() -> None:
+    from scipy.optimize import least_squares
+
+    from model.calibrate import F_SCALE, LOSS, robust_cost
+
+    x = np.linspace(0.0, 1.0, 30)
+    y = 2.0 * x + 1.0 + np.where(np.arange(30) % 7 == 0, 0.3, 0.01)  # a few outliers
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return (p[0] * x + p[1]) / y - 1.0
+
+    res = least_squares(resid, [1.0, 0.0], loss=LOSS, f_scale=F_SCALE)
+    assert robust_cost(res.fun) == pytest.approx(res.cost, rel=1e-12)
+    assert robust_cost(resid(res.x + 0.05)) > res.cost  # the minimum is the least loss
+
+
+def test_the_prompt_starts_report_refits_from_every_start() -> None:
+    """scripts/fit_engine.py --prompt-starts: every start of the one open task's prompt
+    length, sorted by loss, each fit (in sample, small to larger, held out) from it."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "fit_engine.py"
+    spec = importlib.util.spec_from_file_location("fit_engine_script", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    said: list[str] = []
+    out = mod.prompt_starts(_task_rows(700.0), said.append)
+    assert [r["start"]["chat"] for r in sorted(out, key=lambda r: r["start"]["chat"])] == list(
+        mod.PROMPT_STARTS
+    )
+    assert len(said) == len(mod.PROMPT_STARTS)
+    assert [r["cost"] for r in out] == sorted(r["cost"] for r in out)
+    for r in out:  # noiseless rows: every start ends at the generating prompt length
+        assert r["prompts"]["chat"] == pytest.approx(700.0, rel=1e-3)
+        fig = r["figures"]["h100-sxm dense"]
+        assert fig["in_sample"] == pytest.approx(0.0, abs=1e-6)
+        assert fig["leave_one_model_out"] == pytest.approx(0.0, abs=1e-4)
