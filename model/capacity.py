@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 from numpy.typing import ArrayLike, NDArray
 
 from model import admission
@@ -537,8 +537,8 @@ _KV_DTYPES = {2.0: "bfloat16", 1.0: "fp8"}
 #: context, batch range and longest prompt) kept per process
 KERNEL_TIMES_CACHE_SIZE = 32
 KERNEL_FORMS_CACHE_SIZE = 1024
-_kernel_times: OrderedDict[tuple[Any, ...], KernelTimes] = OrderedDict()
-_kernel_forms: OrderedDict[tuple[Any, ...], KernelForms] = OrderedDict()
+_kernel_times: LRUCache[tuple[Any, ...], KernelTimes] = LRUCache(KERNEL_TIMES_CACHE_SIZE)
+_kernel_forms: LRUCache[tuple[Any, ...], KernelForms] = LRUCache(KERNEL_FORMS_CACHE_SIZE)
 _kernel_lock = threading.Lock()
 
 
@@ -562,14 +562,11 @@ def _times_of(key: tuple[Any, ...]) -> KernelTimes:
     """The composed times of ``key`` (:func:`_times_key`), kept; the caller holds the lock."""
     hit = _kernel_times.get(key)
     if hit is not None:
-        _kernel_times.move_to_end(key)
         return hit
     folder, framework, version, gpu, model, tp, kv, overheads = key
     source = KernelSource(folder, framework, ((gpu, version),))
     times = KernelTimes.of(source, model, gpu, tp, overheads=overheads, kv_dtype=kv)
-    _kernel_times[key] = times
-    while len(_kernel_times) > KERNEL_TIMES_CACHE_SIZE:
-        _kernel_times.popitem(last=False)
+    _kernel_times[key] = times  # the least recently used goes beyond the cache's size
     return times
 
 
@@ -593,7 +590,6 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
     with _kernel_lock:
         hit = _kernel_forms.get(key)
         if hit is not None:
-            _kernel_forms.move_to_end(key)
             return hit
         times = _times_of(key[:8])
         try:
@@ -614,8 +610,6 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
             ) from e
         forms = KernelForms(decode, one, prefill, context, bmax, longest)
         _kernel_forms[key] = forms
-        while len(_kernel_forms) > KERNEL_FORMS_CACHE_SIZE:
-            _kernel_forms.popitem(last=False)
         return forms
 
 

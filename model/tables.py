@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 from numpy.typing import ArrayLike, NDArray
 
 from model.capacity import CapacityResult, DeploymentSpec, evaluate, phase_power_w
@@ -118,7 +118,7 @@ def _key(described: bytes, n_p: ArrayLike, n_d: ArrayLike) -> str:
     return h.hexdigest()
 
 
-_cache: OrderedDict[str, ConfigTable] = OrderedDict()
+_cache: LRUCache[str, ConfigTable] = LRUCache(CACHE_SIZE)
 _lock = threading.Lock()
 
 
@@ -143,7 +143,6 @@ def build_tables(
         for key in keys:
             hit = _cache.get(key)
             if hit is not None:
-                _cache.move_to_end(key)
                 out[key] = hit
     todo: dict[str, tuple[NDArray[np.int64], NDArray[np.int64]]] = {}
     for key, (n_p, n_d) in zip(keys, grids, strict=True):
@@ -167,9 +166,7 @@ def build_tables(
         out |= made
         with _lock:
             for key, table in made.items():
-                _cache[key] = table
-            while len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
+                _cache[key] = table  # the least recently used goes beyond CACHE_SIZE
     return [out[key] for key in keys]
 
 

@@ -43,13 +43,13 @@ import hashlib
 import json
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from formulation.data import (
     ScheduleData,
@@ -203,10 +203,10 @@ def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
 
 #: the tables of the last few (site, running counts) asked about: a shed answers from
 #: them in a fraction of the time their capacity model takes
-_CACHE: OrderedDict[str, ScheduleData] = OrderedDict()
-#: and those of the next boundary's period (:func:`boundary_data`), as many
-_NEXT: OrderedDict[str, ScheduleData] = OrderedDict()
 CACHE_SIZE = 16
+_CACHE: LRUCache[str, ScheduleData] = LRUCache(CACHE_SIZE)
+#: and those of the next boundary's period (:func:`boundary_data`), as many
+_NEXT: LRUCache[str, ScheduleData] = LRUCache(CACHE_SIZE)
 _lock = threading.Lock()
 
 
@@ -254,20 +254,17 @@ def settings_data(problem: ScheduleProblem, running: Sequence[tuple[int, int]]) 
 
 
 def _kept(
-    cache: OrderedDict[str, ScheduleData], key: str, build: Callable[[], ScheduleData]
+    cache: LRUCache[str, ScheduleData], key: str, build: Callable[[], ScheduleData]
 ) -> ScheduleData:
     """``cache[key]``, built by ``build`` when missing and kept, the least recently
     used of more than :data:`CACHE_SIZE` dropped."""
     with _lock:
         hit = cache.get(key)
         if hit is not None:
-            cache.move_to_end(key)
             return hit
     data = build()
     with _lock:
         cache[key] = data
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
     return data
 
 

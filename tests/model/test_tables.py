@@ -151,6 +151,20 @@ def test_cache_misses_when_any_input_changes(change):
     assert build_table(spec, [1, 2], [1, 3]) is base
 
 
+def test_cache_drops_the_least_recently_used_table_not_the_first_built():
+    from model.tables import CACHE_SIZE
+
+    spec = SPECS["fixed:4096:256"]
+    first = build_table(spec, [1], [1])
+    second = build_table(spec, [1], [2])
+    for n in range(3, CACHE_SIZE + 1):  # the cache full
+        build_table(spec, [1], [n])
+    assert build_table(spec, [1], [1]) is first  # used again: now the most recent
+    build_table(spec, [1], [CACHE_SIZE + 1])  # one more: the least recently used goes
+    assert build_table(spec, [1], [1]) is first
+    assert build_table(spec, [1], [2]) is not second
+
+
 def test_cache_misses_when_candidates_change():
     spec = SPECS["fixed:4096:256"]
     base = build_table(spec, [1, 2], [1, 3])
