@@ -41,7 +41,10 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    generation short of convergence and the gap open, column generation goes on from
    the columns, master LP and multipliers phase 3 stopped with, in whole rounds until
    the limit (its longest round must fit in the time left); its better bounds are
-   reported as found.
+   reported as found;
+8. ``neighbourhoods_resumed``: when column generation converged in phase 7 with time
+   left and the gap open, the neighbourhoods go on where phase 6 stopped (its radius
+   and windows) until the limit.
 
 Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
 default) or by the volume algorithm (``volume``); on the benchmark sites column
@@ -412,14 +415,32 @@ def _phases(run: Run) -> Outcome:
     if not run.done():
         with run.phase("exact_window"):
             _exact_window(run, data, grids, lgrids, relaxation, base, guided, start)
+    corridors = Corridors()
+    run.stats["neighbourhoods"] = corridors.log
     if not run.done():
         with run.phase("neighbourhoods"):
-            _neighbourhoods(run, data, lgrids, relaxation, _neighbourhoods_end(generation))
+            _neighbourhoods(
+                run, data, lgrids, relaxation, corridors, _neighbourhoods_end(generation)
+            )
     if _resumable(run, generation):
         assert generation is not None
         with run.phase("relaxation_resumed"):
             _resume_relaxation(run, data, lgrids, generation)
+        if _corridors_left(run):
+            with run.phase("neighbourhoods_resumed"):
+                _neighbourhoods(run, data, lgrids, relaxation, corridors, TimeBudget.END)
     return _finish(run, data, base)
+
+
+def _corridors_left(run: Run) -> bool:
+    """Whether the neighbourhoods may go on after the resumed relaxation: it ended (converged)
+    with the gap open and at least a corridor's least time left
+    (``neighbourhoods_resumed``)."""
+    return (
+        not run.done()
+        and run.best is not None
+        and run.budget.left(TimeBudget.END) > NEIGHBOURHOOD_AT_LEAST_S
+    )
 
 
 def _guided(run: Run) -> bool:
@@ -808,55 +829,66 @@ def binding_windows(data: ScheduleData, best: Priced, length: int, pad: int = 1)
     return out
 
 
+@dataclass
+class Corridors:
+    """Where the corridor search stands, kept from one of its phases to the next: the
+    radius, the time windows still to visit (``None`` while over the whole horizon),
+    whether the current pass of windows has improved, and one log row per MILP."""
+
+    radius: int = 1
+    windows: list[set[int]] | None = None
+    passed_without_gain: bool = True
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+
 def _neighbourhoods(
     run: Run,
     data: ScheduleData,
     lgrids: list[DeploymentGrid],
     relaxation: Relaxation,
+    state: Corridors,
     until: float = TimeBudget.END,
 ) -> None:
     """Corridor MILPs around the incumbent and the Lagrangian paths, each given at most
-    ``TimeBudget.NEIGHBOURHOOD`` of the limit, until fraction ``until`` of it. Over the
-    whole horizon first, the radius growing while a corridor is solved without
-    improvement; once one runs out of time without improving, over time windows where
-    the cap binds (the incumbent fixed outside), one after another, the radius growing
-    after a pass without improvement."""
-    radius = 1
-    windows: list[set[int]] | None = None
-    passed_without_gain = True
-    log_rows: list[dict[str, Any]] = []
-    run.stats["neighbourhoods"] = log_rows
+    ``TimeBudget.NEIGHBOURHOOD`` of the limit, until fraction ``until`` of it, from
+    ``state`` on (and left in it). Over the whole horizon first, the radius growing
+    while a corridor is solved without improvement; once one runs out of time without
+    improving, over time windows where the cap binds (the incumbent fixed outside), one
+    after another, the radius growing after a pass without improvement."""
+    st = state
     while (
         not run.done()
         and run.best is not None
         and run.budget.left(until) > NEIGHBOURHOOD_AT_LEAST_S
     ):
         focus = None
-        if windows is not None:
-            if not windows:
-                if passed_without_gain:
-                    radius += 1
-                windows = binding_windows(data, run.best, TimeBudget.WINDOW_PERIODS)
-                passed_without_gain = True
-                if not windows:
+        if st.windows is not None:
+            if not st.windows:
+                if st.passed_without_gain:
+                    st.radius += 1
+                st.windows = binding_windows(data, run.best, TimeBudget.WINDOW_PERIODS)
+                st.passed_without_gain = True
+                if not st.windows:
                     break
-            focus = windows.pop(0)
+            focus = st.windows.pop(0)
         centres = [run.best.schedule.config, relaxation.best.schedule.config]
-        allowed = corridor(data, centres, radius, range(data.n_periods), grids=lgrids, focus=focus)
+        allowed = corridor(
+            data, centres, st.radius, range(data.n_periods), grids=lgrids, focus=focus
+        )
         choices = sum(len(r) for rows in allowed for r in rows)
         if not run.fits(choices, until):
-            if windows is None:
-                windows = []  # too large over the whole horizon: windows instead
+            if st.windows is None:
+                st.windows = []  # too large over the whole horizon: windows instead
                 continue
             break
         where = "all periods" if focus is None else f"periods {min(focus)}..{max(focus)}"
-        run.say(f"corridor MILP: radius {radius}, {where}, {choices:,} choices")
+        run.say(f"corridor MILP: radius {st.radius}, {where}, {choices:,} choices")
         r, improved = _restricted_milp(
-            run, data, allowed, until, f"corridor MILP (radius {radius})"
+            run, data, allowed, until, f"corridor MILP (radius {st.radius})"
         )
-        log_rows.append(
+        st.log.append(
             {
-                "radius": radius,
+                "radius": st.radius,
                 "periods": None if focus is None else [min(focus), max(focus)],
                 "choices": choices,
                 "build_s": round(r.build_s, 3),
@@ -866,12 +898,12 @@ def _neighbourhoods(
             }
         )
         if improved:
-            passed_without_gain = False
-        if windows is None:
+            st.passed_without_gain = False
+        if st.windows is None:
             if r.status == "optimal" and not improved:
-                radius += 1
+                st.radius += 1
             elif r.status != "optimal" and not improved:
-                windows = []  # the whole horizon is too hard: windows from here on
+                st.windows = []  # the whole horizon is too hard: windows from here on
 
 
 def _exact_window(

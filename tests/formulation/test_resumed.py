@@ -100,7 +100,8 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
             assert out.status == "optimal" or out.stats["relaxation"]["iterations"] <= 1
             continue
         resumed += 1
-        assert names[-1] == "relaxation_resumed"
+        # the last phase, or followed by the corridors it left time for
+        assert names[names.index("relaxation_resumed") + 1 :] in ([], ["neighbourhoods_resumed"])
         assert names.count("relaxation_resumed") == 1
         r = out.stats["relaxation_resumed"]
         assert r["bound_before_usd"] == pytest.approx(out.stats["relaxation"]["bound_usd"])
@@ -111,3 +112,35 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
         assert out.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
         assert out.priced.objective_usd >= best - 1e-7 * max(abs(best), 1.0)
     assert resumed >= 2, resumed
+
+
+def test_the_corridors_go_on_after_a_resumed_relaxation_converges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no neighbourhood before it (they end at once) and no window, a relaxation
+    resumed until it ends (converged, or no round to gain) leaves time: the corridors
+    take it (``neighbourhoods_resumed``), from the state the first neighbourhood phase
+    left (none: radius 1), and the schedule they find is never better than the optimum."""
+    monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
+    monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
+    monkeypatch.setattr(solve_module, "_exact_window", lambda *args: None)
+    monkeypatch.setattr(solve_module, "_neighbourhoods_end", lambda _generation: 0.0)
+    went_on = 0
+    for seed in SEEDS:
+        body = site(seed, "auto")
+        body["solver"]["time_limit_s"] = 3  # the optimum's gap is not closed by corridors
+        out = solve(problem_from_dict(body))
+        names = [p["name"] for p in out.stats["phases"]]
+        best = optimum(seed)
+        assert out.priced.objective_usd >= best - 1e-7 * max(abs(best), 1.0)
+        assert out.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
+        if "neighbourhoods_resumed" not in names:
+            continue
+        went_on += 1
+        assert names[-2:] == ["relaxation_resumed", "neighbourhoods_resumed"]
+        assert out.stats["relaxation_resumed"]["rounds"] >= 1
+        rows = out.stats["neighbourhoods"]
+        assert rows and rows[0]["radius"] == 1  # the first neighbourhoods ran none
+        whole = [r["radius"] for r in rows if r["periods"] is None]
+        assert whole == sorted(whole)  # one search, its radius growing
+    assert went_on >= 2, went_on
