@@ -42,9 +42,11 @@ in ``stats["phases"]`` with its time, and share the time limit through one
    the columns, master LP and multipliers phase 3 stopped with, in whole rounds until
    the limit (its longest round must fit in the time left); its better bounds are
    reported as found;
-8. ``neighbourhoods_resumed``: when column generation converged in phase 7 with time
-   left and the gap open, the neighbourhoods go on where phase 6 stopped (its radius
-   and windows) until the limit.
+8. ``lp_support_resumed`` and ``neighbourhoods_resumed``: when phase 7 ends before the
+   limit (converged, or no further round to gain) with the gap open, the MILP over the
+   support of its master LP (as ``lp_support``, from the columns phase 7 added), then
+   the neighbourhoods from where phase 6 stopped (its radius and windows), until the
+   limit.
 
 Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
 default) or by the volume algorithm (``volume``); on the benchmark sites column
@@ -74,9 +76,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from formulation.bounds.decomposition import (
     ColumnGeneration,
+    DecompositionResult,
     decompose,
     make_column,
     schedule_of_columns,
@@ -404,7 +408,7 @@ def _phases(run: Run) -> Outcome:
         relaxation, lgrids, generation = _relaxation(run, data, grids)
     if not run.done() and relaxation.support:
         with run.phase("lp_support"):
-            _lp_support(run, data, lgrids, relaxation)
+            _lp_support(run, data, lgrids, relaxation.support)
     guided = _guided(run)
     if not run.done() and not guided:
         with run.phase("repair"):
@@ -426,16 +430,20 @@ def _phases(run: Run) -> Outcome:
         assert generation is not None
         with run.phase("relaxation_resumed"):
             _resume_relaxation(run, data, lgrids, generation)
-        if _corridors_left(run):
+        if _milps_left(run):
+            with run.phase("lp_support_resumed"):
+                support = _support_of(generation.result())
+                _lp_support(run, data, lgrids, support, TimeBudget.END, "lp_support_resumed")
+        if _milps_left(run):
             with run.phase("neighbourhoods_resumed"):
                 _neighbourhoods(run, data, lgrids, relaxation, corridors, TimeBudget.END)
     return _finish(run, data, base)
 
 
-def _corridors_left(run: Run) -> bool:
-    """Whether the neighbourhoods may go on after the resumed relaxation: it ended (converged)
-    with the gap open and at least a corridor's least time left
-    (``neighbourhoods_resumed``)."""
+def _milps_left(run: Run) -> bool:
+    """Whether restricted MILPs may go on after the resumed relaxation: it ended before
+    the limit with the gap open and at least a corridor's least time left
+    (``lp_support_resumed``, ``neighbourhoods_resumed``)."""
     return (
         not run.done()
         and run.best is not None
@@ -739,10 +747,8 @@ def _column_generation(
         own = [i for i, c in enumerate(dec.columns) if c.deployment == m]
         rounded.append(dec.columns[max(own, key=lambda i: dec.weights[i])])
     hints = [schedule_of_columns(data, rounded)]
-    used = zip(dec.columns, dec.weights, strict=True)
-    support = [(c.deployment, c.config) for c, w in used if w > 1e-9]
     relaxation = Relaxation(
-        best, first, dec.iterations, dec.seconds, dec.history, hints, support, dec.beaten
+        best, first, dec.iterations, dec.seconds, dec.history, hints, _support_of(dec), dec.beaten
     )
     return relaxation, dec.generation
 
@@ -765,29 +771,41 @@ def _repair(
         run.offer(cand, "Lagrangian heuristic")
 
 
+def _support_of(dec: DecompositionResult) -> list[tuple[int, NDArray[np.int64]]]:
+    """The master LP's support: (deployment, whole-horizon configurations) of each column
+    the LP uses."""
+    used = zip(dec.columns, dec.weights, strict=True)
+    return [(c.deployment, c.config) for c, w in used if w > 1e-9]
+
+
 def _lp_support(
-    run: Run, data: ScheduleData, lgrids: list[DeploymentGrid], relaxation: Relaxation
+    run: Run,
+    data: ScheduleData,
+    lgrids: list[DeploymentGrid],
+    support: list[tuple[int, NDArray[np.int64]]],
+    until: float = TimeBudget.EXACT_WINDOW,  # the repair that follows keeps REPAIR_AT_LEAST
+    key: str = "lp_support",
 ) -> None:
-    """The compact MILP restricted to the configurations of the master LP's columns and
-    of the incumbent, in every period (price-and-branch on the final LP's support): a
-    small MILP whose optimum is usually close to the best schedule. Schedules only."""
+    """The compact MILP restricted to the configurations of the master LP's columns
+    (``support``) and of the incumbent, in every period (price-and-branch on the LP's
+    support), until fraction ``until`` of the limit: a small MILP whose optimum is
+    usually close to the best schedule. Schedules only; its figures in ``stats[key]``."""
     if run.best is None:
         return
     base = run.best.schedule.config
     paths = [base]
-    for m, cfg in relaxation.support:
+    for m, cfg in support:
         path = base.copy()
         path[m] = cfg
         paths.append(path)
     allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
     choices = sum(len(r) for rows in allowed for r in rows)
-    until = TimeBudget.EXACT_WINDOW  # the repair that follows keeps REPAIR_AT_LEAST
     if not run.fits(choices, until):
-        run.stats["lp_support"] = {"choices": choices, "status": "not built: no time"}
+        run.stats[key] = {"choices": choices, "status": "not built: no time"}
         return
     run.say(f"MILP over the master LP's support: {choices:,} choices")
     r, improved = _restricted_milp(run, data, allowed, until, "MILP over the master LP's support")
-    run.stats["lp_support"] = {
+    run.stats[key] = {
         "choices": choices,
         "build_s": round(r.build_s, 3),
         "solve_s": round(r.solve_s, 3),

@@ -100,8 +100,13 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
             assert out.status == "optimal" or out.stats["relaxation"]["iterations"] <= 1
             continue
         resumed += 1
-        # the last phase, or followed by the corridors it left time for
-        assert names[names.index("relaxation_resumed") + 1 :] in ([], ["neighbourhoods_resumed"])
+        # the last phase, or followed by the MILPs it left time for
+        after = names[names.index("relaxation_resumed") + 1 :]
+        assert after in (
+            [],
+            ["lp_support_resumed"],
+            ["lp_support_resumed", "neighbourhoods_resumed"],
+        )
         assert names.count("relaxation_resumed") == 1
         r = out.stats["relaxation_resumed"]
         assert r["bound_before_usd"] == pytest.approx(out.stats["relaxation"]["bound_usd"])
@@ -114,13 +119,14 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
     assert resumed >= 2, resumed
 
 
-def test_the_corridors_go_on_after_a_resumed_relaxation_converges(
+def test_the_milps_go_on_after_a_resumed_relaxation_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With no neighbourhood before it (they end at once) and no window, a relaxation
-    resumed until it ends (converged, or no round to gain) leaves time: the corridors
-    take it (``neighbourhoods_resumed``), from the state the first neighbourhood phase
-    left (none: radius 1), and the schedule they find is never better than the optimum."""
+    resumed until it ends (converged, or no round to gain) leaves time: the MILP over
+    its master LP's support takes it (``lp_support_resumed``), then the corridors
+    (``neighbourhoods_resumed``), from the state the first neighbourhood phase left
+    (none: radius 1); the schedules they find are never better than the optimum."""
     monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
     monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
     monkeypatch.setattr(solve_module, "_exact_window", lambda *args: None)
@@ -134,11 +140,16 @@ def test_the_corridors_go_on_after_a_resumed_relaxation_converges(
         best = optimum(seed)
         assert out.priced.objective_usd >= best - 1e-7 * max(abs(best), 1.0)
         assert out.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
-        if "neighbourhoods_resumed" not in names:
+        if "lp_support_resumed" not in names:
             continue
         went_on += 1
-        assert names[-2:] == ["relaxation_resumed", "neighbourhoods_resumed"]
+        assert names[names.index("relaxation_resumed") + 1] == "lp_support_resumed"
         assert out.stats["relaxation_resumed"]["rounds"] >= 1
+        assert out.stats["lp_support_resumed"]["status"] in ("optimal", "time_limit")
+        if "neighbourhoods_resumed" not in names:  # the support's MILP closed the gap
+            assert out.status == "optimal"
+            continue
+        assert names[-1] == "neighbourhoods_resumed"
         rows = out.stats["neighbourhoods"]
         assert rows and rows[0]["radius"] == 1  # the first neighbourhoods ran none
         whole = [r["radius"] for r in rows if r["periods"] is None]
