@@ -157,7 +157,11 @@ class _Worker:
         if self.buried:
             return True
         if self.exit_fd is not None:
-            return bool(select.select([self.exit_fd], [], [], 0)[0])
+            # poll, not select: select refuses descriptors at or above FD_SETSIZE (1024),
+            # which a server with many open connections reaches
+            ready = select.poll()
+            ready.register(self.exit_fd, select.POLLIN)
+            return bool(ready.poll(0))
         if hasattr(os, "waitid"):
             try:
                 flags = os.WEXITED | os.WNOHANG | os.WNOWAIT

@@ -135,3 +135,37 @@ def test_an_exception_in_the_worker_is_raised_here_with_its_traceback() -> None:
             pool.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_worker_whose_exit_descriptor_is_above_1024_is_still_watched() -> None:
+    """A server with many open descriptors gives its workers' exit descriptors numbers
+    at or above FD_SETSIZE (1024), which ``select`` refuses: the pool still serves calls
+    and sees a killed worker."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"the descriptor limit ({soft}) is below what the test opens")
+    held = []
+    try:
+        while True:
+            fd = os.open(os.devnull, os.O_RDONLY)
+            held.append(fd)
+            if fd >= 1100:
+                break
+
+        async def main() -> None:
+            pool = SolvePool(1)
+            try:
+                # every descriptor below 1100 is held: the worker's are above it
+                first = await pool.run(os.getpid)
+                os.kill(first, signal.SIGKILL)
+                second = await pool.run(os.getpid)  # the dead one seen, replaced
+                assert second != first and pool.replaced == 1
+            finally:
+                pool.shutdown()
+
+        asyncio.run(main())
+    finally:
+        for fd in held:
+            os.close(fd)
