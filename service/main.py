@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import console, errors, replan, site_shed
+from service import console, errors, replan, site_shed, store
 from service.jobs import JobRunner, Notifier
 from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
 from service.metrics import request_seconds, requests_total
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             replans.cancel()
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)
         app.state.pool.shutdown()
+        store.release(settings.database_url)
 
     app = FastAPI(
         title="pdwatt",

@@ -299,6 +299,15 @@ def engine_for(url: str) -> Engine:
         return engine
 
 
+def release(url: str) -> None:
+    """Close the pooled connections of ``url``'s engine, if this process made one (an
+    application's shutdown): the engine stays, and opens connections again when used."""
+    with _lock:
+        engine = _engines.get(url)
+    if engine is not None:
+        engine.dispose()
+
+
 def store_for(url: str) -> Store:
     return Store(engine_for(url))
 

@@ -173,3 +173,33 @@ def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
     # the advisory lock serialises them: exactly one found the database empty
     assert sorted(results) == sorted(["none"] + [SCHEMA_REVISION] * 3)
     assert differences(engine) == []
+
+
+def test_an_application_that_stops_leaves_its_database_closed(tmp_path: Path) -> None:
+    """An application's shutdown closes its database connections (the engine stays, for
+    whoever uses it next): a process that starts and stops applications, as a test run
+    does, does not gather open files."""
+    import contextlib
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.service.conftest import app_settings
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to list this process's open files")
+    db = tmp_path / "pdwatt.db"
+
+    def open_on_db() -> int:
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(db))
+        return n
+
+    for _ in range(3):
+        with TestClient(create_app(app_settings(tmp_path, workers=1))) as tc:
+            assert tc.get("/v1/sites").status_code == 200
+            assert open_on_db() > 0  # the database (and its write-ahead log) in use
+        assert open_on_db() == 0
