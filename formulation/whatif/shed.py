@@ -201,9 +201,10 @@ def _least_power(data: ScheduleData) -> tuple[np.ndarray, np.ndarray]:
     return cfg, np.zeros(len(data.deployments))
 
 
+#: how many tables each cache keeps (the least recently used goes first)
+CACHE_SIZE = 16
 #: the tables of the last few (site, running counts) asked about: a shed answers from
 #: them in a fraction of the time their capacity model takes
-CACHE_SIZE = 16
 _CACHE: LRUCache[str, ScheduleData] = LRUCache(CACHE_SIZE)
 #: and those of the next boundary's period (:func:`boundary_data`), as many
 _NEXT: LRUCache[str, ScheduleData] = LRUCache(CACHE_SIZE)
