@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source import parse
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 MARKDOWN = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -31,7 +33,7 @@ def defined_names(path: Path) -> set[str]:
             return [node.target.id]
         return []
 
-    for node in ast.parse(path.read_text()).body:
+    for node in parse(path).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
         elif isinstance(node, ast.ClassDef):

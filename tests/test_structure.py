@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source import parse
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("model", "formulation", "service")
 
@@ -33,7 +35,7 @@ MODULES = modules()
 def imports(path: Path) -> list[tuple[str, list[str]]]:
     """``(module, names)`` of every import in ``path`` (names: those of ``from`` forms)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 from tests.conftest import SLOW_TESTS
+from tests.source import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ def test_every_test_marked_slow_by_name_is_defined_in_its_module() -> None:
     for module, names in SLOW_TESTS.items():
         path = ROOT / module
         assert path.is_file(), f"{module}: no such test module"
-        tree = ast.parse(path.read_text())
+        tree = parse(path)
         defined = {
             n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }

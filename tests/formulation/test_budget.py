@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from formulation.budget import Deadline, TimeBudget
+from tests.source import parse
 
 FORMULATION = Path(__file__).resolve().parents[2] / "formulation"
 
@@ -77,7 +78,7 @@ def _signatures() -> list[tuple[str, str]]:
     says it is a duration of the time limit."""
     found = []
     for path in sorted(FORMULATION.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args.args + node.args.kwonlyargs
                 if any(a.arg in ("time_limit_s", "limit_s", "timeout_s") for a in args):

@@ -25,6 +25,7 @@ from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
 from model.simulator import Samples, SimTiming, find_capacity
 from model.workload import Workload
+from tests.source import parse
 
 RESERVED = 512  # R, the ServingStack default (model/catalog.py, SPEC 2.1)
 WORKLOADS = ("fixed:1024:256", "fixed:8192:256", "azure-conv-2023", "azure-code-2023", "mooncake")
@@ -441,7 +442,7 @@ def borrowed_from_admission(source: str) -> list[str]:
     A name the module declares as a field of its own class (``SimResult.prefill_wait_s``,
     the simulator's *measured* prefill wait) may be read and set as an attribute or a
     keyword of that class; it is not taken from the analytic model."""
-    tree = ast.parse(source)
+    tree = parse(source)
     fields = [
         node
         for cls in ast.walk(tree)

@@ -25,6 +25,7 @@ from model.latency import (
 )
 from model.operations import SpecRequest, resolve_spec
 from model.simulator import Samples, SimTiming, data_dir, resolve_samples, simulate
+from tests.source import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,7 +260,7 @@ def test_heavy_tailed_prompts_near_capacity_are_flagged() -> None:
 
 def test_simulator_stays_independent_of_the_analytic_latency() -> None:
     for path in sorted((ROOT / "model" / "simulator").glob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parse(path)
         imported = {
             n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
         } | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
