@@ -864,16 +864,15 @@ def _neighbourhoods(
     data: ScheduleData,
     lgrids: list[DeploymentGrid],
     relaxation: Relaxation,
-    state: Corridors,
+    st: Corridors,
     until: float = TimeBudget.END,
 ) -> None:
     """Corridor MILPs around the incumbent and the Lagrangian paths, each given at most
     ``TimeBudget.NEIGHBOURHOOD`` of the limit, until fraction ``until`` of it, from
-    ``state`` on (and left in it). Over the whole horizon first, the radius growing
+    ``st`` on (and left in it). Over the whole horizon first, the radius growing
     while a corridor is solved without improvement; once one runs out of time without
     improving, over time windows where the cap binds (the incumbent fixed outside), one
     after another, the radius growing after a pass without improvement."""
-    st = state
     while (
         not run.done()
         and run.best is not None

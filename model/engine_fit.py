@@ -161,6 +161,12 @@ class EngineFit:
         return c.kernels_at(p) + o.t_iter_s + o.t_req_s * c.u.m.batch + o.t_layer_s * c.layers
 
 
+def open_tasks(rows: Sequence[Composed], known: Mapping[str, float] | None = None) -> list[str]:
+    """The tasks whose prompt length :func:`fit_engine` fits: those of rows composed over
+    the prompt grid (no stated context or prompt), less those ``known`` gives."""
+    return sorted({c.u.m.task for c in rows if not c.fixed and c.u.m.task not in (known or {})})
+
+
 def fit_engine(
     rows: Sequence[Composed],
     prompts: dict[str, float] | None = None,
@@ -175,7 +181,7 @@ def fit_engine(
         raise InputError("measurements", "no row composes from the kernel tables")
     keys = sorted({(c.gpu, c.framework) for c in rows})
     known = dict(prompts or {})
-    tasks = sorted({c.u.m.task for c in rows if not c.fixed and c.u.m.task not in known})
+    tasks = open_tasks(rows, known)
     for key in keys:
         batches = {round(c.u.m.batch, 3) for c in rows if (c.gpu, c.framework) == key}
         if len(batches) < 2:

@@ -205,7 +205,7 @@ def prompt_starts(
     from every combination of :data:`PROMPT_STARTS` for the tasks' prompt lengths: each
     start's robust loss, fitted prompt lengths and judged figures. The fit is not
     convex in the prompt lengths; this shows how far its figures depend on the start."""
-    tasks = sorted({c.u.m.task for c in comp if not c.fixed})
+    tasks = engine_fit.open_tasks(comp)
     out = []
     for n, combo in enumerate(itertools.product(PROMPT_STARTS, repeat=len(tasks))):
         start = dict(zip(tasks, combo, strict=True))

@@ -4,6 +4,9 @@ fields it is about."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -50,3 +53,13 @@ def composed(
     m = measurement(model, batch, row=where, gpu=gpu, task=task, context_tokens=1e3, itl_s=itl_s)
     u = Usable(m, arch, load_gpu(gpu))
     return engine_fit.Composed(u, "vllm", version, arch.layers, np.array([kernel_s]), True)
+
+
+def script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` loaded as a module (scripts are not a package)."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

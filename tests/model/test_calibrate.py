@@ -28,7 +28,7 @@ from model.capacity import DecodeTerms, instance_power_w
 from model.catalog import load_calibration, load_gpu, load_model
 from model.errors import InputError
 from model.measurements import Measurement, read_measurements
-from tests.model.rows import measurement
+from tests.model.rows import measurement, script
 
 TRUE = {
     "mbu": 0.82,
@@ -213,17 +213,10 @@ def test_shipped_calibrations_are_a_fresh_fit_of_the_published_files(
 ) -> None:
     """model/data/measured_calibrations.json is what scripts/fit_calibrations.py fits
     from the ML.ENERGY files (to the optimiser's tolerance)."""
-    import importlib.util
-
     if not list((shared_data_dir / "mlenergy").glob("*.json")):
         pytest.skip("no ML.ENERGY files")
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location(
-        "fit_cal", root / "scripts" / "fit_calibrations.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script("fit_calibrations")
     fresh = mod.build(shared_data_dir)
     shipped = json.loads((root / "model" / "data" / "measured_calibrations.json").read_text())
     assert shipped["source"]["files"] == fresh["source"]["files"]

@@ -11,7 +11,7 @@ from model import engine_fit
 from model.catalog import load_model
 from model.engine import EngineOverheads
 from model.errors import InputError
-from tests.model.rows import composed
+from tests.model.rows import composed, script
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
 
@@ -128,14 +128,7 @@ def test_robust_cost_is_the_loss_least_squares_minimises() -> None:
 def test_the_prompt_starts_report_refits_from_every_start() -> None:
     """scripts/fit_engine.py --prompt-starts: every start of the one open task's prompt
     length, sorted by loss, each fit (in sample, small to larger, held out) from it."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "fit_engine.py"
-    spec = importlib.util.spec_from_file_location("fit_engine_script", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script("fit_engine")
     said: list[str] = []
     out = mod.prompt_starts(_task_rows(700.0), said.append)
     assert [r["start"]["chat"] for r in sorted(out, key=lambda r: r["start"]["chat"])] == list(

@@ -31,7 +31,7 @@ from model.engine import (
 from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, resolve_spec
 from tests.conftest import kernel_tables, shared_data_dir
-from tests.model.rows import composed
+from tests.model.rows import composed, script
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
 OTHER = EngineOverheads(t_iter_s=0.2e-3, t_req_s=60e-6, t_layer_s=25e-6)
@@ -259,16 +259,10 @@ def test_the_shipped_file_is_a_fresh_run_of_the_script(tmp_path: Path) -> None:
     """model/data/engine_calibrations.json, its transferred entries and its transfer
     figures (docs/calibration.md, section 8) are what scripts/fit_engine.py makes from
     the published files (to the optimiser's tolerance)."""
-    import importlib.util
-
     data = shared_data_dir()
     if not (data / "aiconfigurator").is_dir() or not list((data / "mlenergy").glob("*.json")):
         pytest.skip("the ML.ENERGY files or the kernel tables are not in the data directory")
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("fit_eng", root / "scripts" / "fit_engine.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script("fit_engine")
     out = tmp_path / "engine.json"
     assert mod.main([str(data), "--out", str(out), "--json"]) == 0
     fresh, shipped = json.loads(out.read_text()), json.loads(SHIPPED_FILE.read_text())
