@@ -158,3 +158,20 @@ def test_api_front_over_settings_stays_within_the_servers_largest_front(make_cli
     (error,) = r.json()["errors"]
     assert error["field"] == "max_gpus" and "<= 8" in error["reason"]
     assert client.post("/v1/front", json={**BODY, "max_gpus": 16}).status_code == 200
+
+
+def test_api_front_runs_in_the_solver_pool_429_when_full(client):
+    """A front runs in a solver worker, not in the API process: with every worker busy
+    it is refused at once (429 with Retry-After) instead of piling up in the server's
+    memory (four fronts at max_gpus 512 took a server from 327 to 1,011 MB)."""
+    pool = client.app.state.pool
+    pool._busy = pool.workers  # every worker busy
+    try:
+        r = client.post("/v1/front", json=BODY)
+        assert r.status_code == 429, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert int(r.headers["retry-after"]) >= 1
+    finally:
+        pool._busy = 0
+    assert client.post("/v1/front", json=BODY).status_code == 200
+    assert pool.busy == 0
