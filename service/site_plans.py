@@ -33,11 +33,36 @@ class Current(Strict):
     state: dict[str, State] = Field(description="running n_p, n_d of every deployment")
 
 
+class AppliedDeployment(Strict):
+    """A deployment as it runs in the applied period (a shed's settings)."""
+
+    prefill_setting: str = Field(max_length=32)
+    decode_setting: str = Field(max_length=32)
+    served_rps: float = Field(ge=0, allow_inf_nan=False)
+    capacity_rps: float = Field(ge=0, allow_inf_nan=False)
+    power_w: float = Field(ge=0, allow_inf_nan=False)
+
+
+class Applied(Strict):
+    """The period before ``current.period`` as the site runs it after a shed: its
+    site power, the cap it runs under and each deployment's settings and load."""
+
+    period: int = Field(ge=0)
+    power_w: float = Field(ge=0, allow_inf_nan=False)
+    power_cap_w: float = Field(ge=0, allow_inf_nan=False)
+    deployments: dict[str, AppliedDeployment]
+
+
 class SitePlanRequest(Strict):
     """What ``POST /v1/sites/{site_id}/plan`` takes, with the site named."""
 
     site_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     current: Current | None = None
+    applied: Applied | None = Field(
+        None,
+        description="the period before current.period as the site runs it (a shed's "
+        "settings), kept in the plan in place of the latest plan's record of it",
+    )
 
 
 #: what a stored site body holds besides its schedule request
@@ -149,20 +174,58 @@ def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
     return {**plan_head(plan, site_version), **plan.response}
 
 
+def running_period(
+    latest: Plan | None, site: Site, first: int, applied: Applied | None
+) -> dict[str, Any] | None:
+    """The record of period ``first - 1``, the one running while the periods from
+    ``first`` are re-planned, as the ``latest`` plan has it (with a shed's ``applied``
+    settings, load and power in place of the plan's), so that a plan from ``first``
+    still tells what runs until ``first`` begins; None when the latest plan has no
+    such period (or was made on another clock)."""
+    if latest is None or first == 0:
+        return None
+    same_clock = all(
+        latest.response.get(k) == v
+        for k, v in (
+            ("plan_start", site.body["plan_start"]),
+            ("period_minutes", site.body["period_minutes"]),
+            ("n_periods", n_periods(site.body)),
+        )
+    )
+    rec = next((p for p in latest.response["schedule"]["periods"] if p["index"] == first - 1), None)
+    if rec is None or not same_clock:
+        return None
+    rec = {**rec, "deployments": {k: dict(v) for k, v in rec["deployments"].items()}}
+    rec["kept_from_plan"] = latest.id
+    if applied is not None and applied.period == first - 1:
+        rec["power_w"] = applied.power_w
+        rec["power_cap_w"] = min(float(rec["power_cap_w"]), applied.power_cap_w)
+        for name, a in applied.deployments.items():
+            d = rec["deployments"].get(name)
+            if d is not None and d.get("n_p") is not None:
+                d.update(a.model_dump())
+        rec["applied"] = "shed"
+    return rec
+
+
 def plan_site(
     store: Store,
     site_id: str,
     current: Current | None,
     solve: Callable[[dict[str, Any]], dict[str, Any]],
     keep: Callable[[], bool] = lambda: True,
+    applied: Applied | None = None,
 ) -> dict[str, Any]:
     """Plan site ``site_id`` with ``solve`` (a schedule request -> its response) and
     keep the plan; the stored plan document (what ``GET .../plan`` answers). When
     ``keep()`` is false once solved (a cancelled job), the plan is not stored: a plan
     cut short never becomes the one the site dispatches; its document comes back
-    without a ``plan_id``."""
+    without a ``plan_id``. A plan from ``current.period`` keeps the period before it
+    (:func:`running_period`): that period is running meanwhile."""
     site = store.get_site(site_id)
     req, first = sub_request(site.body, current)
+    if applied is not None and (current is None or applied.period != current.period - 1):
+        raise InputError("applied.period", "must be the period before current.period")
     try:
         resp = solve(req)
     except InputError as e:
@@ -170,14 +233,23 @@ def plan_site(
     if not keep():
         doc = plan_response(site, resp, first, current)
         return {"plan_id": None, "status": resp["status"], "stale": False, **doc}
-    return keep_plan(store, site, resp, first, current)
+    return keep_plan(store, site, resp, first, current, applied)
 
 
 def keep_plan(
-    store: Store, site: Site, resp: dict[str, Any], first: int, current: Current | None
+    store: Store,
+    site: Site,
+    resp: dict[str, Any],
+    first: int,
+    current: Current | None,
+    applied: Applied | None = None,
 ) -> dict[str, Any]:
     """Store the schedule ``resp`` of ``site`` (from period ``first``) as its latest
-    plan; the plan document."""
+    plan, the running period before it kept (:func:`running_period`); the plan
+    document."""
     doc = plan_response(site, resp, first, current)
+    running = running_period(store.latest_plan(site.id), site, first, applied)
+    if running is not None:
+        doc["schedule"]["periods"].insert(0, running)
     plan = store.add_plan(site.id, site.version, resp["status"], first, doc)
     return plan_doc(plan, site.version)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
 from formulation.whatif.shed import (
     CACHE_SIZE,
+    NeedsPipeline,
     boundary_data,
     fast_response,
     next_boundary,
@@ -31,9 +33,18 @@ from formulation.whatif.shed import (
 from model.errors import InputError
 from service.jobs import JobStore
 from service.openadr import OadrEvent, event_to_signals
+from service.pool import PoolFull, SolvePool, WorkerLost
 from service.schemas import Strict, dump
 from service.settings import Settings
-from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
+from service.site_plans import (
+    Applied,
+    AppliedDeployment,
+    Current,
+    SitePlanRequest,
+    State,
+    n_periods,
+    request_of,
+)
 from service.sites import periods_at
 from service.store import Plan, Site, SiteNotFound, Store, store_for
 
@@ -102,13 +113,36 @@ def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
     return t, periods[0]
 
 
-def immediate(
+@dataclass(frozen=True)
+class BoundaryCall:
+    """The next boundary's instance changes when only the solve pipeline gives them (a
+    GPU pool can bind): what a solver worker needs to answer them
+    (:func:`solve_boundary`)."""
+
+    body: dict[str, Any]  # the site's stored body
+    memory_budget_mb: float | None
+    kernels: str | None
+    period: int
+    running: tuple[tuple[int, int], ...]
+    target_w: float
+
+
+def solve_boundary(call: BoundaryCall) -> dict[str, Any]:
+    """:func:`~formulation.whatif.shed.next_boundary` of ``call``, in a solver worker."""
+    host = Host(memory_budget_mb=call.memory_budget_mb, kernels=call.kernels)
+    problem = problem_from_dict(request_of(call.body), host)
+    return next_boundary(problem, call.period, call.running, call.target_w)
+
+
+def settings_now(
     site: Site, plan: Plan, when: datetime, settings: Settings, target_w: float | None = None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], BoundaryCall | None]:
     """The settings to apply at ``when`` under the site's cap in that period (or
     ``target_w``, W, where it is lower), for the counts the plan runs then, with the
     site power before (as planned) and after, the shortfall and the cost per hour; when
-    the settings fall short, the next boundary's instance changes under the same cap."""
+    the settings fall short, the next boundary's instance changes under the same cap,
+    or, when only the solve pipeline gives them, the call that does (``next_boundary``
+    is then None). No solve runs here: this answers in the API process."""
     t, record = running_state(plan, when)
     problem = _problem(site, settings)
     running = running_counts(problem, record)
@@ -137,8 +171,53 @@ def immediate(
         **{k: v for k, v in doc.items() if k != "period"},
         "next_boundary": None,
     }
+    call = None
     if not r.met and t + 1 < problem.n_periods:
-        out["next_boundary"] = next_boundary(problem, t + 1, running, target_w)
+        try:
+            out["next_boundary"] = next_boundary(problem, t + 1, running, target_w, pipeline=False)
+        except NeedsPipeline:
+            call = BoundaryCall(
+                site.body,
+                settings.max_solve_memory_mb,
+                settings.kernels,
+                t + 1,
+                tuple(running),
+                float(target_w),
+            )
+    return out, call
+
+
+#: the answer's ``next_boundary`` when its solve could not run, by the reason
+NOT_SOLVED = {
+    PoolFull: "not solved now: every solver worker is busy; the site's re-plan gives the "
+    "instance changes",
+    WorkerLost: "not solved now: the solver worker stopped before answering; the site's "
+    "re-plan gives the instance changes",
+}
+
+
+async def immediate(
+    site: Site,
+    plan: Plan,
+    when: datetime,
+    settings: Settings,
+    pool: SolvePool,
+    target_w: float | None = None,
+) -> dict[str, Any]:
+    """:func:`settings_now` (in a thread: it reads kept tables, or builds them), and
+    the next boundary's solve pipeline, when only it answers, in a solver worker of
+    ``pool``; with every worker busy (or the worker lost) the settings are answered
+    all the same, ``next_boundary`` saying why it was not solved."""
+    out, call = await asyncio.to_thread(settings_now, site, plan, when, settings, target_w)
+    if call is not None:
+        try:
+            out["next_boundary"] = await pool.run(solve_boundary, call)
+        except (PoolFull, WorkerLost) as e:
+            out["next_boundary"] = {
+                "period": call.period,
+                "feasible": None,
+                "reason": NOT_SOLVED[type(e)],
+            }
     return out
 
 
@@ -227,7 +306,18 @@ def replan_job(
     if t + 1 >= n_periods(site.body):
         return None, {"job_id": None, "reason": "the shed's period is the horizon's last"}
     state = {name: State(n_p=d["n_p"], n_d=d["n_d"]) for name, d in shed["deployments"].items()}
-    req = SitePlanRequest(site_id=site.id, current=Current(period=t + 1, state=state))
+    applied = Applied(
+        period=t,
+        power_w=shed["site_power_w"],
+        power_cap_w=shed["target_w"],
+        deployments={
+            name: AppliedDeployment(**{k: d[k] for k in AppliedDeployment.model_fields})
+            for name, d in shed["deployments"].items()
+        },
+    )
+    req = SitePlanRequest(
+        site_id=site.id, current=Current(period=t + 1, state=state), applied=applied
+    )
     job, _ = jobs.create("site_plan", dump(req))
     return job.id, {
         "job_id": job.id,

@@ -119,6 +119,7 @@ def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:
         req.current,
         lambda body: work.schedule(body, ctx.memory_budget_mb, ctx.monitor, ctx.kernels),
         keep=lambda: cancelled is None or not cancelled(),
+        applied=req.applied,
     )
 
 

@@ -448,12 +448,20 @@ class BoundaryPlan:
         }
 
 
+class NeedsPipeline(Exception):
+    """The next boundary needs the solve pipeline (a GPU pool can bind), which the
+    caller asked to run elsewhere (a server runs it in its solver pool, never in the
+    process that answers requests: the pipeline's HiGHS process and output capture
+    serve one solve per process at a time)."""
+
+
 def boundary_plan(
     problem: ScheduleProblem,
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
     time_limit_s: float = 5.0,
+    pipeline: bool = True,
 ) -> BoundaryPlan:
     """Period ``t`` alone under the cap ``target_w`` from the running ``(n_P, n_D)``,
     its counts and settings free within the bounds and the transition limit, solved
@@ -462,13 +470,16 @@ def boundary_plan(
     (:func:`~formulation.subproblems.period.solve_period`) with the transition costs
     as offsets and the configurations beyond the limit left out. When a GPU pool can
     bind (which the enumeration does not handle), the solve pipeline on the same
-    period, within ``time_limit_s``."""
+    period, within ``time_limit_s``; with ``pipeline`` false, :class:`NeedsPipeline`
+    instead."""
     if not (np.isfinite(target_w) and target_w >= 0):
         raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
     data = boundary_data(problem, t, running)
     data = dataclasses.replace(data, power_cap_w=np.array([float(target_w)]))
     offsets = transition_offsets(data)
     if pool_can_bind(data, 0, offsets):
+        if not pipeline:
+            raise NeedsPipeline()
         return _boundary_pipeline(problem, t, running, target_w, time_limit_s)
     sol = solve_period(data, 0, offsets)
     if sol is None:
@@ -509,8 +520,12 @@ def next_boundary(
     running: Sequence[tuple[int, int]],
     target_w: float,
     time_limit_s: float = 5.0,
+    pipeline: bool = True,
 ) -> dict[str, Any]:
     """The instance changes the schedule makes at the start of period ``t`` from the
     running ``(n_P, n_D)`` under the cap ``target_w`` (:func:`boundary_plan`), with the
-    site power then. ``{"feasible": False, ...}`` when even that cannot meet the cap."""
-    return boundary_plan(problem, t, running, target_w, time_limit_s).document(running)
+    site power then. ``{"feasible": False, ...}`` when even that cannot meet the cap;
+    :class:`NeedsPipeline` when only the solve pipeline answers and ``pipeline`` is
+    false."""
+    plan = boundary_plan(problem, t, running, target_w, time_limit_s, pipeline)
+    return plan.document(running)

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from model.errors import InputError
 from service import site_shed, sites
-from service.deps import ApiKey, SettingsDep
+from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import job_store
 from service.store import Contention, SiteNotFound, Store, store_for
@@ -57,6 +57,7 @@ async def shed(
     body: site_shed.ShedBody,
     request: Request,
     settings: SettingsDep,
+    pool: PoolDep,
 ) -> JSONResponse:
     """Bring the site's power to `target_kw` now, without stopping an instance.
 
@@ -64,7 +65,9 @@ async def shed(
     (`prefill_setting`, `decode_setting`) for the instances its latest plan runs in the
     current period, the load each then serves, the site power before (as planned) and
     after, the shortfall when settings alone cannot reach the target (and the instance
-    changes the next period boundary brings), and the cost per hour. The target is
+    changes the next period boundary brings: when a GPU pool can bind they take the
+    solve pipeline, run in a solver worker; with every worker busy `next_boundary`
+    says so, and the settings are answered all the same), and the cost per hour. The target is
     recorded as an OpenADR capacity limit from `at` (default now) for `duration`
     (default: to the horizon's end), like a posted event, and the site is re-planned
     from the next period boundary as a job (`replan.job_id`).
@@ -79,8 +82,8 @@ async def shed(
     if plan is None:
         return _no_plan(f"site {site_id!r} has no plan yet: POST /v1/sites/{site_id}/plan first")
     try:
-        answer = await run_in_threadpool(
-            site_shed.immediate, site, plan, when, settings, body.target_kw * 1000.0
+        answer = await site_shed.immediate(
+            site, plan, when, settings, pool, body.target_kw * 1000.0
         )
     except site_shed.NoRunningPlan as e:
         return _no_plan(str(e))

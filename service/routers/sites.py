@@ -337,9 +337,7 @@ async def post_event(
         plan = await _db(store.latest_plan, site_id)
         if plan is not None:
             with contextlib.suppress(site_shed.NoRunningPlan):
-                answer["immediate"] = await run_in_threadpool(
-                    site_shed.immediate, site, plan, now, settings
-                )
+                answer["immediate"] = await site_shed.immediate(site, plan, now, settings, pool)
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)

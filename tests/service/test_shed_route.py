@@ -87,6 +87,45 @@ def test_shed_answers_the_settings_records_the_event_and_replans(client: TestCli
         assert p["power_w"] <= target_kw * 1000.0 * (1 + 1e-6)
 
 
+def test_after_a_shed_the_plan_keeps_the_current_period_as_the_shed_applied_it(
+    client: TestClient,
+) -> None:
+    """The re-plan from the next boundary keeps the shed's period as the shed runs it:
+    until it ends, the targets of now, a deeper shed and an event capping now still
+    find what runs (before, the plan from period 2 had no period 1: 404 and 409)."""
+    site_id, plan = _planned(client)
+    before = plan["schedule"]["periods"][1]["power_w"]
+    target_kw = 0.85 * before / 1000.0
+    doc = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": target_kw, "at": AT}).json()
+    assert _job(client, doc["replan"]["job_id"])["status"] == "succeeded"
+    latest = client.get(f"/v1/sites/{site_id}/plan").json()
+    assert latest["first_period"] == 2  # re-planned from the next boundary
+    kept = latest["schedule"]["periods"][0]
+    assert kept["index"] == 1 and kept["applied"] == "shed"
+    assert kept["kept_from_plan"] == plan["plan_id"]
+    assert kept["power_w"] == pytest.approx(doc["site_power_w"])
+    assert kept["power_cap_w"] == pytest.approx(target_kw * 1000.0)
+    for name, d in doc["deployments"].items():
+        k = kept["deployments"][name]
+        assert (k["n_p"], k["n_d"]) == (d["n_p"], d["n_d"])
+        assert (k["prefill_setting"], k["decode_setting"]) == (
+            d["prefill_setting"],
+            d["decode_setting"],
+        )
+        assert k["served_rps"] == pytest.approx(d["served_rps"])
+    now = client.get(f"/v1/sites/{site_id}/targets/now", params={"at": AT})
+    assert now.status_code == 200, now.text
+    assert now.json()["period"] == 1
+    for t in now.json()["targets"]:
+        assert t["prefill_setting"] == doc["deployments"][t["deployment"]]["prefill_setting"]
+    deeper = client.post(
+        f"/v1/sites/{site_id}/shed", json={"target_kw": 0.9 * target_kw, "at": AT}
+    )
+    assert deeper.status_code == 200, deeper.text
+    assert deeper.json()["period"] == 1
+    assert deeper.json()["site_power_before_w"] == pytest.approx(doc["site_power_w"])
+
+
 def test_a_target_below_what_settings_reach_gives_the_shortfall(client: TestClient) -> None:
     site_id, _ = _planned(client)
     r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0.5, "at": AT})
