@@ -57,6 +57,14 @@ INTERRUPTED = {
 }
 #: seconds between two progress writes (and cancellation reads) of a running job
 PROGRESS_EVERY_S = 0.5
+#: a coalesced job is queued anew at most this many times while the queued one of its
+#: scope keeps starting under it
+MAX_COALESCE_ATTEMPTS = 20
+
+
+def replan_scope(site_id: str) -> str:
+    """The coalescing scope of a site's re-plans (:meth:`JobStore.create`)."""
+    return f"site_plan:{site_id}"
 
 
 class JobNotFound(LookupError):
@@ -152,38 +160,73 @@ class JobStore:
         request: dict[str, Any],
         key: str | None = None,
         webhook_url: str | None = None,
+        coalesce: str | None = None,
     ) -> tuple[Job, bool]:
         """A new queued job, or (with an idempotency ``key`` already used for the same
-        request and webhook) the existing one; ``(job, created)``."""
+        request and webhook) the existing one; ``(job, created)``.
+
+        With ``coalesce`` (a scope such as ``site_plan:<site id>``), at most one job of
+        the scope is queued: while one is, it takes this ``request`` (and ``key``) in
+        place of its own and is answered, not created (a newer update of a site
+        replaces its queued re-plan); a running job of the scope goes on and a queued
+        one starts once it ends (:meth:`start`)."""
         doc: dict[str, Any] = {"kind": kind, "request": request}
         if webhook_url is not None:
             doc["webhook"] = webhook_url
         doc_digest = digest(doc)
+        for _ in range(MAX_COALESCE_ATTEMPTS):
+            if key is not None:
+                old = self._by_key(key)
+                if old is not None:
+                    return self._same(old, key, doc_digest), False
+            job_id = secrets.token_hex(8)
+            row = {
+                "id": job_id,
+                "kind": kind,
+                "request": request,
+                "digest": doc_digest,
+                "idempotency_key": key,
+                "status": "queued",
+                "webhook_url": webhook_url,
+                "cancel_requested": 0,
+                "created": utc_now(),
+                "coalesce": coalesce,
+                "queued_for": coalesce,
+            }
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(jobs).values(**row))
+            except IntegrityError:
+                old = self._by_key(key) if key is not None else None
+                if old is not None:  # the same key, posted concurrently
+                    return self._same(old, key or "", doc_digest), False
+                if coalesce is None:
+                    raise
+                replaced = self._replace_queued(coalesce, request, doc_digest, key)
+                if replaced is not None:
+                    return replaced, False
+                continue  # the queued one started meanwhile: queue this one
+            return self.get(job_id), True
+        raise RuntimeError(f"jobs of {coalesce!r} kept starting while one was queued")
+
+    def _replace_queued(
+        self, scope: str, request: dict[str, Any], doc_digest: str, key: str | None
+    ) -> Job | None:
+        """The queued job of ``scope`` with ``request`` in place of its own; None when
+        none is queued any more."""
+        values: dict[str, Any] = {"request": request, "digest": doc_digest}
         if key is not None:
-            old = self._by_key(key)
-            if old is not None:
-                return self._same(old, key, doc_digest), False
-        job_id = secrets.token_hex(8)
-        row = {
-            "id": job_id,
-            "kind": kind,
-            "request": request,
-            "digest": doc_digest,
-            "idempotency_key": key,
-            "status": "queued",
-            "webhook_url": webhook_url,
-            "cancel_requested": 0,
-            "created": utc_now(),
-        }
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(jobs).values(**row))
-        except IntegrityError:  # the same key, posted concurrently
-            old = self._by_key(key) if key is not None else None
-            if old is None:
-                raise
-            return self._same(old, key or "", doc_digest), False
-        return self.get(job_id), True
+            values["idempotency_key"] = key
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.queued_for == scope, jobs.c.status == "queued")
+                .values(**values)
+            )
+            if res.rowcount != 1:
+                return None
+            row = conn.execute(select(jobs).where(jobs.c.queued_for == scope)).first()
+        return None if row is None else _job(row)
 
     def _same(self, row: Any, key: str, doc_digest: str) -> Job:
         if row.digest != doc_digest:
@@ -210,21 +253,56 @@ class JobStore:
 
     def start(self, job_id: str, worker: str | None = None) -> bool:
         """``queued`` -> ``running`` (one more attempt, held by ``worker``); False if the
-        job is no longer queued (another worker took it, or it was cancelled)."""
+        job is no longer queued (another worker took it, or it was cancelled), or, for
+        a job of a coalescing scope, while another job of the scope runs: it stays
+        queued (:meth:`waits`), so that a site's re-plans run one at a time, each
+        newer one after the one before it ends."""
         now = utc_now()
+        other = jobs.alias("other")
+        running_in_scope = (
+            select(other.c.id)
+            .where(
+                other.c.coalesce == jobs.c.coalesce,
+                other.c.status == "running",
+                other.c.id != jobs.c.id,
+            )
+            .exists()
+        )
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "queued")
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.status == "queued",
+                    jobs.c.coalesce.is_(None) | ~running_in_scope,
+                )
                 .values(
                     status="running",
                     started=now,
                     attempts=jobs.c.attempts + 1,
                     worker=worker,
                     heartbeat=now,
+                    queued_for=None,
                 )
             )
         return res.rowcount == 1
+
+    def waits(self, job_id: str) -> bool:
+        """Whether job ``job_id`` is still queued (:meth:`start` left it so)."""
+        return self.get(job_id).status == "queued"
+
+    def blocked(self, job_id: str) -> bool:
+        """Whether job ``job_id`` is of a coalescing scope in which another job runs
+        (:meth:`start` would leave it queued)."""
+        other = jobs.alias("other")
+        q = (
+            select(other.c.id)
+            .select_from(jobs.join(other, other.c.coalesce == jobs.c.coalesce))
+            .where(jobs.c.id == job_id, other.c.status == "running", other.c.id != job_id)
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            return conn.execute(q).first() is not None
 
     def beat(self, job_ids: list[str], worker: str) -> None:
         """``worker`` is alive and still runs ``job_ids``."""
@@ -309,7 +387,13 @@ class JobStore:
             res = conn.execute(
                 update(jobs)
                 .where(*cond)
-                .values(status=status, result=result, error=error, finished=utc_now())
+                .values(
+                    status=status,
+                    result=result,
+                    error=error,
+                    finished=utc_now(),
+                    queued_for=None,
+                )
             )
         return res.rowcount == 1
 
@@ -366,7 +450,9 @@ class JobStore:
             conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status == "queued")
-                .values(status="cancelled", finished=utc_now(), cancel_requested=1)
+                .values(
+                    status="cancelled", finished=utc_now(), cancel_requested=1, queued_for=None
+                )
             )
             conn.execute(
                 update(jobs)
@@ -431,7 +517,8 @@ def execute(
 ) -> str:
     """Start job ``job_id`` and run it (in a solver worker): its status, progress and
     result go to the database at ``url``. Returns the final status; ``queued`` when
-    the server started shutting down before the job started (it runs after a restart).
+    the server started shutting down before the job started (it runs after a restart),
+    or while another re-plan of its site runs (:meth:`JobStore.start`).
     ``kernels``: the server's kernel database."""
     if process_stopping():
         return "queued"
@@ -578,14 +665,19 @@ class JobRunner:
         while not self._stopping:
             if (await asyncio.to_thread(self.store.get, job_id)).status != "queued":
                 return  # cancelled while waiting
+            if await asyncio.to_thread(self.store.blocked, job_id):
+                await asyncio.sleep(self.poll_s)  # after the re-plan of its site that runs
+                continue
             try:
                 # the jobs a shutdown asks to stop; one waiting for a worker (the
                 # sleep below) is not among them, and one still queued stays so
                 self._running.add(job_id)
-                await self.pool.run(
+                status = await self.pool.run(
                     execute, self.url, job_id, self.pool.memory_budget_mb, self.kernels
                 )
-                return
+                if status != "queued":
+                    return
+                # another re-plan of its site runs: this one waits for it, queued
             except PoolFull:
                 pass
             except WorkerLost:

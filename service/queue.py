@@ -59,6 +59,8 @@ QUEUE_NAME = "pdwatt:jobs"
 FUNCTION = "run_job"
 #: seconds between two heartbeats of a worker's running jobs
 HEARTBEAT_S = 2.0
+#: seconds between two tries to start a job that waits for another of its scope
+WAIT_S = 0.25
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -162,6 +164,10 @@ class JobWorker:
 
     async def _run_job(self, ctx: dict[str, Any], job_id: str) -> str:
         taken = await asyncio.to_thread(self.store.start, job_id, self.name)
+        while not taken and await asyncio.to_thread(self.store.waits, job_id):
+            # another re-plan of its site runs (JobStore.start): this one starts after it
+            await asyncio.sleep(WAIT_S)
+            taken = await asyncio.to_thread(self.store.start, job_id, self.name)
         if not taken:
             return "not queued"
         self.running.add(job_id)

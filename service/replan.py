@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.jobs import IdempotencyConflict, JobStore, job_store
+from service.jobs import IdempotencyConflict, JobStore, job_store, replan_scope
 from service.site_plans import n_periods, period, plan_start
 from service.store import Site, SiteNotFound, Store, store_for, utc_now
 
@@ -109,7 +109,9 @@ def create_jobs(store: Store, jobs: JobStore, now: datetime) -> list[str]:
     created = []
     for d in find_due(store, now):
         try:
-            job, new = jobs.create("site_plan", d.request, key=d.key)
+            job, new = jobs.create(
+                "site_plan", d.request, key=d.key, coalesce=replan_scope(d.site_id)
+            )
         except IdempotencyConflict:  # another process created it from another plan read
             continue
         if new:

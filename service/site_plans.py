@@ -177,12 +177,13 @@ def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
 def running_period(
     latest: Plan | None, site: Site, first: int, applied: Applied | None
 ) -> dict[str, Any] | None:
-    """The record of period ``first - 1``, the one running while the periods from
-    ``first`` are re-planned, as the ``latest`` plan has it (with a shed's ``applied``
-    settings, load and power in place of the plan's), so that a plan from ``first``
-    still tells what runs until ``first`` begins; None when the latest plan has no
-    such period (or was made on another clock)."""
-    if latest is None or first == 0:
+    """The record of period ``first - 1`` as a shed ``applied`` it (its settings, loads
+    and power in place of the ``latest`` plan's record of that period): a shed
+    re-plans from the next boundary, and its own period runs meanwhile, so that the
+    plan from ``first`` still tells what runs until ``first`` begins. None without
+    ``applied``, or when the latest plan has no such period (or was made on another
+    clock)."""
+    if latest is None or applied is None or applied.period != first - 1:
         return None
     same_clock = all(
         latest.response.get(k) == v
@@ -197,14 +198,13 @@ def running_period(
         return None
     rec = {**rec, "deployments": {k: dict(v) for k, v in rec["deployments"].items()}}
     rec["kept_from_plan"] = latest.id
-    if applied is not None and applied.period == first - 1:
-        rec["power_w"] = applied.power_w
-        rec["power_cap_w"] = min(float(rec["power_cap_w"]), applied.power_cap_w)
-        for name, a in applied.deployments.items():
-            d = rec["deployments"].get(name)
-            if d is not None and d.get("n_p") is not None:
-                d.update(a.model_dump())
-        rec["applied"] = "shed"
+    rec["power_w"] = applied.power_w
+    rec["power_cap_w"] = min(float(rec["power_cap_w"]), applied.power_cap_w)
+    for name, a in applied.deployments.items():
+        d = rec["deployments"].get(name)
+        if d is not None:
+            d.update(a.model_dump())
+    rec["applied"] = "shed"
     return rec
 
 
@@ -220,7 +220,7 @@ def plan_site(
     keep the plan; the stored plan document (what ``GET .../plan`` answers). When
     ``keep()`` is false once solved (a cancelled job), the plan is not stored: a plan
     cut short never becomes the one the site dispatches; its document comes back
-    without a ``plan_id``. A plan from ``current.period`` keeps the period before it
+    without a ``plan_id``. A shed's re-plan keeps the shed's period as ``applied``
     (:func:`running_period`): that period is running meanwhile."""
     site = store.get_site(site_id)
     req, first = sub_request(site.body, current)

@@ -31,7 +31,7 @@ from formulation.whatif.shed import (
     settings_data,
 )
 from model.errors import InputError
-from service.jobs import JobStore
+from service.jobs import JobStore, replan_scope
 from service.openadr import OadrEvent, event_to_signals
 from service.pool import PoolFull, SolvePool, WorkerLost
 from service.schemas import Strict, dump
@@ -300,8 +300,10 @@ def replan_job(
     jobs: JobStore, site: Site, shed: dict[str, Any]
 ) -> tuple[str | None, dict[str, Any]]:
     """A ``site_plan`` job re-planning ``site`` from the period after the shed's, from
-    the counts running in the shed's period; ``(job id or None, the answer's
-    ``replan``)``. None when the shed's period is the horizon's last."""
+    the counts running in the shed's period (a queued re-plan of the site takes this
+    request instead: at most one waits per site); ``(the id of a job to submit, or
+    None, the answer's ``replan``)``. No job when the shed's period is the horizon's
+    last."""
     t = int(shed["period"])
     if t + 1 >= n_periods(site.body):
         return None, {"job_id": None, "reason": "the shed's period is the horizon's last"}
@@ -318,11 +320,12 @@ def replan_job(
     req = SitePlanRequest(
         site_id=site.id, current=Current(period=t + 1, state=state), applied=applied
     )
-    job, _ = jobs.create("site_plan", dump(req))
-    return job.id, {
+    job, created = jobs.create("site_plan", dump(req), coalesce=replan_scope(site.id))
+    return job.id if created else None, {
         "job_id": job.id,
         "status": job.status,
         "location": f"/v1/jobs/{job.id}",
         "from_period": t + 1,
         "site_version": site.version,
+        "coalesced": not created,  # a queued re-plan of the site took this request
     }

@@ -132,6 +132,11 @@ jobs = Table(
     Column("webhook_url", String(2048), nullable=True),  # notified when the job ends
     Column("webhook_state", String(16), nullable=True),  # sending, delivered, failed
     Column("webhook_outcome", JSON(none_as_null=True), nullable=True),
+    # re-plans of one site coalesce (service.jobs.JobStore.create): the scope, and the
+    # same while queued (null otherwise), unique: at most one queued job per scope
+    Column("coalesce", String(128), nullable=True, index=True),
+    Column("queued_for", String(128), nullable=True),
+    UniqueConstraint("queued_for", name="uq_jobs_queued_for"),
 )
 
 MAX_ATTEMPTS = 50
@@ -253,7 +258,7 @@ def make_engine(url: str) -> Engine:
 
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 #: a database created before migrations existed holds this revision's tables
 _FIRST_REVISION = "0001"
 #: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)

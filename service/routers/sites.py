@@ -47,7 +47,7 @@ from model.errors import InputError
 from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
-from service.jobs import JobRunner, job_store
+from service.jobs import JobRunner, job_store, replan_scope
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
@@ -193,10 +193,16 @@ async def _replan_job(
     if current is not None:
         job_request["current"] = current.model_dump(mode="json")
     store = job_store(settings.database_url)
-    job, _ = await run_in_threadpool(store.create, "site_plan", job_request)
-    runner: JobRunner | RedisJobs = request.app.state.jobs
-    await runner.submit(job.id)
-    answer |= {"plan": None, "job": {"id": job.id, "status": job.status}}
+    job, created = await run_in_threadpool(
+        lambda: store.create("site_plan", job_request, coalesce=replan_scope(site.id))
+    )
+    if created:  # else a queued re-plan of the site took this request
+        runner: JobRunner | RedisJobs = request.app.state.jobs
+        await runner.submit(job.id)
+    answer |= {
+        "plan": None,
+        "job": {"id": job.id, "status": job.status, "coalesced": not created},
+    }
     return JSONResponse(
         answer,
         status_code=202,
