@@ -30,7 +30,7 @@ from formulation.whatif.shed import (
 )
 from model.errors import InputError
 from service.jobs import JobStore
-from service.openadr import OadrEvent, event_to_signals
+from service.openadr import Iso8601Duration, OadrEvent, event_to_signals
 from service.schemas import Strict, dump
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
@@ -50,10 +50,10 @@ class ShedBody(Strict):
     at: AwareDatetime | None = Field(
         None, description="when the target starts: ISO 8601 date-time with offset (default: now)"
     )
-    duration: str = Field(
+    duration: Iso8601Duration = Field(
         "P9999Y",
-        pattern=r"^P(?:\d+Y)?(?:\d+M)?(?:\d+[DW])?(?:T(?:\d+H)?(?:\d+M)?(?:\d+S)?)?$",
-        description="how long the target holds, ISO 8601 (default: to the horizon's end)",
+        description="how long the target holds, ISO 8601 as an OpenADR event's "
+        "(default: to the horizon's end)",
     )
 
 

@@ -266,6 +266,26 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         "event.intervalPeriod.duration",
     ),
     (
+        "a duration in Arabic-Indic digits",
+        lambda e: e["intervalPeriod"].update(duration="PT\u0661H"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "a duration in full-width digits",
+        lambda e: e["intervalPeriod"].update(duration="PT\uff11H"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "a duration with T and no time after it",
+        lambda e: e["intervalPeriod"].update(duration="P1DT"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "an event duration with no component",
+        lambda e: e.update(duration="P"),
+        "event.duration",
+    ),
+    (
         "start without offset",
         lambda e: e["intervalPeriod"].update(start="2026-07-01T13:00:00"),
         "event.intervalPeriod.start",
@@ -327,6 +347,7 @@ def site_client(make_client: Callable[..., TestClient], tmp_path: Path) -> tuple
 
 HTTP_CASES = [
     "unsupported payload type",
+    "a duration in Arabic-Indic digits",
     "cap not in KW",
     "an interval after the horizon",
     "start without offset",
