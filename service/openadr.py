@@ -56,18 +56,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    WithJsonSchema,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from formulation.problem import expand_series
 from model.errors import InputError
+from service.schemas import DateTimeText
 
 CAP = "IMPORT_CAPACITY_LIMIT"
 PRICE = "PRICE"
@@ -116,7 +109,7 @@ class _Strict(BaseModel):
 class IntervalPeriod(_Strict):
     """Start and duration of an interval, or default of an event's intervals."""
 
-    start: AwareDatetime = Field(description="ISO 8601 date-time with a UTC offset")
+    start: DateTimeText = Field(description="ISO 8601 date-time with a UTC offset")
     duration: Iso8601Duration | None = Field(None, description="ISO 8601 duration, e.g. PT1H")
     randomizeStart: Iso8601Duration | None = Field(
         None, description="not applied (see module notes)"
@@ -182,8 +175,8 @@ class OadrEvent(_Strict):
     )
 
     id: str | None = Field(None, max_length=128)
-    createdDateTime: AwareDatetime | None = None
-    modificationDateTime: AwareDatetime | None = None
+    createdDateTime: DateTimeText | None = None
+    modificationDateTime: DateTimeText | None = None
     objectType: Literal["EVENT"] | None = None
     programID: str = Field(min_length=1, max_length=128)
     eventName: str | None = Field(None, max_length=128)

@@ -9,9 +9,11 @@ documents.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from formulation.request import (
     Framework,
@@ -45,6 +47,25 @@ def _storable(v: str) -> str:
 #: text the service stores in a text column as it was sent: refused, on every database,
 #: when it holds a NUL character (which PostgreSQL's text cannot hold)
 StorableText = Annotated[str, AfterValidator(_storable)]
+
+#: how an ISO 8601 date-time begins (its date, then the time); a text that does not, such
+#: as "1782910000", is no date-time here even where pydantic would read it
+_DATE_TIME_START = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]", re.ASCII)
+
+
+def date_time_text(v: Any) -> Any:
+    """An ISO 8601 date-time is text in JSON: a number, or a text of digits (which
+    pydantic would both read as seconds since 1970), or anything else is refused."""
+    if isinstance(v, datetime) or (isinstance(v, str) and _DATE_TIME_START.match(v)):
+        return v
+    got = f"{v!r}" if isinstance(v, str) else type(v).__name__
+    raise ValueError(
+        f"must be an ISO 8601 date-time string with offset (e.g. 2026-07-01T12:00:00Z), got {got}"
+    )
+
+
+#: a date-time the client sends: ISO 8601 text with a UTC offset (:func:`date_time_text`)
+DateTimeText = Annotated[AwareDatetime, BeforeValidator(date_time_text)]
 
 
 class Moments(Strict):

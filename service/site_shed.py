@@ -17,7 +17,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
@@ -31,7 +31,7 @@ from formulation.whatif.shed import (
 from model.errors import InputError
 from service.jobs import JobStore
 from service.openadr import Iso8601Duration, OadrEvent, event_to_signals
-from service.schemas import Strict, dump
+from service.schemas import DateTimeText, Strict, dump
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
 from service.sites import periods_at
@@ -47,7 +47,7 @@ class ShedBody(Strict):
     target_kw: float = Field(
         ge=0, le=1e9, allow_inf_nan=False, description="site power target (kW, after PUE)"
     )
-    at: AwareDatetime | None = Field(
+    at: DateTimeText | None = Field(
         None, description="when the target starts: ISO 8601 date-time with offset (default: now)"
     )
     duration: Iso8601Duration = Field(

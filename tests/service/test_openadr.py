@@ -286,6 +286,11 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         "event.duration",
     ),
     (
+        "start as seconds since 1970",
+        lambda e: e["intervalPeriod"].update(start=1782910800),
+        "event.intervalPeriod.start",
+    ),
+    (
         "start without offset",
         lambda e: e["intervalPeriod"].update(start="2026-07-01T13:00:00"),
         "event.intervalPeriod.start",
@@ -348,6 +353,7 @@ def site_client(make_client: Callable[..., TestClient], tmp_path: Path) -> tuple
 HTTP_CASES = [
     "unsupported payload type",
     "a duration in Arabic-Indic digits",
+    "start as seconds since 1970",
     "cap not in KW",
     "an interval after the horizon",
     "start without offset",

@@ -157,6 +157,18 @@ def test_a_duration_is_read_as_an_events_duration(client: TestClient) -> None:
     assert event["event"]["intervalPeriod"]["duration"] == "PT30M"
 
 
+def test_at_is_only_an_iso_date_time_text(client: TestClient) -> None:
+    """``at`` as seconds since 1970 (a number or a text of digits, which pydantic would
+    read) was taken as a time."""
+    site_id, _ = _planned(client)
+    for at in (1782910000, 1782910000.5, "1782910000", True, ["2026-07-01T13:30:00Z"]):
+        r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": at})
+        assert r.status_code == 422, (at, r.text)
+        (error,) = r.json()["errors"]
+        assert error["field"] == "at" and "ISO 8601" in error["reason"], error
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
+
+
 def _stored_request(client: TestClient, site_id: str) -> dict[str, Any]:
     site = client.get(f"/v1/sites/{site_id}").json()
     drop = ("id", "version", "created", "updated", "name")
