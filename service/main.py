@@ -17,6 +17,7 @@ from service.metrics import method_label, request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
 from service.routers import catalog, core, health, jobs, shed, sites, solves
+from service.schemas import MAX_JSON_DEPTH
 from service.settings import Settings, get_settings
 
 #: on shutdown, running jobs are asked to stop and given this long to return their best
@@ -199,6 +200,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             "max_time_limit_s": settings.max_time_limit_s,
             "max_solve_memory_mb": settings.max_solve_memory_mb,
             "max_flex_evaluations": MAX_FLEX_EVALUATIONS,
+            "max_json_depth": MAX_JSON_DEPTH,
         }
         comps = doc.get("components", {}).get("schemas", {})
 

@@ -5,7 +5,9 @@ The models follow the field names of the OpenADR 3.1.0 ``event`` schema (``progr
 ``randomizeStart``}, ``intervals[]`` {``id``, ``intervalPeriod``, ``payloads[]``
 {``type``, ``values``}}, ``payloadDescriptors[]`` {``payloadType``, ``units``,
 ``currency``}), so an event taken from a VTN is accepted as it is. Unknown fields are
-refused (a misspelt field would otherwise drop a signal without a word).
+refused (a misspelt field would otherwise drop a signal without a word). The fields
+whose content is not typed (``targets``, ``reportDescriptors``, a payload's ``values``)
+are kept as sent, nested at most :data:`service.schemas.MAX_JSON_DEPTH` levels deep.
 
 Three payload types become grid signals over the plan's periods:
 
@@ -60,7 +62,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from formulation.problem import expand_series
 from model.errors import InputError
-from service.schemas import DateTimeText
+from service.schemas import SHALLOW, DateTimeText
 
 CAP = "IMPORT_CAPACITY_LIMIT"
 PRICE = "PRICE"
@@ -100,6 +102,8 @@ Iso8601Duration = Annotated[
     AfterValidator(_duration_text),
     WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
 ]
+#: a free-form list, stored as sent within :data:`~service.schemas.MAX_JSON_DEPTH` levels
+FreeList = Annotated[list[Any], SHALLOW]
 
 
 class _Strict(BaseModel):
@@ -120,7 +124,7 @@ class ValuesMap(_Strict):
     """One payload: a type and its values (OpenADR ``valuesMap``)."""
 
     type: str = Field(min_length=1, max_length=128)
-    values: list[Any]
+    values: FreeList
 
 
 class Interval(_Strict):
@@ -182,8 +186,8 @@ class OadrEvent(_Strict):
     eventName: str | None = Field(None, max_length=128)
     priority: int | None = Field(None, ge=0)
     duration: Iso8601Duration | None = None
-    targets: list[Any] | None = None
-    reportDescriptors: list[dict[str, Any]] | None = None
+    targets: FreeList | None = None
+    reportDescriptors: Annotated[list[dict[str, Any]], SHALLOW] | None = None
     payloadDescriptors: list[EventPayloadDescriptor] | None = None
     intervalPeriod: IntervalPeriod | None = None
     intervals: list[Interval]

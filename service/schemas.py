@@ -67,6 +67,46 @@ def date_time_text(v: Any) -> Any:
 #: a date-time the client sends: ISO 8601 text with a UTC offset (:func:`date_time_text`)
 DateTimeText = Annotated[AwareDatetime, BeforeValidator(date_time_text)]
 
+#: the deepest a free-form field (JSON the service stores without typing its content,
+#: such as an OpenADR event's ``targets``) may nest lists and objects within one another;
+#: deeper documents could not be written out again (serialisers stop at a few hundred)
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any, stop: int = MAX_JSON_DEPTH + 1) -> int:
+    """How many lists and objects ``value`` nests within one another (0 for a number
+    or text, 1 for ``[1, 2]``), measured without recursion; the count stops at ``stop``."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth >= stop:
+            return stop
+        deepest = max(deepest, depth)
+        todo.extend((child, depth) for child in children)
+    return deepest
+
+
+def _shallow(v: Any) -> Any:
+    if json_depth(v) > MAX_JSON_DEPTH:
+        raise ValueError(
+            f"nests lists and objects more than {MAX_JSON_DEPTH} levels deep, "
+            "deeper than the service stores"
+        )
+    return v
+
+
+#: a free-form JSON field's validator (``Annotated[list[Any], SHALLOW]``): its value is
+#: refused, naming the field, when it nests deeper than :data:`MAX_JSON_DEPTH`
+SHALLOW = BeforeValidator(_shallow)
+
 
 class Moments(Strict):
     """Explicit workload moments (SPEC 2.8); replaces ``workload`` when given."""
