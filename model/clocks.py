@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from model.errors import InputError
 
@@ -38,7 +39,16 @@ HBM_PJ_PER_BIT = 3.9
 #: relative tolerance of the power-limit solve on the clock
 LIMIT_RTOL = 1e-12
 
-_SETTING = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(mhz|w)\s*$", re.IGNORECASE)
+#: a setting's number and unit (checked by :func:`parse_setting`: ``MHz``, ``W`` or ``w``)
+_SETTING = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*", re.ASCII)
+#: the units of a setting as written: megahertz (exactly so: ``mHz`` is millihertz) and watts
+_UNITS = {"MHz": "clock", "W": "limit", "w": "limit"}
+
+
+def _plain(value: float) -> str:
+    """``value`` as the shortest decimal that reads back as it, without an exponent
+    (``1500``, ``1500.00001``)."""
+    return format(Decimal(repr(value)).normalize(), "f")
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ class GpuClocks:
     @property
     def full_clock(self) -> str:
         """The default setting as text: the full clock."""
-        return f"{self.sm_clock_max_mhz:g}MHz"
+        return f"{_plain(self.sm_clock_max_mhz)}MHz"
 
     def voltage_ratio(self, f_mhz: float) -> float:
         """``V(f) / V(f_max)``: linear from ``v_min_ratio`` at the lowest clock to 1."""
@@ -110,7 +120,8 @@ class Setting:
 
     @property
     def text(self) -> str:
-        return f"{self.value:g}MHz" if self.kind == "clock" else f"{self.value:g}W"
+        """The setting's name: its value exactly, ``1500MHz`` or ``550W``."""
+        return f"{_plain(self.value)}{'MHz' if self.kind == 'clock' else 'W'}"
 
 
 def parse_setting(text: object, clocks: GpuClocks | None, field: str) -> Setting | None:
@@ -124,13 +135,20 @@ def parse_setting(text: object, clocks: GpuClocks | None, field: str) -> Setting
         raise InputError(field, f"must be a string like '1500MHz' or '550W', got {text!r}")
     if text.strip().lower() in ("", "default"):
         return None
-    match = _SETTING.match(text)
-    if match is None:
+    match = _SETTING.fullmatch(text)
+    if match is None or match.group(2) not in _UNITS:
+        unit = match.group(2) if match is not None else ""
+        if unit == "mHz":
+            raise InputError(
+                field, f"{text!r} is in mHz (millihertz); a locked SM clock is in MHz (megahertz)"
+            )
+        if unit.lower() == "mhz":
+            raise InputError(field, f"write the unit as MHz (megahertz), got {text!r}")
         raise InputError(
             field, f"must be '<N>MHz' (a locked SM clock) or '<N>W' (a power limit), got {text!r}"
         )
-    value = float(match.group(1))
-    kind = "clock" if match.group(2).lower() == "mhz" else "limit"
+    number, kind = match.group(1), _UNITS[match.group(2)]
+    value = float(number)
     if clocks is None:
         raise InputError(field, "this GPU has no clock data in the catalog: only the default")
     if kind == "clock":
@@ -140,9 +158,17 @@ def parse_setting(text: object, clocks: GpuClocks | None, field: str) -> Setting
     if not lo <= value <= hi:
         raise InputError(
             field,
-            f"{value:g} {unit} is outside the {what}s {clocks.gpu} supports, {lo:g}-{hi:g} {unit}",
+            f"{_plain(value)} {unit} is outside the {what}s {clocks.gpu} supports, "
+            f"{lo:g}-{hi:g} {unit}",
         )
-    return Setting(kind, value)
+    setting = Setting(kind, value)
+    if Decimal(number) != Decimal(_plain(value)):  # more digits than a double keeps
+        raise InputError(
+            field,
+            f"{number} {unit} has more digits than a setting keeps; the nearest is "
+            f"{setting.text!r}",
+        )
+    return setting
 
 
 def named_settings(texts: Sequence[str], clocks: GpuClocks | None, field: str) -> tuple[str, ...]:

@@ -13,10 +13,11 @@ from fastapi import FastAPI
 from service import console, errors, replan, site_shed, store
 from service.jobs import JobRunner, Notifier
 from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
-from service.metrics import request_seconds, requests_total
+from service.metrics import method_label, request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
 from service.routers import catalog, core, health, jobs, shed, sites, solves
+from service.schemas import MAX_JSON_DEPTH
 from service.settings import Settings, get_settings
 
 #: on shutdown, running jobs are asked to stop and given this long to return their best
@@ -168,9 +169,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         t0 = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
+        path = getattr(route, "path", "unmatched")  # the route's template, not the URL
         request_seconds.labels(path).observe(time.perf_counter() - t0)
-        requests_total.labels(path, request.method, str(response.status_code)).inc()
+        requests_total.labels(path, method_label(request.method), str(response.status_code)).inc()
         return response
 
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -199,6 +200,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             "max_time_limit_s": settings.max_time_limit_s,
             "max_solve_memory_mb": settings.max_solve_memory_mb,
             "max_flex_evaluations": MAX_FLEX_EVALUATIONS,
+            "max_json_depth": MAX_JSON_DEPTH,
         }
         comps = doc.get("components", {}).get("schemas", {})
 

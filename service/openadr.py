@@ -5,7 +5,9 @@ The models follow the field names of the OpenADR 3.1.0 ``event`` schema (``progr
 ``randomizeStart``}, ``intervals[]`` {``id``, ``intervalPeriod``, ``payloads[]``
 {``type``, ``values``}}, ``payloadDescriptors[]`` {``payloadType``, ``units``,
 ``currency``}), so an event taken from a VTN is accepted as it is. Unknown fields are
-refused (a misspelt field would otherwise drop a signal without a word).
+refused (a misspelt field would otherwise drop a signal without a word). The fields
+whose content is not typed (``targets``, ``reportDescriptors``, a payload's ``values``)
+are kept as sent, nested at most :data:`service.schemas.MAX_JSON_DEPTH` levels deep.
 
 Three payload types become grid signals over the plan's periods:
 
@@ -54,12 +56,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from formulation.problem import expand_series
 from model.errors import InputError
+from service.schemas import SHALLOW, DateTimeText
 
 CAP = "IMPORT_CAPACITY_LIMIT"
 PRICE = "PRICE"
@@ -75,26 +78,45 @@ FAR = datetime(9999, 12, 1, tzinfo=UTC)  # stands for "later than anything plann
 
 # ---------------------------------------------------------------- models (OpenADR 3.1.0)
 
+#: an ISO 8601 duration as OpenADR 3.1.0 writes it, in ASCII digits: at least one
+#: component, and a time component after ``T``
 DURATION_PATTERN = (
-    r"^(-?)P(?=\d|T\d)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)([DW]))?"
-    r"(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$"
+    r"^(-?)P(?=[0-9]|T[0-9])(?:([0-9]+)Y)?(?:([0-9]+)M)?(?:([0-9]+)([DW]))?"
+    r"(?:T(?=[0-9])(?:([0-9]+)H)?(?:([0-9]+)M)?(?:([0-9]+(?:\.[0-9]+)?)S)?)?$"
 )
-Iso8601Duration = str
+
+
+def _duration_text(v: str) -> str:
+    """``v`` as sent when :func:`parse_duration` reads it; its reason otherwise (pydantic
+    names the field)."""
+    try:
+        parse_duration("duration", v)
+    except InputError as e:
+        raise ValueError(e.reason) from None
+    return v
+
+
+#: an ISO 8601 duration field (``PT15M``, ``P1D``), checked by :func:`parse_duration`
+Iso8601Duration = Annotated[
+    str,
+    AfterValidator(_duration_text),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+#: a free-form list, stored as sent within :data:`~service.schemas.MAX_JSON_DEPTH` levels
+FreeList = Annotated[list[Any], SHALLOW]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", regex_engine="python-re")
+    model_config = ConfigDict(extra="forbid")
 
 
 class IntervalPeriod(_Strict):
     """Start and duration of an interval, or default of an event's intervals."""
 
-    start: AwareDatetime = Field(description="ISO 8601 date-time with a UTC offset")
-    duration: Iso8601Duration | None = Field(
-        None, pattern=DURATION_PATTERN, description="ISO 8601 duration, e.g. PT1H"
-    )
+    start: DateTimeText = Field(description="ISO 8601 date-time with a UTC offset")
+    duration: Iso8601Duration | None = Field(None, description="ISO 8601 duration, e.g. PT1H")
     randomizeStart: Iso8601Duration | None = Field(
-        None, pattern=DURATION_PATTERN, description="not applied (see module notes)"
+        None, description="not applied (see module notes)"
     )
 
 
@@ -102,7 +124,7 @@ class ValuesMap(_Strict):
     """One payload: a type and its values (OpenADR ``valuesMap``)."""
 
     type: str = Field(min_length=1, max_length=128)
-    values: list[Any]
+    values: FreeList
 
 
 class Interval(_Strict):
@@ -123,7 +145,6 @@ class OadrEvent(_Strict):
 
     model_config = ConfigDict(
         extra="forbid",
-        regex_engine="python-re",
         json_schema_extra={
             "examples": [
                 {
@@ -158,15 +179,15 @@ class OadrEvent(_Strict):
     )
 
     id: str | None = Field(None, max_length=128)
-    createdDateTime: AwareDatetime | None = None
-    modificationDateTime: AwareDatetime | None = None
+    createdDateTime: DateTimeText | None = None
+    modificationDateTime: DateTimeText | None = None
     objectType: Literal["EVENT"] | None = None
     programID: str = Field(min_length=1, max_length=128)
     eventName: str | None = Field(None, max_length=128)
     priority: int | None = Field(None, ge=0)
-    duration: Iso8601Duration | None = Field(None, pattern=DURATION_PATTERN)
-    targets: list[Any] | None = None
-    reportDescriptors: list[dict[str, Any]] | None = None
+    duration: Iso8601Duration | None = None
+    targets: FreeList | None = None
+    reportDescriptors: Annotated[list[dict[str, Any]], SHALLOW] | None = None
     payloadDescriptors: list[EventPayloadDescriptor] | None = None
     intervalPeriod: IntervalPeriod | None = None
     intervals: list[Interval]
@@ -210,9 +231,13 @@ class Duration:
 
 def parse_duration(path: str, text: str) -> Duration:
     """Parse an OpenADR (ISO 8601) duration such as ``PT15M``, ``P1D``, ``P9999Y``."""
-    m = re.match(DURATION_PATTERN, text)
+    m = re.fullmatch(DURATION_PATTERN, text)
     if m is None:
-        raise InputError(path, f"{text!r} is not an ISO 8601 duration such as PT1H")
+        raise InputError(
+            path,
+            f"{text!r} is not an ISO 8601 duration such as PT1H or P1DT12H: at least one "
+            "number (ASCII digits) with its unit, and one after T when T is written",
+        )
     neg, years, months, days, unit, hours, minutes, seconds = m.groups()
     if neg:
         raise InputError(path, f"must not be negative, got {text!r}")
@@ -253,7 +278,8 @@ def parse_event(event: OadrEvent | Mapping[str, Any]) -> OadrEvent:
         loc = "event"
         for p in err.get("loc", ()):
             loc += f"[{p}]" if isinstance(p, int) else f".{p}"
-        raise InputError(loc, err.get("msg", "invalid")) from None
+        reason = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise InputError(loc, reason) from None
 
 
 def _descriptors(ev: OadrEvent) -> dict[str, tuple[str, EventPayloadDescriptor]]:

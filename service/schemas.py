@@ -9,9 +9,11 @@ documents.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from formulation.request import (
     Framework,
@@ -45,6 +47,65 @@ def _storable(v: str) -> str:
 #: text the service stores in a text column as it was sent: refused, on every database,
 #: when it holds a NUL character (which PostgreSQL's text cannot hold)
 StorableText = Annotated[str, AfterValidator(_storable)]
+
+#: how an ISO 8601 date-time begins (its date, then the time); a text that does not, such
+#: as "1782910000", is no date-time here even where pydantic would read it
+_DATE_TIME_START = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]", re.ASCII)
+
+
+def date_time_text(v: Any) -> Any:
+    """An ISO 8601 date-time is text in JSON: a number, or a text of digits (which
+    pydantic would both read as seconds since 1970), or anything else is refused."""
+    if isinstance(v, datetime) or (isinstance(v, str) and _DATE_TIME_START.match(v)):
+        return v
+    got = f"{v!r}" if isinstance(v, str) else type(v).__name__
+    raise ValueError(
+        f"must be an ISO 8601 date-time string with offset (e.g. 2026-07-01T12:00:00Z), got {got}"
+    )
+
+
+#: a date-time the client sends: ISO 8601 text with a UTC offset (:func:`date_time_text`)
+DateTimeText = Annotated[AwareDatetime, BeforeValidator(date_time_text)]
+
+#: the deepest a free-form field (JSON the service stores without typing its content,
+#: such as an OpenADR event's ``targets``) may nest lists and objects within one another;
+#: deeper documents could not be written out again (serialisers stop at a few hundred)
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any, stop: int = MAX_JSON_DEPTH + 1) -> int:
+    """How many lists and objects ``value`` nests within one another (0 for a number
+    or text, 1 for ``[1, 2]``), measured without recursion; the count stops at ``stop``."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth >= stop:
+            return stop
+        deepest = max(deepest, depth)
+        todo.extend((child, depth) for child in children)
+    return deepest
+
+
+def _shallow(v: Any) -> Any:
+    if json_depth(v) > MAX_JSON_DEPTH:
+        raise ValueError(
+            f"nests lists and objects more than {MAX_JSON_DEPTH} levels deep, "
+            "deeper than the service stores"
+        )
+    return v
+
+
+#: a free-form JSON field's validator (``Annotated[list[Any], SHALLOW]``): its value is
+#: refused, naming the field, when it nests deeper than :data:`MAX_JSON_DEPTH`
+SHALLOW = BeforeValidator(_shallow)
 
 
 class Moments(Strict):

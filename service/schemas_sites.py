@@ -3,14 +3,13 @@ a name and a clock; the bodies of plan, event and forecast posts; replica target
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from formulation.request import Rate, ScheduleRequest, Strict
 from service.openadr import OadrEvent
-from service.schemas import StorableText
+from service.schemas import DateTimeText, StorableText
 from service.site_plans import Current
 
 _EXAMPLE: dict[str, Any] = {
@@ -35,23 +34,12 @@ _EXAMPLE: dict[str, Any] = {
 }
 
 
-def _date_time_text(v: Any) -> Any:
-    """An ISO 8601 date-time is text in JSON: a number (which pydantic would read as
-    seconds since 1970) or anything else is refused."""
-    if not isinstance(v, str | datetime):
-        raise ValueError(
-            f"must be an ISO 8601 date-time string with offset (e.g. {_EXAMPLE['plan_start']}), "
-            f"got {type(v).__name__}"
-        )
-    return v
-
-
 class SiteRequest(ScheduleRequest):
     """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
     name: StorableText = Field(min_length=1, max_length=128)
-    plan_start: Annotated[AwareDatetime, BeforeValidator(_date_time_text)] = Field(
+    plan_start: DateTimeText = Field(
         description="wall-clock start of period 0: an ISO 8601 date-time string with offset"
     )
     replan_each_period: bool = Field(

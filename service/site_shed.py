@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
@@ -32,9 +32,9 @@ from formulation.whatif.shed import (
 )
 from model.errors import InputError
 from service.jobs import JobStore, replan_scope
-from service.openadr import OadrEvent, event_to_signals
+from service.openadr import Iso8601Duration, OadrEvent, event_to_signals
 from service.pool import PoolFull, SolvePool, WorkerLost
-from service.schemas import Strict, dump
+from service.schemas import DateTimeText, Strict, dump
 from service.settings import Settings
 from service.site_plans import (
     Applied,
@@ -58,13 +58,13 @@ class ShedBody(Strict):
     target_kw: float = Field(
         ge=0, le=1e9, allow_inf_nan=False, description="site power target (kW, after PUE)"
     )
-    at: AwareDatetime | None = Field(
+    at: DateTimeText | None = Field(
         None, description="when the target starts: ISO 8601 date-time with offset (default: now)"
     )
-    duration: str = Field(
+    duration: Iso8601Duration = Field(
         "P9999Y",
-        pattern=r"^P(?:\d+Y)?(?:\d+M)?(?:\d+[DW])?(?:T(?:\d+H)?(?:\d+M)?(?:\d+S)?)?$",
-        description="how long the target holds, ISO 8601 (default: to the horizon's end)",
+        description="how long the target holds, ISO 8601 as an OpenADR event's "
+        "(default: to the horizon's end)",
     )
 
 

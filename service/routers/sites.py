@@ -51,6 +51,7 @@ from service.jobs import JobRunner, job_store, replan_scope
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
+from service.schemas import DateTimeText
 from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, plan_doc
@@ -427,13 +428,11 @@ async def targets_now(
     site_id: SiteId,
     store: StoreDep,
     at: Annotated[
-        datetime | None, Query(description="ISO date-time with offset (default: now)")
+        DateTimeText | None, Query(description="ISO date-time with offset (default: now)")
     ] = None,
     format: Literal["json", "csv"] = Query("json", description="response format"),  # noqa: A002
 ) -> Any:
     """The targets of the period the clock (or `at`) is in, from `plan_start`."""
-    if at is not None and at.tzinfo is None:
-        raise InputError("at", "needs a UTC offset, e.g. 2026-07-01T13:30:00Z")
     when = at or datetime.now(UTC)
     site, plan = await _latest(store, site_id)
     try:

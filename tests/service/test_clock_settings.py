@@ -86,6 +86,36 @@ def test_api_bad_setting_is_a_422_naming_the_field(client, body, field):
     assert "Traceback" not in r.text
 
 
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("1500 mHz", "millihertz"),  # was read as 1500 MHz
+        ("1500mHz", "millihertz"),
+        ("1500mhz", "MHz"),
+        ("1500MHZ", "MHz"),
+        ("1500.0000000000000001MHz", "more digits"),  # was renamed 1500MHz
+    ],
+)
+def test_api_setting_unit_and_digits_are_taken_as_written(client, setting, words):
+    """Found by an adversarial test: the unit was read in any case (millihertz as
+    megahertz), and a value was renamed to six significant digits."""
+    r = client.post("/v1/capacity", json={**BODY, "prefill_setting": setting})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["field"] == "prefill_setting" and words in error["reason"], error
+
+
+def test_api_setting_keeps_the_value_sent(client):
+    r = client.post(
+        "/v1/capacity",
+        json={**BODY, "prefill_setting": "1500.00001MHz", "decode_setting": "550.125W"},
+    )
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["prefill_setting"], got["decode_setting"]) == ("1500.00001MHz", "550.125W")
+    assert got["prefill_clock_mhz"] == 1500.00001
+
+
 def _with_settings(body, prefill, decode):
     for d in body["deployments"]:
         d["settings"] = {"prefill": prefill, "decode": decode}

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from model.errors import InputError
 from service.openadr import event_to_signals, merge_signals, parse_duration
+from service.schemas import MAX_JSON_DEPTH, json_depth
 from tests.service.conftest import small_schedule
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)  # plan_start; four hourly periods
@@ -266,6 +267,31 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         "event.intervalPeriod.duration",
     ),
     (
+        "a duration in Arabic-Indic digits",
+        lambda e: e["intervalPeriod"].update(duration="PT\u0661H"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "a duration in full-width digits",
+        lambda e: e["intervalPeriod"].update(duration="PT\uff11H"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "a duration with T and no time after it",
+        lambda e: e["intervalPeriod"].update(duration="P1DT"),
+        "event.intervalPeriod.duration",
+    ),
+    (
+        "an event duration with no component",
+        lambda e: e.update(duration="P"),
+        "event.duration",
+    ),
+    (
+        "start as seconds since 1970",
+        lambda e: e["intervalPeriod"].update(start=1782910800),
+        "event.intervalPeriod.start",
+    ),
+    (
         "start without offset",
         lambda e: e["intervalPeriod"].update(start="2026-07-01T13:00:00"),
         "event.intervalPeriod.start",
@@ -327,6 +353,8 @@ def site_client(make_client: Callable[..., TestClient], tmp_path: Path) -> tuple
 
 HTTP_CASES = [
     "unsupported payload type",
+    "a duration in Arabic-Indic digits",
+    "start as seconds since 1970",
     "cap not in KW",
     "an interval after the horizon",
     "start without offset",
@@ -357,3 +385,68 @@ def test_http_event_on_unknown_site_is_404(site_client: tuple[TestClient, str]) 
     r = client.post("/v1/sites/nope/events", json={"event": copy.deepcopy(oadr_event())})
     assert r.status_code == 404
     assert r.json()["status"] == 404
+
+
+# ---------------------------------------------------------------- free-form fields' depth
+
+
+def nested(depth: int) -> Any:
+    """A value of lists ``depth`` deep: ``nested(2) == [[1]]``."""
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+#: where an event holds JSON it does not type, and how to put a value there
+FREE_FORM: list[tuple[str, Callable[[dict[str, Any], Any], None]]] = [
+    ("event.targets", lambda e, v: e.update(targets=v)),
+    ("event.reportDescriptors", lambda e, v: e.update(reportDescriptors=[{"x": v[0]}])),
+    (
+        "event.intervals[0].payloads[0].values",
+        lambda e, v: e["intervals"][0]["payloads"][0].update(values=v),
+    ),
+]
+
+
+def test_json_depth_counts_without_recursion() -> None:
+    cases = [(1, 0), ("x", 0), ([], 1), ([1, 2], 1), ({"a": [1]}, 2), ([[1], [[2]]], 3)]
+    for value, depth in cases:
+        assert json_depth(value) == depth, value
+    assert json_depth(nested(MAX_JSON_DEPTH)) == MAX_JSON_DEPTH
+    assert json_depth(nested(100_000)) > MAX_JSON_DEPTH  # deeper than Python's recursion
+
+
+@pytest.mark.parametrize(("field", "put"), FREE_FORM, ids=[f[0] for f in FREE_FORM])
+def test_a_free_form_field_nested_too_deep_is_a_422_naming_it(
+    site_client: tuple[TestClient, str], field: str, put: Callable[[dict[str, Any], Any], None]
+) -> None:
+    """Found by an adversarial test: nested 300 deep these were a 500 (the event could
+    not be written out); ``targets`` 253 deep was stored, and every later ``GET
+    .../events`` of the site a 500."""
+    client, site_id = site_client
+    for depth in (MAX_JSON_DEPTH + 1, 254, 300):
+        ev = oadr_event()
+        put(ev, nested(depth))
+        r = client.post(f"/v1/sites/{site_id}/events", json={"event": ev})
+        assert r.status_code == 422, (depth, r.text[:300])
+        assert r.headers["content-type"].startswith("application/problem+json")
+        (error,) = r.json()["errors"]
+        assert error["field"] == field and str(MAX_JSON_DEPTH) in error["reason"], error
+    events = client.get(f"/v1/sites/{site_id}/events")
+    assert events.status_code == 200 and events.json()["events"] == []
+
+
+def test_targets_at_the_depth_limit_are_stored_as_sent(
+    site_client: tuple[TestClient, str],
+) -> None:
+    client, site_id = site_client
+    ev = oadr_event()
+    ev["targets"] = nested(MAX_JSON_DEPTH)
+    r = client.post(f"/v1/sites/{site_id}/events", json={"event": ev})
+    assert r.status_code == 200, r.text[:300]
+    events = client.get(f"/v1/sites/{site_id}/events")
+    assert events.status_code == 200
+    assert events.json()["events"][0]["event"]["targets"] == nested(MAX_JSON_DEPTH)
+    limits = client.get("/openapi.json").json()["info"]["x-pdwatt-limits"]
+    assert limits["max_json_depth"] == MAX_JSON_DEPTH  # published for clients

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from formulation.problem import Host, problem_from_dict
 from formulation.whatif.shed import boundary_cached, clear_cache, fast_response, is_cached
 from model.catalog import load_gpu_clocks
+from service.openadr import IntervalPeriod
 from service.settings import Settings
 from service.site_plans import request_of
 from service.site_shed import warm_sites
@@ -163,6 +165,46 @@ def test_bad_shed_is_a_problem_naming_the_field(client: TestClient) -> None:
     assert r.status_code == 409
     assert "no period" in r.json()["detail"]
     # nothing was recorded by a refused shed
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
+
+
+#: durations an event refuses; a shed took "P" and "PT" (then a 500 when the event it
+#: is kept as refused them) and stored durations in digits other than ASCII as sent
+BAD_DURATIONS = ["P", "PT", "P1DT", "PT\u0661H", "PT\uff11H", "-PT1H", "PT1H\n", "P1.5D"]
+
+
+def test_a_duration_is_read_as_an_events_duration(client: TestClient) -> None:
+    """One reader for a shed's and an event's duration: what the event refuses is a
+    422 naming ``duration``, and nothing is recorded."""
+    site_id, _ = _planned(client)
+    for duration in BAD_DURATIONS:
+        r = client.post(
+            f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": AT, "duration": duration}
+        )
+        assert r.status_code == 422, (duration, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        (error,) = r.json()["errors"]
+        assert error["field"] == "duration" and repr(duration) in error["reason"], error
+        with pytest.raises(ValidationError):  # the event refuses it too
+            IntervalPeriod.model_validate({"start": AT, "duration": duration})
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
+    r = client.post(
+        f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": AT, "duration": "PT30M"}
+    )
+    assert r.status_code == 200, r.text
+    (event,) = client.get(f"/v1/sites/{site_id}/events").json()["events"]
+    assert event["event"]["intervalPeriod"]["duration"] == "PT30M"
+
+
+def test_at_is_only_an_iso_date_time_text(client: TestClient) -> None:
+    """``at`` as seconds since 1970 (a number or a text of digits, which pydantic would
+    read) was taken as a time."""
+    site_id, _ = _planned(client)
+    for at in (1782910000, 1782910000.5, "1782910000", True, ["2026-07-01T13:30:00Z"]):
+        r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "at": at})
+        assert r.status_code == 422, (at, r.text)
+        (error,) = r.json()["errors"]
+        assert error["field"] == "at" and "ISO 8601" in error["reason"], error
     assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
 
 

@@ -131,6 +131,7 @@ def test_invalid_site_is_refused_naming_the_field(client: TestClient) -> None:
         ("replan_each_period", None),
         ("plan_start", 1782907200),  # seconds since 1970, which pydantic would read
         ("plan_start", 1782907200.5),
+        ("plan_start", "1782907200"),  # the same as text
         ("plan_start", None),
         ("plan_start", ["2026-07-01T12:00:00Z"]),
     ],
@@ -250,6 +251,9 @@ def test_targets_json_csv_and_now(client: TestClient) -> None:
     assert late.status_code == 404
     naive = client.get(f"/v1/sites/{site_id}/targets/now", params={"at": "2026-07-01T13:00:00"})
     assert naive.status_code == 422 and naive.json()["errors"][0]["field"] == "at"
+    # seconds since 1970 (which pydantic would read) are no date-time
+    unix = client.get(f"/v1/sites/{site_id}/targets/now", params={"at": "1782910000"})
+    assert unix.status_code == 422 and unix.json()["errors"][0]["field"] == "at"
 
 
 # ---------------------------------------------------------------- rolling re-plan
