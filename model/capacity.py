@@ -529,6 +529,9 @@ class KernelForms:
     context_tokens: float
     batch_max: float
     longest_prompt_tokens: float
+    #: tables read from another framework's tables of the GPU (:class:`model.kernels.
+    #: KernelModel`), each said
+    substitutions: tuple[str, ...] = ()
 
 
 #: KV-cache dtype names of the kernel tables, by bytes per element
@@ -608,7 +611,8 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
                 f"its decode at a context of {context:,.0f} tokens, batches 1 to "
                 f"{max(1, math.floor(bmax))}, is beyond the kernel tables: {e}",
             ) from e
-        forms = KernelForms(decode, one, prefill, context, bmax, longest)
+        subs = tuple(times.kernels.substitutions)
+        forms = KernelForms(decode, one, prefill, context, bmax, longest, subs)
         _kernel_forms[key] = forms
         return forms
 

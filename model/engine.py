@@ -22,6 +22,8 @@ fronts and schedule tables keep their speed.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from functools import cache
@@ -32,7 +34,7 @@ import numpy as np
 
 from model.catalog import ModelArch
 from model.errors import InputError, OutsideTableError
-from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime
+from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime, version_key
 
 #: GPUs of the catalog and the folder names of AIConfigurator's tables
 GPU_FOLDERS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
@@ -74,6 +76,8 @@ class KernelSource:
     folder: str
     framework: str
     versions: tuple[tuple[str, str], ...]  # (catalog GPU, version)
+    #: how the versions were chosen where not as asked (:func:`choose_version`)
+    notes: tuple[str, ...] = ()
 
     def version(self, gpu: str) -> str:
         for g, v in self.versions:
@@ -90,7 +94,67 @@ class KernelSource:
             "folder": self.folder,
             "framework": self.framework,
             "versions": {g: v for g, v in self.versions},
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
+
+
+#: the PyPI package that ships AIConfigurator's kernel tables (its ``systems/data``)
+KERNEL_PACKAGE = "aiconfigurator-core"
+#: why a command that needs kernel tables cannot have them without a folder
+NO_KERNEL_PACKAGE = (
+    f"no kernel database is set and the {KERNEL_PACKAGE} package, which ships one, is not "
+    f"installed (pip install {KERNEL_PACKAGE}: wheels for Linux x86_64 and aarch64, "
+    "Python 3.11-3.13)"
+)
+
+
+@cache
+def installed_kernels() -> str | None:
+    """The kernel database the installed :data:`KERNEL_PACKAGE` ships (its
+    ``systems/data`` folder, AIConfigurator's layout), found without importing the
+    package; None when it is not installed."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / "systems" / "data"
+        if folder.is_dir():
+            return str(folder)
+    return None
+
+
+def database_label(folder: str) -> str:
+    """How reports name a kernel database: the package and its version for the
+    installed package's, else the folder's name (never a machine path)."""
+    if folder == installed_kernels():
+        try:
+            return f"{KERNEL_PACKAGE} {importlib.metadata.version(KERNEL_PACKAGE)}"
+        except importlib.metadata.PackageNotFoundError:
+            return KERNEL_PACKAGE
+    return Path(folder).name
+
+
+def choose_version(
+    folder: str, gpu: str, framework: str, asked: str | None, calibrated: str
+) -> tuple[str, tuple[str, ...]]:
+    """The version of ``framework``'s tables for catalog GPU ``gpu`` in ``folder``, and
+    a note when it is not the one meant: ``asked`` when given (a missing one is refused
+    later, naming what the database has); else the engine calibration's version
+    (``calibrated``, the tables its overheads were fitted with) when the database has
+    it, else the newest it has, said in the note (the overheads then come from other
+    tables of the same framework)."""
+    if asked:
+        return asked, ()
+    have = sorted(
+        (v for f, v in open_database(folder).versions(gpu_folder(gpu), "gemm") if f == framework),
+        key=version_key,
+    )
+    if not have or calibrated in have:
+        return calibrated, ()
+    newest = have[-1]
+    return newest, (
+        f"{gpu} {framework} {calibrated} tables, which its engine calibration was fitted "
+        f"with, are not in {database_label(folder)}: its newest, {newest}, is read, with "
+        f"the overheads fitted on {calibrated}",
+    )
 
 
 def gpu_folder(gpu: str) -> str:

@@ -90,6 +90,7 @@ launch gaps (the serving engine's overheads, fitted elsewhere).
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -340,6 +341,14 @@ class KernelTable:
 
 # --------------------------------------------------------------------------
 # The database
+
+
+def version_key(version: str) -> tuple[tuple[int, str], ...]:
+    """A table version's order: numeric parts as numbers (``0.5.14`` after ``0.5.9``,
+    ``1.3.0rc23`` after ``1.3.0rc20``)."""
+    return tuple(
+        (int(p), "") if p.isdigit() else (-1, p) for p in re.findall(r"\d+|[A-Za-z]+", version)
+    )
 
 
 @dataclass(frozen=True)
@@ -648,18 +657,37 @@ class KernelModel:
         self.kv_heads = max(1, m.n_kv_heads // tp)
         self.expert_inter = expert_intermediate_size(m) if m.experts else 0
         self._dtypes = self._weight_dtypes()
-        self._tables = {
-            kind: db.table(setup.gpu, kind, setup.framework, setup.version)
-            for kind in ("gemm", "context_attention", "generation_attention")
-        }
+        #: the tables read from another framework's tables of the GPU, each said
+        self.substitutions: list[str] = []
+        kinds = ("gemm", "context_attention", "generation_attention")
+        self._tables = {kind: self._table(kind) for kind in kinds}
         if m.experts:
-            self._tables["moe"] = db.table(setup.gpu, "moe", setup.framework, setup.version)
+            self._tables["moe"] = self._table("moe")
         if tp > 1:
-            self._tables["custom_allreduce"] = db.table(
-                setup.gpu, "custom_allreduce", setup.framework, setup.version
-            )
+            self._tables["custom_allreduce"] = self._table("custom_allreduce")
             nccl = setup.nccl_version or self._newest_nccl()
             self._tables["nccl"] = db.table(setup.gpu, "nccl", "nccl", nccl)
+
+    def _table(self, kind: str) -> KernelTable:
+        """The setup's table of ``kind``; where its framework and version have none,
+        the same kernel's table of another framework of the same GPU (the newest
+        version of the first framework in name order that has one), recorded in
+        :attr:`substitutions`; none anywhere: the setup's own refusal."""
+        s = self.setup
+        try:
+            return self.db.table(s.gpu, kind, s.framework, s.version)
+        except InputError:
+            others = [(f, v) for f, v in self.db.versions(s.gpu, kind) if f != s.framework]
+            if not others:
+                raise
+        framework = min(f for f, _ in others)
+        version = max((v for f, v in others if f == framework), key=version_key)
+        table = self.db.table(s.gpu, kind, framework, version)
+        self.substitutions.append(
+            f"{kind}: {s.gpu} {s.framework} {s.version} has no such table; "
+            f"{framework} {version}'s is read"
+        )
+        return table
 
     def _no_mla_reason(self) -> str:
         s, m = self.setup, self.model
@@ -677,7 +705,7 @@ class KernelModel:
         versions = [v for f, v in self.db.versions(self.setup.gpu, "nccl") if f == "nccl"]
         if not versions:
             raise InputError("kernels", f"no NCCL table for {self.setup.gpu}")
-        return max(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+        return max(versions, key=version_key)
 
     # ---- weights' dtypes
 

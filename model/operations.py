@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,9 +35,13 @@ from model.catalog import (
 )
 from model.clocks import named_settings
 from model.engine import (
+    NO_KERNEL_PACKAGE,
     EngineCalibration,
     KernelSource,
+    choose_version,
+    database_label,
     gpu_folder,
+    installed_kernels,
     open_database,
     shipped_calibration,
 )
@@ -123,12 +126,15 @@ def _kernel_inputs(
             if given:
                 raise InputError(name, "only used with performance 'kernels'")
         return None, None
-    if not req.kernels:
-        raise InputError("performance", "'kernels' needs a kernel database, and none is set")
+    folder = req.kernels or installed_kernels()
+    if not folder:
+        raise InputError("performance", f"'kernels' needs kernel tables: {NO_KERNEL_PACKAGE}")
     framework = check_framework(req.framework or DEFAULT_FRAMEWORK)
     engine = req.engine or shipped_calibration(gpu, framework)
-    version = req.kernel_versions.get(gpu) or engine.version
-    return KernelSource(req.kernels, framework, ((gpu, version),)), engine
+    version, notes = choose_version(
+        folder, gpu, framework, req.kernel_versions.get(gpu), engine.version
+    )
+    return KernelSource(folder, framework, ((gpu, version),), notes), engine
 
 
 def resolve_spec(req: SpecRequest) -> DeploymentSpec:
@@ -183,11 +189,14 @@ def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
     src, eng, forms = spec.kernel_source, spec.engine, c.forms
     if src is not None and eng is not None and forms is not None:
         out["kernels"] = {
-            "folder": Path(src.folder).name,
+            "folder": database_label(src.folder),
             "framework": src.framework,
             "gpu": spec.gpu.name,
             "version": src.version(spec.gpu.name),
         }
+        notes = [*src.notes, *forms.substitutions]
+        if notes:
+            out["kernels"]["notes"] = notes
         out["engine_calibration"] = {**eng.describe(), **eng.overheads.as_dict()}
         out["decode_line"] = {
             "context_tokens": forms.context_tokens,

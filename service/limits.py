@@ -22,6 +22,7 @@ from __future__ import annotations
 from formulation.data import check_memory
 from formulation.problem import Host, problem_from_request
 from formulation.request import DEFAULT_TIME_LIMIT_S
+from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
 from service.schemas import ScheduleRequest
 from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
@@ -48,12 +49,13 @@ def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:
 
 def check_performance(performance: str, s: Settings, field: str = "performance") -> None:
     """InputError naming ``field`` when ``performance`` asks for measured kernels and this
-    server has no kernel database (``PDWATT_KERNELS``)."""
-    if performance == "kernels" and s.kernels is None:
+    server has no kernel database (``PDWATT_KERNELS``, else the installed
+    aiconfigurator-core package's tables)."""
+    if performance == "kernels" and s.kernels is None and installed_kernels() is None:
         raise InputError(
             field,
             "'kernels' needs a kernel database and this server has none (PDWATT_KERNELS is "
-            "not set); use 'spec'",
+            f"not set and {NO_KERNEL_PACKAGE}); use 'spec'",
         )
 
 

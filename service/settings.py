@@ -94,7 +94,8 @@ class Settings(BaseSettings):
         None,
         min_length=1,
         description="kernel database (AIConfigurator's layout) that requests with "
-        "performance 'kernels' read; unset: such requests are refused (422)",
+        "performance 'kernels' read; unset: the tables of the installed aiconfigurator-core "
+        "package, and without it such requests are refused (422)",
     )
 
     @field_validator("kernels")

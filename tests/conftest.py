@@ -10,6 +10,7 @@ when they are absent.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,32 @@ def kernel_tables() -> Path:
     if not path.is_dir():
         pytest.skip("the AIConfigurator kernel tables are not in the data directory")
     return path
+
+
+def installed_kernel_tables() -> Path:
+    """The kernel tables the installed aiconfigurator-core package ships; skips the test
+    when it is not installed (its wheels are for Linux on x86_64 and aarch64)."""
+    from model.engine import installed_kernels
+
+    folder = installed_kernels()
+    if folder is None:
+        pytest.skip("the aiconfigurator-core package is not installed")
+    return Path(folder)
+
+
+@pytest.fixture
+def no_kernel_package(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process as if aiconfigurator-core were not installed: ``None`` in
+    ``sys.modules`` is how Python marks a module that cannot be imported, and
+    ``importlib.util.find_spec`` answers None for it."""
+    import sys
+
+    from model.engine import installed_kernels
+
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)
+    installed_kernels.cache_clear()
+    yield
+    installed_kernels.cache_clear()
 
 
 @pytest.fixture(name="shared_data_dir")

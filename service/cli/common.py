@@ -18,7 +18,7 @@ from model.capacity import (
     PERFORMANCE_SOURCES,
 )
 from model.catalog import load_gpu, load_override_file, parse_set_flags
-from model.engine import gpu_folder
+from model.engine import KERNEL_PACKAGE, NO_KERNEL_PACKAGE, gpu_folder, installed_kernels
 from model.errors import InputError
 from model.operations import (
     DEFAULT_GPU,
@@ -63,7 +63,7 @@ def add_performance_args(p: argparse.ArgumentParser, per_deployment: bool = Fals
         "--kernels",
         metavar="DIR",
         help="kernel database (AIConfigurator's layout) read with --performance kernels "
-        f"(default: ${KERNELS_ENV})",
+        f"(default: ${KERNELS_ENV}, else the tables the {KERNEL_PACKAGE} package ships)",
     )
     p.add_argument(
         "--framework",
@@ -108,13 +108,16 @@ def kernel_options(
                 raise InputError(flag, "only used with --performance kernels")
         return None, {}
     folder = folder_given or os.environ.get(KERNELS_ENV) or None
-    if folder is None:
-        raise InputError(
-            "--kernels",
-            f"--performance kernels needs a kernel database: give --kernels DIR or set "
-            f"{KERNELS_ENV}",
-        )
     where = "--kernels" if folder_given else f"--kernels (from {KERNELS_ENV})"
+    if folder is None:
+        folder = installed_kernels()
+        if folder is None:
+            raise InputError(
+                "--kernels",
+                f"--performance kernels needs a kernel database: {NO_KERNEL_PACKAGE}; or "
+                f"give --kernels DIR or set {KERNELS_ENV}",
+            )
+        where = f"--kernels (default: the {KERNEL_PACKAGE} package's tables)"
     kernel_database(folder, where)
     for gpu, version in versions.items():
         try:

@@ -375,12 +375,12 @@ def test_spec_is_the_default_and_bit_identical_to_the_paper_tab3_numbers() -> No
     assert capacity_report(named, 3, 1)["performance"]["source"] == "spec"
 
 
-def test_spec_refuses_kernel_options() -> None:
+def test_spec_refuses_kernel_options(no_kernel_package: None) -> None:
     for kw in ({"framework": "vllm"}, {"kernel_versions": {"h200": "0.24.0"}}):
         with pytest.raises(InputError, match="only used with performance 'kernels'"):
             resolve_spec(SpecRequest(**kw))  # type: ignore[arg-type]
     with pytest.raises(InputError) as err:
-        resolve_spec(SpecRequest(performance="kernels"))
+        resolve_spec(SpecRequest(performance="kernels"))  # no folder, no package
     assert err.value.field == "performance"
     assert "kernel database" in err.value.reason
 

@@ -291,11 +291,12 @@ def test_large_json_output_is_compact_and_the_same_document(
 H100_KERNELS = [*CAPACITY_3P1D, "--gpu", "h100-sxm", "--performance", "kernels"]
 
 
-def test_kernels_need_a_kernel_database(capsys, monkeypatch, tmp_path):
+def test_kernels_need_a_kernel_database(capsys, monkeypatch, tmp_path, no_kernel_package):
     monkeypatch.delenv("PDWATT_KERNELS", raising=False)
     code, _, err = run(capsys, H100_KERNELS)
     assert code == 2
     assert "error: --kernels: --performance kernels needs a kernel database" in err
+    assert "aiconfigurator-core package, which ships one, is not installed" in err
     code, _, err = run(capsys, [*H100_KERNELS, "--kernels", str(tmp_path)])
     assert code == 2
     assert "error: --kernels:" in err and "is not a kernel database" in err

@@ -221,7 +221,10 @@ def h100_request() -> dict[str, Any]:
 
 
 def test_plan_kernels_need_a_kernel_database(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_kernel_package: None,
 ) -> None:
     monkeypatch.delenv("PDWATT_KERNELS", raising=False)
     code, _, err = run(capsys, ["plan", str(write(tmp_path, h100_request())), "--json"])

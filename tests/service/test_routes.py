@@ -488,7 +488,7 @@ def test_schedule_extreme_values_are_refused_not_500(client, path, value, field)
 KERNEL_BODY = {**CAPACITY_BODY, "gpu": "h100-sxm", "performance": "kernels"}
 
 
-def test_kernels_on_a_server_without_a_kernel_database_are_a_422(client):
+def test_kernels_on_a_server_without_a_kernel_database_are_a_422(client, no_kernel_package):
     for route, body in (
         ("/v1/capacity", KERNEL_BODY),
         ("/v1/front", {k: v for k, v in KERNEL_BODY.items() if k not in ("n_p", "n_d")}),

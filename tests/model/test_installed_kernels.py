@@ -1,0 +1,133 @@
+"""The kernel tables of the installed aiconfigurator-core package as the default
+database, the version chosen when the engine calibration's is not there, and a table a
+framework lacks taken from another framework's tables of the same GPU, each said."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model.capacity import clear_kernel_cache
+from model.engine import (
+    KERNEL_PACKAGE,
+    KernelTimes,
+    choose_version,
+    database_label,
+    installed_kernels,
+    open_database,
+    shipped_calibration,
+)
+from model.engine import KernelSource as Source
+from model.errors import InputError
+from model.kernels import version_key
+from model.operations import SpecRequest, capacity_report, resolve_spec
+from tests.conftest import installed_kernel_tables
+from tests.service.test_cli_core import CAPACITY_3P1D, run_json
+
+B200_KERNELS = [*CAPACITY_3P1D, "--gpu", "b200", "--performance", "kernels", "--json"]
+
+
+def test_versions_sort_by_their_numbers() -> None:
+    got = sorted(["1.3.0rc23", "0.5.9", "1.3.0rc20", "0.24.0", "0.5.14", "0.19.0"], key=version_key)
+    assert got == ["0.5.9", "0.5.14", "0.19.0", "0.24.0", "1.3.0rc20", "1.3.0rc23"]
+
+
+def test_the_installed_package_is_the_default_database(capsys, monkeypatch) -> None:
+    root = installed_kernel_tables()
+    assert (root / "b200_sxm" / "gemm").is_dir()
+    monkeypatch.delenv("PDWATT_KERNELS", raising=False)
+    rep = run_json(capsys, B200_KERNELS)  # no --kernels, no PDWATT_KERNELS
+    perf = rep["performance"]["kernels"]
+    assert perf["folder"].startswith(f"{KERNEL_PACKAGE} ")  # named with its version
+    assert str(root) not in str(rep)  # never a machine path
+    assert rep["capacity_rps"] > 0
+    # the B200 vLLM calibration was fitted on 0.19.0 tables, which the package lacks:
+    # its newest vLLM tables are read, and the report says so
+    cal = shipped_calibration("b200", "vllm")
+    have = [v for f, v in open_database(str(root)).versions("b200_sxm", "gemm") if f == "vllm"]
+    if cal.version in have:
+        pytest.skip(f"the package has the calibration's {cal.version} tables")
+    assert perf["version"] == max(have, key=version_key)
+    (note,) = perf["notes"]
+    assert f"b200 vllm {cal.version} tables" in note and perf["version"] in note
+
+
+def test_a_version_asked_for_is_kept_and_a_calibrated_one_present_is_read() -> None:
+    root = str(installed_kernel_tables())
+    assert choose_version(root, "b200", "vllm", "9.9", "0.24.0") == ("9.9", ())
+    have = [v for f, v in open_database(root).versions("b200_sxm", "gemm") if f == "sglang"]
+    assert choose_version(root, "b200", "sglang", None, have[0]) == (have[0], ())
+    assert database_label(root).startswith(KERNEL_PACKAGE)
+    assert database_label("/somewhere/tables") == "tables"
+
+
+def test_without_the_package_kernels_are_refused_naming_it(no_kernel_package) -> None:
+    assert installed_kernels() is None
+    with pytest.raises(InputError) as e:
+        resolve_spec(SpecRequest(model="qwen3-32b", gpu="b200", performance="kernels"))
+    assert e.value.field == "performance" and KERNEL_PACKAGE in e.value.reason
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.symlink_to(src)
+
+
+def test_a_missing_table_is_taken_from_another_framework_and_said(tmp_path: Path) -> None:
+    """A database whose vLLM folder of the B200 has no all-reduce table: a TP2
+    composition reads SGLang's, says so, and times exactly as when that same table
+    sits in vLLM's folder."""
+    root = installed_kernel_tables()
+    db = open_database(str(root))
+    vllm = max((v for f, v in db.versions("b200_sxm", "gemm") if f == "vllm"), key=version_key)
+    sgl = [v for f, v in db.versions("b200_sxm", "custom_allreduce") if f == "sglang"]
+    if not sgl:
+        pytest.skip("no SGLang all-reduce table for the B200")
+    sgl_v = max(sgl, key=version_key)
+    nccl = [v for f, v in db.versions("b200_sxm", "nccl") if f == "nccl"]
+
+    def build(folder: Path, allreduce_under_vllm: bool) -> None:
+        for op, kind in (
+            ("gemm", "gemm"),
+            ("attention", "context_attention"),
+            ("attention", "generation_attention"),
+        ):
+            name = f"b200_sxm/{op}/vllm/{vllm}/{kind}_perf.parquet"
+            _link(root / name, folder / name)
+        ar = f"b200_sxm/comm/sglang/{sgl_v}/custom_allreduce_perf.parquet"
+        fw = "vllm" if allreduce_under_vllm else "sglang"
+        version = vllm if allreduce_under_vllm else sgl_v
+        _link(root / ar, folder / f"b200_sxm/comm/{fw}/{version}/custom_allreduce_perf.parquet")
+        for v in nccl:
+            name = f"b200_sxm/comm/nccl/{v}/nccl_perf.parquet"
+            _link(root / name, folder / name)
+
+    build(tmp_path / "a", allreduce_under_vllm=False)
+    build(tmp_path / "b", allreduce_under_vllm=True)
+    from model.catalog import load_model
+
+    model = load_model("qwen3-32b")
+    a = KernelTimes.of(Source(str(tmp_path / "a"), "vllm", (("b200", vllm),)), model, "b200", 2)
+    b = KernelTimes.of(Source(str(tmp_path / "b"), "vllm", (("b200", vllm),)), model, "b200", 2)
+    (said,) = a.kernels.substitutions
+    assert said.startswith("custom_allreduce:") and f"sglang {sgl_v}" in said
+    assert b.kernels.substitutions == []
+    assert a.decode_kernels_s(8, 2048) == b.decode_kernels_s(8, 2048)
+    assert a.prefill_phase(1024).time_s == b.prefill_phase(1024).time_s
+    # and the capacity report names it
+    clear_kernel_cache()
+    spec = resolve_spec(
+        SpecRequest(
+            model="qwen3-32b",
+            gpu="b200",
+            workload="fixed:1024:128",
+            overrides={"serving": {"tensor_parallel": 2}},
+            performance="kernels",
+            kernels=str(tmp_path / "a"),
+            kernel_versions={"b200": vllm},
+        )
+    )
+    notes = capacity_report(spec, 1, 1)["performance"]["kernels"]["notes"]
+    assert any(n.startswith("custom_allreduce:") for n in notes)
+    clear_kernel_cache()
