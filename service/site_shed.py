@@ -34,7 +34,7 @@ from service.openadr import OadrEvent, event_to_signals
 from service.schemas import Strict, dump
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
-from service.sites import periods_at
+from service.sites import periods_at, plan_differs
 from service.store import Plan, Site, SiteNotFound, Store, store_for
 
 PROGRAM = "pdwatt-shed"
@@ -80,6 +80,17 @@ def shed_event(body: ShedBody, when: datetime) -> OadrEvent:
     )
 
 
+def shed_error(e: InputError) -> InputError:
+    """An error about the shed's event (:func:`shed_event`), named after the field of
+    the shed's body at fault: ``duration`` for its length, ``at`` for where it lies in
+    time (the event's other fields are the shed's own making)."""
+    if e.field in ("event.duration", "event.intervalPeriod.duration"):
+        return InputError("duration", e.reason)
+    if e.field == "event" or e.field.startswith("event.") or e.field.startswith("event["):
+        return InputError("at", f"the shed from at for duration: {e.reason}")
+    return e
+
+
 def caps_now(event: OadrEvent, when: datetime) -> bool:
     """Whether ``event`` limits the site's power at ``when`` (a capacity limit whose
     interval holds that instant)."""
@@ -88,6 +99,15 @@ def caps_now(event: OadrEvent, when: datetime) -> bool:
     except InputError:  # every interval lies outside that second
         return False
     return sig["power_cap_w"]["values"][0] is not None
+
+
+def plan_of(site: Site, plan: Plan) -> Plan:
+    """``plan`` when it was made for the site's clock, horizon and deployments as they
+    are; :class:`NoRunningPlan` saying what changed otherwise (a ``PUT`` since)."""
+    changed = plan_differs(site, plan)
+    if changed is not None:
+        raise NoRunningPlan(changed)
+    return plan
 
 
 def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
@@ -109,7 +129,7 @@ def immediate(
     ``target_w``, W, where it is lower), for the counts the plan runs then, with the
     site power before (as planned) and after, the shortfall and the cost per hour; when
     the settings fall short, the next boundary's instance changes under the same cap."""
-    t, record = running_state(plan, when)
+    t, record = running_state(plan_of(site, plan), when)
     problem = _problem(site, settings)
     running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
@@ -166,7 +186,7 @@ def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
     those of the next boundary's period from them, so that a shed then answers from
     them; False when the plan does not cover ``when``."""
     try:
-        t, record = running_state(plan, when)
+        t, record = running_state(plan_of(site, plan), when)
         problem = _problem(site, settings)
         running = running_counts(problem, record)
         settings_data(problem, running)

@@ -30,8 +30,9 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     **problem_responses(422),
     404: {"description": "no such site", "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}}},
     409: {
-        "description": "the site has no plan covering the time of the shed (nothing says "
-        "what runs), or it changed too often while the shed was recorded",
+        "description": "the site has no plan covering the time of the shed, or its latest "
+        "plan was made for another clock, horizon or deployments (nothing says what "
+        "runs), or it changed too often while the shed was recorded",
         "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}},
     },
 }
@@ -92,9 +93,7 @@ async def shed(
     except Contention as e:
         return problem(409, "Conflict", str(e))
     except InputError as e:
-        if e.field.startswith("event.intervalPeriod.duration"):
-            raise InputError("duration", e.reason) from None
-        raise
+        raise site_shed.shed_error(e) from None
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)

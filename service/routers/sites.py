@@ -31,7 +31,6 @@ Choices where the issue is silent:
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -328,18 +327,25 @@ async def post_event(
     e.g. `event.intervals[1].payloads[0].type`. A capacity limit that holds now (it
     starts now or started earlier) is also answered at once as `POST .../shed` answers
     it: `immediate` gives the GPU settings to apply now for the instances the latest
-    plan runs in the current period, under the site's cap there (docs/service.md).
+    plan runs in the current period, under the site's cap there (docs/service.md);
+    where the shed would be refused (no plan, or one made for another clock or horizon)
+    `immediate` is null and `immediate_reason` says why, the event stored all the same.
     """
     site, event = await _db(sites.merge_event, store, site_id, body.event)
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     now = datetime.now(UTC)
     if site_shed.caps_now(body.event, now):  # a cap from now: settings at once
         plan = await _db(store.latest_plan, site_id)
-        if plan is not None:
-            with contextlib.suppress(site_shed.NoRunningPlan):
+        answer["immediate"] = None
+        if plan is None:
+            answer["immediate_reason"] = f"site {site_id!r} has no plan yet"
+        else:
+            try:
                 answer["immediate"] = await run_in_threadpool(
                     site_shed.immediate, site, plan, now, settings
                 )
+            except (site_shed.NoRunningPlan, InputError) as e:  # the event stands
+                answer["immediate_reason"] = str(e)
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)

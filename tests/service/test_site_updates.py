@@ -1,0 +1,132 @@
+"""Updates of a registered site that must either take effect whole or store nothing: a
+shed or an event against a plan made for another clock, a ``current`` the site refuses,
+a shed below what the site can draw, and events taken back (retracted)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from model.errors import InputError
+from service import site_shed
+from service.site_shed import NoRunningPlan
+from tests.service.test_sites import cap_event, site_body
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient], tmp_path: Path) -> TestClient:
+    return make_client(workers=2, database_url=f"sqlite:///{tmp_path / 'pdwatt.db'}")
+
+
+def now_minute() -> datetime:
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+def body_of(n: int, plan_start: datetime, **extra: Any) -> dict[str, Any]:
+    """The test site (two deployments, hourly periods) with ``n`` periods from
+    ``plan_start``."""
+    body = site_body(plan_start=plan_start.isoformat(), **extra)
+    for d in body["deployments"]:
+        d["demand_rps"] = (d["demand_rps"] * n)[:n]
+    body["grid"]["price_usd_per_mwh"] = (body["grid"]["price_usd_per_mwh"] * n)[:n]
+    return body
+
+
+def registered(client: TestClient, body: dict[str, Any], plan: bool = True) -> str:
+    r = client.post("/v1/sites", json=body)
+    assert r.status_code == 201, r.text
+    site_id = str(r.json()["id"])
+    if plan:
+        r = client.post(f"/v1/sites/{site_id}/plan")
+        assert r.status_code == 200, r.text
+    return site_id
+
+
+def stored(client: TestClient, site_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The site as stored and its events log."""
+    site = client.get(f"/v1/sites/{site_id}").json()
+    return site, client.get(f"/v1/sites/{site_id}/events").json()["events"]
+
+
+# ---------------------------------------------------------------- A: a plan of another clock
+
+
+def test_a_shed_against_a_plan_of_another_horizon_is_a_conflict_storing_nothing(
+    client: TestClient,
+) -> None:
+    """Found in review: after a PUT that shortened the horizon, a shed (and an event
+    capping now) gave a 500 (IndexError: the old plan's period indexed into the new
+    site's cap), the event of the route stored first and every retry the same 500."""
+    now = now_minute()
+    site_id = registered(client, body_of(4, now - timedelta(hours=3, minutes=30)))  # period 3
+    r = client.put(f"/v1/sites/{site_id}", json=body_of(2, now - timedelta(minutes=30)))
+    assert r.status_code == 200, r.text
+    before = stored(client, site_id)
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5})
+    assert r.status_code == 409, r.text
+    doc = r.json()
+    assert doc["type"] == "/problems/no-running-plan"
+    assert doc["detail"].startswith("the site changed since its latest plan (")
+    assert "n_periods 4 -> 2" in doc["detail"] and "re-plan first" in doc["detail"]
+    assert stored(client, site_id) == before  # nothing stored
+
+    # an event capping now is stored and re-planned; its immediate answer says why none
+    ev = cap_event((now - timedelta(minutes=10)).isoformat(), [[5.0]], name="now")
+    r = client.post(f"/v1/sites/{site_id}/events?replan=job", json={"event": ev})
+    assert r.status_code == 202, r.text
+    out = r.json()
+    assert out["immediate"] is None
+    assert out["immediate_reason"].startswith("the site changed since its latest plan (")
+    assert out["job"]["id"]
+
+
+def test_a_shed_after_plan_start_moved_is_a_conflict_not_an_event_field(
+    client: TestClient,
+) -> None:
+    """Found in review: after a PUT moving plan_start, a shed inside the old plan but
+    before the new horizon was a 422 naming ``event.intervals[0]``, a field the shed
+    body does not have."""
+    now = now_minute()
+    site_id = registered(client, body_of(4, now - timedelta(minutes=30)))
+    r = client.put(f"/v1/sites/{site_id}", json=body_of(4, now + timedelta(hours=1)))
+    assert r.status_code == 200, r.text
+    before = stored(client, site_id)
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5, "duration": "PT10M"})
+    assert r.status_code == 409, r.text
+    assert "plan_start" in r.json()["detail"]
+    assert stored(client, site_id) == before
+
+
+def test_the_shed_s_event_errors_name_the_shed_s_fields() -> None:
+    outside = InputError("event.intervals[0]", "spans [a, b), wholly outside the horizon")
+    assert site_shed.shed_error(outside).field == "at"
+    assert "wholly outside" in site_shed.shed_error(outside).reason
+    assert site_shed.shed_error(InputError("event", "a date-time lies outside")).field == "at"
+    dur = InputError("event.intervalPeriod.duration", "must be positive")
+    assert site_shed.shed_error(dur).field == "duration"
+    other = InputError("grid.power_cap_w", "x")
+    assert site_shed.shed_error(other) is other
+
+
+def test_a_plan_of_another_clock_is_named_field_by_field(client: TestClient) -> None:
+    from service.store import store_for
+
+    settings = client.app.state.settings  # type: ignore[attr-defined]
+    store = store_for(settings.database_url)
+    start = now_minute()
+    site_id = registered(client, body_of(4, start))
+    body = body_of(3, start + timedelta(hours=1))
+    body["period_minutes"] = 30
+    body["deployments"][1]["name"] = "c"
+    assert client.put(f"/v1/sites/{site_id}", json=body).status_code == 200
+    site, plan = store.get_site(site_id), store.latest_plan(site_id)
+    assert plan is not None
+    with pytest.raises(NoRunningPlan) as e:
+        site_shed.plan_of(site, plan)
+    for part in ("plan_start", "period_minutes 60 -> 30", "n_periods 4 -> 3", "['a', 'b']"):
+        assert part in str(e.value)
