@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import AwareDatetime, Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
+from formulation.problem import ScheduleProblem, expand_series, problem_from_dict
 from formulation.whatif.shed import (
     CACHE_SIZE,
     boundary_data,
@@ -30,6 +30,7 @@ from formulation.whatif.shed import (
 )
 from model.errors import InputError
 from service.jobs import JobStore
+from service.limits import solve_host
 from service.openadr import OadrEvent, event_to_signals
 from service.schemas import Strict, dump
 from service.settings import Settings
@@ -163,8 +164,7 @@ def immediate(
 
 
 def _problem(site: Site, settings: Settings) -> ScheduleProblem:
-    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
-    return problem_from_dict(request_of(site.body), host)
+    return problem_from_dict(request_of(site.body), solve_host(settings))
 
 
 def running_counts(problem: ScheduleProblem, record: dict[str, Any]) -> list[tuple[int, int]]:

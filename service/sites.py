@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from formulation.problem import problem_from_dict
+from formulation.problem import Host, problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import site_targets
@@ -24,7 +24,7 @@ from service.pool import PoolFull, WorkerLost
 from service.schemas import dump
 from service.schemas_sites import ForecastBody, SiteRequest
 from service.settings import Settings
-from service.site_plans import n_periods, period, plan_start, request_of
+from service.site_plans import Current, check_current, n_periods, period, plan_start, request_of
 from service.store import Plan, Site, Store, Update
 
 
@@ -56,10 +56,23 @@ def site_doc(site: Site) -> dict[str, Any]:
     }
 
 
-def checked(update: Update) -> Update:
-    """The update, once its body passes the checks of a schedule request: nothing that a
-    registration would refuse is ever stored by an event or a forecast."""
+@dataclass(frozen=True)
+class Replan:
+    """The re-plan an update asks for: from ``current`` (None: the whole horizon), on a
+    server whose solves allow ``host``."""
+
+    current: Current | None
+    host: Host
+
+
+def checked(update: Update, replan: Replan | None = None) -> Update:
+    """The update, once its body passes the checks of a schedule request and the
+    ``current`` of its re-plan passes those of the site it makes
+    (:func:`service.site_plans.check_current`): nothing that a registration would
+    refuse, and no update whose re-plan would refuse its ``current``, is ever stored."""
     problem_from_dict(request_of(update.body))
+    if replan is not None:
+        check_current(update.body, replan.current, replan.host)
     return update
 
 
@@ -69,17 +82,23 @@ def event_signals(body: dict[str, Any], event: OadrEvent | dict[str, Any]) -> di
     return event_to_signals(event, plan_start(body), body["period_minutes"], n_periods(body))
 
 
-def with_event(site: Site, event: OadrEvent, doc: dict[str, Any]) -> tuple[Update, dict[str, Any]]:
+def with_event(
+    site: Site, event: OadrEvent, doc: dict[str, Any], replan: Replan | None = None
+) -> tuple[Update, dict[str, Any]]:
     """The site with an OpenADR event merged into its grid signals (the event ``doc``
-    logged with it), and the signals the event gave."""
+    logged with it), and the signals the event gave; the re-plan's ``current`` checked
+    against it (:class:`Replan`)."""
     signals = event_signals(site.body, event)
     grid = merge_signals(site.body["grid"], signals, n_periods(site.body))
-    return checked(Update(site.name, {**site.body, "grid": grid}, doc)), signals
+    return checked(Update(site.name, {**site.body, "grid": grid}, doc), replan), signals
 
 
-def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) -> Update:
+def with_forecast(
+    site: Site, demand_rps: dict[str, list[float]], start: int, replan: Replan | None = None
+) -> Update:
     """The site with the demand of the named deployments replaced from period
-    ``start`` on (a series may be shorter than the rest of the horizon)."""
+    ``start`` on (a series may be shorter than the rest of the horizon); the re-plan's
+    ``current`` checked against it (:class:`Replan`)."""
     n = n_periods(site.body)
     if start >= n:
         raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
@@ -99,10 +118,12 @@ def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) ->
         if new is not None:
             demand[start : start + len(new)] = new
         deps.append({**d, "demand_rps": demand})
-    return checked(Update(site.name, {**site.body, "deployments": deps}))
+    return checked(Update(site.name, {**site.body, "deployments": deps}), replan)
 
 
-def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dict[str, Any]]:
+def merge_event(
+    store: Store, site_id: str, event: OadrEvent, replan: Replan | None = None
+) -> tuple[Site, dict[str, Any]]:
     """Merge ``event`` into site ``site_id`` once: the same event posted again (or by
     a concurrent post that merged it first) is checked the same way and writes
     nothing. The site as it now is, and the answer's ``event``: its id, whether it was
@@ -111,7 +132,7 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
     seen: dict[str, Any] = {}
 
     def change(site: Site) -> Update:
-        update, seen["signals"] = with_event(site, event, doc)
+        update, seen["signals"] = with_event(site, event, doc, replan)
         return update
 
     duplicate = store.find_event(site_id, doc)
@@ -138,15 +159,19 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
 
 
 def merge_forecast(
-    store: Store, site_id: str, forecast: ForecastBody
+    store: Store, site_id: str, forecast: ForecastBody, host: Host
 ) -> tuple[Site, dict[str, Any]]:
     """Replace the demand of the named deployments from ``forecast.from_period`` on
-    (default: ``current.period``, else 0). The site as it now is, and the answer's
-    ``site_version`` and ``from_period``."""
+    (default: ``current.period``, else 0), its ``current`` checked first against the
+    site it makes (re-plans on a server whose solves allow ``host``). The site as it
+    now is, and the answer's ``site_version`` and ``from_period``."""
     start = forecast.from_period
     if start is None:
         start = forecast.current.period if forecast.current is not None else 0
-    site, _ = store.update_site(site_id, lambda s: with_forecast(s, forecast.demand_rps, start))
+    replan = Replan(forecast.current, host)
+    site, _ = store.update_site(
+        site_id, lambda s: with_forecast(s, forecast.demand_rps, start, replan)
+    )
     return site, {"site_version": site.version, "from_period": start}
 
 

@@ -12,6 +12,9 @@ Choices where the issue is silent:
   periods from ``current.period`` on, starting from ``state`` (every deployment's
   running ``n_p``, ``n_d``), so transition limits hold from that state. The plan then
   covers only those periods (its period indices stay those of the full horizon).
+  ``current`` is checked against the site the update makes before anything is stored
+  (:func:`service.site_plans.check_current`): an update refused with a 4xx stores
+  nothing.
 * An event or forecast is stored first and the site re-planned after. When no schedule
   meets it, the answer is a 422 problem (``/problems/infeasible``) that says the update
   was stored; when every solver worker is busy it is 202 with ``plan`` null. The latest
@@ -47,6 +50,7 @@ from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import JobRunner, job_store
+from service.limits import solve_host
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
@@ -331,7 +335,8 @@ async def post_event(
     where the shed would be refused (no plan, or one made for another clock or horizon)
     `immediate` is null and `immediate_reason` says why, the event stored all the same.
     """
-    site, event = await _db(sites.merge_event, store, site_id, body.event)
+    checks = sites.Replan(body.current, solve_host(settings))
+    site, event = await _db(sites.merge_event, store, site_id, body.event, checks)
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     now = datetime.now(UTC)
     if site_shed.caps_now(body.event, now):  # a cap from now: settings at once
@@ -386,7 +391,7 @@ async def post_forecast(
 
     A series may be shorter than the rest of the horizon: it replaces that many periods.
     """
-    site, answer = await _db(sites.merge_forecast, store, site_id, body)
+    site, answer = await _db(sites.merge_forecast, store, site_id, body, solve_host(settings))
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)

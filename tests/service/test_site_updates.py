@@ -130,3 +130,75 @@ def test_a_plan_of_another_clock_is_named_field_by_field(client: TestClient) -> 
         site_shed.plan_of(site, plan)
     for part in ("plan_start", "period_minutes 60 -> 30", "n_periods 4 -> 3", "['a', 'b']"):
         assert part in str(e.value)
+
+
+# ---------------------------------------------------------------- B: current checked first
+
+#: ``current`` values the test site refuses, and the field each names
+BAD_CURRENT = [
+    (
+        {"period": 4, "state": {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 0, "n_d": 0}}},
+        "current.period",
+    ),
+    (
+        {"period": 200, "state": {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}},
+        "current.period",
+    ),
+    ({"period": 1, "state": {"a": {"n_p": 1, "n_d": 1}}}, "current.state"),
+    (
+        {
+            "period": 1,
+            "state": {
+                "a": {"n_p": 1, "n_d": 1},
+                "b": {"n_p": 0, "n_d": 0},
+                "x": {"n_p": 1, "n_d": 1},
+            },
+        },
+        "current.state.x",
+    ),
+    (
+        {"period": 1, "state": {"a": {"n_p": 0, "n_d": 2}, "b": {"n_p": 0, "n_d": 0}}},
+        "current.state.a",
+    ),
+    # beyond the deployment's max_gpus (4): only the solve used to refuse it
+    (
+        {"period": 1, "state": {"a": {"n_p": 3, "n_d": 3}, "b": {"n_p": 1, "n_d": 1}}},
+        "current.state.a",
+    ),
+]
+
+
+@pytest.mark.parametrize(("current", "field"), BAD_CURRENT)
+def test_an_update_whose_current_the_site_refuses_stores_nothing(
+    client: TestClient, current: dict[str, Any], field: str
+) -> None:
+    """Found in review: a bad ``current`` on an event or forecast post was checked by
+    the re-plan, after the update was stored: a 422 with the event merged (version
+    bumped) and no word of it, or with ``?replan=job`` a 202 whose job then failed."""
+    site_id = registered(client, site_body(), plan=False)
+    before = stored(client, site_id)
+    event = {"event": cap_event("2026-07-01T13:00:00Z", [[5.0]]), "current": current}
+    forecast = {"demand_rps": {"a": [0.5]}, "from_period": 2, "current": current}
+    for path, body in (("events", event), ("forecast", forecast)):
+        for query in ("", "?replan=job"):
+            r = client.post(f"/v1/sites/{site_id}/{path}{query}", json=body)
+            assert r.status_code == 422, (path, query, r.text)
+            assert r.json()["errors"][0]["field"] == field, r.json()
+            assert stored(client, site_id) == before, (path, query)
+    # a site_plan job is refused at submission the same way
+    job = {"kind": "site_plan", "request": {"site_id": site_id, "current": current}}
+    r = client.post("/v1/jobs", json=job)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == f"request.{field}"
+
+
+def test_a_good_current_still_re_plans_from_it(client: TestClient) -> None:
+    site_id = registered(client, site_body(), plan=False)
+    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
+    body = {
+        "event": cap_event("2026-07-01T14:00:00Z", [[5.0]]),
+        "current": {"period": 2, "state": state},
+    }
+    r = client.post(f"/v1/sites/{site_id}/events", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["plan"]["first_period"] == 2 and r.json()["site_version"] == 2
