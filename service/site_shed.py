@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from pydantic import AwareDatetime, Field
 from sqlalchemy.exc import SQLAlchemyError
 
+from formulation.data import build_data
 from formulation.problem import ScheduleProblem, expand_series, problem_from_dict
+from formulation.solve import min_site_power_w
 from formulation.whatif.shed import (
     CACHE_SIZE,
     boundary_data,
@@ -35,7 +39,7 @@ from service.openadr import OadrEvent, event_to_signals
 from service.schemas import Strict, dump
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, State, n_periods, request_of
-from service.sites import periods_at, plan_differs
+from service.sites import event_signals, periods_at, plan_differs
 from service.store import Plan, Site, SiteNotFound, Store, store_for
 
 PROGRAM = "pdwatt-shed"
@@ -62,23 +66,61 @@ class NoRunningPlan(LookupError):
     """The site has no plan covering the time of the shed: nothing tells what runs."""
 
 
-def shed_event(body: ShedBody, when: datetime) -> OadrEvent:
-    """The shed as an OpenADR 3.1.0 event: a capacity limit of ``target_kw`` from
-    ``when`` for ``duration``."""
+def shed_event(body: ShedBody, when: datetime, limit_kw: float | None = None) -> OadrEvent:
+    """The shed as an OpenADR 3.1.0 event: a capacity limit of ``limit_kw`` (default
+    ``target_kw``) from ``when`` for ``duration``."""
+    kw = body.target_kw if limit_kw is None else limit_kw
+    name = f"shed to {body.target_kw:g} kW"
+    if kw != body.target_kw:
+        name += f", held at the site's least draw {kw:g} kW"
     return OadrEvent.model_validate(
         {
             "programID": PROGRAM,
-            "eventName": f"shed to {body.target_kw:g} kW",
+            "eventName": name,
             "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
             "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
             "intervals": [
-                {
-                    "id": 0,
-                    "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [body.target_kw]}],
-                }
+                {"id": 0, "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [kw]}]}
             ],
         }
     )
+
+
+def least_draw_w(site: Site, settings: Settings) -> np.ndarray:
+    """The least site power per period (W, after PUE): every deployment at its
+    least-power configuration serving nothing, every other GPU idle, as the solver
+    checks a cap before it solves (:func:`formulation.solve.min_site_power_w` over the
+    site's tables, which the core keeps once built)."""
+    return min_site_power_w(build_data(_problem(site, settings)))
+
+
+def stored_event(
+    site: Site, body: ShedBody, when: datetime, settings: Settings
+) -> tuple[OadrEvent, dict[str, Any]]:
+    """The event a shed stores and what the answer says of it: the capacity limit is
+    the target, or the least the site can draw in the periods the shed covers where
+    that is higher (a cap below it leaves no schedule, and every later re-plan of the
+    site would fail), so that the site stays plannable; ``stored_target_kw`` and, when
+    it differs from the target, ``stored_target_reason``. InputError (named after the
+    shed's own fields) when the shed lies outside the site's horizon."""
+    try:
+        periods = event_signals(site.body, shed_event(body, when))["periods"]
+    except InputError as e:
+        raise shed_error(e) from None
+    floor_w = float(np.max(least_draw_w(site, settings)[periods]))
+    floor_kw = math.ceil(floor_w) / 1000.0  # whole watts, never below the least draw
+    if body.target_kw * 1000.0 >= floor_w:
+        return shed_event(body, when), {"stored_target_kw": body.target_kw}
+    reason = (
+        f"target_kw {body.target_kw:g} is below the least the site can draw in the periods "
+        f"the shed covers ({floor_kw:g} kW: idle GPUs and every deployment at its least "
+        f"draw, at PUE); the capacity limit stored is {floor_kw:g} kW, so that the site "
+        "stays plannable"
+    )
+    return shed_event(body, when, floor_kw), {
+        "stored_target_kw": floor_kw,
+        "stored_target_reason": reason,
+    }
 
 
 def shed_error(e: InputError) -> InputError:

@@ -202,3 +202,59 @@ def test_a_good_current_still_re_plans_from_it(client: TestClient) -> None:
     r = client.post(f"/v1/sites/{site_id}/events", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["plan"]["first_period"] == 2 and r.json()["site_version"] == 2
+
+
+# ---------------------------------------------------------------- C: a shed below the least draw
+
+#: the test site's least draw: 8 idle H200 at 120 W, at PUE 1.2 (every deployment may
+#: be off)
+LEAST_DRAW_W = 8 * 120 * 1.2
+AT = "2026-07-01T13:30:00Z"  # period 1 of the test site
+
+
+def test_a_shed_below_the_least_draw_stores_the_least_draw_and_the_site_stays_plannable(
+    client: TestClient,
+) -> None:
+    """Found in review: ``target_kw: 0`` answered 200 ``met: false`` but was stored as
+    the site's cap to the horizon's end, below what the site can draw: every later
+    re-plan failed ("the power cap is below the site's least possible draw")."""
+    from tests.service.test_jobs import wait_final
+
+    site_id = registered(client, site_body())
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0, "at": AT})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["met"] is False and doc["target_w"] == 0.0
+    job = wait_final(client, doc["replan"]["job_id"])
+    assert job["status"] == "succeeded", job
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+    site = client.get(f"/v1/sites/{site_id}").json()
+    assert site["grid"]["power_cap_w"] == [20_000.0] + [LEAST_DRAW_W] * 3
+    assert doc["stored_target_kw"] == LEAST_DRAW_W / 1000.0
+    assert "least the site can draw" in doc["stored_target_reason"]
+    (logged,) = client.get(f"/v1/sites/{site_id}/events").json()["events"]
+    payload = logged["event"]["intervals"][0]["payloads"][0]
+    assert payload["values"] == [LEAST_DRAW_W / 1000.0]
+    # a reachable target is stored as it is, without a reason
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 15, "at": AT})
+    assert r.status_code == 200, r.text
+    assert r.json()["stored_target_kw"] == 15 and "stored_target_reason" not in r.json()
+
+
+def test_the_least_draw_is_the_solver_s(client: TestClient) -> None:
+    from formulation.data import build_data
+    from formulation.problem import problem_from_dict
+    from formulation.solve import min_site_power_w
+    from service.site_plans import request_of
+    from service.store import store_for
+
+    settings = client.app.state.settings  # type: ignore[attr-defined]
+    body = site_body()
+    body["site"]["gpu_inventory"] = {"h200": 12}
+    body["deployments"][0]["bounds"] = {"min_n_p": 1, "min_n_d": 1}  # a must run
+    site_id = registered(client, body, plan=False)
+    site = store_for(settings.database_url).get_site(site_id)
+    floor = site_shed.least_draw_w(site, settings)
+    ref = min_site_power_w(build_data(problem_from_dict(request_of(site.body))))
+    assert list(floor) == list(ref)
+    assert floor[0] > 12 * 120 * 1.2  # more than idle GPUs: deployment a runs
