@@ -1,9 +1,9 @@
 """Registered sites: the use cases behind ``/v1/sites`` that are not planning
 (:mod:`service.site_plans`): what a registration stores, how an OpenADR event or a
 demand forecast changes a site (an event merged once, whoever posts it twice or at the
-same time), what follows when the re-plan after an update cannot be made, and the
-replica targets of a plan. No HTTP here: the router maps these results and errors to
-responses.
+same time) and how a retracted event stops changing it, what follows when the re-plan
+after an update cannot be made, and the replica targets of a plan. No HTTP here: the
+router maps these results and errors to responses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from service.schemas import dump
 from service.schemas_sites import ForecastBody, SiteRequest
 from service.settings import Settings
 from service.site_plans import Current, check_current, n_periods, period, plan_start, request_of
-from service.store import Plan, Site, Store, Update
+from service.store import EventRecord, EventRetracted, Plan, Site, Store, Update
 
 
 class NoPeriod(LookupError):
@@ -145,6 +145,14 @@ def merge_event(
         if event_id is None:  # merged meanwhile by a concurrent post of the same event
             event_id = store.find_event(site_id, doc)
             duplicate = event_id
+    if duplicate is not None:
+        record = store.get_event(site_id, duplicate)
+        if record.retracted is not None:  # its grid no longer holds it: say so
+            raise EventRetracted(
+                record,
+                "; the same event is not merged again: send it as a new one (another "
+                "id or modificationDateTime)",
+            )
     sig = seen["signals"]
     return site, {
         "id": event_id,
@@ -155,6 +163,55 @@ def merge_event(
         "periods": sig["periods"],
         "notes": sig["notes"],
         "signals": sig,
+    }
+
+
+class RegisteredGridUnknown(LookupError):
+    """The site's grid as registered is not kept (a site registered before it was,
+    with events merged since): its grid cannot be recomputed without an event."""
+
+
+def without_event(
+    site: Site, events: list[EventRecord], event_id: int, replan: Replan | None = None
+) -> Update:
+    """The site with its grid recomputed without event ``event_id``: the grid of its
+    last registration with every event merged since (``events``: the site's log) that
+    is neither retracted nor that one, in the order they were merged; the re-plan's
+    ``current`` checked against it (:class:`Replan`)."""
+    if site.registered_grid is None or site.registered_version is None:
+        raise RegisteredGridUnknown(
+            f"site {site.id!r} was registered before its registered grid was kept, and "
+            "events were merged since: PUT the site to register its grid again"
+        )
+    since = site.registered_version
+    live = sorted(
+        (e for e in events if e.id != event_id and e.retracted is None and e.site_version > since),
+        key=lambda e: e.site_version,
+    )
+    n = n_periods(site.body)
+    grid = site.registered_grid
+    for e in live:
+        grid = merge_signals(grid, event_signals(site.body, e.event), n)
+    return checked(Update(site.name, {**site.body, "grid": grid}), replan)
+
+
+def retract_event(
+    store: Store, site_id: str, event_id: int, replan: Replan | None = None
+) -> tuple[Site, dict[str, Any]]:
+    """Retract event ``event_id`` of site ``site_id``: it stays in the log, marked
+    retracted, and the site's grid is recomputed without it (:func:`without_event`).
+    The site as it now is, and the answer's ``event``: its id, when it was retracted,
+    and whether it was in effect (merged since the site's last registration; an event
+    a PUT replaced was not)."""
+    site, record = store.retract_event(
+        site_id, event_id, lambda s, events: without_event(s, events, event_id, replan)
+    )
+    since = site.registered_version  # kept: without_event needs it
+    return site, {
+        "id": record.id,
+        "retracted": None if record.retracted is None else record.retracted.isoformat(),
+        "retracted_version": record.retracted_version,
+        "in_effect": since is not None and record.site_version > since,
     }
 
 

@@ -16,7 +16,7 @@ from service import site_shed, sites
 from service.deps import ApiKey, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import job_store
-from service.store import Contention, SiteNotFound, Store, store_for
+from service.store import Contention, EventRetracted, SiteNotFound, Store, store_for
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -94,7 +94,7 @@ async def shed(
         site, answer["event"] = await run_in_threadpool(sites.merge_event, store, site_id, event)
     except SiteNotFound:
         return _not_found(site_id)
-    except Contention as e:
+    except (Contention, EventRetracted) as e:
         return problem(409, "Conflict", str(e))
     except InputError as e:
         raise site_shed.shed_error(e) from None

@@ -26,6 +26,10 @@ Choices where the issue is silent:
   progress (best schedule, bound, gap) ``GET /v1/jobs/{id}`` reports as it runs and
   whose result is the plan (an infeasible site fails the job with the problem).
 * The same event posted twice (same canonical JSON) is merged once.
+* ``DELETE .../events/{id}`` retracts an event: kept in the log, marked retracted;
+  the grid recomputed from the one the site was registered with and the events merged
+  since that are not retracted (:func:`service.sites.without_event`), then re-planned
+  as after an event post.
 * ``PUT`` replaces the whole site (events merged before are replaced with it);
   ``If-Match: "<version>"`` on ``PUT`` refuses a replace over a newer version (412).
 * Every endpoint here, reads included, needs the API key when one is set: sites hold
@@ -54,11 +58,20 @@ from service.limits import solve_host
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
-from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
+from service.schemas_sites import (
+    EventBody,
+    ForecastBody,
+    PlanBody,
+    RetractBody,
+    SiteRequest,
+    Targets,
+)
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, plan_doc
 from service.store import (
     Contention,
+    EventNotFound,
+    EventRetracted,
     Plan,
     Site,
     SiteNotFound,
@@ -125,9 +138,11 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)
     except SiteNotFound as e:
         raise HTTPException(404, f"no site {e.site_id!r}") from None
+    except EventNotFound as e:
+        raise HTTPException(404, str(e)) from None
     except VersionConflict as e:
         raise HTTPException(412, f"{e}; GET the site and retry") from None
-    except Contention as e:
+    except (Contention, EventRetracted, sites.RegisteredGridUnknown) as e:
         raise HTTPException(409, str(e)) from None
 
 
@@ -255,7 +270,10 @@ async def replace_site(
     """Replace the whole site; `If-Match: "<version>"` guards against a newer version."""
     name, body = sites.site_body(req, settings)
     site, _ = await _db(
-        store.update_site, site_id, lambda _s: Update(name, body), _if_match(if_match)
+        store.update_site,
+        site_id,
+        lambda _s: Update(name, body, registers=True),
+        _if_match(if_match),
     )
     return JSONResponse(sites.site_doc(site), headers=_etag(site.version))
 
@@ -358,7 +376,8 @@ async def post_event(
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
 async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
-    """The events merged into the site, oldest first."""
+    """The events merged into the site, oldest first; a retracted one says when
+    (`retracted`) and the site version its retraction made (`retracted_version`)."""
     await _db(store.get_site, site_id)
     rows = await _db(store.list_events, site_id)
     return {
@@ -368,10 +387,45 @@ async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
                 "received": r.received.isoformat(),
                 "site_version": r.site_version,
                 "event": r.event,
+                "retracted": None if r.retracted is None else r.retracted.isoformat(),
+                "retracted_version": r.retracted_version,
             }
             for r in rows
         ]
     }
+
+
+@router.delete(
+    "/{site_id}/events/{event_id}",
+    responses={**_ACCEPTED, **_problems(404, 409, 413, 422)},
+)
+async def retract_event(
+    site_id: SiteId,
+    event_id: Annotated[int, PathParam(ge=1, le=2**62, description="the event's id")],
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+    request: Request,
+    body: RetractBody | None = None,
+    replan: Replan = "now",
+) -> JSONResponse:
+    """Retract an event merged into the site, then re-plan.
+
+    The event stays in `GET .../events`, marked `retracted` (with the time and the
+    site version it made); the site's grid is recomputed from the grid it was
+    registered with (its last POST or PUT) and every event merged since that is not
+    retracted, in the order they were merged: a retracted shed's cap is lifted back to
+    the cap before it. Re-planned as an event post is (`?replan=now|job`, an optional
+    body with `current`), with the same answers. 404 for an unknown event, 409 for one
+    already retracted.
+    """
+    current = body.current if body else None
+    checks = sites.Replan(current, solve_host(settings))
+    site, event = await _db(sites.retract_event, store, site_id, event_id, checks)
+    answer: dict[str, Any] = {"event": event, "site_version": site.version}
+    if replan == "job":
+        return await _replan_job(request, settings, site, current, answer)
+    return await _after_update(pool, settings, site, current, answer)
 
 
 @router.post(

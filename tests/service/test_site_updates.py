@@ -258,3 +258,163 @@ def test_the_least_draw_is_the_solver_s(client: TestClient) -> None:
     ref = min_site_power_w(build_data(problem_from_dict(request_of(site.body))))
     assert list(floor) == list(ref)
     assert floor[0] > 12 * 120 * 1.2  # more than idle GPUs: deployment a runs
+
+
+# ---------------------------------------------------------------- C: events retracted
+
+BASE_CAP_W = 20_000.0
+
+
+def retract(client: TestClient, site_id: str, event_id: int, query: str = "", **body: Any) -> Any:
+    return client.request(
+        "DELETE", f"/v1/sites/{site_id}/events/{event_id}{query}", json=body or None
+    )
+
+
+def test_a_retracted_event_is_kept_marked_and_the_grid_recomputed_without_it(
+    client: TestClient,
+) -> None:
+    site_id = registered(client, site_body(), plan=False)
+    first = cap_event("2026-07-01T13:00:00Z", [[2.6]], name="first")
+    second = cap_event("2026-07-01T14:00:00Z", [[2.4]], name="second")
+    price = {
+        "programID": "dr-program-1",
+        "eventName": "price",
+        "payloadDescriptors": [{"payloadType": "PRICE", "units": "MWH", "currency": "USD"}],
+        "intervalPeriod": {"start": "2026-07-01T14:00:00Z", "duration": "PT30M"},
+        "intervals": [{"id": 0, "payloads": [{"type": "PRICE", "values": [100]}]}],
+    }
+    ids = []
+    for ev in (first, second, price):
+        r = client.post(f"/v1/sites/{site_id}/events", json={"event": ev})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["event"]["id"])
+    site, _ = stored(client, site_id)
+    assert site["grid"]["power_cap_w"] == [BASE_CAP_W, 2600.0, 2400.0, BASE_CAP_W]
+    assert site["grid"]["price_usd_per_mwh"] == [50, 60, 90.0, 40]
+
+    r = retract(client, site_id, ids[0])
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["site_version"] == 5 and out["event"]["id"] == ids[0]
+    assert out["event"]["in_effect"] is True and out["event"]["retracted_version"] == 5
+    assert [p["power_cap_w"] for p in out["plan"]["schedule"]["periods"]] == [
+        BASE_CAP_W,
+        BASE_CAP_W,
+        2400.0,
+        BASE_CAP_W,
+    ]
+    site, events = stored(client, site_id)
+    assert site["version"] == 5
+    assert site["grid"]["power_cap_w"] == [BASE_CAP_W, BASE_CAP_W, 2400.0, BASE_CAP_W]
+    assert site["grid"]["price_usd_per_mwh"] == [50, 60, 90.0, 40]  # the others stay
+    assert [e["id"] for e in events] == ids  # kept in the log, marked
+    assert events[0]["retracted"] == out["event"]["retracted"]
+    assert events[0]["retracted_version"] == 5
+    assert [e["retracted"] for e in events[1:]] == [None, None]
+
+    # again: a conflict; an unknown event or site: not found; nothing changes
+    for event_id, site_of, status in (
+        (ids[0], site_id, 409),
+        (999, site_id, 404),
+        (1, "nope", 404),
+    ):
+        r = retract(client, site_of, event_id)
+        assert r.status_code == status, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+    assert "was retracted at" in retract(client, site_id, ids[0]).json()["detail"]
+    # the retracted event posted again is not merged again without a word
+    r = client.post(f"/v1/sites/{site_id}/events", json={"event": first})
+    assert r.status_code == 409 and "not merged again" in r.json()["detail"]
+    assert stored(client, site_id) == (site, events)
+
+    # every event retracted: the grid as registered, constants and all
+    for event_id in ids[1:]:
+        assert retract(client, site_id, event_id, "?replan=job").status_code == 202
+    assert stored(client, site_id)[0]["grid"] == site_body()["grid"]
+
+
+def test_a_retracted_shed_restores_the_cap_before_it(client: TestClient) -> None:
+    site_id = registered(client, site_body())
+    r = client.post(
+        f"/v1/sites/{site_id}/events?replan=job",
+        json={"event": cap_event("2026-07-01T14:00:00Z", [[2.5]])},
+    )
+    assert r.status_code == 202, r.text
+    before = stored(client, site_id)[0]["grid"]["power_cap_w"]
+    assert before == [BASE_CAP_W, BASE_CAP_W, 2500.0, BASE_CAP_W]
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0, "at": AT})
+    assert r.status_code == 200, r.text
+    shed = r.json()
+    assert stored(client, site_id)[0]["grid"]["power_cap_w"] == [BASE_CAP_W] + [LEAST_DRAW_W] * 3
+    r = retract(client, site_id, shed["event"]["id"], "?replan=job")
+    assert r.status_code == 202, r.text
+    assert stored(client, site_id)[0]["grid"]["power_cap_w"] == before
+
+
+def test_an_event_no_schedule_meets_is_recovered_by_retracting_it(client: TestClient) -> None:
+    site_id = registered(client, site_body())
+    # 0.5 kW is below the idle draw of the site's GPUs (8 x 120 W x PUE 1.2)
+    r = client.post(
+        f"/v1/sites/{site_id}/events",
+        json={"event": cap_event("2026-07-01T13:00:00Z", [[0.5]])},
+    )
+    assert r.status_code == 422 and r.json()["stored"] is True
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 422  # stuck
+    (event,) = stored(client, site_id)[1]
+    r = retract(client, site_id, event["id"], "?replan=job")
+    assert r.status_code == 202, r.text
+    from tests.service.test_jobs import wait_final
+
+    assert wait_final(client, r.json()["job"]["id"])["status"] == "succeeded"
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+
+
+def test_a_retraction_checks_current_and_stores_nothing_when_refused(client: TestClient) -> None:
+    site_id = registered(client, site_body(), plan=False)
+    r = client.post(
+        f"/v1/sites/{site_id}/events?replan=job",
+        json={"event": cap_event("2026-07-01T14:00:00Z", [[2.5]])},
+    )
+    event_id = r.json()["event"]["id"]
+    before = stored(client, site_id)
+    for current, field in BAD_CURRENT:
+        r = retract(client, site_id, event_id, current=current)
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["field"] == field
+        assert stored(client, site_id) == before
+    state = {"a": {"n_p": 1, "n_d": 1}, "b": {"n_p": 1, "n_d": 1}}
+    r = retract(client, site_id, event_id, current={"period": 2, "state": state})
+    assert r.status_code == 200, r.text
+    assert r.json()["plan"]["first_period"] == 2
+
+
+def test_retracting_an_event_a_put_replaced_changes_no_grid(client: TestClient) -> None:
+    site_id = registered(client, site_body(), plan=False)
+    r = client.post(
+        f"/v1/sites/{site_id}/events?replan=job",
+        json={"event": cap_event("2026-07-01T14:00:00Z", [[2.5]])},
+    )
+    event_id = r.json()["event"]["id"]
+    body = site_body()
+    body["grid"]["power_cap_w"] = 15_000
+    assert client.put(f"/v1/sites/{site_id}", json=body).status_code == 200
+    r = retract(client, site_id, event_id, "?replan=job")
+    assert r.status_code == 202, r.text
+    assert r.json()["event"]["in_effect"] is False
+    assert stored(client, site_id)[0]["grid"] == body["grid"]
+
+
+def test_a_site_whose_registered_grid_is_unknown_refuses_a_retraction() -> None:
+    from service import sites
+    from service.store import EventRecord, Site
+
+    now = datetime.now(UTC)
+    body = {k: v for k, v in site_body().items() if k != "name"}  # as a site stores it
+    legacy = Site("s", "dc", body, 3, now, now)  # registered before grids were kept
+    event = EventRecord(1, "s", now, 2, cap_event("2026-07-01T13:00:00Z", [[2.6]]))
+    with pytest.raises(sites.RegisteredGridUnknown, match="PUT the site"):
+        sites.without_event(legacy, [event], 1)
+    kept = Site("s", "dc", body, 3, now, now, body["grid"], 1)
+    assert sites.without_event(kept, [event], 1).body["grid"]["power_cap_w"] == BASE_CAP_W
