@@ -17,7 +17,8 @@ Choices where the issue is silent:
   nothing.
 * An event or forecast is stored first and the site re-planned after. When no schedule
   meets it, the answer is a 422 problem (``/problems/infeasible``) that says the update
-  was stored; when every solver worker is busy it is 202 with ``plan`` null. The latest
+  was stored (with the answer's ``event``: its id, to retract it); when every solver
+  worker is busy it is 202 with ``plan`` null. The latest
   plan is then ``stale``: computed from an older version of the site.
 * "Latest plan" is the plan of the newest site version (then the last stored), so two
   concurrent posts can't leave the plan of the older version on top.
@@ -193,6 +194,7 @@ async def _after_update(
             conflicts=e.conflicts,
             stored=True,
             site_version=e.site_version,
+            **{k: answer[k] for k in ("event",) if k in answer},  # what was stored
         )
     status = 202 if out.postponed else 200
     return JSONResponse(out.answer, status_code=status, headers=_etag(site.version))

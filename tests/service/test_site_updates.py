@@ -363,6 +363,7 @@ def test_an_event_no_schedule_meets_is_recovered_by_retracting_it(client: TestCl
     assert r.status_code == 422 and r.json()["stored"] is True
     assert client.post(f"/v1/sites/{site_id}/plan").status_code == 422  # stuck
     (event,) = stored(client, site_id)[1]
+    assert r.json()["event"]["id"] == event["id"]  # the problem names what to retract
     r = retract(client, site_id, event["id"], "?replan=job")
     assert r.status_code == 202, r.text
     from tests.service.test_jobs import wait_final
