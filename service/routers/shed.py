@@ -68,10 +68,11 @@ async def shed(
     changes the next period boundary brings), and the cost per hour. The target is
     recorded as an OpenADR capacity limit from `at` (default now) for `duration`
     (default: to the horizon's end), like a posted event, and the site is re-planned
-    from the next period boundary as a job (`replan.job_id`). A target below the
-    least the site can draw is recorded at that least draw, so that the site stays
-    plannable: `stored_target_kw` says what was recorded, `stored_target_reason` why
-    when it is not the target.
+    from the next period boundary as a job (`replan.job_id`). Where the target is below
+    the least the site can draw (from the counts running now, within the transition
+    limit), that least draw is recorded instead, so that the site stays plannable:
+    `stored_limits` says what was recorded, `stored_target_reason` why when it is not
+    the target.
     """
     store: Store = store_for(settings.database_url)
     when = body.at or datetime.now(UTC)
@@ -88,7 +89,9 @@ async def shed(
         )
     except site_shed.NoRunningPlan as e:
         return _no_plan(str(e))
-    event, stored = await run_in_threadpool(site_shed.stored_event, site, body, when, settings)
+    event, stored = await run_in_threadpool(
+        site_shed.stored_event, site, body, when, settings, answer
+    )
     answer |= stored
     try:
         site, answer["event"] = await run_in_threadpool(sites.merge_event, store, site_id, event)

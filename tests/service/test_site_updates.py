@@ -228,36 +228,70 @@ def test_a_shed_below_the_least_draw_stores_the_least_draw_and_the_site_stays_pl
     job = wait_final(client, doc["replan"]["job_id"])
     assert job["status"] == "succeeded", job
     assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
-    site = client.get(f"/v1/sites/{site_id}").json()
-    assert site["grid"]["power_cap_w"] == [20_000.0] + [LEAST_DRAW_W] * 3
-    assert doc["stored_target_kw"] == LEAST_DRAW_W / 1000.0
+    # kept: in the shed's period the least the running counts draw, from the next
+    # boundary on (no transition limit) the site's least draw
+    cap = client.get(f"/v1/sites/{site_id}").json()["grid"]["power_cap_w"]
+    assert cap[0] == 20_000.0 and cap[2:] == [LEAST_DRAW_W] * 2
+    assert LEAST_DRAW_W < cap[1] < 20_000.0
+    assert doc["site_power_w"] <= cap[1]  # the settings answered fit the kept cap
+    assert doc["stored_limits"] == [
+        {"start": AT.replace("Z", "+00:00"), "limit_kw": cap[1] / 1000.0},
+        {"start": "2026-07-01T14:00:00+00:00", "limit_kw": LEAST_DRAW_W / 1000.0},
+    ]
     assert "least the site can draw" in doc["stored_target_reason"]
     (logged,) = client.get(f"/v1/sites/{site_id}/events").json()["events"]
-    payload = logged["event"]["intervals"][0]["payloads"][0]
-    assert payload["values"] == [LEAST_DRAW_W / 1000.0]
+    values = [iv["payloads"][0]["values"] for iv in logged["event"]["intervals"]]
+    assert values == [[cap[1] / 1000.0], [LEAST_DRAW_W / 1000.0]]
     # a reachable target is stored as it is, without a reason
     r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 15, "at": AT})
     assert r.status_code == 200, r.text
-    assert r.json()["stored_target_kw"] == 15 and "stored_target_reason" not in r.json()
+    assert r.json()["stored_limits"] == [{"start": AT.replace("Z", "+00:00"), "limit_kw": 15}]
+    assert "stored_target_reason" not in r.json()
 
 
-def test_the_least_draw_is_the_solver_s(client: TestClient) -> None:
+def test_a_shed_s_floor_follows_the_transition_limit(client: TestClient) -> None:
+    """With at most 2 instance changes per period, the counts running now reach the
+    site's least draw only step by step: the kept limit steps down with them, so that
+    the shed's re-plan from those counts finds a schedule."""
+    from tests.service.test_jobs import wait_final
+
+    body = site_body()
+    body["transitions"] = {"max_instance_changes_per_period": 2}
+    for d in body["deployments"]:
+        d["initial"] = {"n_p": 2, "n_d": 2}
+        d["demand_rps"] = [10.0, 10.0, 10.0, 10.0]
+    site_id = registered(client, body)
+    plan = client.get(f"/v1/sites/{site_id}/plan").json()
+    running = plan["schedule"]["periods"][1]["deployments"]
+    assert any(d["n_p"] + d["n_d"] > 2 for d in running.values())  # off: 2 periods away
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0, "at": AT})
+    assert r.status_code == 200, r.text
+    limits = [x["limit_kw"] for x in r.json()["stored_limits"]]
+    assert len(limits) >= 3 and limits == sorted(limits, reverse=True)
+    assert limits[-1] == LEAST_DRAW_W / 1000.0
+    job = wait_final(client, r.json()["replan"]["job_id"])
+    assert job["status"] == "succeeded", job
+
+
+def test_the_reachable_floors_end_at_the_solver_s_least_draw(client: TestClient) -> None:
     from formulation.data import build_data
     from formulation.problem import problem_from_dict
     from formulation.solve import min_site_power_w
     from service.site_plans import request_of
-    from service.store import store_for
 
-    settings = client.app.state.settings  # type: ignore[attr-defined]
     body = site_body()
     body["site"]["gpu_inventory"] = {"h200": 12}
+    body["transitions"] = {"max_instance_changes_per_period": 1}
     body["deployments"][0]["bounds"] = {"min_n_p": 1, "min_n_d": 1}  # a must run
-    site_id = registered(client, body, plan=False)
-    site = store_for(settings.database_url).get_site(site_id)
-    floor = site_shed.least_draw_w(site, settings)
-    ref = min_site_power_w(build_data(problem_from_dict(request_of(site.body))))
-    assert list(floor) == list(ref)
-    assert floor[0] > 12 * 120 * 1.2  # more than idle GPUs: deployment a runs
+    body.pop("name")
+    data = build_data(problem_from_dict(request_of(body)))
+    floors = site_shed.reachable_floors_w(data, [(2, 2), (1, 1)])
+    assert floors == sorted(floors, reverse=True) and len(floors) == 3
+    # a steps down to (1, 1) in two moves; b, one change a period, never reaches off
+    # (through (0, 1) or (1, 0), which run one phase only)
+    assert floors[-1] > float(min_site_power_w(data)[0]) > 12 * 120 * 1.2
+    free = site_shed.reachable_floors_w(data, [(1, 1), (0, 0)])
+    assert free == [float(min_site_power_w(data)[0])]
 
 
 # ---------------------------------------------------------------- C: events retracted
@@ -347,7 +381,8 @@ def test_a_retracted_shed_restores_the_cap_before_it(client: TestClient) -> None
     r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0, "at": AT})
     assert r.status_code == 200, r.text
     shed = r.json()
-    assert stored(client, site_id)[0]["grid"]["power_cap_w"] == [BASE_CAP_W] + [LEAST_DRAW_W] * 3
+    after = stored(client, site_id)[0]["grid"]["power_cap_w"]
+    assert after[2:] == [LEAST_DRAW_W] * 2 and LEAST_DRAW_W < after[1] < BASE_CAP_W
     r = retract(client, site_id, shed["event"]["id"], "?replan=job")
     assert r.status_code == 202, r.text
     assert stored(client, site_id)[0]["grid"]["power_cap_w"] == before
