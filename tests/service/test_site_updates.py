@@ -454,3 +454,20 @@ def test_a_site_whose_registered_grid_is_unknown_refuses_a_retraction() -> None:
         sites.without_event(legacy, [event], 1)
     kept = Site("s", "dc", body, 3, now, now, body["grid"], 1)
     assert sites.without_event(kept, [event], 1).body["grid"]["power_cap_w"] == BASE_CAP_W
+
+
+def test_the_console_marks_a_retracted_event_and_no_longer_shows_it_coming(
+    client: TestClient,
+) -> None:
+    start = now_minute() - timedelta(minutes=30)
+    site_id = registered(client, body_of(4, start), plan=False)
+    later = cap_event((start + timedelta(hours=2)).isoformat(), [[15.0]], name="later")
+    r = client.post(f"/v1/sites/{site_id}/events?replan=job", json={"event": later})
+    assert r.status_code == 202, r.text
+    event_id = r.json()["event"]["id"]
+    summary = client.get(f"/ui/api/sites/{site_id}").json()
+    assert summary["next_event"]["id"] == event_id
+    assert retract(client, site_id, event_id, "?replan=job").status_code == 202
+    summary = client.get(f"/ui/api/sites/{site_id}").json()
+    assert summary["next_event"] is None
+    assert summary["events"][0]["retracted"] is not None
