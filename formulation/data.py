@@ -565,15 +565,8 @@ def _deployment(
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
     dominator = None if pairs is None else period_dominated(n_p, n_d, bl, bp, smax)
     init = 0
-    if d.initial_n_p or d.initial_n_d:
-        hit = np.flatnonzero((n_p == d.initial_n_p) & (n_d == d.initial_n_d))
-        if hit.size == 0:
-            raise InputError(
-                f"{at}.initial",
-                f"({d.initial_n_p}, {d.initial_n_d}) is not a candidate: it breaks the "
-                f"bounds or max_gpus = {d.max_gpus}",
-            )
-        init = int(hit[0])
+    if d.initial_n_p or d.initial_n_d:  # a candidate: check_initial said so
+        init = int(np.flatnonzero((n_p == d.initial_n_p) & (n_d == d.initial_n_d))[0])
     unserved = d.unserved_penalty_usd_per_request * 3600.0 * p.period_hours * np.ones(len(demand))
     data = DeploymentData(
         name=d.name,
@@ -630,6 +623,31 @@ def check_memory(
     return memory.check(p.n_periods, counts, p.host.memory_budget_mb)
 
 
+def check_initial(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> None:
+    """Each deployment's initial state is off, or a candidate (within its bounds and
+    max_gpus) that fits its GPU pool; InputError naming ``deployments[i].initial``
+    otherwise. Builds no table."""
+    specs = deployment_specs(p) if specs is None else specs
+    for i, (d, spec) in enumerate(zip(p.deployments, specs, strict=True)):
+        if not (d.initial_n_p or d.initial_n_d):
+            continue
+        tp = spec.serving.tensor_parallel
+        cp, cd = deployment_candidates(d, tp)
+        if not np.any((cp == d.initial_n_p) & (cd == d.initial_n_d)):
+            raise InputError(
+                f"deployments[{i}].initial",
+                f"({d.initial_n_p}, {d.initial_n_d}) is not a candidate: it breaks the "
+                f"bounds or max_gpus = {d.max_gpus}",
+            )
+        gpus = (d.initial_n_p + d.initial_n_d) * tp
+        if gpus > p.site.gpu_inventory[d.gpu]:
+            raise InputError(
+                f"deployments[{i}].initial",
+                f"uses {gpus} GPUs but site.gpu_inventory.{d.gpu} has "
+                f"{p.site.gpu_inventory[d.gpu]}",
+            )
+
+
 def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> ScheduleData:
     """Validate ``p`` and compute every table it needs (cached by the core). ``specs``:
     :func:`deployment_specs` of ``p`` when the caller has them (they depend on neither
@@ -637,6 +655,7 @@ def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) ->
     validate(p)
     specs = deployment_specs(p) if specs is None else specs
     check_memory(p, specs)  # before any table is built
+    check_initial(p, specs)
     ready = _batched_tables(p, specs)
     deps = tuple(
         _deployment(i, d, p, s, r)
@@ -645,13 +664,6 @@ def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) ->
     pools = tuple(sorted(p.site.gpu_inventory))
     pool_gpus = np.array([p.site.gpu_inventory[g] for g in pools], dtype=np.int64)
     pool_of = np.array([pools.index(d.gpu) for d in p.deployments], dtype=np.int64)
-    for i, (d, dd) in enumerate(zip(p.deployments, deps, strict=True)):
-        if dd.gpus[dd.initial] > p.site.gpu_inventory[d.gpu]:
-            raise InputError(
-                f"deployments[{i}].initial",
-                f"uses {dd.gpus[dd.initial]} GPUs but site.gpu_inventory.{d.gpu} has "
-                f"{p.site.gpu_inventory[d.gpu]}",
-            )
     dt = p.period_hours
     price = np.asarray(p.grid.price_usd_per_mwh, dtype=float)
     carbon = np.asarray(p.grid.carbon_g_per_kwh, dtype=float)

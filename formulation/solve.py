@@ -70,7 +70,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,12 +174,15 @@ class Outcome:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def min_site_power_w(data: ScheduleData) -> np.ndarray:
+def min_site_power_w(
+    data: ScheduleData, among: Sequence[NDArray[np.bool_]] | None = None
+) -> np.ndarray:
     """Least site power per period: every deployment at its least-power allowed config
-    serving nothing, every other GPU idle (ignoring transition limits)."""
+    (of those ``among[m]`` marks, when given) serving nothing, every other GPU idle
+    (ignoring transition limits)."""
     it = np.full(data.n_periods, data.idle_site_it_w)
-    for d in data.deployments:
-        ok = np.flatnonzero(d.allowed)
+    for m, d in enumerate(data.deployments):
+        ok = np.flatnonzero(d.allowed if among is None else d.allowed & among[m])
         it += float(np.min(d.bp_power_w[ok, 0] - data.idle_gpu_power_w * d.gpus[ok]))
     return it * data.pue
 

@@ -103,13 +103,17 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
         )
 
 
+def solve_host(s: Settings) -> Host:
+    """What this server's solves allow (its memory budget and kernel database)."""
+    return Host(memory_budget_mb=s.max_solve_memory_mb, kernels=s.kernels)
+
+
 def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
     """The memory budget of a schedule request, estimated (no table built): InputError
     naming the field under ``prefix``, before the request reaches a solver worker (which
     applies the same budget before it builds a table)."""
     try:
-        host = Host(memory_budget_mb=s.max_solve_memory_mb, kernels=s.kernels)
-        check_memory(problem_from_request(req, host))
+        check_memory(problem_from_request(req, solve_host(s)))
     except InputError as exc:
         exc.field = prefix + exc.field
         exc.args = (f"{exc.field}: {exc.reason}",)

@@ -59,6 +59,10 @@ class EventBody(Strict):
     current: Current | None = None
 
 
+class RetractBody(Strict):
+    current: Current | None = None
+
+
 class ForecastBody(Strict):
     demand_rps: dict[str, Annotated[list[Rate], Field(min_length=1)]] = Field(
         min_length=1, description="new demand per deployment, from `from_period` on"

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import Field
 
-from formulation.problem import expand_series
+from formulation.data import check_initial
+from formulation.problem import Host, expand_series, problem_from_dict
 from model.errors import InputError
 from service.schemas import Strict
 from service.store import Plan, Site, Store
@@ -86,30 +87,56 @@ def period(body: dict[str, Any]) -> timedelta:
     return timedelta(minutes=body["period_minutes"])
 
 
-def sub_request(body: dict[str, Any], current: Current | None) -> tuple[dict[str, Any], int]:
-    """The schedule request of the periods from ``current.period`` on, from its state."""
-    req = request_of(body)
-    if current is None:
-        return req, 0
+def check_state(body: dict[str, Any], current: Current) -> None:
+    """``current`` against the site ``body``: a period of its horizon and the state of
+    every deployment it has, no other, each running both phases or none; InputError
+    naming the ``current`` field at fault."""
     n = n_periods(body)
-    p = current.period
-    if p >= n:
+    if current.period >= n:
         raise InputError("current.period", f"must be < {n} (the horizon has {n} periods)")
-    names = [d["name"] for d in req["deployments"]]
+    names = [d["name"] for d in body["deployments"]]
     unknown = sorted(set(current.state) - set(names))
     if unknown:
         raise InputError(f"current.state.{unknown[0]}", f"no such deployment; known: {names}")
     missing = [x for x in names if x not in current.state]
     if missing:
         raise InputError("current.state", f"needs every deployment; missing: {missing}")
+    for name in names:
+        s = current.state[name]
+        if (s.n_p == 0) != (s.n_d == 0):
+            raise InputError(
+                f"current.state.{name}",
+                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
+            )
+
+
+def check_current(body: dict[str, Any], current: Current | None, host: Host) -> None:
+    """Everything a re-plan of the site ``body`` from ``current`` would refuse about
+    ``current`` before its solve starts (:func:`check_state`, and each state a
+    configuration the deployment may run within the site's GPUs), without building a
+    table: an update carrying ``current`` is checked with it before anything is stored.
+    InputError naming the ``current`` field at fault."""
+    if current is None:
+        return
+    req, _ = sub_request(body, current)
+    try:
+        check_initial(problem_from_dict(req, host))
+    except InputError as e:
+        raise name_the_state(e, req, current) from None
+
+
+def sub_request(body: dict[str, Any], current: Current | None) -> tuple[dict[str, Any], int]:
+    """The schedule request of the periods from ``current.period`` on, from its state
+    (checked by :func:`check_state`)."""
+    req = request_of(body)
+    if current is None:
+        return req, 0
+    check_state(body, current)
+    n = n_periods(body)
+    p = current.period
     deps = []
     for d in req["deployments"]:
         s = current.state[d["name"]]
-        if (s.n_p == 0) != (s.n_d == 0):
-            raise InputError(
-                f"current.state.{d['name']}",
-                "a running deployment needs both phases: n_p and n_d both 0 or both >= 1",
-            )
         deps.append(
             {**d, "demand_rps": d["demand_rps"][p:], "initial": {"n_p": s.n_p, "n_d": s.n_d}}
         )

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
+from formulation.data import ScheduleData, build_data
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
+from formulation.solve import min_site_power_w
+from formulation.subproblems.dp import transition_cost
 from formulation.whatif.shed import (
     CACHE_SIZE,
     NeedsPipeline,
@@ -32,7 +38,8 @@ from formulation.whatif.shed import (
 )
 from model.errors import InputError
 from service.jobs import JobStore, replan_scope
-from service.openadr import Iso8601Duration, OadrEvent, event_to_signals
+from service.limits import solve_host
+from service.openadr import Iso8601Duration, OadrEvent, event_to_signals, parse_duration
 from service.pool import PoolFull, SolvePool, WorkerLost
 from service.schemas import DateTimeText, Strict, dump
 from service.settings import Settings
@@ -43,9 +50,11 @@ from service.site_plans import (
     SitePlanRequest,
     State,
     n_periods,
+    period,
+    plan_start,
     request_of,
 )
-from service.sites import periods_at
+from service.sites import event_signals, periods_at, plan_differs
 from service.store import Plan, Site, SiteNotFound, Store, store_for
 
 PROGRAM = "pdwatt-shed"
@@ -72,23 +81,143 @@ class NoRunningPlan(LookupError):
     """The site has no plan covering the time of the shed: nothing tells what runs."""
 
 
-def shed_event(body: ShedBody, when: datetime) -> OadrEvent:
+def shed_event(
+    body: ShedBody, when: datetime, limits: Sequence[tuple[datetime, float]] | None = None
+) -> OadrEvent:
     """The shed as an OpenADR 3.1.0 event: a capacity limit of ``target_kw`` from
-    ``when`` for ``duration``."""
-    return OadrEvent.model_validate(
-        {
-            "programID": PROGRAM,
-            "eventName": f"shed to {body.target_kw:g} kW",
-            "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
-            "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
-            "intervals": [
-                {
-                    "id": 0,
-                    "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [body.target_kw]}],
-                }
-            ],
-        }
-    )
+    ``when`` for ``duration``; or, with ``limits`` (``(start, kW)`` steps, the first
+    at ``when``), each step's limit from its start to the next one's, the last to the
+    shed's end (``event.duration`` bounds them all)."""
+    if limits is None or list(limits) == [(when, body.target_kw)]:
+        steps: list[tuple[datetime, float]] = [(when, body.target_kw)]
+    else:
+        steps = list(limits)
+    name = f"shed to {body.target_kw:g} kW"
+    doc: dict[str, Any] = {
+        "programID": PROGRAM,
+        "eventName": name,
+        "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
+        "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
+    }
+    if len(steps) == 1 and steps[0][1] == body.target_kw:
+        doc["intervals"] = [_interval(0, steps[0][1])]
+        return OadrEvent.model_validate(doc)
+    doc["eventName"] = f"{name}, held at the least the site can draw"
+    doc["duration"] = body.duration  # the last step runs to the shed's end
+    intervals = []
+    for i, (start, kw) in enumerate(steps):
+        length = (
+            body.duration
+            if i == len(steps) - 1
+            else f"PT{(steps[i + 1][0] - start).total_seconds():.6f}S"
+        )
+        intervals.append(
+            {**_interval(i, kw), "intervalPeriod": {"start": start.isoformat(), "duration": length}}
+        )
+    doc["intervals"] = intervals
+    return OadrEvent.model_validate(doc)
+
+
+def _interval(i: int, kw: float) -> dict[str, Any]:
+    return {"id": i, "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [kw]}]}
+
+
+def reachable_floors_w(data: ScheduleData, running: Sequence[tuple[int, int]]) -> list[float]:
+    """The least site power (W, after PUE) of the period in which each deployment runs
+    its ``running`` counts (those counts, at the least-power setting the data lists)
+    and of each period after it (any counts each deployment can reach in as many moves
+    as the transition limit allows), every other GPU idle: the floor that
+    :func:`formulation.solve.min_site_power_w` checks a cap against, from where the
+    site is. The list ends at the site's least draw, or once no deployment can reach
+    further counts (a transition limit keeps one from its least-power counts for
+    good): later periods have its last floor."""
+    deps = []  # per deployment: its allowed candidates, their (n_P, n_D) cells, moves
+    reach = []  # the cells within reach
+    for d, (n_p, n_d) in zip(data.deployments, running, strict=True):
+        ok = np.flatnonzero(d.allowed)
+        counts = np.stack([d.n_p[ok], d.n_d[ok]], axis=1)
+        cells, first, cell_of = np.unique(counts, axis=0, return_index=True, return_inverse=True)
+        reps = ok[first]  # a candidate of each cell: a move's cost is on the counts alone
+        moves = np.isfinite(transition_cost(data, d, reps[:, None], reps[None, :]))
+        deps.append((ok, cell_of.ravel(), moves))
+        here = (cells[:, 0] == n_p) & (cells[:, 1] == n_d)
+        reach.append(here if here.any() else np.ones(len(cells), dtype=bool))
+    least = float(min_site_power_w(data)[0])
+    out: list[float] = []
+    while True:
+        among = []
+        for d, (ok, cell_of, _), r in zip(data.deployments, deps, reach, strict=True):
+            mask = np.zeros(d.n_configs, dtype=bool)
+            mask[ok] = r[cell_of]
+            among.append(mask)
+        out.append(float(min_site_power_w(data, among)[0]))
+        if out[-1] <= least:
+            return out  # nothing draws less
+        grown = [r | moves[r].any(axis=0) for r, (_, _, moves) in zip(reach, deps, strict=True)]
+        if all(np.array_equal(g, r) for g, r in zip(grown, reach, strict=True)):
+            return out
+        reach = grown
+
+
+def stored_event(
+    site: Site, body: ShedBody, when: datetime, settings: Settings, shed: dict[str, Any]
+) -> tuple[OadrEvent, dict[str, Any]]:
+    """The event a shed stores, and what the answer says of it. The capacity limit is
+    the target, or, in each period where that is lower, the least the site can draw
+    there from the counts its plan runs in the shed's period ``shed`` (the immediate
+    answer: ``period`` and each deployment's ``n_p``, ``n_d``;
+    :func:`reachable_floors_w`): a cap below it leaves no schedule, and every later
+    re-plan of the site would fail. ``stored_limits`` (each step's ``start`` and
+    ``limit_kw``) and, when a step is not the target, ``stored_target_reason``.
+    InputError (named after the shed's own fields) when the shed lies outside the
+    site's horizon."""
+    try:
+        event_signals(site.body, shed_event(body, when))  # within the horizon
+        end = parse_duration("duration", body.duration).after(when)
+    except InputError as e:
+        raise shed_error(e) from None
+    problem = _problem(site, settings)
+    t = int(shed["period"])
+    running = [
+        (shed["deployments"][d.name]["n_p"], shed["deployments"][d.name]["n_d"])
+        for d in problem.deployments
+    ]
+    floors = reachable_floors_w(build_data(problem), running)
+    start, step = plan_start(site.body), period(site.body)
+    target_w = body.target_kw * 1000.0
+    limits: list[tuple[datetime, float]] = []
+    for k in range(n_periods(site.body) - t):
+        at = when if k == 0 else start + step * (t + k)
+        if at >= end:
+            break
+        w = max(target_w, floors[min(k, len(floors) - 1)])
+        kw = body.target_kw if w == target_w else math.ceil(w) / 1000.0  # never below it
+        if not limits or limits[-1][1] != kw:
+            limits.append((at, kw))
+        if k >= len(floors) - 1:
+            break  # no later period lowers the floor: the last step holds to the end
+    answer: dict[str, Any] = {
+        "stored_limits": [{"start": a.isoformat(), "limit_kw": kw} for a, kw in limits]
+    }
+    if any(kw != body.target_kw for _, kw in limits):
+        answer["stored_target_reason"] = (
+            f"target_kw {body.target_kw:g} is below the least the site can draw in "
+            "some of the periods the shed covers (idle GPUs and each deployment at its "
+            "least draw within reach of the counts it runs now, at PUE): the capacity "
+            "limit stored is that least draw there, so that the site stays plannable"
+        )
+    return shed_event(body, when, limits), answer
+
+
+def shed_error(e: InputError) -> InputError:
+    """An error about the shed's event (:func:`shed_event`), named after the field of
+    the shed's body at fault: ``duration`` for its length, ``at`` for where it lies in
+    time (the event's other fields are the shed's own making)."""
+    if e.field in ("event.duration", "event.intervalPeriod.duration"):
+        return InputError("duration", e.reason)
+    if e.field == "event" or e.field.startswith("event.") or e.field.startswith("event["):
+        return InputError("at", f"the shed from at for duration: {e.reason}")
+    return e
 
 
 def caps_now(event: OadrEvent, when: datetime) -> bool:
@@ -99,6 +228,15 @@ def caps_now(event: OadrEvent, when: datetime) -> bool:
     except InputError:  # every interval lies outside that second
         return False
     return sig["power_cap_w"]["values"][0] is not None
+
+
+def plan_of(site: Site, plan: Plan) -> Plan:
+    """``plan`` when it was made for the site's clock, horizon and deployments as they
+    are; :class:`NoRunningPlan` saying what changed otherwise (a ``PUT`` since)."""
+    changed = plan_differs(site, plan)
+    if changed is not None:
+        raise NoRunningPlan(changed)
+    return plan
 
 
 def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
@@ -143,7 +281,7 @@ def settings_now(
     the settings fall short, the next boundary's instance changes under the same cap,
     or, when only the solve pipeline gives them, the call that does (``next_boundary``
     is then None). No solve runs here: this answers in the API process."""
-    t, record = running_state(plan, when)
+    t, record = running_state(plan_of(site, plan), when)
     problem = _problem(site, settings)
     running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
@@ -222,8 +360,7 @@ async def immediate(
 
 
 def _problem(site: Site, settings: Settings) -> ScheduleProblem:
-    host = Host(memory_budget_mb=settings.max_solve_memory_mb, kernels=settings.kernels)
-    return problem_from_dict(request_of(site.body), host)
+    return problem_from_dict(request_of(site.body), solve_host(settings))
 
 
 def running_counts(problem: ScheduleProblem, record: dict[str, Any]) -> list[tuple[int, int]]:
@@ -245,7 +382,7 @@ def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
     those of the next boundary's period from them, so that a shed then answers from
     them; False when the plan does not cover ``when``."""
     try:
-        t, record = running_state(plan, when)
+        t, record = running_state(plan_of(site, plan), when)
         problem = _problem(site, settings)
         running = running_counts(problem, record)
         settings_data(problem, running)

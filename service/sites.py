@@ -1,9 +1,9 @@
 """Registered sites: the use cases behind ``/v1/sites`` that are not planning
 (:mod:`service.site_plans`): what a registration stores, how an OpenADR event or a
 demand forecast changes a site (an event merged once, whoever posts it twice or at the
-same time), what follows when the re-plan after an update cannot be made, and the
-replica targets of a plan. No HTTP here: the router maps these results and errors to
-responses.
+same time) and how a retracted event stops changing it, what follows when the re-plan
+after an update cannot be made, and the replica targets of a plan. No HTTP here: the
+router maps these results and errors to responses.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from formulation.problem import problem_from_dict
+from formulation.problem import Host, problem_from_dict
 from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import site_targets
@@ -24,8 +24,8 @@ from service.pool import PoolFull, WorkerLost
 from service.schemas import dump
 from service.schemas_sites import ForecastBody, SiteRequest
 from service.settings import Settings
-from service.site_plans import n_periods, period, plan_start, request_of
-from service.store import Plan, Site, Store, Update
+from service.site_plans import Current, check_current, n_periods, period, plan_start, request_of
+from service.store import EventRecord, EventRetracted, Plan, Site, Store, Update
 
 
 class NoPeriod(LookupError):
@@ -56,10 +56,23 @@ def site_doc(site: Site) -> dict[str, Any]:
     }
 
 
-def checked(update: Update) -> Update:
-    """The update, once its body passes the checks of a schedule request: nothing that a
-    registration would refuse is ever stored by an event or a forecast."""
+@dataclass(frozen=True)
+class Replan:
+    """The re-plan an update asks for: from ``current`` (None: the whole horizon), on a
+    server whose solves allow ``host``."""
+
+    current: Current | None
+    host: Host
+
+
+def checked(update: Update, replan: Replan | None = None) -> Update:
+    """The update, once its body passes the checks of a schedule request and the
+    ``current`` of its re-plan passes those of the site it makes
+    (:func:`service.site_plans.check_current`): nothing that a registration would
+    refuse, and no update whose re-plan would refuse its ``current``, is ever stored."""
     problem_from_dict(request_of(update.body))
+    if replan is not None:
+        check_current(update.body, replan.current, replan.host)
     return update
 
 
@@ -69,17 +82,23 @@ def event_signals(body: dict[str, Any], event: OadrEvent | dict[str, Any]) -> di
     return event_to_signals(event, plan_start(body), body["period_minutes"], n_periods(body))
 
 
-def with_event(site: Site, event: OadrEvent, doc: dict[str, Any]) -> tuple[Update, dict[str, Any]]:
+def with_event(
+    site: Site, event: OadrEvent, doc: dict[str, Any], replan: Replan | None = None
+) -> tuple[Update, dict[str, Any]]:
     """The site with an OpenADR event merged into its grid signals (the event ``doc``
-    logged with it), and the signals the event gave."""
+    logged with it), and the signals the event gave; the re-plan's ``current`` checked
+    against it (:class:`Replan`)."""
     signals = event_signals(site.body, event)
     grid = merge_signals(site.body["grid"], signals, n_periods(site.body))
-    return checked(Update(site.name, {**site.body, "grid": grid}, doc)), signals
+    return checked(Update(site.name, {**site.body, "grid": grid}, doc), replan), signals
 
 
-def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) -> Update:
+def with_forecast(
+    site: Site, demand_rps: dict[str, list[float]], start: int, replan: Replan | None = None
+) -> Update:
     """The site with the demand of the named deployments replaced from period
-    ``start`` on (a series may be shorter than the rest of the horizon)."""
+    ``start`` on (a series may be shorter than the rest of the horizon); the re-plan's
+    ``current`` checked against it (:class:`Replan`)."""
     n = n_periods(site.body)
     if start >= n:
         raise InputError("from_period", f"must be < {n} (the horizon has {n} periods)")
@@ -99,10 +118,12 @@ def with_forecast(site: Site, demand_rps: dict[str, list[float]], start: int) ->
         if new is not None:
             demand[start : start + len(new)] = new
         deps.append({**d, "demand_rps": demand})
-    return checked(Update(site.name, {**site.body, "deployments": deps}))
+    return checked(Update(site.name, {**site.body, "deployments": deps}), replan)
 
 
-def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dict[str, Any]]:
+def merge_event(
+    store: Store, site_id: str, event: OadrEvent, replan: Replan | None = None
+) -> tuple[Site, dict[str, Any]]:
     """Merge ``event`` into site ``site_id`` once: the same event posted again (or by
     a concurrent post that merged it first) is checked the same way and writes
     nothing. The site as it now is, and the answer's ``event``: its id, whether it was
@@ -111,7 +132,7 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
     seen: dict[str, Any] = {}
 
     def change(site: Site) -> Update:
-        update, seen["signals"] = with_event(site, event, doc)
+        update, seen["signals"] = with_event(site, event, doc, replan)
         return update
 
     duplicate = store.find_event(site_id, doc)
@@ -124,6 +145,14 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
         if event_id is None:  # merged meanwhile by a concurrent post of the same event
             event_id = store.find_event(site_id, doc)
             duplicate = event_id
+    if duplicate is not None:
+        record = store.get_event(site_id, duplicate)
+        if record.retracted is not None:  # its grid no longer holds it: say so
+            raise EventRetracted(
+                record,
+                "; the same event is not merged again: send it as a new one (another "
+                "id or modificationDateTime)",
+            )
     sig = seen["signals"]
     return site, {
         "id": event_id,
@@ -137,16 +166,69 @@ def merge_event(store: Store, site_id: str, event: OadrEvent) -> tuple[Site, dic
     }
 
 
+class RegisteredGridUnknown(LookupError):
+    """The site's grid as registered is not kept (a site registered before it was,
+    with events merged since): its grid cannot be recomputed without an event."""
+
+
+def without_event(
+    site: Site, events: list[EventRecord], event_id: int, replan: Replan | None = None
+) -> Update:
+    """The site with its grid recomputed without event ``event_id``: the grid of its
+    last registration with every event merged since (``events``: the site's log) that
+    is neither retracted nor that one, in the order they were merged; the re-plan's
+    ``current`` checked against it (:class:`Replan`)."""
+    if site.registered_grid is None or site.registered_version is None:
+        raise RegisteredGridUnknown(
+            f"site {site.id!r} was registered before its registered grid was kept, and "
+            "events were merged since: PUT the site to register its grid again"
+        )
+    since = site.registered_version
+    live = sorted(
+        (e for e in events if e.id != event_id and e.retracted is None and e.site_version > since),
+        key=lambda e: e.site_version,
+    )
+    n = n_periods(site.body)
+    grid = site.registered_grid
+    for e in live:
+        grid = merge_signals(grid, event_signals(site.body, e.event), n)
+    return checked(Update(site.name, {**site.body, "grid": grid}), replan)
+
+
+def retract_event(
+    store: Store, site_id: str, event_id: int, replan: Replan | None = None
+) -> tuple[Site, dict[str, Any]]:
+    """Retract event ``event_id`` of site ``site_id``: it stays in the log, marked
+    retracted, and the site's grid is recomputed without it (:func:`without_event`).
+    The site as it now is, and the answer's ``event``: its id, when it was retracted,
+    and whether it was in effect (merged since the site's last registration; an event
+    a PUT replaced was not)."""
+    site, record = store.retract_event(
+        site_id, event_id, lambda s, events: without_event(s, events, event_id, replan)
+    )
+    since = site.registered_version  # kept: without_event needs it
+    return site, {
+        "id": record.id,
+        "retracted": None if record.retracted is None else record.retracted.isoformat(),
+        "retracted_version": record.retracted_version,
+        "in_effect": since is not None and record.site_version > since,
+    }
+
+
 def merge_forecast(
-    store: Store, site_id: str, forecast: ForecastBody
+    store: Store, site_id: str, forecast: ForecastBody, host: Host
 ) -> tuple[Site, dict[str, Any]]:
     """Replace the demand of the named deployments from ``forecast.from_period`` on
-    (default: ``current.period``, else 0). The site as it now is, and the answer's
-    ``site_version`` and ``from_period``."""
+    (default: ``current.period``, else 0), its ``current`` checked first against the
+    site it makes (re-plans on a server whose solves allow ``host``). The site as it
+    now is, and the answer's ``site_version`` and ``from_period``."""
     start = forecast.from_period
     if start is None:
         start = forecast.current.period if forecast.current is not None else 0
-    site, _ = store.update_site(site_id, lambda s: with_forecast(s, forecast.demand_rps, start))
+    replan = Replan(forecast.current, host)
+    site, _ = store.update_site(
+        site_id, lambda s: with_forecast(s, forecast.demand_rps, start, replan)
+    )
     return site, {"site_version": site.version, "from_period": start}
 
 
@@ -206,6 +288,28 @@ def targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[s
 
 def targets_csv(doc: dict[str, Any]) -> str:
     return site_targets.targets_csv(doc)
+
+
+def plan_differs(site: Site, plan: Plan) -> str | None:
+    """What of the site's clock, horizon and deployments differs from the site the plan
+    was made for (its document keeps ``plan_start``, ``period_minutes``, ``n_periods``
+    and the deployments' names), or None when nothing does: a plan made for another
+    clock or horizon says nothing about what runs now on this one."""
+    doc, body = plan.response, site.body
+    was = [d["name"] for d in doc["schedule"]["deployments"]]
+    now = [d["name"] for d in body["deployments"]]
+    diffs = []
+    if plan_start(doc) != plan_start(body):
+        diffs.append(f"plan_start {doc['plan_start']} -> {body['plan_start']}")
+    if float(doc["period_minutes"]) != float(body["period_minutes"]):
+        diffs.append(f"period_minutes {doc['period_minutes']:g} -> {body['period_minutes']:g}")
+    if int(doc["n_periods"]) != n_periods(body):
+        diffs.append(f"n_periods {doc['n_periods']} -> {n_periods(body)}")
+    if was != now:
+        diffs.append(f"deployments {was} -> {now}")
+    if not diffs:
+        return None
+    return f"the site changed since its latest plan ({'; '.join(diffs)}); re-plan first"
 
 
 def periods_at(plan: Plan, when: datetime) -> tuple[int, list[dict[str, Any]]]:

@@ -12,13 +12,18 @@ Tables:
 
 * ``sites``: ``id``, ``name``, ``body`` (the site's request template: ``period_minutes``,
   ``site``, ``deployments`` with their demand forecasts, ``grid``, ``transitions``,
-  ``solver``, and ``plan_start``), ``version`` (optimistic concurrency), timestamps;
+  ``solver``, and ``plan_start``), ``version`` (optimistic concurrency), timestamps,
+  and the grid of its last registration (POST or PUT) with the version that made it
+  (``registered_grid``, ``registered_version``: the grid is recomputed from them when
+  an event is retracted);
 * ``plans``: ``site_id``, ``site_version`` (the site version it was computed from),
   ``created``, ``status``, ``first_period`` (0, or the period a rolling re-plan starts
   at) and ``response`` (the plan document);
 * ``events``: ``site_id``, ``received``, ``digest`` (SHA-256 of the event's canonical
   JSON, unique per site: the same event posted twice is merged once), ``site_version``
-  (the version its merge produced) and ``event`` (the OpenADR event as received);
+  (the version its merge produced), ``event`` (the OpenADR event as received), and
+  once retracted ``retracted`` (when) and ``retracted_version`` (the version the
+  retraction produced);
 * ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
   ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
@@ -34,6 +39,7 @@ backend (SQLite waits on its file lock for up to 30 s; WAL mode lets readers go 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -84,6 +90,10 @@ sites = Table(
     Column("version", Integer, nullable=False),
     Column("created", DateTime(timezone=True), nullable=False),
     Column("updated", DateTime(timezone=True), nullable=False),
+    # the grid of the last registration (POST or PUT) and the version it made: the
+    # site's grid is it with every event merged since that is not retracted
+    Column("registered_grid", JSON(none_as_null=True), nullable=True),
+    Column("registered_version", Integer, nullable=True),
 )
 
 plans = Table(
@@ -107,6 +117,8 @@ events = Table(
     Column("digest", String(64), nullable=False),
     Column("site_version", Integer, nullable=False),
     Column("event", JSON, nullable=False),
+    Column("retracted", DateTime(timezone=True), nullable=True),
+    Column("retracted_version", Integer, nullable=True),  # the version it made
     UniqueConstraint("site_id", "digest", name="uq_events_site_digest"),
 )
 
@@ -165,6 +177,25 @@ class Contention(Exception):
     """An update lost the race ``MAX_ATTEMPTS`` times in a row."""
 
 
+class EventNotFound(LookupError):
+    def __init__(self, site_id: str, event_id: int) -> None:
+        self.site_id = site_id
+        self.event_id = event_id
+        super().__init__(f"site {site_id!r} has no event {event_id}")
+
+
+class EventRetracted(Exception):
+    """The event was retracted: it is not retracted again, nor merged again."""
+
+    def __init__(self, record: EventRecord, hint: str = "") -> None:
+        self.record = record
+        when = record.retracted.isoformat() if record.retracted else "?"
+        super().__init__(
+            f"event {record.id} of site {record.site_id!r} was retracted at {when} "
+            f"(site version {record.retracted_version}){hint}"
+        )
+
+
 #: the memory balance of deployments stored before requests named one
 VARIANT_BEFORE_FIELD = "paper"
 
@@ -177,6 +208,10 @@ class Site:
     version: int
     created: datetime
     updated: datetime
+    #: the grid of the last registration (POST or PUT) and the version it made; None
+    #: for a site registered before they were kept and changed by an event since
+    registered_grid: dict[str, Any] | None = None
+    registered_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -197,15 +232,19 @@ class EventRecord:
     received: datetime
     site_version: int
     event: dict[str, Any]
+    retracted: datetime | None = None
+    retracted_version: int | None = None  # the site version its retraction made
 
 
 @dataclass(frozen=True)
 class Update:
-    """What an update function returns: the new name and body, and an event to log."""
+    """What an update function returns: the new name and body, an event to log, and
+    whether it is a registration (a PUT: its grid becomes the registered one)."""
 
     name: str
     body: dict[str, Any]
     event: dict[str, Any] | None = None
+    registers: bool = False
 
 
 def utc_now() -> datetime:
@@ -258,7 +297,7 @@ def make_engine(url: str) -> Engine:
 
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 #: a database created before migrations existed holds this revision's tables
 _FIRST_REVISION = "0001"
 #: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)
@@ -330,11 +369,18 @@ class Store:
 
     def create_site(self, name: str, body: dict[str, Any]) -> Site:
         now = utc_now()
-        site = Site(secrets.token_hex(8), name, body, 1, now, now)
+        site = Site(secrets.token_hex(8), name, body, 1, now, now, body["grid"], 1)
         with self.engine.begin() as conn:
             conn.execute(
                 insert(sites).values(
-                    id=site.id, name=name, body=body, version=1, created=now, updated=now
+                    id=site.id,
+                    name=name,
+                    body=body,
+                    version=1,
+                    created=now,
+                    updated=now,
+                    registered_grid=body["grid"],
+                    registered_version=1,
                 )
             )
         return site
@@ -353,6 +399,8 @@ class Store:
             row["version"],
             as_utc(row["created"]),
             as_utc(row["updated"]),
+            row["registered_grid"],
+            row["registered_version"],
         )
 
     def list_sites(self) -> list[dict[str, Any]]:
@@ -393,16 +441,9 @@ class Store:
             if upd is None:
                 return site, None
             now = utc_now()
-            new_version = site.version + 1
             try:
                 with self.engine.begin() as conn:
-                    res = conn.execute(
-                        update(sites)
-                        .where(sites.c.id == site_id, sites.c.version == site.version)
-                        .values(name=upd.name, body=upd.body, version=new_version, updated=now)
-                    )
-                    if res.rowcount != 1:
-                        raise _Lost  # another writer won: roll back, start again
+                    written = _write(conn, site, upd, now)
                     event_id = None
                     if upd.event is not None:
                         ins = conn.execute(
@@ -410,7 +451,7 @@ class Store:
                                 site_id=site_id,
                                 received=now,
                                 digest=digest(upd.event),
-                                site_version=new_version,
+                                site_version=written.version,
                                 event=upd.event,
                             )
                         )
@@ -421,8 +462,51 @@ class Store:
                 if upd.event is not None and self.find_event(site_id, upd.event) is not None:
                     return self.get_site(site_id), None  # already merged: idempotent
                 raise
-            return Site(site_id, upd.name, upd.body, new_version, site.created, now), event_id
+            return written, event_id
         raise Contention(f"site {site_id!r} changed {MAX_ATTEMPTS} times while updating it")
+
+    def retract_event(
+        self,
+        site_id: str,
+        event_id: int,
+        change: Callable[[Site, list[EventRecord]], Update],
+    ) -> tuple[Site, EventRecord]:
+        """Retract event ``event_id`` of the site: ``change`` gets the site as stored and
+        its events (that one not yet retracted among them) and returns the site without
+        it; the site is written with the event marked retracted in one transaction,
+        retried on a lost race (``change`` may be called more than once). The site
+        as written and the event's record. :class:`EventNotFound`, or
+        :class:`EventRetracted` when it already was."""
+        for _ in range(MAX_ATTEMPTS):
+            site = self.get_site(site_id)
+            rows = self.list_events(site_id)
+            record = next((r for r in rows if r.id == event_id), None)
+            if record is None:
+                raise EventNotFound(site_id, event_id)
+            if record.retracted is not None:
+                raise EventRetracted(record)
+            upd = change(site, rows)
+            now = utc_now()
+            try:
+                with self.engine.begin() as conn:
+                    written = _write(conn, site, upd, now)
+                    res = conn.execute(
+                        update(events)
+                        .where(
+                            events.c.id == event_id,
+                            events.c.site_id == site_id,
+                            events.c.retracted.is_(None),
+                        )
+                        .values(retracted=now, retracted_version=written.version)
+                    )
+                    if res.rowcount != 1:
+                        raise _Lost  # retracted meanwhile: the next round says so
+            except _Lost:
+                continue
+            return written, dataclasses.replace(
+                record, retracted=now, retracted_version=written.version
+            )
+        raise Contention(f"site {site_id!r} changed {MAX_ATTEMPTS} times while retracting")
 
     def delete_site(self, site_id: str) -> None:
         with self.engine.begin() as conn:
@@ -494,7 +578,47 @@ class Store:
         q = select(events).where(events.c.site_id == site_id).order_by(events.c.id)
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
-        return [
-            EventRecord(r["id"], r["site_id"], as_utc(r["received"]), r["site_version"], r["event"])
-            for r in rows
-        ]
+        return [_event_record(r) for r in rows]
+
+    def get_event(self, site_id: str, event_id: int) -> EventRecord:
+        q = select(events).where(events.c.site_id == site_id, events.c.id == event_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(q).mappings().first()
+        if row is None:
+            raise EventNotFound(site_id, event_id)
+        return _event_record(row)
+
+
+def _event_record(r: Any) -> EventRecord:
+    return EventRecord(
+        r["id"],
+        r["site_id"],
+        as_utc(r["received"]),
+        r["site_version"],
+        r["event"],
+        None if r["retracted"] is None else as_utc(r["retracted"]),
+        r["retracted_version"],
+    )
+
+
+def _write(conn: Any, site: Site, upd: Update, now: datetime) -> Site:
+    """Write ``upd`` over ``site`` at the version it was read at (a registration's grid
+    becomes the registered one); :class:`_Lost` when another writer got there first.
+    The site as written."""
+    new_version = site.version + 1
+    values: dict[str, Any] = {
+        "name": upd.name,
+        "body": upd.body,
+        "version": new_version,
+        "updated": now,
+    }
+    grid, registered = site.registered_grid, site.registered_version
+    if upd.registers:
+        grid, registered = upd.body["grid"], new_version
+        values |= {"registered_grid": grid, "registered_version": registered}
+    res = conn.execute(
+        update(sites).where(sites.c.id == site.id, sites.c.version == site.version).values(values)
+    )
+    if res.rowcount != 1:
+        raise _Lost  # another writer won: roll back, start again
+    return Site(site.id, upd.name, upd.body, new_version, site.created, now, grid, registered)

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from model.errors import InputError
 from service import work, work_dr
-from service.limits import check_demand_response, check_flexibility, check_schedule
+from service.limits import check_demand_response, check_flexibility, check_schedule, solve_host
 from service.schemas import ScheduleRequest, ScheduleResponse
 from service.schemas_dr import (
     DemandResponseRequest,
@@ -35,7 +35,7 @@ from service.schemas_dr import (
     FlexibilityResponse,
 )
 from service.settings import Settings
-from service.site_plans import SitePlanRequest, plan_site
+from service.site_plans import SitePlanRequest, check_current, plan_site
 from service.store import store_for
 
 
@@ -124,9 +124,14 @@ def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:
 
 
 def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> None:
-    """The site must exist (its request was checked when it was registered); raises
-    :class:`service.store.SiteNotFound`."""
-    store_for(s.database_url).get_site(req.site_id)
+    """The site must exist (its request was checked when it was registered; raises
+    :class:`service.store.SiteNotFound`), and ``current`` fit it
+    (:func:`service.site_plans.check_current`, the field named under ``prefix``)."""
+    site = store_for(s.database_url).get_site(req.site_id)
+    try:
+        check_current(site.body, req.current, solve_host(s))
+    except InputError as e:
+        raise InputError(prefix + e.field, e.reason) from None
 
 
 def _schedule_chart(result: dict[str, Any], out: IO[bytes]) -> None:

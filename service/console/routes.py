@@ -46,7 +46,8 @@ def config(settings: SettingsDep) -> dict[str, Any]:
 
 def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
     """The site's events with the periods they touch on its clock (``first_period``
-    null for one that no longer lies in the horizon of the site as it is now)."""
+    null for one that no longer lies in the horizon of the site as it is now) and when
+    each was retracted (``retracted``, null while it holds)."""
     body = site.body
     start, step = plan_start(body), period(body)
     out = []
@@ -59,6 +60,7 @@ def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
             "first_period": None,
             "end_period": None,
             "types": [],
+            "retracted": None if r.retracted is None else r.retracted.isoformat(),
         }
         try:
             sig = event_signals(body, r.event)
@@ -103,7 +105,11 @@ def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str
     events = _events(site, rows)
     now = datetime.now(UTC)
     coming = [
-        e for e in events if e.get("end") is not None and datetime.fromisoformat(e["end"]) > now
+        e
+        for e in events
+        if e.get("end") is not None
+        and datetime.fromisoformat(e["end"]) > now
+        and e["retracted"] is None  # a retracted event no longer comes
     ]
     return {
         "id": site.id,

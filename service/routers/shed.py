@@ -16,7 +16,7 @@ from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import job_store
-from service.store import Contention, SiteNotFound, Store, store_for
+from service.store import Contention, EventRetracted, SiteNotFound, Store, store_for
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -30,8 +30,9 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     **problem_responses(422),
     404: {"description": "no such site", "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}}},
     409: {
-        "description": "the site has no plan covering the time of the shed (nothing says "
-        "what runs), or it changed too often while the shed was recorded",
+        "description": "the site has no plan covering the time of the shed, or its latest "
+        "plan was made for another clock, horizon or deployments (nothing says what "
+        "runs), or it changed too often while the shed was recorded",
         "content": {PROBLEM: {"schema": PROBLEM_SCHEMA}},
     },
 }
@@ -70,7 +71,11 @@ async def shed(
     says so, and the settings are answered all the same), and the cost per hour. The target is
     recorded as an OpenADR capacity limit from `at` (default now) for `duration`
     (default: to the horizon's end), like a posted event, and the site is re-planned
-    from the next period boundary as a job (`replan.job_id`).
+    from the next period boundary as a job (`replan.job_id`). Where the target is below
+    the least the site can draw (from the counts running now, within the transition
+    limit), that least draw is recorded instead, so that the site stays plannable:
+    `stored_limits` says what was recorded, `stored_target_reason` why when it is not
+    the target.
     """
     store: Store = store_for(settings.database_url)
     when = body.at or datetime.now(UTC)
@@ -87,17 +92,18 @@ async def shed(
         )
     except site_shed.NoRunningPlan as e:
         return _no_plan(str(e))
-    event = site_shed.shed_event(body, when)
+    event, stored = await run_in_threadpool(
+        site_shed.stored_event, site, body, when, settings, answer
+    )
+    answer |= stored
     try:
         site, answer["event"] = await run_in_threadpool(sites.merge_event, store, site_id, event)
     except SiteNotFound:
         return _not_found(site_id)
-    except Contention as e:
+    except (Contention, EventRetracted) as e:
         return problem(409, "Conflict", str(e))
     except InputError as e:
-        if e.field.startswith("event.intervalPeriod.duration"):
-            raise InputError("duration", e.reason) from None
-        raise
+        raise site_shed.shed_error(e) from None
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)

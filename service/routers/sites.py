@@ -12,9 +12,13 @@ Choices where the issue is silent:
   periods from ``current.period`` on, starting from ``state`` (every deployment's
   running ``n_p``, ``n_d``), so transition limits hold from that state. The plan then
   covers only those periods (its period indices stay those of the full horizon).
+  ``current`` is checked against the site the update makes before anything is stored
+  (:func:`service.site_plans.check_current`): an update refused with a 4xx stores
+  nothing.
 * An event or forecast is stored first and the site re-planned after. When no schedule
   meets it, the answer is a 422 problem (``/problems/infeasible``) that says the update
-  was stored; when every solver worker is busy it is 202 with ``plan`` null. The latest
+  was stored (with the answer's ``event``: its id, to retract it); when every solver
+  worker is busy it is 202 with ``plan`` null. The latest
   plan is then ``stale``: computed from an older version of the site.
 * "Latest plan" is the plan of the newest site version (then the last stored), so two
   concurrent posts can't leave the plan of the older version on top.
@@ -23,6 +27,10 @@ Choices where the issue is silent:
   progress (best schedule, bound, gap) ``GET /v1/jobs/{id}`` reports as it runs and
   whose result is the plan (an infeasible site fails the job with the problem).
 * The same event posted twice (same canonical JSON) is merged once.
+* ``DELETE .../events/{id}`` retracts an event: kept in the log, marked retracted;
+  the grid recomputed from the one the site was registered with and the events merged
+  since that are not retracted (:func:`service.sites.without_event`), then re-planned
+  as after an event post.
 * ``PUT`` replaces the whole site (events merged before are replaced with it);
   ``If-Match: "<version>"`` on ``PUT`` refuses a replace over a newer version (412).
 * Every endpoint here, reads included, needs the API key when one is set: sites hold
@@ -31,7 +39,6 @@ Choices where the issue is silent:
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -48,15 +55,25 @@ from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.jobs import JobRunner, job_store, replan_scope
+from service.limits import solve_host
 from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
 from service.schemas import DateTimeText
-from service.schemas_sites import EventBody, ForecastBody, PlanBody, SiteRequest, Targets
+from service.schemas_sites import (
+    EventBody,
+    ForecastBody,
+    PlanBody,
+    RetractBody,
+    SiteRequest,
+    Targets,
+)
 from service.settings import Settings
 from service.site_plans import Current, SitePlanRequest, plan_doc
 from service.store import (
     Contention,
+    EventNotFound,
+    EventRetracted,
     Plan,
     Site,
     SiteNotFound,
@@ -123,9 +140,11 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)
     except SiteNotFound as e:
         raise HTTPException(404, f"no site {e.site_id!r}") from None
+    except EventNotFound as e:
+        raise HTTPException(404, str(e)) from None
     except VersionConflict as e:
         raise HTTPException(412, f"{e}; GET the site and retry") from None
-    except Contention as e:
+    except (Contention, EventRetracted, sites.RegisteredGridUnknown) as e:
         raise HTTPException(409, str(e)) from None
 
 
@@ -176,6 +195,7 @@ async def _after_update(
             conflicts=e.conflicts,
             stored=True,
             site_version=e.site_version,
+            **{k: answer[k] for k in ("event",) if k in answer},  # what was stored
         )
     status = 202 if out.postponed else 200
     return JSONResponse(out.answer, status_code=status, headers=_etag(site.version))
@@ -259,7 +279,10 @@ async def replace_site(
     """Replace the whole site; `If-Match: "<version>"` guards against a newer version."""
     name, body = sites.site_body(req, settings)
     site, _ = await _db(
-        store.update_site, site_id, lambda _s: Update(name, body), _if_match(if_match)
+        store.update_site,
+        site_id,
+        lambda _s: Update(name, body, registers=True),
+        _if_match(if_match),
     )
     return JSONResponse(sites.site_doc(site), headers=_etag(site.version))
 
@@ -335,16 +358,24 @@ async def post_event(
     e.g. `event.intervals[1].payloads[0].type`. A capacity limit that holds now (it
     starts now or started earlier) is also answered at once as `POST .../shed` answers
     it: `immediate` gives the GPU settings to apply now for the instances the latest
-    plan runs in the current period, under the site's cap there (docs/service.md).
+    plan runs in the current period, under the site's cap there (docs/service.md);
+    where the shed would be refused (no plan, or one made for another clock or horizon)
+    `immediate` is null and `immediate_reason` says why, the event stored all the same.
     """
-    site, event = await _db(sites.merge_event, store, site_id, body.event)
+    checks = sites.Replan(body.current, solve_host(settings))
+    site, event = await _db(sites.merge_event, store, site_id, body.event, checks)
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     now = datetime.now(UTC)
     if site_shed.caps_now(body.event, now):  # a cap from now: settings at once
         plan = await _db(store.latest_plan, site_id)
-        if plan is not None:
-            with contextlib.suppress(site_shed.NoRunningPlan):
+        answer["immediate"] = None
+        if plan is None:
+            answer["immediate_reason"] = f"site {site_id!r} has no plan yet"
+        else:
+            try:
                 answer["immediate"] = await site_shed.immediate(site, plan, now, settings, pool)
+            except (site_shed.NoRunningPlan, InputError) as e:  # the event stands
+                answer["immediate_reason"] = str(e)
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)
@@ -352,7 +383,8 @@ async def post_event(
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
 async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
-    """The events merged into the site, oldest first."""
+    """The events merged into the site, oldest first; a retracted one says when
+    (`retracted`) and the site version its retraction made (`retracted_version`)."""
     await _db(store.get_site, site_id)
     rows = await _db(store.list_events, site_id)
     return {
@@ -362,10 +394,45 @@ async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
                 "received": r.received.isoformat(),
                 "site_version": r.site_version,
                 "event": r.event,
+                "retracted": None if r.retracted is None else r.retracted.isoformat(),
+                "retracted_version": r.retracted_version,
             }
             for r in rows
         ]
     }
+
+
+@router.delete(
+    "/{site_id}/events/{event_id}",
+    responses={**_ACCEPTED, **_problems(404, 409, 413, 422)},
+)
+async def retract_event(
+    site_id: SiteId,
+    event_id: Annotated[int, PathParam(ge=1, le=2**62, description="the event's id")],
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+    request: Request,
+    body: RetractBody | None = None,
+    replan: Replan = "now",
+) -> JSONResponse:
+    """Retract an event merged into the site, then re-plan.
+
+    The event stays in `GET .../events`, marked `retracted` (with the time and the
+    site version it made); the site's grid is recomputed from the grid it was
+    registered with (its last POST or PUT) and every event merged since that is not
+    retracted, in the order they were merged: a retracted shed's cap is lifted back to
+    the cap before it. Re-planned as an event post is (`?replan=now|job`, an optional
+    body with `current`), with the same answers. 404 for an unknown event, 409 for one
+    already retracted.
+    """
+    current = body.current if body else None
+    checks = sites.Replan(current, solve_host(settings))
+    site, event = await _db(sites.retract_event, store, site_id, event_id, checks)
+    answer: dict[str, Any] = {"event": event, "site_version": site.version}
+    if replan == "job":
+        return await _replan_job(request, settings, site, current, answer)
+    return await _after_update(pool, settings, site, current, answer)
 
 
 @router.post(
@@ -385,7 +452,7 @@ async def post_forecast(
 
     A series may be shorter than the rest of the horizon: it replaces that many periods.
     """
-    site, answer = await _db(sites.merge_forecast, store, site_id, body)
+    site, answer = await _db(sites.merge_forecast, store, site_id, body, solve_host(settings))
     if replan == "job":
         return await _replan_job(request, settings, site, body.current, answer)
     return await _after_update(pool, settings, site, body.current, answer)

@@ -203,3 +203,51 @@ def test_an_application_that_stops_leaves_its_database_closed(tmp_path: Path) ->
             assert tc.get("/v1/sites").status_code == 200
             assert open_on_db() > 0  # the database (and its write-ahead log) in use
         assert open_on_db() == 0
+
+
+def test_sites_from_before_retractions_get_their_registered_grid_when_known(
+    empty_engine: Engine,
+) -> None:
+    """Revision 0004 keeps each site's registered grid: a site of revision 0003 with no
+    event merged has its grid as registered (its grid as stored); one with events
+    merged has it unknown (its events cannot be told apart from its registration)."""
+    from alembic import command
+    from alembic.config import Config
+
+    from service.store import Store
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(store_mod.__file__).with_name("migrations")))
+    with empty_engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003")
+    now = store_mod.utc_now()
+    grid = {"power_cap_w": [20_000.0, 2_500.0], "price_usd_per_mwh": 50}
+    old = MetaData()
+    sites = Table("sites", old, autoload_with=empty_engine)
+    events = Table("events", old, autoload_with=empty_engine)
+    with empty_engine.begin() as conn:
+        for site_id in ("quiet", "busy"):
+            conn.execute(
+                insert(sites).values(
+                    id=site_id,
+                    name=site_id,
+                    body={"grid": grid},
+                    version=3,
+                    created=now,
+                    updated=now,
+                )
+            )
+        conn.execute(
+            insert(events).values(
+                site_id="busy", received=now, digest="d", site_version=2, event={"x": 1}
+            )
+        )
+    assert migrate(empty_engine) == "0003"
+    assert differences(empty_engine) == []
+    store = Store(empty_engine)
+    quiet, busy = store.get_site("quiet"), store.get_site("busy")
+    assert (quiet.registered_grid, quiet.registered_version) == (grid, 3)
+    assert (busy.registered_grid, busy.registered_version) == (None, None)
+    (event,) = store.list_events("busy")
+    assert (event.retracted, event.retracted_version, event.event) == (None, None, {"x": 1})

@@ -532,12 +532,13 @@ def test_a_site_plan_job_keeps_the_plan_the_route_would(client: TestClient) -> N
     doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
     assert doc["status"] == "succeeded" and doc["result"]["first_period"] == 2
     assert [p["index"] for p in doc["result"]["schedule"]["periods"]] == [2, 3]
-    # a state only the solve refuses (6 GPUs for a deployment of at most 4) is named
-    # after the entry the client sent
+    # a state the deployment cannot run (6 GPUs for a deployment of at most 4) is
+    # refused at submission, named after the entry the client sent
     bad = {"a": {"n_p": 3, "n_d": 3}, "b": {"n_p": 1, "n_d": 1}}
     job["request"]["current"] = {"period": 2, "state": bad}
-    doc = wait_final(client, client.post("/v1/jobs", json=job).json()["id"])
-    assert doc["status"] == "failed" and doc["error"]["field"] == "current.state.a"
+    r = client.post("/v1/jobs", json=job)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "request.current.state.a"
     r = client.post("/v1/jobs", json={"kind": "site_plan", "request": {"site_id": "nope"}})
     assert r.status_code == 404
     assert r.json()["errors"][0]["field"] == "request.site_id"

@@ -2,8 +2,8 @@
 and ``queued_for``, the same scope while the job is queued and null otherwise, unique,
 so that at most one job of a scope waits at a time (a newer request replaces it).
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
