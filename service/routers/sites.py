@@ -382,24 +382,30 @@ async def post_event(
 
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
-async def list_events(site_id: SiteId, store: StoreDep) -> dict[str, Any]:
+async def list_events(site_id: SiteId, store: StoreDep) -> JSONResponse:
     """The events merged into the site, oldest first; a retracted one says when
-    (`retracted`) and the site version its retraction made (`retracted_version`)."""
+    (`retracted`) and the site version its retraction made (`retracted_version`).
+
+    Answered as JSON directly, not through a response model: an event stored before
+    the depth limit of its free-form fields (service.schemas.MAX_JSON_DEPTH) may nest
+    deeper than the model serialiser goes, and must still be listed."""
     await _db(store.get_site, site_id)
     rows = await _db(store.list_events, site_id)
-    return {
-        "events": [
-            {
-                "id": r.id,
-                "received": r.received.isoformat(),
-                "site_version": r.site_version,
-                "event": r.event,
-                "retracted": None if r.retracted is None else r.retracted.isoformat(),
-                "retracted_version": r.retracted_version,
-            }
-            for r in rows
-        ]
-    }
+    return JSONResponse(
+        {
+            "events": [
+                {
+                    "id": r.id,
+                    "received": r.received.isoformat(),
+                    "site_version": r.site_version,
+                    "event": r.event,
+                    "retracted": None if r.retracted is None else r.retracted.isoformat(),
+                    "retracted_version": r.retracted_version,
+                }
+                for r in rows
+            ]
+        }
+    )
 
 
 @router.delete(

@@ -450,3 +450,24 @@ def test_targets_at_the_depth_limit_are_stored_as_sent(
     assert events.json()["events"][0]["event"]["targets"] == nested(MAX_JSON_DEPTH)
     limits = client.get("/openapi.json").json()["info"]["x-pdwatt-limits"]
     assert limits["max_json_depth"] == MAX_JSON_DEPTH  # published for clients
+
+
+def test_an_event_stored_deeper_than_the_limit_is_still_listed(
+    site_client: tuple[TestClient, str], tmp_path: Path
+) -> None:
+    """An event stored before the depth limit existed (``targets`` 254 deep, as an
+    adversarial test stored them) is listed: ``GET .../events`` answered 500 for that
+    site for good before."""
+    from service.store import Update, store_for
+
+    client, site_id = site_client
+    deep: Any = "x"
+    for _ in range(254):
+        deep = [deep]
+    doc = {"programID": "old", "eventName": "deep", "targets": deep}
+    store = store_for(f"sqlite:///{tmp_path / 'sites.db'}")
+    store.update_site(site_id, lambda s: Update(s.name, s.body, doc))
+    r = client.get(f"/v1/sites/{site_id}/events")
+    assert r.status_code == 200, r.text[:300]
+    (listed,) = r.json()["events"]
+    assert listed["event"]["eventName"] == "deep"
