@@ -448,7 +448,12 @@ def replan_job(
     applied = Applied(
         period=t,
         power_w=shed["site_power_w"],
-        power_cap_w=shed["target_w"],
+        # the limit recorded for the shed's period: the target, or the least draw the
+        # running counts reach when the target is below it (stored_event)
+        power_cap_w=max(
+            shed["target_w"],
+            1000.0 * shed["stored_limits"][0]["limit_kw"] if shed.get("stored_limits") else 0.0,
+        ),
         deployments={
             name: AppliedDeployment(**{k: d[k] for k in AppliedDeployment.model_fields})
             for name, d in shed["deployments"].items()

@@ -285,3 +285,18 @@ def test_a_plan_whose_counts_no_longer_fit_the_site_is_a_conflict(client: TestCl
     assert r.status_code == 409, r.text
     assert r.headers["content-type"].startswith("application/problem+json")
     assert "no longer fit" in r.json()["detail"]
+
+
+def test_a_shed_below_the_least_draw_keeps_its_period_at_the_limit_recorded(
+    client: TestClient,
+) -> None:
+    """A shed to 0 kW records the least draw the running counts reach; the re-plan's
+    kept period runs under that recorded limit, not under the unreachable target."""
+    site_id, _ = _planned(client)
+    doc = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 0, "at": AT}).json()
+    first = doc["stored_limits"][0]["limit_kw"] * 1000.0
+    assert first > 0.0
+    assert _job(client, doc["replan"]["job_id"])["status"] == "succeeded"
+    kept = client.get(f"/v1/sites/{site_id}/plan").json()["schedule"]["periods"][0]
+    assert kept["index"] == 1 and kept["applied"] == "shed"
+    assert kept["power_cap_w"] == pytest.approx(first)
