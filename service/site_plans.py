@@ -201,6 +201,28 @@ def plan_doc(plan: Plan, site_version: int) -> dict[str, Any]:
     return {**plan_head(plan, site_version), **plan.response}
 
 
+def plan_differs(site: Site, plan: Plan) -> str | None:
+    """What of the site's clock, horizon and deployments differs from the site the plan
+    was made for (its document keeps ``plan_start``, ``period_minutes``, ``n_periods``
+    and the deployments' names), or None when nothing does: a plan made for another
+    clock or horizon says nothing about what runs now on this one."""
+    doc, body = plan.response, site.body
+    was = [d["name"] for d in doc["schedule"]["deployments"]]
+    now = [d["name"] for d in body["deployments"]]
+    diffs = []
+    if plan_start(doc) != plan_start(body):
+        diffs.append(f"plan_start {doc['plan_start']} -> {body['plan_start']}")
+    if float(doc["period_minutes"]) != float(body["period_minutes"]):
+        diffs.append(f"period_minutes {doc['period_minutes']:g} -> {body['period_minutes']:g}")
+    if int(doc["n_periods"]) != n_periods(body):
+        diffs.append(f"n_periods {doc['n_periods']} -> {n_periods(body)}")
+    if was != now:
+        diffs.append(f"deployments {was} -> {now}")
+    if not diffs:
+        return None
+    return f"the site changed since its latest plan ({'; '.join(diffs)}); re-plan first"
+
+
 def running_period(
     latest: Plan | None, site: Site, first: int, applied: Applied | None
 ) -> dict[str, Any] | None:
@@ -208,20 +230,14 @@ def running_period(
     and power in place of the ``latest`` plan's record of that period): a shed
     re-plans from the next boundary, and its own period runs meanwhile, so that the
     plan from ``first`` still tells what runs until ``first`` begins. None without
-    ``applied``, or when the latest plan has no such period (or was made on another
-    clock)."""
+    ``applied``, or when the latest plan has no such period (or was made for another
+    clock, horizon or deployments: :func:`plan_differs`)."""
     if latest is None or applied is None or applied.period != first - 1:
         return None
-    same_clock = all(
-        latest.response.get(k) == v
-        for k, v in (
-            ("plan_start", site.body["plan_start"]),
-            ("period_minutes", site.body["period_minutes"]),
-            ("n_periods", n_periods(site.body)),
-        )
-    )
+    if plan_differs(site, latest) is not None:
+        return None
     rec = next((p for p in latest.response["schedule"]["periods"] if p["index"] == first - 1), None)
-    if rec is None or not same_clock:
+    if rec is None:
         return None
     rec = {**rec, "deployments": {k: dict(v) for k, v in rec["deployments"].items()}}
     rec["kept_from_plan"] = latest.id

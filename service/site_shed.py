@@ -51,10 +51,11 @@ from service.site_plans import (
     State,
     n_periods,
     period,
+    plan_differs,
     plan_start,
     request_of,
 )
-from service.sites import event_signals, periods_at, plan_differs
+from service.sites import event_signals, periods_at
 from service.store import Plan, Site, SiteNotFound, Store, store_for
 
 PROGRAM = "pdwatt-shed"
@@ -88,10 +89,7 @@ def shed_event(
     ``when`` for ``duration``; or, with ``limits`` (``(start, kW)`` steps, the first
     at ``when``), each step's limit from its start to the next one's, the last to the
     shed's end (``event.duration`` bounds them all)."""
-    if limits is None or list(limits) == [(when, body.target_kw)]:
-        steps: list[tuple[datetime, float]] = [(when, body.target_kw)]
-    else:
-        steps = list(limits)
+    steps = list(limits) if limits else [(when, body.target_kw)]
     name = f"shed to {body.target_kw:g} kW"
     doc: dict[str, Any] = {
         "programID": PROGRAM,
@@ -99,8 +97,8 @@ def shed_event(
         "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
         "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
     }
-    if len(steps) == 1 and steps[0][1] == body.target_kw:
-        doc["intervals"] = [_interval(0, steps[0][1])]
+    if steps == [(when, body.target_kw)]:
+        doc["intervals"] = [_interval(0, body.target_kw)]
         return OadrEvent.model_validate(doc)
     doc["eventName"] = f"{name}, held at the least the site can draw"
     doc["duration"] = body.duration  # the last step runs to the shed's end
@@ -178,10 +176,7 @@ def stored_event(
         raise shed_error(e) from None
     problem = _problem(site, settings)
     t = int(shed["period"])
-    running = [
-        (shed["deployments"][d.name]["n_p"], shed["deployments"][d.name]["n_d"])
-        for d in problem.deployments
-    ]
+    running = running_counts(problem, shed)  # the counts the shed answered for
     floors = reachable_floors_w(build_data(problem), running)
     start, step = plan_start(site.body), period(site.body)
     target_w = body.target_kw * 1000.0
@@ -258,8 +253,7 @@ class BoundaryCall:
     (:func:`solve_boundary`)."""
 
     body: dict[str, Any]  # the site's stored body
-    memory_budget_mb: float | None
-    kernels: str | None
+    host: Host  # the server's (service.limits.solve_host)
     period: int
     running: tuple[tuple[int, int], ...]
     target_w: float
@@ -267,8 +261,7 @@ class BoundaryCall:
 
 def solve_boundary(call: BoundaryCall) -> dict[str, Any]:
     """:func:`~formulation.whatif.shed.next_boundary` of ``call``, in a solver worker."""
-    host = Host(memory_budget_mb=call.memory_budget_mb, kernels=call.kernels)
-    problem = problem_from_dict(request_of(call.body), host)
+    problem = problem_from_dict(request_of(call.body), call.host)
     return next_boundary(problem, call.period, call.running, call.target_w)
 
 
@@ -315,12 +308,7 @@ def settings_now(
             out["next_boundary"] = next_boundary(problem, t + 1, running, target_w, pipeline=False)
         except NeedsPipeline:
             call = BoundaryCall(
-                site.body,
-                settings.max_solve_memory_mb,
-                settings.kernels,
-                t + 1,
-                tuple(running),
-                float(target_w),
+                site.body, problem.host, t + 1, tuple(running), float(target_w)
             )
     return out, call
 

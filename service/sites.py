@@ -290,28 +290,6 @@ def targets_csv(doc: dict[str, Any]) -> str:
     return site_targets.targets_csv(doc)
 
 
-def plan_differs(site: Site, plan: Plan) -> str | None:
-    """What of the site's clock, horizon and deployments differs from the site the plan
-    was made for (its document keeps ``plan_start``, ``period_minutes``, ``n_periods``
-    and the deployments' names), or None when nothing does: a plan made for another
-    clock or horizon says nothing about what runs now on this one."""
-    doc, body = plan.response, site.body
-    was = [d["name"] for d in doc["schedule"]["deployments"]]
-    now = [d["name"] for d in body["deployments"]]
-    diffs = []
-    if plan_start(doc) != plan_start(body):
-        diffs.append(f"plan_start {doc['plan_start']} -> {body['plan_start']}")
-    if float(doc["period_minutes"]) != float(body["period_minutes"]):
-        diffs.append(f"period_minutes {doc['period_minutes']:g} -> {body['period_minutes']:g}")
-    if int(doc["n_periods"]) != n_periods(body):
-        diffs.append(f"n_periods {doc['n_periods']} -> {n_periods(body)}")
-    if was != now:
-        diffs.append(f"deployments {was} -> {now}")
-    if not diffs:
-        return None
-    return f"the site changed since its latest plan ({'; '.join(diffs)}); re-plan first"
-
-
 def periods_at(plan: Plan, when: datetime) -> tuple[int, list[dict[str, Any]]]:
     """The period index the plan's clock is in at ``when`` and its periods; raises
     :class:`NoPeriod` when the plan does not cover it."""

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,36 +26,19 @@ from formulation.demo import demo_request
 from service.site_plans import request_of
 from service.site_shed import settings_now
 from service.store import Plan, Site
-from tests.service.conftest import Servers, app_settings, stop_server
+from tests.service.conftest import app_settings, stop_server
 from tests.service.processes import left, linux_only, tree
+from tests.service.test_crash import Server, server
 
 pytestmark = [linux_only, pytest.mark.servers]
 
-__all__ = ["tree"]  # the fixture, used by name
+__all__ = ["server", "tree"]  # the fixtures, used by name
 
 #: a guard against a hang, not a timing: the service's promise is 15 s
 SIGTERM_WAIT_S = 15.0
 SHEDS = 6
 TARGET_KW = 4.5
 PLAN_START = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-Server = tuple[str, "subprocess.Popen[bytes]"]
-
-
-@pytest.fixture
-def server(tmp_path: Path, tree: str) -> Iterator[Callable[..., Server]]:
-    servers = Servers(tmp_path)
-
-    def start(**settings: Any) -> Server:
-        base = servers.start(**settings)
-        return base, servers.procs[-1][0]
-
-    yield start
-    for proc, _ in servers.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
 
 def tight_site() -> dict[str, Any]:
     body = demo_request()
@@ -115,7 +98,7 @@ def test_the_site_forces_the_pipeline(tmp_path: Path) -> None:
 def test_concurrent_sheds_needing_the_pipeline_all_answer_and_sigterm_ends_the_server(
     server: Callable[..., Server], tree: str
 ) -> None:
-    base, proc = server(workers=2)
+    base, proc = server(workers=2)  # (base URL, process)
     r = httpx.post(f"{base}/v1/sites", json=tight_site(), timeout=30)
     assert r.status_code == 201, r.text
     site_id = r.json()["id"]
