@@ -141,7 +141,15 @@ def test_catalog_clock_data_and_default_settings_parse():
         assert clocks is not None and clocks.settings
         assert clocks.settings[0] == clocks.full_clock
         assert clocks.power_limit_max_w == pytest.approx(
-            {"a100-80gb": 400, "h100-sxm": 700, "h200": 700, "b200": 1000}[gpu]
+            {
+                "a100-80gb": 400,
+                "h100-sxm": 700,
+                "h200": 700,
+                "b200": 1000,
+                "b300": 1100,
+                "gb200": 1200,
+                "gb300": 1400,
+            }[gpu]
         )
         for text in clocks.settings:
             assert parse_setting(text, clocks, "settings") is not None
