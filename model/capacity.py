@@ -178,7 +178,7 @@ class DeploymentSpec:
             "gpu": asdict(self.gpu),
             "calibration": asdict(self.calibration),
             "workload": self.workload.to_dict(),
-            "serving": asdict(self.serving),
+            "serving": serving_record(self.serving),
             "model_variant": self.variant,
             "performance": self.performance,
         }
@@ -204,6 +204,15 @@ class DeploymentSpec:
             "prefill_setting": clocks.full_clock if prefill is None else prefill.text,
             "decode_setting": clocks.full_clock if decode is None else decode.text,
         }
+
+
+def serving_record(serving: ServingStack) -> dict[str, Any]:
+    """The serving stack as JSON; ``max_running_requests`` only when set (a document at
+    the defaults is as before the field existed)."""
+    out = asdict(serving)
+    if out["max_running_requests"] is None:
+        del out["max_running_requests"]
+    return out
 
 
 def kv_memory_bytes(
@@ -673,6 +682,8 @@ class Coefficients:
     # the part of g_s_per_request the decode setting's clock adds, per request and
     # iteration (model.clocks.decode_extra_g, docs/clocks.md); 0 at the full clock
     clock_extra_g_s_per_request: float = 0.0
+    # the engine's largest decode batch (serving.max_running_requests; inf: none)
+    batch_limit: float = math.inf
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -828,6 +839,9 @@ class Coefficients:
             forms=forms,
             phase_clocks=None if clocked is None else clocked.phases,
             clock_extra_g_s_per_request=0.0 if clocked is None else clocked.extra_g,
+            batch_limit=math.inf
+            if st.max_running_requests is None
+            else float(st.max_running_requests),
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------
@@ -953,6 +967,60 @@ def solve_batch(
     return out, passes
 
 
+#: what may cap a configuration's decode batch below the memory balance's ``B*``
+CAPPED_BY = ("max_running_requests", "tpot_p99")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Why a configuration's capacity is below the one of the memory balance alone
+    (docs/admission.md, section 8), per configuration: ``pool_batch``, the balance's
+    ``B*``; ``capped_by``, what capped the decode batch (an entry of
+    :data:`CAPPED_BY`, or None); ``prefill_limit_rps``, the rate up to which the
+    prefill instances meet the TTFT target (inf without one); ``unmet``, why no rate
+    meets the targets (None where one does)."""
+
+    pool_batch: FloatArray
+    capped_by: NDArray[np.object_]
+    prefill_limit_rps: FloatArray
+    unmet: NDArray[np.object_]
+
+    def record(self, i: int, result: CapacityResult) -> dict[str, Any]:
+        c = result.coefficients
+        b = float(result.batch[i])
+        iteration = c.alpha_s + c.g_s_per_request * b if c.has_decode_work and b > 0 else None
+        prefill = float(result.n_p[i]) * float(result.mu_p_rps[i])
+        limit = float(self.prefill_limit_rps[i])
+        cap = float(result.capacity_rps[i])
+        if self.unmet[i] is not None:
+            by = None
+        elif math.isfinite(limit) and cap >= limit * (1.0 - 1e-12):
+            by = "ttft_p99"
+        elif cap >= prefill * (1.0 - 1e-12):
+            by = "prefill"
+        else:
+            by = "decode"
+        return {
+            "pool_batch": float(self.pool_batch[i]),
+            "batch_capped_by": self.capped_by[i],
+            "decode_iteration_s": iteration,
+            "ttft_rho_limit": limit / prefill if math.isfinite(limit) and prefill > 0 else None,
+            "limited_by": by,
+            "unmet": self.unmet[i],
+        }
+
+
+def no_limits(n: int) -> Limits:
+    """:class:`Limits` of ``n`` configurations that nothing capped (``pool_batch`` nan
+    until set)."""
+    return Limits(
+        pool_batch=np.full(n, np.nan),
+        capped_by=np.full(n, None, dtype=object),
+        prefill_limit_rps=np.full(n, np.inf),
+        unmet=np.full(n, None, dtype=object),
+    )
+
+
 @dataclass(frozen=True)
 class CapacityResult:
     """Capacity and power of an array of configurations (SPEC 2.5, 2.6)."""
@@ -973,6 +1041,9 @@ class CapacityResult:
     load_rps: FloatArray  # load at which power_w is given
     coefficients: Coefficients
     root_passes: int
+    #: set where an engine limit or a latency target capped a capacity (None: SPEC's
+    #: capacity, nothing capped)
+    limits: Limits | None = None
 
     def __len__(self) -> int:
         return int(self.n_p.shape[0])
@@ -980,11 +1051,16 @@ class CapacityResult:
     def rows(self, start: int, stop: int) -> CapacityResult:
         """Configurations ``start..stop-1`` alone (``root_passes`` stays the whole
         evaluation's: the most false-position passes any configuration needed)."""
-        cut = {
+        cut: dict[str, Any] = {
             f.name: getattr(self, f.name)[start:stop]
             for f in fields(self)
             if isinstance(getattr(self, f.name), np.ndarray)
         }
+        if self.limits is not None:
+            lim = self.limits
+            cut["limits"] = Limits(
+                **{f.name: getattr(lim, f.name)[start:stop] for f in fields(lim)}
+            )
         return replace(self, **cut)
 
     def record(self, i: int) -> dict[str, Any]:
@@ -994,7 +1070,7 @@ class CapacityResult:
         def num(v: float) -> float | None:
             return float(v) if math.isfinite(v) else None
 
-        return {
+        out = {
             "n_p": int(self.n_p[i]),
             "n_d": int(self.n_d[i]),
             "gpus": int(self.gpus[i]),
@@ -1012,6 +1088,9 @@ class CapacityResult:
             "power_idle_w": float(self.power_idle_w[i]),
             "power_saturated_w": float(self.power_sat_w[i]),
         }
+        if self.limits is not None:
+            out |= self.limits.record(i, self)
+        return out
 
 
 def instance_power_w(p0_w: float, gamma_w: float, psat_w: float, x: ArrayLike) -> FloatArray:
@@ -1089,9 +1168,17 @@ def evaluate(
             else:
                 b, passes = solve_batch(c, npf[both], ndf[both])
             batch[both] = b
+        limits = None
+        if math.isfinite(c.batch_limit):  # the engine's largest batch (admission.md, 8)
+            limits = no_limits(batch.size)
+            limits.pool_batch[:] = batch
+            capped = batch > c.batch_limit
+            limits.capped_by[capped] = "max_running_requests"
+            batch = np.minimum(batch, c.batch_limit)
         mu_d = c.decode_rate_rps(batch)
         mu_d_max = np.full(npf.shape, float(c.decode_rate_rps(c.batch_max)))
     else:  # every request has l_out = 1: no decode work (SPEC 2.5 edge case)
+        limits = None
         batch = np.zeros(npf.shape)
         mu_d = np.full(npf.shape, np.inf)
         mu_d_max = np.full(npf.shape, np.inf)
@@ -1128,6 +1215,7 @@ def evaluate(
         load_rps=load,
         coefficients=c,
         root_passes=passes,
+        limits=limits,
     )
 
 

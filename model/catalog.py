@@ -504,7 +504,10 @@ class ServingStack:
     `kv_pool_tokens` is set (from the engine log, e.g. SGLang's
     ``max_total_num_tokens``); `reserved_tokens` is R; `unused_fraction` is u
     (U = u * C_tok); `dispatch` is the router policy; `tensor_parallel` is the
-    number of GPUs per instance (flops, bandwidth, memory and power scale ideally).
+    number of GPUs per instance (flops, bandwidth, memory and power scale ideally);
+    `max_running_requests` is the engine's largest decode batch (SGLang's
+    ``--max-running-requests``, vLLM's ``--max-num-seqs``; None: no limit beyond the KV
+    pool, docs/admission.md, section 8).
     """
 
     mem_fraction: float = 0.90
@@ -513,6 +516,7 @@ class ServingStack:
     kv_pool_tokens: int | None = None
     dispatch: str = "round_robin"
     tensor_parallel: int = 1
+    max_running_requests: int | None = None
 
     def __post_init__(self) -> None:
         _set_floats(self, ("mem_fraction", "unused_fraction"))
@@ -528,6 +532,10 @@ class ServingStack:
             )
         if _integer("tensor_parallel", self.tensor_parallel) < 1:
             raise InputError("tensor_parallel", f"must be >= 1, got {self.tensor_parallel!r}")
+        if self.max_running_requests is not None:
+            m = _integer("max_running_requests", self.max_running_requests)
+            if m < 1:
+                raise InputError("max_running_requests", f"must be >= 1, got {m!r}")
 
 
 _SECTION_TYPES: dict[str, type[Any]] = {
