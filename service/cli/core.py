@@ -63,6 +63,18 @@ def _at(c: dict[str, Any]) -> str:
     return f" at {c['prefill_setting']}/{c['decode_setting']}"
 
 
+def _limit_cells(c: dict[str, Any]) -> list[str]:
+    """A front point's decode batch, what capped it, its iteration (ms) and which bound
+    decides its capacity (docs/admission.md, section 8)."""
+    it = c.get("decode_iteration_s")
+    return [
+        fmt(c.get("batch"), 1),
+        c.get("batch_capped_by") or "-",
+        fmt(None if it is None else 1e3 * it, 1),
+        c.get("limited_by") or "-",
+    ]
+
+
 def _setting_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",")]
 
@@ -83,6 +95,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         )
         print(calibration_line(rep))
         named = "prefill_settings" in rep
+        limited = "slo" in rep  # capacities under targets name their batch and limit
         rows = [
             [
                 f"{c['n_p']}P{c['n_d']}D",
@@ -93,11 +106,13 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 fmt(c["power_w"] / c["capacity_rps"] if c["capacity_rps"] else None, 1),
                 fmt(c["rho_star"], 3),
                 c["bottleneck"],
+                *(_limit_cells(c) if limited else []),
             ]
             for c in rep["front"]
         ]
         head = ["config", *(["settings P/D"] if named else []), "GPUs", "req/s", "W", "J/req"]
-        print(table(rows, [*head, "rho*", "bottleneck"]))
+        more = ["batch", "capped by", "t_D ms", "limited by"] if limited else []
+        print(table(rows, [*head, "rho*", "bottleneck", *more]))
         if "slo" in rep:
             slo = rep["slo"]
             analytic = slo.get("method") == "analytic"
@@ -113,6 +128,16 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 if slo[key] is not None
             )
             at = ", each at its settings" if named else ""
+            print(
+                f"capacity under the targets ({given}): decode at the largest batch within "
+                f"the TPOT target ({slo['batch_capped']} of {len(rep['configs'])} "
+                f"configurations capped), prefill up to the utilisation within the TTFT "
+                f"target; {slo['unmet']} meet them at no rate"
+            )
+            for c in rep["configs"]:
+                if c.get("unmet") is not None:
+                    print(f"  {c['n_p']}P{c['n_d']}D{_at(c)}: {c['unmet']}")
+                    break
             print(
                 f"latency targets ({given} at {slo['at_load']:g} x capacity{at}; {how}): "
                 f"{slo['meeting']} of {checked} checked configurations meet them; "
