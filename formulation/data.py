@@ -12,7 +12,7 @@ of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -23,7 +23,9 @@ from formulation.problem import DeploymentInput, ScheduleProblem, validate
 from model.capacity import Coefficients, DeploymentSpec, with_settings
 from model.clocks import named_settings
 from model.errors import InputError, PdwattError
+from model.latency_targets import LatencyTargets
 from model.operations import SpecRequest, resolve_spec, setting_arg
+from model.simulator import resolve_samples
 from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]
@@ -278,7 +280,16 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
         raise InputError(f"{at}.{e.field}", e.reason) from e
     except PdwattError as e:  # pragma: no cover - every core error is an InputError
         raise InputError(at, str(e)) from e
-    return spec
+    targets = LatencyTargets(d.ttft_p99_s, d.tpot_p99_s)
+    if targets.ttft_p99_s is not None:
+        try:  # the p99 of the prefill times needs the per-request lengths
+            resolve_samples(spec.workload)
+        except InputError as e:
+            raise InputError(
+                f"{at}.latency_targets.ttft_p99_s",
+                f"a TTFT target needs the workload's per-request lengths: {e.reason}",
+            ) from e
+    return replace(spec, targets=targets)
 
 
 def setting_lists(

@@ -63,6 +63,7 @@ from model.engine import (
 )
 from model.errors import DoesNotFitError, InputError, OutsideTableError
 from model.kernels import busiest_rank_experts
+from model.latency_targets import LatencyTargets
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -135,6 +136,9 @@ class DeploymentSpec:
     prefill_setting: str | None = None
     decode_setting: str | None = None
     clocks: GpuClocks | None = None
+    #: p99 TTFT/TPOT targets: tables (:mod:`model.tables`) then hold each
+    #: configuration's capacity under them (:mod:`model.targets`); none by default
+    targets: LatencyTargets = field(default_factory=LatencyTargets)
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -190,6 +194,8 @@ class DeploymentSpec:
             out |= texts
             if self.clocks is not None:
                 out["clocks"] = asdict(self.clocks)
+        if self.targets.given:  # none: as before
+            out["targets"] = self.targets.record()
         return out
 
     def setting_texts(self) -> dict[str, str]:

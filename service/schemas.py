@@ -17,6 +17,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, 
 
 from formulation.request import (
     Framework,
+    LatencyTargetsIn,
     ModelVariant,
     Name,
     NonNeg,
@@ -169,7 +170,7 @@ class CapacityRequest(SpecFields):
     )
 
 
-class SloIn(Strict):
+class SloIn(LatencyTargetsIn):
     """Latency targets the front is restricted to (:func:`model.slo.slo_restricted_front`):
     the analytic p99s of docs/latency.md at ``at_load`` times each configuration's
     capacity, at its own GPU settings in a front over settings (docs/clocks.md); where
@@ -179,8 +180,6 @@ class SloIn(Strict):
     not moments. The answer then has ``slo`` (the targets, how many configurations were
     checked and met them, the rule) and each configuration its verdict."""
 
-    ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
-    tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
     at_load: float = Field(
         SloTargets.at_load, gt=0, le=1, description="fraction of each configuration's capacity"
     )

@@ -574,3 +574,17 @@ def test_the_kernel_database_setting_is_checked_at_start(monkeypatch, tmp_path):
         get_settings.cache_clear()
     assert err.value.field == "PDWATT_KERNELS"
     assert "is not a kernel database" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("targets", "field"),
+    [
+        ({"tpot_p99_s": 0}, "deployments[0].latency_targets.tpot_p99_s"),
+        ({"ttft_p99_s": "2"}, "deployments[0].latency_targets.ttft_p99_s"),
+        ({"tpot_p99_s": 0.05, "at_load": 0.8}, "deployments[0].latency_targets.at_load"),
+    ],
+)
+def test_a_deployments_bad_latency_targets_are_a_422_naming_the_field(client, targets, field):
+    body = small_schedule()
+    body["deployments"][0]["latency_targets"] = targets
+    assert_problem(client.post("/v1/schedule", json=body), 422, field)
