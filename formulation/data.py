@@ -12,7 +12,7 @@ of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
-from model.capacity import Coefficients, DeploymentSpec, with_settings
+from model.capacity import Coefficients, DeploymentSpec, with_settings, with_targets
 from model.clocks import named_settings
 from model.errors import InputError, PdwattError
 from model.latency_targets import LatencyTargets
@@ -289,7 +289,7 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
                 f"{at}.latency_targets.ttft_p99_s",
                 f"a TTFT target needs the workload's per-request lengths: {e.reason}",
             ) from e
-    return replace(spec, targets=targets)
+    return with_targets(spec, d.ttft_p99_s, d.tpot_p99_s)
 
 
 def setting_lists(

@@ -1237,6 +1237,13 @@ def candidate_configs(max_gpus: int, gpus_per_instance: int = 1) -> tuple[IntArr
     return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
 
 
+def with_targets(
+    spec: DeploymentSpec, ttft_p99_s: float | None, tpot_p99_s: float | None
+) -> DeploymentSpec:
+    """``spec`` with p99 latency targets (None: none); an input error names the target."""
+    return replace(spec, targets=LatencyTargets(ttft_p99_s, tpot_p99_s))
+
+
 def with_settings(
     spec: DeploymentSpec, prefill_setting: str | None, decode_setting: str | None
 ) -> DeploymentSpec:

@@ -47,6 +47,8 @@ from model.engine import (
 )
 from model.errors import InputError
 from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.simulator import resolve_samples
+from model.targets import evaluate_targets
 from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
@@ -244,8 +246,16 @@ def capacity_report(
             raise InputError(name, "must be an integer >= 0")
     if load_rps is not None and (not np.isfinite(load_rps) or load_rps < 0):
         raise InputError("load", "must be finite and >= 0")
-    r = evaluate(spec, [n_p], [n_d], None if load_rps is None else [load_rps])
+    load = None if load_rps is None else [load_rps]
+    targets = spec.targets
+    if targets.given:  # the highest rate at which the targets hold (model.targets)
+        l_in = None if targets.ttft_p99_s is None else resolve_samples(spec.workload).l_in
+        r = evaluate_targets(spec, [n_p], [n_d], targets, l_in=l_in, load_rps=load)
+    else:
+        r = evaluate(spec, [n_p], [n_d], load)
     out = r.record(0)
+    if targets.given:
+        out["latency_targets"] = targets.record()
     out.update(_context(spec, overridden, r.coefficients))
     return out
 

@@ -168,6 +168,11 @@ class CapacityRequest(SpecFields):
     decode_setting: str | None = Field(
         None, max_length=32, description="the decode GPUs' setting, as prefill_setting"
     )
+    latency_targets: LatencyTargetsIn | None = Field(
+        None,
+        description="p99 TTFT/TPOT targets: the capacity is the highest rate at which the "
+        "configuration meets them (docs/admission.md, section 8)",
+    )
 
 
 class SloIn(LatencyTargetsIn):

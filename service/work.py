@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from formulation.request import ScheduleRequest
-from model.capacity import settings_record, with_settings
+from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, front_of, resolve_spec
 from model.simulator import resolve_samples
@@ -36,6 +36,8 @@ def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
 def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]:
     spec, ov = _spec(req, kernels)
     spec = with_settings(spec, req.prefill_setting, req.decode_setting)
+    if req.latency_targets is not None:
+        spec = with_targets(spec, req.latency_targets.ttft_p99_s, req.latency_targets.tpot_p99_s)
     rep = capacity_report(spec, req.n_p, req.n_d, req.load_rps, overridden=ov)
     rep.update(settings_record(spec))
     return rep

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from model.capacity import settings_record, with_settings
+from model.capacity import settings_record, with_settings, with_targets
 from model.operations import capacity_report, front_of
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
@@ -15,6 +15,7 @@ from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_a
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
     spec, overridden = spec_from_args(a)
     spec = with_settings(spec, a.prefill_setting, a.decode_setting)
+    spec = with_targets(spec, a.ttft_p99, a.tpot_p99)
     rep = capacity_report(spec, a.np, a.nd, a.load, overridden=overridden)
     rep.update(settings_record(spec))
     if not a.json:
@@ -30,7 +31,10 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
             ("prefill capacity / instance", f"{fmt(rep['mu_p_rps'])} req/s"),
             ("decode capacity / instance", f"{fmt(rep['mu_d_rps'])} req/s (coupled)"),
             ("decode capacity / instance, no reservations", f"{fmt(rep['mu_d_max_rps'])} req/s"),
-            ("operating batch B*", fmt(rep["batch"], 2)),
+            (
+                "operating batch" if "latency_targets" in rep else "operating batch B*",
+                fmt(rep["batch"], 2),
+            ),
             ("prefill utilisation at capacity", fmt(rep["rho_star"], 4)),
             ("uncoupled bottleneck", rep["bottleneck"]),
             ("active context", f"{fmt(rep['ctx_tokens'], 1)} tokens"),
@@ -50,10 +54,32 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
                         f"{fmt(rep[f'{phase}_draw_w'], 0)} W per GPU at capacity",
                     )
                 )
+        if "latency_targets" in rep:
+            items += _target_items(rep)
         w = max(len(k) for k, _ in items)
         for k, v in items:
             print(f"  {k.ljust(w)}  {v}")
     return rep
+
+
+def _target_items(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    """The text lines of a capacity under latency targets (docs/admission.md, 8)."""
+    goals = rep["latency_targets"]
+    given = ", ".join(
+        f"{name} p99 <= {fmt(goals[key], 4)} s"
+        for name, key in (("TTFT", "ttft_p99_s"), ("TPOT", "tpot_p99_s"))
+        if goals[key] is not None
+    )
+    out = [("latency targets", given)]
+    if rep.get("unmet"):
+        out.append(("unmet", rep["unmet"]))
+        return out
+    out.append(("batch capped by", rep.get("batch_capped_by") or "nothing"))
+    it = rep.get("decode_iteration_s")
+    if it is not None:
+        out.append(("decode iteration at the batch", f"{fmt(1e3 * it, 2)} ms"))
+    out.append(("capacity decided by", rep.get("limited_by") or "-"))
+    return out
 
 
 def _at(c: dict[str, Any]) -> str:
@@ -181,6 +207,12 @@ def register(sub: Any) -> None:
             help=f"the {phase} GPUs' setting: '<N>MHz' (locked SM clock) or '<N>W' "
             "(power limit per GPU); default: the full clock (docs/clocks.md)",
         )
+    g = c.add_argument_group(
+        "latency targets: the capacity is the highest rate at which they hold "
+        "(docs/admission.md, section 8)"
+    )
+    g.add_argument("--ttft-p99", type=float, metavar="S", help="p99 time to first token (s)")
+    g.add_argument("--tpot-p99", type=float, metavar="S", help="p99 time per output token (s)")
     c.set_defaults(func=cmd_capacity)
 
     f = sub.add_parser("front", help="every configuration and the capacity-power Pareto front")

@@ -117,3 +117,34 @@ def test_max_running_requests_caps_the_front_batch(client: TestClient) -> None:
     got = client.post("/v1/front", json=body).json()
     assert all(cfg["batch"] <= 4 for cfg in got["configs"])
     assert any(cfg["batch_capped_by"] == "max_running_requests" for cfg in got["configs"])
+
+
+# -- one configuration under latency targets: pdwatt capacity and POST /v1/capacity ------
+
+
+def test_capacity_under_targets_is_model_targets_on_the_command_line_and_over_http(client, capsys):
+    from model.capacity import evaluate
+    from model.latency_targets import LatencyTargets
+    from model.operations import SpecRequest, resolve_spec
+    from model.targets import evaluate_targets
+
+    spec = resolve_spec(SpecRequest("qwen3-32b", "h200", "fixed:1024:256", {}))
+    goals = LatencyTargets(ttft_p99_s=0.5, tpot_p99_s=0.02)
+    ref = evaluate_targets(spec, [2], [1], goals, l_in=[1024]).record(0)
+    plain = evaluate(spec, [2], [1]).record(0)
+    assert ref["capacity_rps"] < plain["capacity_rps"]  # the targets bite
+    args = ["capacity", "--workload", "fixed:1024:256", "--np", "2", "--nd", "1"]
+    cli = run_json(capsys, [*args, "--ttft-p99", "0.5", "--tpot-p99", "0.02", "--json"])
+    body = {"workload": "fixed:1024:256", "n_p": 2, "n_d": 1}
+    r = client.post("/v1/capacity", json={**body, "latency_targets": goals.record()})
+    assert r.status_code == 200, r.text
+    for got in (cli, r.json()):
+        assert got["latency_targets"] == goals.record()
+        for key in ("capacity_rps", "batch", "batch_capped_by", "limited_by", "power_w"):
+            assert got[key] == ref[key], key
+    # without targets: today's record, no latency_targets key
+    r = client.post("/v1/capacity", json=body)
+    assert r.json()["capacity_rps"] == plain["capacity_rps"]
+    assert "latency_targets" not in r.json()
+    bad = client.post("/v1/capacity", json={**body, "latency_targets": {"tpot_p99_s": -1}})
+    assert_problem(bad, 422, "latency_targets.tpot_p99_s")
