@@ -81,8 +81,11 @@ all-reduce under TP (the lookup itself has no kernel table and is not counted), 
 LM head GEMM on the tokens whose logits are computed (the prompt's last for a
 prefill, every request's for decode) and the all-gather of the logits under TP (NCCL
 table). A decode at a fractional batch (a measured mean) is the linear interpolation
-of the compositions at its floor and ceiling. Refused, naming what is missing:
-multi-head latent attention (DeepSeek; no table measures it). Not counted, because no
+of the compositions at its floor and ceiling. Multi-head latent attention (DeepSeek)
+from the framework's MLA module tables where it has them, else from its MLA attention,
+batched-GEMM and GEMM tables; data-parallel attention (``attention_dp``) with the
+collectives around each MoE layer AIConfigurator charges (``docs/kernels.md``,
+"Multi-head latent attention (DeepSeek)"). Not counted, because no
 table measures them: norms, activation, rotary embedding, sampling, scheduling and
 launch gaps (the serving engine's overheads, fitted elsewhere).
 """
@@ -480,8 +483,10 @@ class KernelSetup:
     dtype of experts the catalog stores in MXFP4 or NVFP4), the KV cache
     (``bfloat16``, ``fp8``), the MoE load `distribution` (``uniform``: each token's
     experts drawn uniformly, :func:`uniform_tokens`; or a load the tables measure:
-    ``balanced``, a skew such as ``power_law_1.2``) and the NCCL version (default: the newest the
-    database has for the GPU)."""
+    ``balanced``, a skew such as ``power_law_1.2``), the NCCL version (default: the newest the
+    database has for the GPU) and the data-parallel attention size `attention_dp` (1: none;
+    else ``tp x attention_dp`` GPUs, each rank attending its own requests, the experts
+    split ``moe_tp x ep`` over all of them)."""
 
     gpu: str
     framework: str

@@ -107,31 +107,34 @@ def spread(rows: list[tuple[Any, ...]], column: int) -> tuple[float, float]:
     return max(abs(x) for x in d), statistics.median(d)
 
 
+@pytest.mark.parametrize("framework", ["sglang", "trtllm"])
 @pytest.mark.parametrize("gpu", ["h200_sxm", "b200_sxm"])
-def test_sglang_deepseek_agrees_with_the_sdk_step_estimator(gpu: str) -> None:
-    """SGLang 0.5.14 tables, FP8-block weights, bf16 KV cache, the SDK's default MoE load.
+def test_deepseek_agrees_with_the_sdk_step_estimator(gpu: str, framework: str) -> None:
+    """SGLang 0.5.14 (MLA kernel, BMMs and GEMMs) and TRT-LLM 1.3.0rc20 (MLA module
+    tables) on FP8-block weights, bf16 KV cache, the SDK's default MoE load.
 
-    Measured (this grid, 33 points per GPU and layout): prefill within 4% (H200 max 3.3%,
-    B200 max 4.0%); decode at 16 to 256 requests per rank within 6.3%; at one request
-    within 16%, all of it the shared expert, which the composition adds after the routed
-    experts and the SDK overlaps with them on a second stream (its ``OverlapOp``, the
-    longer of the two): without the shared experts' time the decode is within 7%."""
-    rows = grid(gpu, "sglang")
+    Measured (33 points per GPU, framework and layout): prefill within 3.3% (SGLang H200),
+    4.0% (SGLang B200), 3.0% (TRT-LLM H200), 4.9% (TRT-LLM B200); decode at 16 to 256
+    requests per rank within 3.7%, 6.3%, 4.2%, 4.8%; at one request within 16%, all of it
+    the shared expert, which the composition adds after the routed experts and the SDK
+    overlaps with them on a second stream (its ``OverlapOp``, the longer of the two):
+    without the shared experts' time the decode is within 7%."""
+    rows = grid(gpu, framework)
     prefill = [r for r in rows if r[1] == "prefill"]
     decode = [r for r in rows if r[1] == "decode"]
     busy = [r for r in decode if r[3] >= 16]
-    assert spread(prefill, 5)[0] < 0.05, prefill
+    assert spread(prefill, 5)[0] < 0.06, prefill
     assert spread(busy, 5)[0] < 0.08, busy
     assert spread(decode, 5)[0] < 0.18, decode
     assert spread(decode, 6)[0] < 0.08, decode
     for r in decode:  # the composition sums the shared experts: never below the SDK's overlap
-        assert r[5] > r[4] * 0.97, r
+        assert r[5] > r[4] * 0.95, r
 
 
 def test_the_headline_prefill_and_decode_of_one_8_gpu_instance() -> None:
     """DeepSeek prefill of 8k-token prompts on one 8-GPU instance (TP8, SGLang): the
     kernels give 2.9 req/s on H200 and 6.1 on B200 (the expert load drawn uniformly;
-    AIConfigurator's estimator on the same tables, at its power-law load: 2.8 and 5.8),
+    AIConfigurator's estimator on the same tables, at its power-law load: 2.8 and 5.9),
     against the rooflines' 12.7 and 28.9 and the 2.3 to 3.3 measured (docs/kernels.md)."""
     h200 = composed("h200_sxm", "sglang", "tp8", distribution="uniform")
     b200 = composed("b200_sxm", "sglang", "tp8", distribution="uniform")
