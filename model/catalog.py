@@ -141,6 +141,13 @@ class ModelArch:
     attend within consecutive chunks of `attention_chunk` tokens only (Llama 4's
     chunked local attention; 0: none).
 
+    Multi-head latent attention's projections (DeepSeek V2/V3/R1, from the same
+    ``config.json``; 0: unknown, and the kernel composition refuses the model):
+    `q_lora_rank`, the width of the queries' low-rank compression; `kv_lora_rank`, the
+    latent's (``kv_latent = kv_lora_rank + qk_rope_head_dim``); `qk_rope_head_dim`, the
+    rotary part of each query/key head (`head_dim` is the rest, ``qk_nope_head_dim``,
+    plus it); `v_head_dim`, each head's value width.
+
     How the model's FP8 release stores its weights (the catalog entry may describe its
     bf16 release; ``model/kernels.py`` reads these when composing FP8 weights):
     `fp8_block`, the side of the square weight blocks sharing one scale (128 for
@@ -179,6 +186,10 @@ class ModelArch:
     fp8_block: int = 0
     fp8_scope: str = "linear"
     fp8_bf16_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -205,8 +216,20 @@ class ModelArch:
             "chunked_layers",
             "fp8_block",
             "fp8_bf16_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "v_head_dim",
         ):
             _non_negative(name, _integer(name, getattr(self, name)))
+        if self.kv_lora_rank and self.kv_latent != self.kv_lora_rank + self.qk_rope_head_dim:
+            raise InputError(
+                "kv_latent",
+                f"must be kv_lora_rank + qk_rope_head_dim "
+                f"({self.kv_lora_rank} + {self.qk_rope_head_dim}), got {self.kv_latent}",
+            )
+        if self.qk_rope_head_dim >= self.head_dim and self.qk_rope_head_dim:
+            raise InputError("qk_rope_head_dim", f"must be below head_dim ({self.head_dim})")
         if bool(self.sliding_window) != bool(self.sliding_layers):
             raise InputError(
                 "sliding_window", "sliding_window and sliding_layers must be set together"
