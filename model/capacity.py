@@ -64,6 +64,7 @@ from model.engine import (
 from model.errors import DoesNotFitError, InputError, OutsideTableError
 from model.kernels import busiest_rank_experts
 from model.latency_targets import LatencyTargets
+from model.shapes import InstanceShape, check_shape
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -143,6 +144,10 @@ class DeploymentSpec:
     def __post_init__(self) -> None:
         check_variant(self.variant)
         self.settings()  # an input error naming the setting if it is not one
+        shapes = self.serving.shapes()
+        for name, shape in zip(("prefill_shape", "decode_shape"), shapes, strict=True):
+            if getattr(self.serving, name) is not None:
+                check_shape(shape, name, self.model.n_heads, self.model.experts)
         check_performance(self.performance)
         if self.performance == "kernels":
             if self.kernel_source is None:
@@ -213,11 +218,12 @@ class DeploymentSpec:
 
 
 def serving_record(serving: ServingStack) -> dict[str, Any]:
-    """The serving stack as JSON; ``max_running_requests`` only when set (a document at
-    the defaults is as before the field existed)."""
+    """The serving stack as JSON; ``max_running_requests`` and the phases' shapes only
+    when set (a document at the defaults is as before the fields existed)."""
     out = asdict(serving)
-    if out["max_running_requests"] is None:
-        del out["max_running_requests"]
+    for name in ("max_running_requests", "prefill_shape", "decode_shape"):
+        if out[name] is None:
+            del out[name]
     return out
 
 
@@ -229,6 +235,15 @@ def kv_memory_bytes(
     the ``dp`` replicas, the routed experts once); negative when they do not fit."""
     weights = model.dense_weight_bytes * dp + model.expert_weight_bytes
     return mem_fraction * (gpu.mem_bytes * tp * dp) - weights
+
+
+def kv_replicas(model: ModelArch, shape: InstanceShape) -> float:
+    """How many copies of each token's KV an instance of ``shape`` keeps: each attention
+    replica (``dp``) splits its KV heads over its ``tp`` GPUs, never below one head per
+    GPU, so ``tp / min(tp, h_kv)`` GPUs of a replica hold the same heads (1 while ``tp``
+    is at most the KV heads; ``tp`` for MLA's single latent). Each request lives in one
+    replica, so ``dp`` adds no copy."""
+    return shape.tp / min(shape.tp, model.n_kv_heads)
 
 
 #: bytes per activation element that a tensor-parallel all-reduce carries (bf16)
@@ -449,14 +464,16 @@ def _apply_settings(
     clocks = spec.gpu_clocks()
     if (prefill is None and decode is None) or clocks is None:
         return None
-    m, hw, cal, tp = spec.model, spec.gpu, spec.calibration, spec.serving.tensor_parallel
+    m, hw, cal = spec.model, spec.gpu, spec.calibration
+    sp, sd = spec.serving.shapes()
+    gp, gd = sp.gpus, sd.gpus
     f_max = clocks.sm_clock_max_mhz
-    static = cal.p_idle_w * tp
-    p_ramp = (cal.p0_prefill_w * tp, cal.gamma_prefill_w * tp, cal.psat_prefill_w * tp)
-    d_ramp = (cal.p0_decode_w * tp, cal.gamma_decode_w * tp, cal.psat_decode_w * tp)
+    static_p, static_d = cal.p_idle_w * gp, cal.p_idle_w * gd
+    p_ramp = (cal.p0_prefill_w * gp, cal.gamma_prefill_w * gp, cal.psat_prefill_w * gp)
+    d_ramp = (cal.p0_decode_w * gd, cal.gamma_decode_w * gd, cal.psat_decode_w * gd)
 
     def prefill_draw(f: float) -> float:
-        return scaled_power(p_ramp[2], static, clocks.dynamic_factor(f)) / tp
+        return scaled_power(p_ramp[2], static_p, clocks.dynamic_factor(f)) / gp
 
     f_p = _phase_clock(clocks, prefill, prefill_draw)
     if f_p == f_max:  # a setting at the full clock (or a limit that does not bind)
@@ -464,8 +481,8 @@ def _apply_settings(
     k_p = clocks.dynamic_factor(f_p)
 
     decode_work = math.isfinite(g) and batch_max > 0
-    terms = DecodeTerms.of(m, hw, tp, ctx if decode_work else 0.0)
-    gemm = DecodeTerms.of(m, hw, tp, 0.0)
+    terms = DecodeTerms.of(m, hw, sd.tp, ctx if decode_work else 0.0, sd.dp, sd.ep)
+    gemm = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
     weight_s = terms.weight_read_s / cal.mbu
     weight_s += terms.expert_read_s / _expert_mbu(cal, terms.fp4_experts)
     # the weight GEMMs' compute per request at full clock; a calibration that charges
@@ -484,8 +501,8 @@ def _apply_settings(
     if decode_work:
         t_full = alpha + g * batch_max
         moved = terms.weight_read_s + terms.expert_read_s + terms.kv_read_s * batch_max
-        moved *= hw.mem_bw_bytes_per_s * tp / t_full  # bytes per second at B_max
-        above = d_ramp[2] - static
+        moved *= hw.mem_bw_bytes_per_s * gd / t_full  # bytes per second at B_max
+        above = d_ramp[2] - static_d
         memory_share = hbm_power_w(moved) / above if above > 0 else 0.0
 
     def decode_factor(f: float) -> float:
@@ -493,7 +510,7 @@ def _apply_settings(
         return power_factor(clocks, f, memory_share, ratio)
 
     def decode_draw(f: float) -> float:
-        return scaled_power(d_ramp[2], static, decode_factor(f)) / tp
+        return scaled_power(d_ramp[2], static_d, decode_factor(f)) / gd
 
     f_d = _phase_clock(clocks, decode, decode_draw)
     if f_d == f_max:
@@ -502,12 +519,14 @@ def _apply_settings(
         return None
     k_d = decode_factor(f_d)
 
-    def ramp(p0: float, gamma: float, psat: float, k: float) -> tuple[float, float, float]:
+    def ramp(
+        p0: float, gamma: float, psat: float, k: float, static: float
+    ) -> tuple[float, float, float]:
         q0 = scaled_power(p0, static, k)
         return q0, scaled_power(p0 + gamma, static, k) - q0, scaled_power(psat, static, k)
 
-    pp = ramp(*p_ramp, k_p) if prefill is not None else p_ramp
-    dp = ramp(*d_ramp, k_d) if decode is not None else d_ramp
+    pp = ramp(*p_ramp, k_p, static_p) if prefill is not None else p_ramp
+    dp = ramp(*d_ramp, k_d, static_d) if decode is not None else d_ramp
     scale_p = f_max / f_p if prefill is not None else 1.0
     return _Clocked(
         a_p=a_p * scale_p if prefill is not None else a_p,
@@ -521,7 +540,7 @@ def _apply_settings(
             "gamma_decode_w": dp[1],
             "psat_decode_w": dp[2],
         },
-        phases=PhaseClocks(f_p, f_d, pp[2] / tp, dp[2] / tp),
+        phases=PhaseClocks(f_p, f_d, pp[2] / gp, dp[2] / gd),
     )
 
 
@@ -560,7 +579,7 @@ _kernel_forms: LRUCache[tuple[Any, ...], KernelForms] = LRUCache(KERNEL_FORMS_CA
 _kernel_lock = threading.Lock()
 
 
-def _times_key(spec: DeploymentSpec) -> tuple[Any, ...]:
+def _times_key(spec: DeploymentSpec, shape: InstanceShape) -> tuple[Any, ...]:
     src, eng = spec.kernel_source, spec.engine
     assert src is not None and eng is not None  # DeploymentSpec checks it
     m = spec.model
@@ -572,8 +591,7 @@ def _times_key(spec: DeploymentSpec) -> tuple[Any, ...]:
             "(bf16: 2, fp8: 1)",
         )
     version = src.version(spec.gpu.name)
-    tp = spec.serving.tensor_parallel
-    return (src.folder, src.framework, version, spec.gpu.name, m, tp, kv, eng.overheads)
+    return (src.folder, src.framework, version, spec.gpu.name, m, shape, kv, eng.overheads)
 
 
 def _times_of(key: tuple[Any, ...]) -> KernelTimes:
@@ -581,9 +599,18 @@ def _times_of(key: tuple[Any, ...]) -> KernelTimes:
     hit = _kernel_times.get(key)
     if hit is not None:
         return hit
-    folder, framework, version, gpu, model, tp, kv, overheads = key
+    folder, framework, version, gpu, model, shape, kv, overheads = key
     source = KernelSource(folder, framework, ((gpu, version),))
-    times = KernelTimes.of(source, model, gpu, tp, overheads=overheads, kv_dtype=kv)
+    times = KernelTimes.of(
+        source,
+        model,
+        gpu,
+        shape.tp,
+        shape.ep,
+        overheads=overheads,
+        kv_dtype=kv,
+        attention_dp=shape.dp,
+    )
     _kernel_times[key] = times  # the least recently used goes beyond the cache's size
     return times
 
@@ -604,14 +631,17 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
     longest = longest_prompt_tokens(spec.workload)
     context = ctx if math.isfinite(ctx) else 1.0
     bmax = batch_max if math.isfinite(ctx) else 1.0
-    key = (*_times_key(spec), context, bmax, longest)
+    sp, sd = spec.serving.shapes()
+    prefill_key, decode_key = _times_key(spec, sp), _times_key(spec, sd)
+    key = (*decode_key, sp, context, bmax, longest)
     with _kernel_lock:
         hit = _kernel_forms.get(key)
         if hit is not None:
             return hit
-        times = _times_of(key[:8])
+        times = _times_of(decode_key)
+        prefill_times = times if sp == sd else _times_of(prefill_key)
         try:
-            prefill = prefill_curve(times, longest)
+            prefill = prefill_curve(prefill_times, longest)
         except OutsideTableError as e:
             raise InputError(
                 "workload",
@@ -626,7 +656,9 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
                 f"its decode at a context of {context:,.0f} tokens, batches 1 to "
                 f"{max(1, math.floor(bmax))}, is beyond the kernel tables: {e}",
             ) from e
-        subs = tuple(times.kernels.substitutions)
+        subs = tuple(
+            dict.fromkeys([*prefill_times.kernels.substitutions, *times.kernels.substitutions])
+        )
         forms = KernelForms(decode, one, prefill, context, bmax, longest, subs)
         _kernel_forms[key] = forms
         return forms
@@ -666,7 +698,9 @@ class Coefficients:
     gamma_decode_w: float
     psat_decode_w: float
     p_idle_w: float
-    gpus_per_instance: int
+    #: GPUs per prefill and per decode instance (their shapes' tp x dp)
+    prefill_gpus: int
+    decode_gpus: int
     variant: str = "paper"  # Coefficients.of sets the spec's variant
     # the part of g proportional to the request's context (KV read and attention
     # FLOPs), per token: g = g(0) + g_context * ctx (analytic latency, model/latency.py)
@@ -738,9 +772,9 @@ class Coefficients:
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Coefficients:
         m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
-        tp = st.tensor_parallel
-        flops = hw.peak_flops(m) * tp * cal.mfu
-        mem = hw.mem_bytes * tp
+        sp, sd = st.shapes()
+        flops = hw.peak_flops(m) * sp.gpus * cal.mfu
+        mem = hw.mem_bytes * sd.gpus
         iters = w.e_out_m1
         ctx = w.ctx_tokens if iters > 0 else math.nan
         kappa = kv_bytes_per_pool_token(m, ctx if iters > 0 else w.mean_in)
@@ -748,15 +782,18 @@ class Coefficients:
         if st.kv_pool_tokens is not None:
             pool = int(st.kv_pool_tokens)
         else:
-            free = kv_memory_bytes(m, hw, tp, st.mem_fraction)
+            free = kv_memory_bytes(m, hw, sd.tp, st.mem_fraction, sd.dp)
             if free <= 0:
                 raise DoesNotFitError(
                     "model",
                     f"{m.name} weights ({m.weight_bytes / 1e9:.1f} GB) do not fit in "
-                    f"{st.mem_fraction:g} x {mem / 1e9:.1f} GB of {hw.name} x{tp}: KV pool "
-                    f"would be {free / 1e9:.1f} GB; use more tensor parallelism or a larger GPU",
+                    f"{st.mem_fraction:g} x {mem / 1e9:.1f} GB of {hw.name} x{sd.gpus}: KV "
+                    f"pool would be {free / 1e9:.1f} GB; use more tensor parallelism or a "
+                    "larger GPU",
                 )
-            pool = math.floor(free / kappa)
+            # each token's KV is held once per attention group of the tp split whose
+            # GPUs hold the same KV heads (docs/shapes.md)
+            pool = math.floor(free / (kappa * kv_replicas(m, sd)))
         if pool <= 0:
             raise DoesNotFitError("model", f"KV pool of {m.name} on {hw.name} is empty")
         usable = pool * (1.0 - st.unused_fraction)
@@ -787,26 +824,30 @@ class Coefficients:
             # B_max as Coefficients.batch_max gives it
             forms = kernel_forms(spec, ctx, (usable - fragment) / (ctx + r))
             a_p, b_p = forms.prefill.coefficients
+            # a pass of a dp-way instance prefills one prompt per attention replica
+            a_p, b_p = a_p / sp.dp, b_p / sp.dp
             alpha, g = forms.decode.coefficients
             g_one = forms.decode_one_token.coefficients[1]
             g_context = max(g - g_one, 0.0) / (ctx - 1.0) if iters > 0 and ctx > 1 else 0.0
         else:
             a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
-            terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
+            terms = DecodeTerms.of(m, hw, sd.tp, ctx if iters > 0 else 0.0, sd.dp, sd.ep)
             alpha, g = terms.alpha_g(cal)
             g_context = 0.0
             if iters > 0 and ctx > 0:
-                g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
+                bare = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
+                g_context = (g - bare.alpha_g(cal)[1]) / ctx
         if not iters > 0:
             g = math.nan
         clocked = _apply_settings(spec, a_p, b_p, alpha, g, ctx, (usable - fragment) / (ctx + r))
+        gp, gd = sp.gpus, sd.gpus
         powers = {
-            "p0_prefill_w": cal.p0_prefill_w * tp,
-            "gamma_prefill_w": cal.gamma_prefill_w * tp,
-            "psat_prefill_w": cal.psat_prefill_w * tp,
-            "p0_decode_w": cal.p0_decode_w * tp,
-            "gamma_decode_w": cal.gamma_decode_w * tp,
-            "psat_decode_w": cal.psat_decode_w * tp,
+            "p0_prefill_w": cal.p0_prefill_w * gp,
+            "gamma_prefill_w": cal.gamma_prefill_w * gp,
+            "psat_prefill_w": cal.psat_prefill_w * gp,
+            "p0_decode_w": cal.p0_decode_w * gd,
+            "gamma_decode_w": cal.gamma_decode_w * gd,
+            "psat_decode_w": cal.psat_decode_w * gd,
         }
         if clocked is not None:
             a_p, b_p, powers = clocked.a_p, clocked.b_p, clocked.powers
@@ -833,7 +874,8 @@ class Coefficients:
             random_dispatch=st.dispatch == "random",
             **powers,
             p_idle_w=cal.p_idle_w,
-            gpus_per_instance=tp,
+            prefill_gpus=gp,
+            decode_gpus=gd,
             variant=variant,
             fragment_tokens=fragment,
             out_scv=w.var_out / (iters * iters) if iters > 0 else math.inf,
@@ -1207,7 +1249,7 @@ def evaluate(
     return CapacityResult(
         n_p=npi,
         n_d=ndi,
-        gpus=(npi + ndi) * c.gpus_per_instance,
+        gpus=npi * c.prefill_gpus + ndi * c.decode_gpus,
         capacity_rps=capacity,
         mu_p_rps=mu_p,
         mu_d_rps=mu_d,
@@ -1225,15 +1267,29 @@ def evaluate(
     )
 
 
-def candidate_configs(max_gpus: int, gpus_per_instance: int = 1) -> tuple[IntArray, IntArray]:
-    """Every ``(n_P, n_D)`` with ``n_P, n_D >= 1`` and ``(n_P + n_D) x tp <= max_gpus``."""
-    if max_gpus < 2 * gpus_per_instance:
+def candidate_configs(
+    max_gpus: int, prefill_gpus: int = 1, decode_gpus: int | None = None
+) -> tuple[IntArray, IntArray]:
+    """Every ``(n_P, n_D)`` with ``n_P, n_D >= 1`` and ``n_P G_P + n_D G_D <= max_gpus``
+    (``G_P``, ``G_D``: GPUs per prefill and per decode instance; ``G_D`` defaults to
+    ``G_P``), in the order of ``n_P``, then ``n_D``."""
+    gp = prefill_gpus
+    gd = prefill_gpus if decode_gpus is None else decode_gpus
+    if max_gpus < gp + gd:
         raise InputError(
-            "max_gpus", f"must be at least {2 * gpus_per_instance} (one prefill and one decode)"
+            "max_gpus", f"must be at least {gp + gd} (one prefill and one decode instance)"
         )
-    total = max_gpus // gpus_per_instance
-    n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
-    keep = (n_p + n_d) <= total
+    if gp == gd:  # as before shapes: n_P + n_D <= floor(max_gpus / G)
+        total = max_gpus // gp
+        n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
+        keep = (n_p + n_d) <= total
+    else:
+        n_p, n_d = np.meshgrid(
+            np.arange(1, (max_gpus - gd) // gp + 1),
+            np.arange(1, (max_gpus - gp) // gd + 1),
+            indexing="ij",
+        )
+        keep = n_p * gp + n_d * gd <= max_gpus
     return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clocks import GpuClocks
 from .errors import InputError, NotFoundError
+from .shapes import InstanceShape, parse_shape
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -530,7 +531,9 @@ class ServingStack:
     number of GPUs per instance (flops, bandwidth, memory and power scale ideally);
     `max_running_requests` is the engine's largest decode batch (SGLang's
     ``--max-running-requests``, vLLM's ``--max-num-seqs``; None: no limit beyond the KV
-    pool, docs/admission.md, section 8).
+    pool, docs/admission.md, section 8). `prefill_shape` and `decode_shape` give each
+    phase's instance its own split, ``tp<T>[,dp<D>][,ep<E>]`` (:mod:`model.shapes`,
+    docs/shapes.md); a phase without one runs ``tp<tensor_parallel>``.
     """
 
     mem_fraction: float = 0.90
@@ -540,6 +543,8 @@ class ServingStack:
     dispatch: str = "round_robin"
     tensor_parallel: int = 1
     max_running_requests: int | None = None
+    prefill_shape: str | None = None
+    decode_shape: str | None = None
 
     def __post_init__(self) -> None:
         _set_floats(self, ("mem_fraction", "unused_fraction"))
@@ -559,6 +564,20 @@ class ServingStack:
             m = _integer("max_running_requests", self.max_running_requests)
             if m < 1:
                 raise InputError("max_running_requests", f"must be >= 1, got {m!r}")
+        self.shapes()  # an input error naming the shape if it is not one
+
+    def shapes(self) -> tuple[InstanceShape, InstanceShape]:
+        """The prefill and the decode instance's shape (``tp<tensor_parallel>`` for a
+        phase without its own)."""
+        default = InstanceShape(self.tensor_parallel)
+        return (
+            default
+            if self.prefill_shape is None
+            else parse_shape(self.prefill_shape, "prefill_shape"),
+            default
+            if self.decode_shape is None
+            else parse_shape(self.decode_shape, "decode_shape"),
+        )
 
 
 _SECTION_TYPES: dict[str, type[Any]] = {

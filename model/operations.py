@@ -233,6 +233,12 @@ def _context(spec: DeploymentSpec, overridden: bool, c: Coefficients) -> dict[st
     }
 
 
+def instance_gpus(spec: DeploymentSpec) -> tuple[int, int]:
+    """GPUs per prefill and per decode instance (their shapes' ``tp x dp``)."""
+    prefill, decode = spec.serving.shapes()
+    return prefill.gpus, decode.gpus
+
+
 def capacity_report(
     spec: DeploymentSpec,
     n_p: int,
@@ -344,7 +350,7 @@ def front_report(
     if max_gpus > 4096:
         raise InputError("max_gpus", "must be <= 4096")
     lists = front_settings(spec, prefill_settings, decode_settings)
-    n_p, n_d = candidate_configs(int(max_gpus), spec.serving.tensor_parallel)
+    n_p, n_d = candidate_configs(int(max_gpus), *instance_gpus(spec))
     if lists is None:
         r = evaluate(spec, n_p, n_d)
         coefficients = r.coefficients

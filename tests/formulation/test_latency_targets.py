@@ -124,3 +124,19 @@ def test_a_tpot_target_below_one_requests_iteration_leaves_only_off():
     assert np.all(table.result.capacity_rps == 0.0)
     assert all("below one request's decode iteration" in u for u in table.result.limits.unmet)
     assert math.isfinite(one)
+
+
+def test_a_deployment_with_phase_shapes_counts_each_phases_gpus():
+    """docs/shapes.md: a configuration takes n_P G_P + n_D G_D GPUs, and the candidates
+    are every pair that fits max_gpus."""
+    body = request([1.0], 1e4, max_gpus=12, inventory=12)
+    body["deployments"][0]["overrides"] = {
+        "serving": {"prefill_shape": "tp2", "decode_shape": "tp4"}
+    }
+    d = build_data(problem_from_dict(body)).deployments[0]
+    pairs = list(zip(d.n_p[1:].tolist(), d.n_d[1:].tolist(), strict=True))  # [0]: off
+    assert pairs == [(p, q) for p in range(1, 7) for q in range(1, 4) if 2 * p + 4 * q <= 12]
+    assert d.gpus[1:].tolist() == [2 * p + 4 * q for p, q in pairs]
+    resp = plan(body)
+    chat = resp["periods"][0]["deployments"]["chat"]
+    assert chat["gpus"] == 2 * chat["n_p"] + 4 * chat["n_d"]

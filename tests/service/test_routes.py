@@ -588,3 +588,18 @@ def test_a_deployments_bad_latency_targets_are_a_422_naming_the_field(client, ta
     body = small_schedule()
     body["deployments"][0]["latency_targets"] = targets
     assert_problem(client.post("/v1/schedule", json=body), 422, field)
+
+
+def test_phase_shapes_over_http_take_their_gpus_and_bad_ones_are_a_422(client):
+    body = {**CAPACITY_BODY, "n_p": 1, "n_d": 2}
+    over = {"serving": {"prefill_shape": "tp2", "decode_shape": "tp4"}}
+    r = client.post("/v1/capacity", json={**body, "overrides": over})
+    assert r.status_code == 200, r.text
+    assert r.json()["gpus"] == 1 * 2 + 2 * 4
+    bad = {"serving": {"decode_shape": "tp3"}}
+    assert_problem(
+        client.post("/v1/capacity", json={**body, "overrides": bad}), 422, "decode_shape"
+    )
+    schedule = small_schedule()
+    schedule["deployments"][0]["overrides"] = {"serving": {"prefill_shape": "tp2,tp2"}}
+    assert_problem(client.post("/v1/schedule", json=schedule), 422, "deployments[0].serving.prefill_shape")
