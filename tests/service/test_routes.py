@@ -602,4 +602,6 @@ def test_phase_shapes_over_http_take_their_gpus_and_bad_ones_are_a_422(client):
     )
     schedule = small_schedule()
     schedule["deployments"][0]["overrides"] = {"serving": {"prefill_shape": "tp2,tp2"}}
-    assert_problem(client.post("/v1/schedule", json=schedule), 422, "deployments[0].serving.prefill_shape")
+    assert_problem(
+        client.post("/v1/schedule", json=schedule), 422, "deployments[0].serving.prefill_shape"
+    )
