@@ -34,7 +34,7 @@ import io
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +84,25 @@ MEMORY_FRACTION = 0.9
 #: decode batches composed exactly (every integer up to it), then geometrically
 EXACT_BATCHES = 16
 #: ratio of consecutive composed decode batches above :data:`EXACT_BATCHES`
-BATCH_RATIO = 2 ** 0.25
+BATCH_RATIO = 2**0.25
 #: iterations of the bisection on the arrival rate
 BISECTIONS = 80
 #: bytes per weight of the row's GEMM dtype (the table's name)
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0,
                 "nvfp4": 4.5 / 8}  # fmt: skip
-#: the fitted overheads, in order (seconds): per decode iteration, per running request
-#: per decode iteration, and per request's first token (latency outside the engine's
-#: iterations: the request's reception, tokenising, scheduling, the answer's return)
-OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s")
-#: bounds of each overhead in a fit (s)
-OVERHEAD_BOUNDS = {"t_iter_s": (0.0, 0.05), "t_req_s": (0.0, 1e-3), "t_first_s": (0.0, 2.0)}
+#: the fitted overheads, in order: per decode iteration (s), per running request per
+#: decode iteration (s), per request's first token (s: latency outside the engine's
+#: iterations, the request's reception, tokenising, scheduling, the answer's return),
+#: and the queue factor (the prefill queue's wait against M/D/1's, 1 for Poisson
+#: arrivals: the closed loop's requests of equal lengths arrive in bunches)
+OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s", "queue")
+#: bounds of each overhead in a fit
+OVERHEAD_BOUNDS = {
+    "t_iter_s": (0.0, 0.05),
+    "t_req_s": (0.0, 1e-3),
+    "t_first_s": (0.0, 2.0),
+    "queue": (0.0, 200.0),
+}
 
 
 # --------------------------------------------------------------------------
@@ -220,9 +227,7 @@ def _positive_ms(file: str, line: int, rid: str, row: Mapping[str, str], column:
     return value
 
 
-def _phase(
-    file: str, line: int, rid: str, row: Mapping[str, str], prefix: str
-) -> Phase | None:
+def _phase(file: str, line: int, rid: str, row: Mapping[str, str], prefix: str) -> Phase | None:
     values = {f: _int(file, line, rid, row, prefix + f) for f in PHASE_FIELDS}
     if values["tp_size"] is None:
         return None
@@ -424,13 +429,24 @@ def _batches(top: float) -> FloatArray:
     return np.array(sorted(set(out)))
 
 
-def _kv_batch(model: ModelArch, gpu: str, tp: int, weight_bytes: float, context: float) -> float:
+def _kv_batch(
+    model: ModelArch, gpu: str, tp: int, weight_bytes: float, context: float, kv_bytes: float
+) -> float:
     """Requests a worker's KV cache holds at a context of ``context`` tokens each."""
-    kv = model.kv_bytes_at(context)
+    kv = model.kv_bytes_at(context) * kv_bytes / model.kv_bytes_per_elem
     if model.n_kv_heads < tp:  # KV heads replicated over the ranks
         kv *= tp / model.n_kv_heads
     free = tp * load_gpu(gpu).mem_bytes * MEMORY_FRACTION - weight_bytes
     return max(0.0, free / kv)
+
+
+def kv_dtype(framework: str, weight_dtype: str) -> str:
+    """The KV cache's dtype: FP8 under TensorRT-LLM with quantised weights (NVIDIA's
+    quantised checkpoints quantise the KV cache too, and TensorRT-LLM follows the
+    checkpoint), else bf16 (vLLM's and SGLang's default, ``auto``: the model's dtype)."""
+    if framework == "trtllm" and weight_dtype not in ("bfloat16",):
+        return "fp8"
+    return "bfloat16"
 
 
 def _weight_bytes(model: ModelArch, dtype: str) -> float:
@@ -468,11 +484,24 @@ def _instance(
         ep = phase.moe_ep
     try:
         setup = KernelSetup(
-            GPU_FOLDERS[gpu], framework, version, tp=phase.tp, ep=ep, weight_dtype=dtype
+            GPU_FOLDERS[gpu],
+            framework,
+            version,
+            tp=phase.tp,
+            ep=ep,
+            weight_dtype=dtype,
+            kv_dtype=kv_dtype(framework, dtype),
         )
         km = KernelModel(open_database(folder), model, setup)
         context = row.isl + row.osl / 2.0
-        kv = _kv_batch(model, gpu, phase.tp, _weight_bytes(model, dtype), context)
+        kv = _kv_batch(
+            model,
+            gpu,
+            phase.tp,
+            _weight_bytes(model, dtype),
+            context,
+            1.0 if setup.kv_dtype == "fp8" else 2.0,
+        )
         if need_decode and kv < 1.0:
             return f"the KV cache of tp {phase.tp} does not hold one request of {context:g} tokens"
         cap = min(kv, float(phase.batch)) if phase.batch else kv
@@ -571,6 +600,7 @@ class Overheads:
     t_iter_s: float = 0.0
     t_req_s: float = 0.0
     t_first_s: float = 0.0
+    queue: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {n: getattr(self, n) for n in OVERHEADS}
@@ -624,8 +654,12 @@ class _Arrays:
             np.array([float(c.row.isl) for c in cases]),
             dis,
             np.array([c.prefill.prefill_s for c in cases]),
-            np.array([float(c.prefill.workers) if d else 1.0 for c, d in zip(cases, dis)]),
-            np.array([float(c.decode.workers) if d else 1.0 for c, d in zip(cases, dis)]),
+            np.array(
+                [float(c.prefill.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
+            ),
+            np.array(
+                [float(c.decode.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
+            ),
             np.array([c.decode.batch_cap for c in cases]),
             np.vstack([pad(c.decode.batches) for c in cases]),
             np.vstack([pad(c.decode.decode_s) for c in cases]),
@@ -657,7 +691,9 @@ def _decode_batch(a: _Arrays, o: FloatArray, gain: FloatArray) -> FloatArray:
     t_iter, t_req = o[:, 0:1], o[:, 1:2]
     # below the first composed batch the kernels' time is the batch-1 one
     den0 = 1.0 - g[:, 0] * t_req[:, 0]
-    low = np.where(den0 > 0, g[:, 0] * (k[:, 0] + t_iter[:, 0]) / np.where(den0 > 0, den0, 1), np.inf)
+    low = np.where(
+        den0 > 0, g[:, 0] * (k[:, 0] + t_iter[:, 0]) / np.where(den0 > 0, den0, 1), np.inf
+    )
     out = np.where(low <= b[:, 0], low, np.inf)
     db = np.diff(b, axis=1)
     slope = np.divide(np.diff(k, axis=1), db, out=np.zeros_like(db), where=db > 0)
@@ -686,7 +722,7 @@ def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...
     bb = np.where(ok, batch, 1.0)
     step = _step(a, o, bb)
     tpot = np.where(agg, step / free, step)
-    wait = rho * a.prefill_s / (2.0 * free)  # M/D/1 wait for the prefill before it
+    wait = o[:, 3] * rho * a.prefill_s / (2.0 * free)  # M/D/1's wait for the prefills
     chunks = np.ceil(a.isl / np.maximum(1.0, a.chunk - bb))
     # aggregated: the step under way when it arrives, then its prefill chunks, each
     # riding with a decode iteration
@@ -707,7 +743,7 @@ def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> 
         return Solved(empty, empty, empty, empty, empty, empty)
     a = _Arrays.of(cases)
     each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
-    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s] for x in each])
+    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s, x.queue] for x in each])
     lo = np.zeros(len(cases))
     hi = np.where(a.disagg == 0, 1.0, a.prefill_workers) / a.prefill_s
     for _ in range(BISECTIONS):
@@ -752,7 +788,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
 
     if not cases:
         raise InputError("rows", "no rows to fit the overheads to")
-    scale = np.array([1e-3, 1e-5, 1e-2])
+    scale = np.array([1e-3, 1e-5, 1e-2, 1.0])
     lo = np.array([OVERHEAD_BOUNDS[n][0] for n in OVERHEADS]) / scale
     hi = np.array([OVERHEAD_BOUNDS[n][1] for n in OVERHEADS]) / scale
 
@@ -760,7 +796,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
         r = residuals(cases, solve(cases, Overheads(*(x * scale))))
         return np.where(np.isfinite(r), r, 10.0)
 
-    x0 = np.array([0.5e-3, 1e-5, 2e-2]) / scale
+    x0 = np.array([0.5e-3, 1e-5, 2e-2, 1.0]) / scale
     sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return Fit(
         Overheads(*(float(v) for v in sol.x * scale)),
