@@ -400,7 +400,8 @@ def _weights(model: ModelArch, row: SiliconRow) -> tuple[str, list[str]] | str:
     if p in ("", "bf16", "fp16") and g in ("", "bf16", "float16", "bfloat16"):
         return "bfloat16", ([] if p else ["no precision stated: bf16 weights"])
     if p == "fp8":
-        dtype = {"fp8": "fp8_tensor", "fp8_block": "fp8_block"}.get(g or "fp8_block")
+        # "fp8": the model's FP8 release (block-scaled where the catalog says so)
+        dtype = {"fp8": "fp8", "fp8_block": "fp8_block"}.get(g or "fp8")
         if dtype is None:
             return f"precision fp8 with GEMM quantisation {g!r}: not composed"
         if model.experts and row.moe_quant and row.moe_quant not in ("fp8", "fp8_block"):
