@@ -796,6 +796,17 @@ class Coefficients:
             pool = math.floor(free / (kappa * kv_replicas(m, sd)))
         if pool <= 0:
             raise DoesNotFitError("model", f"KV pool of {m.name} on {hw.name} is empty")
+        if sp != sd:  # the prefill instance holds its weights and a request's KV
+            held = kv_memory_bytes(m, hw, sp.tp, st.mem_fraction, sp.dp)
+            need = kappa * kv_replicas(m, sp) * w.max_tokens
+            if held < need:
+                raise DoesNotFitError(
+                    "prefill_shape",
+                    f"{m.name} on {sp.text} of {hw.name}: {st.mem_fraction:g} x "
+                    f"{hw.mem_bytes * sp.gpus / 1e9:.1f} GB leaves {held / 1e9:.1f} GB "
+                    f"beside the weights, short of the {need / 1e9:.2f} GB of the longest "
+                    "request's KV cache",
+                )
         usable = pool * (1.0 - st.unused_fraction)
         longest = w.max_tokens + st.reserved_tokens
         if longest > usable:

@@ -190,6 +190,14 @@ class SloIn(LatencyTargetsIn):
     )
 
 
+#: the most shapes a front searches per phase
+MAX_SHAPES_PER_PHASE = 16
+ShapeList = Annotated[
+    list[Annotated[str, Field(max_length=32)]],
+    Field(min_length=1, max_length=MAX_SHAPES_PER_PHASE),
+]
+
+
 class FrontRequest(SpecFields):
     model_config = ConfigDict(
         extra="forbid",
@@ -210,6 +218,16 @@ class FrontRequest(SpecFields):
     )
     decode_settings: SettingList | None = Field(
         None, description="the decode GPUs' settings to search, as prefill_settings"
+    )
+    prefill_shapes: ShapeList | None = Field(
+        None,
+        description="the prefill instance shapes to search, each tp<T>[,dp<D>][,ep<E>], or "
+        "['auto'] (tp 1-8, and for a mixture of experts expert-parallel and "
+        "data-parallel-attention shapes); each point names its shapes (docs/shapes.md). "
+        "Default: the deployment's own shape",
+    )
+    decode_shapes: ShapeList | None = Field(
+        None, description="the decode instance shapes to search, as prefill_shapes"
     )
 
 

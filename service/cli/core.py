@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from model.capacity import settings_record, with_settings, with_targets
-from model.operations import capacity_report, front_of
+from model.operations import capacity_report, front_over_shapes
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
 
@@ -83,10 +83,13 @@ def _target_items(rep: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _at(c: dict[str, Any]) -> str:
-    """A front point's settings as the text names them (nothing without settings)."""
-    if "prefill_setting" not in c:
-        return ""
-    return f" at {c['prefill_setting']}/{c['decode_setting']}"
+    """A front point's shapes and settings as the text names them (nothing without)."""
+    out = ""
+    if "prefill_shape" in c:
+        out += f" ({c['prefill_shape']} / {c['decode_shape']})"
+    if "prefill_setting" in c:
+        out += f" at {c['prefill_setting']}/{c['decode_setting']}"
+    return out
 
 
 def _limit_cells(c: dict[str, Any]) -> list[str]:
@@ -107,8 +110,9 @@ def _setting_list(text: str) -> list[str]:
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
     spec, overridden = spec_from_args(a)
-    rep = front_of(spec, a, overridden)
-    rep = simulate.apply_slo(rep, a)
+    rep = front_over_shapes(
+        spec, a, overridden, lambda report, at: simulate.apply_slo(report, a, at)
+    )
     if a.plot:
         from service.charts import front_chart
 
@@ -121,11 +125,13 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         )
         print(calibration_line(rep))
         named = "prefill_settings" in rep
+        shaped = "prefill_shapes" in rep
         limited = "slo" in rep  # capacities under targets name their batch and limit
         rows = [
             [
                 f"{c['n_p']}P{c['n_d']}D",
                 *([f"{c['prefill_setting']}/{c['decode_setting']}"] if named else []),
+                *([f"{c['prefill_shape']} / {c['decode_shape']}"] if shaped else []),
                 str(c["gpus"]),
                 fmt(c["capacity_rps"]),
                 fmt(c["power_w"], 0),
@@ -136,7 +142,12 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             ]
             for c in rep["front"]
         ]
-        head = ["config", *(["settings P/D"] if named else []), "GPUs", "req/s", "W", "J/req"]
+        head = [
+            "config",
+            *(["settings P/D"] if named else []),
+            *(["shapes P / D"] if shaped else []),
+            *["GPUs", "req/s", "W", "J/req"],
+        ]
         more = ["batch", "capped by", "t_D ms", "limited by"] if limited else []
         print(table(rows, [*head, "rho*", "bottleneck", *more]))
         if "slo" in rep:
@@ -233,6 +244,15 @@ def register(sub: Any) -> None:
             help=f"search the {phase} GPUs' settings in this comma-separated list, e.g. "
             f"{example} ('default': the full clock; docs/clocks.md); each point names "
             "its settings. Default: the full clock only, the front as without settings",
+        )
+    for phase in ("prefill", "decode"):
+        f.add_argument(
+            f"--{phase}-shapes",
+            nargs="+",
+            metavar="SHAPE",
+            help=f"search these {phase} instance shapes, e.g. tp2 tp4 or tp8 tp1,dp8,ep8, "
+            "or auto (tp 1-8; for a mixture of experts also tp<G>,ep<G> and "
+            "tp1,dp<G>,ep<G>); each point names its shapes (docs/shapes.md)",
         )
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)

@@ -170,3 +170,76 @@ def test_kernel_path_composes_each_phase_at_its_shape():
     )
     assert (mixed.alpha_s, mixed.g_s_per_request) == (one.alpha_s, one.g_s_per_request)
     assert mixed.a_p_s_per_token < one.a_p_s_per_token  # TP2 prefills faster
+
+
+# -- the front over shapes ---------------------------------------------------------------
+
+
+class Question:
+    """A front question (model.operations.FrontQuestion) with shapes."""
+
+    def __init__(self, max_gpus=24, prefill_shapes=None, decode_shapes=None, **kw):
+        self.max_gpus = max_gpus
+        self.required_rps = kw.get("required_rps")
+        self.headroom = kw.get("headroom", 1.0)
+        self.budget_w = kw.get("budget_w")
+        self.prefill_settings = self.decode_settings = None
+        self.prefill_shapes, self.decode_shapes = prefill_shapes, decode_shapes
+
+
+def test_the_front_over_shapes_is_the_front_of_every_pairs_configurations():
+    from model.operations import front_of, front_over_shapes, with_shapes
+    from model.pareto import front_indices
+
+    s = spec("llama-3.1-70b", "h200", "azure-conv-2023")
+    q = Question(32, ["tp2", "tp4", "tp8"], ["tp4", "tp8"], required_rps=20.0, budget_w=9e3)
+    out = front_over_shapes(s, q, False)
+    assert out["prefill_shapes"] == ["tp2", "tp4", "tp8"] and out["decode_shapes"] == ["tp4", "tp8"]
+    # every pair's configurations, each named by its shapes, in pair order
+    want = []
+    for ps in ("tp2", "tp4", "tp8"):
+        for ds in ("tp4", "tp8"):
+            one = front_of(with_shapes(s, ps, ds), Question(32), False)
+            want += [c | {"prefill_shape": ps, "decode_shape": ds} for c in one["configs"]]
+    assert out["configs"] == want
+    mu = np.array([c["capacity_rps"] for c in want])
+    power = np.array([c["power_w"] for c in want])
+    brute = [want[i] for i in front_indices(mu, power)]
+    key = lambda c: (c["capacity_rps"], c["power_w"])  # noqa: E731
+    assert sorted(map(key, out["front"])) == sorted(map(key, brute))
+    assert {(c["prefill_shape"], c["decode_shape"]) for c in out["front"]} > {("tp2", "tp4")}
+    # the selections over the whole front
+    fit = [c for c in out["front"] if c["capacity_rps"] >= 20.0]
+    assert out["min_power_for_rate"]["config"]["power_w"] == min(c["power_w"] for c in fit)
+    within = [c for c in out["front"] if c["power_w"] <= 9e3]
+    best = out["max_capacity_under_budget"]["config"]
+    assert best["capacity_rps"] == max(c["capacity_rps"] for c in within)
+
+
+def test_auto_shapes_are_the_splits_the_model_and_gpus_allow():
+    from model.operations import auto_shapes
+
+    assert auto_shapes(spec("llama-3.1-70b"), 64) == ["tp1", "tp2", "tp4", "tp8"]
+    assert auto_shapes(spec("llama-3.1-70b"), 3) == ["tp1", "tp2"]  # one GPU left to decode
+    moe = auto_shapes(spec("qwen3-30b-a3b"), 64)
+    assert moe == [
+        "tp1", "tp2", "tp2,ep2", "tp1,dp2,ep2", "tp4", "tp4,ep4", "tp1,dp4,ep4",
+        "tp8", "tp8,ep8", "tp1,dp8,ep8",
+    ]  # fmt: skip
+
+
+def test_shape_pairs_that_do_not_fit_are_listed_and_bad_shapes_named():
+    from model.operations import front_over_shapes
+
+    s = spec("deepseek-v3.1", "h200", "fixed:8192:1024")
+    out = front_over_shapes(s, Question(20, ["tp1", "tp8"], ["tp8", "tp16"]), False)
+    assert {(c["prefill_shape"], c["decode_shape"]) for c in out["configs"]} == {("tp8", "tp8")}
+    reasons = {(x["prefill_shape"], x["decode_shape"]): x["reason"] for x in out["shapes_skipped"]}
+    assert "do not fit" in reasons[("tp1", "tp8")] or "short of" in reasons[("tp1", "tp8")]
+    assert "max_gpus" in reasons[("tp8", "tp16")]  # 8 + 16 GPUs > 20
+    with pytest.raises(InputError) as e:
+        front_over_shapes(s, Question(24, ["tp8", "tp8x"], None), False)
+    assert e.value.field == "prefill_shapes[1]"
+    with pytest.raises(InputError) as e:
+        front_over_shapes(s, Question(8, ["tp8"], ["tp8"]), False)
+    assert e.value.field == "max_gpus"

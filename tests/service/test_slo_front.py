@@ -148,3 +148,37 @@ def test_capacity_under_targets_is_model_targets_on_the_command_line_and_over_ht
     assert "latency_targets" not in r.json()
     bad = client.post("/v1/capacity", json={**body, "latency_targets": {"tpot_p99_s": -1}})
     assert_problem(bad, 422, "latency_targets.tpot_p99_s")
+
+
+def test_front_over_shapes_on_the_command_line_and_over_http_with_targets(client, capsys):
+    body = {
+        "model": "llama-3.1-70b",
+        "workload": "fixed:1024:256",
+        "max_gpus": 24,
+        "prefill_shapes": ["tp2", "tp4"],
+        "decode_shapes": ["tp4", "tp8"],
+        "slo": {"tpot_p99_s": 0.05},
+    }
+    r = client.post("/v1/front", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    pairs = {(c["prefill_shape"], c["decode_shape"]) for c in got["configs"]}
+    assert pairs == {("tp2", "tp4"), ("tp2", "tp8"), ("tp4", "tp4"), ("tp4", "tp8")}
+    assert all(c["slo"]["meets"] for c in got["front"])
+    # the counts of the pairs' restricted fronts add up
+    capped = sum(1 for c in got["configs"] if c.get("batch_capped_by") == "tpot_p99")
+    assert got["slo"]["batch_capped"] == capped
+    for c in got["configs"]:  # a configuration's GPUs are its shapes'
+        gp, gd = (int(c[f"{k}_shape"][2:]) for k in ("prefill", "decode"))
+        assert c["gpus"] == c["n_p"] * gp + c["n_d"] * gd
+    cli = run_json(
+        capsys,
+        [
+            "front", "--model", "llama-3.1-70b", "--workload", "fixed:1024:256",
+            "--max-gpus", "24", "--prefill-shapes", "tp2", "tp4", "--decode-shapes", "tp4",
+            "tp8", "--tpot-p99", "0.05", "--slo-jobs", "1", "--json",
+        ],
+    )  # fmt: skip
+    assert [c["capacity_rps"] for c in cli["front"]] == [c["capacity_rps"] for c in got["front"]]
+    bad = client.post("/v1/front", json={**body, "prefill_shapes": ["tp2", "tp3"]})
+    assert_problem(bad, 422, "prefill_shapes[1]")
