@@ -93,7 +93,7 @@ def check_variant(variant: object, field: str = "model_variant") -> str:
 PERFORMANCE_SOURCES = ("spec", "kernels")
 DEFAULT_PERFORMANCE = "spec"
 #: the serving frameworks whose kernel tables a ``kernels`` deployment may read
-FRAMEWORKS = ("vllm", "sglang")
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
 DEFAULT_FRAMEWORK = "vllm"
 
 
@@ -552,10 +552,11 @@ class KernelForms:
 
     ``decode``: ``t_D(B) = alpha + g B`` at the deployment's active context over batches
     1 to ``batch_max`` (the batch that fills the usable pool); ``decode_one_token``: the
-    same line at a context of one token, whose ``g`` with ``decode``'s gives the part of
-    ``g`` proportional to the context (``g_context = (g(ctx) - g(1)) / (ctx - 1)``, at
-    least 0); ``prefill``: ``t_P(l) = a_P l + b_P l^2`` over prompts up to
-    ``longest_prompt_tokens``."""
+    same line at a context of ``reference_context`` tokens (one, or the shortest context
+    the tables measure, e.g. two for TensorRT-LLM's MLA module), whose ``g`` with
+    ``decode``'s gives the part of ``g`` proportional to the context (``g_context = (g(ctx)
+    - g(c0)) / (ctx - c0)``, at least 0); ``prefill``: ``t_P(l) = a_P l + b_P l^2`` over
+    prompts up to ``longest_prompt_tokens``."""
 
     decode: LinearForm
     decode_one_token: LinearForm
@@ -566,6 +567,7 @@ class KernelForms:
     #: tables read from another framework's tables of the GPU (:class:`model.kernels.
     #: KernelModel`), each said
     substitutions: tuple[str, ...] = ()
+    reference_context: float = 1.0
 
 
 #: KV-cache dtype names of the kernel tables, by bytes per element
@@ -649,7 +651,7 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
             ) from e
         try:
             decode = decode_line(times, context, bmax)
-            one = decode if context == 1.0 else decode_line(times, 1.0, bmax)
+            one, c0 = _reference_line(times, decode, context, bmax)
         except OutsideTableError as e:
             raise InputError(
                 "workload",
@@ -659,9 +661,25 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
         subs = tuple(
             dict.fromkeys([*prefill_times.kernels.substitutions, *times.kernels.substitutions])
         )
-        forms = KernelForms(decode, one, prefill, context, bmax, longest, subs)
+        forms = KernelForms(decode, one, prefill, context, bmax, longest, subs, c0)
         _kernel_forms[key] = forms
         return forms
+
+
+def _reference_line(
+    times: KernelTimes, decode: LinearForm, context: float, bmax: float
+) -> tuple[LinearForm, float]:
+    """The decode line at a context of one token, or, where the tables start above it
+    (TensorRT-LLM's MLA module measures contexts from two), at two; and that context."""
+    for c0 in (1.0, 2.0):
+        if context <= c0:
+            return decode, context
+        try:
+            return decode_line(times, c0, bmax), c0
+        except OutsideTableError:
+            if c0 == 2.0:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def clear_kernel_cache() -> None:
@@ -839,7 +857,8 @@ class Coefficients:
             a_p, b_p = a_p / sp.dp, b_p / sp.dp
             alpha, g = forms.decode.coefficients
             g_one = forms.decode_one_token.coefficients[1]
-            g_context = max(g - g_one, 0.0) / (ctx - 1.0) if iters > 0 and ctx > 1 else 0.0
+            c0 = forms.reference_context
+            g_context = max(g - g_one, 0.0) / (ctx - c0) if iters > 0 and ctx > c0 else 0.0
         else:
             a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
             terms = DecodeTerms.of(m, hw, sd.tp, ctx if iters > 0 else 0.0, sd.dp, sd.ep)
