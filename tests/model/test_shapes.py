@@ -122,13 +122,15 @@ def test_each_phase_takes_its_quantities_from_its_own_shape():
     ],
 )
 def test_the_pool_counts_the_kv_copies_of_a_tensor_parallel_split(model, tp, copies):
-    s = spec(model, "h200", "fixed:2048:256", decode_shape=f"tp{tp}")
+    s = spec(model, "h200", "fixed:2048:256", prefill_shape=f"tp{tp}", decode_shape=f"tp{tp}")
     c = Coefficients.of(s)
     free = kv_memory_bytes(s.model, s.gpu, tp, s.serving.mem_fraction)
     assert c.kv_pool_tokens == math.floor(free / (s.model.kv_bytes_per_token * copies))
     # data-parallel attention: each replica holds its own requests, no further copy
     if s.model.experts:
-        dp = Coefficients.of(spec(model, "h200", "fixed:2048:256", decode_shape="tp1,dp8,ep8"))
+        dp = Coefficients.of(
+            spec(model, "h200", "fixed:2048:256", prefill_shape="tp8", decode_shape="tp1,dp8,ep8")
+        )
         free_dp = kv_memory_bytes(s.model, s.gpu, 1, s.serving.mem_fraction, 8)
         assert dp.kv_pool_tokens == math.floor(free_dp / s.model.kv_bytes_per_token)
         assert dp.kv_pool_tokens > c.kv_pool_tokens
@@ -243,3 +245,15 @@ def test_shape_pairs_that_do_not_fit_are_listed_and_bad_shapes_named():
     with pytest.raises(InputError) as e:
         front_over_shapes(s, Question(8, ["tp8"], ["tp8"]), False)
     assert e.value.field == "max_gpus"
+
+
+def test_a_prefill_instance_of_its_own_shape_must_hold_its_weights():
+    from model.errors import DoesNotFitError
+
+    with pytest.raises(DoesNotFitError) as e:
+        Coefficients.of(spec("llama-3.1-405b", "h200", "fixed:2048:256", decode_shape="tp8"))
+    assert e.value.field == "prefill_shape" and "tp1 of h200" in e.value.reason
+    fits = Coefficients.of(
+        spec("llama-3.1-405b", "h200", "fixed:2048:256", prefill_shape="tp8", decode_shape="tp8")
+    )
+    assert fits.prefill_gpus == 8
