@@ -112,14 +112,16 @@ MS = 1e-3
 @dataclass(frozen=True)
 class TableSpec:
     """How to read one kind of table: its op folder, file name, exact-key columns,
-    size-axis columns (interpolated, in this order) and defaults for key columns that
-    older files lack."""
+    size-axis columns (interpolated, in this order), defaults for key columns that
+    older files lack, and other names a framework's files give a key column."""
 
     kind: str
     folder: str
     keys: tuple[str, ...]
     axes: tuple[str, ...]
     defaults: tuple[tuple[str, object], ...] = ()
+    #: (column, the name some files give it)
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def filename(self) -> str:
@@ -174,6 +176,8 @@ TABLE_SPECS: dict[str, TableSpec] = {
             "comm",
             ("allreduce_dtype", "num_gpus", "backend"),
             ("message_size",),
+            # TensorRT-LLM's files name the all-reduce's implementation column so
+            aliases=(("backend", "implementation"),),
         ),
         TableSpec("nccl", "comm", ("op_name", "nccl_dtype", "num_gpus"), ("message_size",)),
         # multi-head latent attention: the attention kernel alone (its heads per GPU)...
@@ -239,6 +243,10 @@ class KernelTable:
         self.spec = spec
         self.kind = spec.kind
         n = len(columns.get("latency", []))
+        columns = {
+            **columns,
+            **{c: columns[a] for c, a in spec.aliases if c not in columns and a in columns},
+        }
         defaults = dict(spec.defaults)
         missing = [
             c for c in (*spec.keys, *spec.axes, "latency") if c not in columns and c not in defaults
