@@ -20,10 +20,12 @@ from numpy.typing import NDArray
 
 from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
-from model.capacity import Coefficients, DeploymentSpec, with_settings
+from model.capacity import Coefficients, DeploymentSpec, with_settings, with_targets
 from model.clocks import named_settings
 from model.errors import InputError, PdwattError
-from model.operations import SpecRequest, resolve_spec, setting_arg
+from model.latency_targets import LatencyTargets
+from model.operations import SpecRequest, instance_gpus, resolve_spec, setting_arg
+from model.simulator import resolve_samples
 from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]
@@ -223,17 +225,24 @@ class ScheduleData:
         return self.it_cap_w - self.idle_site_it_w
 
 
-def _ranges(d: DeploymentInput, tp: int) -> tuple[int, int, int, int, int]:
-    top = d.max_gpus // tp
-    hi_p = top if d.max_n_p is None else min(d.max_n_p, top)
-    hi_d = top if d.max_n_d is None else min(d.max_n_d, top)
-    return max(1, d.min_n_p), hi_p, max(1, d.min_n_d), hi_d, top
+def _ranges(d: DeploymentInput, gp: int, gd: int) -> tuple[int, int, int, int]:
+    """``n_P`` and ``n_D`` ranges of a deployment whose instances take ``gp`` and ``gd``
+    GPUs (before ``n_P gp + n_D gd <= max_gpus`` is applied)."""
+    top_p, top_d = d.max_gpus // gp, d.max_gpus // gd
+    hi_p = top_p if d.max_n_p is None else min(d.max_n_p, top_p)
+    hi_d = top_d if d.max_n_d is None else min(d.max_n_d, top_d)
+    return max(1, d.min_n_p), hi_p, max(1, d.min_n_d), hi_d
 
 
-def candidate_count(d: DeploymentInput, tp: int) -> int:
+def candidate_count(d: DeploymentInput, gp: int, gd: int) -> int:
     """How many configurations (off included) :func:`deployment_candidates` gives, without
-    building them: pairs with n_P, n_D in their ranges and n_P + n_D <= top."""
-    lo_p, hi_p, lo_d, hi_d, top = _ranges(d, tp)
+    building them: pairs with n_P, n_D in their ranges and n_P gp + n_D gd <= max_gpus."""
+    lo_p, hi_p, lo_d, hi_d = _ranges(d, gp, gd)
+    if gp != gd:  # per n_P, the n_D that fit beside it
+        n_p = np.arange(lo_p, hi_p + 1, dtype=np.int64)
+        fit = np.minimum(hi_d, (d.max_gpus - n_p * gp) // gd)
+        return 1 + int(np.maximum(fit - lo_d + 1, 0).sum())
+    top = d.max_gpus // gp
     # closed form (max_gpus is unbounded on the command line): for n_P up to
     # top - hi_d every n_D in [lo_d, hi_d] fits; beyond, top - n_P - lo_d + 1 of them
     full_hi = min(hi_p, top - hi_d)
@@ -245,14 +254,16 @@ def candidate_count(d: DeploymentInput, tp: int) -> int:
     return 1 + count
 
 
-def deployment_candidates(d: DeploymentInput, tp: int) -> tuple[IntArray, IntArray]:
-    lo_p, hi_p, lo_d, hi_d, top = _ranges(d, tp)
+def deployment_candidates(d: DeploymentInput, gp: int, gd: int) -> tuple[IntArray, IntArray]:
+    """The deployment's configurations ``(n_P, n_D)`` within its bounds and ``n_P gp +
+    n_D gd <= max_gpus``, in the order of ``n_P``, then ``n_D``."""
+    lo_p, hi_p, lo_d, hi_d = _ranges(d, gp, gd)
     pp, dd = np.meshgrid(
         np.arange(lo_p, hi_p + 1),
         np.arange(lo_d, hi_d + 1),
         indexing="ij",
     )
-    keep = (pp + dd) <= top
+    keep = pp * gp + dd * gd <= d.max_gpus
     return pp[keep].astype(np.int64), dd[keep].astype(np.int64)
 
 
@@ -278,7 +289,16 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
         raise InputError(f"{at}.{e.field}", e.reason) from e
     except PdwattError as e:  # pragma: no cover - every core error is an InputError
         raise InputError(at, str(e)) from e
-    return spec
+    targets = LatencyTargets(d.ttft_p99_s, d.tpot_p99_s)
+    if targets.ttft_p99_s is not None:
+        try:  # the p99 of the prefill times needs the per-request lengths
+            resolve_samples(spec.workload)
+        except InputError as e:
+            raise InputError(
+                f"{at}.latency_targets.ttft_p99_s",
+                f"a TTFT target needs the workload's per-request lengths: {e.reason}",
+            ) from e
+    return with_targets(spec, d.ttft_p99_s, d.tpot_p99_s)
 
 
 def setting_lists(
@@ -524,7 +544,7 @@ def _shared_tables(
     grids: list[tuple[IntArray, IntArray]] = []
     sizes: list[int] = []
     for i, (d, spec) in enumerate(zip(p.deployments, specs, strict=True)):
-        grids.append(deployment_candidates(d, spec.serving.tensor_parallel))
+        grids.append(deployment_candidates(d, *instance_gpus(spec)))
         base = json.dumps(spec.describe(), sort_keys=True, default=str).encode()
         lists = setting_lists(i, d, spec)
         pairs = [(None, None)] if lists is None else [(a, b) for a in lists[0] for b in lists[1]]
@@ -554,13 +574,13 @@ def _deployment(
     ready: list[ConfigTable] | None = None,
 ) -> DeploymentData:
     at = f"deployments[{i}]"
-    tp = spec.serving.tensor_parallel
-    cp, cd = deployment_candidates(d, tp)
+    gp, gd = instance_gpus(spec)
+    cp, cd = deployment_candidates(d, gp, gd)
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
     table, n_p, n_d, cap, bl, bp, bc, bf, pairs, option = _tables(i, d, spec, cp, cd, ready)
-    gpus = (n_p + n_d) * tp
+    gpus = n_p * gp + n_d * gd
     demand = np.asarray(d.demand_rps, dtype=float)
     smax = np.minimum(demand[:, None], d.headroom * cap[None, :])
     dominator = None if pairs is None else period_dominated(n_p, n_d, bl, bp, smax)
@@ -617,7 +637,7 @@ def check_memory(
     for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True)):
         setting_lists(i, d, s)
     counts = [
-        1 + (candidate_count(d, s.serving.tensor_parallel) - 1) * _pair_count(d)
+        1 + (candidate_count(d, *instance_gpus(s)) - 1) * _pair_count(d)
         for d, s in zip(p.deployments, specs, strict=True)
     ]
     return memory.check(p.n_periods, counts, p.host.memory_budget_mb)
@@ -631,15 +651,15 @@ def check_initial(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None)
     for i, (d, spec) in enumerate(zip(p.deployments, specs, strict=True)):
         if not (d.initial_n_p or d.initial_n_d):
             continue
-        tp = spec.serving.tensor_parallel
-        cp, cd = deployment_candidates(d, tp)
+        gp, gd = instance_gpus(spec)
+        cp, cd = deployment_candidates(d, gp, gd)
         if not np.any((cp == d.initial_n_p) & (cd == d.initial_n_d)):
             raise InputError(
                 f"deployments[{i}].initial",
                 f"({d.initial_n_p}, {d.initial_n_d}) is not a candidate: it breaks the "
                 f"bounds or max_gpus = {d.max_gpus}",
             )
-        gpus = (d.initial_n_p + d.initial_n_d) * tp
+        gpus = d.initial_n_p * gp + d.initial_n_d * gd
         if gpus > p.site.gpu_inventory[d.gpu]:
             raise InputError(
                 f"deployments[{i}].initial",

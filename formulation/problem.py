@@ -88,6 +88,9 @@ class DeploymentInput:
     #: the response names none); validated against the GPU when the tables are built
     prefill_settings: tuple[str, ...] | None = None
     decode_settings: tuple[str, ...] | None = None
+    #: p99 targets the capacities are taken under (None: no target)
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,8 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
             framework=d.framework,
             prefill_settings=None if d.settings is None else tuple(d.settings.prefill),
             decode_settings=None if d.settings is None else tuple(d.settings.decode),
+            ttft_p99_s=None if d.latency_targets is None else d.latency_targets.ttft_p99_s,
+            tpot_p99_s=None if d.latency_targets is None else d.latency_targets.tpot_p99_s,
         )
         for d in req.deployments
     )

@@ -229,6 +229,17 @@ class SettingsIn(Strict):
     decode: SettingList = Field(default_factory=lambda: ["default"])
 
 
+class LatencyTargetsIn(Strict):
+    """p99 latency targets (seconds). A deployment's capacity is then the highest rate
+    at which its configuration meets them: decode at the largest batch whose iteration
+    is within the TPOT target, prefill up to the utilisation whose p99 TTFT is within
+    the TTFT target (docs/admission.md, section 8). A TTFT target needs per-request
+    lengths: a ``fixed:IN:OUT`` workload or a trace preset, not moments."""
+
+    ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
+    tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
+
+
 class DeploymentIn(Strict):
     name: Name
     model: Name
@@ -248,6 +259,11 @@ class DeploymentIn(Strict):
         None,
         description="GPU settings the deployment may use per phase (default: the full "
         "clock only); each period of the response names the ones chosen",
+    )
+    latency_targets: LatencyTargetsIn | None = Field(
+        None,
+        description="p99 TTFT/TPOT targets: each configuration's capacity is the highest "
+        "rate at which it meets them (default: none, SPEC 2.5's capacity)",
     )
 
 

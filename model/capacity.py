@@ -63,6 +63,8 @@ from model.engine import (
 )
 from model.errors import DoesNotFitError, InputError, OutsideTableError
 from model.kernels import busiest_rank_experts
+from model.latency_targets import LatencyTargets
+from model.shapes import InstanceShape, check_shape
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -91,7 +93,7 @@ def check_variant(variant: object, field: str = "model_variant") -> str:
 PERFORMANCE_SOURCES = ("spec", "kernels")
 DEFAULT_PERFORMANCE = "spec"
 #: the serving frameworks whose kernel tables a ``kernels`` deployment may read
-FRAMEWORKS = ("vllm", "sglang")
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
 DEFAULT_FRAMEWORK = "vllm"
 
 
@@ -135,10 +137,17 @@ class DeploymentSpec:
     prefill_setting: str | None = None
     decode_setting: str | None = None
     clocks: GpuClocks | None = None
+    #: p99 TTFT/TPOT targets: tables (:mod:`model.tables`) then hold each
+    #: configuration's capacity under them (:mod:`model.targets`); none by default
+    targets: LatencyTargets = field(default_factory=LatencyTargets)
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
         self.settings()  # an input error naming the setting if it is not one
+        shapes = self.serving.shapes()
+        for name, shape in zip(("prefill_shape", "decode_shape"), shapes, strict=True):
+            if getattr(self.serving, name) is not None:
+                check_shape(shape, name, self.model.n_heads, self.model.experts)
         check_performance(self.performance)
         if self.performance == "kernels":
             if self.kernel_source is None:
@@ -178,7 +187,7 @@ class DeploymentSpec:
             "gpu": asdict(self.gpu),
             "calibration": asdict(self.calibration),
             "workload": self.workload.to_dict(),
-            "serving": asdict(self.serving),
+            "serving": serving_record(self.serving),
             "model_variant": self.variant,
             "performance": self.performance,
         }
@@ -190,6 +199,8 @@ class DeploymentSpec:
             out |= texts
             if self.clocks is not None:
                 out["clocks"] = asdict(self.clocks)
+        if self.targets.given:  # none: as before
+            out["targets"] = self.targets.record()
         return out
 
     def setting_texts(self) -> dict[str, str]:
@@ -206,6 +217,16 @@ class DeploymentSpec:
         }
 
 
+def serving_record(serving: ServingStack) -> dict[str, Any]:
+    """The serving stack as JSON; ``max_running_requests`` and the phases' shapes only
+    when set (a document at the defaults is as before the fields existed)."""
+    out = asdict(serving)
+    for name in ("max_running_requests", "prefill_shape", "decode_shape"):
+        if out[name] is None:
+            del out[name]
+    return out
+
+
 def kv_memory_bytes(
     model: ModelArch, gpu: GpuSpec, tp: int, mem_fraction: float, dp: int = 1
 ) -> float:
@@ -214,6 +235,15 @@ def kv_memory_bytes(
     the ``dp`` replicas, the routed experts once); negative when they do not fit."""
     weights = model.dense_weight_bytes * dp + model.expert_weight_bytes
     return mem_fraction * (gpu.mem_bytes * tp * dp) - weights
+
+
+def kv_replicas(model: ModelArch, shape: InstanceShape) -> float:
+    """How many copies of each token's KV an instance of ``shape`` keeps: each attention
+    replica (``dp``) splits its KV heads over its ``tp`` GPUs, never below one head per
+    GPU, so ``tp / min(tp, h_kv)`` GPUs of a replica hold the same heads (1 while ``tp``
+    is at most the KV heads; ``tp`` for MLA's single latent). Each request lives in one
+    replica, so ``dp`` adds no copy."""
+    return shape.tp / min(shape.tp, model.n_kv_heads)
 
 
 #: bytes per activation element that a tensor-parallel all-reduce carries (bf16)
@@ -434,14 +464,16 @@ def _apply_settings(
     clocks = spec.gpu_clocks()
     if (prefill is None and decode is None) or clocks is None:
         return None
-    m, hw, cal, tp = spec.model, spec.gpu, spec.calibration, spec.serving.tensor_parallel
+    m, hw, cal = spec.model, spec.gpu, spec.calibration
+    sp, sd = spec.serving.shapes()
+    gp, gd = sp.gpus, sd.gpus
     f_max = clocks.sm_clock_max_mhz
-    static = cal.p_idle_w * tp
-    p_ramp = (cal.p0_prefill_w * tp, cal.gamma_prefill_w * tp, cal.psat_prefill_w * tp)
-    d_ramp = (cal.p0_decode_w * tp, cal.gamma_decode_w * tp, cal.psat_decode_w * tp)
+    static_p, static_d = cal.p_idle_w * gp, cal.p_idle_w * gd
+    p_ramp = (cal.p0_prefill_w * gp, cal.gamma_prefill_w * gp, cal.psat_prefill_w * gp)
+    d_ramp = (cal.p0_decode_w * gd, cal.gamma_decode_w * gd, cal.psat_decode_w * gd)
 
     def prefill_draw(f: float) -> float:
-        return scaled_power(p_ramp[2], static, clocks.dynamic_factor(f)) / tp
+        return scaled_power(p_ramp[2], static_p, clocks.dynamic_factor(f)) / gp
 
     f_p = _phase_clock(clocks, prefill, prefill_draw)
     if f_p == f_max:  # a setting at the full clock (or a limit that does not bind)
@@ -449,8 +481,8 @@ def _apply_settings(
     k_p = clocks.dynamic_factor(f_p)
 
     decode_work = math.isfinite(g) and batch_max > 0
-    terms = DecodeTerms.of(m, hw, tp, ctx if decode_work else 0.0)
-    gemm = DecodeTerms.of(m, hw, tp, 0.0)
+    terms = DecodeTerms.of(m, hw, sd.tp, ctx if decode_work else 0.0, sd.dp, sd.ep)
+    gemm = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
     weight_s = terms.weight_read_s / cal.mbu
     weight_s += terms.expert_read_s / _expert_mbu(cal, terms.fp4_experts)
     # the weight GEMMs' compute per request at full clock; a calibration that charges
@@ -469,8 +501,8 @@ def _apply_settings(
     if decode_work:
         t_full = alpha + g * batch_max
         moved = terms.weight_read_s + terms.expert_read_s + terms.kv_read_s * batch_max
-        moved *= hw.mem_bw_bytes_per_s * tp / t_full  # bytes per second at B_max
-        above = d_ramp[2] - static
+        moved *= hw.mem_bw_bytes_per_s * gd / t_full  # bytes per second at B_max
+        above = d_ramp[2] - static_d
         memory_share = hbm_power_w(moved) / above if above > 0 else 0.0
 
     def decode_factor(f: float) -> float:
@@ -478,7 +510,7 @@ def _apply_settings(
         return power_factor(clocks, f, memory_share, ratio)
 
     def decode_draw(f: float) -> float:
-        return scaled_power(d_ramp[2], static, decode_factor(f)) / tp
+        return scaled_power(d_ramp[2], static_d, decode_factor(f)) / gd
 
     f_d = _phase_clock(clocks, decode, decode_draw)
     if f_d == f_max:
@@ -487,12 +519,14 @@ def _apply_settings(
         return None
     k_d = decode_factor(f_d)
 
-    def ramp(p0: float, gamma: float, psat: float, k: float) -> tuple[float, float, float]:
+    def ramp(
+        p0: float, gamma: float, psat: float, k: float, static: float
+    ) -> tuple[float, float, float]:
         q0 = scaled_power(p0, static, k)
         return q0, scaled_power(p0 + gamma, static, k) - q0, scaled_power(psat, static, k)
 
-    pp = ramp(*p_ramp, k_p) if prefill is not None else p_ramp
-    dp = ramp(*d_ramp, k_d) if decode is not None else d_ramp
+    pp = ramp(*p_ramp, k_p, static_p) if prefill is not None else p_ramp
+    dp = ramp(*d_ramp, k_d, static_d) if decode is not None else d_ramp
     scale_p = f_max / f_p if prefill is not None else 1.0
     return _Clocked(
         a_p=a_p * scale_p if prefill is not None else a_p,
@@ -506,7 +540,7 @@ def _apply_settings(
             "gamma_decode_w": dp[1],
             "psat_decode_w": dp[2],
         },
-        phases=PhaseClocks(f_p, f_d, pp[2] / tp, dp[2] / tp),
+        phases=PhaseClocks(f_p, f_d, pp[2] / gp, dp[2] / gd),
     )
 
 
@@ -518,10 +552,11 @@ class KernelForms:
 
     ``decode``: ``t_D(B) = alpha + g B`` at the deployment's active context over batches
     1 to ``batch_max`` (the batch that fills the usable pool); ``decode_one_token``: the
-    same line at a context of one token, whose ``g`` with ``decode``'s gives the part of
-    ``g`` proportional to the context (``g_context = (g(ctx) - g(1)) / (ctx - 1)``, at
-    least 0); ``prefill``: ``t_P(l) = a_P l + b_P l^2`` over prompts up to
-    ``longest_prompt_tokens``."""
+    same line at a context of ``reference_context`` tokens (one, or the shortest context
+    the tables measure, e.g. two for TensorRT-LLM's MLA module), whose ``g`` with
+    ``decode``'s gives the part of ``g`` proportional to the context (``g_context = (g(ctx)
+    - g(c0)) / (ctx - c0)``, at least 0); ``prefill``: ``t_P(l) = a_P l + b_P l^2`` over
+    prompts up to ``longest_prompt_tokens``."""
 
     decode: LinearForm
     decode_one_token: LinearForm
@@ -532,6 +567,7 @@ class KernelForms:
     #: tables read from another framework's tables of the GPU (:class:`model.kernels.
     #: KernelModel`), each said
     substitutions: tuple[str, ...] = ()
+    reference_context: float = 1.0
 
 
 #: KV-cache dtype names of the kernel tables, by bytes per element
@@ -545,7 +581,7 @@ _kernel_forms: LRUCache[tuple[Any, ...], KernelForms] = LRUCache(KERNEL_FORMS_CA
 _kernel_lock = threading.Lock()
 
 
-def _times_key(spec: DeploymentSpec) -> tuple[Any, ...]:
+def _times_key(spec: DeploymentSpec, shape: InstanceShape) -> tuple[Any, ...]:
     src, eng = spec.kernel_source, spec.engine
     assert src is not None and eng is not None  # DeploymentSpec checks it
     m = spec.model
@@ -557,8 +593,7 @@ def _times_key(spec: DeploymentSpec) -> tuple[Any, ...]:
             "(bf16: 2, fp8: 1)",
         )
     version = src.version(spec.gpu.name)
-    tp = spec.serving.tensor_parallel
-    return (src.folder, src.framework, version, spec.gpu.name, m, tp, kv, eng.overheads)
+    return (src.folder, src.framework, version, spec.gpu.name, m, shape, kv, eng.overheads)
 
 
 def _times_of(key: tuple[Any, ...]) -> KernelTimes:
@@ -566,9 +601,18 @@ def _times_of(key: tuple[Any, ...]) -> KernelTimes:
     hit = _kernel_times.get(key)
     if hit is not None:
         return hit
-    folder, framework, version, gpu, model, tp, kv, overheads = key
+    folder, framework, version, gpu, model, shape, kv, overheads = key
     source = KernelSource(folder, framework, ((gpu, version),))
-    times = KernelTimes.of(source, model, gpu, tp, overheads=overheads, kv_dtype=kv)
+    times = KernelTimes.of(
+        source,
+        model,
+        gpu,
+        shape.tp,
+        shape.ep,
+        overheads=overheads,
+        kv_dtype=kv,
+        attention_dp=shape.dp,
+    )
     _kernel_times[key] = times  # the least recently used goes beyond the cache's size
     return times
 
@@ -589,14 +633,17 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
     longest = longest_prompt_tokens(spec.workload)
     context = ctx if math.isfinite(ctx) else 1.0
     bmax = batch_max if math.isfinite(ctx) else 1.0
-    key = (*_times_key(spec), context, bmax, longest)
+    sp, sd = spec.serving.shapes()
+    prefill_key, decode_key = _times_key(spec, sp), _times_key(spec, sd)
+    key = (*decode_key, sp, context, bmax, longest)
     with _kernel_lock:
         hit = _kernel_forms.get(key)
         if hit is not None:
             return hit
-        times = _times_of(key[:8])
+        times = _times_of(decode_key)
+        prefill_times = times if sp == sd else _times_of(prefill_key)
         try:
-            prefill = prefill_curve(times, longest)
+            prefill = prefill_curve(prefill_times, longest)
         except OutsideTableError as e:
             raise InputError(
                 "workload",
@@ -604,17 +651,35 @@ def kernel_forms(spec: DeploymentSpec, ctx: float, batch_max: float) -> KernelFo
             ) from e
         try:
             decode = decode_line(times, context, bmax)
-            one = decode if context == 1.0 else decode_line(times, 1.0, bmax)
+            one, c0 = _reference_line(times, decode, context, bmax)
         except OutsideTableError as e:
             raise InputError(
                 "workload",
                 f"its decode at a context of {context:,.0f} tokens, batches 1 to "
                 f"{max(1, math.floor(bmax))}, is beyond the kernel tables: {e}",
             ) from e
-        subs = tuple(times.kernels.substitutions)
-        forms = KernelForms(decode, one, prefill, context, bmax, longest, subs)
+        subs = tuple(
+            dict.fromkeys([*prefill_times.kernels.substitutions, *times.kernels.substitutions])
+        )
+        forms = KernelForms(decode, one, prefill, context, bmax, longest, subs, c0)
         _kernel_forms[key] = forms
         return forms
+
+
+def _reference_line(
+    times: KernelTimes, decode: LinearForm, context: float, bmax: float
+) -> tuple[LinearForm, float]:
+    """The decode line at a context of one token, or, where the tables start above it
+    (TensorRT-LLM's MLA module measures contexts from two), at two; and that context."""
+    for c0 in (1.0, 2.0):
+        if context <= c0:
+            return decode, context
+        try:
+            return decode_line(times, c0, bmax), c0
+        except OutsideTableError:
+            if c0 == 2.0:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def clear_kernel_cache() -> None:
@@ -651,7 +716,9 @@ class Coefficients:
     gamma_decode_w: float
     psat_decode_w: float
     p_idle_w: float
-    gpus_per_instance: int
+    #: GPUs per prefill and per decode instance (their shapes' tp x dp)
+    prefill_gpus: int
+    decode_gpus: int
     variant: str = "paper"  # Coefficients.of sets the spec's variant
     # the part of g proportional to the request's context (KV read and attention
     # FLOPs), per token: g = g(0) + g_context * ctx (analytic latency, model/latency.py)
@@ -673,6 +740,8 @@ class Coefficients:
     # the part of g_s_per_request the decode setting's clock adds, per request and
     # iteration (model.clocks.decode_extra_g, docs/clocks.md); 0 at the full clock
     clock_extra_g_s_per_request: float = 0.0
+    # the engine's largest decode batch (serving.max_running_requests; inf: none)
+    batch_limit: float = math.inf
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
@@ -721,9 +790,9 @@ class Coefficients:
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Coefficients:
         m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
-        tp = st.tensor_parallel
-        flops = hw.peak_flops(m) * tp * cal.mfu
-        mem = hw.mem_bytes * tp
+        sp, sd = st.shapes()
+        flops = hw.peak_flops(m) * sp.gpus * cal.mfu
+        mem = hw.mem_bytes * sd.gpus
         iters = w.e_out_m1
         ctx = w.ctx_tokens if iters > 0 else math.nan
         kappa = kv_bytes_per_pool_token(m, ctx if iters > 0 else w.mean_in)
@@ -731,17 +800,31 @@ class Coefficients:
         if st.kv_pool_tokens is not None:
             pool = int(st.kv_pool_tokens)
         else:
-            free = kv_memory_bytes(m, hw, tp, st.mem_fraction)
+            free = kv_memory_bytes(m, hw, sd.tp, st.mem_fraction, sd.dp)
             if free <= 0:
                 raise DoesNotFitError(
                     "model",
                     f"{m.name} weights ({m.weight_bytes / 1e9:.1f} GB) do not fit in "
-                    f"{st.mem_fraction:g} x {mem / 1e9:.1f} GB of {hw.name} x{tp}: KV pool "
-                    f"would be {free / 1e9:.1f} GB; use more tensor parallelism or a larger GPU",
+                    f"{st.mem_fraction:g} x {mem / 1e9:.1f} GB of {hw.name} x{sd.gpus}: KV "
+                    f"pool would be {free / 1e9:.1f} GB; use more tensor parallelism or a "
+                    "larger GPU",
                 )
-            pool = math.floor(free / kappa)
+            # each token's KV is held once per attention group of the tp split whose
+            # GPUs hold the same KV heads (docs/shapes.md)
+            pool = math.floor(free / (kappa * kv_replicas(m, sd)))
         if pool <= 0:
             raise DoesNotFitError("model", f"KV pool of {m.name} on {hw.name} is empty")
+        if sp != sd:  # the prefill instance holds its weights and a request's KV
+            held = kv_memory_bytes(m, hw, sp.tp, st.mem_fraction, sp.dp)
+            need = kappa * kv_replicas(m, sp) * w.max_tokens
+            if held < need:
+                raise DoesNotFitError(
+                    "prefill_shape",
+                    f"{m.name} on {sp.text} of {hw.name}: {st.mem_fraction:g} x "
+                    f"{hw.mem_bytes * sp.gpus / 1e9:.1f} GB leaves {held / 1e9:.1f} GB "
+                    f"beside the weights, short of the {need / 1e9:.2f} GB of the longest "
+                    "request's KV cache",
+                )
         usable = pool * (1.0 - st.unused_fraction)
         longest = w.max_tokens + st.reserved_tokens
         if longest > usable:
@@ -770,26 +853,31 @@ class Coefficients:
             # B_max as Coefficients.batch_max gives it
             forms = kernel_forms(spec, ctx, (usable - fragment) / (ctx + r))
             a_p, b_p = forms.prefill.coefficients
+            # a pass of a dp-way instance prefills one prompt per attention replica
+            a_p, b_p = a_p / sp.dp, b_p / sp.dp
             alpha, g = forms.decode.coefficients
             g_one = forms.decode_one_token.coefficients[1]
-            g_context = max(g - g_one, 0.0) / (ctx - 1.0) if iters > 0 and ctx > 1 else 0.0
+            c0 = forms.reference_context
+            g_context = max(g - g_one, 0.0) / (ctx - c0) if iters > 0 and ctx > c0 else 0.0
         else:
             a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
-            terms = DecodeTerms.of(m, hw, tp, ctx if iters > 0 else 0.0)
+            terms = DecodeTerms.of(m, hw, sd.tp, ctx if iters > 0 else 0.0, sd.dp, sd.ep)
             alpha, g = terms.alpha_g(cal)
             g_context = 0.0
             if iters > 0 and ctx > 0:
-                g_context = (g - DecodeTerms.of(m, hw, tp, 0.0).alpha_g(cal)[1]) / ctx
+                bare = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
+                g_context = (g - bare.alpha_g(cal)[1]) / ctx
         if not iters > 0:
             g = math.nan
         clocked = _apply_settings(spec, a_p, b_p, alpha, g, ctx, (usable - fragment) / (ctx + r))
+        gp, gd = sp.gpus, sd.gpus
         powers = {
-            "p0_prefill_w": cal.p0_prefill_w * tp,
-            "gamma_prefill_w": cal.gamma_prefill_w * tp,
-            "psat_prefill_w": cal.psat_prefill_w * tp,
-            "p0_decode_w": cal.p0_decode_w * tp,
-            "gamma_decode_w": cal.gamma_decode_w * tp,
-            "psat_decode_w": cal.psat_decode_w * tp,
+            "p0_prefill_w": cal.p0_prefill_w * gp,
+            "gamma_prefill_w": cal.gamma_prefill_w * gp,
+            "psat_prefill_w": cal.psat_prefill_w * gp,
+            "p0_decode_w": cal.p0_decode_w * gd,
+            "gamma_decode_w": cal.gamma_decode_w * gd,
+            "psat_decode_w": cal.psat_decode_w * gd,
         }
         if clocked is not None:
             a_p, b_p, powers = clocked.a_p, clocked.b_p, clocked.powers
@@ -816,7 +904,8 @@ class Coefficients:
             random_dispatch=st.dispatch == "random",
             **powers,
             p_idle_w=cal.p_idle_w,
-            gpus_per_instance=tp,
+            prefill_gpus=gp,
+            decode_gpus=gd,
             variant=variant,
             fragment_tokens=fragment,
             out_scv=w.var_out / (iters * iters) if iters > 0 else math.inf,
@@ -828,6 +917,9 @@ class Coefficients:
             forms=forms,
             phase_clocks=None if clocked is None else clocked.phases,
             clock_extra_g_s_per_request=0.0 if clocked is None else clocked.extra_g,
+            batch_limit=math.inf
+            if st.max_running_requests is None
+            else float(st.max_running_requests),
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------
@@ -953,6 +1045,60 @@ def solve_batch(
     return out, passes
 
 
+#: what may cap a configuration's decode batch below the memory balance's ``B*``
+CAPPED_BY = ("max_running_requests", "tpot_p99")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Why a configuration's capacity is below the one of the memory balance alone
+    (docs/admission.md, section 8), per configuration: ``pool_batch``, the balance's
+    ``B*``; ``capped_by``, what capped the decode batch (an entry of
+    :data:`CAPPED_BY`, or None); ``prefill_limit_rps``, the rate up to which the
+    prefill instances meet the TTFT target (inf without one); ``unmet``, why no rate
+    meets the targets (None where one does)."""
+
+    pool_batch: FloatArray
+    capped_by: NDArray[np.object_]
+    prefill_limit_rps: FloatArray
+    unmet: NDArray[np.object_]
+
+    def record(self, i: int, result: CapacityResult) -> dict[str, Any]:
+        c = result.coefficients
+        b = float(result.batch[i])
+        iteration = c.alpha_s + c.g_s_per_request * b if c.has_decode_work and b > 0 else None
+        prefill = float(result.n_p[i]) * float(result.mu_p_rps[i])
+        limit = float(self.prefill_limit_rps[i])
+        cap = float(result.capacity_rps[i])
+        if self.unmet[i] is not None:
+            by = None
+        elif math.isfinite(limit) and cap >= limit * (1.0 - 1e-12):
+            by = "ttft_p99"
+        elif cap >= prefill * (1.0 - 1e-12):
+            by = "prefill"
+        else:
+            by = "decode"
+        return {
+            "pool_batch": float(self.pool_batch[i]),
+            "batch_capped_by": self.capped_by[i],
+            "decode_iteration_s": iteration,
+            "ttft_rho_limit": limit / prefill if math.isfinite(limit) and prefill > 0 else None,
+            "limited_by": by,
+            "unmet": self.unmet[i],
+        }
+
+
+def no_limits(n: int) -> Limits:
+    """:class:`Limits` of ``n`` configurations that nothing capped (``pool_batch`` nan
+    until set)."""
+    return Limits(
+        pool_batch=np.full(n, np.nan),
+        capped_by=np.full(n, None, dtype=object),
+        prefill_limit_rps=np.full(n, np.inf),
+        unmet=np.full(n, None, dtype=object),
+    )
+
+
 @dataclass(frozen=True)
 class CapacityResult:
     """Capacity and power of an array of configurations (SPEC 2.5, 2.6)."""
@@ -973,6 +1119,9 @@ class CapacityResult:
     load_rps: FloatArray  # load at which power_w is given
     coefficients: Coefficients
     root_passes: int
+    #: set where an engine limit or a latency target capped a capacity (None: SPEC's
+    #: capacity, nothing capped)
+    limits: Limits | None = None
 
     def __len__(self) -> int:
         return int(self.n_p.shape[0])
@@ -980,11 +1129,16 @@ class CapacityResult:
     def rows(self, start: int, stop: int) -> CapacityResult:
         """Configurations ``start..stop-1`` alone (``root_passes`` stays the whole
         evaluation's: the most false-position passes any configuration needed)."""
-        cut = {
+        cut: dict[str, Any] = {
             f.name: getattr(self, f.name)[start:stop]
             for f in fields(self)
             if isinstance(getattr(self, f.name), np.ndarray)
         }
+        if self.limits is not None:
+            lim = self.limits
+            cut["limits"] = Limits(
+                **{f.name: getattr(lim, f.name)[start:stop] for f in fields(lim)}
+            )
         return replace(self, **cut)
 
     def record(self, i: int) -> dict[str, Any]:
@@ -994,7 +1148,7 @@ class CapacityResult:
         def num(v: float) -> float | None:
             return float(v) if math.isfinite(v) else None
 
-        return {
+        out = {
             "n_p": int(self.n_p[i]),
             "n_d": int(self.n_d[i]),
             "gpus": int(self.gpus[i]),
@@ -1012,6 +1166,9 @@ class CapacityResult:
             "power_idle_w": float(self.power_idle_w[i]),
             "power_saturated_w": float(self.power_sat_w[i]),
         }
+        if self.limits is not None:
+            out |= self.limits.record(i, self)
+        return out
 
 
 def instance_power_w(p0_w: float, gamma_w: float, psat_w: float, x: ArrayLike) -> FloatArray:
@@ -1089,9 +1246,17 @@ def evaluate(
             else:
                 b, passes = solve_batch(c, npf[both], ndf[both])
             batch[both] = b
+        limits = None
+        if math.isfinite(c.batch_limit):  # the engine's largest batch (admission.md, 8)
+            limits = no_limits(batch.size)
+            limits.pool_batch[:] = batch
+            capped = batch > c.batch_limit
+            limits.capped_by[capped] = "max_running_requests"
+            batch = np.minimum(batch, c.batch_limit)
         mu_d = c.decode_rate_rps(batch)
         mu_d_max = np.full(npf.shape, float(c.decode_rate_rps(c.batch_max)))
     else:  # every request has l_out = 1: no decode work (SPEC 2.5 edge case)
+        limits = None
         batch = np.zeros(npf.shape)
         mu_d = np.full(npf.shape, np.inf)
         mu_d_max = np.full(npf.shape, np.inf)
@@ -1114,7 +1279,7 @@ def evaluate(
     return CapacityResult(
         n_p=npi,
         n_d=ndi,
-        gpus=(npi + ndi) * c.gpus_per_instance,
+        gpus=npi * c.prefill_gpus + ndi * c.decode_gpus,
         capacity_rps=capacity,
         mu_p_rps=mu_p,
         mu_d_rps=mu_d,
@@ -1128,19 +1293,41 @@ def evaluate(
         load_rps=load,
         coefficients=c,
         root_passes=passes,
+        limits=limits,
     )
 
 
-def candidate_configs(max_gpus: int, gpus_per_instance: int = 1) -> tuple[IntArray, IntArray]:
-    """Every ``(n_P, n_D)`` with ``n_P, n_D >= 1`` and ``(n_P + n_D) x tp <= max_gpus``."""
-    if max_gpus < 2 * gpus_per_instance:
+def candidate_configs(
+    max_gpus: int, prefill_gpus: int = 1, decode_gpus: int | None = None
+) -> tuple[IntArray, IntArray]:
+    """Every ``(n_P, n_D)`` with ``n_P, n_D >= 1`` and ``n_P G_P + n_D G_D <= max_gpus``
+    (``G_P``, ``G_D``: GPUs per prefill and per decode instance; ``G_D`` defaults to
+    ``G_P``), in the order of ``n_P``, then ``n_D``."""
+    gp = prefill_gpus
+    gd = prefill_gpus if decode_gpus is None else decode_gpus
+    if max_gpus < gp + gd:
         raise InputError(
-            "max_gpus", f"must be at least {2 * gpus_per_instance} (one prefill and one decode)"
+            "max_gpus", f"must be at least {gp + gd} (one prefill and one decode instance)"
         )
-    total = max_gpus // gpus_per_instance
-    n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
-    keep = (n_p + n_d) <= total
+    if gp == gd:  # as before shapes: n_P + n_D <= floor(max_gpus / G)
+        total = max_gpus // gp
+        n_p, n_d = np.meshgrid(np.arange(1, total), np.arange(1, total), indexing="ij")
+        keep = (n_p + n_d) <= total
+    else:
+        n_p, n_d = np.meshgrid(
+            np.arange(1, (max_gpus - gd) // gp + 1),
+            np.arange(1, (max_gpus - gp) // gd + 1),
+            indexing="ij",
+        )
+        keep = n_p * gp + n_d * gd <= max_gpus
     return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
+
+
+def with_targets(
+    spec: DeploymentSpec, ttft_p99_s: float | None, tpot_p99_s: float | None
+) -> DeploymentSpec:
+    """``spec`` with p99 latency targets (None: none); an input error names the target."""
+    return replace(spec, targets=LatencyTargets(ttft_p99_s, tpot_p99_s))
 
 
 def with_settings(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clocks import GpuClocks
 from .errors import InputError, NotFoundError
+from .shapes import InstanceShape, parse_shape
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -141,6 +142,13 @@ class ModelArch:
     attend within consecutive chunks of `attention_chunk` tokens only (Llama 4's
     chunked local attention; 0: none).
 
+    Multi-head latent attention's projections (DeepSeek V2/V3/R1, from the same
+    ``config.json``; 0: unknown, and the kernel composition refuses the model):
+    `q_lora_rank`, the width of the queries' low-rank compression; `kv_lora_rank`, the
+    latent's (``kv_latent = kv_lora_rank + qk_rope_head_dim``); `qk_rope_head_dim`, the
+    rotary part of each query/key head (`head_dim` is the rest, ``qk_nope_head_dim``,
+    plus it); `v_head_dim`, each head's value width.
+
     How the model's FP8 release stores its weights (the catalog entry may describe its
     bf16 release; ``model/kernels.py`` reads these when composing FP8 weights):
     `fp8_block`, the side of the square weight blocks sharing one scale (128 for
@@ -179,6 +187,10 @@ class ModelArch:
     fp8_block: int = 0
     fp8_scope: str = "linear"
     fp8_bf16_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -205,8 +217,20 @@ class ModelArch:
             "chunked_layers",
             "fp8_block",
             "fp8_bf16_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "v_head_dim",
         ):
             _non_negative(name, _integer(name, getattr(self, name)))
+        if self.kv_lora_rank and self.kv_latent != self.kv_lora_rank + self.qk_rope_head_dim:
+            raise InputError(
+                "kv_latent",
+                f"must be kv_lora_rank + qk_rope_head_dim "
+                f"({self.kv_lora_rank} + {self.qk_rope_head_dim}), got {self.kv_latent}",
+            )
+        if self.qk_rope_head_dim >= self.head_dim and self.qk_rope_head_dim:
+            raise InputError("qk_rope_head_dim", f"must be below head_dim ({self.head_dim})")
         if bool(self.sliding_window) != bool(self.sliding_layers):
             raise InputError(
                 "sliding_window", "sliding_window and sliding_layers must be set together"
@@ -504,7 +528,12 @@ class ServingStack:
     `kv_pool_tokens` is set (from the engine log, e.g. SGLang's
     ``max_total_num_tokens``); `reserved_tokens` is R; `unused_fraction` is u
     (U = u * C_tok); `dispatch` is the router policy; `tensor_parallel` is the
-    number of GPUs per instance (flops, bandwidth, memory and power scale ideally).
+    number of GPUs per instance (flops, bandwidth, memory and power scale ideally);
+    `max_running_requests` is the engine's largest decode batch (SGLang's
+    ``--max-running-requests``, vLLM's ``--max-num-seqs``; None: no limit beyond the KV
+    pool, docs/admission.md, section 8). `prefill_shape` and `decode_shape` give each
+    phase's instance its own split, ``tp<T>[,dp<D>][,ep<E>]`` (:mod:`model.shapes`,
+    docs/shapes.md); a phase without one runs ``tp<tensor_parallel>``.
     """
 
     mem_fraction: float = 0.90
@@ -513,6 +542,9 @@ class ServingStack:
     kv_pool_tokens: int | None = None
     dispatch: str = "round_robin"
     tensor_parallel: int = 1
+    max_running_requests: int | None = None
+    prefill_shape: str | None = None
+    decode_shape: str | None = None
 
     def __post_init__(self) -> None:
         _set_floats(self, ("mem_fraction", "unused_fraction"))
@@ -528,6 +560,24 @@ class ServingStack:
             )
         if _integer("tensor_parallel", self.tensor_parallel) < 1:
             raise InputError("tensor_parallel", f"must be >= 1, got {self.tensor_parallel!r}")
+        if self.max_running_requests is not None:
+            m = _integer("max_running_requests", self.max_running_requests)
+            if m < 1:
+                raise InputError("max_running_requests", f"must be >= 1, got {m!r}")
+        self.shapes()  # an input error naming the shape if it is not one
+
+    def shapes(self) -> tuple[InstanceShape, InstanceShape]:
+        """The prefill and the decode instance's shape (``tp<tensor_parallel>`` for a
+        phase without its own)."""
+        default = InstanceShape(self.tensor_parallel)
+        return (
+            default
+            if self.prefill_shape is None
+            else parse_shape(self.prefill_shape, "prefill_shape"),
+            default
+            if self.decode_shape is None
+            else parse_shape(self.decode_shape, "decode_shape"),
+        )
 
 
 _SECTION_TYPES: dict[str, type[Any]] = {

@@ -208,6 +208,7 @@ class KernelTimes:
         ep: int = 1,
         overheads: EngineOverheads | None = None,
         kv_dtype: str = "bfloat16",
+        attention_dp: int = 1,
     ) -> KernelTimes:
         setup = KernelSetup(
             gpu_folder(gpu),
@@ -217,6 +218,7 @@ class KernelTimes:
             ep=ep,
             weight_dtype=weight_dtype(model),
             kv_dtype=kv_dtype,
+            attention_dp=attention_dp,
         )
         km = KernelModel(open_database(source.folder), model, setup)
         return cls(km, overheads or EngineOverheads())

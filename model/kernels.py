@@ -81,8 +81,11 @@ all-reduce under TP (the lookup itself has no kernel table and is not counted), 
 LM head GEMM on the tokens whose logits are computed (the prompt's last for a
 prefill, every request's for decode) and the all-gather of the logits under TP (NCCL
 table). A decode at a fractional batch (a measured mean) is the linear interpolation
-of the compositions at its floor and ceiling. Refused, naming what is missing:
-multi-head latent attention (DeepSeek; no table measures it). Not counted, because no
+of the compositions at its floor and ceiling. Multi-head latent attention (DeepSeek)
+from the framework's MLA module tables where it has them, else from its MLA attention,
+batched-GEMM and GEMM tables; data-parallel attention (``attention_dp``) with the
+collectives around each MoE layer AIConfigurator charges (``docs/kernels.md``,
+"Multi-head latent attention (DeepSeek)"). Not counted, because no
 table measures them: norms, activation, rotary embedding, sampling, scheduling and
 launch gaps (the serving engine's overheads, fitted elsewhere).
 """
@@ -109,14 +112,16 @@ MS = 1e-3
 @dataclass(frozen=True)
 class TableSpec:
     """How to read one kind of table: its op folder, file name, exact-key columns,
-    size-axis columns (interpolated, in this order) and defaults for key columns that
-    older files lack."""
+    size-axis columns (interpolated, in this order), defaults for key columns that
+    older files lack, and other names a framework's files give a key column."""
 
     kind: str
     folder: str
     keys: tuple[str, ...]
     axes: tuple[str, ...]
     defaults: tuple[tuple[str, object], ...] = ()
+    #: (column, the name some files give it)
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def filename(self) -> str:
@@ -171,8 +176,38 @@ TABLE_SPECS: dict[str, TableSpec] = {
             "comm",
             ("allreduce_dtype", "num_gpus", "backend"),
             ("message_size",),
+            # TensorRT-LLM's files name the all-reduce's implementation column so
+            aliases=(("backend", "implementation"),),
         ),
         TableSpec("nccl", "comm", ("op_name", "nccl_dtype", "num_gpus"), ("message_size",)),
+        # multi-head latent attention: the attention kernel alone (its heads per GPU)...
+        TableSpec(
+            "context_mla",
+            "mla",
+            ("mla_dtype", "kv_cache_dtype", "num_heads"),
+            ("batch_size", "isl"),
+        ),
+        TableSpec(
+            "generation_mla",
+            "mla",
+            ("mla_dtype", "kv_cache_dtype", "num_heads", "isl"),
+            ("batch_size", "step"),
+        ),
+        # ... the decode's absorbed key and value up-projections (batched GEMMs per head)...
+        TableSpec("mla_bmm", "mla_bmm", ("op_name", "bmm_dtype", "num_heads"), ("num_tokens",)),
+        # ... or the whole attention module of one model (projections and attention)
+        TableSpec(
+            "mla_context_module",
+            "mla",
+            ("model", "mla_dtype", "kv_cache_dtype", "gemm_type", "num_heads"),
+            ("batch_size", "isl"),
+        ),
+        TableSpec(
+            "mla_generation_module",
+            "mla",
+            ("model", "mla_dtype", "kv_cache_dtype", "gemm_type", "num_heads", "isl"),
+            ("batch_size", "step"),
+        ),
     )
 }
 
@@ -208,6 +243,10 @@ class KernelTable:
         self.spec = spec
         self.kind = spec.kind
         n = len(columns.get("latency", []))
+        columns = {
+            **columns,
+            **{c: columns[a] for c, a in spec.aliases if c not in columns and a in columns},
+        }
         defaults = dict(spec.defaults)
         missing = [
             c for c in (*spec.keys, *spec.axes, "latency") if c not in columns and c not in defaults
@@ -452,8 +491,10 @@ class KernelSetup:
     dtype of experts the catalog stores in MXFP4 or NVFP4), the KV cache
     (``bfloat16``, ``fp8``), the MoE load `distribution` (``uniform``: each token's
     experts drawn uniformly, :func:`uniform_tokens`; or a load the tables measure:
-    ``balanced``, a skew such as ``power_law_1.2``) and the NCCL version (default: the newest the
-    database has for the GPU)."""
+    ``balanced``, a skew such as ``power_law_1.2``), the NCCL version (default: the newest the
+    database has for the GPU) and the data-parallel attention size `attention_dp` (1: none;
+    else ``tp x attention_dp`` GPUs, each rank attending its own requests, the experts
+    split ``moe_tp x ep`` over all of them)."""
 
     gpu: str
     framework: str
@@ -465,17 +506,36 @@ class KernelSetup:
     moe_dtype: str = ""
     distribution: str = "uniform"
     nccl_version: str = ""
+    attention_dp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "ep"):
+        for name in ("tp", "ep", "attention_dp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
-        if self.tp % self.ep:
-            raise InputError("ep", f"must divide tp ({self.tp}), got {self.ep}")
+        if self.gpus % self.ep:
+            if self.attention_dp == 1:
+                raise InputError("ep", f"must divide tp ({self.tp}), got {self.ep}")
+            raise InputError(
+                "ep",
+                f"must divide the instance's {self.gpus} GPUs (tp {self.tp} x attention_dp "
+                f"{self.attention_dp}), got {self.ep}",
+            )
         for name in ("weight_dtype", "kv_dtype", "moe_dtype"):
             v = getattr(self, name)
             object.__setattr__(self, name, _DTYPE_NAMES.get(v, v))
+
+    @property
+    def gpus(self) -> int:
+        """The instance's GPUs: ``tp x attention_dp`` (each attention data-parallel rank
+        a tensor-parallel group of ``tp``), which the MoE layers split as
+        ``moe_tp x ep``."""
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        """Tensor-parallel size of each expert: the GPUs over the expert-parallel size."""
+        return self.gpus // self.ep
 
 
 @dataclass(frozen=True)
@@ -636,8 +696,13 @@ class KernelModel:
         for name in ("hidden_size", "vocab_size"):
             if not getattr(m, name):
                 raise InputError(name, f"{m.name}: unknown, needed to compose its kernels")
-        if m.kv_latent:
-            raise InputError("model", self._no_mla_reason())
+        self.mla = bool(m.kv_latent)
+        if self.mla:
+            for name in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                if not getattr(m, name):
+                    raise InputError(
+                        name, f"{m.name}: unknown, needed to compose its latent attention"
+                    )
         self.dense_layers = m.layers - m.moe_layers if m.experts else m.layers
         if self.dense_layers and not m.intermediate_size:
             raise InputError("intermediate_size", f"{m.name}: unknown, needed for its MLP")
@@ -653,20 +718,40 @@ class KernelModel:
             )
         if setup.ep > 1 and not m.experts:
             raise InputError("ep", f"{m.name} is dense: expert parallelism needs experts")
+        if m.experts and m.experts % setup.ep:
+            raise InputError("ep", f"{setup.ep} does not divide {m.name}'s {m.experts} experts")
+        if setup.attention_dp > 1 and not m.experts:
+            raise InputError(
+                "attention_dp",
+                f"{m.name} is dense: data-parallel attention is composed for a mixture of "
+                "experts (its MoE layers gather the ranks' tokens); run dense replicas instead",
+            )
         self.heads = m.n_heads // tp
         self.kv_heads = max(1, m.n_kv_heads // tp)
         self.expert_inter = expert_intermediate_size(m) if m.experts else 0
         self._dtypes = self._weight_dtypes()
         #: the tables read from another framework's tables of the GPU, each said
         self.substitutions: list[str] = []
-        kinds = ("gemm", "context_attention", "generation_attention")
+        #: MLA composed from the framework's whole-module tables (True) or from the
+        #: attention kernel, the absorbed BMMs and the projection GEMMs (False)
+        self.mla_module = False
+        kinds: tuple[str, ...] = ("gemm", "context_attention", "generation_attention")
+        if self.mla:
+            have = self.db.index().get((setup.gpu, "mla", setup.framework, setup.version), [])
+            self.mla_module = {"mla_context_module", "mla_generation_module"} <= set(have)
+            if self.mla_module:
+                kinds = ("gemm", "mla_context_module", "mla_generation_module")
+            else:
+                kinds = ("gemm", "context_mla", "generation_mla", "mla_bmm")
         self._tables = {kind: self._table(kind) for kind in kinds}
         if m.experts:
             self._tables["moe"] = self._table("moe")
         if tp > 1:
             self._tables["custom_allreduce"] = self._table("custom_allreduce")
+        if setup.gpus > 1:
             nccl = setup.nccl_version or self._newest_nccl()
             self._tables["nccl"] = db.table(setup.gpu, "nccl", "nccl", nccl)
+        self._module_model = self._module_model_name() if self.mla_module else m.name
 
     def _table(self, kind: str) -> KernelTable:
         """The setup's table of ``kind``; where its framework and version have none,
@@ -689,17 +774,13 @@ class KernelModel:
         )
         return table
 
-    def _no_mla_reason(self) -> str:
-        s, m = self.setup, self.model
-        folder = f"{s.gpu}/attention/{s.framework}/{s.version}/"
-        have = sorted(self.db.index().get((s.gpu, "attention", s.framework, s.version), []))
-        return (
-            f"{m.name}: multi-head latent attention (MLA: {m.n_heads} query heads of "
-            f"{m.head_dim}, one {m.kv_latent}-wide latent per token shared by the heads) has "
-            f"no kernel table: {folder} holds {', '.join(have) or 'no attention table'}, "
-            "grouped-query attention of separate K and V heads, which does not compute it; "
-            "an MLA table (context and generation) is needed"
-        )
+    def _module_model_name(self) -> str:
+        """The model as the MLA module tables name it: the one of its catalog name and
+        aliases (its Hugging Face ids) they measure, else its name (which the lookup
+        refuses, listing the models measured)."""
+        names = (self.model.name, *self.model.aliases)
+        measured = {k["model"] for k in self._tables["mla_context_module"].measured_keys()}
+        return next((n for n in names if n in measured), self.model.name)
 
     def _newest_nccl(self) -> str:
         versions = [v for f, v in self.db.versions(self.setup.gpu, "nccl") if f == "nccl"]
@@ -799,8 +880,16 @@ class KernelModel:
             self._call(out, name, kind, count * (pieces - bigger), **key, message_size=size)
 
     def _allreduce(
-        self, out: list[KernelCall], name: str, count: int, tokens: int, graph: bool
+        self,
+        out: list[KernelCall],
+        name: str,
+        count: int,
+        tokens: int,
+        graph: bool,
+        gpus: int = 0,
     ) -> None:
+        """An all-reduce of `tokens` rows of the residual stream over `gpus` GPUs (0:
+        the tensor-parallel group)."""
         table = self._tables["custom_allreduce"]
         suffix = "_graph" if graph else "_eager"
         every = sorted({str(k["backend"]) for k in table.measured_keys()})
@@ -812,12 +901,16 @@ class KernelModel:
             count,
             tokens * self.model.hidden_size,
             allreduce_dtype="bfloat16",
-            num_gpus=self.setup.tp,
+            num_gpus=gpus or self.setup.tp,
             backend=backends[0],
         )
 
     def _generation_attention(
-        self, out: list[KernelCall], count: int, shape: dict[str, Any]
+        self,
+        out: list[KernelCall],
+        count: int,
+        shape: dict[str, Any],
+        kind: str = "generation_attention",
     ) -> None:
         """Decode attention of ``batch_size`` requests; where the table lacks that batch at
         that context, equal sub-batches (see the module docstring)."""
@@ -832,7 +925,7 @@ class KernelModel:
                 self._call(
                     calls,
                     "attention",
-                    "generation_attention",
+                    kind,
                     count * full,
                     **{**shape, "batch_size": size},
                 )
@@ -840,7 +933,7 @@ class KernelModel:
                     self._call(
                         calls,
                         "attention",
-                        "generation_attention",
+                        kind,
                         count,
                         **{**shape, "batch_size": rest},
                     )
@@ -962,20 +1055,23 @@ class KernelModel:
         self._call(out, "attention", kind, group.layers, **shape)
 
     def _pass(self, tokens: int, logits: int, attention: Any, graph: bool) -> PhaseTime:
-        """One forward pass over `tokens` tokens (logits of the last `logits`), its
-        attention composed per group of layers by ``attention(calls, group)``."""
+        """One forward pass over `tokens` tokens on each attention rank (logits of the
+        last `logits`), the attention block of every layer (its projections included)
+        composed by ``attention(calls)``. Under data-parallel attention every rank runs
+        its own `tokens` and the MoE layers the ``tokens x attention_dp`` gathered."""
         m, s = self.model, self.setup
-        L, hidden, tp = m.layers, m.hidden_size, s.tp
+        L, hidden, tp, dp = m.layers, m.hidden_size, s.tp, s.attention_dp
         calls: list[KernelCall] = []
         if tp > 1:
             self._allreduce(calls, "embedding all-reduce", 1, tokens, graph)
-        qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
-        self._gemms(calls, "qkv projection", "attention", tokens, qkv_n, hidden)
-        for group in self._attention_groups():
-            attention(calls, group)
-        self._gemms(calls, "o projection", "attention", tokens, hidden, self.heads * m.head_dim)
-        if tp > 1:
-            self._allreduce(calls, "attention all-reduce", L, tokens, graph)
+        attention(calls)
+        if dp == 1:
+            if tp > 1:
+                self._allreduce(calls, "attention all-reduce", L, tokens, graph)
+        else:
+            if tp > 1 and self.dense_layers:
+                self._allreduce(calls, "attention all-reduce", self.dense_layers, tokens, graph)
+            self._dispatch(calls, True, tokens, graph)
         if self.dense_layers:
             inter = m.intermediate_size // tp
             self._gemms(calls, "mlp gate-up", "mlp", tokens, 2 * inter, hidden)
@@ -983,31 +1079,18 @@ class KernelModel:
         if m.experts:
             self._gemm(calls, "router", m.moe_layers, tokens, m.experts, hidden, "bfloat16")
             for count, dtype in self._dtypes["experts"]:
-                self._call(
-                    calls,
-                    "moe",
-                    "moe",
-                    count,
-                    moe_dtype=dtype,
-                    hidden_size=hidden,
-                    inter_size=self.expert_inter,
-                    topk=m.experts_per_token,
-                    num_experts=m.experts,
-                    moe_tp_size=tp // s.ep,
-                    moe_ep_size=s.ep,
-                    distribution="balanced" if s.distribution == UNIFORM else s.distribution,
-                    num_tokens=(
-                        uniform_tokens(tokens, m.experts, m.experts_per_token, s.ep)
-                        if s.distribution == UNIFORM
-                        else tokens
-                    ),
-                )
+                self._moe(calls, count, dtype, tokens * dp)
             if m.shared_intermediate_size:
                 inter = m.shared_intermediate_size // tp
                 self._gemms(calls, "shared expert gate-up", "shared", tokens, 2 * inter, hidden)
                 self._gemms(calls, "shared expert down", "shared", tokens, hidden, inter)
-        if tp > 1:
-            self._allreduce(calls, "mlp all-reduce", L, tokens, graph)
+        if dp == 1:
+            if tp > 1:
+                self._allreduce(calls, "mlp all-reduce", L, tokens, graph)
+        else:
+            if tp > 1 and self.dense_layers:
+                self._allreduce(calls, "mlp all-reduce", self.dense_layers, tokens, graph)
+            self._dispatch(calls, False, tokens, graph)
         self._gemm(calls, "lm head", 1, logits, -(-m.vocab_size // tp), hidden, "bfloat16")
         if tp > 1:
             self._collective(
@@ -1021,6 +1104,155 @@ class KernelModel:
                 num_gpus=tp,
             )
         return _phase(calls)
+
+    def _moe(self, out: list[KernelCall], count: int, dtype: str, tokens: int) -> None:
+        """The fused routed experts of `count` layers over `tokens` tokens (all the
+        attention ranks' under data-parallel attention), at ``moe_tp`` and ``ep``. More
+        tokens than the table's largest measured count are equal pieces no larger (the
+        kernel's work is per token; a piece re-reads the experts' weights, which at
+        thousands of tokens per expert is a small share), as the engines chunk them."""
+        m, s = self.model, self.setup
+        key = {
+            "moe_dtype": dtype,
+            "hidden_size": m.hidden_size,
+            "inter_size": self.expert_inter,
+            "topk": m.experts_per_token,
+            "num_experts": m.experts,
+            "moe_tp_size": s.moe_tp,
+            "moe_ep_size": s.ep,
+            "distribution": "balanced" if s.distribution == UNIFORM else s.distribution,
+        }
+        sizes = self._tables["moe"].axis_values(**key).get("num_tokens", [])
+        largest = int(sizes[-1]) if sizes else 0
+        pieces = -(-tokens // largest) if largest and tokens > largest else 1
+        size, bigger = divmod(tokens, pieces)
+        for n, part in ((pieces - bigger, size), (bigger, size + 1)):
+            if not n:
+                continue
+            self._call(
+                out,
+                "moe",
+                "moe",
+                count * n,
+                **key,
+                num_tokens=(
+                    uniform_tokens(part, m.experts, m.experts_per_token, s.ep)
+                    if s.distribution == UNIFORM
+                    else part
+                ),
+            )
+
+    def _dispatch(self, out: list[KernelCall], pre: bool, tokens: int, graph: bool) -> None:
+        """Under data-parallel attention, the collectives around each MoE layer, as
+        AIConfigurator's ``MoEDispatch`` charges them per framework (``docs/kernels.md``,
+        "Data-parallel attention"): the ranks' ``tokens`` rows of the residual stream
+        gathered over the instance's GPUs before the experts (`pre`) and reduce-scattered
+        back after them; SGLang with ``tp > 1`` reduce-scatters over the attention group
+        first (and all-gathers over it last); vLLM adds its attention all-reduce; TRT-LLM
+        with ``tp > 1`` all-reduces instead."""
+        m, s = self.model, self.setup
+        n, hidden, gpus, tp = m.moe_layers, m.hidden_size, s.gpus, s.tp
+        gathered = tokens * s.attention_dp
+        name = "moe dispatch" if pre else "moe combine"
+
+        def nccl(op: str, group: int, rows: int) -> None:
+            self._collective(
+                out, name, "nccl", n, rows * hidden, op_name=op, nccl_dtype="half",
+                num_gpus=group,
+            )  # fmt: skip
+
+        wide = "all_gather" if pre else "reduce_scatter"
+        if s.framework == "trtllm" and tp > 1:
+            self._allreduce(out, name, n, tokens, graph, gpus)
+        elif s.framework == "vllm":
+            if tp > 1:
+                self._allreduce(out, name, n, tokens, graph, gpus)
+            nccl(wide, gpus, gathered)
+        elif tp > 1:
+            if pre:
+                nccl("reduce_scatter", tp, tokens)
+                nccl("all_gather", gpus, gathered)
+            else:
+                nccl("reduce_scatter", gpus, gathered)
+                nccl("all_gather", tp, tokens)
+        else:
+            nccl(wide, gpus, gathered)
+
+    def _gqa(self, out: list[KernelCall], tokens: int, attention: Any) -> None:
+        """Grouped-query attention's block: the QKV projection, the attention of each
+        group of layers (``attention(calls, group)``) and the output projection."""
+        m, hidden = self.model, self.model.hidden_size
+        qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
+        self._gemms(out, "qkv projection", "attention", tokens, qkv_n, hidden)
+        for group in self._attention_groups():
+            attention(out, group)
+        self._gemms(out, "o projection", "attention", tokens, hidden, self.heads * m.head_dim)
+
+    def _mla_down(self, out: list[KernelCall], tokens: int) -> None:
+        """MLA's input projections: the fused down-projection of the hidden state to the
+        query's and the latent's low-rank inputs and the key's rotary part (replicated
+        on every GPU), and the query's up-projection (heads split over ranks)."""
+        m = self.model
+        down = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+        self._gemms(out, "q/kv down projection", "attention", tokens, down, m.hidden_size)
+        q_up = self.heads * m.head_dim
+        self._gemms(out, "q up projection", "attention", tokens, q_up, m.q_lora_rank)
+
+    def _mla_out(self, out: list[KernelCall], tokens: int) -> None:
+        m = self.model
+        k = self.heads * m.v_head_dim
+        self._gemms(out, "o projection", "attention", tokens, m.hidden_size, k)
+
+    def _mla_prefill(self, out: list[KernelCall], n: int) -> None:
+        """MLA's block of a prompt of `n` tokens in every layer: the framework's module
+        table where it has one, else the projections, the latent's up-projection to
+        each head's key and value (``kv_b``), the attention kernel and the output
+        projection."""
+        m, s = self.model, self.setup
+        keys = {"mla_dtype": "bfloat16", "kv_cache_dtype": s.kv_dtype, "num_heads": self.heads}
+        if self.mla_module:
+            for count, dtype in self._dtypes["attention"]:
+                self._call(
+                    out, "attention", "mla_context_module", count, model=self._module_model,
+                    gemm_type=dtype, **keys, batch_size=1, isl=n,
+                )  # fmt: skip
+            return
+        self._mla_down(out, n)
+        kv_up = self.heads * (m.head_dim - m.qk_rope_head_dim + m.v_head_dim)
+        self._gemms(out, "kv up projection", "attention", n, kv_up, m.kv_lora_rank)
+        self._call(out, "attention", "context_mla", m.layers, **keys, batch_size=1, isl=n)
+        self._mla_out(out, n)
+
+    def _mla_decode(self, out: list[KernelCall], b: int, c: float) -> None:
+        """MLA's block of a decode of `b` requests of `c` past tokens in every layer: the
+        framework's module table where it has one, else the projections, the absorbed
+        up-projections as batched GEMMs per head around the attention over the latent
+        (``mla_gen_pre``: each query into the latent space, ``mla_gen_post``: each
+        head's output out of it) and the output projection. The new token is the
+        table's ``isl = 1`` and its past the ``step``."""
+        m, s = self.model, self.setup
+        keys = {"mla_dtype": "bfloat16", "kv_cache_dtype": s.kv_dtype, "num_heads": self.heads}
+        shape = {**keys, "isl": 1, "batch_size": b, "step": c}
+        if self.mla_module:
+            for count, dtype in self._dtypes["attention"]:
+                self._generation_attention(
+                    out,
+                    count,
+                    {"model": self._module_model, "gemm_type": dtype, **shape},
+                    "mla_generation_module",
+                )
+            return
+        self._mla_down(out, b)
+        for op in ("mla_gen_pre", "mla_gen_post"):
+            if op == "mla_gen_post":
+                self._generation_attention(out, m.layers, shape, "generation_mla")
+            for count, dtype in self._dtypes["attention"]:
+                bmm = "fp8" if dtype in _FP8_WEIGHTS else "bfloat16"
+                self._call(
+                    out, "attention bmm", "mla_bmm", count, op_name=op, bmm_dtype=bmm,
+                    num_heads=self.heads, num_tokens=b,
+                )  # fmt: skip
+        self._mla_out(out, b)
 
     def _attn_keys(self, attn_dtype: str) -> dict[str, Any]:
         return {
@@ -1036,20 +1268,25 @@ class KernelModel:
     def prefill(self, prompt_tokens: int) -> PhaseTime:
         """One prefill of a prompt of `prompt_tokens` tokens (no cached prefix)."""
         n = _count("prompt_tokens", prompt_tokens)
+        if self.mla:
+            return self._pass(n, 1, lambda calls: self._mla_prefill(calls, n), graph=False)
         # context attention runs in the KV cache's dtype (FP8 attention with an FP8 cache)
         keys = self._attn_keys(self.setup.kv_dtype)
 
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._prefill_attention(calls, group, keys, n)
 
-        return self._pass(n, 1, attention, graph=False)
+        return self._pass(n, 1, lambda calls: self._gqa(calls, n, attention), graph=False)
 
     def prefill_attention(self, prompt_tokens: int) -> PhaseTime:
         """The attention kernels alone of one prefill of `prompt_tokens` tokens (every
         layer group), as :meth:`prefill` composes them."""
         n = _count("prompt_tokens", prompt_tokens)
-        keys = self._attn_keys(self.setup.kv_dtype)
         calls: list[KernelCall] = []
+        if self.mla:
+            self._mla_prefill(calls, n)
+            return _phase(c for c in calls if c.name == "attention")
+        keys = self._attn_keys(self.setup.kv_dtype)
         for group in self._attention_groups():
             self._prefill_attention(calls, group, keys, n)
         return _phase(calls)
@@ -1072,13 +1309,18 @@ class KernelModel:
              *(replace(c, weight=w * c.weight) for c in above.calls)]
         )  # fmt: skip
 
-    def _decode(self, b: int, context: float) -> PhaseTime:
+    def _decode(self, batch: int, context: float) -> PhaseTime:
+        # each data-parallel attention rank runs its share, the busiest ceil(B / dp)
+        b = -(-batch // self.setup.attention_dp)
+        graph = decode_in_graph(self.setup.framework, b)
+        if self.mla:
+            return self._pass(b, b, lambda calls: self._mla_decode(calls, b, context), graph)
         keys = self._attn_keys("bfloat16")
 
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._decode_attention(calls, group, keys, b, context)
 
-        return self._pass(b, b, attention, graph=decode_in_graph(self.setup.framework, b))
+        return self._pass(b, b, lambda calls: self._gqa(calls, b, attention), graph)
 
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -330,6 +331,28 @@ def peakedness(residence: FloatArray, weight: FloatArray, arrival_scv: float) ->
     return 1.0 + (arrival_scv - 1.0) * eta
 
 
+def boundary_mixture(
+    t_u: FloatArray, t_w: FloatArray, running_s: float, busy: float
+) -> tuple[FloatArray, FloatArray]:
+    """``(ahead, weight)``: what a request has ahead of its prefill wait, ``J_a +
+    t_P(l_in)``, as a discrete law (section 2): ``J_a`` none while its decode instance
+    is idle (probability ``1 - busy``), else uniform on an iteration of ``running_s``
+    (a ``JOIN_POINTS``-point midpoint rule); ``t_P`` the prefill times ``t_u`` with
+    probabilities ``t_w``."""
+    edge = running_s * (np.arange(JOIN_POINTS) + 0.5) / JOIN_POINTS
+    delay = np.concatenate([[0.0], edge])
+    d_w = np.concatenate([[1.0 - busy], np.full(JOIN_POINTS, busy / JOIN_POINTS)])
+    ahead = (t_u[None, :] + delay[:, None]).ravel()
+    weight = (d_w[:, None] * t_w[None, :]).ravel()
+    return ahead, weight
+
+
+def ttft_tail_at(dist: WaitDistribution, ahead: FloatArray, weight: FloatArray, x: float) -> float:
+    """``P(TTFT > x)`` with ``TTFT = W + (J_a + t_P)``, ``W`` of law ``dist`` independent
+    of the rest (FCFS, section 2), ``(ahead, weight)`` from :func:`boundary_mixture`."""
+    return float(np.sum(weight * dist.tail(x - ahead)))
+
+
 def latency_at(
     c: Coefficients,
     n_p: int,
@@ -382,16 +405,7 @@ def latency_at(
         t_w = t_count / t_count.sum()
         dist = prefill_wait_distribution(t_u, t_w, lam_p, phases)
         wait = dist.mean_s
-        edge = running * (np.arange(JOIN_POINTS) + 0.5) / JOIN_POINTS
-        # the boundary wait: none when idle (probability 1 - busy), else uniform
-        delay = np.concatenate([[0.0], edge])
-        d_w = np.concatenate([[1.0 - busy], np.full(JOIN_POINTS, busy / JOIN_POINTS)])
-        ahead = (t_u[None, :] + delay[:, None]).ravel()
-        a_w = (d_w[:, None] * t_w[None, :]).ravel()
-
-        def ttft_tail(x: float) -> float:
-            return float(np.sum(a_w * dist.tail(x - ahead)))
-
+        ttft_tail = partial(ttft_tail_at, dist, *boundary_mixture(t_u, t_w, running, busy))
         ttft_mean = wait + e_t + busy * running / 2.0
         top = float(t_p.max()) + running + dist.reach_s
         ttft_q = _quantile(ttft_tail, quantile, top)

@@ -6,8 +6,8 @@ and ``POST /v1/capacity`` give the same document.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,8 +45,11 @@ from model.engine import (
     open_database,
     shipped_calibration,
 )
-from model.errors import InputError
+from model.errors import DoesNotFitError, InputError
 from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.shapes import check_shape, parse_shape
+from model.simulator import resolve_samples
+from model.targets import evaluate_targets
 from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
@@ -231,6 +234,12 @@ def _context(spec: DeploymentSpec, overridden: bool, c: Coefficients) -> dict[st
     }
 
 
+def instance_gpus(spec: DeploymentSpec) -> tuple[int, int]:
+    """GPUs per prefill and per decode instance (their shapes' ``tp x dp``)."""
+    prefill, decode = spec.serving.shapes()
+    return prefill.gpus, decode.gpus
+
+
 def capacity_report(
     spec: DeploymentSpec,
     n_p: int,
@@ -244,8 +253,16 @@ def capacity_report(
             raise InputError(name, "must be an integer >= 0")
     if load_rps is not None and (not np.isfinite(load_rps) or load_rps < 0):
         raise InputError("load", "must be finite and >= 0")
-    r = evaluate(spec, [n_p], [n_d], None if load_rps is None else [load_rps])
+    load = None if load_rps is None else [load_rps]
+    targets = spec.targets
+    if targets.given:  # the highest rate at which the targets hold (model.targets)
+        l_in = None if targets.ttft_p99_s is None else resolve_samples(spec.workload).l_in
+        r = evaluate_targets(spec, [n_p], [n_d], targets, l_in=l_in, load_rps=load)
+    else:
+        r = evaluate(spec, [n_p], [n_d], load)
     out = r.record(0)
+    if targets.given:
+        out["latency_targets"] = targets.record()
     out.update(_context(spec, overridden, r.coefficients))
     return out
 
@@ -296,6 +313,10 @@ class FrontQuestion(Protocol):
     def prefill_settings(self) -> Sequence[str] | None: ...
     @property
     def decode_settings(self) -> Sequence[str] | None: ...
+    @property
+    def prefill_shapes(self) -> Sequence[str] | None: ...
+    @property
+    def decode_shapes(self) -> Sequence[str] | None: ...
 
 
 def front_of(spec: DeploymentSpec, q: FrontQuestion, overridden: bool) -> dict[str, Any]:
@@ -334,7 +355,7 @@ def front_report(
     if max_gpus > 4096:
         raise InputError("max_gpus", "must be <= 4096")
     lists = front_settings(spec, prefill_settings, decode_settings)
-    n_p, n_d = candidate_configs(int(max_gpus), spec.serving.tensor_parallel)
+    n_p, n_d = candidate_configs(int(max_gpus), *instance_gpus(spec))
     if lists is None:
         r = evaluate(spec, n_p, n_d)
         coefficients = r.coefficients
@@ -378,5 +399,151 @@ def front_report(
         out["max_capacity_under_budget"] = {
             "budget_w": budget_w,
             "config": None if i is None else configs[front[i]],
+        }
+    return out
+
+
+# -- a front over instance shapes (docs/shapes.md, "The front over shapes") ---------------
+
+#: the largest instance ``auto`` proposes (one NVLink node of 8 GPUs)
+AUTO_INSTANCE_GPUS = 8
+#: counts of a restricted front's ``slo`` that add up over shape pairs
+_SLO_COUNTS = ("checked", "simulated", "meeting", "failing", "batch_capped", "unmet")
+
+
+def auto_shapes(spec: DeploymentSpec, max_gpus: int) -> list[str]:
+    """The shapes ``auto`` searches for a phase: ``tp<G>`` for G = 1, 2, 4, 8 dividing the
+    attention heads, and, for a mixture of experts, ``tp<G>,ep<G>`` (experts spread over
+    the instance) and ``tp1,dp<G>,ep<G>`` (attention replicated, experts spread), where
+    ``ep`` divides the experts; each at most :data:`AUTO_INSTANCE_GPUS` GPUs and leaving
+    one GPU for the other phase."""
+    m = spec.model
+    out = []
+    for g in (1, 2, 4, 8):
+        if g > min(AUTO_INSTANCE_GPUS, max_gpus - 1):
+            break
+        if m.n_heads % g == 0:
+            out.append(f"tp{g}")
+        if g > 1 and m.experts and m.experts % g == 0:
+            if m.n_heads % g == 0:
+                out.append(f"tp{g},ep{g}")
+            out.append(f"tp1,dp{g},ep{g}")
+    return out
+
+
+def shape_lists(
+    spec: DeploymentSpec,
+    prefill_shapes: Sequence[str] | None,
+    decode_shapes: Sequence[str] | None,
+    max_gpus: int,
+) -> tuple[list[str], list[str]] | None:
+    """The shapes a front searches per phase (``["auto"]``: :func:`auto_shapes`; a phase
+    given none keeps the deployment's own), each checked against the model and written
+    as :class:`model.shapes.InstanceShape` writes it (repeats dropped, order kept); None
+    when neither phase is given. An input error names ``prefill_shapes[j]``."""
+    if prefill_shapes is None and decode_shapes is None:
+        return None
+    own = spec.serving.shapes()
+    lists = []
+    for phase, texts, mine in (
+        ("prefill", prefill_shapes, own[0]),
+        ("decode", decode_shapes, own[1]),
+    ):
+        name = f"{phase}_shapes"
+        if texts is not None and len(texts) == 0:
+            raise InputError(name, "give at least one shape (or leave it out)")
+        if texts is not None and list(texts) == ["auto"]:
+            texts = auto_shapes(spec, max_gpus)
+        found: dict[str, None] = {}
+        for j, text in enumerate(texts or [mine.text]):
+            shape = parse_shape(text, f"{name}[{j}]")
+            check_shape(shape, f"{name}[{j}]", spec.model.n_heads, spec.model.experts)
+            found[shape.text] = None
+        lists.append(list(found))
+    return lists[0], lists[1]
+
+
+def with_shapes(spec: DeploymentSpec, prefill: str, decode: str) -> DeploymentSpec:
+    """``spec`` with its phases' instance shapes."""
+    serving = replace(spec.serving, prefill_shape=prefill, decode_shape=decode)
+    return replace(spec, serving=serving)
+
+
+def front_over_shapes(
+    spec: DeploymentSpec,
+    q: FrontQuestion,
+    overridden: bool,
+    restrict: Callable[[dict[str, Any], DeploymentSpec], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """:func:`front_of`, or, when ``q`` lists shapes per phase (``prefill_shapes``,
+    ``decode_shapes``), the front over every pair of them: each pair's front (restricted
+    by ``restrict(report, spec_at_the_pair)``, e.g. to latency targets) with each
+    configuration naming its ``prefill_shape`` and ``decode_shape``, then the front and
+    the selections over all of them. The front of the union is the front of the pairs'
+    fronts (a point no other pair's front dominates). Pairs whose instances exceed
+    ``max_gpus`` together, or whose weights do not fit, are listed with the reason
+    (``shapes_skipped``)."""
+    done = restrict or (lambda report, _at: report)
+    lists = shape_lists(
+        spec,
+        getattr(q, "prefill_shapes", None),
+        getattr(q, "decode_shapes", None),
+        q.max_gpus,
+    )
+    if lists is None:
+        return done(front_of(spec, q, overridden), spec)
+    parts: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for ps, ds in ((a, b) for a in lists[0] for b in lists[1]):
+        at = with_shapes(spec, ps, ds)
+        named = {"prefill_shape": ps, "decode_shape": ds}
+        try:
+            rep = done(front_of(at, q, overridden), at)
+        except InputError as e:  # DoesNotFitError among them
+            if not isinstance(e, DoesNotFitError) and e.field != "max_gpus":
+                raise
+            skipped.append(named | {"reason": str(e)})
+            continue
+        rep["configs"] = [c | named for c in rep["configs"]]
+        rep["front"] = [c | named for c in rep["front"]]
+        parts.append(rep)
+    if not parts:
+        raise InputError(
+            "max_gpus",
+            f"no shape pair fits {q.max_gpus} GPUs: " + "; ".join(x["reason"] for x in skipped),
+        )
+    return _merged(parts, lists, skipped, q)
+
+
+def _merged(
+    parts: list[dict[str, Any]],
+    lists: tuple[list[str], list[str]],
+    skipped: list[dict[str, str]],
+    q: FrontQuestion,
+) -> dict[str, Any]:
+    out = dict(parts[0])
+    out["prefill_shapes"], out["decode_shapes"] = lists
+    out["shapes_skipped"] = skipped
+    out["configs"] = [c for p in parts for c in p["configs"]]
+    members = [c for p in parts for c in p["front"]]
+    mu = np.array([c["capacity_rps"] for c in members], dtype=float)
+    power = np.array([c["power_w"] for c in members], dtype=float)
+    front = front_indices(mu, power)
+    out["front"] = [members[int(i)] for i in front]
+    mu_f, p_f = mu[front], power[front]
+    g_f = np.array([members[int(i)]["gpus"] for i in front], dtype=float)
+    if "min_power_for_rate" in out:
+        i = min_power_index(mu_f, p_f, q.required_rps or 0.0, q.headroom, g_f)
+        out["min_power_for_rate"] = out["min_power_for_rate"] | {
+            "config": None if i is None else members[int(front[i])]
+        }
+    if "max_capacity_under_budget" in out:
+        i = max_capacity_index(mu_f, p_f, q.budget_w or 0.0)
+        out["max_capacity_under_budget"] = out["max_capacity_under_budget"] | {
+            "config": None if i is None else members[int(front[i])]
+        }
+    if "slo" in out:
+        out["slo"] = dict(out["slo"]) | {
+            k: sum(p["slo"].get(k, 0) for p in parts) for k in _SLO_COUNTS if k in out["slo"]
         }
     return out

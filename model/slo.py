@@ -1,6 +1,11 @@
-"""A capacity-power front restricted to the configurations that meet latency targets
-(p99 TTFT and TPOT at a fraction of each configuration's capacity): the one function
-behind ``pdwatt front --ttft-p99/--tpot-p99`` and ``POST /v1/front``'s ``slo``.
+"""A capacity-power front under latency targets: each configuration's capacity is the
+highest rate at which its p99 TTFT and TPOT targets hold (:mod:`model.targets`: decode at
+the largest batch within the TPOT target, prefill up to the utilisation within the TTFT
+target), and the front keeps the configurations that meet the targets at a fraction of
+that capacity: the one function behind ``pdwatt front --ttft-p99/--tpot-p99`` and
+``POST /v1/front``'s ``slo``. A configuration is dropped only when no batch or
+utilisation meets its targets (capacity 0, its ``unmet`` says why) or when the check
+below fails.
 
 Two methods (docs/latency.md): ``analytic``, the queue model's p99s
 (:func:`model.latency.analytic_slo_front`), where admission waits for KV pool memory
@@ -23,7 +28,7 @@ from model.capacity import Coefficients, DeploymentSpec, with_settings
 from model.errors import InputError
 from model.latency import analytic_slo_front
 from model.operations import setting_arg
-from model.pareto import CheckMap, SettingPair, setting_pair
+from model.pareto import CheckMap, SettingPair, check_slo_targets, setting_pair
 from model.simulator import (
     Samples,
     SimTiming,
@@ -31,6 +36,7 @@ from model.simulator import (
     simulated_slo_check,
     slo_front,
 )
+from model.targets import LatencyTargets, evaluate_targets
 
 METHODS = ("analytic", "simulate")
 
@@ -91,6 +97,40 @@ def _per_setting(
     return {pair: of(at) for pair, at in specs.items()} if specs else of(spec)
 
 
+#: how a front's capacities are taken under targets (the report's ``slo.capacity``)
+CAPACITY_RULE = (
+    "each configuration's capacity is the highest rate at which its targets hold: decode "
+    "at the largest batch whose iteration is within the TPOT target, prefill up to the "
+    "utilisation whose p99 TTFT is within the TTFT target (docs/admission.md, section 8); "
+    "one that meets them at no batch or utilisation has capacity 0 and says why (unmet)"
+)
+
+
+def under_targets(
+    report: dict[str, Any], spec: DeploymentSpec, samples: Samples, targets: SloTargets
+) -> dict[str, Any]:
+    """``report`` (a front report of ``spec``) with each configuration's capacity, power,
+    batch and limits under ``targets`` (:func:`model.targets.evaluate_targets`), each at
+    its own settings in a front over settings; the front and selections are left for
+    :func:`model.pareto.restrict_front` to redo."""
+    goals = LatencyTargets(targets.ttft_p99_s, targets.tpot_p99_s)
+    specs = setting_specs(report, spec)
+    configs = [dict(c) for c in report["configs"]]
+    groups: dict[SettingPair | None, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(setting_pair(c), []).append(i)
+    for pair, idx in groups.items():
+        at = spec if pair is None else specs[pair]
+        n_p = [configs[i]["n_p"] for i in idx]
+        n_d = [configs[i]["n_d"] for i in idx]
+        r = evaluate_targets(at, n_p, n_d, goals, l_in=samples.l_in)
+        for j, i in enumerate(idx):
+            configs[i] |= r.record(j)
+    out = dict(report)
+    out["configs"] = configs
+    return out
+
+
 def slo_restricted_front(
     report: dict[str, Any],
     spec: DeploymentSpec,
@@ -106,6 +146,26 @@ def slo_restricted_front(
     if not targets.given:
         return report
     targets.check()
+    check_slo_targets(targets.ttft_p99_s, targets.tpot_p99_s, targets.at_load)
+    report = under_targets(report, spec, samples, targets)
+    out = _checked(report, spec, samples, targets, map_checks)
+    configs = out["configs"]
+    out["slo"] |= {
+        "capacity": CAPACITY_RULE,
+        "batch_capped": sum(1 for c in configs if c.get("batch_capped_by") == "tpot_p99"),
+        "unmet": sum(1 for c in configs if c.get("unmet") is not None),
+    }
+    return out
+
+
+def _checked(
+    report: dict[str, Any],
+    spec: DeploymentSpec,
+    samples: Samples,
+    targets: SloTargets,
+    map_checks: CheckMap,
+) -> dict[str, Any]:
+    """:func:`slo_restricted_front`'s checks of ``report`` (capacities under targets)."""
     pair = (targets.ttft_p99_s, targets.tpot_p99_s)
     specs = setting_specs(report, spec)
 

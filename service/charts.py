@@ -207,3 +207,41 @@ def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) 
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def silicon_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
+    """Predicted (leave one model out) against measured TTFT and TPOT of the silicon
+    rows (``model.silicon.report``), one colour per GPU and framework, with the
+    identity and +-20% lines, both axes logarithmic."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), dpi=120)
+    keys = sorted({(r["catalog"]["gpu"], r["config"]["backend"]) for r in rows})
+    for ax, key, name in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "tpot_ms", "TPOT")):
+        lo, hi = float("inf"), 0.0
+        for i, (gpu, framework) in enumerate(keys):
+            pts = [
+                (r[key]["measured"], r[key]["predicted"])
+                for r in rows
+                if (r["catalog"]["gpu"], r["config"]["backend"]) == (gpu, framework)
+                and r[key]["predicted"] is not None
+            ]
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            ax.scatter(xs, ys, s=10, color=COLOURS[i % len(COLOURS)], alpha=0.7,
+                       label=f"{gpu} {framework} ({len(pts)})")  # fmt: skip
+            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+        if hi > 0:
+            span = [lo * 0.8, hi * 1.25]
+            ax.plot(span, span, "k-", lw=0.8)
+            for f in (0.8, 1.2):
+                ax.plot(span, [v * f for v in span], "k:", lw=0.6)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"measured {name} (ms)")
+        ax.set_ylabel(f"predicted {name} (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

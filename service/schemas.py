@@ -17,6 +17,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, 
 
 from formulation.request import (
     Framework,
+    LatencyTargetsIn,
     ModelVariant,
     Name,
     NonNeg,
@@ -167,9 +168,14 @@ class CapacityRequest(SpecFields):
     decode_setting: str | None = Field(
         None, max_length=32, description="the decode GPUs' setting, as prefill_setting"
     )
+    latency_targets: LatencyTargetsIn | None = Field(
+        None,
+        description="p99 TTFT/TPOT targets: the capacity is the highest rate at which the "
+        "configuration meets them (docs/admission.md, section 8)",
+    )
 
 
-class SloIn(Strict):
+class SloIn(LatencyTargetsIn):
     """Latency targets the front is restricted to (:func:`model.slo.slo_restricted_front`):
     the analytic p99s of docs/latency.md at ``at_load`` times each configuration's
     capacity, at its own GPU settings in a front over settings (docs/clocks.md); where
@@ -179,11 +185,17 @@ class SloIn(Strict):
     not moments. The answer then has ``slo`` (the targets, how many configurations were
     checked and met them, the rule) and each configuration its verdict."""
 
-    ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
-    tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
     at_load: float = Field(
         SloTargets.at_load, gt=0, le=1, description="fraction of each configuration's capacity"
     )
+
+
+#: the most shapes a front searches per phase
+MAX_SHAPES_PER_PHASE = 16
+ShapeList = Annotated[
+    list[Annotated[str, Field(max_length=32)]],
+    Field(min_length=1, max_length=MAX_SHAPES_PER_PHASE),
+]
 
 
 class FrontRequest(SpecFields):
@@ -206,6 +218,16 @@ class FrontRequest(SpecFields):
     )
     decode_settings: SettingList | None = Field(
         None, description="the decode GPUs' settings to search, as prefill_settings"
+    )
+    prefill_shapes: ShapeList | None = Field(
+        None,
+        description="the prefill instance shapes to search, each tp<T>[,dp<D>][,ep<E>], or "
+        "['auto'] (tp 1-8, and for a mixture of experts expert-parallel and "
+        "data-parallel-attention shapes); each point names its shapes (docs/shapes.md). "
+        "Default: the deployment's own shape",
+    )
+    decode_shapes: ShapeList | None = Field(
+        None, description="the decode instance shapes to search, as prefill_shapes"
     )
 
 

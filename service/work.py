@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from formulation.request import ScheduleRequest
-from model.capacity import settings_record, with_settings
+from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
-from model.operations import SpecRequest, capacity_report, front_of, resolve_spec
+from model.operations import SpecRequest, capacity_report, front_over_shapes, resolve_spec
 from model.simulator import resolve_samples
 from model.slo import SloTargets, slo_restricted_front
 from service.schemas import CapacityRequest, FrontRequest, SpecFields
@@ -36,23 +36,30 @@ def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
 def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]:
     spec, ov = _spec(req, kernels)
     spec = with_settings(spec, req.prefill_setting, req.decode_setting)
+    if req.latency_targets is not None:
+        spec = with_targets(spec, req.latency_targets.ttft_p99_s, req.latency_targets.tpot_p99_s)
     rep = capacity_report(spec, req.n_p, req.n_d, req.load_rps, overridden=ov)
     rep.update(settings_record(spec))
     return rep
 
 
 def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
-    """The front, restricted to ``req.slo``'s latency targets when it has them (by the
-    analytic p99s alone: no simulation runs in a request)."""
+    """The front (over the listed shapes, if any), restricted to ``req.slo``'s latency
+    targets when it has them (by the analytic p99s alone: no simulation runs in a
+    request)."""
     spec, ov = _spec(req, kernels)
-    rep = front_of(spec, req, ov)
     if req.slo is None:
-        return rep
+        return front_over_shapes(spec, req, ov)
     slo = req.slo
     targets = SloTargets(slo.ttft_p99_s, slo.tpot_p99_s, slo.at_load, simulate_bound=False)
     if not targets.given:
         raise InputError("slo", "give ttft_p99_s and/or tpot_p99_s")
-    return slo_restricted_front(rep, spec, resolve_samples(spec.workload), targets)
+    samples = resolve_samples(spec.workload)
+
+    def restrict(report: dict[str, Any], at: Any) -> dict[str, Any]:
+        return slo_restricted_front(report, at, samples, targets)
+
+    return front_over_shapes(spec, req, ov, restrict)
 
 
 def schedule(

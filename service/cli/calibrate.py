@@ -4,8 +4,11 @@
     pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out]
                              [--no-screen] [--json]
     pdwatt predict FILE... [--calibration CAL.json] [--chart FIT.png] [--no-screen] [--json]
+    pdwatt predict --silicon [--kernels DIR] [--chart FIT.png] [--json]
 
-``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``).
+``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``),
+or AIConfigurator's ``silicon_sample.csv`` of measured serving runs (by its header;
+``--silicon``: the installed package's copy; ``docs/validation-silicon.md``).
 Rows the consistency screen keeps out (``model.screen``) are counted in every report;
 ``--no-screen`` fits and judges every row.
 """
@@ -27,6 +30,7 @@ from model.errors import InputError
 from model.measurements import read_measurements
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
 from service.cli.shared import fit_lines, summary_lines, write_fit
+from service.cli.silicon import cmd_predict_silicon, silicon_path
 
 
 def _say(msg: str) -> None:
@@ -56,7 +60,18 @@ def register(subparsers: Any) -> None:
     _kernel_args(c)
     c.set_defaults(func=cmd_calibrate)
     p = subparsers.add_parser("predict", help="the model's predictions beside measurements")
-    p.add_argument("files", nargs="+", metavar="FILE", help="ML.ENERGY JSON or generic CSV")
+    p.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="ML.ENERGY JSON, generic CSV, or AIConfigurator's silicon_sample.csv",
+    )
+    p.add_argument(
+        "--silicon",
+        action="store_true",
+        help="predict TTFT and TPOT of the silicon_sample.csv the installed "
+        "aiconfigurator-core package ships (docs/validation-silicon.md)",
+    )
     p.add_argument(
         "--calibration",
         metavar="CAL.json",
@@ -231,6 +246,11 @@ def cmd_calibrate(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
+    found = silicon_path(a)
+    if found is not None:
+        return cmd_predict_silicon(a, found)
+    if not a.files:
+        raise InputError("FILE", "give at least one measurement file, or --silicon")
     if a.calibration is not None:
         doc = _read_json(a.calibration)
         if engine_fit.is_document(doc):

@@ -169,6 +169,13 @@ def add_spec_args(
         "--override still apply on top)",
     )
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
+    for phase in ("prefill", "decode"):
+        p.add_argument(
+            f"--{phase}-shape",
+            metavar="SHAPE",
+            help=f"the {phase} instances' split, tp<T>[,dp<D>][,ep<E>]: T x D GPUs "
+            "(docs/shapes.md; default: --set serving.tensor_parallel, 1)",
+        )
     if variant:
         add_variant_arg(p)
     add_performance_args(p)
@@ -185,6 +192,10 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         overrides.setdefault(sec, {}).update(vals)
     if a.dispatch:
         overrides.setdefault("serving", {})["dispatch"] = a.dispatch
+    for phase in ("prefill", "decode"):
+        shape = getattr(a, f"{phase}_shape", None)
+        if shape is not None:
+            overrides.setdefault("serving", {})[f"{phase}_shape"] = shape
     base = None
     if getattr(a, "calibration", None):
         base = calibration_for_gpu(a.calibration, a.gpu)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from model.capacity import settings_record, with_settings
-from model.operations import capacity_report, front_of
+from model.capacity import settings_record, with_settings, with_targets
+from model.operations import capacity_report, front_over_shapes
 from service.cli import simulate
 from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
 
@@ -15,6 +15,7 @@ from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_a
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
     spec, overridden = spec_from_args(a)
     spec = with_settings(spec, a.prefill_setting, a.decode_setting)
+    spec = with_targets(spec, a.ttft_p99, a.tpot_p99)
     rep = capacity_report(spec, a.np, a.nd, a.load, overridden=overridden)
     rep.update(settings_record(spec))
     if not a.json:
@@ -30,7 +31,10 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
             ("prefill capacity / instance", f"{fmt(rep['mu_p_rps'])} req/s"),
             ("decode capacity / instance", f"{fmt(rep['mu_d_rps'])} req/s (coupled)"),
             ("decode capacity / instance, no reservations", f"{fmt(rep['mu_d_max_rps'])} req/s"),
-            ("operating batch B*", fmt(rep["batch"], 2)),
+            (
+                "operating batch" if "latency_targets" in rep else "operating batch B*",
+                fmt(rep["batch"], 2),
+            ),
             ("prefill utilisation at capacity", fmt(rep["rho_star"], 4)),
             ("uncoupled bottleneck", rep["bottleneck"]),
             ("active context", f"{fmt(rep['ctx_tokens'], 1)} tokens"),
@@ -50,17 +54,54 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
                         f"{fmt(rep[f'{phase}_draw_w'], 0)} W per GPU at capacity",
                     )
                 )
+        if "latency_targets" in rep:
+            items += _target_items(rep)
         w = max(len(k) for k, _ in items)
         for k, v in items:
             print(f"  {k.ljust(w)}  {v}")
     return rep
 
 
+def _target_items(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    """The text lines of a capacity under latency targets (docs/admission.md, 8)."""
+    goals = rep["latency_targets"]
+    given = ", ".join(
+        f"{name} p99 <= {fmt(goals[key], 4)} s"
+        for name, key in (("TTFT", "ttft_p99_s"), ("TPOT", "tpot_p99_s"))
+        if goals[key] is not None
+    )
+    out = [("latency targets", given)]
+    if rep.get("unmet"):
+        out.append(("unmet", rep["unmet"]))
+        return out
+    out.append(("batch capped by", rep.get("batch_capped_by") or "nothing"))
+    it = rep.get("decode_iteration_s")
+    if it is not None:
+        out.append(("decode iteration at the batch", f"{fmt(1e3 * it, 2)} ms"))
+    out.append(("capacity decided by", rep.get("limited_by") or "-"))
+    return out
+
+
 def _at(c: dict[str, Any]) -> str:
-    """A front point's settings as the text names them (nothing without settings)."""
-    if "prefill_setting" not in c:
-        return ""
-    return f" at {c['prefill_setting']}/{c['decode_setting']}"
+    """A front point's shapes and settings as the text names them (nothing without)."""
+    out = ""
+    if "prefill_shape" in c:
+        out += f" ({c['prefill_shape']} / {c['decode_shape']})"
+    if "prefill_setting" in c:
+        out += f" at {c['prefill_setting']}/{c['decode_setting']}"
+    return out
+
+
+def _limit_cells(c: dict[str, Any]) -> list[str]:
+    """A front point's decode batch, what capped it, its iteration (ms) and which bound
+    decides its capacity (docs/admission.md, section 8)."""
+    it = c.get("decode_iteration_s")
+    return [
+        fmt(c.get("batch"), 1),
+        c.get("batch_capped_by") or "-",
+        fmt(None if it is None else 1e3 * it, 1),
+        c.get("limited_by") or "-",
+    ]
 
 
 def _setting_list(text: str) -> list[str]:
@@ -69,8 +110,9 @@ def _setting_list(text: str) -> list[str]:
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
     spec, overridden = spec_from_args(a)
-    rep = front_of(spec, a, overridden)
-    rep = simulate.apply_slo(rep, a)
+    rep = front_over_shapes(
+        spec, a, overridden, lambda report, at: simulate.apply_slo(report, a, at)
+    )
     if a.plot:
         from service.charts import front_chart
 
@@ -83,21 +125,31 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         )
         print(calibration_line(rep))
         named = "prefill_settings" in rep
+        shaped = "prefill_shapes" in rep
+        limited = "slo" in rep  # capacities under targets name their batch and limit
         rows = [
             [
                 f"{c['n_p']}P{c['n_d']}D",
                 *([f"{c['prefill_setting']}/{c['decode_setting']}"] if named else []),
+                *([f"{c['prefill_shape']} / {c['decode_shape']}"] if shaped else []),
                 str(c["gpus"]),
                 fmt(c["capacity_rps"]),
                 fmt(c["power_w"], 0),
                 fmt(c["power_w"] / c["capacity_rps"] if c["capacity_rps"] else None, 1),
                 fmt(c["rho_star"], 3),
                 c["bottleneck"],
+                *(_limit_cells(c) if limited else []),
             ]
             for c in rep["front"]
         ]
-        head = ["config", *(["settings P/D"] if named else []), "GPUs", "req/s", "W", "J/req"]
-        print(table(rows, [*head, "rho*", "bottleneck"]))
+        head = [
+            "config",
+            *(["settings P/D"] if named else []),
+            *(["shapes P / D"] if shaped else []),
+            *["GPUs", "req/s", "W", "J/req"],
+        ]
+        more = ["batch", "capped by", "t_D ms", "limited by"] if limited else []
+        print(table(rows, [*head, "rho*", "bottleneck", *more]))
         if "slo" in rep:
             slo = rep["slo"]
             analytic = slo.get("method") == "analytic"
@@ -113,6 +165,16 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 if slo[key] is not None
             )
             at = ", each at its settings" if named else ""
+            print(
+                f"capacity under the targets ({given}): decode at the largest batch within "
+                f"the TPOT target ({slo['batch_capped']} of {len(rep['configs'])} "
+                f"configurations capped), prefill up to the utilisation within the TTFT "
+                f"target; {slo['unmet']} meet them at no rate"
+            )
+            for c in rep["configs"]:
+                if c.get("unmet") is not None:
+                    print(f"  {c['n_p']}P{c['n_d']}D{_at(c)}: {c['unmet']}")
+                    break
             print(
                 f"latency targets ({given} at {slo['at_load']:g} x capacity{at}; {how}): "
                 f"{slo['meeting']} of {checked} checked configurations meet them; "
@@ -156,6 +218,12 @@ def register(sub: Any) -> None:
             help=f"the {phase} GPUs' setting: '<N>MHz' (locked SM clock) or '<N>W' "
             "(power limit per GPU); default: the full clock (docs/clocks.md)",
         )
+    g = c.add_argument_group(
+        "latency targets: the capacity is the highest rate at which they hold "
+        "(docs/admission.md, section 8)"
+    )
+    g.add_argument("--ttft-p99", type=float, metavar="S", help="p99 time to first token (s)")
+    g.add_argument("--tpot-p99", type=float, metavar="S", help="p99 time per output token (s)")
     c.set_defaults(func=cmd_capacity)
 
     f = sub.add_parser("front", help="every configuration and the capacity-power Pareto front")
@@ -176,6 +244,15 @@ def register(sub: Any) -> None:
             help=f"search the {phase} GPUs' settings in this comma-separated list, e.g. "
             f"{example} ('default': the full clock; docs/clocks.md); each point names "
             "its settings. Default: the full clock only, the front as without settings",
+        )
+    for phase in ("prefill", "decode"):
+        f.add_argument(
+            f"--{phase}-shapes",
+            nargs="+",
+            metavar="SHAPE",
+            help=f"search these {phase} instance shapes, e.g. tp2 tp4 or tp8 tp1,dp8,ep8, "
+            "or auto (tp 1-8; for a mixture of experts also tp<G>,ep<G> and "
+            "tp1,dp<G>,ep<G>); each point names its shapes (docs/shapes.md)",
         )
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)

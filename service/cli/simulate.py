@@ -317,7 +317,9 @@ class SloChecks:
             yield v
 
 
-def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def apply_slo(
+    report: dict[str, Any], args: argparse.Namespace, spec: DeploymentSpec | None = None
+) -> dict[str, Any]:
     """The front report restricted to configurations meeting the SLOs (``slo`` added;
     :func:`model.slo.slo_restricted_front`).
 
@@ -337,7 +339,7 @@ def apply_slo(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         requests=args.slo_requests,
     )
     targets.check()
-    spec = _spec_from_args(args)
+    spec = _spec_from_args(args) if spec is None else spec
     samples = resolve_samples(args.workload or spec.workload)
     jobs = getattr(args, "slo_jobs", None)
     jobs = (os.cpu_count() or 1) if jobs is None else jobs

@@ -15,6 +15,7 @@ from formulation.data import build_data, deployment_candidates, dominated_option
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
 from model.capacity import with_settings
+from model.operations import instance_gpus
 from model.tables import build_table
 
 
@@ -82,7 +83,7 @@ def test_dominated_options_follow_the_pairwise_rule_on_the_demo_with_three_by_th
     for d, dd in zip(problem.deployments, data.deployments, strict=True):
         clocks = dd.spec.gpu_clocks()
         assert clocks is not None and len(clocks.settings) == 3
-        cp, cd = deployment_candidates(d, dd.spec.serving.tensor_parallel)
+        cp, cd = deployment_candidates(d, *instance_gpus(dd.spec))
         texts = [None if s == clocks.full_clock else s for s in clocks.settings]
         tables = [
             build_table(with_settings(dd.spec, sp, sd), cp, cd)

@@ -20,20 +20,38 @@ from model.errors import InputError
 @given(
     max_gpus=st.integers(0, 80),
     tp=st.sampled_from([1, 2, 4, 8]),
+    decode_tp=st.sampled_from([None, 1, 2, 4, 8]),  # None: the prefill's (one shape)
     min_p=st.integers(0, 5),
     min_d=st.integers(0, 5),
     max_p=st.one_of(st.none(), st.integers(0, 40)),
     max_d=st.one_of(st.none(), st.integers(0, 40)),
 )
 def test_candidate_count_counts_the_candidates(
-    max_gpus: int, tp: int, min_p: int, min_d: int, max_p: int | None, max_d: int | None
+    max_gpus: int,
+    tp: int,
+    decode_tp: int | None,
+    min_p: int,
+    min_d: int,
+    max_p: int | None,
+    max_d: int | None,
 ) -> None:
     d = DeploymentInput(
         "a", "m", "g", "fixed:1:1", (1.0,), max_gpus=max_gpus, min_n_p=min_p,
         max_n_p=max_p, min_n_d=min_d, max_n_d=max_d,
     )  # fmt: skip
-    cp, _ = deployment_candidates(d, tp)
-    assert candidate_count(d, tp) == cp.size + 1  # plus "off"
+    gd = tp if decode_tp is None else decode_tp
+    cp, cd = deployment_candidates(d, tp, gd)
+    assert candidate_count(d, tp, gd) == cp.size + 1  # plus "off"
+    # every pair within the bounds and max_gpus, by brute force
+    want = [
+        (p, q)
+        for p in range(max(1, min_p), 81)
+        for q in range(max(1, min_d), 81)
+        if p * tp + q * gd <= max_gpus
+        and (max_p is None or p <= max_p)
+        and (max_d is None or q <= max_d)
+    ]
+    assert list(zip(cp.tolist(), cd.tolist(), strict=True)) == want
 
 
 def site(max_gpus: list[int], periods: int = 96) -> dict[str, Any]:

@@ -645,6 +645,8 @@ def test_parameters_follow_from_the_config_shapes(name):
     if "kv_lora_rank" in config:  # MLA: one latent and the rotary key per token
         assert arch.kv_latent == config["kv_lora_rank"] + config["qk_rope_head_dim"]
         assert arch.head_dim == config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
+        assert [getattr(arch, f) for f in mla] == [config[f] for f in mla]
 
 
 def test_release_precisions_follow_the_quantization_configs():

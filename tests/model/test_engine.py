@@ -323,7 +323,7 @@ def test_a_deployment_says_what_kernels_need(tables: Path) -> None:
     with pytest.raises(InputError) as err:
         dataclasses.replace(spec, performance="roofline")
     assert err.value.field == "performance"
-    other = KernelSource(str(tables), "trtllm", ((GPU, VER),))
+    other = KernelSource(str(tables), "tensorflow", ((GPU, VER),))
     with pytest.raises(InputError) as err:
         dataclasses.replace(spec, kernel_source=other)
     assert err.value.field == "framework"

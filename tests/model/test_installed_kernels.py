@@ -131,3 +131,19 @@ def test_a_missing_table_is_taken_from_another_framework_and_said(tmp_path: Path
     notes = capacity_report(spec, 1, 1)["performance"]["kernels"]["notes"]
     assert any(n.startswith("custom_allreduce:") for n in notes)
     clear_kernel_cache()
+
+
+def test_trtllm_all_reduce_is_read_from_its_own_table() -> None:
+    """TensorRT-LLM's all-reduce files name the implementation column `implementation`
+    where the others name it `backend`; it was refused and SGLang's table substituted."""
+    from model.catalog import load_model
+    from model.engine import open_database
+    from model.kernels import KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    km = KernelModel(
+        db, load_model("qwen3-32b"), KernelSetup("h200_sxm", "trtllm", "1.3.0rc20", tp=4)
+    )
+    times = km.decode(32, 2048).by_name()
+    assert times["attention all-reduce"] > 0
+    assert not any("custom_allreduce" in s for s in km.substitutions)

@@ -376,11 +376,21 @@ def test_slo_front_filters_configurations(method: str) -> None:
     ]
     assert out["slo"]["failing"] == 0
 
+    # a TPOT target below one request's iteration (alpha + g) holds at no batch: every
+    # configuration has capacity 0 and says why, and none is left to check
     strict = front.parse_args(shlex.split(base + "--tpot-p99 0.001"))
     out = cli_simulate.apply_slo(report, strict)
     assert out["front"] == [] and out["min_power_for_rate"]["config"] is None
+    assert out["slo"]["meeting"] == 0 and out["slo"]["unmet"] == len(report["configs"])
+    assert out["slo"].get("checked", 0) == 0 and out["slo"]["simulated"] == 0
+    assert all(c["capacity_rps"] == 0 for c in out["configs"])
+    assert all("below one request's decode iteration" in c["unmet"] for c in out["configs"])
+
+    # a target that holds at a smaller batch: checked (simulated where the method says)
+    tight = front.parse_args(shlex.split(base + "--tpot-p99 0.025"))
+    out = cli_simulate.apply_slo(report, tight)
     checked = out["slo"]["simulated" if method == "simulate" else "checked"]
-    assert out["slo"]["meeting"] == 0 and checked == len(report["configs"])
+    assert out["slo"]["batch_capped"] > 0 and checked > 0
     if method == "analytic":  # fixed lengths on a small pool: no admission waits
         assert out["slo"]["simulated"] == 0
         assert all(c["slo"]["simulated"] is False for c in out["configs"])

@@ -512,7 +512,7 @@ def test_a_bad_performance_or_framework_is_a_422_naming_it(client):
         "performance",
     )
     assert_problem(
-        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "trtllm"}), 422, "framework"
+        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "tensorflow"}), 422, "framework"
     )
     # a framework is only read with kernels: sent with spec it is refused, not ignored
     problem = assert_problem(
@@ -574,3 +574,34 @@ def test_the_kernel_database_setting_is_checked_at_start(monkeypatch, tmp_path):
         get_settings.cache_clear()
     assert err.value.field == "PDWATT_KERNELS"
     assert "is not a kernel database" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("targets", "field"),
+    [
+        ({"tpot_p99_s": 0}, "deployments[0].latency_targets.tpot_p99_s"),
+        ({"ttft_p99_s": "2"}, "deployments[0].latency_targets.ttft_p99_s"),
+        ({"tpot_p99_s": 0.05, "at_load": 0.8}, "deployments[0].latency_targets.at_load"),
+    ],
+)
+def test_a_deployments_bad_latency_targets_are_a_422_naming_the_field(client, targets, field):
+    body = small_schedule()
+    body["deployments"][0]["latency_targets"] = targets
+    assert_problem(client.post("/v1/schedule", json=body), 422, field)
+
+
+def test_phase_shapes_over_http_take_their_gpus_and_bad_ones_are_a_422(client):
+    body = {**CAPACITY_BODY, "n_p": 1, "n_d": 2}
+    over = {"serving": {"prefill_shape": "tp2", "decode_shape": "tp4"}}
+    r = client.post("/v1/capacity", json={**body, "overrides": over})
+    assert r.status_code == 200, r.text
+    assert r.json()["gpus"] == 1 * 2 + 2 * 4
+    bad = {"serving": {"decode_shape": "tp3"}}
+    assert_problem(
+        client.post("/v1/capacity", json={**body, "overrides": bad}), 422, "decode_shape"
+    )
+    schedule = small_schedule()
+    schedule["deployments"][0]["overrides"] = {"serving": {"prefill_shape": "tp2,tp2"}}
+    assert_problem(
+        client.post("/v1/schedule", json=schedule), 422, "deployments[0].serving.prefill_shape"
+    )

@@ -1,0 +1,979 @@
+"""TTFT and TPOT of AIConfigurator's measured serving runs, predicted from kernel tables.
+
+AIConfigurator ships, with its kernel tables, a file of measured serving benchmarks,
+``silicon_sample.csv`` (:func:`installed_silicon`): one row per run of one model on
+one GPU type under one framework (vLLM, SGLang, TensorRT-LLM), aggregated (``agg``: one
+engine does prefill and decode) or disaggregated (``disagg``: prefill and decode
+workers), at fixed prompt and output lengths (``isl``, ``osl``) and a number of
+concurrent clients, with the measured mean time to first token and time per output
+token. This module reads such a file (:func:`read_silicon`), maps each row to the
+catalog and the kernel tables (:func:`resolve`), and predicts each row's TTFT and TPOT
+from the composed kernel times (:class:`model.kernels.KernelModel`) and a closed-loop
+queue (:func:`solve`), with the serving engine's overheads either left out ("kernels
+alone") or fitted per (GPU, framework) on the other models' rows (leave one model out,
+:func:`leave_one_model_out`). ``docs/validation-silicon.md`` derives the queue and
+reports the errors.
+
+Concurrency. A row is a closed-loop benchmark: each of its clients sends a request,
+waits for the whole answer and sends the next. AIConfigurator's estimator names the
+number of concurrent requests of an aggregated worker its global batch,
+``batch_size x attention_dp_size``; that is the concurrency of one aggregated worker
+here. A disaggregated row states no batch of the deployment, only each phase's worker
+count and batch; its concurrency is the benchmark's, ``silicon_concurrency=N`` in the
+``silicon_data_source`` column, else the ``_cN_`` of its id.
+
+Nothing is silently dropped: every row is either a :class:`Case` (predicted) or an
+:class:`Unpredicted` with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.catalog import ModelArch, load_gpu, load_model
+from model.engine import GPU_FOLDERS, PREFILL_CHUNK, choose_version, open_database
+from model.errors import InputError, NotFoundError
+from model.kernels import KernelModel, KernelSetup
+
+FloatArray = np.ndarray
+
+#: the file's name in the installed aiconfigurator-core package (``systems/``)
+SILICON_FILE = "silicon_sample.csv"
+#: columns every silicon file has (the header is checked for all of them)
+REQUIRED = (
+    "id",
+    "backend",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+#: per-phase columns of a disaggregated row (``prefill_<x>``, ``decode_<x>``)
+PHASE_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size",
+                "moe_tp_size", "moe_ep_size")  # fmt: skip
+#: the columns that tell a silicon file from another CSV
+MARKERS = ("silicon_ttft_ms", "silicon_tpot_ms")
+MODES = ("agg", "disagg")
+#: the systems of the file -> catalog GPUs (the inverse of the tables' folder names)
+SYSTEM_GPUS = {folder: gpu for gpu, folder in GPU_FOLDERS.items()}
+#: share of a GPU's memory the engines give to weights and the KV cache (vLLM's
+#: ``gpu_memory_utilization`` default; SGLang's ``mem_fraction_static`` and
+#: TensorRT-LLM's ``free_gpu_memory_fraction`` default near it)
+MEMORY_FRACTION = 0.9
+#: decode batches composed exactly (every integer up to it), then geometrically
+EXACT_BATCHES = 16
+#: ratio of consecutive composed decode batches above :data:`EXACT_BATCHES`
+BATCH_RATIO = 2**0.25
+#: iterations of the bisection on the arrival rate
+BISECTIONS = 80
+#: bytes per weight of the row's GEMM dtype (the table's name)
+WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0,
+                "nvfp4": 4.5 / 8}  # fmt: skip
+#: the fitted overheads, in order: per decode iteration (s), per running request per
+#: decode iteration (s), per request's first token (s: latency outside the engine's
+#: iterations, the request's reception, tokenising, scheduling, the answer's return),
+#: and the queue factor (the prefill queue's wait against M/D/1's, 1 for Poisson
+#: arrivals: the closed loop's requests of equal lengths arrive in bunches)
+OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s", "queue")
+#: bounds of each overhead in a fit
+OVERHEAD_BOUNDS = {
+    "t_iter_s": (0.0, 0.05),
+    "t_req_s": (0.0, 1e-3),
+    "t_first_s": (0.0, 2.0),
+    "queue": (0.0, 200.0),
+}
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One kind of worker of a row: its count (None: not stated), its batch (None: not
+    stated) and its parallelism."""
+
+    workers: int | None
+    batch: int | None
+    tp: int
+    pp: int
+    dp: int
+    moe_tp: int
+    moe_ep: int
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One measured run, as the file states it (times in ms)."""
+
+    id: str
+    line: int
+    backend: str
+    backend_version: str
+    model_path: str
+    system: str
+    precision: str
+    gemm_quant: str
+    moe_quant: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int | None
+    agg: Phase | None
+    prefill: Phase | None
+    decode: Phase | None
+    ttft_ms: float
+    tpot_ms: float
+
+    def config(self) -> dict[str, Any]:
+        """The run's configuration, for reports."""
+        out: dict[str, Any] = {
+            "model": self.model_path,
+            "system": self.system,
+            "backend": self.backend,
+            "backend_version": self.backend_version,
+            "precision": self.precision,
+            "mode": self.mode,
+            "isl": self.isl,
+            "osl": self.osl,
+            "concurrency": self.concurrency,
+        }
+        for name in ("agg", "prefill", "decode"):
+            p = getattr(self, name)
+            if p is not None:
+                out[name] = {k: v for k, v in p.__dict__.items() if v is not None}
+        return out
+
+
+def installed_silicon() -> str | None:
+    """The silicon file the installed aiconfigurator-core package ships, found without
+    importing it; None when it is not installed."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "systems" / SILICON_FILE
+        if path.is_file():
+            return str(path)
+    return None
+
+
+def is_silicon_header(line: str) -> bool:
+    """Whether a CSV's first line is a silicon file's header (it names the measured TTFT
+    and TPOT columns)."""
+    names = {c.strip().lower() for c in next(csv.reader([line]), [])}
+    return all(m in names for m in MARKERS)
+
+
+def is_silicon_file(path: str | Path) -> bool:
+    """Whether the file at ``path`` is a silicon file (by its header)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return is_silicon_header(f.readline())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _where(file: str, line: int, rid: str, column: str) -> str:
+    return f"{file}: line {line} ({rid or 'no id'}): {column}"
+
+
+def _int(file: str, line: int, rid: str, row: Mapping[str, str], column: str) -> int | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(
+            _where(file, line, rid, column), f"must be an integer, got {text!r}"
+        ) from None
+    if not value.is_integer() or value < 0:
+        raise InputError(
+            _where(file, line, rid, column), f"must be a non-negative integer, got {text!r}"
+        )
+    return int(value)
+
+
+def _positive_ms(file: str, line: int, rid: str, row: Mapping[str, str], column: str) -> float:
+    text = (row.get(column) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(
+            _where(file, line, rid, column), f"must be a time in ms, got {text!r}"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(_where(file, line, rid, column), f"must be > 0 ms, got {text!r}")
+    return value
+
+
+def _phase(file: str, line: int, rid: str, row: Mapping[str, str], prefix: str) -> Phase | None:
+    values = {f: _int(file, line, rid, row, prefix + f) for f in PHASE_FIELDS}
+    if values["tp_size"] is None:
+        return None
+    return Phase(
+        values["num_workers"],
+        values["batch_size"],
+        values["tp_size"] or 1,
+        values["pp_size"] or 1,
+        max(1, values["attention_dp_size"] or 1),
+        values["moe_tp_size"] or 1,
+        values["moe_ep_size"] or 1,
+    )
+
+
+def _stated_concurrency(row: Mapping[str, str]) -> int | None:
+    """The benchmark's concurrency as the row's source or id states it."""
+    m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
+    if m is None:
+        m = re.search(r"_c(\d+)(?:_|$)", row.get("id") or "")
+    return int(m.group(1)) if m else None
+
+
+def parse_silicon(file: str, text: str) -> list[SiliconRow]:
+    """The rows of a silicon file's text; an :class:`InputError` naming the file, the
+    line, the row's id and the column for a missing column or a malformed value."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = [c.strip() for c in reader.fieldnames or []]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InputError(
+            f"{file}: header", f"missing the column(s) {', '.join(missing)} of a silicon file"
+        )
+    out: list[SiliconRow] = []
+    seen: dict[str, int] = {}
+    for n, raw in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "") for k, v in raw.items()}
+        rid = row["id"].strip()
+        if not rid:
+            raise InputError(_where(file, n, rid, "id"), "empty; every row needs its id")
+        if rid in seen:
+            raise InputError(_where(file, n, rid, "id"), f"repeats line {seen[rid]}'s id")
+        seen[rid] = n
+        mode = row["mode"].strip()
+        if mode not in MODES:
+            raise InputError(
+                _where(file, n, rid, "mode"), f"must be one of {', '.join(MODES)}, got {mode!r}"
+            )
+        lengths = {}
+        for column in ("isl", "osl"):
+            v = _int(file, n, rid, row, column)
+            if not v:
+                raise InputError(_where(file, n, rid, column), "must be a positive integer")
+            lengths[column] = v
+        agg = prefill = decode = None
+        concurrency: int | None
+        if mode == "agg":
+            batch = _int(file, n, rid, row, "batch_size")
+            agg = Phase(
+                1,
+                batch,
+                _int(file, n, rid, row, "tp_size") or 1,
+                _int(file, n, rid, row, "pp_size") or 1,
+                max(1, _int(file, n, rid, row, "attention_dp_size") or 1),
+                _int(file, n, rid, row, "moe_tp_size") or 1,
+                _int(file, n, rid, row, "moe_ep_size") or 1,
+            )
+            concurrency = batch * agg.dp if batch else _stated_concurrency(row)
+        else:
+            prefill = _phase(file, n, rid, row, "prefill_")
+            decode = _phase(file, n, rid, row, "decode_")
+            concurrency = _stated_concurrency(row)
+        out.append(
+            SiliconRow(
+                rid,
+                n,
+                row["backend"].strip().lower(),
+                row["backend_version"].strip(),
+                row["model_path"].strip(),
+                row["system"].strip().lower(),
+                row["precision"].strip().lower(),
+                row.get("gemm_quant_mode", "").strip().lower(),
+                row.get("moe_quant_mode", "").strip().lower(),
+                mode,
+                lengths["isl"],
+                lengths["osl"],
+                concurrency or None,
+                agg,
+                prefill,
+                decode,
+                _positive_ms(file, n, rid, row, "silicon_ttft_ms"),
+                _positive_ms(file, n, rid, row, "silicon_tpot_ms"),
+            )
+        )
+    return out
+
+
+def read_silicon(path: str | Path) -> list[SiliconRow]:
+    """The rows of the silicon file at ``path`` (:func:`parse_silicon`)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise InputError(p.name, f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(p.name, "not UTF-8 text") from None
+    return parse_silicon(p.name, text)
+
+
+# --------------------------------------------------------------------------
+# Mapping a row to the catalog and the kernel tables
+
+
+@dataclass(frozen=True)
+class Unpredicted:
+    """A row not predicted, and why."""
+
+    row: SiliconRow
+    reason: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    """The composed kernel times of one worker: its decode iteration's kernels at the
+    row's mean decode context over a grid of batches (``batches``, ``decode_s``), one
+    prefill of the row's prompt (``prefill_s``), the largest batch its KV cache holds at
+    that context (``kv_batch``) and its batch limit (``batch_cap``, the KV cache's or
+    the row's stated batch, the smaller)."""
+
+    tp: int
+    ep: int
+    workers: int
+    prefill_s: float
+    batches: FloatArray
+    decode_s: FloatArray
+    kv_batch: float
+    batch_cap: float
+
+
+@dataclass(frozen=True)
+class Case:
+    """A row the kernel tables compose: its catalog model and GPU, the framework
+    version read, the GEMM dtype, and its workers (``agg``: one; ``disagg``: the
+    prefill and the decode workers)."""
+
+    row: SiliconRow
+    model: str
+    gpu: str
+    framework: str
+    version: str
+    weight_dtype: str
+    layers: int
+    prefill: Instance
+    decode: Instance
+    notes: tuple[str, ...] = ()
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """The (GPU, framework) whose overheads the row takes."""
+        return (self.gpu, self.framework)
+
+
+def _weights(model: ModelArch, row: SiliconRow) -> tuple[str, list[str]] | str:
+    """The GEMM tables' dtype of the row's weights and notes, or why there is none."""
+    p, g = row.precision, row.gemm_quant
+    if model.precision == "mxfp4":  # gpt-oss: the catalog's release is the only one
+        if p in ("fp4", "mxfp4", ""):
+            return "bfloat16", [f"{p or 'no precision'}: the catalog's release of "
+                                f"{model.name} (MXFP4 experts, bf16 elsewhere)"]  # fmt: skip
+        return f"precision {p}: the catalog has no such release of {model.name}"
+    if p in ("", "bf16", "fp16") and g in ("", "bf16", "float16", "bfloat16"):
+        return "bfloat16", ([] if p else ["no precision stated: bf16 weights"])
+    if p == "fp8":
+        # "fp8": the model's FP8 release (block-scaled where the catalog says so)
+        dtype = {"fp8": "fp8", "fp8_block": "fp8_block"}.get(g or "fp8")
+        if dtype is None:
+            return f"precision fp8 with GEMM quantisation {g!r}: not composed"
+        if model.experts and row.moe_quant and row.moe_quant not in ("fp8", "fp8_block"):
+            return f"fp8 weights with {row.moe_quant} experts: not composed"
+        return dtype, []
+    if p == "fp4" and g == "nvfp4" and not model.experts:
+        return "nvfp4", ["NVFP4 weights in every linear layer (the row's GEMM quantisation), "
+                         "the LM head bf16"]  # fmt: skip
+    return (
+        f"precision {p or 'unstated'} (GEMM {g or 'unstated'}, MoE {row.moe_quant or 'unstated'})"
+        f": the catalog has no such release of {model.name}"
+    )
+
+
+def _batches(top: float) -> FloatArray:
+    """Decode batches composed for a worker that may run up to ``top`` requests."""
+    top = max(1.0, top)
+    exact = np.arange(1.0, min(EXACT_BATCHES, math.floor(top)) + 1.0)
+    out = list(exact)
+    b = float(exact[-1])
+    while b < top:
+        b = min(top, math.ceil(b * BATCH_RATIO))
+        out.append(b)
+    if out[-1] < top:
+        out.append(top)
+    return np.array(sorted(set(out)))
+
+
+def _kv_batch(
+    model: ModelArch, gpu: str, tp: int, weight_bytes: float, context: float, kv_bytes: float
+) -> float:
+    """Requests a worker's KV cache holds at a context of ``context`` tokens each."""
+    kv = model.kv_bytes_at(context) * kv_bytes / model.kv_bytes_per_elem
+    if model.n_kv_heads < tp:  # KV heads replicated over the ranks
+        kv *= tp / model.n_kv_heads
+    free = tp * load_gpu(gpu).mem_bytes * MEMORY_FRACTION - weight_bytes
+    return max(0.0, free / kv)
+
+
+def kv_dtype(framework: str, weight_dtype: str) -> str:
+    """The KV cache's dtype: FP8 under TensorRT-LLM with quantised weights (NVIDIA's
+    quantised checkpoints quantise the KV cache too, and TensorRT-LLM follows the
+    checkpoint), else bf16 (vLLM's and SGLang's default, ``auto``: the model's dtype)."""
+    if framework == "trtllm" and weight_dtype not in ("bfloat16",):
+        return "fp8"
+    return "bfloat16"
+
+
+def _weight_bytes(model: ModelArch, dtype: str) -> float:
+    if model.precision == "mxfp4":
+        return model.weight_bytes
+    return model.params * WEIGHT_BYTES[dtype]
+
+
+def _instance(
+    folder: str,
+    model: ModelArch,
+    gpu: str,
+    framework: str,
+    version: str,
+    dtype: str,
+    phase: Phase,
+    row: SiliconRow,
+    clients: float,
+    need_decode: bool,
+    need_prefill: bool,
+    substitutions: list[str],
+) -> Instance | str:
+    """One worker's composed times, or why it is not composed."""
+    if phase.pp > 1:
+        return f"pipeline parallelism (pp {phase.pp}) is not expressed"
+    if phase.dp > 1:
+        return f"attention data parallelism ({phase.dp} ranks) is not expressed"
+    ep = 1
+    if model.experts:
+        if phase.moe_tp * phase.moe_ep != phase.tp:
+            return (
+                f"MoE tp {phase.moe_tp} x ep {phase.moe_ep} does not make the worker's tp "
+                f"{phase.tp}: not expressed"
+            )
+        ep = phase.moe_ep
+    try:
+        setup = KernelSetup(
+            GPU_FOLDERS[gpu],
+            framework,
+            version,
+            tp=phase.tp,
+            ep=ep,
+            weight_dtype=dtype,
+            kv_dtype=kv_dtype(framework, dtype),
+        )
+        km = KernelModel(open_database(folder), model, setup)
+        context = row.isl + row.osl / 2.0
+        kv = _kv_batch(
+            model,
+            gpu,
+            phase.tp,
+            _weight_bytes(model, dtype),
+            context,
+            1.0 if setup.kv_dtype == "fp8" else 2.0,
+        )
+        if need_decode and kv < 1.0:
+            return f"the KV cache of tp {phase.tp} does not hold one request of {context:g} tokens"
+        cap = min(kv, float(phase.batch)) if phase.batch else kv
+        top = min(max(1.0, math.ceil(clients)), max(1.0, math.floor(cap)))
+        batches = _batches(top) if need_decode else np.array([1.0])
+        decode = (
+            np.array([km.t_decode(float(b), context) for b in batches])
+            if need_decode
+            else np.array([0.0])
+        )
+        prefill = km.t_prefill(row.isl) if need_prefill else 0.0
+    except InputError as error:
+        return str(error)
+    substitutions.extend(s for s in km.substitutions if s not in substitutions)
+    return Instance(phase.tp, ep, phase.workers or 1, prefill, batches, decode, kv, cap)
+
+
+def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
+    """The row mapped to the catalog and composed from the kernel tables in ``folder``,
+    or the reason it is not."""
+    gpu = SYSTEM_GPUS.get(row.system)
+    try:
+        model = load_model(row.model_path)
+    except NotFoundError:
+        return Unpredicted(row, f"model {row.model_path} not in the catalog")
+    if gpu is None:
+        return Unpredicted(row, f"gpu {row.system} not in the catalog (or without kernel tables)")
+    if row.concurrency is None:
+        return Unpredicted(row, "no concurrency: batch_size empty and none stated in the source")
+    weights = _weights(model, row)
+    if isinstance(weights, str):
+        return Unpredicted(row, weights)
+    dtype, notes = weights
+    version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
+    if not version:
+        return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
+    if version != row.backend_version:
+        stated = row.backend_version or "(no version stated)"
+        notes.append(f"{row.backend} {stated}: the {version} tables are read")
+    subs: list[str] = []
+    c = float(row.concurrency)
+    args = (folder, model, gpu, row.backend, version, dtype)
+    if row.mode == "agg":
+        assert row.agg is not None
+        one = _instance(*args, row.agg, row, c, True, True, subs)
+        if isinstance(one, str):
+            return Unpredicted(row, one)
+        pre = dec = one
+    else:
+        for name, phase in (("prefill", row.prefill), ("decode", row.decode)):
+            if phase is None or phase.workers is None:
+                return Unpredicted(
+                    row, f"disaggregated row without {name}_num_workers: not expressed"
+                )
+        assert row.prefill is not None and row.decode is not None
+        p = _instance(*args, row.prefill, row, c, False, True, subs)
+        if isinstance(p, str):
+            return Unpredicted(row, f"prefill workers: {p}")
+        d = _instance(*args, row.decode, row, c / (row.decode.workers or 1), True, False, subs)
+        if isinstance(d, str):
+            return Unpredicted(row, f"decode workers: {d}")
+        pre, dec = p, d
+        if row.prefill.batch and row.prefill.batch > 1:
+            notes.append(f"prefill batch {row.prefill.batch}: prompts prefilled one at a time")
+    return Case(
+        row, model.name, gpu, row.backend, version, dtype, model.layers, pre, dec,
+        tuple(notes + subs),
+    )  # fmt: skip
+
+
+def resolve_all(
+    rows: Sequence[SiliconRow], folder: str, progress: Callable[[str], None] | None = None
+) -> tuple[list[Case], list[Unpredicted]]:
+    """Every row resolved (:func:`resolve`), in the file's order."""
+    say = progress or (lambda _m: None)
+    cases: list[Case] = []
+    skipped: list[Unpredicted] = []
+    for i, row in enumerate(rows):
+        if i and i % 500 == 0:
+            say(f"composed {i}/{len(rows)} rows ({len(cases)} predictable)")
+        r = resolve(row, folder)
+        (cases if isinstance(r, Case) else skipped).append(r)  # type: ignore[arg-type]
+    say(f"composed {len(rows)} rows: {len(cases)} predictable, {len(skipped)} not")
+    return cases, skipped
+
+
+# --------------------------------------------------------------------------
+# The closed loop
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The serving engine's overheads over the composed kernels (s): per decode
+    iteration, per running request per decode iteration, per request's first token."""
+
+    t_iter_s: float = 0.0
+    t_req_s: float = 0.0
+    t_first_s: float = 0.0
+    queue: float = 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {n: getattr(self, n) for n in OVERHEADS}
+
+
+@dataclass
+class Solved:
+    """The closed loop's steady state per case (arrays over the cases, seconds):
+    arrival rate ``rate`` (requests/s, whole deployment), decode batch per decode
+    worker ``batch``, the prefill share of an aggregated worker's time or the
+    utilisation of a prefill worker ``rho``, ``ttft`` and ``tpot``, and ``capped``:
+    whether the KV cache or the stated batch limits the decode batch (the clients
+    beyond it wait)."""
+
+    rate: FloatArray
+    batch: FloatArray
+    rho: FloatArray
+    ttft: FloatArray
+    tpot: FloatArray
+    capped: FloatArray
+
+
+@dataclass
+class _Arrays:
+    """The cases' inputs as arrays (one row per case; decode grids padded with their
+    last point)."""
+
+    clients: FloatArray
+    osl: FloatArray
+    isl: FloatArray
+    disagg: FloatArray
+    prefill_s: FloatArray
+    prefill_workers: FloatArray
+    decode_workers: FloatArray
+    cap: FloatArray
+    b: FloatArray  # (cases, grid)
+    k: FloatArray  # (cases, grid)
+    chunk: FloatArray
+
+    @classmethod
+    def of(cls, cases: Sequence[Case]) -> _Arrays:
+        width = max(len(c.decode.batches) for c in cases)
+
+        def pad(a: FloatArray) -> FloatArray:
+            return np.concatenate([a, np.full(width - len(a), a[-1])])
+
+        dis = np.array([c.row.mode == "disagg" for c in cases], dtype=float)
+        return cls(
+            np.array([float(c.row.concurrency or 1) for c in cases]),
+            np.array([float(c.row.osl) for c in cases]),
+            np.array([float(c.row.isl) for c in cases]),
+            dis,
+            np.array([c.prefill.prefill_s for c in cases]),
+            np.array(
+                [float(c.prefill.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
+            ),
+            np.array(
+                [float(c.decode.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
+            ),
+            np.array([c.decode.batch_cap for c in cases]),
+            np.vstack([pad(c.decode.batches) for c in cases]),
+            np.vstack([pad(c.decode.decode_s) for c in cases]),
+            np.full(len(cases), float(PREFILL_CHUNK)),
+        )
+
+
+def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
+    """One decode iteration at ``batch`` (per case): the composed kernels, linear
+    between the composed batches (the batch-1 time below one), plus the overheads."""
+    b, kk = a.b, a.k
+    x = np.clip(batch, b[:, 0], b[:, -1])
+    last = b.shape[1] - 1
+    i = np.clip((b <= x[:, None]).sum(axis=1) - 1, 0, max(0, last - 1))
+    rows = np.arange(len(b))
+    j = np.minimum(i + 1, last)
+    lo, hi = b[rows, i], b[rows, j]
+    w = np.divide(x - lo, hi - lo, out=np.zeros_like(x), where=hi > lo)
+    k = kk[rows, i] * (1.0 - w) + kk[rows, j] * w
+    return k + o[:, 0] + o[:, 1] * batch
+
+
+def _decode_batch(a: _Arrays, o: FloatArray, gain: FloatArray) -> FloatArray:
+    """The decode batch ``B`` with ``B = gain x step(B)`` (the first crossing; each
+    segment of the piecewise-linear step solved exactly); ``inf`` where none lies
+    within the composed batches (the batch would exceed the worker's top)."""
+    b, k = a.b, a.k
+    g = gain[:, None]
+    t_iter, t_req = o[:, 0:1], o[:, 1:2]
+    # below the first composed batch the kernels' time is the batch-1 one
+    den0 = 1.0 - g[:, 0] * t_req[:, 0]
+    low = np.where(
+        den0 > 0, g[:, 0] * (k[:, 0] + t_iter[:, 0]) / np.where(den0 > 0, den0, 1), np.inf
+    )
+    out = np.where(low <= b[:, 0], low, np.inf)
+    db = np.diff(b, axis=1)
+    slope = np.divide(np.diff(k, axis=1), db, out=np.zeros_like(db), where=db > 0)
+    num = g * (k[:, :-1] - slope * b[:, :-1] + t_iter)
+    den = 1.0 - g * (slope + t_req)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(den > 0, num / den, np.inf)
+    ok = (x >= b[:, :-1] - 1e-9) & (x <= b[:, 1:] + 1e-9) & (db > 0)
+    seg = np.where(ok, x, np.inf).min(axis=1) if b.shape[1] > 1 else np.full(len(b), np.inf)
+    return np.minimum(out, seg)
+
+
+def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...]:
+    """Clients in the loop at arrival rate ``rate`` (inf where the rate cannot be served
+    by the workers' batch limit or prefill time) and the steady state there."""
+    agg = a.disagg == 0
+    p_rate = np.where(agg, rate, rate / a.prefill_workers)
+    rho = p_rate * a.prefill_s
+    served = rho < 1.0
+    free = np.where(served, 1.0 - rho, 1.0)
+    d_rate = np.where(agg, rate, rate / a.decode_workers)
+    # aggregated: TPOT = step(B) / (1 - rho) (the prefills take the rest of the time)
+    gain = d_rate * (a.osl - 1.0) / np.where(agg, free, 1.0)
+    batch = _decode_batch(a, o, gain)
+    ok = served & np.isfinite(batch) & (batch <= a.cap + 1e-9)
+    bb = np.where(ok, batch, 1.0)
+    step = _step(a, o, bb)
+    tpot = np.where(agg, step / free, step)
+    wait = o[:, 3] * rho * a.prefill_s / (2.0 * free)  # M/D/1's wait for the prefills
+    chunks = np.ceil(a.isl / np.maximum(1.0, a.chunk - bb))
+    # aggregated: the step under way when it arrives, then its prefill chunks, each
+    # riding with a decode iteration
+    ttft = o[:, 2] + wait + a.prefill_s + np.where(agg, step * (1.0 + chunks), 0.0)
+    clients = rate * (ttft + (a.osl - 1.0) * tpot)
+    clients = np.where(ok, clients, np.inf)
+    return clients, bb, rho, ttft, tpot
+
+
+def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> Solved:
+    """Each case's closed-loop steady state (:class:`Solved`) with the given overheads
+    (one for all cases or one per case): the arrival rate ``r`` at which the clients the
+    loop holds, ``r (TTFT + (osl - 1) TPOT)``, equal the row's concurrency, by bisection
+    (the clients grow with the rate); where the batch limit stops the rate first, the
+    clients beyond it wait for a place, ``TTFT = C / r - (osl - 1) TPOT``."""
+    if not cases:
+        empty = np.zeros(0)
+        return Solved(empty, empty, empty, empty, empty, empty)
+    a = _Arrays.of(cases)
+    each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
+    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s, x.queue] for x in each])
+    lo = np.zeros(len(cases))
+    hi = np.where(a.disagg == 0, 1.0, a.prefill_workers) / a.prefill_s
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        clients = _state(a, o, mid)[0]
+        below = clients <= a.clients
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    clients, batch, rho, ttft, tpot = _state(a, o, lo)
+    capped = clients < a.clients * (1.0 - 1e-6)
+    # the clients the workers cannot hold wait: the loop's time per request is C / r
+    ttft = np.where(capped, a.clients / lo - (a.osl - 1.0) * tpot, ttft)
+    return Solved(lo, batch, rho, ttft, tpot, capped.astype(float))
+
+
+# --------------------------------------------------------------------------
+# Fitting the overheads
+
+
+@dataclass
+class Fit:
+    """Overheads fitted to some cases: per (GPU, framework), or pooled over a framework
+    or over everything (``scope``), with the models whose rows it saw."""
+
+    overheads: Overheads
+    scope: str
+    rows: int
+    models: tuple[str, ...]
+
+
+def residuals(cases: Sequence[Case], solved: Solved) -> FloatArray:
+    """Log errors of the predicted TTFT and TPOT against the measured, per case."""
+    ttft = np.array([c.row.ttft_ms for c in cases]) * 1e-3
+    tpot = np.array([c.row.tpot_ms for c in cases]) * 1e-3
+    return np.concatenate([np.log(solved.ttft / ttft), np.log(solved.tpot / tpot)])
+
+
+def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
+    """The overheads (:data:`OVERHEADS`) that best predict the cases' TTFT and TPOT
+    (robust least squares of the log errors)."""
+    from scipy.optimize import least_squares
+
+    if not cases:
+        raise InputError("rows", "no rows to fit the overheads to")
+    scale = np.array([1e-3, 1e-5, 1e-2, 1.0])
+    lo = np.array([OVERHEAD_BOUNDS[n][0] for n in OVERHEADS]) / scale
+    hi = np.array([OVERHEAD_BOUNDS[n][1] for n in OVERHEADS]) / scale
+
+    def res(x: FloatArray) -> FloatArray:
+        r = residuals(cases, solve(cases, Overheads(*(x * scale))))
+        return np.where(np.isfinite(r), r, 10.0)
+
+    x0 = np.array([0.5e-3, 1e-5, 2e-2, 1.0]) / scale
+    sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
+    return Fit(
+        Overheads(*(float(v) for v in sol.x * scale)),
+        scope,
+        len(cases),
+        tuple(sorted({c.model for c in cases})),
+    )
+
+
+def _training(cases: Sequence[Case], group: tuple[str, str], left_out: str) -> tuple[
+    list[Case], str
+]:  # fmt: skip
+    """The rows a fit for ``group`` takes without model ``left_out``: the group's,
+    else its framework's on every GPU, else every row."""
+    others = [c for c in cases if c.model != left_out]
+    same = [c for c in others if c.group == group]
+    if same:
+        return same, f"{group[0]}/{group[1]}"
+    frame = [c for c in others if c.framework == group[1]]
+    if frame:
+        return frame, f"{group[1]} on every GPU"
+    return others, "every row"
+
+
+def leave_one_model_out(
+    cases: Sequence[Case], progress: Callable[[str], None] | None = None
+) -> tuple[Solved, list[Fit | None]]:
+    """Each case predicted with overheads fitted to other models' rows only: for each
+    model and each (GPU, framework) its rows fall in, the group's rows of every other
+    model (else its framework's on every GPU, else every other row). Cases of a model
+    no other model's rows can train are left unpredicted (their fit is None)."""
+    say = progress or (lambda _m: None)
+    fits: dict[tuple[str, ...], Fit] = {}
+    chosen: list[Fit | None] = [None] * len(cases)
+    models = sorted({c.model for c in cases})
+    for n, name in enumerate(models):
+        say(f"leave-one-model-out {n + 1}/{len(models)}: {name}")
+        for group in sorted({c.group for c in cases if c.model == name}):
+            train, scope = _training(cases, group, name)
+            if not train:
+                continue
+            key = tuple(sorted(c.row.id for c in train))
+            if key not in fits:
+                fits[key] = fit_overheads(train, scope)
+            for i, c in enumerate(cases):
+                if c.model == name and c.group == group:
+                    chosen[i] = fits[key]
+    o = [f.overheads if f else Overheads() for f in chosen]
+    return solve(cases, o), chosen
+
+
+def fit_groups(cases: Sequence[Case]) -> dict[tuple[str, str], Fit]:
+    """Overheads fitted to every row of each (GPU, framework) (in-sample; reported, not
+    used to judge)."""
+    return {
+        g: fit_overheads([c for c in cases if c.group == g], f"{g[0]}/{g[1]}")
+        for g in sorted({c.group for c in cases})
+    }
+
+
+# --------------------------------------------------------------------------
+# Report
+
+
+def _err(pred: float, meas: float) -> float:
+    return pred / meas - 1.0
+
+
+def report(
+    cases: Sequence[Case],
+    skipped: Sequence[Unpredicted],
+    bare: Solved,
+    lomo: Solved,
+    fits: Sequence[Fit | None],
+    in_sample: Mapping[tuple[str, str], Fit] | None = None,
+) -> dict[str, Any]:
+    """Rows and summary as JSON-ready data: each predicted row with its id, measured
+    and predicted TTFT and TPOT (the leave-one-model-out prediction, and the kernels
+    alone), configuration, fit and notes; each unpredicted row with its reason; and
+    per (GPU, framework, mode) the counts and median and 90th-percentile |error|."""
+    rows: list[dict[str, Any]] = []
+    for i, c in enumerate(cases):
+        f = fits[i]
+        entry: dict[str, Any] = {
+            "id": c.row.id,
+            "ttft_ms": {
+                "measured": c.row.ttft_ms,
+                "predicted": float(lomo.ttft[i] * 1e3) if f else None,
+                "kernels_alone": float(bare.ttft[i] * 1e3),
+            },
+            "tpot_ms": {
+                "measured": c.row.tpot_ms,
+                "predicted": float(lomo.tpot[i] * 1e3) if f else None,
+                "kernels_alone": float(bare.tpot[i] * 1e3),
+            },
+            "config": c.row.config(),
+            "catalog": {"model": c.model, "gpu": c.gpu},
+            "kernels": f"{c.framework} {c.version}",
+            "weights": c.weight_dtype,
+            "steady_state": {
+                "decode_batch": float(lomo.batch[i]),
+                "requests_per_s": float(lomo.rate[i]),
+                "prefill_share": float(lomo.rho[i]),
+                "batch_limited": bool(lomo.capped[i]),
+            },
+        }
+        if f:
+            entry["fit"] = {"scope": f.scope, "models": list(f.models), "rows": f.rows,
+                            "overheads": f.overheads.as_dict()}  # fmt: skip
+        if c.notes:
+            entry["notes"] = list(c.notes)
+        rows.append(entry)
+    unpredicted = [{"id": s.row.id, "reason": s.reason} for s in skipped]
+    doc: dict[str, Any] = {
+        "rows": rows,
+        "unpredicted": unpredicted,
+        "summary": summarise(rows, skipped),
+        "reasons": reason_counts(skipped),
+    }
+    if in_sample is not None:
+        doc["in_sample_overheads"] = [
+            {"gpu": g, "framework": fw, "rows": f.rows, "models": list(f.models),
+             **f.overheads.as_dict()}
+            for (g, fw), f in sorted(in_sample.items())
+        ]  # fmt: skip
+    return doc
+
+
+def reason_counts(skipped: Iterable[Unpredicted]) -> list[dict[str, Any]]:
+    """The reasons rows were not predicted, with their counts (most first); a reason
+    naming a model, GPU or shape is counted as written."""
+    counts: dict[str, int] = {}
+    for s in skipped:
+        counts[s.reason] = counts.get(s.reason, 0) + 1
+    return [{"reason": r, "rows": n} for r, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
+def _stats(errors: list[float]) -> dict[str, float] | None:
+    if not errors:
+        return None
+    a = np.abs(np.array(errors))
+    return {"median_abs_error": float(np.median(a)), "p90_abs_error": float(np.quantile(a, 0.9))}
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], skipped: Sequence[Unpredicted]) -> dict[str, Any]:
+    """Per (GPU, framework, mode) and overall: rows in the file, rows predicted, and
+    the |error| statistics of TTFT and TPOT, leave-one-model-out and kernels alone."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    unpred: dict[str, int] = {}
+    for r in rows:
+        cfg = r["config"]
+        key = f"{cfg['system']} {cfg['backend']} {cfg['mode']}"
+        groups.setdefault(key, []).append(r)
+    for s in skipped:
+        key = f"{s.row.system} {s.row.backend} {s.row.mode}"
+        unpred[key] = unpred.get(key, 0) + 1
+
+    def stats(sel: Sequence[Mapping[str, Any]], unpredicted: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"rows": len(sel) + unpredicted, "composed": len(sel)}
+        judged = [r for r in sel if r["ttft_ms"]["predicted"] is not None]
+        out["predicted"] = len(judged)
+        for what in ("ttft_ms", "tpot_ms"):
+            out[what] = {
+                "leave_one_model_out": _stats(
+                    [_err(r[what]["predicted"], r[what]["measured"]) for r in judged]
+                ),
+                "kernels_alone": _stats(
+                    [_err(r[what]["kernels_alone"], r[what]["measured"]) for r in sel]
+                ),
+            }
+        return out
+
+    per = {k: stats(groups.get(k, []), unpred.get(k, 0)) for k in sorted({*groups, *unpred})}
+    by_mode = {
+        m: stats([r for r in rows if r["config"]["mode"] == m],
+                 sum(1 for s in skipped if s.row.mode == m))
+        for m in MODES
+    }  # fmt: skip
+    return {"all": stats(rows, len(skipped)), "per_mode": by_mode, "per_group": per}
