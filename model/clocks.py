@@ -289,7 +289,7 @@ CLOCK_STEP_MHZ = 15.0
 def clock_steps(clocks: GpuClocks) -> list[float]:
     """The clocks the GPU runs at, highest first: the full clock, then every
     :data:`CLOCK_STEP_MHZ` below it down to the lowest clock."""
-    steps = []
+    steps: list[float] = []
     k = 0
     while True:
         f = clocks.sm_clock_max_mhz - k * CLOCK_STEP_MHZ
