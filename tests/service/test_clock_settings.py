@@ -15,6 +15,18 @@ from tests.service.test_cli_core import run_json
 BODY = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", "n_p": 3, "n_d": 1}
 
 
+def clocked_mu_p(mhz: float) -> float:
+    """One prefill instance's capacity at a locked SM clock (docs/clocks.md, section 2):
+    the clock-bound part of t_P(4096) follows 1980 / f, the clock-free part of a_P
+    (memory-bound kernels, model.capacity.prefill_clock_free_s_per_token) does not."""
+    from model.capacity import Coefficients, prefill_clock_free_s_per_token
+    from model.operations import SpecRequest, resolve_spec
+
+    spec = resolve_spec(SpecRequest("qwen3-32b", "h200", "fixed:4096:256", {}))
+    c, free, r, n = Coefficients.of(spec), prefill_clock_free_s_per_token(spec), 1980 / mhz, 4096
+    return 1.0 / (free * n + (c.a_p_s_per_token - free) * n * r + c.b_p_s_per_token2 * n * n * r)
+
+
 def test_cli_capacity_with_settings(capsys):
     base = run_json(capsys, BASE)
     assert not SETTING_KEYS & set(base)  # the default document is as before
@@ -22,8 +34,9 @@ def test_cli_capacity_with_settings(capsys):
     assert set(rep) >= SETTING_KEYS
     assert (rep["prefill_setting"], rep["decode_setting"]) == ("1500MHz", "550W")
     assert rep["prefill_clock_mhz"] == 1500.0
-    # prefill capacity follows the clock: 1500 / 1980 of the full clock's (docs/clocks.md 2)
-    assert rep["mu_p_rps"] == pytest.approx(base["mu_p_rps"] * 1500 / 1980, rel=1e-12)
+    # prefill capacity follows the clock but for its clock-free part (docs/clocks.md 2)
+    assert rep["mu_p_rps"] == pytest.approx(clocked_mu_p(1500), rel=1e-12)
+    assert base["mu_p_rps"] * 1500 / 1980 < rep["mu_p_rps"] < base["mu_p_rps"]
     # the 550 W limit binds on decode (678 W at full clock): its draw meets the limit
     assert rep["decode_draw_w"] == pytest.approx(550.0, rel=1e-9)
     assert 345 < rep["decode_clock_mhz"] < 1980
@@ -65,7 +78,7 @@ def test_api_capacity_with_settings(client):
     got = r.json()
     assert set(got) >= SETTING_KEYS
     assert (got["prefill_setting"], got["decode_setting"]) == ("1500MHz", "550W")
-    assert got["mu_p_rps"] == pytest.approx(base.json()["mu_p_rps"] * 1500 / 1980, rel=1e-12)
+    assert got["mu_p_rps"] == pytest.approx(clocked_mu_p(1500), rel=1e-12)
     assert got["decode_draw_w"] == pytest.approx(550.0, rel=1e-9)
 
 
