@@ -46,14 +46,19 @@ from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack, load_gp
 from model.clocks import (
     GpuClocks,
     Setting,
+    clocked_time,
     decode_extra_g,
+    default_clock,
     hbm_power_w,
+    kernel_clock_bound,
     parse_setting,
     power_factor,
+    prefill_memory_bytes_per_token,
     scaled_power,
     solve_power_limit,
 )
 from model.engine import (
+    PREFILL_CHUNK,
     EngineCalibration,
     KernelSource,
     KernelTimes,
@@ -436,11 +441,54 @@ class _Clocked:
 def _phase_clock(
     clocks: GpuClocks, setting: Setting | None, draw_w: Callable[[float], float]
 ) -> float:
+    """The clock a phase runs at: never above the one its draw allows under the GPU's
+    default power limit (:func:`model.clocks.default_clock`), which is the default's;
+    a locked clock below it; a power limit's solved clock."""
+    ceiling = default_clock(clocks, draw_w)
     if setting is None:
-        return clocks.sm_clock_max_mhz
+        return ceiling
     if setting.kind == "clock":
-        return setting.value
-    return solve_power_limit(clocks, setting.value, draw_w)
+        return min(setting.value, ceiling)
+    return min(solve_power_limit(clocks, setting.value, draw_w), ceiling)
+
+
+def prefill_clock_free_s_per_token(spec: DeploymentSpec) -> float:
+    """The part of ``a_P`` (s per prompt token) not bound by the SM clock
+    (docs/clocks.md section 2). With kernel tables: the kernels of a full prefill chunk
+    that are not compute-bound at their shape (:func:`model.clocks.kernel_clock_bound`:
+    collectives, memory-bound GEMMs) and the engine's overheads, per token, as
+    :func:`model.engine.prefill_curve` shares them out. Otherwise derived: the
+    memory-bound kernels' bytes per token (:func:`model.clocks.
+    prefill_memory_bytes_per_token`) at the calibration's bandwidth utilisation and the
+    tensor-parallel all-reduces' bytes over the GPU's links (as decode's,
+    :class:`DecodeTerms`). Never above ``a_P`` at the full clock."""
+    m, hw, cal = spec.model, spec.gpu, spec.calibration
+    sp, _ = spec.serving.shapes()
+    if spec.performance == "kernels":
+        with _kernel_lock:
+            times = _times_of(_times_key(spec, sp))
+        full = times.prefill_phase(PREFILL_CHUNK)
+        peak = hw.peak_flops(m)
+        free = sum(
+            c.total_s
+            for c in full.calls
+            if not kernel_clock_bound(c.table, dict(c.shape), peak, hw.mem_bw_bytes_per_s)
+        )
+        o = times.overheads
+        free += o.t_iter_s + o.t_layer_s * times.layers
+        return free / PREFILL_CHUNK / sp.dp
+    hidden = float(m.residual_width)
+    moved = prefill_memory_bytes_per_token(
+        hidden,
+        float(m.n_heads * m.head_dim),
+        float(m.n_kv_heads * m.head_dim),
+        float(m.intermediate_size),
+        sp.tp,
+        m.layers,
+    )
+    memory_s = moved / (hw.mem_bw_bytes_per_s * cal.mbu) / sp.dp
+    link_s = DecodeTerms.of(m, hw, sp.tp, 0.0, sp.dp, sp.ep).link_s
+    return memory_s + link_s
 
 
 def _apply_settings(
@@ -452,19 +500,34 @@ def _apply_settings(
     ctx: float,
     batch_max: float,
 ) -> _Clocked | None:
-    """The coefficients under the deployment's settings, or None at the default (then
-    nothing is recomputed and every number stays as it is, bit for bit).
+    """The coefficients under the deployment's settings, or None at the default when no
+    phase's full-clock draw exceeds the GPU's default power limit (then nothing is
+    recomputed and every number stays as it is, bit for bit).
 
-    Prefill's time follows ``f_max / f``; decode adds :func:`model.clocks.decode_extra_g`
-    to ``g`` (the weight GEMMs' compute outgrowing their weight read); each phase's
-    ramp maps through ``P_static + (P - P_static) k(f)`` with ``P_static`` the GPUs'
-    idle power and ``k`` of :func:`model.clocks.power_factor` (prefill's HBM share
-    taken as 0, decode's from its bytes per second at ``B_max``)."""
+    A phase whose full-clock draw exceeds that limit runs, by default, at the highest
+    clock step whose draw stays within it (:func:`model.clocks.default_clock`), as a
+    locked clock there would. Prefill's clock-bound share of ``a_P`` and all of ``b_P``
+    follow ``f_max / f``, the rest of ``a_P`` does not
+    (:func:`prefill_clock_free_s_per_token`); decode adds
+    :func:`model.clocks.decode_extra_g` to ``g`` (the weight GEMMs' compute outgrowing
+    their weight read); each phase's ramp maps through ``P_static + (P - P_static)
+    k(f)`` with ``P_static`` the GPUs' idle power and ``k`` of
+    :func:`model.clocks.power_factor` (prefill's HBM share taken as 0, decode's from its
+    bytes per second at ``B_max``)."""
     prefill, decode = spec.settings()
     clocks = spec.gpu_clocks()
-    if (prefill is None and decode is None) or clocks is None:
+    if clocks is None:
         return None
-    m, hw, cal = spec.model, spec.gpu, spec.calibration
+    cal = spec.calibration
+    limit = clocks.power_limit_max_w
+    if (
+        prefill is None
+        and decode is None
+        and cal.psat_prefill_w <= limit
+        and cal.psat_decode_w <= limit
+    ):
+        return None  # the default, and no phase's full-clock draw exceeds the limit
+    m, hw = spec.model, spec.gpu
     sp, sd = spec.serving.shapes()
     gp, gd = sp.gpus, sd.gpus
     f_max = clocks.sm_clock_max_mhz
@@ -476,9 +539,8 @@ def _apply_settings(
         return scaled_power(p_ramp[2], static_p, clocks.dynamic_factor(f)) / gp
 
     f_p = _phase_clock(clocks, prefill, prefill_draw)
-    if f_p == f_max:  # a setting at the full clock (or a limit that does not bind)
-        prefill = None
     k_p = clocks.dynamic_factor(f_p)
+    prefill_clocked = f_p != f_max  # a setting at the full clock, or a limit not binding
 
     decode_work = math.isfinite(g) and batch_max > 0
     terms = DecodeTerms.of(m, hw, sd.tp, ctx if decode_work else 0.0, sd.dp, sd.ep)
@@ -513,9 +575,8 @@ def _apply_settings(
         return scaled_power(d_ramp[2], static_d, decode_factor(f)) / gd
 
     f_d = _phase_clock(clocks, decode, decode_draw)
-    if f_d == f_max:
-        decode = None
-    if prefill is None and decode is None:
+    decode_clocked = f_d != f_max
+    if not (prefill_clocked or decode_clocked):
         return None
     k_d = decode_factor(f_d)
 
@@ -525,13 +586,16 @@ def _apply_settings(
         q0 = scaled_power(p0, static, k)
         return q0, scaled_power(p0 + gamma, static, k) - q0, scaled_power(psat, static, k)
 
-    pp = ramp(*p_ramp, k_p, static_p) if prefill is not None else p_ramp
-    dp = ramp(*d_ramp, k_d, static_d) if decode is not None else d_ramp
-    scale_p = f_max / f_p if prefill is not None else 1.0
+    pp = ramp(*p_ramp, k_p, static_p) if prefill_clocked else p_ramp
+    dp = ramp(*d_ramp, k_d, static_d) if decode_clocked else d_ramp
+    if prefill_clocked:
+        share = 1.0 - min(prefill_clock_free_s_per_token(spec), a_p) / a_p if a_p > 0 else 1.0
+        a_p = clocked_time(a_p, share, f_max, f_p)
+        b_p = clocked_time(b_p, 1.0, f_max, f_p)
     return _Clocked(
-        a_p=a_p * scale_p if prefill is not None else a_p,
-        b_p=b_p * scale_p if prefill is not None else b_p,
-        extra_g=extra_g(f_d) if decode is not None else 0.0,
+        a_p=a_p,
+        b_p=b_p,
+        extra_g=extra_g(f_d) if decode_clocked else 0.0,
         powers={
             "p0_prefill_w": pp[0],
             "gamma_prefill_w": pp[1],
@@ -1340,16 +1404,39 @@ def with_settings(
 
 def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     """The fields an output adds for the deployment's settings: none at the default
-    (the document is as before); else ``prefill_setting`` and ``decode_setting`` (the
-    full clock for a phase left at its default), each phase's effective SM clock
-    (a power limit resolved to its clock) and its draw per GPU at capacity."""
+    when no phase is power-limited there (the document is as before); else
+    ``prefill_setting`` and ``decode_setting`` (the full clock for a phase left at its
+    default, or ``default (power-limited at 1,760 MHz)`` for one whose full-clock draw
+    exceeds the GPU's default power limit), each phase's effective SM clock (a power
+    limit resolved to its clock) and its draw per GPU at capacity."""
     out: dict[str, Any] = spec.setting_texts()
-    if not out:
-        return out
     clocks = spec.gpu_clocks()
-    assert clocks is not None  # a setting parses only with clock data
-    phases = spec.coefficients().phase_clocks
+    if clocks is None:
+        return out
+    phases = spec.coefficients().phase_clocks if out or _power_limited(spec, clocks) else None
+    if not out and phases is None:
+        return out
+    f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
     if phases is None:  # the settings resolve to the full clock (a limit not binding)
-        f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
         phases = PhaseClocks(f_max, f_max, cal.psat_prefill_w, cal.psat_decode_w)
+    prefill, decode = spec.settings()
+    for name, setting, f in (
+        ("prefill_setting", prefill, phases.prefill_clock_mhz),
+        ("decode_setting", decode, phases.decode_clock_mhz),
+    ):
+        if setting is None:
+            out[name] = default_setting_text(clocks, f)
     return out | asdict(phases)
+
+
+def default_setting_text(clocks: GpuClocks, f_mhz: float) -> str:
+    """How outputs name a phase's default setting: the full clock (``1980MHz``), or
+    ``default (power-limited at 1,760 MHz)`` where its draw holds it below that."""
+    if f_mhz >= clocks.sm_clock_max_mhz:
+        return clocks.full_clock
+    return f"default (power-limited at {f_mhz:,.0f} MHz)"
+
+
+def _power_limited(spec: DeploymentSpec, clocks: GpuClocks) -> bool:
+    cal, limit = spec.calibration, clocks.power_limit_max_w
+    return cal.psat_prefill_w > limit or cal.psat_decode_w > limit

@@ -151,3 +151,61 @@ def b200_kernel_check(folder: str, prefill_draw_w: float, static_w: float) -> Ke
         hbm_w=hbm_power_w(rate),
         power_limit_w=float(np.unique(limit[ok])[0]),
     )
+
+
+@dataclass(frozen=True)
+class TtftResult:
+    """The latency model's TTFT (or decode capacity) at each locked clock against a
+    measured series relative to its default point (docs/clocks.md section 6)."""
+
+    id: str
+    clocks_mhz: list[float]
+    measured: list[float]
+    predicted: list[float]
+    median_error: float
+
+
+def evaluate_dynamollm(path: str) -> list[TtftResult]:
+    """The H100 series of ``path`` (``clock-series/series.json``) that the catalog can
+    express, as Llama-3.1-70B (Llama-2-70B's shape) on ``h100-sxm`` with vLLM's measured
+    calibration: TP4 prefill by the latency model's mean TTFT of a 4,050-token prompt at
+    the series' 0.5 req/s, TP4 decode by decode capacity at ``B_max`` against the
+    measured TBT; each relative to the default (unlocked) point. Nothing is fitted."""
+    from dataclasses import replace
+
+    from model.latency import latency_at
+    from model.operations import SpecRequest, resolve_spec
+
+    with open(path) as fh:
+        series = json.load(fh)
+    spec = resolve_spec(
+        SpecRequest(
+            model="llama-3.1-70b",
+            gpu="h100-sxm",
+            workload="azure-conv-2023",
+            overrides={"serving": {"tensor_parallel": 4}},
+        )
+    )
+    out = []
+    for entry in series:
+        if not entry["id"].startswith("dynamollm-h100-tp4"):
+            continue
+        points = [p for p in entry["points"] if p["latency_rel"] is not None]
+        f = [float(p["knob"]) for p in points if p["knob"] != 1980]
+        meas = [float(p["latency_rel"]) for p in points if p["knob"] != 1980]
+        if entry["phase"] == "prefill":
+
+            def value(setting: str | None) -> float:
+                c = replace(spec, prefill_setting=setting).coefficients()
+                return latency_at(c, 1, 1, 0.5, [4050.0], [96.0]).ttft_mean_s
+        else:
+
+            def value(setting: str | None) -> float:
+                c = replace(spec, decode_setting=setting).coefficients()
+                return 1.0 / float(c.decode_rate_rps(c.batch_max))
+
+        base = value(None)
+        pred = [value(f"{x:g}MHz") / base for x in f]
+        err = float(np.median(np.abs(np.array(pred) / np.array(meas) - 1.0)))
+        out.append(TtftResult(entry["id"], f, meas, pred, err))
+    return out

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from model.errors import InputError
 
@@ -277,3 +278,101 @@ def compute_bound_series(
         effective.append(f_eff)
         power.append(draw(f_eff))
     return effective, power
+
+
+#: the step between an NVIDIA data-centre GPU's supported SM clocks, MHz (``nvidia-smi -q -d
+#: SUPPORTED_CLOCKS`` lists them 15 MHz apart on the A100 and the H100, docs/clocks.md
+#: section 5)
+CLOCK_STEP_MHZ = 15.0
+
+
+def clock_steps(clocks: GpuClocks) -> list[float]:
+    """The clocks the GPU runs at, highest first: the full clock, then every
+    :data:`CLOCK_STEP_MHZ` below it down to the lowest clock."""
+    steps: list[float] = []
+    k = 0
+    while True:
+        f = clocks.sm_clock_max_mhz - k * CLOCK_STEP_MHZ
+        if f < clocks.sm_clock_min_mhz:
+            return steps
+        steps.append(f)
+        k += 1
+
+
+def default_clock(
+    clocks: GpuClocks, draw_w: Callable[[float], float], limit_w: float | None = None
+) -> float:
+    """The clock a phase drawing ``draw_w(f)`` per GPU (non-decreasing in ``f``) runs at
+    by default: the full clock when its draw there stays within ``limit_w`` (the GPU's
+    default power limit, its highest, when None), else the highest of its clock steps
+    (:func:`clock_steps`) whose draw does, and the lowest step when none does
+    (docs/clocks.md section 4)."""
+    limit = clocks.power_limit_max_w if limit_w is None else limit_w
+    if draw_w(clocks.sm_clock_max_mhz) <= limit:
+        return clocks.sm_clock_max_mhz
+    steps = clock_steps(clocks)
+    lo, hi = 0, len(steps) - 1  # the draw falls with the index
+    if draw_w(steps[hi]) > limit:
+        return steps[hi]
+    while hi - lo > 1:  # steps[lo] draws more than the limit, steps[hi] no more
+        mid = (lo + hi) // 2
+        if draw_w(steps[mid]) > limit:
+            lo = mid
+        else:
+            hi = mid
+    return steps[hi]
+
+
+def clocked_time(t_full: float, clock_share: float, f_max_mhz: float, f_mhz: float) -> float:
+    """A time ``t_full`` at the full clock of which the share ``clock_share`` is bound
+    by the SM clock (compute-bound kernels) and the rest is not (memory-bound kernels,
+    communication, the engine's own time): ``t_full ((1 - x) + x f_max / f)``."""
+    x = min(max(clock_share, 0.0), 1.0)
+    return t_full * ((1.0 - x) + x * f_max_mhz / f_mhz)
+
+
+def prefill_memory_bytes_per_token(
+    hidden: float, q_width: float, kv_width: float, intermediate: float, tp: int, layers: int
+) -> float:
+    """HBM bytes per prompt token and GPU of a prefill pass's memory-bound kernels, each
+    reading and writing its activations once at 2 bytes an element (docs/clocks.md
+    section 2): per layer two fused residual-add RMSNorms (read the input and the
+    residual, write both: ``4 d``; replicated on every GPU of a tensor-parallel group),
+    the rotary embedding of the queries and keys (read and write, ``2 (q + kv) / tp``),
+    the KV-cache write (``2 kv / tp``, keys and values) and the gated activation (read
+    gate and up, write their product: ``3 d_ff / tp``)."""
+    per_layer = 2 * 4.0 * hidden
+    per_layer += 2.0 * (q_width + kv_width) / tp + 2.0 * kv_width / tp
+    per_layer += 3.0 * intermediate / tp
+    return 2.0 * per_layer * layers
+
+
+def roofline_clock_bound(flops: float, moved_bytes: float, peak_flops: float, bw: float) -> bool:
+    """Whether a kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes is compute-bound
+    at the GPU's peaks (its arithmetic intensity at or above ``peak_flops / bw``), so
+    that its time follows the SM clock."""
+    if not moved_bytes > 0:
+        return flops > 0
+    return flops / moved_bytes >= peak_flops / bw
+
+
+def kernel_clock_bound(table: str, shape: dict[str, Any], peak_flops: float, bw: float) -> bool:
+    """Whether one kernel of a composed pass (``model.kernels.KernelCall``: its table's
+    path and shape) is clock-bound: a GEMM by its roofline (``2 m n k`` FLOPs over its
+    operands' bytes), a context attention by its roofline (causal: ``2 heads dim isl^2``
+    FLOPs over its Q, K, V and output), a collective never (the links, not the SMs),
+    anything else always (taken as compute)."""
+    if "/comm/" in table or "nccl" in table or "allreduce" in table:
+        return False
+    if "/gemm/" in table and {"m", "n", "k"} <= shape.keys():
+        m, n, k = (float(shape[c]) for c in ("m", "n", "k"))
+        size = 1.0 if "fp8" in str(shape.get("gemm_dtype", "")) else 2.0
+        return roofline_clock_bound(2.0 * m * n * k, size * (m * k + k * n + m * n), peak_flops, bw)
+    if "context_attention" in table and "isl" in shape:
+        isl = float(shape["isl"]) * float(shape.get("batch_size", 1))
+        heads, kv = float(shape["num_heads"]), float(shape["num_key_value_heads"])
+        dim = float(shape["head_dim"])
+        flops = 2.0 * heads * dim * float(shape["isl"]) * isl
+        moved = 2.0 * isl * dim * (2.0 * heads + 2.0 * kv)
+        return roofline_clock_bound(flops, moved, peak_flops, bw)
+    return True

@@ -37,7 +37,14 @@ from model.errors import InputError, OutsideTableError
 from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime, version_key
 
 #: GPUs of the catalog and the folder names of AIConfigurator's tables
-GPU_FOLDERS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+GPU_FOLDERS = {
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
+}
 #: points per decade of batch or prompt length sampled for the linear forms
 POINTS_PER_DECADE = 8
 #: tokens per prefill chunk (the engines' chunked-prefill size; SGLang and vLLM default

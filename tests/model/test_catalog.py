@@ -79,6 +79,10 @@ HF_CONFIGS = {
     "qwen3-coder-480b-a35b": (62, 96, 8, 128, 6144),
     # MLA: one latent per token shared by the heads (n_kv_heads 1); q/k head dim 192
     "deepseek-v3.1": (61, 128, 1, 192, 7168),
+    "deepseek-v3.1-nvfp4": (61, 128, 1, 192, 7168),
+    "kimi-k2.5": (61, 64, 1, 192, 7168),
+    "glm-5": (78, 64, 1, 256, 6144),
+    "minimax-m2.5": (62, 48, 8, 128, 3072),
     "llama-4-scout": (48, 40, 8, 128, 5120),
     "llama-4-maverick": (48, 40, 8, 128, 5120),
     # sliding-window attention (alternating 128 tokens / every sixth layer full)
@@ -93,6 +97,10 @@ MOE_CONFIGS = {
     "qwen3-235b-a22b": (128, 8, 94, 1536),
     "qwen3-coder-480b-a35b": (160, 8, 62, 2560),
     "deepseek-v3.1": (256, 8, 58, 2048),
+    "deepseek-v3.1-nvfp4": (256, 8, 58, 2048),
+    "kimi-k2.5": (384, 8, 60, 2048),
+    "glm-5": (256, 8, 75, 2048),
+    "minimax-m2.5": (256, 8, 62, 1536),
     "llama-4-scout": (16, 1, 48, 8192),
     "llama-4-maverick": (128, 1, 24, 8192),
     "gpt-oss-120b": (128, 4, 36, 2880),
@@ -111,8 +119,8 @@ def test_model_architecture_matches_hf_config(name):
     arch = load_model(name)
     got = (arch.layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.hidden_size)
     assert got == HF_CONFIGS[name]
-    # bf16, except DeepSeek's weights, released in FP8
-    assert arch.bytes_per_param == (1.0 if name == "deepseek-v3.1" else 2.0)
+    # bf16, except DeepSeek's and MiniMax's weights, released in FP8
+    assert arch.bytes_per_param == (1.0 if name in ("deepseek-v3.1", "minimax-m2.5") else 2.0)
     assert arch.kv_bytes_per_elem == 2.0
     assert "config" in arch.source
     if name in MOE_CONFIGS:
@@ -156,7 +164,7 @@ def test_unknown_gpu_lists_known_names():
     with pytest.raises(NotFoundError) as info:
         load_gpu("tpu-v5")
     assert info.value.field == "gpu"
-    assert info.value.known == ["a100-80gb", "b200", "h100-sxm", "h200"]
+    assert info.value.known == ["a100-80gb", "b200", "b300", "gb200", "gb300", "h100-sxm", "h200"]
 
 
 # ---------------------------------------------------------------------------
@@ -179,6 +187,13 @@ def test_h200_in_si_units():
         ("a100-80gb", 312e12, 2.039e12, 80e9, 400.0),
         ("h100-sxm", 989e12, 3.35e12, 80e9, 700.0),
         ("b200", 2250e12, 8e12, 180e9, 1000.0),
+        # Blackwell Ultra datasheet per-GPU table: HGX B300 2,250 TFLOPS BF16 dense,
+        # 270 GB, 7.7 TB/s, 1,100 W; GB200 NVL72 (per GPU: 360 PF sparse / 72 / 2,
+        # 13.4 TB / 72, 576 TB/s / 72), 1,200 W; GB300 NVL72 the same compute and
+        # bandwidth, 279 GB, 1,400 W.
+        ("b300", 2250e12, 7.7e12, 270e9, 1100.0),
+        ("gb200", 2500e12, 8e12, 186e9, 1200.0),
+        ("gb300", 2500e12, 8e12, 279e9, 1400.0),
     ],
 )
 def test_vendor_units_converted_once_to_si(name, flops, bandwidth, memory, tdp):
@@ -526,3 +541,178 @@ def test_peak_flops_follow_the_models_precision():
     assert h100.peak_flops(nvfp4) == 1979e12  # no FP4 Tensor Cores: the FP8 peak
     # gpt-oss: MXFP4 experts, bf16 elsewhere -> the BF16 peak
     assert h100.peak_flops(load_model("gpt-oss-120b")) == 989e12
+
+
+def test_blackwell_peaks_per_precision():
+    """Dense peaks per GPU (model/data/gpus.json): HGX B300 FP8 4,500 and NVFP4 14,000
+    TFLOPS; GB200 NVL72 per GPU FP8 5,000 and FP4 10,000 (720 and 1,440 PFLOPS with
+    sparsity per rack of 72); GB300 NVL72 per GPU FP8 5,000 and FP4 15,000 (1,080
+    PFLOPS dense per rack); each with NVLink 1.8 TB/s, 900 GB/s per direction."""
+    nvfp4 = load_model("kimi-k2.5")
+    fp8 = load_model("minimax-m2.5")
+    dense_fp4 = dataclasses.replace(load_model("llama-3.1-70b"), bytes_per_param=4.5 / 8)
+    for name, (f8, f4) in {
+        "b300": (4500e12, 14000e12),
+        "gb200": (5000e12, 10000e12),
+        "gb300": (5000e12, 15000e12),
+    }.items():
+        gpu = load_gpu(name)
+        assert (gpu.fp8_flops_per_s, gpu.fp4_flops_per_s) == (f8, f4)
+        assert gpu.peak_flops(fp8) == f8 and gpu.peak_flops(dense_fp4) == f4
+        # 4-bit experts alone compute at the activations' bf16 (as gpt-oss's)
+        assert gpu.peak_flops(nvfp4) == gpu.flops_per_s
+        assert gpu.link_bw_bytes_per_s == 900e9
+        assert "datasheet" in gpu.source
+
+
+# ---------------------------------------------------------------------------
+# Entries against AIConfigurator's copies of the public configs and system specs
+# (the aiconfigurator-core package; skipped without it)
+
+
+def _aiconfigurator_folder() -> Path:
+    pytest.importorskip("aiconfigurator_core")
+    from model.engine import installed_kernels
+
+    data = installed_kernels()
+    if data is None:
+        pytest.skip("aiconfigurator-core ships no systems/data folder")
+    return Path(data).parent.parent  # the package: systems/data -> the package
+
+
+def _hf_config(name: str) -> dict:
+    path = _aiconfigurator_folder() / "model_configs" / f"{name.replace('/', '--')}_config.json"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in this aiconfigurator-core")
+    config = json.loads(path.read_text())
+    return config.get("text_config", config)
+
+
+def _params_from_config(c: dict) -> tuple[int, int]:
+    """(all, active) parameters of a DeepSeek-V3-like (MLA, GLM-5's sparse-attention
+    indexer) or GQA mixture-of-experts config: embeddings and LM head untied, SwiGLU
+    MLPs, routers with a bias, RMSNorm weights; next-token modules left out."""
+    h = c["hidden_size"]
+    heads = c["num_attention_heads"]
+    if "kv_lora_rank" in c:
+        q, kv, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
+        nope, v = c["qk_nope_head_dim"], c["v_head_dim"]
+        attn = h * q + q + q * heads * (nope + rope) + h * (kv + rope) + kv
+        attn += kv * heads * (nope + v) + heads * v * h
+        if "index_n_heads" in c:  # wq_b, wk, k_norm (weight and bias), weights_proj
+            idx = c["index_head_dim"]
+            attn += q * c["index_n_heads"] * idx + h * idx + 2 * idx + h * c["index_n_heads"]
+    else:
+        d, kvh = c["head_dim"], c["num_key_value_heads"]
+        attn = 2 * h * heads * d + 2 * h * kvh * d
+        if c.get("use_qk_norm"):
+            attn += heads * d + kvh * d
+    experts = c.get("n_routed_experts") or c["num_local_experts"]
+    width = c.get("moe_intermediate_size") or c["intermediate_size"]
+    shared = c.get("n_shared_experts", 0) * 3 * h * width
+    dense_layers = c.get("first_k_dense_replace", 0)
+    moe_layers = c["num_hidden_layers"] - dense_layers
+    expert = 3 * h * width
+    total = c["num_hidden_layers"] * (attn + 2 * h) + dense_layers * 3 * h * c["intermediate_size"]
+    total += moe_layers * (h * experts + experts + shared + experts * expert)
+    total += 2 * c["vocab_size"] * h + h
+    unused = moe_layers * (experts - c["num_experts_per_tok"]) * expert
+    return total, total - unused
+
+
+#: catalog entry -> (its config.json, the model card's total parameters and the half
+#: unit of its rounding: 229B, 1T, 744B, 671B)
+CONFIG_MODELS = {
+    "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", 229e9, 0.5e9),
+    "kimi-k2.5": ("moonshotai/Kimi-K2.5", 1e12, 0.05e12),
+    "glm-5": ("zai-org/GLM-5", 744e9, 0.5e9),
+    "deepseek-v3.1": ("deepseek-ai/DeepSeek-R1", 671e9, 0.5e9),
+    "deepseek-v3.1-nvfp4": ("nvidia/DeepSeek-V3.1-NVFP4", 671e9, 0.5e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_MODELS))
+def test_parameters_follow_from_the_config_shapes(name):
+    hf_id, card, half_unit = CONFIG_MODELS[name]
+    config = _hf_config(hf_id)
+    arch = load_model(name)
+    total, active = _params_from_config(config)
+    assert arch.params == pytest.approx(total, rel=1e-5)
+    assert arch.active_params == pytest.approx(active, rel=1e-4)
+    assert abs(total - card) <= half_unit
+    assert arch.layers == config["num_hidden_layers"]
+    assert arch.vocab_size == config["vocab_size"]
+    if "kv_lora_rank" in config:  # MLA: one latent and the rotary key per token
+        assert arch.kv_latent == config["kv_lora_rank"] + config["qk_rope_head_dim"]
+        assert arch.head_dim == config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
+        assert [getattr(arch, f) for f in mla] == [config[f] for f in mla]
+
+
+def test_release_precisions_follow_the_quantization_configs():
+    """MiniMax-M2.5 ships block-FP8 weights; GLM-5's FP8 release uses 128 x 128 blocks;
+    the NVFP4 releases store the routed experts at 4.5 bits per weight (NVFP4 group 16;
+    Moonshot's INT4 group 32 with bf16 scales has the same size)."""
+    minimax = _hf_config("MiniMaxAI/MiniMax-M2.5")["quantization_config"]
+    assert minimax["quant_method"] == "fp8" and load_model("minimax-m2.5").precision == "fp8"
+    assert load_model("minimax-m2.5").fp8_block == minimax["weight_block_size"][0] == 128
+    glm = _hf_config("zai-org/GLM-5-FP8")["quantization_config"]
+    assert load_model("glm-5").fp8_block == glm["weight_block_size"][0] == 128
+    kimi = _hf_config("moonshotai/Kimi-K2.5")["quantization_config"]["config_groups"]["group_0"]
+    assert kimi["weights"]["num_bits"] + 16 / kimi["weights"]["group_size"] == 4.5
+    for name in ("kimi-k2.5", "deepseek-v3.1-nvfp4"):
+        arch = load_model(name)
+        assert arch.expert_bytes_per_param == 4.5 / 8 and arch.precision == "nvfp4"
+
+
+@pytest.mark.parametrize("name", ["b300", "gb200", "gb300"])
+def test_blackwell_gpus_agree_with_aiconfigurator_system_specs(name):
+    """Dense BF16, FP8 and FP4 peaks and TDP as in AIConfigurator's system specs (which
+    cite the same datasheets), bandwidth within 1%, and its kernel tables present."""
+    yaml = pytest.importorskip("yaml")
+    from model.engine import GPU_FOLDERS
+
+    path = _aiconfigurator_folder() / "systems" / f"{GPU_FOLDERS[name]}.yaml"
+    spec = yaml.safe_load(path.read_text())["gpu"]
+    gpu = load_gpu(name)
+    assert (gpu.flops_per_s, gpu.fp8_flops_per_s, gpu.fp4_flops_per_s) == (
+        spec["bfloat16_tc_flops"],
+        spec["fp8_tc_flops"],
+        spec["fp4_tc_flops"],
+    )
+    assert gpu.tdp_w == spec["power"]
+    # HGX B300: 62 TB/s over 8 GPUs there, 7.7 TB/s in the per-GPU datasheet table
+    assert gpu.mem_bw_bytes_per_s == pytest.approx(spec["mem_bw"], rel=0.01)
+    # nvidia-smi's capacity there (MiB) against the datasheet's usable GB
+    assert gpu.mem_bytes == pytest.approx(spec["mem_capacity"], rel=0.07)
+    assert (_aiconfigurator_folder() / "systems" / "data" / GPU_FOLDERS[name]).is_dir()
+
+
+#: AIConfigurator's measured serving results whose model the catalog leaves out, and why
+SILICON_LEFT_OUT = {
+    # 45 of its 60 layers are Gated DeltaNet linear attention with a fixed recurrent
+    # state, which the catalog has no field for
+    "Qwen/Qwen3.5-397B-A17B",
+    # NVFP4 releases whose quantization config is not among the copies read here
+    "nvidia/DeepSeek-R1-NVFP4",
+    "nvidia/Qwen3-32B-NVFP4",
+}
+
+
+def test_silicon_results_name_catalog_models_and_gpus():
+    import csv
+
+    from model.engine import GPU_FOLDERS
+
+    path = _aiconfigurator_folder() / "systems" / "silicon_sample.csv"
+    if not path.exists():
+        pytest.skip("this aiconfigurator-core ships no silicon_sample.csv")
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for model_path in sorted({r["model_path"] for r in rows} - SILICON_LEFT_OUT):
+        arch = load_model(model_path)  # by alias, spelled exactly as there
+        assert any(a == model_path for a in arch.aliases), model_path
+    for model_path in SILICON_LEFT_OUT:
+        with pytest.raises(NotFoundError):
+            load_model(model_path)
+    assert {r["system"] for r in rows} <= set(GPU_FOLDERS.values())

@@ -141,7 +141,15 @@ def test_catalog_clock_data_and_default_settings_parse():
         assert clocks is not None and clocks.settings
         assert clocks.settings[0] == clocks.full_clock
         assert clocks.power_limit_max_w == pytest.approx(
-            {"a100-80gb": 400, "h100-sxm": 700, "h200": 700, "b200": 1000}[gpu]
+            {
+                "a100-80gb": 400,
+                "h100-sxm": 700,
+                "h200": 700,
+                "b200": 1000,
+                "b300": 1100,
+                "gb200": 1200,
+                "gb300": 1400,
+            }[gpu]
         )
         for text in clocks.settings:
             assert parse_setting(text, clocks, "settings") is not None
@@ -195,11 +203,23 @@ def test_deployment_power_limit_resolves_to_its_draw():
         assert c.psat_prefill_w == pytest.approx(float(prefill[:-1]), rel=1e-9)
 
 
+#: the clock-free part of a_P of Qwen3-32B on one H200 (docs/clocks.md section 2), from
+#: numbers typed in: per layer two fused norms (4 x 5120 each), rotary embedding of the
+#: queries and keys (2 x (8192 + 1024)), the KV write (2 x 1024) and the gated activation
+#: (3 x 25600), 2 bytes each, 64 layers, at 4.8 TB/s x mbu 0.77; no link at TP1
+QWEN_H200_FREE_S = (
+    2.0 * (8 * 5120 + 2 * (8192 + 1024) + 2 * 1024 + 3 * 25600) * 64 / (4.8e12 * 0.77)
+)
+
+
 def test_prefill_time_follows_the_clock():
     base = _spec().coefficients()
     c = _spec(prefill="990MHz").coefficients()
-    assert c.a_p_s_per_token == pytest.approx(base.a_p_s_per_token * 2.0, rel=1e-15)
-    assert c.mu_prefill_rps == pytest.approx(base.mu_prefill_rps / 2.0, rel=1e-12)
+    a = base.a_p_s_per_token
+    # the clock-bound part of a_P doubles at half the clock, the rest stays; b_P doubles
+    assert c.a_p_s_per_token == pytest.approx(QWEN_H200_FREE_S + (a - QWEN_H200_FREE_S) * 2.0)
+    assert c.b_p_s_per_token2 == pytest.approx(base.b_p_s_per_token2 * 2.0, rel=1e-15)
+    assert 1.9 < base.mu_prefill_rps / c.mu_prefill_rps < 2.0
     # decode untouched by a prefill setting
     assert c.g_s_per_request == base.g_s_per_request
     assert c.psat_decode_w == base.psat_decode_w
@@ -338,3 +358,66 @@ def test_decode_extra_time_by_hand_on_h200():
     low = _spec(decode="600MHz").coefficients()
     assert low.g_s_per_request - base.g_s_per_request == pytest.approx(extra, rel=1e-9)
     assert low.alpha_s == base.alpha_s
+
+
+# ---- the default as it runs: power-limited where the full-clock draw exceeds the limit --
+
+
+def test_default_below_the_limit_is_todays_numbers():
+    # H200's default limit (700 W) is above both phases' full-clock draws (692, 678 W)
+    spec = _spec()
+    plain = dataclasses.replace(spec, clocks=dataclasses.replace(load_gpu_clocks("h200")))
+    for s in (spec, plain):
+        c = s.coefficients()
+        assert c.phase_clocks is None
+        assert (c.a_p_s_per_token, c.psat_prefill_w) == (
+            spec.coefficients().a_p_s_per_token,
+            spec.coefficients().psat_prefill_w,
+        )
+
+
+def _limited(limit_w):
+    clocks = dataclasses.replace(load_gpu_clocks("h200"), power_limit_max_w=limit_w)
+    return dataclasses.replace(_spec(), clocks=clocks)
+
+
+@pytest.mark.parametrize("limit_w", [690.0, 600.0, 450.0, 250.0])
+def test_power_limited_default_is_the_highest_step_within_the_limit(limit_w):
+    from model.capacity import settings_record
+
+    spec = _limited(limit_w)
+    cal = spec.calibration
+    static = cal.p_idle_w
+
+    def draw(f):  # docs/clocks.md section 3, prefill's HBM share 0
+        v = 0.685 + (1 - 0.685) * (f - 345.0) / (1980.0 - 345.0)
+        return static + (cal.psat_prefill_w - static) * (f / 1980.0) * v * v
+
+    steps = [1980.0 - 15.0 * k for k in range(int((1980 - 345) / 15) + 1)]
+    within = [f for f in steps if draw(f) <= limit_w]
+    expected = max(within) if within else min(steps)
+    c = spec.coefficients()
+    assert c.phase_clocks is not None
+    assert c.phase_clocks.prefill_clock_mhz == expected
+    assert c.a_p_s_per_token > _spec().coefficients().a_p_s_per_token
+    record = settings_record(spec)
+    assert record["prefill_setting"] == f"default (power-limited at {expected:,.0f} MHz)"
+    # a clock locked above it runs at it, as the default does
+    locked = dataclasses.replace(spec, prefill_setting="1980MHz").coefficients()
+    assert locked.a_p_s_per_token == c.a_p_s_per_token
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(min_value=400.0, max_value=1980.0), st.floats(min_value=345.0, max_value=1980.0))
+def test_ttft_never_falls_as_the_clock_falls(f1, f2):
+    from model.latency import latency_at
+
+    hi, lo = max(f1, f2), min(f1, f2)
+    spec = _spec(model="llama-3.1-70b", gpu="h100-sxm", tp=4)
+    rate = 0.5
+
+    def ttft(f):
+        c = dataclasses.replace(spec, prefill_setting=f"{f:.0f}MHz").coefficients()
+        return latency_at(c, 1, 1, rate, [4050.0], [96.0]).ttft_mean_s
+
+    assert ttft(lo) >= ttft(hi)

@@ -512,7 +512,9 @@ def test_a_bad_performance_or_framework_is_a_422_naming_it(client):
         "performance",
     )
     assert_problem(
-        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "tensorflow"}), 422, "framework"
+        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "tensorflow"}),
+        422,
+        "framework",
     )
     # a framework is only read with kernels: sent with spec it is refused, not ignored
     problem = assert_problem(
