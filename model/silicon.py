@@ -912,7 +912,8 @@ def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
     cycle = t_first + whole + tokens * step
     rate = size * ranks / np.maximum(cycle, 1e-30)
     capped = a.clients > size * ranks * (1.0 + 1e-9)
-    ttft = np.where(capped, a.clients / rate - tokens * tpot, ttft)
+    with np.errstate(divide="ignore"):
+        ttft = np.where(capped, a.clients / rate - tokens * tpot, ttft)
     return rate, size * ranks, whole / np.maximum(cycle, 1e-30), ttft, tpot, capped
 
 
