@@ -8,11 +8,12 @@ workers), at fixed prompt and output lengths (``isl``, ``osl``) and a number of
 concurrent clients, with the measured mean time to first token and time per output
 token. This module reads such a file (:func:`read_silicon`), maps each row to the
 catalog and the kernel tables (:func:`resolve`), and predicts each row's TTFT and TPOT
-from the composed kernel times (:class:`model.kernels.KernelModel`) and a closed-loop
-queue (:func:`solve`), with the serving engine's overheads either left out ("kernels
-alone") or fitted per (GPU, framework) on the other models' rows (leave one model out,
-:func:`leave_one_model_out`). ``docs/validation-silicon.md`` derives the queue and
-reports the errors.
+from the composed kernel times (:class:`model.kernels.KernelModel`) and the
+benchmark's closed loop (:func:`solve`: staggered requests under a mixed scheduler
+and disaggregated workers, synchronised waves under a prefill-first one), with the
+serving engine's overheads either left out ("kernels alone") or fitted per (GPU,
+framework) on the other models' rows (leave one model out, :func:`leave_one_model_out`).
+``docs/validation-silicon.md`` derives the loop and reports the errors.
 
 Concurrency. A row is a closed-loop benchmark: each of its clients sends a request,
 waits for the whole answer and sends the next. AIConfigurator's estimator names the
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from model.catalog import ModelArch, load_gpu, load_model
-from model.engine import GPU_FOLDERS, PREFILL_CHUNK, choose_version, open_database
+from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
 from model.kernels import KernelModel, KernelSetup
 
@@ -90,19 +91,33 @@ BISECTIONS = 80
 #: bytes per weight of the row's GEMM dtype (the table's name)
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0,
                 "nvfp4": 4.5 / 8}  # fmt: skip
-#: the fitted overheads, in order: per decode iteration (s), per running request per
-#: decode iteration (s), per request's first token (s: latency outside the engine's
-#: iterations, the request's reception, tokenising, scheduling, the answer's return),
-#: and the queue factor (the prefill queue's wait against M/D/1's, 1 for Poisson
-#: arrivals: the closed loop's requests of equal lengths arrive in bunches)
-OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s", "queue")
+#: the fitted overheads, in order: per iteration (s), per running request per decode
+#: iteration (s), per request's first token (s: latency outside the engine's
+#: iterations, the request's reception, tokenising, scheduling, the answer's return)
+OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s")
 #: bounds of each overhead in a fit
 OVERHEAD_BOUNDS = {
     "t_iter_s": (0.0, 0.05),
     "t_req_s": (0.0, 1e-3),
     "t_first_s": (0.0, 2.0),
-    "queue": (0.0, 200.0),
 }
+#: AIConfigurator's deployment generator sets each engine's token budget from the
+#: prompt length since its vLLM/SGLang rules (``generator/rule_plugin/*.rule``, first
+#: release); rows measured before it (or undated) run the engines' defaults
+GENERATOR_SINCE = "2025-12-04"
+#: the generator turns on SGLang's mixed chunked prefill in aggregated deployments
+#: (``agg enable_mixed_chunk = true``) since this date
+SGLANG_MIXED_SINCE = "2026-01-19"
+#: engine defaults of the tokens one iteration takes: vLLM's ``max_num_batched_tokens``
+#: (V1 engine, OpenAI server on a GPU of >= 70 GiB) and TensorRT-LLM's
+#: ``max_num_tokens`` (``BaseLlmArgs``)
+ENGINE_BUDGET = {"vllm": 8192, "trtllm": 8192}
+#: SGLang's default ``chunked_prefill_size`` by the GPU's memory (``server_args``:
+#: 8192 up to 160 GB, 16384 above)
+SGLANG_CHUNK = {"h100_sxm": 8192, "h200_sxm": 8192, "b200_sxm": 16384}
+#: bytes per second per GPU the KV cache crosses between disaggregated workers (one
+#: 400 Gb/s NIC per GPU)
+KV_LINK_BYTES_PER_S = 50e9
 
 
 # --------------------------------------------------------------------------
@@ -145,6 +160,7 @@ class SiliconRow:
     decode: Phase | None
     ttft_ms: float
     tpot_ms: float
+    source: str = ""
 
     def config(self) -> dict[str, Any]:
         """The run's configuration, for reports."""
@@ -319,6 +335,7 @@ def parse_silicon(file: str, text: str) -> list[SiliconRow]:
                 decode,
                 _positive_ms(file, n, rid, row, "silicon_ttft_ms"),
                 _positive_ms(file, n, rid, row, "silicon_tpot_ms"),
+                (row.get("silicon_data_source") or "").strip(),
             )
         )
     return out
@@ -351,10 +368,13 @@ class Unpredicted:
 @dataclass(frozen=True)
 class Instance:
     """The composed kernel times of one worker: its decode iteration's kernels at the
-    row's mean decode context over a grid of batches (``batches``, ``decode_s``), one
-    prefill of the row's prompt (``prefill_s``), the largest batch its KV cache holds at
-    that context (``kv_batch``) and its batch limit (``batch_cap``, the KV cache's or
-    the row's stated batch, the smaller)."""
+    row's mean decode context over a grid of batches (``batches``, ``decode_s``; the
+    worker's batch, over its attention data-parallel ranks), one prefill of the row's
+    prompt alone on each rank (``prefill_s``), the kernels' time per prompt token when
+    the engine batches prompts into its chunks (``token_s``), its data-parallel
+    attention ranks (``ranks``), the largest batch its KV cache holds at the mean
+    context (``kv_batch``) and its batch limit (``batch_cap``, the KV cache's or the
+    row's stated batch, the smaller)."""
 
     tp: int
     ep: int
@@ -364,13 +384,30 @@ class Instance:
     decode_s: FloatArray
     kv_batch: float
     batch_cap: float
+    token_s: float = 0.0
+    ranks: int = 1
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the row's engine schedules an iteration: the prompt tokens one iteration
+    takes (``budget``: after the running decodes' share where they count against it;
+    whole prompts only where the engine does not chunk them), whether prefill chunks
+    ride with the decodes (``mixed``; False: prefill first, the decodes waiting), and
+    where the budget comes from (``source``)."""
+
+    budget: int
+    chunked: bool
+    mixed: bool
+    source: str
 
 
 @dataclass(frozen=True)
 class Case:
     """A row the kernel tables compose: its catalog model and GPU, the framework
-    version read, the GEMM dtype, and its workers (``agg``: one; ``disagg``: the
-    prefill and the decode workers)."""
+    version read, the GEMM dtype, its workers (``agg``: one; ``disagg``: the prefill
+    and the decode workers), its engine's schedule and the KV transfer of a prompt
+    between disaggregated workers."""
 
     row: SiliconRow
     model: str
@@ -382,11 +419,60 @@ class Case:
     prefill: Instance
     decode: Instance
     notes: tuple[str, ...] = ()
+    schedule: Schedule = Schedule(8192, True, True, "")
+    kv_transfer_s: float = 0.0
 
     @property
     def group(self) -> tuple[str, str]:
         """The (GPU, framework) whose overheads the row takes."""
         return (self.gpu, self.framework)
+
+
+def measured_date(row: SiliconRow) -> str:
+    """The date the row was measured (``measured=YYYY-MM-DD`` in its source; empty when
+    not stated)."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
+    return m.group(1) if m else ""
+
+
+def schedule(row: SiliconRow, running: int) -> Schedule:
+    """The aggregated engine's iteration schedule for the row, with ``running``
+    requests decoding per rank (docs/validation-silicon.md, section 2): rows measured
+    since :data:`GENERATOR_SINCE` run the budgets AIConfigurator's generator writes
+    (vLLM ``max_num_tokens = max_batch_size + isl + 1500`` with ``max_batch_size`` 512
+    or twice the batch; SGLang ``max_prefill_tokens = isl + 1500`` under its chunk size,
+    mixed chunks since :data:`SGLANG_MIXED_SINCE`; TensorRT-LLM ``max_num_tokens =
+    batch + isl + 500``, rounded up to 32), the others the engines' defaults. vLLM
+    (V1) always chunks and puts the decodes first; TensorRT-LLM mixes whole prompts
+    with the decodes (chunked prefill off by default); SGLang chunks and, unmixed, runs
+    a waiting prefill before any decode."""
+    date = measured_date(row)
+    generated = bool(date) and date >= GENERATOR_SINCE
+    isl = row.isl
+    batch = (row.agg.batch if row.agg and row.agg.batch else 0) or running
+    if row.backend == "sglang":
+        chunk = SGLANG_CHUNK.get(row.system, 8192)
+        total = min(isl + 1500, chunk) if generated else chunk
+        mixed = generated and date >= SGLANG_MIXED_SINCE
+        budget = total - running if mixed else total
+        src = ("generator: max_prefill_tokens isl + 1500" if generated else
+               f"SGLang default chunked_prefill_size {chunk}")  # fmt: skip
+        src += ", mixed chunks" if mixed else ", prefill first (no mixed chunks)"
+        return Schedule(max(1, budget), True, mixed, src)
+    if row.backend == "trtllm":
+        if generated:
+            total = -(-(batch + isl + 500) // 32) * 32
+            src = "generator: max_num_tokens batch + isl + 500"
+        else:
+            total, src = ENGINE_BUDGET["trtllm"], "TensorRT-LLM default max_num_tokens 8192"
+        whole = max(1, (total - running) // isl)
+        return Schedule(whole * isl, False, True, src + f", {whole} whole prompt(s)")
+    if generated:
+        total = max(512, 2 * batch) + isl + 1500
+        src = "generator: max_num_tokens max_batch_size + isl + 1500"
+    else:
+        total, src = ENGINE_BUDGET["vllm"], "vLLM default max_num_batched_tokens 8192"
+    return Schedule(max(1, total - running), True, True, src + ", decodes first")
 
 
 def _weights(model: ModelArch, row: SiliconRow) -> tuple[str, list[str]] | str:
@@ -467,20 +553,19 @@ def _instance(
     row: SiliconRow,
     clients: float,
     need_decode: bool,
-    need_prefill: bool,
+    chunk_tokens: int,
     substitutions: list[str],
 ) -> Instance | str:
-    """One worker's composed times, or why it is not composed."""
+    """One worker's composed times, or why it is not composed. ``chunk_tokens``: the
+    prompt tokens the engine prefills in one iteration (0: no prefill on the worker)."""
     if phase.pp > 1:
         return f"pipeline parallelism (pp {phase.pp}) is not expressed"
-    if phase.dp > 1:
-        return f"attention data parallelism ({phase.dp} ranks) is not expressed"
     ep = 1
     if model.experts:
-        if phase.moe_tp * phase.moe_ep != phase.tp:
+        if phase.moe_tp * phase.moe_ep != phase.tp * phase.dp:
             return (
-                f"MoE tp {phase.moe_tp} x ep {phase.moe_ep} does not make the worker's tp "
-                f"{phase.tp}: not expressed"
+                f"MoE tp {phase.moe_tp} x ep {phase.moe_ep} does not make the worker's "
+                f"tp {phase.tp} x attention dp {phase.dp} GPUs: not expressed"
             )
         ep = phase.moe_ep
     try:
@@ -492,20 +577,21 @@ def _instance(
             ep=ep,
             weight_dtype=dtype,
             kv_dtype=kv_dtype(framework, dtype),
+            attention_dp=phase.dp,
         )
         km = KernelModel(open_database(folder), model, setup)
         context = row.isl + row.osl / 2.0
-        kv = _kv_batch(
+        kv = phase.dp * _kv_batch(
             model,
             gpu,
             phase.tp,
-            _weight_bytes(model, dtype),
+            _weight_bytes(model, dtype) / phase.dp,
             context,
             1.0 if setup.kv_dtype == "fp8" else 2.0,
         )
         if need_decode and kv < 1.0:
             return f"the KV cache of tp {phase.tp} does not hold one request of {context:g} tokens"
-        cap = min(kv, float(phase.batch)) if phase.batch else kv
+        cap = min(kv, float(phase.batch * phase.dp)) if phase.batch else kv
         top = min(max(1.0, math.ceil(clients)), max(1.0, math.floor(cap)))
         batches = _batches(top) if need_decode else np.array([1.0])
         decode = (
@@ -513,11 +599,24 @@ def _instance(
             if need_decode
             else np.array([0.0])
         )
-        prefill = km.t_prefill(row.isl) if need_prefill else 0.0
+        prefill = token = 0.0
+        if chunk_tokens:
+            prefill = km.t_prefill(row.isl)
+            token = prefill / row.isl
+            if chunk_tokens > row.isl:
+                # a chunk of several prompts: its GEMMs at the chunk's tokens, each
+                # prompt's attention its own
+                try:
+                    whole = km.t_prefill(chunk_tokens) - km.prefill_attention(chunk_tokens).time_s
+                    own = km.prefill_attention(row.isl).time_s / row.isl
+                    token = min(token, whole / chunk_tokens + own)
+                except InputError:
+                    pass  # the tables stop short of the chunk: the prompt's own cost
     except InputError as error:
         return str(error)
     substitutions.extend(s for s in km.substitutions if s not in substitutions)
-    return Instance(phase.tp, ep, phase.workers or 1, prefill, batches, decode, kv, cap)
+    return Instance(phase.tp, ep, phase.workers or 1, prefill, batches, decode, kv, cap, token,
+                    phase.dp)  # fmt: skip
 
 
 def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
@@ -545,9 +644,13 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
     subs: list[str] = []
     c = float(row.concurrency)
     args = (folder, model, gpu, row.backend, version, dtype)
+    kv_s = 0.0
     if row.mode == "agg":
         assert row.agg is not None
-        one = _instance(*args, row.agg, row, c, True, True, subs)
+        running = max(1, math.ceil(c / row.agg.dp))
+        plan = schedule(row, running)
+        chunk = min(plan.budget, row.isl * running) if plan.chunked else plan.budget
+        one = _instance(*args, row.agg, row, c, True, max(chunk, row.isl), subs)
         if isinstance(one, str):
             return Unpredicted(row, one)
         pre = dec = one
@@ -558,18 +661,23 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
                     row, f"disaggregated row without {name}_num_workers: not expressed"
                 )
         assert row.prefill is not None and row.decode is not None
-        p = _instance(*args, row.prefill, row, c, False, True, subs)
+        per_batch = max(1, row.prefill.batch or 1)
+        p = _instance(*args, row.prefill, row, c, False, per_batch * row.isl, subs)
         if isinstance(p, str):
             return Unpredicted(row, f"prefill workers: {p}")
-        d = _instance(*args, row.decode, row, c / (row.decode.workers or 1), True, False, subs)
+        d = _instance(*args, row.decode, row, c / (row.decode.workers or 1), True, 0, subs)
         if isinstance(d, str):
             return Unpredicted(row, f"decode workers: {d}")
         pre, dec = p, d
-        if row.prefill.batch and row.prefill.batch > 1:
-            notes.append(f"prefill batch {row.prefill.batch}: prompts prefilled one at a time")
+        plan = Schedule(per_batch * row.isl, True, True,
+                        f"disaggregated: prefill batch {per_batch} per rank")  # fmt: skip
+        kv_bytes = model.kv_bytes_at(row.isl) * (
+            (1.0 if kv_dtype(row.backend, dtype) == "fp8" else 2.0) / model.kv_bytes_per_elem
+        )
+        kv_s = kv_bytes / (KV_LINK_BYTES_PER_S * row.prefill.tp)
     return Case(
         row, model.name, gpu, row.backend, version, dtype, model.layers, pre, dec,
-        tuple(notes + subs),
+        tuple(notes + subs), plan, kv_s,
     )  # fmt: skip
 
 
@@ -595,13 +703,13 @@ def resolve_all(
 
 @dataclass(frozen=True)
 class Overheads:
-    """The serving engine's overheads over the composed kernels (s): per decode
-    iteration, per running request per decode iteration, per request's first token."""
+    """The serving engine's overheads over the composed kernels (s): per iteration, per
+    running request per decode iteration, per request's first token (its reception,
+    tokenising, scheduling and the first token's return, outside the iterations)."""
 
     t_iter_s: float = 0.0
     t_req_s: float = 0.0
     t_first_s: float = 0.0
-    queue: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {n: getattr(self, n) for n in OVERHEADS}
@@ -610,11 +718,11 @@ class Overheads:
 @dataclass
 class Solved:
     """The closed loop's steady state per case (arrays over the cases, seconds):
-    arrival rate ``rate`` (requests/s, whole deployment), decode batch per decode
+    request rate ``rate`` (requests/s, whole deployment), decode batch per decode
     worker ``batch``, the prefill share of an aggregated worker's time or the
-    utilisation of a prefill worker ``rho``, ``ttft`` and ``tpot``, and ``capped``:
-    whether the KV cache or the stated batch limits the decode batch (the clients
-    beyond it wait)."""
+    utilisation of the prefill workers ``rho``, ``ttft`` and ``tpot`` (the benchmark's
+    means), and ``capped``: whether a limit (KV cache, stated batch, token budget,
+    prefill workers) holds the loop below its clients, who then wait for a place."""
 
     rate: FloatArray
     batch: FloatArray
@@ -622,6 +730,38 @@ class Solved:
     ttft: FloatArray
     tpot: FloatArray
     capped: FloatArray
+
+
+def wave_schedule(clients: int, isl: int, budget: int) -> tuple[float, float, int]:
+    """A synchronised wave of ``clients`` prompts of ``isl`` tokens arriving at once,
+    prefilled ``budget`` tokens per iteration in arrival order: the mean over the
+    requests of the iteration that completes its prompt (``k_i = ceil(i isl /
+    budget)``), the mean prompt tokens processed up to and including it
+    (``min(k_i budget, clients isl)``), and the iterations of the whole wave."""
+    if clients < 1 or isl < 1 or budget < 1:
+        raise InputError("wave", f"needs clients, isl and budget >= 1, got {clients}, "
+                                 f"{isl}, {budget}")  # fmt: skip
+    i = np.arange(1, clients + 1, dtype=float)
+    k = np.ceil(i * isl / budget)
+    tokens = np.minimum(k * budget, float(clients * isl))
+    return float(k.mean()), float(tokens.mean()), int(k[-1])
+
+
+def wave_times(
+    clients: int, isl: int, osl: int, budget: int, prefill_token_s: float, step_s: float,
+    t_iter_s: float = 0.0, t_first_s: float = 0.0,
+) -> tuple[float, float]:  # fmt: skip
+    """Mean TTFT and TPOT of a synchronised wave under a prefill-first scheduler that
+    does not mix prefill chunks with decodes (SGLang without mixed chunking): the
+    wave's prompts are prefilled ``budget`` tokens per iteration (``prefill_token_s``
+    each, ``t_iter_s`` per iteration), the decodes wait until the last prompt is in, then
+    every request decodes ``osl - 1`` tokens together at ``step_s`` per iteration.
+    TPOT is the benchmark's, ``(e2e - TTFT) / (osl - 1)``. (docs/validation-silicon.md)"""
+    mean_k, mean_tokens, n = wave_schedule(clients, isl, budget)
+    mean_f = t_iter_s * mean_k + prefill_token_s * mean_tokens
+    whole = t_iter_s * n + prefill_token_s * clients * isl
+    tokens = max(1, osl - 1)
+    return t_first_s + mean_f, step_s + (whole - mean_f) / tokens
 
 
 @dataclass
@@ -633,13 +773,19 @@ class _Arrays:
     osl: FloatArray
     isl: FloatArray
     disagg: FloatArray
-    prefill_s: FloatArray
-    prefill_workers: FloatArray
+    mixed: FloatArray
+    budget: FloatArray
+    prefill_s: FloatArray  # one prompt per rank, at the batched chunk's cost per token
+    alone_s: FloatArray  # one prompt alone
+    token_s: FloatArray  # per prompt token at the batched chunk
+    kv_s: FloatArray
+    prefill_ranks: FloatArray
+    decode_ranks: FloatArray
     decode_workers: FloatArray
     cap: FloatArray
     b: FloatArray  # (cases, grid)
     k: FloatArray  # (cases, grid)
-    chunk: FloatArray
+    wave: FloatArray  # (cases, 4): wave size per rank, mean k, mean tokens, iterations
 
     @classmethod
     def of(cls, cases: Sequence[Case]) -> _Arrays:
@@ -648,23 +794,37 @@ class _Arrays:
         def pad(a: FloatArray) -> FloatArray:
             return np.concatenate([a, np.full(width - len(a), a[-1])])
 
-        dis = np.array([c.row.mode == "disagg" for c in cases], dtype=float)
+        def col(f: Callable[[Case], float]) -> FloatArray:
+            return np.array([float(f(c)) for c in cases])
+
+        dis = col(lambda c: c.row.mode == "disagg")
+        waves = []
+        for c in cases:
+            if c.schedule.mixed or c.row.mode == "disagg":
+                waves.append((0.0, 0.0, 0.0, 0.0))
+                continue
+            ranks = c.prefill.ranks
+            size = max(1, min(math.ceil((c.row.concurrency or 1) / ranks),
+                              math.floor(c.decode.batch_cap / ranks) or 1))  # fmt: skip
+            waves.append((float(size), *wave_schedule(size, c.row.isl, c.schedule.budget)))
         return cls(
-            np.array([float(c.row.concurrency or 1) for c in cases]),
-            np.array([float(c.row.osl) for c in cases]),
-            np.array([float(c.row.isl) for c in cases]),
+            col(lambda c: c.row.concurrency or 1),
+            col(lambda c: c.row.osl),
+            col(lambda c: c.row.isl),
             dis,
-            np.array([c.prefill.prefill_s for c in cases]),
-            np.array(
-                [float(c.prefill.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
-            ),
-            np.array(
-                [float(c.decode.workers) if d else 1.0 for c, d in zip(cases, dis, strict=True)]
-            ),
-            np.array([c.decode.batch_cap for c in cases]),
+            col(lambda c: c.schedule.mixed),
+            col(lambda c: c.schedule.budget),
+            col(lambda c: c.prefill.token_s * c.row.isl),
+            col(lambda c: c.prefill.prefill_s),
+            col(lambda c: c.prefill.token_s),
+            col(lambda c: c.kv_transfer_s),
+            col(lambda c: c.prefill.ranks * c.prefill.workers),
+            col(lambda c: c.decode.ranks),
+            col(lambda c: c.decode.workers),
+            col(lambda c: c.decode.batch_cap),
             np.vstack([pad(c.decode.batches) for c in cases]),
             np.vstack([pad(c.decode.decode_s) for c in cases]),
-            np.full(len(cases), float(PREFILL_CHUNK)),
+            np.array(waves),
         )
 
 
@@ -708,45 +868,70 @@ def _decode_batch(a: _Arrays, o: FloatArray, gain: FloatArray) -> FloatArray:
 
 
 def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...]:
-    """Clients in the loop at arrival rate ``rate`` (inf where the rate cannot be served
-    by the workers' batch limit or prefill time) and the steady state there."""
+    """Clients in the loop at request rate ``rate`` of the staggered steady state (mixed
+    scheduling, disaggregated workers): inf where the rate cannot be served (batch
+    limit, token budget, prefill workers); and the steady state there."""
     agg = a.disagg == 0
-    p_rate = np.where(agg, rate, rate / a.prefill_workers)
+    p_rate = rate / a.prefill_ranks
     rho = p_rate * a.prefill_s
     served = rho < 1.0
     free = np.where(served, 1.0 - rho, 1.0)
-    d_rate = np.where(agg, rate, rate / a.decode_workers)
-    # aggregated: TPOT = step(B) / (1 - rho) (the prefills take the rest of the time)
+    d_rate = rate / a.decode_workers
+    # aggregated: an iteration is a decode step plus its share of prompt tokens,
+    # tau = step(B) / (1 - rho); every running request gets a token per iteration
     gain = d_rate * (a.osl - 1.0) / np.where(agg, free, 1.0)
     batch = _decode_batch(a, o, gain)
     ok = served & np.isfinite(batch) & (batch <= a.cap + 1e-9)
     bb = np.where(ok, batch, 1.0)
     step = _step(a, o, bb)
     tpot = np.where(agg, step / free, step)
-    wait = o[:, 3] * rho * a.prefill_s / (2.0 * free)  # M/D/1's wait for the prefills
-    chunks = np.ceil(a.isl / np.maximum(1.0, a.chunk - bb))
-    # aggregated: the step under way when it arrives, then its prefill chunks, each
-    # riding with a decode iteration
-    ttft = o[:, 2] + wait + a.prefill_s + np.where(agg, step * (1.0 + chunks), 0.0)
+    # the token budget: the prompt tokens an iteration takes on average
+    ok &= ~agg | (p_rate * a.isl * tpot <= a.budget * (1.0 + 1e-9))
+    chunks = np.ceil(a.isl / a.budget)
+    # aggregated: the iteration under way when it arrives, then its own chunks, each
+    # riding with a decode step; disaggregated: its prefill alone and the KV transfer
+    ttft = o[:, 2] + np.where(agg, tpot + chunks * step + a.prefill_s, a.alone_s + a.kv_s)
     clients = rate * (ttft + (a.osl - 1.0) * tpot)
     clients = np.where(ok, clients, np.inf)
     return clients, bb, rho, ttft, tpot
 
 
+def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
+    """The synchronised waves of a prefill-first scheduler without mixing
+    (:func:`wave_times`, per case); cases whose clients exceed the wave (the batch
+    limit) run waves back to back, the rest waiting."""
+    size, mean_k, mean_tokens, n = (a.wave[:, j] for j in range(4))
+    ranks = a.prefill_ranks
+    t_iter, t_first = o[:, 0], o[:, 2]
+    mean_f = t_iter * mean_k + a.token_s * mean_tokens
+    whole = t_iter * n + a.token_s * size * a.isl
+    step = _step(a, o, size * ranks)
+    tokens = np.maximum(1.0, a.osl - 1.0)
+    ttft = t_first + mean_f
+    tpot = step + (whole - mean_f) / tokens
+    cycle = t_first + whole + tokens * step
+    rate = size * ranks / np.maximum(cycle, 1e-30)
+    capped = a.clients > size * ranks * (1.0 + 1e-9)
+    with np.errstate(divide="ignore"):
+        ttft = np.where(capped, a.clients / rate - tokens * tpot, ttft)
+    return rate, size * ranks, whole / np.maximum(cycle, 1e-30), ttft, tpot, capped
+
+
 def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> Solved:
-    """Each case's closed-loop steady state (:class:`Solved`) with the given overheads
-    (one for all cases or one per case): the arrival rate ``r`` at which the clients the
-    loop holds, ``r (TTFT + (osl - 1) TPOT)``, equal the row's concurrency, by bisection
-    (the clients grow with the rate); where the batch limit stops the rate first, the
-    clients beyond it wait for a place, ``TTFT = C / r - (osl - 1) TPOT``."""
+    """Each case's steady state (:class:`Solved`) with the given overheads (one for all
+    cases or one per case). Staggered (mixed scheduling, disaggregated): the request
+    rate ``r`` at which the clients the loop holds, ``r (TTFT + (osl - 1) TPOT)``, equal
+    the row's concurrency, by bisection (the clients grow with the rate); where a limit
+    stops the rate first, the clients beyond it wait for a place, ``TTFT = C / r - (osl
+    - 1) TPOT``. Synchronised waves (prefill-first without mixing): :func:`_waves`."""
     if not cases:
         empty = np.zeros(0)
         return Solved(empty, empty, empty, empty, empty, empty)
     a = _Arrays.of(cases)
     each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
-    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s, x.queue] for x in each])
+    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s] for x in each])
     lo = np.zeros(len(cases))
-    hi = np.where(a.disagg == 0, 1.0, a.prefill_workers) / a.prefill_s
+    hi = a.prefill_ranks / a.prefill_s
     for _ in range(BISECTIONS):
         mid = 0.5 * (lo + hi)
         clients = _state(a, o, mid)[0]
@@ -756,7 +941,14 @@ def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> 
     clients, batch, rho, ttft, tpot = _state(a, o, lo)
     capped = clients < a.clients * (1.0 - 1e-6)
     # the clients the workers cannot hold wait: the loop's time per request is C / r
-    ttft = np.where(capped, a.clients / lo - (a.osl - 1.0) * tpot, ttft)
+    with np.errstate(divide="ignore"):
+        ttft = np.where(capped, a.clients / lo - (a.osl - 1.0) * tpot, ttft)
+    wave = (a.disagg == 0) & (a.mixed == 0)
+    if wave.any():
+        w = _waves(a, o)
+        old = (lo, batch, rho, ttft, tpot)
+        lo, batch, rho, ttft, tpot = (np.where(wave, x, y) for x, y in zip(w[:5], old, strict=True))
+        capped = np.where(wave, w[5], capped)
     return Solved(lo, batch, rho, ttft, tpot, capped.astype(float))
 
 
@@ -789,7 +981,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
 
     if not cases:
         raise InputError("rows", "no rows to fit the overheads to")
-    scale = np.array([1e-3, 1e-5, 1e-2, 1.0])
+    scale = np.array([1e-3, 1e-5, 1e-2])
     lo = np.array([OVERHEAD_BOUNDS[n][0] for n in OVERHEADS]) / scale
     hi = np.array([OVERHEAD_BOUNDS[n][1] for n in OVERHEADS]) / scale
 
@@ -797,7 +989,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
         r = residuals(cases, solve(cases, Overheads(*(x * scale))))
         return np.where(np.isfinite(r), r, 10.0)
 
-    x0 = np.array([0.5e-3, 1e-5, 2e-2, 1.0]) / scale
+    x0 = np.array([0.5e-3, 1e-5, 2e-2]) / scale
     sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return Fit(
         Overheads(*(float(v) for v in sol.x * scale)),
@@ -897,6 +1089,7 @@ def report(
             "catalog": {"model": c.model, "gpu": c.gpu},
             "kernels": f"{c.framework} {c.version}",
             "weights": c.weight_dtype,
+            "schedule": c.schedule.source,
             "steady_state": {
                 "decode_batch": float(lomo.batch[i]),
                 "requests_per_s": float(lomo.rate[i]),

@@ -87,11 +87,97 @@ def test_reasons_name_what_is_missing() -> None:
     assert not isinstance(r, silicon.Unpredicted), r.reason
 
 
+def _simulate_waves(
+    clients: int, isl: int, osl: int, budget: int, token_s: float, step_s: float,
+    t_iter: float, t_first: float, rounds: int = 6,
+) -> tuple[float, float]:  # fmt: skip
+    """Brute force: ``clients`` closed-loop clients against a prefill-first engine that
+    does not mix (one iteration at a time: a prefill iteration of up to ``budget``
+    waiting prompt tokens, in arrival order, while any wait; else a decode iteration of
+    every running request). Each client sends its next request when its answer ends
+    (after ``t_first``, the time outside the engine). Mean TTFT and (e2e - TTFT) / (osl
+    - 1) over the rounds after the first."""
+    t = 0.0
+    arrive = [0.0] * clients
+    left = [isl] * clients  # prompt tokens still to prefill
+    first = [0.0] * clients
+    tokens = [0] * clients
+    ttft: list[float] = []
+    tpot: list[float] = []
+    done = [0] * clients
+    while min(done) < rounds:
+        waiting = [i for i in range(clients) if left[i] > 0 and arrive[i] <= t]
+        waiting.sort(key=lambda i: (arrive[i], i))
+        if waiting:
+            room, took = budget, []
+            for i in waiting:
+                n = min(room, left[i])
+                left[i] -= n
+                room -= n
+                took.append(i)
+                if room == 0:
+                    break
+            t += t_iter + token_s * (budget - room)
+            for i in took:
+                if left[i] == 0:
+                    first[i] = t
+                    tokens[i] = 1
+            continue
+        running = [i for i in range(clients) if left[i] == 0 and tokens[i] > 0]
+        if not running:
+            t = min(a for a in arrive if a > t)
+            continue
+        t += step_s
+        for i in running:
+            tokens[i] += 1
+            if tokens[i] == osl:
+                if done[i] >= 1:
+                    ttft.append(first[i] - arrive[i] + t_first)
+                    tpot.append((t - first[i]) / (osl - 1))
+                done[i] += 1
+                tokens[i] = 0
+                left[i] = isl
+                arrive[i] = t + t_first
+    return float(np.mean(ttft)), float(np.mean(tpot))
+
+
+@pytest.mark.parametrize(
+    ("clients", "isl", "budget"), [(1, 1024, 8192), (16, 1024, 8192), (40, 1000, 2524),
+                                   (7, 3000, 2048), (128, 2048, 16384)]
+)  # fmt: skip
+def test_wave_formula_against_a_simulated_loop(clients: int, isl: int, budget: int) -> None:
+    """The closed form of a synchronised wave (``wave_times``) is the mean of a brute-
+    force iteration-by-iteration run of the closed loop, on toy iteration times."""
+    osl, token_s, step_s, t_iter, t_first = 64, 2e-5, 7e-3, 3e-3, 0.02
+    ttft, tpot = silicon.wave_times(clients, isl, osl, budget, token_s, step_s, t_iter, t_first)
+    sim_ttft, sim_tpot = _simulate_waves(clients, isl, osl, budget, token_s, step_s, t_iter,
+                                         t_first)  # fmt: skip
+    assert ttft == pytest.approx(sim_ttft, rel=1e-9)
+    assert tpot == pytest.approx(sim_tpot, rel=1e-9)
+    # the mean TTFT grows with the wave: the last prompt waits for every other one
+    if clients * isl > budget:
+        assert ttft > t_first + t_iter + token_s * isl
+
+
+def test_schedule_follows_the_rows_engine_and_date() -> None:
+    row = silicon.parse_silicon("x.csv", HEADER + "\n" + _line() + "\n")[0]
+    dated = dataclasses.replace(row, source="measured=2026-03-01T00:00:00Z")
+    vllm_default = silicon.schedule(row, 8)
+    assert (vllm_default.budget, vllm_default.mixed) == (8192 - 8, True)
+    assert silicon.schedule(dated, 8).budget == 512 + 1024 + 1500 - 8
+    sg = dataclasses.replace(row, backend="sglang")
+    assert not silicon.schedule(sg, 8).mixed and silicon.schedule(sg, 8).budget == 8192
+    sg_dated = silicon.schedule(dataclasses.replace(dated, backend="sglang"), 8)
+    assert sg_dated.mixed and sg_dated.budget == 1024 + 1500 - 8
+    trt = silicon.schedule(dataclasses.replace(dated, backend="trtllm"), 8)
+    assert not trt.chunked and trt.budget == 1024  # one whole prompt per iteration
+
+
 def test_closed_loop_fixed_point() -> None:
     """The solved state holds the row's clients: ``r (TTFT + (osl - 1) TPOT) = C`` and,
     aggregated, the decode batch is the requests in their decode phase."""
     cases = list(_dense())
-    o = silicon.Overheads(1e-3, 1e-5, 0.05, 3.0)
+    o = silicon.Overheads(1e-3, 1e-5, 0.05)
     s = silicon.solve(cases, o)
     c = np.array([float(x.row.concurrency or 0) for x in cases])
     osl = np.array([float(x.row.osl) for x in cases])
