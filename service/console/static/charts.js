@@ -488,7 +488,9 @@ export function crosshair(els, periods) {
       const line = lines[i];
       if (!plot) { line.hidden = true; return; }
       const box = el.parentElement.getBoundingClientRect();
-      line.style.left = `${plot.left - box.left + plot.x(t)}px`;
+      const x = plot.left - box.left + plot.x(t);
+      line.style.left = `${x}px`;
+      line.classList.toggle("flip", x > box.width / 2);  // its label on the side with room
       line.style.top = `${plot.top - box.top}px`;
       line.style.height = `${plot.height}px`;
       line.dataset.time = new Date(t).toISOString();
