@@ -294,11 +294,30 @@ async function sitePage(t0, id) {
       : h("p", {}, "No event posted."));
   const bandRows = charts.bands(plan, summary);
   const nowAt = charts.nowRows(s.periods[0].start, s.periods.at(-1).end);
-  const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value, nowAt));
+  const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value,
+    charts.nowRows(s.periods[0].start, s.periods.at(-1).end)));
   second.addEventListener("change", drawPower);
   await Promise.all([drawPower(), charts.draw(phasesEl, "phases", charts.phasesSpec(rows, nowAt)),
                      charts.draw(unservedEl, "unserved", charts.unservedSpec(rows, nowAt))]);
   charts.crosshair([powerEl, phasesEl, unservedEl], s.periods);
+  // now moves: the strip is read again every minute, and the charts' now line drawn
+  // again when the period now changes (a new plan: the whole page)
+  let shownPeriod = summary.now?.period ?? null;
+  every(60000, async () => {
+    try {
+      const fresh = await loadSite(id);
+      if (fresh.plan?.plan_id !== plan.plan_id) { route(); return; }
+      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now));
+      const period = fresh.summary.now?.period ?? null;
+      if (period !== shownPeriod) {
+        shownPeriod = period;
+        const at = charts.nowRows(s.periods[0].start, s.periods.at(-1).end);
+        await Promise.all([charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value, at)),
+                           charts.draw(phasesEl, "phases", charts.phasesSpec(rows, at)),
+                           charts.draw(unservedEl, "unserved", charts.unservedSpec(rows, at))]);
+      }
+    } catch { /* the next minute tries again */ }
+  });
   done("site", t0);
 }
 
