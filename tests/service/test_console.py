@@ -208,7 +208,7 @@ def check_plan_chart(page: Any, plan: dict[str, Any]) -> None:
     layers = 2 * len(periods[0]["deployments"]) + 1
     stack = marks["power_marks"]
     assert len(stack) == len(periods) * layers
-    top = {}
+    top: dict[int, float] = {}
     for d in stack:
         top[d["period"]] = max(top.get(d["period"], 0.0), d["y1"])
     for p in periods:
@@ -347,7 +347,7 @@ def test_console_sites_site_event_jobs(
 
     # a pasted OpenADR 3.1 event: a wrong one is refused naming the field (the browser
     # logs the 422 response, the only console message allowed here), a right one merged
-    event = {
+    event: dict[str, Any] = {
         "programID": "grid-operator",
         "eventName": "pasted",
         "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
