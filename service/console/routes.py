@@ -3,8 +3,12 @@ gathered from the store with the same calls the ``/v1`` routes make.
 
 * ``GET /ui/api/config``: whether this server wants an API key (no key needed to ask).
 * ``GET /ui/api/sites``: every site with its GPUs, deployments, latest plan in brief
-  (status, gap, cost, peak power against the cap there) and its events, each dated on
-  the site's periods, with the next one.
+  (status, gap, the objective and its terms: energy cost, carbon cost, value of
+  unserved demand, transitions; peak power against the cap there), the plan's period
+  now (``now``: draw against cap, headroom, price, carbon, each deployment's counts and
+  settings) and its events, each dated on the site's periods with its cap, with the
+  next one (a posted event or a run of periods whose cap the site's own grid signals
+  lower below the horizon's highest).
 * ``GET /ui/api/sites/{id}``: the same for one site.
 * ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site,
   its latest plan and its replica targets now as the ``/v1`` routes answer them.
@@ -77,19 +81,118 @@ def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
                     "end": (start + step * end).isoformat(),
                 }
             ev["types"] = sig["types"]
+            caps = [v for v in sig.get("power_cap_w", {}).get("values", []) if v is not None]
+            ev["cap_w"] = min(caps) if caps else None
+        ev["source"] = "event"
         out.append(ev)
     return out
+
+
+def _cap_windows(site: Site) -> list[dict[str, Any]]:
+    """Runs of periods whose cap, in the site's own grid signals, lies below the
+    horizon's highest (a cut written into the site, such as the demo's evening one, or
+    left there by a merged event), each with its lowest cap (``cap_w``)."""
+    body = site.body
+    n = n_periods(body)
+    cap = body["grid"]["power_cap_w"]
+    caps = [float(c) for c in cap] if isinstance(cap, list) else [float(cap)]
+    caps = caps * n if len(caps) == 1 else caps[:n]
+    n = len(caps)
+    top = max(caps)
+    start, step = plan_start(body), period(body)
+    out: list[dict[str, Any]] = []
+    t = 0
+    while t < n:
+        if caps[t] < top:
+            first = t
+            while t < n and caps[t] < top:
+                t += 1
+            out.append(
+                {
+                    "source": "grid",
+                    "eventName": "cap lowered in the site's grid signals",
+                    "programID": None,
+                    "first_period": first,
+                    "end_period": t,
+                    "start": (start + step * first).isoformat(),
+                    "end": (start + step * t).isoformat(),
+                    "types": ["IMPORT_CAPACITY_LIMIT"],
+                    "cap_w": min(caps[first:t]),
+                    "retracted": None,
+                }
+            )
+        else:
+            t += 1
+    return out
+
+
+def _next_event(events: list[dict[str, Any]], site: Site, now: datetime) -> dict[str, Any] | None:
+    """The event that ends first after ``now`` among those posted (not retracted) and
+    the site's own lowered-cap windows: the one starting first (one under way counts);
+    a posted event before a window starting with it."""
+    coming = [
+        e
+        for e in [*events, *_cap_windows(site)]
+        if e.get("end") is not None
+        and datetime.fromisoformat(e["end"]) > now
+        and e["retracted"] is None  # a retracted event no longer comes
+    ]
+    if not coming:
+        return None
+    return min(coming, key=lambda e: (datetime.fromisoformat(e["start"]), e["source"] != "event"))
+
+
+def _now(site: Site, plan: Plan, now: datetime) -> dict[str, Any] | None:
+    """The plan's period now: site power against its cap, the headroom (cap - power, W
+    and share of the cap), price and carbon, and each deployment's counts, power and
+    settings; None when the plan does not cover now."""
+    try:
+        t, periods = periods_at(plan, now)
+    except NoPeriod:
+        return None
+    p = periods[0]
+    pue = float(site.body["site"].get("pue", 1.0))
+    deployments = {}
+    for name, d in p["deployments"].items():
+        deployments[name] = {
+            "n_p": d["n_p"],
+            "n_d": d["n_d"],
+            "gpus": d.get("gpus"),
+            "power_w": d["power_w"] * pue,
+            "served_rps": d.get("served_rps"),
+            "demand_rps": d.get("demand_rps"),
+            "prefill_setting": d.get("prefill_setting"),
+            "decode_setting": d.get("decode_setting"),
+        }
+    headroom = p["power_cap_w"] - p["power_w"]
+    return {
+        "period": t,
+        "start": p["start"],
+        "end": p["end"],
+        "power_w": p["power_w"],
+        "cap_w": p["power_cap_w"],
+        "headroom_w": headroom,
+        "headroom_pct": 100.0 * headroom / p["power_cap_w"] if p["power_cap_w"] else None,
+        "price_usd_per_mwh": p.get("price_usd_per_mwh"),
+        "carbon_g_per_kwh": p.get("carbon_g_per_kwh"),
+        "deployments": deployments,
+    }
 
 
 def _plan_brief(plan: Plan, site: Site) -> dict[str, Any]:
     sched = plan.response["schedule"]
     periods = sched["periods"]
+    totals = sched["totals"]
     peak = max(periods, key=lambda p: p["power_w"])
     return {
         **plan_head(plan, site.version),
         "mip_gap": sched.get("mip_gap"),
+        # the objective and its terms (formulation.evaluate.price_schedule)
         "objective_usd": sched["objective_usd"],
-        "unserved_value_usd": sched["totals"]["unserved_value_usd"],
+        "energy_cost_usd": totals["cost_usd"],
+        "carbon_cost_usd": totals.get("carbon_cost_usd"),
+        "unserved_value_usd": totals["unserved_value_usd"],
+        "transition_cost_usd": totals.get("transition_cost_usd"),
         "first_period": plan.first_period,
         "peak_power_w": peak["power_w"],
         "peak_period": peak["index"],
@@ -104,13 +207,6 @@ def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str
     body = site.body
     events = _events(site, rows)
     now = datetime.now(UTC)
-    coming = [
-        e
-        for e in events
-        if e.get("end") is not None
-        and datetime.fromisoformat(e["end"]) > now
-        and e["retracted"] is None  # a retracted event no longer comes
-    ]
     return {
         "id": site.id,
         "name": site.name,
@@ -123,8 +219,9 @@ def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str
             {"name": d["name"], "model": d["model"], "gpu": d["gpu"]} for d in body["deployments"]
         ],
         "plan": None if plan is None else _plan_brief(plan, site),
+        "now": None if plan is None else _now(site, plan, now),
         "events": events,
-        "next_event": min(coming, key=lambda e: e["start"]) if coming else None,
+        "next_event": _next_event(events, site, now),
     }
 
 

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.console.routes import AT_CAP_RTOL
@@ -128,3 +129,49 @@ def test_jobs_listed_with_their_trace(client: TestClient) -> None:
     assert listed["id"] == job_id and listed["site_id"] == site_id
     assert "result" not in listed
     assert listed["trace"] == job["result"]["schedule"]["solver"]["trace"]
+
+
+def test_now_next_cut_and_money(client: TestClient) -> None:
+    """A plan covering now: the brief's ``now`` is the period ``/targets/now`` gives, with
+    the plan's draw, cap, headroom, price and carbon there; the next event is the cut
+    the site's own grid signals make ahead (no event posted), with its cap; the plan's
+    objective comes with its terms, which sum to it."""
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    body = small_schedule() | {"name": "now", "plan_start": start.isoformat()}
+    body["grid"]["power_cap_w"] = [20_000, 20_000, 2_800, 20_000]  # a cut in period 2
+    site_id = client.post("/v1/sites", json=body).json()["id"]
+    assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
+    summary = client.get(f"/ui/api/sites/{site_id}").json()
+    plan = client.get(f"/v1/sites/{site_id}/plan").json()
+    targets = client.get(f"/v1/sites/{site_id}/targets/now").json()
+    now = summary["now"]
+    assert now["period"] == targets["period"] == 1
+    p = plan["schedule"]["periods"][1]
+    assert (now["power_w"], now["cap_w"]) == (p["power_w"], p["power_cap_w"])
+    assert now["headroom_w"] == p["power_cap_w"] - p["power_w"]
+    assert now["headroom_pct"] == 100 * now["headroom_w"] / p["power_cap_w"]
+    assert (now["price_usd_per_mwh"], now["carbon_g_per_kwh"]) == (
+        p["price_usd_per_mwh"],
+        p["carbon_g_per_kwh"],
+    )
+    assert {n: (d["n_p"], d["n_d"]) for n, d in now["deployments"].items()} == {
+        t["deployment"]: (t["num_prefill"], t["num_decode"]) for t in targets["targets"]
+    }
+    nxt = summary["next_event"]
+    assert nxt["source"] == "grid" and nxt["cap_w"] == 2_800
+    assert (nxt["first_period"], nxt["end_period"]) == (2, 3)
+    assert nxt["start"] == (start + timedelta(hours=2)).isoformat()
+    brief, totals = summary["plan"], plan["schedule"]["totals"]
+    assert brief["energy_cost_usd"] == totals["cost_usd"]
+    assert brief["carbon_cost_usd"] == totals["carbon_cost_usd"]
+    assert brief["unserved_value_usd"] == totals["unserved_value_usd"]
+    terms = ("energy_cost_usd", "carbon_cost_usd", "unserved_value_usd", "transition_cost_usd")
+    assert sum(brief[k] for k in terms) == pytest.approx(brief["objective_usd"], rel=1e-9)
+    # an event posted over the cut comes first, with its own cap
+    r = client.post(
+        f"/v1/sites/{site_id}/events",
+        json={"event": _event((start + timedelta(hours=2)).isoformat(), 60, 2.5)},
+    )
+    assert r.status_code == 200, r.text
+    nxt = client.get(f"/ui/api/sites/{site_id}").json()["next_event"]
+    assert (nxt["source"], nxt["eventName"], nxt["cap_w"]) == ("event", "cut", 2_500)

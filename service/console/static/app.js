@@ -26,10 +26,36 @@ function h(tag, attrs = {}, ...kids) {
   }
   return el;
 }
-const num = (x, d = 2) => (x === null || x === undefined ? "–" : Number(x).toFixed(d));
-const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(2)}%`);
-const kwText = (w) => `${num(w / 1000, 1)} kW`;
-const when = (iso) => (iso ? iso.replace("T", " ").replace(/(:\d\d)(\.\d+)?(\+00:00|Z)$/, "$1 UTC") : "–");
+const missing = (x) => x === null || x === undefined;
+// a number as text, never "-0.00": what rounds to zero is 0
+const unsign = (x, d) => (Math.abs(x) < 0.5 * 10 ** -d ? 0 : x);
+const num = (x, d = 2) => (missing(x) ? "–" : unsign(Number(x), d).toFixed(d));
+const pct = (x) => (missing(x) ? "–" : `${unsign(100 * x, 2).toFixed(2)}%`);
+const kwText = (w) => (missing(w) ? "–" : `${num(w / 1000, 1)} kW`);
+const USD = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD" });
+const WHOLE = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+const usd = (x) => (missing(x) ? "–" : USD.format(unsign(Number(x), 2)));
+// a change of money: its sign always shown ("+$1.20", "−$0.40", "$0.00")
+const usdChange = (x) => {
+  if (missing(x)) return "–";
+  const v = unsign(Number(x), 2);
+  return v === 0 ? USD.format(0) : `${v > 0 ? "+" : "−"}${USD.format(Math.abs(v))}`;
+};
+// a count of requests: whole, with thousands separators
+const count = (x) => (missing(x) ? "–" : WHOLE.format(Math.round(Number(x)) || 0));
+const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "–");
+const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
+// the next event as text: name, cap, window (UTC)
+function eventText(ev, withDate = true) {
+  if (!ev) return "none ahead in the horizon";
+  const name = ev.eventName || ev.programID;
+  const cap = missing(ev.cap_w) ? "" : `, cap ${kwText(ev.cap_w)}`;
+  const started = Date.parse(ev.start) <= Date.now();
+  const span = withDate ? `${when(ev.start)} – ${hhmm(ev.end)} UTC` : `${hhmm(ev.start)}–${hhmm(ev.end)} UTC`;
+  const mins = Math.round((Date.parse(ev.start) - Date.now()) / 60000);
+  const lead = started ? "under way" : `in ${mins >= 60 ? `${Math.floor(mins / 60)} h ` : ""}${mins % 60} min`;
+  return `${name}${cap}, ${span} (${lead})`;
+}
 
 function table(head, rows, numeric = []) {
   return h("div", { class: "scroll" }, h("table", {},
@@ -84,16 +110,19 @@ async function sitesPage(t0) {
   const rows = doc.sites.map((s) => {
     const p = s.plan;
     const gpus = Object.entries(s.gpu_inventory).map(([g, n]) => `${n} × ${g}`).join(", ");
-    const ev = s.next_event;
+    const n = s.now;
     return [
       h("a", { href: `#/site/${s.id}` }, s.name),
       gpus,
       s.deployments.map((d) => d.name).join(", "),
-      p ? `${p.status}${p.stale ? " (stale)" : ""}` : "no plan",
-      p ? pct(p.mip_gap) : "–",
-      p ? `$${num(p.objective_usd)}` : "–",
+      p ? `${p.status}${p.stale ? " (stale)" : ""}, gap ${pct(p.mip_gap)}` : "no plan",
+      n ? `${kwText(n.power_w)} / ${kwText(n.cap_w)}` : (p ? "plan does not cover now" : "–"),
+      n ? h("span", { class: n.headroom_w < 0 ? "bad" : null }, `${kwText(n.headroom_w)} (${num(n.headroom_pct, 1)}%)`) : "–",
+      p ? usd(p.energy_cost_usd) : "–",
+      p ? usd(p.carbon_cost_usd) : "–",
+      p ? usd(p.unserved_value_usd) : "–",
       p ? `${kwText(p.peak_power_w)} / ${kwText(p.cap_at_peak_w)}` : "–",
-      ev ? `${ev.eventName || ev.programID}: ${when(ev.start)}` : "none",
+      eventText(s.next_event),
     ];
   });
   const status = h("p", { role: "status" });
@@ -123,8 +152,11 @@ async function sitesPage(t0) {
   });
   main.replaceChildren(
     h("h1", {}, "Sites"),
-    rows.length ? table(["Site", "GPUs", "Deployments", "Latest plan", "Gap", "Cost", "Peak / cap there", "Next event"], rows)
+    rows.length ? table(["Site", "GPUs", "Deployments", "Latest plan", "Draw now / cap", "Headroom now",
+      "Energy cost", "Carbon cost", "Value of unserved demand", "Peak / cap there", "Next event"], rows, [4, 5, 6, 7, 8, 9])
       : h("p", {}, "No site registered yet."),
+    rows.length ? h("p", { class: "muted note" }, "Costs are those of the latest plan over its horizon; the plan "
+      + "minimises their sum (with instance starts and stops), its objective.") : null,
     form);
   done("sites", t0);
 }
@@ -147,29 +179,74 @@ function siteNav(id, here) {
     h("a", { href: `#/site/${id}${p}`, "aria-current": here === p ? "page" : null }, label)));
 }
 
+// What a schedule breaks: periods over the cap, periods over a transition limit,
+// periods short of GPUs; a schedule that breaks any is infeasible (as the server says
+// when it says, otherwise from its counts)
+function violations(t) {
+  const parts = [["cap", t.cap_violations], ["transition limit", t.limit_violations],
+                 ["GPU inventory", t.inventory_violations]]
+    .filter(([, n]) => n > 0).map(([what, n]) => `${what}: ${n} period${n === 1 ? "" : "s"}`);
+  const infeasible = t.feasible === false || t.infeasible === true || parts.length > 0;
+  return infeasible ? h("span", { class: "bad" }, `infeasible${parts.length ? ` (${parts.join(", ")})` : ""}`) : "none";
+}
+
 function baselineTable(plan) {
   const s = plan.schedule;
   const rows = [["plan", s.totals], ...Object.entries(s.baselines)].map(([name, t]) => [
-    name, `$${num(t.objective_usd)}`, num(t.energy_kwh, 1), `$${num(t.cost_usd)}`, num(t.carbon_kg, 1),
-    num(t.unserved_requests, 0), `$${num(t.unserved_value_usd)}`, t.instance_starts,
-    t.cap_violations ?? 0,
+    name, usd(t.objective_usd), usd(t.cost_usd), usd(t.carbon_cost_usd), usd(t.unserved_value_usd),
+    usd(t.transition_cost_usd), num(t.energy_kwh, 1), num(t.carbon_kg, 1), count(t.unserved_requests),
+    count(t.instance_starts), violations(t),
   ]);
-  return table(["Schedule", "Objective", "Energy kWh", "Energy cost", "Carbon kg", "Unserved requests",
-                "Value lost", "Starts", "Periods over cap"], rows, [1, 2, 3, 4, 5, 6, 7, 8]);
+  return h("div", {}, table(["Schedule", "Objective", "Energy cost", "Carbon cost", "Value of unserved demand",
+    "Transitions", "Energy kWh", "Carbon kg", "Unserved requests", "Starts", "Violations"], rows, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+  h("p", { class: "muted note" }, "Objective = energy cost + carbon cost + value of unserved demand + transitions. "
+    + "A schedule that breaks the cap, a transition limit or the GPU inventory in some period is infeasible: "
+    + "its objective is not comparable to the plan's."));
 }
 
 // The replica targets of the period now: counts per role and, for a deployment that
 // lists GPU settings, each role's setting; under them the GPU power the site's instances
 // are held to (total_gpu_power_limit_w, the value handed to the orchestrator).
-function targetsNow(now) {
+function targetsNow(now, drawNow) {
   const named = now.targets.some((x) => "prefill_setting" in x);
-  const head = ["Deployment", "Prefill", "Decode", "GPUs", ...(named ? ["Prefill setting", "Decode setting"] : [])];
-  const rows = now.targets.map((x) => [x.deployment, x.num_prefill, x.num_decode, x.gpus,
-    ...(named ? [x.prefill_setting ?? "full clock", x.decode_setting ?? "full clock"] : [])]);
+  const head = ["Deployment", "Prefill", "Decode", "GPUs", ...(named ? ["Prefill setting", "Decode setting"] : []),
+                "Power now (after PUE)", "Served / demand (req/s)"];
+  const rows = now.targets.map((x) => {
+    const d = drawNow?.deployments?.[x.deployment];
+    return [x.deployment, x.num_prefill, x.num_decode, x.gpus,
+      ...(named ? [x.prefill_setting ?? "full clock", x.decode_setting ?? "full clock"] : []),
+      d ? kwText(d.power_w) : "–", d ? `${num(d.served_rps)} / ${num(d.demand_rps)}` : "–"];
+  });
   const limit = now.periods?.[0]?.total_gpu_power_limit_w;
   return h("div", {}, h("p", {}, `Period ${now.period} (${when(now.targets[0]?.start)} – ${when(now.targets[0]?.end)})`),
-    table(head, rows, [1, 2, 3]),
+    table(head, rows, [1, 2, 3, head.length - 2, head.length - 1]),
     limit === undefined ? null : h("p", { id: "gpu-power-limit" }, `GPU power the instances are held to: ${kwText(limit)}`));
+}
+
+// The site now, at the top of its page: the plan's period now, its draw against the
+// cap, the headroom, price and carbon, the next event with its cap, and the replica
+// targets (counts and settings per deployment) the orchestrator holds now.
+function nowStrip(summary, plan, targets) {
+  const n = summary.now;
+  const next = card("next event", eventText(summary.next_event, false));
+  next.id = "next-event";
+  if (!n) {
+    const s = plan.schedule;
+    return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title" },
+      h("h2", { id: "now-title" }, "Now"),
+      h("p", {}, `The plan does not cover now (it runs from ${when(s.periods[0].start)} to ${when(s.periods.at(-1).end)}).`),
+      h("div", { class: "cards" }, next));
+  }
+  const c = (id, label, value, cls) => { const el = card(label, value); el.id = id; if (cls) el.querySelector("b").className = cls; return el; };
+  return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title" },
+    h("h2", { id: "now-title" }, `Now: period ${n.period}, ${hhmm(n.start)}–${hhmm(n.end)} UTC`),
+    h("div", { class: "cards" },
+      c("now-draw", "planned draw / cap", `${kwText(n.power_w)} / ${kwText(n.cap_w)}`),
+      c("now-headroom", "headroom", `${kwText(n.headroom_w)} (${num(n.headroom_pct, 1)}%)`, n.headroom_w < 0 ? "bad" : null),
+      c("now-price", "price now", `${num(n.price_usd_per_mwh)} USD/MWh`),
+      c("now-carbon", "carbon now", `${num(n.carbon_g_per_kwh, 1)} g/kWh`),
+      next),
+    targets ? targetsNow(targets, n) : null);
 }
 
 async function sitePage(t0, id) {
@@ -191,34 +268,56 @@ async function sitePage(t0, id) {
   const b = summary.plan;
   const second = h("select", { id: "second-axis" }, h("option", { value: "price USD/MWh" }, "price (USD/MWh)"),
     h("option", { value: "carbon g/kWh" }, "carbon (g/kWh)"));
-  const powerEl = h("div", { class: "chart", id: "chart-power", role: "img",
-    "aria-label": `Site power per deployment, prefill and decode apart, against the cap over ${s.periods.length} periods` });
-  const phasesEl = h("div", { class: "chart", id: "chart-phases", role: "img", "aria-label": "Prefill and decode instances per deployment" });
-  const unservedEl = h("div", { class: "chart", id: "chart-unserved", role: "img", "aria-label": "Unserved demand and periods at the cap" });
-  const targets = now ? targetsNow(now) 
-    : h("p", {}, `The plan does not cover now (it runs from ${when(s.periods[0].start)} to ${when(s.periods.at(-1).end)}).`);
+  const chartEl = (id, label) => h("div", { class: "chart", id, role: "img", "aria-label": label });
+  const powerEl = chartEl("chart-power", `Site power per deployment, prefill and decode apart, against the cap over ${s.periods.length} periods`);
+  const phasesEl = chartEl("chart-phases", "Prefill and decode instances per deployment");
+  const unservedEl = chartEl("chart-unserved", "Unserved demand and periods at the cap");
+  const wrap = (el) => h("div", { class: "chart-wrap" }, el);
   main.replaceChildren(...head,
+    nowStrip(summary, plan, now),
     h("div", { class: "cards" },
       card("status", `${plan.status}${plan.stale ? " (stale: site changed since)" : ""}`),
-      card("objective", `$${num(s.objective_usd)}`), card("gap", pct(s.mip_gap)),
+      card("objective", usd(s.objective_usd)),
+      card("energy cost", usd(s.totals.cost_usd)), card("carbon cost", usd(s.totals.carbon_cost_usd)),
+      card("value of unserved demand", usd(s.totals.unserved_value_usd)), card("gap", pct(s.mip_gap)),
       card("peak / cap there", `${kwText(b.peak_power_w)} / ${kwText(b.cap_at_peak_w)}`),
       card("periods at the cap", `${b.periods_at_cap} of ${s.periods.length}`),
-      card("unserved value lost", `$${num(s.totals.unserved_value_usd)}`),
       card("periods", `${plan.first_period}–${plan.n_periods - 1} × ${plan.period_minutes} min`)),
     h("div", { class: "row" }, h("div", {}, h("label", { for: "second-axis" }, "Second axis"), second)),
-    powerEl, phasesEl, unservedEl, periodDetails(rows.hover, plan),
+    wrap(powerEl), wrap(phasesEl), wrap(unservedEl), periodDetails(rows.hover, plan),
     h("h2", {}, "Plan against the baselines"), baselineTable(plan),
-    h("h2", {}, "Replica targets now"), targets,
     h("h2", {}, "Events"), summary.events.length
-      ? table(["Event", "Received", "Types", "Periods"], summary.events.map((e) => [
-        e.eventName || e.programID, when(e.received), e.types.join(", "),
-        e.first_period === null ? (e.note || "outside the horizon") : `${e.first_period}–${e.end_period - 1} (${when(e.start)} – ${when(e.end)})`]))
+      ? table(["Event", "Received", "Types", "Cap", "Periods"], summary.events.map((e) => [
+        e.eventName || e.programID, when(e.received), e.types.map(charts.payloadName).join(", "),
+        missing(e.cap_w) ? "–" : kwText(e.cap_w),
+        e.first_period === null ? (e.note || "outside the horizon") : `${e.first_period}–${e.end_period - 1} (${when(e.start)} – ${when(e.end)})`]), [3])
       : h("p", {}, "No event posted."));
   const bandRows = charts.bands(plan, summary);
-  const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value));
+  const nowAt = charts.nowRows(s.periods[0].start, s.periods.at(-1).end);
+  const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value,
+    charts.nowRows(s.periods[0].start, s.periods.at(-1).end)));
   second.addEventListener("change", drawPower);
-  await Promise.all([drawPower(), charts.draw(phasesEl, "phases", charts.phasesSpec(rows)),
-                     charts.draw(unservedEl, "unserved", charts.unservedSpec(rows))]);
+  await Promise.all([drawPower(), charts.draw(phasesEl, "phases", charts.phasesSpec(rows, nowAt)),
+                     charts.draw(unservedEl, "unserved", charts.unservedSpec(rows, nowAt))]);
+  charts.crosshair([powerEl, phasesEl, unservedEl], s.periods);
+  // now moves: the strip is read again every minute, and the charts' now line drawn
+  // again when the period now changes (a new plan: the whole page)
+  let shownPeriod = summary.now?.period ?? null;
+  every(60000, async () => {
+    try {
+      const fresh = await loadSite(id);
+      if (fresh.plan?.plan_id !== plan.plan_id) { route(); return; }
+      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now));
+      const period = fresh.summary.now?.period ?? null;
+      if (period !== shownPeriod) {
+        shownPeriod = period;
+        const at = charts.nowRows(s.periods[0].start, s.periods.at(-1).end);
+        await Promise.all([charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value, at)),
+                           charts.draw(phasesEl, "phases", charts.phasesSpec(rows, at)),
+                           charts.draw(unservedEl, "unserved", charts.unservedSpec(rows, at))]);
+      }
+    } catch { /* the next minute tries again */ }
+  });
   done("site", t0);
 }
 
@@ -251,13 +350,19 @@ function capEvent(capKw, startIso, minutes, name) {
   };
 }
 
+const START_PATTERN = /^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d$/;
+
 async function eventPage(t0, id) {
   const { summary, plan } = await loadSite(id);
   const nextStart = new Date(Math.max(Date.parse(summary.plan_start), Date.now()));
   const step = summary.period_minutes * 60000;
   const aligned = new Date(Date.parse(summary.plan_start) + Math.ceil((nextStart - Date.parse(summary.plan_start)) / step) * step);
   const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: plan ? num(summary.plan.cap_at_peak_w * 0.0008, 1) : "" });
-  const start = h("input", { id: "ev-start", type: "datetime-local", step: "60", value: aligned.toISOString().slice(0, 16) });
+  // a 24-hour UTC time as text (a datetime-local input is drawn in the browser's locale,
+  // with AM/PM in many)
+  const start = h("input", { id: "ev-start", type: "text", inputmode: "numeric", autocomplete: "off", size: "16",
+                             pattern: START_PATTERN.source.slice(1, -1), placeholder: "YYYY-MM-DD HH:MM",
+                             "aria-describedby": "ev-start-hint", value: aligned.toISOString().slice(0, 16).replace("T", " ") });
   const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(4 * summary.period_minutes) });
   const name = h("input", { id: "ev-name", type: "text", value: "capacity limit" });
   const pasted = h("textarea", { id: "ev-json", spellcheck: "false", placeholder: "{\"programID\": …, \"intervals\": […]}" });
@@ -268,7 +373,8 @@ async function eventPage(t0, id) {
     h("h2", { id: "event-title" }, "A capacity limit"),
     h("div", { class: "row" },
       h("div", {}, h("label", { for: "ev-cap" }, "Cap (kW)"), cap),
-      h("div", {}, h("label", { for: "ev-start" }, "Start (UTC)"), start),
+      h("div", {}, h("label", { for: "ev-start" }, "Start (UTC)"), start,
+        h("small", { id: "ev-start-hint", class: "muted" }, "24-hour, UTC: YYYY-MM-DD HH:MM")),
       h("div", {}, h("label", { for: "ev-minutes" }, "Duration (minutes)"), minutes),
       h("div", {}, h("label", { for: "ev-name" }, "Name"), name)),
     h("label", { for: "ev-json" }, "Or an OpenADR 3.1 event (JSON; used instead of the fields above when given)"), pasted,
@@ -276,9 +382,12 @@ async function eventPage(t0, id) {
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     let event;
+    if (!pasted.value.trim() && !START_PATTERN.test(start.value.trim())) {
+      status.replaceChildren(errorBox("Start (UTC): a 24-hour UTC time, YYYY-MM-DD HH:MM")); return;
+    }
     try {
       event = pasted.value.trim() ? JSON.parse(pasted.value)
-        : capEvent(Number(cap.value), `${start.value}:00Z`, Number(minutes.value), name.value);
+        : capEvent(Number(cap.value), `${start.value.trim().replace(" ", "T")}:00Z`, Number(minutes.value), name.value);
     } catch (err) { status.replaceChildren(errorBox(`the pasted event is not JSON: ${err.message}`)); return; }
     const button = document.getElementById("ev-submit");
     button.disabled = true;
@@ -294,7 +403,7 @@ async function eventPage(t0, id) {
       const after = await followReplan(doc.job.id, progressEl);
       clearInterval(tick);
       status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
-      await showBeforeAfter(result, plan, after);
+      await showBeforeAfter(result, plan, after, doc.event.duplicate);
     } catch (err) {
       clearInterval(tick);
       status.replaceChildren(errorBox(err));
@@ -333,17 +442,23 @@ async function followReplan(jobId, el) {
   }
 }
 
-async function showBeforeAfter(el, before, after) {
+async function showBeforeAfter(el, before, after, duplicate = false) {
   const tb = before?.schedule.totals, ta = after.schedule.totals;
-  const keys = [["objective_usd", "Objective (USD)"], ["cost_usd", "Energy cost (USD)"], ["energy_kwh", "Energy (kWh)"],
-                ["unserved_requests", "Unserved requests"], ["unserved_value_usd", "Value lost (USD)"], ["transition_cost_usd", "Transitions (USD)"]];
-  const rows = keys.map(([k, label]) => [label, tb ? num(tb[k]) : "–", num(ta[k]), tb ? num(ta[k] - tb[k]) : "–"]);
+  const money = (x) => usd(x), change = (x) => usdChange(x);
+  const keys = [["objective_usd", "Objective", money, change], ["cost_usd", "Energy cost", money, change],
+                ["carbon_cost_usd", "Carbon cost", money, change],
+                ["unserved_value_usd", "Value of unserved demand", money, change],
+                ["transition_cost_usd", "Transitions", money, change],
+                ["energy_kwh", "Energy (kWh)", (x) => num(x, 1), (x) => num(x, 1)],
+                ["unserved_requests", "Unserved requests", count, count]];
+  const rows = keys.map(([k, label, f, d]) => [label, tb ? f(tb[k]) : "–", f(ta[k]), tb ? d(ta[k] - tb[k]) : "–"]);
   const costOf = tb ? ta.objective_usd - tb.objective_usd : null;
   const chartEl = h("div", { class: "chart", id: "chart-compare", role: "img", "aria-label": "Site power and cap before and after the event" });
   el.replaceChildren(h("h2", {}, "Before and after"),
-    h("div", { class: "cards" }, card("cost of the event", costOf === null ? "–" : `$${num(costOf)}`),
+    h("div", { class: "cards" }, card("cost of the event", costOf === null ? "–"
+      : `${usdChange(costOf)}${duplicate ? " (already merged: the plan is unchanged)" : ""}`),
       card("plan after", `${after.status}, gap ${pct(after.schedule.mip_gap)}`)),
-    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), chartEl);
+    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), h("div", { class: "chart-wrap" }, chartEl));
   await charts.draw(chartEl, "compare", charts.compareSpec(before, after));
   document.body.dataset.replanned = String(after.plan_id);
 }
@@ -384,10 +499,14 @@ async function flexPage(t0, id) {
       status.replaceChildren();
       await charts.draw(flexEl, "flex", charts.flexSpec(flex.periods[0]));
       drEl.replaceChildren(h("h2", {}, "What-if: the cut"),
-        h("div", { class: "cards" }, card("cost of the cut", `$${num(dr.cost_delta_usd)}`),
+        h("div", { class: "cards" }, card("cost of the cut", usdChange(dr.cost_delta_usd)),
           card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
-        table(["Deployment", "Requests lost", "Value lost (USD)"],
-          Object.entries(dr.demand_lost).map(([n, d]) => [n, num(d.requests, 0), num(d.value_usd)]), [1, 2]));
+        table(["Deployment", "Requests lost to the cut", "Value lost"],
+          Object.entries(dr.demand_lost).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
+        h("p", { class: "muted note", id: "lost-sign" }, "Requests lost: the requests left unserved over the whole horizon "
+          + "with the cut, less those without it. Positive: the cut leaves more unserved. Negative: with the cut "
+          + "this deployment serves more than without it, the re-plan moving GPUs or power to it from the others, "
+          + "or serving it before or after the window."));
     } catch (err) { status.replaceChildren(errorBox(err)); }
   });
   main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, flexEl, drEl);

@@ -30,11 +30,24 @@ export function loadVega() {
 // A chart at its element's width: the width is given in pixels, not as "container",
 // which costs Vega a second layout pass on every draw (about a quarter of a chart's
 // drawing time); the chart is drawn again when its element's width changes.
+//
+// A chart over time (spec.aligned) has its plot at a fixed place and width: its left
+// axis a fixed extent, the plot's width the element's less fixed gutters on either
+// side, and what lies right of the plot (a right axis, the legends) in the right
+// gutter. Every such chart of a page thus puts one time at one x: reading down the
+// page at one time reads one period.
 const drawn = new WeakMap();  // element -> { view, width, observer }
+// left: padding + the y axis' fixed extent + its title; right: a right axis and the
+// legends (below the plot on a phone's width)
+export const GUTTER = { left: 62, get right() { return narrow() ? 62 : 250; } };
 export async function draw(el, name, spec) {
   await loadVega();
   const width = el.clientWidth;
-  const { view } = await window.vegaEmbed(el, { ...spec, width }, { actions: false, renderer: "canvas" });
+  const { aligned, ...rest } = spec;
+  const sized = aligned
+    ? { ...rest, width: Math.max(120, width - GUTTER.left - GUTTER.right), autosize: { type: "pad" } }
+    : { ...rest, width };
+  const { view } = await window.vegaEmbed(el, sized, { actions: false, renderer: "canvas", tooltip });
   const before = drawn.get(el);
   before?.view.finalize();
   const observer = before?.observer ?? new ResizeObserver(() => {
@@ -56,13 +69,74 @@ const BASE = {
   $schema: "https://vega.github.io/schema/vega-lite/v6.json",
   autosize: { type: "fit-x", contains: "padding" },
   get config() {
-    return { legend: { orient: narrow() ? "bottom" : "right", columns: narrow() ? 2 : undefined },
+    return { legend: { orient: narrow() ? "bottom" : "right", columns: narrow() ? 2 : undefined,
+                       labelLimit: 150, titleLimit: 150 },
              title: { anchor: "start", limit: narrow() ? 340 : 0 } };
   },
 };
+// a chart over time: its plot placed as every other one's (see draw); y axes of a
+// fixed extent
+const TIME_BASE = {
+  ...BASE,
+  aligned: true,
+  padding: { left: 5, top: 5, right: 5, bottom: 5 },
+  get config() {
+    return { ...BASE.config, axisY: { minExtent: 40, maxExtent: 40 } };
+  },
+};
 
+// Time is drawn in UTC: a temporal field on a "utc" scale (Vega-Lite otherwise reads
+// and labels it in the browser's time zone), and the axis labels with it.
+const UTC = { type: "utc" };
+export const utcX = (fieldName = "start", extra = {}) => ({ field: fieldName, type: "temporal", scale: UTC, ...extra });
 function periodX(title = "time (UTC)") {
-  return { field: "start", type: "temporal", title, axis: { format: "%H:%M", labelOverlap: true } };
+  return utcX("start", { title, axis: { format: "%H:%M", labelOverlap: true } });
+}
+// "12:00" of an ISO time, in UTC
+export const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
+
+// The tooltip: a compact table kept inside the window (beside the pointer, on the side
+// with room, never above the top or below the bottom), in place of vega-tooltip's,
+// which a long tooltip near the top of the window pushes above it.
+const MARGIN = 8;
+function tipElement() {
+  let el = document.getElementById("vg-tooltip-element");
+  if (!el) {
+    el = document.createElement("div");
+    el.id = "vg-tooltip-element";
+    el.className = "tip";
+    el.setAttribute("role", "tooltip");
+    document.body.append(el);
+  }
+  return el;
+}
+export function placeTip(el, x, y) {
+  const w = el.offsetWidth, hgt = el.offsetHeight;
+  const vw = document.documentElement.clientWidth, vh = window.innerHeight;
+  let left = x + 14;
+  if (left + w > vw - MARGIN) left = x - 14 - w;
+  left = Math.max(MARGIN, Math.min(left, vw - MARGIN - w));
+  let top = y + 14;
+  if (top + hgt > vh - MARGIN) top = y - 14 - hgt;
+  top = Math.max(MARGIN, Math.min(top, vh - MARGIN - hgt));
+  el.style.left = `${left}px`;
+  el.style.top = `${top}px`;
+}
+function tooltip(handler, event, item, value) {
+  const el = tipElement();
+  if (value === null || value === undefined || value === "") { el.hidden = true; return; }
+  const rows = typeof value === "object" ? Object.entries(value) : [["", value]];
+  const table = document.createElement("table");
+  for (const [k, v] of rows) {
+    const tr = table.insertRow();
+    const th = document.createElement("th");
+    th.textContent = k;
+    tr.append(th);
+    tr.insertCell().textContent = v instanceof Date ? v.toISOString() : String(v);
+  }
+  el.replaceChildren(table);
+  el.hidden = false;
+  placeTip(el, event.clientX, event.clientY);
 }
 
 // a colour mixed with white: a deployment's decode layer beside its prefill one
@@ -84,10 +158,13 @@ export function planRows(plan, site) {
   const seconds = plan.period_minutes * 60;
   const stack = [], phases = [], unserved = [], hover = [], cap = [], signal = [];
   for (const p of periods) {
-    const at = { start: p.start, end: p.end, period: p.index };
-    const h = { period: p.index, start: p.start, end: p.end,
-                time: `${p.start.slice(11, 16)}–${p.end.slice(11, 16)} UTC`,
+    const time = `${hhmm(p.start)}–${hhmm(p.end)}`;
+    const at = { start: p.start, end: p.end, period: p.index, time };
+    const room = p.power_cap_w - p.power_w;
+    // the hover row: compact (one line per deployment), headroom with it
+    const h = { period: p.index, start: p.start, end: p.end, time: `${time} UTC`,
                 "site power kW": fmt(kw(p.power_w)), "cap kW": fmt(kw(p.power_cap_w)),
+                "headroom kW": `${fmt(kw(room))} (${fmt(p.power_cap_w ? (100 * room) / p.power_cap_w : 0, 1)}% of the cap)`,
                 "price USD/MWh": fmt(p.price_usd_per_mwh), "carbon g/kWh": fmt(p.carbon_g_per_kwh, 1),
                 "at cap": p.power_w >= p.power_cap_w * (1 - AT_CAP_RTOL) ? "yes" : "no" };
     let lost = 0, lostRps = 0, top = 0;
@@ -99,7 +176,7 @@ export function planRows(plan, site) {
         const w = kw(watts * pue);
         stack.push({ ...at, layer, deployment: name, phase, kw: w, y0: top, y1: top + w });
         top += w;
-        if (phase) split[`${name} ${phase} kW`] = fmt(w);
+        if (phase) split[phase] = fmt(w);
       }
       phases.push({ ...at, deployment: name, phase: "prefill", n: d.n_p });
       phases.push({ ...at, deployment: name, phase: "decode", n: d.n_d });
@@ -108,10 +185,9 @@ export function planRows(plan, site) {
       // periods that serve all their demand draw no bar (most of them: fewer marks to draw)
       if (u > 0) unserved.push({ ...at, deployment: name, rps: u, usd: value, y0: lostRps, y1: lostRps + u });
       lost += value; lostRps += u;
-      h[`${name} nP/nD`] = `${d.n_p}/${d.n_d}`;
-      h[`${name} kW`] = fmt(kw(d.power_w * pue));
-      Object.assign(h, split);
-      h[`${name} served/demand rps`] = `${fmt(d.served_rps)}/${fmt(d.demand_rps)}`;
+      const phaseKw = split.prefill === undefined ? "" : ` (prefill ${split.prefill}, decode ${split.decode})`;
+      h[name] = `nP/nD ${d.n_p}/${d.n_d} · ${fmt(kw(d.power_w * pue))} kW${phaseKw} · `
+        + `served ${fmt(d.served_rps)} of ${fmt(d.demand_rps)} req/s`;
     }
     const idle = kw(p.idle_gpus * idleW * pue);
     stack.push({ ...at, layer: "idle GPUs", kw: idle, y0: top, y1: top + idle });
@@ -135,25 +211,54 @@ export function planRows(plan, site) {
   return { stack, phases, unserved, hover, cap, signal, layers, colours, names };
 }
 
-// windows to shade: the site's events (periods they touch) and every run of periods
-// whose cap is below the horizon's highest
+// an OpenADR payload type as words: IMPORT_CAPACITY_LIMIT -> "import capacity limit"
+const PAYLOADS = { IMPORT_CAPACITY_LIMIT: "import capacity limit", EXPORT_CAPACITY_LIMIT: "export capacity limit",
+                   PRICE: "price", GHG: "carbon intensity", IMPORT_CAPACITY_SUBSCRIPTION: "import capacity subscription" };
+export const payloadName = (t) => PAYLOADS[t] || String(t).toLowerCase().replaceAll("_", " ");
+
+export const EVENT_KINDS = ["posted event", "cap lowered (grid signals)"];
+const EVENT_COLOURS = ["#f0a500", "#c9a0dc"];
+
+// windows to shade, each labelled with its name and cap: the site's events (periods
+// they touch) and every run of periods whose cap is below the horizon's highest that
+// no posted event covers (a cut written into the site's own grid signals)
 export function bands(plan, summary) {
   const periods = plan.schedule.periods;
   const out = [];
+  const covered = new Set();
   for (const e of summary.events || []) {
-    if (e.first_period === null) continue;
-    out.push({ start: e.start, end: e.end, what: `event ${e.eventName || e.programID} (${e.types.join(", ")})` });
+    if (e.first_period === null || e.retracted) continue;
+    for (let t = e.first_period; t < e.end_period; t++) covered.add(t);
+    const cap = e.cap_w === null || e.cap_w === undefined ? "" : ` · ${fmt(kw(e.cap_w), 1)} kW`;
+    out.push({ start: e.start, end: e.end, kind: EVENT_KINDS[0], label: `${e.eventName || e.programID}${cap}`,
+               what: `${e.eventName || e.programID} (${e.types.map(payloadName).join(", ")})${cap}` });
   }
   const top = Math.max(...periods.map((p) => p.power_cap_w));
   let run = null;
   for (const p of periods) {
-    if (p.power_cap_w < top) {
-      if (run && run.last === p.index - 1) { run.end = p.end; run.last = p.index; }
-      else { run = { start: p.start, end: p.end, last: p.index, what: "cap reduced" }; out.push(run); }
-    }
+    if (p.power_cap_w < top && !covered.has(p.index)) {
+      if (run && run.last === p.index - 1) { run.end = p.end; run.last = p.index; run.cap = Math.min(run.cap, p.power_cap_w); }
+      else { run = { start: p.start, end: p.end, last: p.index, cap: p.power_cap_w }; out.push(run); }
+    } else run = null;
   }
-  return out.map(({ start, end, what }) => ({ start, end, what }));
+  return out.map((b) => (b.kind ? b : {
+    start: b.start, end: b.end, kind: EVENT_KINDS[1], label: `cap ${fmt(kw(b.cap), 1)} kW`,
+    what: `cap lowered to ${fmt(kw(b.cap), 1)} kW (site's grid signals)` }));
 }
+
+// the now line: a rule at now, when now lies in the chart's time span
+export function nowRows(startIso, endIso, now = Date.now()) {
+  return now >= Date.parse(startIso) && now < Date.parse(endIso)
+    ? [{ now: new Date(now).toISOString(), label: `now ${new Date(now).toISOString().slice(11, 16)} UTC` }] : [];
+}
+const nowLayer = (rows, withLabel = false) => ({
+  layer: [
+    { name: "now", data: { values: rows }, mark: { type: "rule", color: "#1b1f24", strokeWidth: 2, strokeDash: [6, 3] },
+      encoding: { x: utcX("now") } },
+    ...(withLabel ? [{ data: { values: rows }, mark: { type: "text", align: "left", baseline: "bottom", dx: 4, y: 0, dy: -2, fontWeight: "bold", fontSize: 11 },
+      encoding: { x: utcX("now"), text: { field: "label" } } }] : []),
+  ],
+});
 
 // a field name as Vega-Lite reads it (dots and brackets would be paths)
 const field = (k) => k.replace(/[.[\]\\]/g, "\\$&");
@@ -163,7 +268,7 @@ const hoverLayer = (rows) => ({
   params: [{ name: "hover", select: { type: "point", on: "pointerover", clear: "pointerout" } }],
   mark: { type: "rect" },
   encoding: {
-    x: { field: "start", type: "temporal" }, x2: { field: "end" },
+    x: utcX(), x2: { field: "end" },
     tooltip: Object.keys(rows[0] || {}).filter((k) => k !== "start" && k !== "end")
       .map((k) => ({ field: field(k), title: k })),
     color: { value: "#0b5cad" },
@@ -171,16 +276,24 @@ const hoverLayer = (rows) => ({
   },
 });
 
+// event windows: shaded, in the legend by kind, labelled at the top with name and cap
 const bandLayer = (rows) => ({
-  data: { values: rows },
-  mark: { type: "rect", color: "#f0a500", opacity: 0.18, tooltip: true },
-  encoding: { x: { field: "start", type: "temporal" }, x2: { field: "end" },
-              tooltip: [{ field: "what", title: "window" }] },
+  layer: [
+    { name: "bands", data: { values: rows },
+      mark: { type: "rect", fillOpacity: 0.22, tooltip: true },
+      encoding: { x: utcX(), x2: { field: "end" },
+                  fill: { field: "kind", type: "nominal", title: "windows",
+                          scale: { domain: EVENT_KINDS, range: EVENT_COLOURS } },
+                  tooltip: [{ field: "what", title: "window" }] } },
+    { name: "band_labels", data: { values: rows },
+      mark: { type: "text", align: "left", baseline: "top", dx: 3, y: 2, fontSize: 10, color: "#6b4a00", limit: 160 },
+      encoding: { x: utcX(), text: { field: "label" } } },
+  ],
 });
 
-export function powerSpec(rows, bandRows, signalName) {
+export function powerSpec(rows, bandRows, signalName, now = []) {
   return {
-    ...BASE, height: 300, title: "Site power against the cap",
+    ...TIME_BASE, height: 300, title: "Site power against the cap",
     layer: [
       {
         layer: [
@@ -191,23 +304,24 @@ export function powerSpec(rows, bandRows, signalName) {
             encoding: {
               x: periodX(), x2: { field: "end" },
               y: { field: "y0", type: "quantitative", title: "site power (kW)" }, y2: { field: "y1" },
-              color: { field: "layer", type: "nominal", title: "power of (after PUE)",
+              color: { field: "layer", type: "nominal", title: "drawn by (after PUE)",
                        scale: { domain: rows.layers, range: rows.colours } },
             },
           },
           {
             name: "cap", data: { values: rows.cap },
             mark: { type: "rule", color: "#b42318", strokeWidth: 2 },
-            encoding: { x: { field: "start", type: "temporal" }, x2: { field: "end" },
+            encoding: { x: utcX(), x2: { field: "end" },
                         y: { field: "cap_kw", type: "quantitative" } },
           },
+          nowLayer(now, true),
           hoverLayer(rows.hover),
         ],
       },
       {
         name: "signal", data: { values: rows.signal },
         mark: { type: "line", interpolate: "step-after", color: "#555", strokeDash: [4, 3] },
-        encoding: { x: { field: "start", type: "temporal" },
+        encoding: { x: utcX(),
                     y: { field: signalName, type: "quantitative", title: `${signalName} (dashed)`,
                          scale: { zero: false }, axis: { orient: "right" } } },
       },
@@ -223,9 +337,9 @@ const deploymentColour = (names) => ({
   scale: { domain: names, range: names.map((_, i) => PALETTE[i % PALETTE.length]) },
 });
 
-export function phasesSpec(rows) {
+export function phasesSpec(rows, now = []) {
   return {
-    ...BASE, height: 220, title: "Instances per deployment (prefill solid, decode dashed)",
+    ...TIME_BASE, height: 220, title: "Instances per deployment (prefill solid, decode dashed)",
     layer: [
       {
         name: "instances", data: { values: rows.phases },
@@ -234,22 +348,23 @@ export function phasesSpec(rows) {
           x: periodX(), y: { field: "n", type: "quantitative", title: "instances" },
           color: deploymentColour(rows.names),
           strokeDash: { field: "phase", type: "nominal", sort: ["prefill", "decode"] },
-          tooltip: [{ field: "start", type: "temporal", format: "%H:%M" }, { field: "deployment" },
+          tooltip: [{ field: "time", title: "time (UTC)" }, { field: "deployment" },
                     { field: "phase" }, { field: "n" }],
         },
       },
+      nowLayer(now),
       hoverLayer(rows.hover),
     ],
   };
 }
 
-export function unservedSpec(rows) {
+export function unservedSpec(rows, now = []) {
   const binding = rows.cap.filter((c) => c.at_cap).map((c) => ({ start: c.start, end: c.end, what: "site at its cap" }));
   return {
-    ...BASE, height: 200, title: "Unserved demand (bars) and periods at the cap (shaded red)",
+    ...TIME_BASE, height: 200, title: "Unserved demand (bars) and periods at the cap (shaded red)",
     layer: [
       { data: { values: binding }, mark: { type: "rect", color: "#b42318", opacity: 0.15, tooltip: true },
-        encoding: { x: { field: "start", type: "temporal" }, x2: { field: "end" },
+        encoding: { x: utcX(), x2: { field: "end" },
                     tooltip: [{ field: "what", title: "period" }] } },
       {
         name: "unserved", data: { values: rows.unserved },
@@ -260,6 +375,7 @@ export function unservedSpec(rows) {
           color: deploymentColour(rows.names),
         },
       },
+      nowLayer(now),
       hoverLayer(rows.hover),
     ],
   };
@@ -271,21 +387,28 @@ export function compareSpec(before, after) {
   for (const [label, plan] of [["before", before], ["after", after]]) {
     if (!plan) continue;
     for (const p of plan.schedule.periods) {
-      rows.push({ plan: label, series: "power", start: p.start, end: p.end, kw: kw(p.power_w) });
-      rows.push({ plan: label, series: "cap", start: p.start, end: p.end, kw: kw(p.power_cap_w) });
+      const time = `${hhmm(p.start)}–${hhmm(p.end)}`;
+      rows.push({ plan: label, series: "power", start: p.start, end: p.end, time, kw: kw(p.power_w) });
+      rows.push({ plan: label, series: "cap", start: p.start, end: p.end, time, kw: kw(p.power_cap_w) });
     }
   }
+  const periods = after.schedule.periods;
   return {
-    ...BASE, height: 260, title: "Site power and cap, before and after the event",
-    data: { values: rows },
-    mark: { type: "line", interpolate: "step-after", tooltip: true },
-    encoding: {
-      x: periodX(), y: { field: "kw", type: "quantitative", title: "kW" },
-      color: { field: "plan", type: "nominal", sort: ["before", "after"] },
-      strokeDash: { field: "series", type: "nominal" },
-      tooltip: [{ field: "start", type: "temporal", format: "%H:%M" }, { field: "plan" },
-                { field: "series" }, { field: "kw", format: ".2f" }],
-    },
+    ...TIME_BASE, height: 260, title: "Site power and cap, before and after the event",
+    layer: [
+      {
+        name: "compare", data: { values: rows },
+        mark: { type: "line", interpolate: "step-after", tooltip: true },
+        encoding: {
+          x: periodX(), y: { field: "kw", type: "quantitative", title: "kW" },
+          color: { field: "plan", type: "nominal", sort: ["before", "after"] },
+          strokeDash: { field: "series", type: "nominal" },
+          tooltip: [{ field: "time", title: "time (UTC)" }, { field: "plan" },
+                    { field: "series" }, { field: "kw", format: ".2f" }],
+        },
+      },
+      nowLayer(nowRows(periods[0].start, periods.at(-1).end), true),
+    ],
   };
 }
 
@@ -327,4 +450,56 @@ export function traceSpec(trace) {
                 y: { field: "usd", type: "quantitative", title: "objective (USD)", scale: { zero: false } },
                 color: { field: "what", type: "nominal" } },
   };
+}
+
+// The plot of a drawn chart on the page: its left edge and width (CSS px, the window's
+// coordinates), and its x scale (time -> px from the plot's left edge).
+export function plotOf(el) {
+  const d = drawn.get(el);
+  const canvas = el.querySelector("canvas");
+  if (!d || !canvas) return null;
+  const r = canvas.getBoundingClientRect();
+  const [ox, oy] = d.view.origin();
+  return { left: r.left + ox, top: r.top + oy, width: d.view.width(), height: d.view.height(), x: d.view.scale("x") };
+}
+
+// A crosshair shared by the charts over time of a page (each inside its wrapper, a
+// positioned element): the time under the pointer on any of them is marked on all,
+// the first labelled with the period it falls in.
+export function crosshair(els, periods) {
+  const lines = els.map((el, i) => {
+    const line = document.createElement("div");
+    line.className = "crosshair";
+    line.hidden = true;
+    if (i === 0) line.append(document.createElement("span"));
+    el.parentElement.append(line);
+    return line;
+  });
+  const hide = () => { for (const line of lines) line.hidden = true; };
+  const move = (ev) => {
+    const here = plotOf(ev.currentTarget);
+    if (!here) return;
+    const px = ev.clientX - here.left;
+    if (px < 0 || px > here.width) { hide(); return; }
+    const t = here.x.invert(px);
+    const p = periods.find((q) => Date.parse(q.start) <= t && t < Date.parse(q.end));
+    els.forEach((el, i) => {
+      const plot = plotOf(el);
+      const line = lines[i];
+      if (!plot) { line.hidden = true; return; }
+      const box = el.parentElement.getBoundingClientRect();
+      const x = plot.left - box.left + plot.x(t);
+      line.style.left = `${x}px`;
+      line.classList.toggle("flip", x > box.width / 2);  // its label on the side with room
+      line.style.top = `${plot.top - box.top}px`;
+      line.style.height = `${plot.height}px`;
+      line.dataset.time = new Date(t).toISOString();
+      if (i === 0) line.firstChild.textContent = p ? `${hhmm(p.start)}–${hhmm(p.end)} UTC` : "";
+      line.hidden = false;
+    });
+  };
+  for (const el of els) {
+    el.addEventListener("pointermove", move);
+    el.addEventListener("pointerleave", hide);
+  }
 }
