@@ -72,9 +72,14 @@ def test_site_page_holds_the_targets_now(client: TestClient) -> None:
     body = small_schedule() | {"name": "now", "plan_start": start.isoformat()}
     site_id = client.post("/v1/sites", json=body).json()["id"]
     assert client.post(f"/v1/sites/{site_id}/plan").status_code == 200
-    page = client.get(f"/ui/api/sites/{site_id}/page").json()
-    now = client.get(f"/v1/sites/{site_id}/targets/now").json()
-    assert page["targets_now"]["period"] == now["period"] == 1
+    for _ in range(2):  # once more if an hour boundary fell between the two requests
+        before = (datetime.now(UTC) - start) // timedelta(hours=1)
+        page = client.get(f"/ui/api/sites/{site_id}/page").json()
+        now = client.get(f"/v1/sites/{site_id}/targets/now").json()
+        after = (datetime.now(UTC) - start) // timedelta(hours=1)
+        if before == after:
+            break
+    assert page["targets_now"]["period"] == now["period"] == after  # 1, or 2 past the hour
     assert page["targets_now"]["targets"] == now["targets"]
     assert page["targets_now"]["plan_id"] == now["plan_id"]
 
