@@ -157,6 +157,11 @@ def test_negative_n_p(client):
     assert_problem(r, 422, "n_p")
 
 
+def test_a_configuration_without_instances(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "n_p": 0, "n_d": 0})
+    assert "needs instances" in assert_problem(r, 422, "n_p")["detail"]
+
+
 @pytest.mark.parametrize(
     ("route", "body", "field"),
     [
@@ -512,7 +517,9 @@ def test_a_bad_performance_or_framework_is_a_422_naming_it(client):
         "performance",
     )
     assert_problem(
-        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "tensorflow"}), 422, "framework"
+        client.post("/v1/capacity", json={**KERNEL_BODY, "framework": "tensorflow"}),
+        422,
+        "framework",
     )
     # a framework is only read with kernels: sent with spec it is refused, not ignored
     problem = assert_problem(

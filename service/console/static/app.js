@@ -147,15 +147,21 @@ function siteNav(id, here) {
     h("a", { href: `#/site/${id}${p}`, "aria-current": here === p ? "page" : null }, label)));
 }
 
+// The plan against each baseline. A baseline that breaks a constraint the plan keeps
+// (the cap, the inventory, the transition limits) is marked infeasible: its cost is no
+// comparison (a plan stored before baselines said so: infeasible when it breaks any).
 function baselineTable(plan) {
   const s = plan.schedule;
-  const rows = [["plan", s.totals], ...Object.entries(s.baselines)].map(([name, t]) => [
-    name, `$${num(t.objective_usd)}`, num(t.energy_kwh, 1), `$${num(t.cost_usd)}`, num(t.carbon_kg, 1),
-    num(t.unserved_requests, 0), `$${num(t.unserved_value_usd)}`, t.instance_starts,
-    t.cap_violations ?? 0,
-  ]);
+  const broken = (t) => (t.cap_violations ?? 0) + (t.inventory_violations ?? 0) + (t.limit_violations ?? 0);
+  const rows = [["plan", s.totals, true], ...Object.entries(s.baselines).map(([n, t]) => [n, t, t.feasible ?? broken(t) === 0])]
+    .map(([name, t, feasible]) => [
+      feasible ? name : `${name} (infeasible)`, `$${num(t.objective_usd)}`, num(t.energy_kwh, 1),
+      `$${num(t.cost_usd)}`, num(t.carbon_kg, 1), num(t.unserved_requests, 0),
+      `$${num(t.unserved_value_usd)}`, t.instance_starts, t.cap_violations ?? 0, broken(t),
+    ]);
   return table(["Schedule", "Objective", "Energy kWh", "Energy cost", "Carbon kg", "Unserved requests",
-                "Value lost", "Starts", "Periods over cap"], rows, [1, 2, 3, 4, 5, 6, 7, 8]);
+                "Value lost", "Starts", "Periods over cap", "Constraints broken"], rows,
+               [1, 2, 3, 4, 5, 6, 7, 8, 9]);
 }
 
 // The replica targets of the period now: counts per role and, for a deployment that
