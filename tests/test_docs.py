@@ -118,7 +118,7 @@ def test_the_pipeline_runs_the_listed_phases_in_their_order() -> None:
     tree = parse(REPO / "formulation" / "solve.py")
     pipeline = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_phases")
     calls = [
-        node
+        (node.lineno, node.col_offset, node.args[0].value)
         for node in ast.walk(pipeline)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -126,7 +126,7 @@ def test_the_pipeline_runs_the_listed_phases_in_their_order() -> None:
         and node.args
         and isinstance(node.args[0], ast.Constant)
     ]
-    opened = [c.args[0].value for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+    opened = [name for _, _, name in sorted(calls)]
     opened_in_order = sorted(set(opened), key=opened.index)
     assert opened_in_order == [p.name for p in PHASES]
 
