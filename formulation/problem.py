@@ -22,6 +22,7 @@ Choices where SPEC is silent:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -186,6 +187,34 @@ def expand_series(path: str, value: float | Sequence[float], n: int) -> tuple[fl
     return tuple(float(v) for v in vals)
 
 
+def horizon(req: ScheduleRequest) -> int:
+    """The number of periods: the length every per-period series of the request shares
+    (each deployment's ``demand_rps`` and each grid series given as a list). When they
+    differ, the length most of them have (``deployments[0].demand_rps``'s on a tie) is
+    the horizon, and the error names the first series of another length."""
+    series = [
+        (f"deployments[{i}].demand_rps", len(d.demand_rps)) for i, d in enumerate(req.deployments)
+    ]
+    for fld in ("power_cap_w", "price_usd_per_mwh", "carbon_g_per_kwh"):
+        value = getattr(req.grid, fld)
+        if isinstance(value, list):
+            series.append((f"grid.{fld}", len(value)))
+    counts = Counter(n for _, n in series)
+    first = series[0][1]
+    n = max(counts, key=lambda k: (counts[k], k == first))
+    odd = [(path, k) for path, k in series if k != n]
+    if odd:
+        path, k = odd[0]
+        agree = [p for p, m in series if m == n]
+        named = ", ".join(agree[:2]) + (f" and {len(agree) - 2} more" if len(agree) > 2 else "")
+        raise InputError(
+            path,
+            f"has {k} values but the horizon has {n} periods "
+            f"({named} {'has' if len(agree) == 1 else 'have'} {n})",
+        )
+    return n
+
+
 def validate(p: ScheduleProblem) -> None:
     """The rules the request schema cannot state, checked before the catalog is read:
     across fields (series lengths, names, inventories, bounds, initial states) and the
@@ -292,7 +321,7 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
         )
         for d in req.deployments
     )
-    n = len(deps[0].demand_rps)
+    n = horizon(req)
     site = SiteInput(
         gpu_inventory=dict(req.site.gpu_inventory),
         pue=req.site.pue,

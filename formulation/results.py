@@ -65,6 +65,11 @@ class Totals(BaseModel):
 class BaselineOut(Totals):
     cap_violations: int
     limit_violations: int
+    feasible: bool = Field(
+        description="false when the baseline breaks a constraint the schedule keeps (the "
+        "cap, the inventory, the transition limits or the served loads): then its cost and "
+        "savings are no comparison"
+    )
 
 
 class SettingPair(BaseModel):
@@ -101,6 +106,7 @@ def _totals(p: Priced) -> dict[str, Any]:
 def _baseline(p: Priced, best: Priced) -> dict[str, Any]:
     out = _totals(p)
     out.update(p.violations())
+    out["feasible"] = p.violation_free
     saving = p.objective_usd - best.objective_usd
     out["savings_usd"] = saving
     out["savings_pct"] = 100.0 * saving / p.objective_usd if p.objective_usd else 0.0

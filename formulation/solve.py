@@ -1,60 +1,19 @@
 """Solve a schedule problem and report it (SPEC 4 and the response of SPEC 6.1).
 
-One pipeline for every size, :func:`solve`; its phases run top to bottom, each named
-in ``stats["phases"]`` with its time, and share the time limit through one
-:class:`TimeBudget`:
+One pipeline for every size, :func:`solve`; its phases run top to bottom
+(:func:`_phases`), each named in ``stats["phases"]`` with its time, and share the time
+limit through one :class:`TimeBudget`. What each phase does and when it runs is
+:data:`formulation.phases.PHASES`, the one list of them (``docs/schedule.md`` and the
+README are written from it); a phase not listed there is refused.
 
-1. ``tables``: candidate tables, the memory budget and the checks that need no solve
-   (a cap below the least the site can draw is reported with its periods);
-2. ``baselines``: SPEC's ``static_peak`` and ``greedy``, and ``greedy_ramped`` (within
-   transition limits); the best violation-free one is the first incumbent;
-   ``one_period_bound`` (when the greedy baseline found the one-period optima cheaply,
-   ``_cheap_rounds``): the guided window's first bound, exact DPs outside the span
-   where the site binds and the one-period optima inside it
-   (:func:`formulation.primal.window.guided_start`), taken before the relaxation, which stops
-   once its master LP falls to it;
-3. ``relaxation``: Lagrangian relaxation of the site cap and GPU inventories with each
-   deployment's exact DP, restricted to what the site allows it, as the subproblem
-   (:mod:`formulation.bounds.lagrange`). Its best bound is the proven lower bound; with one
-   deployment the first point is already the exact optimum;
-   ``lp_support`` (after column generation): the compact MILP restricted to the
-   configurations of the final master LP's columns and of the incumbent, every period
-   (price-and-branch on the LP's support); schedules only;
-4. ``repair`` (not when the window is guided: phase 5 repairs its own starts):
-   Lagrangian heuristic: the DP solutions at the best multipliers, made feasible by
-   exact per-deployment re-optimisation (:mod:`formulation.primal.heuristics`), which
-   respects transition limits;
-5. ``exact_window``: the MILP over the periods where the site constraints bind, the
-   others solved exactly by DP, over the choices Lagrangian pruning keeps
-   (:mod:`formulation.primal.window`). When the exact one-period optima are cheap (the greedy
-   baseline measures them, ``_guided``) the window is guided by them instead: its
-   Lagrangian decomposition (one-period optima, cap included, against each
-   deployment's path) can be far stronger than the relaxation; it reports every
-   better bound and schedule as it finds them. The window MILP over pruned choices
-   runs only when the model it would build fits in the time left (``Run.fits``);
-6. ``neighbourhoods``: with whatever time is left, Pyomo + HiGHS MILPs restricted to
-   corridors of configurations around the incumbent and the Lagrangian paths (local
-   branching), the radius growing while a corridor is solved without improvement:
-   schedules only; when column generation stopped short of convergence they end
-   ``TimeBudget.RESUMED_RELAXATION`` of the limit before its end;
-7. ``relaxation_resumed``: when the phases before end ahead of the limit with column
-   generation short of convergence and the gap open, column generation goes on from
-   the columns, master LP and multipliers phase 3 stopped with, in whole rounds until
-   the limit (its longest round must fit in the time left); its better bounds are
-   reported as found;
-8. ``lp_support_resumed`` and ``neighbourhoods_resumed``: when phase 7 ends before the
-   limit (converged, or no further round to gain) with the gap open, the MILP over the
-   support of its master LP (as ``lp_support``, from the columns phase 7 added), then
-   the neighbourhoods from where phase 6 stopped (its radius and windows), until the
-   limit.
+The relaxation finds its multipliers by column generation with dual smoothing
+(``auto``, default) or by the volume algorithm (``volume``); on the benchmark sites
+column generation reaches the Lagrangian dual optimum sooner (``docs/schedule.md``). A
+caller's ``monitor`` sees the state as it changes and may stop the solve (jobs'
+cancellation).
 
-Phase 3 finds its multipliers by column generation with dual smoothing (``auto``,
-default) or by the volume algorithm (``volume``); on the benchmark sites column
-generation reaches the Lagrangian dual optimum sooner (``docs/schedule.md``). A caller's
-``monitor`` sees the state as it changes and may stop the solve (jobs' cancellation).
-
-``Method.COMPACT`` replaces phases 3-6 by the compact MILP over every candidate in one
-HiGHS run (exact, for small instances and as the reference).
+``Method.COMPACT`` replaces the phases after ``baselines`` by the compact MILP over
+every candidate in one HiGHS run (exact, for small instances and as the reference).
 
 The reported gap is always measured against a bound that holds for the full problem;
 restrictions used to find schedules never enter it, and it never falls below the sum
@@ -113,6 +72,7 @@ from formulation.milp.compact import (
     estimated_root_s,
     solve_compact,
 )
+from formulation.phases import PHASE_NAMES
 from formulation.primal.baselines import (
     GreedyReport,
     greedy_ramped,
@@ -282,6 +242,8 @@ class Run:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if name not in PHASE_NAMES:  # the list the documents are written from
+            raise ValueError(f"phase {name!r} is not in formulation.phases.PHASES")
         t0 = time.perf_counter()
         self.current = name
         self._notify()
@@ -476,8 +438,8 @@ def _cheap_rounds(run: Run) -> bool:
 
 def _one_period_bound(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> GuidedStart:
     """The guided window's first bound, taken before the relaxation because it is cheap
-    here (``_cheap_rounds``) and can be far stronger (2 x 32 GPUs: 3,804 against the
-    relaxation's 3,640 USD); the relaxation then stops once its master LP falls to it."""
+    here (``_cheap_rounds``) and can be far stronger (measured in
+    ``docs/performance.md``); the relaxation then stops once its master LP falls to it."""
     run.say("one-period bound: exact one-period optima where the site binds, DPs elsewhere")
     t0 = time.perf_counter()
     deadline = run.budget.deadline(TimeBudget.ONE_PERIOD_BOUND)

@@ -251,6 +251,8 @@ def capacity_report(
     for name, v in (("n_p", n_p), ("n_d", n_d)):
         if int(v) != v or v < 0:
             raise InputError(name, "must be an integer >= 0")
+    if n_p == 0 and n_d == 0:  # nothing to report: no capacity, power or bottleneck
+        raise InputError("n_p", "n_p and n_d are both 0: a configuration needs instances")
     if load_rps is not None and (not np.isfinite(load_rps) or load_rps < 0):
         raise InputError("load", "must be finite and >= 0")
     load = None if load_rps is None else [load_rps]

@@ -498,10 +498,10 @@ def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         )
     try:
         text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError("trace", f"file {label} not found") from None
+    except FileNotFoundError:  # the path as given: the folder may be what is wrong
+        raise InputError("trace", f"file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("trace", f"cannot read {label}: {exc}") from None
+        raise InputError("trace", f"cannot read {path}: {exc}") from None
     if suffix in _CSV_SUFFIXES:
         ins, outs = _parse_csv(text, label)
     else:
@@ -738,7 +738,10 @@ def _workload_from_trace(path_text: str) -> Workload:
     if not path_text:
         raise InputError("workload", "trace: needs a file path, e.g. trace:requests.csv")
     path = Path(path_text)
-    l_in, l_out = load_trace(path)
+    try:
+        l_in, l_out = load_trace(path)
+    except InputError as e:  # the field at fault is the workload
+        raise InputError("workload", f"trace: {e.reason}") from None
     return Workload.from_samples(
         l_in,
         l_out,
@@ -753,10 +756,10 @@ def _workload_from_moments(path_text: str) -> Workload:
     path = Path(path_text)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("workload", f"moments file {path.name} not found") from None
+    except FileNotFoundError:  # the path as given: the folder may be what is wrong
+        raise InputError("workload", f"moments file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("workload", f"cannot read moments file {path.name}: {exc}") from None
+        raise InputError("workload", f"cannot read moments file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(
             "workload", f"moments file {path.name} is not valid JSON: {exc.msg} (line {exc.lineno})"

@@ -105,3 +105,36 @@ def test_relative_links_resolve(doc: Path) -> None:
 def test_readme_is_short() -> None:
     lines = len((REPO / "README.md").read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines"
+
+
+# ---------------------------------------------------------------- the phase list
+
+
+def test_the_pipeline_runs_the_listed_phases_in_their_order() -> None:
+    """``formulation.phases.PHASES`` is the one list: ``_phases`` opens exactly its
+    phases, in its order (read from the source, so a phase that rarely runs counts)."""
+    from formulation.phases import PHASES
+
+    tree = parse(REPO / "formulation" / "solve.py")
+    pipeline = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_phases")
+    calls = [
+        (node.lineno, node.col_offset, node.args[0].value)
+        for node in ast.walk(pipeline)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "phase"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    opened = [name for _, _, name in sorted(calls)]
+    opened_in_order = sorted(set(opened), key=opened.index)
+    assert opened_in_order == [p.name for p in PHASES]
+
+
+@pytest.mark.parametrize("document", ["docs/schedule.md", "README.md"])
+def test_the_documents_phase_lists_are_written_from_the_table(document: str) -> None:
+    from formulation.phases import BEGIN, DOCUMENTS, END
+
+    text = (REPO / document).read_text(encoding="utf-8")
+    block = f"{BEGIN}\n{DOCUMENTS[document]()}\n{END}"
+    assert block in text, f"{document}: run python -m formulation.phases --write"

@@ -37,7 +37,8 @@ import pyomo.environ as pyo
 from formulation.budget import HIGHS_AT_LEAST_S, HIGHS_SHARE, Deadline
 from formulation.data import ScheduleData, site_constant_usd
 from formulation.evaluate import Schedule
-from formulation.milp.highs import PROCESS, lp_arrays, stdout_to_stderr
+from formulation.milp.highs import PROCESS, lp_arrays
+from formulation.milp.highs_child import stdout_discarded
 from formulation.processes.interrupt import STOP
 
 log = logging.getLogger(__name__)
@@ -404,7 +405,7 @@ def solve_model(
     if start is not None:
         set_start(m, start)
     t0 = time.perf_counter()
-    with stdout_to_stderr():  # HiGHS's banner and log never reach standard output
+    with stdout_discarded():  # HiGHS's banner (its log is off) never reaches the user
         opt.set_instance(m)
     highs = opt._solver_model
     col_of = opt._pyomo_var_to_solver_var_map

@@ -10,15 +10,56 @@ root node's separation rounds, and only a process boundary makes the limit hard.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import highspy
 import numpy as np
 
 from formulation.processes.lifetime import kill_on_parent_death
+
+
+def flush_c_stdio() -> None:
+    """Write out what the C library holds buffered for the standard streams."""
+    with suppress(OSError, AttributeError):  # no C library to flush: nothing buffered
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextmanager
+def stdout_discarded() -> Iterator[None]:
+    """Within the block, whatever native code writes to descriptor 1 is dropped: HiGHS
+    prints its banner there when a process constructs its first model, before any
+    option can silence it (on the command line that is noise on standard error under
+    ``--json``, once per process that runs HiGHS)."""
+    sys.stdout.flush()
+    flush_c_stdio()
+    try:
+        saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # pragma: no cover - no standard output, or no null device
+        yield
+        return
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        flush_c_stdio()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def new_highs() -> highspy.Highs:
+    """A ``highspy.Highs`` with its log off, its banner dropped (:func:`stdout_discarded`)."""
+    with stdout_discarded():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+    return h
 
 
 def serve(conn: Any, parent_pid: int) -> None:
@@ -63,8 +104,7 @@ class _Duplex:
 
 
 def solve(conn: Any, msg: dict[str, Any]) -> None:
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = new_highs()
     lp = highspy.HighsLp()
     lp.num_col_ = int(msg["num_col"])
     lp.num_row_ = int(msg["num_row"])

@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pdwatt",
         description="Power-aware provisioning of prefill/decode disaggregated LLM inference.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     core.register(sub)
     simulate.register(sub)
@@ -29,6 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.register(sub)
     serve.register(sub)
     return p
+
+
+def version() -> str:
+    """The installed package's version (its metadata); a source tree that was never
+    installed says so."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("pdwatt")
+    except PackageNotFoundError:
+        return "(not installed: no package metadata)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if getattr(a, "json", False) and out is not None:
         write_json(out, sys.stdout)
-    return 0
+    return int(getattr(a, "exit_status", 0))  # 1: the result printed, a file not written
 
 
 #: Above this size (characters, compact) ``--json`` output is written compact: indenting

@@ -9,9 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 from model.errors import InputError
-from service.cli.solving import Progress, add_host_args, host_from_args, load_body
+from service.cli.solving import (
+    Progress,
+    add_host_args,
+    check_output,
+    host_from_args,
+    load_body,
+    write_output,
+)
 
 DEMO_FLEX_PERIOD = 72  # 18:00, the demo's evening peak
+DR_DEMO_PNG = "pdwatt-dr-demo.png"
+FLEX_DEMO_PNG = "pdwatt-flex-demo.png"
 
 
 def _hhmm(minute: float) -> str:
@@ -146,6 +155,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.solve import InfeasibleError
     from formulation.whatif.dr import DEMO_EVENT, demand_response
 
+    check_output(_plot(a, DR_DEMO_PNG), "--plot")  # before the solves
     body = load_body(a)
     if a.event:
         event = _load_json(a.event, "--event")
@@ -162,7 +172,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         raise
     from service.charts_dr import dr_chart
 
-    return _report(a, result, "demand response", "pdwatt-dr-demo.png", dr_chart, print_dr)
+    return _report(a, result, "demand response", DR_DEMO_PNG, dr_chart, print_dr)
 
 
 def _report(
@@ -173,16 +183,20 @@ def _report(
     chart: Callable[[dict[str, Any], str, str], Any],
     show: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
-    """Chart ``result`` (to ``--plot``, or ``demo_file`` for a demo shown as text), print
-    it unless ``--json``, and return it."""
-    plot = a.plot or (demo_file if a.demo and not a.json else None)
-    if plot:
-        chart(result, plot, f"pdwatt demo: {what}" if a.demo else what)
+    """Print ``result`` unless ``--json``, chart it (to ``--plot``, or ``demo_file`` for a
+    demo shown as text) and return it."""
+    plot = _plot(a, demo_file)
     if not a.json:
         show(result)
-        if plot:
-            print(f"chart written to {plot}")
+    if plot:
+        title = f"pdwatt demo: {what}" if a.demo else what
+        write_output(a, "--plot", lambda: chart(result, plot, title), "chart", plot)
     return result
+
+
+def _plot(a: argparse.Namespace, demo_file: str) -> str | None:
+    """The chart's file: ``--plot``, else ``demo_file`` for a demo shown as text."""
+    return a.plot or (demo_file if a.demo and not a.json else None)
 
 
 # --------------------------------------------------------------------------- flex
@@ -231,6 +245,7 @@ def print_flex(r: dict[str, Any]) -> None:
 def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.whatif.flex import flexibility_curve
 
+    check_output(_plot(a, FLEX_DEMO_PNG), "--plot")  # before the solves
     body = load_body(a)
     period = a.period
     if period is None and a.demo and not a.all:
@@ -238,7 +253,7 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     result = flexibility_curve(body, period, a.points, host=host_from_args(a, body))
     from service.charts_dr import flex_chart
 
-    return _report(a, result, "flexibility", "pdwatt-flex-demo.png", flex_chart, print_flex)
+    return _report(a, result, "flexibility", FLEX_DEMO_PNG, flex_chart, print_flex)
 
 
 def register(sub: Any) -> None:

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from formulation.problem import problem_from_dict
+from formulation.problem import ScheduleProblem, problem_from_dict
 from service.cli.calibrate import calibration_for_gpu, read_calibration_file
-from service.cli.solving import Progress, add_host_args, host_from_args, load_body
+from service.cli.solving import (
+    Progress,
+    add_host_args,
+    check_output,
+    host_from_args,
+    load_body,
+    write_output,
+)
 
 
-def print_summary(resp: dict[str, Any]) -> None:
-    tot = resp["totals"]
+def print_summary(resp: dict[str, Any], problem: ScheduleProblem) -> None:
+    """The text report of a schedule: what was solved, the status, the schedule against
+    the baselines, a table every 2 hours and where the unserved requests are."""
+    print(describe_problem(problem))
     print(
         f"status {resp['status']}: objective ${resp['objective_usd']:.2f}, proven gap "
         f"{100 * resp['mip_gap']:.3f}% (lower bound ${resp['lower_bound_usd']:.2f}), "
@@ -20,53 +31,166 @@ def print_summary(resp: dict[str, Any]) -> None:
     for d in resp["deployments"]:
         if not d["calibration_measured"]:
             print(f"note: {d['name']} uses an ESTIMATED calibration for {d['model']} on {d['gpu']}")
+    print_baselines(resp)
+    sec = 60.0 * problem.period_minutes
+    print_windows(resp, sec)
+    print_losses(resp, sec)
+
+
+def describe_problem(p: ScheduleProblem) -> str:
+    """What a schedule request asks, in one paragraph: the GPUs, the deployments, the
+    horizon and the site cap (its usual value and where it differs)."""
+    gpus = ", ".join(f"{n} {g.upper()}" for g, n in p.site.gpu_inventory.items())
+    deps = "; ".join(f"{d.name} ({d.model}, {d.workload})" for d in p.deployments)
+    hours = p.n_periods * p.period_minutes / 60.0
+    return (
+        f"site: {gpus} GPUs; {len(p.deployments)} deployment"
+        f"{'' if len(p.deployments) == 1 else 's'}: {deps}\n"
+        f"horizon: {p.n_periods} periods x {p.period_minutes:g} min ({hours:g} h); "
+        f"{describe_cap(p.grid.power_cap_w, p.period_minutes)}"
+    )
+
+
+def describe_cap(cap_w: Sequence[float], period_minutes: float) -> str:
+    """The site cap: its most common value, then each run of periods where it differs
+    (at most four named; more are counted)."""
+    usual = Counter(cap_w).most_common(1)[0][0]
+    runs: list[tuple[int, int, float]] = []  # (first, end, value) where the cap is not usual
+    for t, v in enumerate(cap_w):
+        if v == usual:
+            continue
+        if runs and runs[-1][1] == t and runs[-1][2] == v:
+            runs[-1] = (runs[-1][0], t + 1, v)
+        else:
+            runs.append((t, t + 1, v))
+    text = f"site cap {usual / 1e3:g} kW"
+    if not runs:
+        return text
+    named = [
+        f"{v / 1e3:g} kW {_clock(a * period_minutes)}-{_clock(b * period_minutes)}"
+        for a, b, v in runs[:4]
+    ]
+    more = f" and {len(runs) - 4} more changes" if len(runs) > 4 else ""
+    return f"{text}, cut to " + ", ".join(named) + more
+
+
+def _clock(minute: float) -> str:
+    """A minute of the horizon as hh:mm from its start (days past the first counted on)."""
+    h, m = divmod(int(round(minute)), 60)
+    return f"{h:02d}:{m:02d}"
+
+
+def print_baselines(resp: dict[str, Any]) -> None:
+    """The schedule against each baseline. A baseline that breaks a constraint is not a
+    schedule one could run: it is marked infeasible and its saving is not given."""
+    tot = resp["totals"]
     rows = [("schedule", tot, None)] + [(k, v, v) for k, v in resp["baselines"].items()]
     hdr = (
-        f"{'':12} {'objective $':>12} {'energy kWh':>11} {'cost $':>9} {'carbon kg':>10} "
-        f"{'unserved req':>13} {'unserved $':>11} {'trans. $':>9} {'viol.':>6} {'saving':>8}"
+        f"{'':14} {'objective $':>12} {'energy kWh':>11} {'cost $':>9} {'carbon kg':>10} "
+        f"{'unserved req':>13} {'unserved $':>11} {'trans. $':>9} {'viol.':>6} {'saving':>10}"
     )
     print(hdr)
     for name, t, b in rows:
-        viol = (
-            "-"
-            if b is None
-            else str(b["cap_violations"] + b["limit_violations"] + b["inventory_violations"])
-        )
-        save = "" if b is None else f"{b['savings_pct']:.1f}%"
+        viol = "-" if b is None else str(violations(b))
+        if b is None:
+            save = ""
+        elif not b["feasible"]:
+            save, name = "infeasible", name + " *"
+        else:
+            save = f"{b['savings_pct']:.1f}%"
         print(
-            f"{name:12} {t['objective_usd']:12.2f} {t['energy_kwh']:11.1f} {t['cost_usd']:9.2f} "
+            f"{name:14} {t['objective_usd']:12.2f} {t['energy_kwh']:11.1f} {t['cost_usd']:9.2f} "
             f"{t['carbon_kg']:10.1f} {t['unserved_requests']:13.0f} "
-            f"{t['unserved_value_usd']:11.2f} {t['transition_cost_usd']:9.2f} {viol:>6} {save:>8}"
+            f"{t['unserved_value_usd']:11.2f} {t['transition_cost_usd']:9.2f} {viol:>6} {save:>10}"
         )
     print("(viol.: periods breaking the cap, the inventory or the transition limits)")
+    if any(not b["feasible"] for b in resp["baselines"].values()):
+        print(
+            "* infeasible: breaks the constraints the schedule keeps, so its cost is no comparison"
+        )
+
+
+def violations(b: dict[str, Any]) -> int:
+    """The constraints a baseline breaks, counted per period (and deployment)."""
+    return int(b["cap_violations"] + b["limit_violations"] + b["inventory_violations"])
+
+
+def _windows(periods: list[dict[str, Any]], sec: float) -> list[list[dict[str, Any]]]:
+    """The periods in windows of 2 hours (one period each when periods are longer)."""
+    stride = max(1, round(7200.0 / sec))
+    return [periods[i : i + stride] for i in range(0, len(periods), stride)]
+
+
+def _unserved(p: dict[str, Any], name: str, seconds: float) -> float:
+    d = p["deployments"][name]
+    return max(0.0, d["demand_rps"] - d["served_rps"]) * seconds
+
+
+def print_windows(resp: dict[str, Any], sec: float) -> None:
+    """Every 2 hours: the instances at the window's start, served and demand as means
+    over the whole window (not its first period) and the requests left unserved in it."""
     names = [d["name"] for d in resp["deployments"]]
-    print("\nper deployment, every 2 hours: n_P/n_D, served/demand req/s")
     periods = resp["periods"]
-    stride = (
-        max(1, round(120 / max(periods[1]["start_minute"] - periods[0]["start_minute"], 1e-9)))
-        if len(periods) > 1
-        else 1
+    print(
+        "\nper deployment, every 2 hours: n_P/n_D at the window's start and served/demand "
+        "req/s,\nmeans over the window; the window's peak site power, the cap in its period and "
+        "the unserved requests"
     )
-    print(f"{'time':>6} {'site kW':>8} {'cap kW':>7}  " + "  ".join(f"{n:>22}" for n in names))
-    for p in periods[::stride]:
-        h = p["start_minute"] / 60.0
+    print(
+        f"{'time':>6} {'peak kW':>8} {'cap there':>9}  "
+        + "  ".join(f"{n:>22}" for n in names)
+        + f"  {'unserved req':>12}"
+    )
+    for win in _windows(periods, sec):
         cells = []
         for n in names:
-            d = p["deployments"][n]
+            d = win[0]["deployments"][n]
+            served = sum(p["deployments"][n]["served_rps"] for p in win) / len(win)
+            demand = sum(p["deployments"][n]["demand_rps"] for p in win) / len(win)
             cells.append(
-                f"{str(d['n_p']) + 'P' + str(d['n_d']) + 'D':>6} "
-                f"{d['served_rps']:6.1f}/{d['demand_rps']:<6.1f}"
+                f"{str(d['n_p']) + 'P' + str(d['n_d']) + 'D':>6} {served:6.1f}/{demand:<6.1f}"
             )
+        lost = sum(_unserved(p, n, sec) for p in win for n in names)
+        peak = max(win, key=lambda p: p["power_w"])
         print(
-            f"{int(h):02d}:{int(round((h % 1) * 60)):02d} {p['power_w'] / 1e3:8.1f} "
-            f"{p['power_cap_w'] / 1e3:7.1f}  " + "  ".join(f"{c:>22}" for c in cells)
+            f"{_clock(win[0]['start_minute']):>6} {peak['power_w'] / 1e3:8.1f} "
+            f"{peak['power_cap_w'] / 1e3:9.1f}  "
+            + "  ".join(f"{c:>22}" for c in cells)
+            + f"  {lost:12,.0f}"
         )
+
+
+def print_losses(resp: dict[str, Any], sec: float) -> None:
+    """Where the unserved requests are: per deployment, the requests and the periods."""
+    periods = resp["periods"]
+    lines = []
+    for d in resp["deployments"]:
+        n = d["name"]
+        at = [p for p in periods if _unserved(p, n, sec) >= 0.5]
+        if not at:
+            continue
+        lost = sum(_unserved(p, n, sec) for p in at)
+        first, last = at[0], at[-1]
+        end = _clock(last["start_minute"] + sec / 60.0)
+        where = (
+            f"in period {first['index']} ({_clock(first['start_minute'])}-{end})"
+            if len(at) == 1
+            else f"in {len(at)} periods of {first['index']}-{last['index']} "
+            f"({_clock(first['start_minute'])}-{end})"
+        )
+        lines.append(f"  {n}: {lost:,.0f} requests {where}")
+    if lines:
+        print("unserved requests, where they are:")
+        print("\n".join(lines))
 
 
 def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.results import response, to_csv
     from formulation.solve import solve
 
+    plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
+    check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
+    check_output(plot, "--plot", chart=True)  # would otherwise lose the solve's result
     body = load_body(a)
     if a.calibration:
         body = with_calibration_file(body, a.calibration)
@@ -74,21 +198,21 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     with Progress(quiet=a.json and not a.progress) as prog:
         outcome = solve(problem, prog)
     resp = response(outcome)
+    if not a.json:
+        print_summary(resp, problem)
     if a.csv:
-        with open(a.csv, "w", encoding="utf-8") as fh:
-            fh.write(to_csv(resp))
-    plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
+        write_output(a, "--csv", lambda: _write_text(a.csv, to_csv(resp)), "per-period table")
     if plot:
         from service.charts import schedule_chart
 
-        schedule_chart(resp, plot, "pdwatt demo site" if a.demo else "pdwatt schedule")
-    if not a.json:
-        print_summary(resp)
-        if a.csv:
-            print(f"per-period table written to {a.csv}")
-        if plot:
-            print(f"chart written to {plot}")
+        title = "pdwatt demo site" if a.demo else "pdwatt schedule"
+        write_output(a, "--plot", lambda: schedule_chart(resp, plot, title), "chart", plot)
     return resp
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def with_calibration_file(body: dict[str, Any], path: str) -> dict[str, Any]:

@@ -15,7 +15,9 @@ from model.errors import InputError
 
 def register(sub: Any) -> None:
     """Add ``serve``, ``worker`` and ``db`` to an ``add_subparsers()`` object."""
-    sv = sub.add_parser("serve", help="run the HTTP service (OpenAPI docs at /docs)")
+    sv = sub.add_parser(
+        "serve", help="run the HTTP service (the console at /ui/, OpenAPI docs at /docs)"
+    )
     sv.add_argument("--host", help="bind address (default: PDWATT_HOST or 127.0.0.1)")
     sv.add_argument("--port", type=int, help="port (default: PDWATT_PORT or 8000)")
     sv.add_argument("--workers", type=int, help="concurrent solves (default: PDWATT_WORKERS or 2)")
@@ -62,6 +64,15 @@ def cmd_db_upgrade(a: argparse.Namespace) -> None:
     print(f"database schema: {before} -> {SCHEMA_REVISION}")
 
 
+def start_line(host: str, port: int) -> str:
+    """What ``pdwatt serve`` says when it starts: where the service, its console and its
+    API documentation are."""
+    from service.console import CONSOLE_PATH, DOCS_PATH
+
+    base = f"http://{host}:{port}"
+    return f"pdwatt service on {base} (console: {base}{CONSOLE_PATH}/, docs: {base}{DOCS_PATH})"
+
+
 def cmd_serve(a: argparse.Namespace) -> None:
     import uvicorn
 
@@ -72,9 +83,7 @@ def cmd_serve(a: argparse.Namespace) -> None:
     settings = get_settings()
     host = a.host or settings.host
     port = a.port or settings.port
-    print(
-        f"pdwatt service on http://{host}:{port} (docs: http://{host}:{port}/docs)", file=sys.stderr
-    )
+    print(start_line(host, port), file=sys.stderr)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler
     # that was in place before it started; make that one a normal exit (status 0, atexit
     # hooks run so the solver worker processes are joined) instead of death by signal.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from formulation.demo import demo_request
@@ -44,6 +46,52 @@ class Progress:
         self.last = msg
         if not self.quiet and not msg.startswith("decomposition: round"):
             print(f"[{time.perf_counter() - self.t0:5.1f} s] {msg}", file=sys.stderr)
+
+
+def check_output(path: str | None, option: str, chart: bool = False) -> None:
+    """Refuse, before any solve, an output ``path`` that cannot be written: its folder
+    missing or not writable, the path a folder or a read-only file, or (``chart``) a file
+    type the chart cannot be drawn as. The error names ``option``."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InputError(option, f"{path} is a directory, not a file")
+    if not os.path.isdir(folder):
+        raise InputError(option, f"cannot write {path}: folder {folder} does not exist")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise InputError(option, f"cannot write {path}: the file is read-only")
+    if not os.path.exists(path) and not os.access(folder, os.W_OK):
+        raise InputError(option, f"cannot write {path}: folder {folder} is not writable")
+    if chart:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kind = os.path.splitext(path)[1].lstrip(".").lower()
+        types = FigureCanvasBase.get_supported_filetypes()
+        if kind and kind not in types:
+            raise InputError(
+                option,
+                f"cannot draw a .{kind} file: the chart is written as "
+                + ", ".join(f".{t}" for t in sorted(types)),
+            )
+
+
+def write_output(
+    a: argparse.Namespace, option: str, write: Callable[[], None], what: str, path: str = ""
+) -> None:
+    """Run ``write`` (a file the result goes to, after the solve); says where it went
+    unless ``--json``. A file that still cannot be written (checked before the solve by
+    :func:`check_output`; the disk may have changed since) is reported naming ``option``
+    and the command ends with status 1, the result still printed."""
+    path = path or getattr(a, option.lstrip("-"))
+    try:
+        write()
+    except OSError as e:
+        print(f"error: {option}: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        a.exit_status = 1
+        return
+    if not a.json:
+        print(f"{what} written to {path}")
 
 
 def load_body(a: argparse.Namespace) -> dict[str, Any]:

@@ -26,13 +26,16 @@ VENDOR = STATIC / "vendor"
 SWAGGER_UI = VENDOR / "swagger-ui-dist"
 #: where Swagger UI's files are served
 SWAGGER_UI_PATH = "/static/swagger-ui"
+#: the API documentation and the console (``pdwatt serve`` names both when it starts)
+DOCS_PATH = "/docs"
+CONSOLE_PATH = "/ui"
 
 
 def install(app: FastAPI) -> None:
     """Serve ``/docs``, ``/static/swagger-ui/`` and the console on ``app``; the
     application must be created with ``docs_url=None`` and ``redoc_url=None``."""
 
-    @app.get("/docs", include_in_schema=False)
+    @app.get(DOCS_PATH, include_in_schema=False)
     def docs(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "").rstrip("/")
         return get_swagger_ui_html(
@@ -45,4 +48,4 @@ def install(app: FastAPI) -> None:
 
     app.include_router(router)  # before the mount below, which would take /ui/api/...
     app.mount(SWAGGER_UI_PATH, StaticFiles(directory=SWAGGER_UI), name="swagger-ui")
-    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="console")
+    app.mount(CONSOLE_PATH, StaticFiles(directory=STATIC, html=True), name="console")

@@ -207,6 +207,7 @@ def short_demo() -> Any:
     return solve(problem_from_dict(body))
 
 
+@pytest.mark.slow  # 2.1 s on two cores
 def test_time_limit_returns_a_clean_schedule_with_its_gap(short_demo: Any) -> None:
     out = short_demo
     assert out.status in {"time_limit", "optimal"}

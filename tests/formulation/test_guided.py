@@ -100,6 +100,7 @@ def test_a_first_bound_cut_short_by_its_deadline_is_no_bound(seed: int) -> None:
     assert start.bound_usd == -np.inf
 
 
+@pytest.mark.slow  # 2.8 s on two cores
 @pytest.mark.parametrize("seed", BINDING)
 def test_guided_reports_only_bounds_and_feasible_schedules_as_they_come(seed: int) -> None:
     data, grids, best = _capped(seed)
@@ -127,6 +128,7 @@ def test_guided_reports_only_bounds_and_feasible_schedules_as_they_come(seed: in
     assert max(bounds) == pytest.approx(min(r.lower_bound_usd, r.priced.objective_usd), rel=1e-12)
 
 
+@pytest.mark.slow  # 2.1 s on two cores
 @pytest.mark.parametrize("seed", BINDING)
 def test_column_generation_stops_at_a_bound_it_cannot_beat(seed: int) -> None:
     """The restricted master LP's value is at least the Dantzig-Wolfe bound: once it is
@@ -225,6 +227,7 @@ def test_a_fork_pool_maps_in_order_and_raises_what_its_tasks_raise() -> None:
     assert serial.map(_square, [(2,)]) == [12]
 
 
+@pytest.mark.slow  # 2.8 s on two cores
 @pytest.mark.parametrize("seed", BINDING[:6])
 def test_a_restarted_ascent_still_bounds_the_optimum(seed: int) -> None:
     """Restarting from the best multipliers every few iterations changes the path of
@@ -275,6 +278,7 @@ def test_binding_periods_are_where_a_schedule_meets_the_cap_or_fills_a_pool() ->
     assert 7 in full
 
 
+@pytest.mark.slow  # 9.3 s on two cores
 @pytest.mark.parametrize("variant", ["paper", "admission"])
 def test_the_readme_demo_is_proven_within_its_gap_under_both_model_variants(
     variant: str,

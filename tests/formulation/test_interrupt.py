@@ -27,6 +27,7 @@ def larger() -> dict[str, object]:
     return demo_request()
 
 
+@pytest.mark.slow  # 34.4 s on two cores
 def test_a_stopped_milp_keeps_the_incumbent_highs_sent() -> None:
     data = build_data(problem_from_dict(larger()))
     start = greedy_ramped(data)
@@ -56,6 +57,7 @@ def test_a_stopped_milp_keeps_the_incumbent_highs_sent() -> None:
     assert again.schedule is not None and again.termination == "optimal"
 
 
+@pytest.mark.slow  # 15.8 s on two cores
 def test_a_milp_past_its_deadline_is_ended_with_its_process() -> None:
     """HiGHS told to run 60 s, the parent allowing 0.3 s: the process is ended at the
     deadline plus the grace, whatever HiGHS is doing."""

@@ -40,6 +40,7 @@ def _instance(seed: int) -> tuple[Any, Any, Any]:
     return body, data, best
 
 
+@pytest.mark.slow  # 3.9 s on two cores
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.sampled_from(FEASIBLE),
@@ -89,6 +90,7 @@ def test_relaxation_raises_the_bound_and_pruning_keeps_the_optimum(seed: int) ->
             assert idx[m][cfg] in allowed[m][t], (m, t, cfg)
 
 
+@pytest.mark.slow  # 3.4 s on two cores
 def test_volume_method_equals_exhaustive_enumeration() -> None:
     for seed in FEASIBLE[:10]:
         body, _, best = _instance(seed)
@@ -268,6 +270,7 @@ def _value_in_this_process(seed: int) -> float:
         return oracle(*zeros).value_usd
 
 
+@pytest.mark.slow  # 2.2 s on two cores
 def test_oracle_in_a_daemonic_process_runs_serially() -> None:
     """A daemonic process (a ``multiprocessing.Pool`` worker) may not start workers of
     its own: the oracle then evaluates serially, with the same result."""
@@ -278,6 +281,7 @@ def test_oracle_in_a_daemonic_process_runs_serially() -> None:
     assert inside == _value_in_this_process(1)
 
 
+@pytest.mark.slow  # 30 s on two cores
 def test_a_milp_over_the_master_lp_support_follows_column_generation() -> None:
     """Nine deployments (the demo three times over, cap and GPUs tripled): column
     generation runs, then the MILP over its LP's columns and the incumbent; its schedule

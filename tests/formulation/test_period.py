@@ -174,6 +174,7 @@ def test_larger_one_period_optima_equal_the_milp(seed: int) -> None:
     _equals_the_milp(build_data(problem_from_dict(_site(rng, 5, 8))))
 
 
+@pytest.mark.slow  # 31.4 s on two cores
 @pytest.mark.parametrize("seed", range(3))
 def test_four_deployments_with_offsets_equal_brute_force(seed: int) -> None:
     rng = np.random.default_rng(700 + seed)

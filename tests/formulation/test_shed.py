@@ -201,6 +201,7 @@ def test_bad_input_names_the_field() -> None:
     assert e.value.field == "period"
 
 
+@pytest.mark.slow  # 4.8 s on two cores
 def test_next_boundary_stops_instances_the_settings_cannot_cover() -> None:
     """A target below what the running instances draw idle: the next boundary's
     one-period schedule stops instances and meets it."""

@@ -739,6 +739,7 @@ def test_idle_gap_increases_so_its_root_is_unique(log_median, sigma, mean_out, r
         assert np.all(np.diff(gap) > 0.0)
 
 
+@pytest.mark.slow  # 2.1 s on two cores
 def test_one_prefill_server_capacity_against_the_simulator():
     """1P1D on the heavy-tailed mix: section 6's capacity within the simulated capacity's
     95% interval (measured +0.07% against a half-width of 0.5%; the loop's form of

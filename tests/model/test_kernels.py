@@ -486,6 +486,7 @@ def published() -> KernelDatabase:
     return KernelDatabase(kernel_tables())
 
 
+@pytest.mark.slow  # 16 s on two cores
 def test_reader_parses_the_published_tables() -> None:
     db = published()
     assert {"h100_sxm", "h200_sxm", "b200_sxm"} <= set(db.gpus())
@@ -505,6 +506,7 @@ def test_reader_parses_the_published_tables() -> None:
     assert t.power_w == pytest.approx(978.524)
 
 
+@pytest.mark.slow  # 8.6 s on two cores
 def test_qwen3_32b_on_h200_against_the_spec_rooflines() -> None:
     """Qwen3-32B, TP1 on H200 under SGLang 0.5.14, against SPEC 2.2 and 2.3 with the
     paper's Tab. 3 calibration (H200 + SGLang, Qwen3-32B). The kernels alone cannot be
@@ -541,6 +543,7 @@ def test_qwen3_32b_on_h200_against_the_spec_rooflines() -> None:
         km.t_decode(64, 40000)
 
 
+@pytest.mark.slow  # 23.6 s on two cores
 def test_b200_phases_carry_their_kernels_power() -> None:
     db = published()
     km = KernelModel(db, load_model("qwen3-8b"), KernelSetup("b200_sxm", "sglang", "0.5.14"))
@@ -551,6 +554,7 @@ def test_b200_phases_carry_their_kernels_power() -> None:
     assert h200.decode(16, 2048).power_w is None
 
 
+@pytest.mark.slow  # 29.7 s on two cores
 def test_a_moe_model_composes_on_the_published_tables() -> None:
     db = published()
     model = load_model("qwen3-30b-a3b")
@@ -873,6 +877,7 @@ def fp8_release(name: str) -> ModelArch:
     return dataclasses.replace(load_model(name), bytes_per_param=1.0)
 
 
+@pytest.mark.slow  # 9.5 s on two cores
 def test_fp8_releases_on_the_published_tables_use_their_fp8_gemm_and_moe_dtypes() -> None:
     db = published()
     h100 = ("h100_sxm", "vllm", "0.14.0")
@@ -894,6 +899,7 @@ def test_fp8_releases_on_the_published_tables_use_their_fp8_gemm_and_moe_dtypes(
     assert phase.by_name()["mlp gate-up"] < 0.8 * bf16.decode(64, 573).by_name()["mlp gate-up"]
 
 
+@pytest.mark.slow  # 23.4 s on two cores
 def test_the_logits_all_gather_beyond_the_nccl_table_is_composed_in_pieces() -> None:
     """Qwen3-235B at TP8 on B200, 2,045 running requests: the logits all-gather moves
     2,045 x 151,936 = 310.7M elements, beyond the NCCL table's largest message (2^28
@@ -910,6 +916,7 @@ def test_the_logits_all_gather_beyond_the_nccl_table_is_composed_in_pieces() -> 
     assert all(size <= 2**28 for size, _ in sizes)
 
 
+@pytest.mark.slow  # 21.2 s on two cores
 def test_sliding_window_models_on_the_published_tables() -> None:
     db = published()
     b200 = ("b200_sxm", "vllm", "0.19.0")
@@ -937,6 +944,7 @@ def test_sliding_window_models_on_the_published_tables() -> None:
     assert moe.lookup(moe_dtype="w4a16_mxfp4", **shape, num_tokens=64).time_s > 0
 
 
+@pytest.mark.slow  # 4.4 s on two cores
 def test_what_the_published_tables_cannot_compose_is_refused_with_the_reason() -> None:
     db = published()
     # DeepSeek's latent attention needs an MLA table, which this database does not hold

@@ -218,6 +218,7 @@ def test_random_dispatch_waits_longer_than_round_robin() -> None:
     assert rnd.ttft_quantile_s > rr.ttft_quantile_s
 
 
+@pytest.mark.slow  # 5.2 s on two cores
 @pytest.mark.parametrize(
     ("n_p", "n_d", "load"), [(1, 1, 0.5), (2, 1, 0.8), (4, 2, 0.8), (2, 6, 0.5)]
 )

@@ -203,7 +203,8 @@ def test_demo_prints_a_summary_and_draws_the_chart(
     code, out, err = run(capsys, ["plan", "--demo", "--time-limit", "5", "--plot", str(png)])
     assert code == 0, err
     assert png.read_bytes().startswith(PNG_MAGIC)
-    assert out.startswith("status ")
+    assert out.startswith("site: 64 H200 GPUs; 3 deployments") and "\nstatus " in out
+    assert "site cap 32 kW, cut to 24 kW 17:00-20:00" in out
     for word in ("objective", "schedule", "static_peak", "greedy", "chat", "code", "long-context"):
         assert word in out, word
     assert f"chart written to {png}" in out
@@ -253,3 +254,178 @@ def test_plan_passes_the_choice_per_deployment(
     both = run_json(capsys, [*argv, "--performance", "kernels"])
     assert [d["performance"]["source"] for d in both["deployments"]] == ["kernels", "kernels"]
     assert both["objective_usd"] != resp["objective_usd"]
+
+
+# ------------------------------------------------------------ a new user's first runs
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_solve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The request below cannot be solved (its cap is under the idle site): the error is
+    the output's, so nothing was solved, and no traceback."""
+    body = small_request()
+    body["grid"]["power_cap_w"] = [6000.0, 100.0, 6000.0, 6000.0]
+    request = str(write(tmp_path, body))
+    for option, path, reason in (
+        ("--csv", tmp_path / "absent" / "plan.csv", "does not exist"),
+        ("--csv", tmp_path, "is a directory"),
+        ("--plot", tmp_path / "absent" / "plan.png", "does not exist"),
+        ("--plot", tmp_path / "plan.xyz", "cannot draw a .xyz file"),
+    ):
+        code, out, err = run(capsys, ["plan", request, option, str(path)])
+        assert code == 2, (option, path)
+        assert err.startswith(f"error: {option}: ") and reason in err, err
+        assert "Traceback" not in err and out == ""
+
+
+def test_a_file_that_fails_after_the_solve_keeps_the_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk can change between the check and the write: the result is still
+    printed, the file's error named, and the status is 1."""
+    import argparse
+
+    from service.cli.solving import write_output
+
+    a = argparse.Namespace(json=False, csv=str(tmp_path))  # a folder: open() fails
+    write_output(a, "--csv", lambda: open(a.csv, "w").close(), "per-period table")
+    _, err = capsys.readouterr()
+    assert err.startswith(f"error: --csv: cannot write {tmp_path}: ")
+    assert a.exit_status == 1
+
+
+def test_a_series_of_another_length_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The horizon is the length most series share: the odd one out is named, whether a
+    deployment's demand (the first one's too) or a grid series."""
+    for path, field in (
+        (("deployments", 0, "demand_rps"), "deployments[0].demand_rps"),
+        (("deployments", 1, "demand_rps"), "deployments[1].demand_rps"),
+        (("grid", "price_usd_per_mwh"), "grid.price_usd_per_mwh"),
+    ):
+        body = small_request()
+        obj: Any = body
+        for key in path[:-1]:
+            obj = obj[key]
+        obj[path[-1]] = obj[path[-1]][:3]
+        code, _, err = run(capsys, ["plan", str(write(tmp_path, body)), "--json"])
+        assert code == 2
+        assert err.startswith(f"error: {field}: has 3 values but the horizon has 4 periods")
+
+
+def test_a_missing_trace_is_named_with_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path as given, folder and all (the folder may be what is wrong)."""
+    monkeypatch.chdir(tmp_path)
+    body = small_request()
+    body["deployments"][1]["workload"] = "trace:traces/requests.csv"
+    code, _, err = run(capsys, ["plan", str(write(tmp_path, body)), "--json"])
+    assert code == 2
+    assert err == "error: deployments[1].workload: trace: file traces/requests.csv not found\n"
+    missing = tmp_path / "traces" / "requests.csv"
+    argv = ["capacity", "--workload", f"trace:{missing}", "--np", "1", "--nd", "1"]
+    code, _, err = run(capsys, argv)
+    assert code == 2 and err == f"error: workload: trace: file {missing} not found\n"
+
+
+def test_the_highs_banner_is_not_printed(tmp_path: Path) -> None:
+    """In a process of its own (HiGHS prints its banner once per process): under
+    ``--json`` standard error stays empty, standard output is the document."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "plan",
+            str(write(tmp_path, small_request())),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "optimal"
+    assert "HiGHS" not in proc.stderr and proc.stderr == ""
+
+
+def test_the_summary_says_what_was_solved() -> None:
+    """From the request: the GPUs, the deployments, the horizon and the cap with its
+    cut (a changed request changes the text)."""
+    from formulation.demo import demo_request
+    from formulation.problem import problem_from_dict
+    from service.cli.plan import describe_problem
+
+    text = describe_problem(problem_from_dict(demo_request()))
+    for part in (
+        "64 H200 GPUs",
+        "3 deployments: chat (qwen3-32b, azure-conv-2023); code",
+        "96 periods x 15 min (24 h)",
+        "site cap 32 kW, cut to 24 kW 17:00-20:00",
+    ):
+        assert part in text, part
+    body = demo_request()
+    body["deployments"] = body["deployments"][:1]
+    body["site"]["gpu_inventory"] = {"h200": 16}
+    body["grid"]["power_cap_w"] = 20_000.0
+    text = describe_problem(problem_from_dict(body))
+    assert "16 H200 GPUs; 1 deployment: chat" in text and text.endswith("site cap 20 kW")
+
+
+def test_an_infeasible_baseline_is_marked_wherever_costs_are_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Here static_peak costs less than the schedule by breaking the cap and the
+    transition limits: the response says it is infeasible and the table gives no saving."""
+    body = small_request()
+    body["transitions"]["max_instance_changes_per_period"] = 1
+    body["deployments"][0]["demand_rps"] = [2.0, 30.0, 30.0, 2.0]
+    body["grid"]["power_cap_w"] = 6000.0
+    resp = run_json(capsys, ["plan", str(write(tmp_path, body)), "--json"])
+    for b in resp["baselines"].values():
+        broken = b["cap_violations"] + b["limit_violations"] + b["inventory_violations"]
+        assert b["feasible"] is (broken == 0)
+    peak = resp["baselines"]["static_peak"]
+    assert not peak["feasible"] and peak["objective_usd"] < resp["objective_usd"]
+    code, out, err = run(capsys, ["plan", str(write(tmp_path, body))])
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("static_peak")}
+    assert rows["static_peak"].split()[1] == "*" and rows["static_peak"].endswith("infeasible")
+    assert "%" not in rows["static_peak"]
+
+
+def test_the_summary_shows_where_requests_go_unserved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 2-hour table averages over its window (not its first period) and counts the
+    unserved requests; a line per deployment says where they are."""
+    body = small_request()
+    resp = run_json(capsys, ["plan", str(write(tmp_path, body)), "--json"])
+    lost = {
+        n: [
+            (p["deployments"][n]["demand_rps"] - p["deployments"][n]["served_rps"]) * 900
+            for p in resp["periods"]
+        ]
+        for n in ("chat", "code")
+    }
+    assert lost["chat"][0] == 0 and lost["chat"][2] > 1000  # the cut in period 2
+    code, out, _ = run(capsys, ["plan", str(write(tmp_path, body))])
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.strip().startswith("00:00"))
+    total = sum(sum(v) for v in lost.values())
+    assert row.split()[-1] == f"{total:,.0f}"
+    chat = resp["periods"]
+    served = sum(p["deployments"]["chat"]["served_rps"] for p in chat) / 4
+    demand = sum(p["deployments"]["chat"]["demand_rps"] for p in chat) / 4
+    assert f"{served:6.1f}/{demand:<6.1f}".strip() in row
+    assert f"  chat: {sum(lost['chat']):,.0f} requests in period 2 (00:30-00:45)" in out

@@ -254,6 +254,13 @@ def test_cli_dr_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     low = write(tmp_path, "low.json", {"start_period": 0, "end_period": 2, "cap_w": 1000.0})
     code, _, err = run(capsys, ["dr", req, "--event", low])
     assert code == 1 and "deepest feasible cap" in err
+    # a chart that cannot be written is refused before the solves (here the event is
+    # one that cannot be met: the error is the chart's), for dr and flex alike
+    absent = str(tmp_path / "absent" / "dr.png")
+    for argv in (["dr", req, "--event", low, "--plot", absent], ["flex", req, "--plot", absent]):
+        code, out, err = run(capsys, argv)
+        assert code == 2 and out == "", argv
+        assert err.startswith("error: --plot: cannot write ") and "does not exist" in err
 
 
 @pytest.mark.slow

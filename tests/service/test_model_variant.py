@@ -80,6 +80,7 @@ def test_schedule_deployments_carry_their_variant():
         assert e.value.field == "deployments[1].model_variant"
 
 
+@pytest.mark.slow  # 16.3 s on two cores
 def test_schedule_response_names_each_deployments_variant(client):
     body = demo_request()
     body["deployments"][0]["model_variant"] = "paper"

@@ -157,6 +157,11 @@ def test_negative_n_p(client):
     assert_problem(r, 422, "n_p")
 
 
+def test_a_configuration_without_instances(client):
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "n_p": 0, "n_d": 0})
+    assert "needs instances" in assert_problem(r, 422, "n_p")["detail"]
+
+
 @pytest.mark.parametrize(
     ("route", "body", "field"),
     [
