@@ -36,11 +36,42 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Step:
+    """One merge of :func:`_merge`: point ``i`` of its result is point ``back[i]`` of the
+    previous step's result plus option ``option[i]`` of deployment ``member``."""
+
+    member: int
+    back: NDArray[np.int32]
+    option: NDArray[np.int32]
+    prev: _Step | None
+
+
+@dataclass(frozen=True)
 class Options:
+    """Partial sums of the deployments' options: ``pnet`` and ``cost`` per point, and
+    how each point was formed (``step``; None: the empty sum, one point). A point's
+    options are read back through the steps (:meth:`picks`), so a sum over ``M``
+    deployments keeps two 4-byte indices per point and merge, not ``M`` 8-byte picks."""
+
     pnet: FloatArray  # net IT power of each option
     cost: FloatArray
-    pick: IntArray  # (n, M) option index per deployment (-1: not yet chosen)
+    step: _Step | None = None
+
+    def subset(self, keep: NDArray[np.bool_] | IntArray) -> Options:
+        s = self.step
+        step = None if s is None else _Step(s.member, s.back[keep], s.option[keep], s.prev)
+        return Options(self.pnet[keep], self.cost[keep], step)
+
+    def picks(self, i: int, n_members: int) -> IntArray:
+        """(M,) the option index of each deployment in point ``i`` (-1: not in the sum)."""
+        out = -np.ones(n_members, dtype=np.int64)
+        s = self.step
+        while s is not None:
+            out[s.member] = s.option[i]
+            i = int(s.back[i])
+            s = s.prev
+        return out
 
 
 def _pareto(pnet: FloatArray, cost: FloatArray) -> IntArray:
@@ -98,15 +129,59 @@ def endpoint_options(
     return pnet, choice_cost(data, t, m, cfg, served, power, offset), cfg, served
 
 
-def _merge(a: Options, pnet: FloatArray, cost: FloatArray, m: int, limit: float) -> Options:
-    tot_p = (a.pnet[:, None] + pnet[None, :]).ravel()
-    tot_c = (a.cost[:, None] + cost[None, :]).ravel()
-    ok = np.flatnonzero(tot_p <= limit)
-    keep = ok[_pareto(tot_p[ok], tot_c[ok])]
-    ia, ib = np.divmod(keep, pnet.shape[0])
-    pick = a.pick[ia].copy()
-    pick[:, m] = ib
-    return Options(tot_p[keep], tot_c[keep], pick)
+#: (partial sum, option) pairs one block of :func:`_merge` forms at once (about 16 MB per
+#: array): a merge's memory is its blocks' and its Pareto front's, not all its pairs'
+MERGE_BLOCK = 2_000_000
+
+
+def _merge(
+    a: Options,
+    pnet: FloatArray,
+    cost: FloatArray,
+    m: int,
+    limit: float,
+    deadline: Deadline | None = None,
+) -> Options:
+    """The Pareto sums of ``a``'s points and deployment ``m``'s options (``pnet``,
+    ``cost``) within ``limit``, formed ``MERGE_BLOCK`` pairs at a time: each block's
+    Pareto points join the front so far, which is pruned again once it outgrows a block
+    (the Pareto set of a union is that of its parts' Pareto sets). Raises
+    :class:`_OutOfTime` past ``deadline``."""
+    nb = pnet.shape[0]
+    rows = max(1, MERGE_BLOCK // max(nb, 1))
+    parts_p: list[FloatArray] = []
+    parts_c: list[FloatArray] = []
+    parts_i: list[IntArray] = []  # flat pair index: row * nb + option
+    held = 0
+    for r0 in range(0, a.pnet.shape[0], rows):
+        tot_p = (a.pnet[r0 : r0 + rows, None] + pnet[None, :]).ravel()
+        ok = np.flatnonzero(tot_p <= limit)
+        tot_p = tot_p[ok]
+        tot_c = (a.cost[r0 : r0 + rows, None] + cost[None, :]).ravel()[ok]
+        keep = _pareto(tot_p, tot_c)
+        parts_p.append(tot_p[keep])
+        parts_c.append(tot_c[keep])
+        parts_i.append(ok[keep] + r0 * nb)
+        held += keep.size
+        if held > MERGE_BLOCK and len(parts_p) > 1:
+            parts_p, parts_c, parts_i = _pruned(parts_p, parts_c, parts_i)
+            held = parts_p[0].size
+        if deadline is not None and deadline.expired():
+            raise _OutOfTime
+    if not parts_p:
+        parts_p, parts_c, parts_i = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, dtype=np.int64)]
+    (tot_p,), (tot_c,), (idx,) = _pruned(parts_p, parts_c, parts_i)
+    ia, ib = np.divmod(idx, nb)
+    return Options(tot_p, tot_c, _Step(m, ia.astype(np.int32), ib.astype(np.int32), a.step))
+
+
+def _pruned(
+    ps: list[FloatArray], cs: list[FloatArray], idx: list[IntArray]
+) -> tuple[list[FloatArray], list[FloatArray], list[IntArray]]:
+    """The Pareto points of the union of the parts (one part, sorted by power)."""
+    p, c, i = np.concatenate(ps), np.concatenate(cs), np.concatenate(idx)
+    keep = _pareto(p, c)
+    return [p[keep]], [c[keep]], [i[keep]]
 
 
 def cap_price(
@@ -371,7 +446,7 @@ def solve_period(
         keep = _pareto(pnet, cost)
         pruned.append((pnet[keep], cost[keep], cfg[keep], served[keep]))
     min_p = np.array([p[0].min() for p in pruned])
-    empty = Options(np.zeros(1), np.zeros(1), -np.ones((1, M), dtype=np.int64))
+    empty = Options(np.zeros(1), np.zeros(1))
 
     pi, fit, over = cap_price([(p[0], p[1]) for p in pruned], budget)
     # min over each deployment's options of cost + p_i pnet at prices p_i around the
@@ -415,14 +490,14 @@ def solve_period(
             rest_l = rest_l - lag_p[j]
             if deadline is not None and cur.pnet.size * pruned[j][0].size > MAX_PAIRS:
                 raise _OutOfTime  # the merge's arrays would outgrow its memory
-            cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest)
+            cur = _merge(cur, pruned[j][0], pruned[j][1], j, budget - reserve - rest, deadline)
             if deadline is not None and deadline.expired():
                 raise _OutOfTime
             if np.isfinite(cost_cap) and cur.pnet.size:
                 left = budget - cur.pnet
                 low = cur.cost + np.max(rest_l[None, :] - prices[None, :] * left[:, None], axis=1)
                 keep = low <= cost_cap + tol
-                cur = Options(cur.pnet[keep], cur.cost[keep], cur.pick[keep])
+                cur = cur.subset(keep)
             if cur.pnet.size == 0:
                 break
         return cur
@@ -459,9 +534,10 @@ def solve_period(
         if allm.pnet.size and float(allm.cost.min()) < best_cost - 1e-12:
             i = int(np.argmin(allm.cost))
             best_cost = float(allm.cost[i])
+            picks = allm.picks(i, M)
             for j in range(M):
-                best_cfg[j] = pruned[j][2][allm.pick[i, j]]
-                best_srv[j] = pruned[j][3][allm.pick[i, j]]
+                best_cfg[j] = pruned[j][2][picks[j]]
+                best_srv[j] = pruned[j][3][picks[j]]
         gap = tighten(best_cost)
         idle = data.idle_gpu_power_w
         for f in range(M):
@@ -499,9 +575,10 @@ def solve_period(
             q = int(np.argmin(cost))
             if cost[q] < best_cost - 1e-12:
                 best_cost = float(cost[q])
+                picks = rest.picks(int(ri[q]), M)
                 for o in others:
-                    best_cfg[o] = pruned[o][2][rest.pick[ri[q], o]]
-                    best_srv[o] = pruned[o][3][rest.pick[ri[q], o]]
+                    best_cfg[o] = pruned[o][2][picks[o]]
+                    best_srv[o] = pruned[o][3][picks[o]]
                 best_cfg[f] = kk[q]
                 best_srv[f] = float(s[q])
     except _OutOfTime:
