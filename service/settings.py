@@ -4,9 +4,10 @@ The limits on a schedule (``max_periods``, ``max_time_limit_s``) may only tighte
 formulation's own (:mod:`formulation.request`: 2,016 periods, 86,400 s), which are their
 defaults or bounds: a setting above one is refused at start. The formulation has no
 fixed number of deployments: a solve estimated to need more than
-``max_solve_memory_mb`` is refused (:mod:`formulation.memory`); ``max_deployments``, unset
-by default, is a server's own limit beside it. Invalid settings are an :class:`~model.errors.InputError` naming the
-environment variable (``pdwatt serve`` prints it and exits with status 2).
+``max_solve_memory_mb`` is refused (:mod:`formulation.memory`); ``max_deployments``,
+unset by default, is a server's own limit beside it. Invalid settings are an
+:class:`~model.errors.InputError` naming the environment variable (``pdwatt serve``
+prints it and exits with status 2).
 """
 
 from __future__ import annotations
@@ -137,6 +138,4 @@ def get_settings() -> Settings:
         raise InputError(name, reason) from None
 
 
-_TIGHTEN_ONLY = {
-    f"{ENV_PREFIX}{n.upper()}" for n in ("max_periods", "max_time_limit_s")
-}
+_TIGHTEN_ONLY = {f"{ENV_PREFIX}{n.upper()}" for n in ("max_periods", "max_time_limit_s")}
