@@ -640,7 +640,13 @@ def check_memory(
         1 + (candidate_count(d, *instance_gpus(s)) - 1) * _pair_count(d)
         for d, s in zip(p.deployments, specs, strict=True)
     ]
-    return memory.check(p.n_periods, counts, p.host.memory_budget_mb)
+    return memory.check(
+        p.n_periods,
+        counts,
+        p.host.memory_budget_mb,
+        memory.workers(p.solver.threads),
+        p.solver.time_limit_s,
+    )
 
 
 def check_initial(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> None:

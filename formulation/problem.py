@@ -31,7 +31,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from formulation.request import (
-    MAX_DEPLOYMENTS,
     MAX_PERIODS,
     Bounds,
     DeploymentIn,
@@ -220,8 +219,6 @@ def validate(p: ScheduleProblem) -> None:
     across fields (series lengths, names, inventories, bounds, initial states) and the
     formulation's own limits; ranges of single fields are the schema's
     (:mod:`formulation.request`). Raises InputError naming the field."""
-    if len(p.deployments) > MAX_DEPLOYMENTS:
-        raise InputError("deployments", f"at most {MAX_DEPLOYMENTS} deployments")
     n = len(p.deployments[0].demand_rps)
     if n > MAX_PERIODS:
         raise InputError("deployments[0].demand_rps", f"at most {MAX_PERIODS} periods")

@@ -48,9 +48,9 @@ MIN_TIME_LIMIT_S = 0.01
 
 #: the most a schedule may hold or ask for: the hard limits of the formulation, the one
 #: source of each (a server's settings, ``service.settings``, may set lower ones, never
-#: higher ones)
+#: higher ones). There is no fixed number of deployments: what a machine can take is its
+#: solve's estimated memory against the budget (:mod:`formulation.memory`)
 MAX_PERIODS = 2016  # two weeks of 10-minute periods
-MAX_DEPLOYMENTS = 64
 MAX_TIME_LIMIT_S = 86400.0
 #: the solver's time limit when a request gives none (a server whose own maximum is
 #: lower uses its maximum instead)

@@ -27,7 +27,6 @@ kernel's share of its phase, are named in :mod:`formulation.budget`).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation import memory
 from formulation.bounds.decomposition import (
     ColumnGeneration,
     DecompositionResult,
@@ -519,8 +519,7 @@ def _diagnosis(run: Run) -> Deadline:
 
 def _workers(run: Run) -> int:
     """Worker processes for the DPs: ``solver.threads``, at most the machine's cores."""
-    cores = os.cpu_count() or 1
-    return max(1, min(run.opts.threads or cores, cores))
+    return memory.workers(run.opts.threads)
 
 
 def _relaxation_source(how: str) -> str:

@@ -87,7 +87,7 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
     fill_server_defaults(req, s)
     for i, d in enumerate(req.deployments):
         check_performance(d.performance, s, f"{prefix}deployments[{i}].performance")
-    if len(req.deployments) > s.max_deployments:
+    if s.max_deployments is not None and len(req.deployments) > s.max_deployments:
         raise InputError(
             f"{prefix}deployments", f"at most {s.max_deployments} deployments on this server"
         )

@@ -213,8 +213,9 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
         _time_limit_default(comps, default_time_limit_s(settings), settings.max_time_limit_s)
         bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
         bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
-        for schema in ("ScheduleRequest", "SiteRequest"):
-            bound(schema, "deployments", "maxItems", settings.max_deployments)
+        if settings.max_deployments is not None:
+            for schema in ("ScheduleRequest", "SiteRequest"):
+                bound(schema, "deployments", "maxItems", settings.max_deployments)
         app.openapi_schema = doc
         return doc
 

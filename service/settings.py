@@ -1,10 +1,13 @@
 """Service settings, from the environment (prefix ``PDWATT_``).
 
-The limits on a schedule (``max_periods``, ``max_deployments``, ``max_time_limit_s``)
-may only tighten the formulation's own (:mod:`formulation.request`: 2,016 periods, 64
-deployments, 86,400 s), which are their defaults or bounds: a setting above one is
-refused at start. Invalid settings are an :class:`~model.errors.InputError` naming the
-environment variable (``pdwatt serve`` prints it and exits with status 2).
+The limits on a schedule (``max_periods``, ``max_time_limit_s``) may only tighten the
+formulation's own (:mod:`formulation.request`: 2,016 periods, 86,400 s), which are their
+defaults or bounds: a setting above one is refused at start. The formulation has no
+fixed number of deployments: a solve estimated to need more than
+``max_solve_memory_mb`` is refused (:mod:`formulation.memory`); ``max_deployments``,
+unset by default, is a server's own limit beside it. Invalid settings are an
+:class:`~model.errors.InputError` naming the environment variable (``pdwatt serve``
+prints it and exits with status 2).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from formulation.request import (
-    MAX_DEPLOYMENTS,
     MAX_PERIODS,
     MAX_TIME_LIMIT_S,
     MIN_TIME_LIMIT_S,
@@ -41,11 +43,11 @@ class Settings(BaseSettings):
     max_periods: int = Field(
         MAX_PERIODS, ge=1, le=MAX_PERIODS, description="may only tighten the schedule's own"
     )
-    max_deployments: int = Field(
-        MAX_DEPLOYMENTS,
+    max_deployments: int | None = Field(
+        None,
         ge=1,
-        le=MAX_DEPLOYMENTS,
-        description="may only tighten the schedule's own",
+        description="a server's own limit on a schedule's deployments (unset: none; "
+        "the memory estimate against max_solve_memory_mb decides)",
     )
     max_site_gpus: int = Field(20_000, ge=1)
     max_front_gpus: int = Field(512, ge=2)
@@ -136,6 +138,4 @@ def get_settings() -> Settings:
         raise InputError(name, reason) from None
 
 
-_TIGHTEN_ONLY = {
-    f"{ENV_PREFIX}{n.upper()}" for n in ("max_periods", "max_deployments", "max_time_limit_s")
-}
+_TIGHTEN_ONLY = {f"{ENV_PREFIX}{n.upper()}" for n in ("max_periods", "max_time_limit_s")}

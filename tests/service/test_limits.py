@@ -131,28 +131,26 @@ def test_a_site_plan_job_refuses_what_its_route_refuses(client: TestClient) -> N
 def test_settings_default_to_the_formulations_limits_and_may_only_tighten() -> None:
     s = Settings()
     assert s.max_periods == schedule_request.MAX_PERIODS == 2016
-    assert s.max_deployments == schedule_request.MAX_DEPLOYMENTS == 64
+    assert s.max_deployments is None  # no fixed number: the memory estimate decides
     assert s.max_time_limit_s <= schedule_request.MAX_TIME_LIMIT_S
     for name, above in (
         ("max_periods", schedule_request.MAX_PERIODS + 1),
-        ("max_deployments", schedule_request.MAX_DEPLOYMENTS + 1),
         ("max_time_limit_s", schedule_request.MAX_TIME_LIMIT_S * 2),
     ):
         with pytest.raises(ValidationError, match=name):
             Settings.model_validate({name: above})
     assert Settings(max_deployments=3).max_deployments == 3
+    with pytest.raises(ValidationError, match="max_deployments"):
+        Settings.model_validate({"max_deployments": 0})
 
 
 def test_the_formulation_refuses_past_its_own_limits() -> None:
-    """The hard limits hold without any server (the command line's problems)."""
-    too_many = small_schedule()
-    too_many["deployments"] = [
-        {**too_many["deployments"][0], "name": f"d{i}"}
-        for i in range(schedule_request.MAX_DEPLOYMENTS + 1)
-    ]
-    with pytest.raises(InputError, match="at most 64 deployments") as e:
-        validate(problem_from_dict(too_many))
-    assert e.value.field == "deployments"
+    """The hard limits hold without any server (the command line's problems); the
+    number of deployments is not one of them (the memory estimate decides,
+    tests/formulation/test_memory.py)."""
+    many = small_schedule()
+    many["deployments"] = [{**many["deployments"][0], "name": f"d{i}"} for i in range(65)]
+    validate(problem_from_dict(many))
     with pytest.raises(InputError) as e:
         validate(problem_from_dict(long_horizon(schedule_request.MAX_PERIODS + 1)))
     assert e.value.field == "deployments[0].demand_rps"
@@ -249,13 +247,13 @@ def test_invalid_settings_are_named_without_a_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     get_settings.cache_clear()
-    monkeypatch.setenv("PDWATT_MAX_DEPLOYMENTS", "65")
+    monkeypatch.setenv("PDWATT_MAX_TIME_LIMIT_S", "100000")
     try:
         with pytest.raises(InputError) as e:
             get_settings()
     finally:
         get_settings.cache_clear()
-    assert e.value.field == "PDWATT_MAX_DEPLOYMENTS"
+    assert e.value.field == "PDWATT_MAX_TIME_LIMIT_S"
     assert "may only set a lower one" in e.value.reason
     done = _serve({"PDWATT_MAX_PERIODS": "5000"}, str(tmp_path))
     assert done.returncode == 2 and "error: PDWATT_MAX_PERIODS:" in done.stderr
