@@ -96,7 +96,8 @@ def _pdwatt_row(rid: str, measured: tuple[float, float], predicted: tuple[float,
 A, B = "h100_sxm vllm agg", "b200_sxm sglang disagg"
 #: id, group, measured, AIC's (None: not estimated), pdwatt's (None: not predicted,
 #: "absent": not in the JSON)
-ROWS = [
+Pair = tuple[float, float]
+ROWS: list[tuple[str, str, Pair, Pair | None, Pair | str | None]] = [
     ("r1", A, (100.0, 10.0), (150.0, 11.0), (90.0, 13.0)),  # |err| AIC .5 .1, pdwatt .1 .3
     ("r2", A, (100.0, 10.0), (120.0, 10.0), (130.0, 12.0)),  # AIC .2 0, pdwatt .3 .2
     ("r3", A, (100.0, 10.0), (40.0, 8.0), (100.0, 15.0)),  # AIC .6 .2, pdwatt 0 .5
@@ -114,7 +115,7 @@ def _made_up(tmp_path: Path) -> tuple[Path, Path]:
         w.writeheader()
         for rid, group, measured, est, _ in ROWS:
             w.writerow(_aic_line(rid, group, measured, est))
-    doc = {"rows": [_pdwatt_row(rid, m, p) for rid, _, m, _, p in ROWS if p != "absent"]}
+    doc = {"rows": [_pdwatt_row(rid, m, p) for rid, _, m, _, p in ROWS if not isinstance(p, str)]}
     pdwatt = tmp_path / "pdwatt.json"
     pdwatt.write_text(json.dumps(doc))
     return aic, pdwatt
