@@ -102,11 +102,13 @@ def estimate(
     n_periods: int,
     candidates: Sequence[int],
     workers: int = 1,
-    time_limit_s: float | None = None,
+    milp_build_s: float | None = None,
 ) -> MemoryEstimate:
     """Estimated peak memory of a solve's process tree with these candidate counts per
-    deployment, ``workers`` forked workers and this time limit (None: no limit on the
-    MILPs but the cells); ``per_deployment_mb``: what each deployment keeps."""
+    deployment and ``workers`` forked workers; ``milp_build_s``, the seconds its MILPs
+    may take to build (the request's time limit: a size bound, not a deadline; None: no
+    bound on the MILPs but the cells); ``per_deployment_mb``: what each deployment
+    keeps."""
     per = tuple(BYTES_PER_CELL * n_periods * k / 2**20 for k in candidates)
     cells = n_periods * sum(candidates)
     working = (1 + workers) * WORKING_BYTES_PER_CELL * n_periods * max(candidates, default=0)
@@ -114,7 +116,7 @@ def estimate(
     if len(candidates) > 1:
         front = min(ENUMERATION_BYTES_PER_CANDIDATE * sum(candidates), ENUMERATION_MAX_MB * 2**20)
         enumeration = workers * front
-    choices = cells if time_limit_s is None else min(cells, MILP_CHOICES_PER_S * time_limit_s)
+    choices = cells if milp_build_s is None else min(cells, MILP_CHOICES_PER_S * milp_build_s)
     milp = MILP_BYTES_PER_CHOICE * choices
     total = BASE_MB + workers * WORKER_MB + sum(per) + (working + enumeration + milp) / 2**20
     return MemoryEstimate(total, per, cells)
@@ -125,16 +127,16 @@ def check(
     candidates: Sequence[int],
     budget_mb: float | None,
     workers: int = 1,
-    time_limit_s: float | None = None,
+    milp_build_s: float | None = None,
 ) -> MemoryEstimate:
     """The estimate; InputError when it exceeds ``budget_mb``, naming the deployment
     that needs the most (its ``max_gpus``), or ``deployments`` when that one alone would
     fit and it is their number that does not."""
-    est = estimate(n_periods, candidates, workers, time_limit_s)
+    est = estimate(n_periods, candidates, workers, milp_build_s)
     if budget_mb is None or est.total_mb <= budget_mb:
         return est
     i = max(range(len(candidates)), key=lambda j: candidates[j])
-    alone = estimate(n_periods, [candidates[i]], workers, time_limit_s).total_mb
+    alone = estimate(n_periods, [candidates[i]], workers, milp_build_s).total_mb
     need = f"this solve would need about {est.total_mb:,.0f} MB"
     over = f"above the memory budget of {budget_mb:,.0f} MB"
     raise_budget = "raise the budget (PDWATT_MAX_SOLVE_MEMORY_MB, --max-memory-mb)"

@@ -46,6 +46,9 @@ from model.errors import InputError
 from model.latency import boundary_mixture, prefill_wait_distribution, ttft_tail_at
 from model.latency_targets import LatencyTargets
 
+#: ``B_T`` of a TPOT target that caps no batch (beyond any pool's: whole requests of
+#: at least one token each)
+NO_BATCH_CAP = 2**62
 #: the quantile the targets are of
 QUANTILE = 0.99
 #: ``rho_T`` is found by bisection on the dyadic grid of this many levels: the largest
@@ -58,8 +61,11 @@ def tpot_batch(c: Coefficients, tpot_p99_s: float) -> int:
     even one request's iteration is longer)."""
     alpha, g = c.alpha_s, c.g_s_per_request
     if not c.has_decode_work or not g > 0:
-        return 0 if alpha > tpot_p99_s else 2**62
-    b = max(math.floor((tpot_p99_s - alpha) / g), 0)
+        return 0 if alpha > tpot_p99_s else NO_BATCH_CAP
+    ratio = (tpot_p99_s - alpha) / g
+    if not ratio < NO_BATCH_CAP:  # a target no batch the engine can hold reaches
+        return NO_BATCH_CAP
+    b = max(math.floor(ratio), 0)
     while alpha + g * (b + 1) <= tpot_p99_s:  # the division's rounding, either way
         b += 1
     while b > 0 and alpha + g * b > tpot_p99_s:

@@ -84,8 +84,8 @@ def site(max_gpus: list[int], periods: int = 96) -> dict[str, Any]:
 
 def test_estimate_is_kept_cells_plus_the_largest_working_set() -> None:
     limit = 1.0  # a MILP term of MILP_CHOICES_PER_S choices, below these cells
-    one = memory.estimate(96, [1000], workers=2, time_limit_s=limit)
-    two = memory.estimate(96, [1000, 1000], workers=2, time_limit_s=limit)
+    one = memory.estimate(96, [1000], workers=2, milp_build_s=limit)
+    two = memory.estimate(96, [1000, 1000], workers=2, milp_build_s=limit)
     milp = memory.MILP_BYTES_PER_CHOICE * memory.MILP_CHOICES_PER_S * limit / 2**20
     # a second deployment of the same size adds what it keeps and the workers'
     # enumeration fronts over its candidates, not another working set

@@ -225,3 +225,14 @@ def test_a_ttft_target_needs_per_request_lengths() -> None:
     with pytest.raises(InputError) as e:
         evaluate_targets(SPEC, [1], [1], LatencyTargets(ttft_p99_s=1.0))
     assert e.value.field == "ttft_p99_s"
+
+
+def test_a_tpot_target_far_beyond_any_batch_caps_nothing():
+    """A target of 6.6e307 s (found by the API's fuzzing) overflowed B_T's division and
+    answered 500; it caps no batch."""
+    from model.targets import NO_BATCH_CAP, tpot_batch
+
+    c = Coefficients.of(resolve_spec(SpecRequest("qwen3-8b", "h200", "fixed:1024:128", {})))
+    assert tpot_batch(c, 6.557781748274768e307) == NO_BATCH_CAP
+    assert tpot_batch(c, 1e300) == NO_BATCH_CAP
+    assert tpot_batch(c, 0.05) < NO_BATCH_CAP

@@ -188,8 +188,10 @@ def test_database_down_is_503_and_not_ready(
 def test_a_solve_over_the_memory_budget_is_a_422_naming_max_gpus(
     make_client: Callable[..., Any],
 ) -> None:
-    """max_gpus 512 on one deployment once tried to allocate 128 GiB and answered 500."""
-    c = make_client(workers=1)  # default budget: 4096 MB
+    """max_gpus 512 on one deployment once tried to allocate 128 GiB and answered 500.
+    The whole-tree estimate puts this request (96 periods, a 5 s limit) at about
+    2,100 MB: a server budget of 1,500 MB refuses it, naming the deployment."""
+    c = make_client(workers=1, max_solve_memory_mb=1500)
     req = small_schedule(time_limit_s=5)  # four periods, made a day of 96
     for d in req["deployments"]:
         d["demand_rps"] = d["demand_rps"] * 24
