@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from model.capacity import (
     DEFAULT_FRAMEWORK,
@@ -48,8 +49,7 @@ from model.engine import (
 from model.errors import DoesNotFitError, InputError
 from model.pareto import front_indices, max_capacity_index, min_power_index
 from model.shapes import check_shape, parse_shape
-from model.simulator import resolve_samples
-from model.targets import evaluate_targets
+from model.targets import evaluate_spec
 from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
@@ -255,16 +255,10 @@ def capacity_report(
         raise InputError("n_p", "n_p and n_d are both 0: a configuration needs instances")
     if load_rps is not None and (not np.isfinite(load_rps) or load_rps < 0):
         raise InputError("load", "must be finite and >= 0")
-    load = None if load_rps is None else [load_rps]
-    targets = spec.targets
-    if targets.given:  # the highest rate at which the targets hold (model.targets)
-        l_in = None if targets.ttft_p99_s is None else resolve_samples(spec.workload).l_in
-        r = evaluate_targets(spec, [n_p], [n_d], targets, l_in=l_in, load_rps=load)
-    else:
-        r = evaluate(spec, [n_p], [n_d], load)
+    r = evaluate_spec(spec, [n_p], [n_d], None if load_rps is None else [load_rps])
     out = r.record(0)
-    if targets.given:
-        out["latency_targets"] = targets.record()
+    if spec.targets.given:
+        out["latency_targets"] = spec.targets.record()
     out.update(_context(spec, overridden, r.coefficients))
     return out
 
@@ -388,19 +382,38 @@ def front_report(
             "front": [configs[i] for i in front],
         }
     )
-    mu_f, p_f, g_f = mu[front], power[front], gpus[front]
+    on_front = [configs[i] for i in front]
+    out |= selections(
+        on_front, mu[front], power[front], gpus[front], required_rps, headroom, budget_w
+    )
+    return out
+
+
+def selections(
+    on_front: Sequence[dict[str, Any]],
+    mu: ArrayLike,
+    power: ArrayLike,
+    gpus: ArrayLike,
+    required_rps: float | None,
+    headroom: float,
+    budget_w: float | None,
+) -> dict[str, Any]:
+    """A front's selections: ``min_power_for_rate`` (given a rate) and
+    ``max_capacity_under_budget`` (given a budget), each naming its configuration of
+    ``on_front`` (capacities ``mu``, powers ``power``, GPUs ``gpus``) or None."""
+    out: dict[str, Any] = {}
     if required_rps is not None:
-        i = min_power_index(mu_f, p_f, required_rps, headroom, g_f)
+        i = min_power_index(mu, power, required_rps, headroom, np.asarray(gpus, float))
         out["min_power_for_rate"] = {
             "required_rps": required_rps,
             "headroom": headroom,
-            "config": None if i is None else configs[front[i]],
+            "config": None if i is None else on_front[i],
         }
     if budget_w is not None:
-        i = max_capacity_index(mu_f, p_f, budget_w)
+        i = max_capacity_index(mu, power, budget_w)
         out["max_capacity_under_budget"] = {
             "budget_w": budget_w,
-            "config": None if i is None else configs[front[i]],
+            "config": None if i is None else on_front[i],
         }
     return out
 
@@ -531,19 +544,11 @@ def _merged(
     mu = np.array([c["capacity_rps"] for c in members], dtype=float)
     power = np.array([c["power_w"] for c in members], dtype=float)
     front = front_indices(mu, power)
-    out["front"] = [members[int(i)] for i in front]
-    mu_f, p_f = mu[front], power[front]
-    g_f = np.array([members[int(i)]["gpus"] for i in front], dtype=float)
-    if "min_power_for_rate" in out:
-        i = min_power_index(mu_f, p_f, q.required_rps or 0.0, q.headroom, g_f)
-        out["min_power_for_rate"] = out["min_power_for_rate"] | {
-            "config": None if i is None else members[int(front[i])]
-        }
-    if "max_capacity_under_budget" in out:
-        i = max_capacity_index(mu_f, p_f, q.budget_w or 0.0)
-        out["max_capacity_under_budget"] = out["max_capacity_under_budget"] | {
-            "config": None if i is None else members[int(front[i])]
-        }
+    out["front"] = on_front = [members[int(i)] for i in front]
+    g_f = [c["gpus"] for c in on_front]
+    out |= selections(
+        on_front, mu[front], power[front], g_f, q.required_rps, q.headroom, q.budget_w
+    )
     if "slo" in out:
         out["slo"] = dict(out["slo"]) | {
             k: sum(p["slo"].get(k, 0) for p in parts) for k in _SLO_COUNTS if k in out["slo"]

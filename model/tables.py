@@ -21,9 +21,8 @@ import numpy as np
 from cachetools import LRUCache
 from numpy.typing import ArrayLike, NDArray
 
-from model.capacity import CapacityResult, DeploymentSpec, evaluate, phase_power_w
-from model.simulator import resolve_samples
-from model.targets import evaluate_targets
+from model.capacity import CapacityResult, DeploymentSpec, phase_power_w
+from model.targets import evaluate_spec
 
 #: Most tables kept in memory (least recently used are dropped first).
 CACHE_SIZE = 128
@@ -152,11 +151,12 @@ def build_tables(
             todo[key] = (np.asarray(n_p, dtype=np.int64), np.asarray(n_d, dtype=np.int64))
     if todo:
         sizes = [p.size for p, _ in todo.values()]
-        result = _evaluated(
+        # the capacities under the deployment's latency targets, if it has any
+        result = evaluate_spec(
             spec,
             np.concatenate([p.ravel() for p, _ in todo.values()]),
             np.concatenate([d.ravel() for _, d in todo.values()]),
-            None if len(sizes) == 1 else np.repeat(np.arange(len(sizes)), sizes),
+            groups=None if len(sizes) == 1 else np.repeat(np.arange(len(sizes)), sizes),
         )
         loads, powers, count, prefill = _breakpoints(result)
         ends = np.cumsum([0, *sizes])
@@ -170,20 +170,6 @@ def build_tables(
             for key, table in made.items():
                 _cache[key] = table  # the least recently used goes beyond CACHE_SIZE
     return [out[key] for key in keys]
-
-
-def _evaluated(
-    spec: DeploymentSpec, n_p: ArrayLike, n_d: ArrayLike, groups: ArrayLike | None
-) -> CapacityResult:
-    """The capacities a table holds: SPEC 2.5's (:func:`~model.capacity.evaluate`), or,
-    when the deployment has latency targets, the highest rate at which each
-    configuration meets them (:func:`~model.targets.evaluate_targets`; a TTFT target
-    reads the workload's per-request prompt lengths)."""
-    targets = spec.targets
-    if not targets.given:
-        return evaluate(spec, n_p, n_d, groups=groups)
-    l_in = None if targets.ttft_p99_s is None else resolve_samples(spec.workload).l_in
-    return evaluate_targets(spec, n_p, n_d, targets, l_in=l_in, groups=groups)
 
 
 def clear_cache() -> None:

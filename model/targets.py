@@ -45,6 +45,7 @@ from model.capacity import (
 from model.errors import InputError
 from model.latency import boundary_mixture, prefill_wait_distribution, ttft_tail_at
 from model.latency_targets import LatencyTargets
+from model.simulator import resolve_samples
 
 #: ``B_T`` of a TPOT target that caps no batch (beyond any pool's: whole requests of
 #: at least one token each)
@@ -221,6 +222,23 @@ def evaluate_targets(
         load_rps=load,
         limits=limits,
     )
+
+
+def evaluate_spec(
+    spec: DeploymentSpec,
+    n_p: ArrayLike,
+    n_d: ArrayLike,
+    load_rps: ArrayLike | None = None,
+    groups: ArrayLike | None = None,
+) -> CapacityResult:
+    """The capacities of ``spec`` under its own latency targets (``spec.targets``):
+    :func:`evaluate_targets`, with the workload's per-request prompt lengths when a TTFT
+    target needs them; without targets :func:`model.capacity.evaluate` itself."""
+    goals = spec.targets
+    if not goals.given:
+        return evaluate(spec, n_p, n_d, load_rps=load_rps, groups=groups)
+    l_in = None if goals.ttft_p99_s is None else resolve_samples(spec.workload).l_in
+    return evaluate_targets(spec, n_p, n_d, goals, l_in=l_in, load_rps=load_rps, groups=groups)
 
 
 def _ttft_limits(

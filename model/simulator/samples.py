@@ -308,7 +308,6 @@ def preset_samples(name: str, directory: Path | None = None) -> Samples:
     simulate a preset: its shipped moments are not enough), or if the file found
     is not the one the preset's moments were derived from (sha256 mismatch).
     """
-    from model.workload import file_sha256
 
     files = _trace_preset_files()
     if name not in files:
@@ -323,13 +322,24 @@ def preset_samples(name: str, directory: Path | None = None) -> Samples:
             f"moments only): put it in the directory named by {DATA_DIR_ENV}, or pass "
             f"the file as trace:PATH",
         )
-    if sha and file_sha256(path) != sha:
+    stat = path.stat()
+    return _checked_preset(str(path), stat.st_mtime_ns, stat.st_size, name, sha)
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_preset(path: str, _mtime_ns: int, _size: int, name: str, sha: str) -> Samples:
+    """A preset's trace, hashed and read once per file version (its path, modification
+    time and size): a schedule's tables, a front's checks and a request's validation
+    each ask for it."""
+    from model.workload import file_sha256
+
+    if sha and file_sha256(Path(path)) != sha:
         raise InputError(
             "workload",
-            f"{file_name} in the trace directory is not the file the {name!r} preset was "
-            f"derived from (sha256 differs); pass it as trace:PATH to simulate it anyway",
+            f"{Path(path).name} in the trace directory is not the file the {name!r} preset "
+            "was derived from (sha256 differs); pass it as trace:PATH to simulate it anyway",
         )
-    return _samples_from_file(path, name)
+    return _samples_from_file(Path(path), name)
 
 
 def resolve_samples(workload: str | Workload, directory: Path | None = None) -> Samples:
