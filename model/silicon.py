@@ -93,14 +93,21 @@ WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0
                 "nvfp4": 4.5 / 8}  # fmt: skip
 #: the fitted overheads, in order: per iteration (s), per running request per decode
 #: iteration (s), per request's first token (s: latency outside the engine's
-#: iterations, the request's reception, tokenising, scheduling, the answer's return)
-OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s")
+#: iterations, the request's reception, tokenising, scheduling, the answer's return),
+#: and the loop's bunching (the share of a synchronised wave's prompt wait a request
+#: of a staggered loop meets: 0 staggered, 1 one wave; docs/validation-silicon.md)
+OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s", "bunching")
 #: bounds of each overhead in a fit
 OVERHEAD_BOUNDS = {
     "t_iter_s": (0.0, 0.05),
     "t_req_s": (0.0, 1e-3),
     "t_first_s": (0.0, 2.0),
+    "bunching": (0.0, 1.0),
 }
+#: each overhead's scale in the fit (its parameters are the overheads over these) and
+#: the fit's starting point
+OVERHEAD_SCALE = (1e-3, 1e-5, 1e-2, 1.0)
+OVERHEAD_START = (0.5e-3, 1e-5, 2e-2, 0.3)
 #: AIConfigurator's deployment generator sets each engine's token budget from the
 #: prompt length since its vLLM/SGLang rules (``generator/rule_plugin/*.rule``, first
 #: release); rows measured before it (or undated) run the engines' defaults
@@ -705,11 +712,15 @@ def resolve_all(
 class Overheads:
     """The serving engine's overheads over the composed kernels (s): per iteration, per
     running request per decode iteration, per request's first token (its reception,
-    tokenising, scheduling and the first token's return, outside the iterations)."""
+    tokenising, scheduling and the first token's return, outside the iterations); and
+    the closed loop's bunching, the share of a synchronised wave's prompt wait that a
+    request of a staggered loop meets (0: arrivals evenly staggered; 1: every client
+    arriving with one wave)."""
 
     t_iter_s: float = 0.0
     t_req_s: float = 0.0
     t_first_s: float = 0.0
+    bunching: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {n: getattr(self, n) for n in OVERHEADS}
@@ -888,9 +899,13 @@ def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...
     # the token budget: the prompt tokens an iteration takes on average
     ok &= ~agg | (p_rate * a.isl * tpot <= a.budget * (1.0 + 1e-9))
     chunks = np.ceil(a.isl / a.budget)
+    # the prompts a bunched arrival waits for: a share of a synchronised wave's mean
+    # wait, (C / ranks - 1) / 2 prompts ahead on each prefill rank
+    ahead = np.maximum(0.0, a.clients / a.prefill_ranks - 1.0) / 2.0
+    wait = o[:, 3] * ahead * a.prefill_s
     # aggregated: the iteration under way when it arrives, then its own chunks, each
     # riding with a decode step; disaggregated: its prefill alone and the KV transfer
-    ttft = o[:, 2] + np.where(agg, tpot + chunks * step + a.prefill_s, a.alone_s + a.kv_s)
+    ttft = o[:, 2] + wait + np.where(agg, tpot + chunks * step + a.prefill_s, a.alone_s + a.kv_s)
     clients = rate * (ttft + (a.osl - 1.0) * tpot)
     clients = np.where(ok, clients, np.inf)
     return clients, bb, rho, ttft, tpot
@@ -929,7 +944,7 @@ def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> 
         return Solved(empty, empty, empty, empty, empty, empty)
     a = _Arrays.of(cases)
     each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
-    o = np.array([[x.t_iter_s, x.t_req_s, x.t_first_s] for x in each])
+    o = np.array([[getattr(x, n) for n in OVERHEADS] for x in each])
     lo = np.zeros(len(cases))
     hi = a.prefill_ranks / a.prefill_s
     for _ in range(BISECTIONS):
@@ -981,7 +996,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
 
     if not cases:
         raise InputError("rows", "no rows to fit the overheads to")
-    scale = np.array([1e-3, 1e-5, 1e-2])
+    scale = np.array(OVERHEAD_SCALE)
     lo = np.array([OVERHEAD_BOUNDS[n][0] for n in OVERHEADS]) / scale
     hi = np.array([OVERHEAD_BOUNDS[n][1] for n in OVERHEADS]) / scale
 
@@ -989,7 +1004,7 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
         r = residuals(cases, solve(cases, Overheads(*(x * scale))))
         return np.where(np.isfinite(r), r, 10.0)
 
-    x0 = np.array([0.5e-3, 1e-5, 2e-2]) / scale
+    x0 = np.array(OVERHEAD_START) / scale
     sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return Fit(
         Overheads(*(float(v) for v in sol.x * scale)),

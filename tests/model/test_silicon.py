@@ -190,6 +190,38 @@ def test_closed_loop_fixed_point() -> None:
     assert np.all(s.tpot > 0) and np.all((s.rho >= 0) & (s.rho < 1))
 
 
+def test_bunching_adds_a_share_of_the_waves_wait() -> None:
+    """A bunched staggered loop (docs/validation-silicon.md, section 2): at bunching
+    ``beta`` a request's TTFT is the staggered one plus ``beta`` of a synchronised
+    wave's mean wait, ``(C / ranks - 1) / 2`` prompts of ``P`` on its rank, at the
+    rate that still holds the clients; TTFT grows with ``beta`` and the loop keeps
+    its clients."""
+    cases = [c for c in _dense() if c.schedule.mixed]
+    assert cases
+    base = silicon.Overheads(1e-3, 1e-5, 0.05)
+    solved = [silicon.solve(cases, dataclasses.replace(base, bunching=b))
+              for b in (0.0, 0.3, 1.0)]  # fmt: skip
+    c = np.array([float(x.row.concurrency or 0) for x in cases])
+    osl = np.array([float(x.row.osl) for x in cases])
+    free = np.ones(len(cases), dtype=bool)
+    for s in solved:
+        assert np.allclose(s.rate * (s.ttft + (osl - 1.0) * s.tpot), c, rtol=1e-6)
+        free &= s.capped == 0
+    assert np.all(solved[1].ttft[free] > solved[0].ttft[free])
+    assert np.all(solved[2].ttft[free] > solved[1].ttft[free])
+    # the added wait, at the bunched state's own rate and batch, is beta's share of
+    # the wave's: the staggered TTFT of that state plus the wait
+    one = silicon.solve(cases, dataclasses.replace(base, bunching=1.0))
+    ranks = np.array([float(x.prefill.ranks * x.prefill.workers) for x in cases])
+    prompt = np.array([x.prefill.token_s * x.row.isl for x in cases])
+    wait = np.maximum(0.0, c / ranks - 1.0) / 2.0 * prompt
+    assert np.all(wait[free] > 0)
+    steps = one.tpot * (1.0 - one.rho)  # the decode step under the prefills' share
+    chunks = np.array([np.ceil(x.row.isl / x.schedule.budget) for x in cases])
+    staggered = base.t_first_s + one.tpot + chunks * steps + prompt
+    assert np.allclose(one.ttft[free], (staggered + wait)[free], rtol=1e-9)
+
+
 def test_leave_one_model_out_ignores_the_models_rows() -> None:
     """Changing one model's measurements leaves its own predictions unchanged (its
     overheads come from the other model's rows) and changes the other's."""
