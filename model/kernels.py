@@ -298,6 +298,33 @@ class KernelTable:
             power[idx] = [r[2] for r in rows]
         return _Grid(axes, tuple(np.log(a) for a in axes), log_time, power)
 
+    def growth(self, key: Mapping[str, Any], axis: str, lo: float, hi: float,
+               min_rest: float = 0.0) -> tuple[float, int]:  # fmt: skip
+        """The median, over the table's measured points of the other size axes (whose
+        product is at least ``min_rest``), of the time at ``axis = hi`` over the time at
+        ``axis = lo`` for one exact-key combination, and the number of points: how the
+        kernel's time grows with one size (NaN, 0 where neither is measured)."""
+        grid = self._grids.get(tuple(key[c] for c in self.spec.keys))
+        if grid is None or axis not in self.spec.axes:
+            return math.nan, 0
+        d = self.spec.axes.index(axis)
+        values = grid.axes[d]
+        i, j = np.searchsorted(values, lo), np.searchsorted(values, hi)
+        if i >= len(values) or j >= len(values) or values[i] != lo or values[j] != hi:
+            return math.nan, 0
+        ratio = np.moveaxis(grid.log_time, d, 0)
+        ratio = np.exp(ratio[j] - ratio[i])
+        rest = [a for e, a in enumerate(grid.axes) if e != d]
+        size = np.ones(ratio.shape)
+        for e, a in enumerate(rest):
+            shape = [1] * len(rest)
+            shape[e] = len(a)
+            size = size * a.reshape(shape)
+        keep = np.isfinite(ratio) & (size >= min_rest)
+        if not keep.any():
+            return math.nan, 0
+        return float(np.median(ratio[keep])), int(keep.sum())
+
     def measured_keys(self) -> list[dict[str, Any]]:
         """The exact-key combinations the table measures."""
         return [dict(zip(self.spec.keys, k, strict=True)) for k in self._grids]
@@ -475,6 +502,13 @@ _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 #: catalog's format (128 x 128-block scales where the release has them, the table's
 #: ``fp8_block``, else the table's per-tensor ``fp8``); ``fp8_tensor`` forces ``fp8``
 _FP8_WEIGHTS = ("fp8", "fp8_block", "fp8_tensor")
+#: the screen of a GEMM table (docs/kernels.md, "Screened tables"): a dtype whose time
+#: at :data:`SCREEN_ROWS` rows is below its time at one row, in the median over the
+#: weight shapes of at least :data:`SCREEN_WEIGHTS` elements, measures a fixed cost of
+#: its harness, not the GEMM (4,096 times the work cannot take less time than one
+#: row's), and the same dtype is read from another framework's table of the GPU
+SCREEN_ROWS = 4096
+SCREEN_WEIGHTS = 1 << 22
 #: the MoE tables' dtype of experts stored in a 4-bit block format (catalog precision):
 #: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``)
 _EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
@@ -752,6 +786,7 @@ class KernelModel:
             nccl = setup.nccl_version or self._newest_nccl()
             self._tables["nccl"] = db.table(setup.gpu, "nccl", "nccl", nccl)
         self._module_model = self._module_model_name() if self.mla_module else m.name
+        self._screen_gemms()
 
     def _table(self, kind: str) -> KernelTable:
         """The setup's table of ``kind``; where its framework and version have none,
@@ -773,6 +808,39 @@ class KernelModel:
             f"{framework} {version}'s is read"
         )
         return table
+
+    def _screen_gemms(self) -> None:
+        """The GEMM dtypes this composition reads whose table the screen
+        (:data:`SCREEN_ROWS`) rejects, each read from the first other framework's table
+        of the GPU (in name order, its newest version) that measures the dtype and
+        passes, as ``gemm:<dtype>``, and said in :attr:`substitutions`; where none
+        passes, the framework's own table is kept, and said."""
+        s, own = self.setup, self._tables["gemm"]
+        # the routed experts run in the MoE table; the LM head in bf16
+        used = {d for g, parts in self._dtypes.items() if g != "experts" for _, d in parts}
+        used.add("bfloat16")
+        for dtype in sorted(used):
+            growth, points = own.growth({"gemm_dtype": dtype}, "m", 1, SCREEN_ROWS,
+                                        SCREEN_WEIGHTS)  # fmt: skip
+            if not growth < 1.0:
+                continue
+            why = (
+                f"gemm {dtype}: {own.name} takes less time at {SCREEN_ROWS} rows than at one "
+                f"(median ratio {growth:.2f} over {points} weight shapes): a fixed cost, "
+                "not the kernel"
+            )
+            others = sorted({f for f, _ in self.db.versions(s.gpu, "gemm")} - {s.framework})
+            for framework in others:
+                version = max((v for f, v in self.db.versions(s.gpu, "gemm") if f == framework),
+                              key=version_key)  # fmt: skip
+                table = self.db.table(s.gpu, "gemm", framework, version)
+                g, _ = table.growth({"gemm_dtype": dtype}, "m", 1, SCREEN_ROWS, SCREEN_WEIGHTS)
+                if g >= 1.0:
+                    self._tables[f"gemm:{dtype}"] = table
+                    self.substitutions.append(f"{why}; {framework} {version}'s is read")
+                    break
+            else:
+                self.substitutions.append(f"{why}; no other framework's passes, it is kept")
 
     def _module_model_name(self) -> str:
         """The model as the MLA module tables name it: the one of its catalog name and
@@ -849,15 +917,16 @@ class KernelModel:
         """A GEMM; wider than the table's widest ``n``, the sum of column blocks of the
         widest measured width and the remainder (computing ``n`` columns is computing
         each block's; see the module docstring)."""
-        widths = self._tables["gemm"].axis_values(gemm_dtype=dtype).get("n", [])
+        kind = f"gemm:{dtype}" if f"gemm:{dtype}" in self._tables else "gemm"
+        widths = self._tables[kind].axis_values(gemm_dtype=dtype).get("n", [])
         widest = int(widths[-1]) if widths else 0
         if not widest or n <= widest:
-            self._call(out, name, "gemm", count, gemm_dtype=dtype, m=m, n=n, k=k)
+            self._call(out, name, kind, count, gemm_dtype=dtype, m=m, n=n, k=k)
             return
         blocks, rest = divmod(n, widest)
-        self._call(out, name, "gemm", count * blocks, gemm_dtype=dtype, m=m, n=widest, k=k)
+        self._call(out, name, kind, count * blocks, gemm_dtype=dtype, m=m, n=widest, k=k)
         if rest:
-            self._call(out, name, "gemm", count, gemm_dtype=dtype, m=m, n=rest, k=k)
+            self._call(out, name, kind, count, gemm_dtype=dtype, m=m, n=rest, k=k)
 
     def _gemms(self, out: list[KernelCall], name: str, group: str, m: int, n: int, k: int) -> None:
         """The GEMM of one weight of `group` in every layer holding it, per dtype."""

@@ -147,3 +147,34 @@ def test_trtllm_all_reduce_is_read_from_its_own_table() -> None:
     times = km.decode(32, 2048).by_name()
     assert times["attention all-reduce"] > 0
     assert not any("custom_allreduce" in s for s in km.substitutions)
+
+
+def test_a_gemm_table_that_does_not_grow_with_its_rows_is_read_from_another_framework() -> None:
+    """The screen of GEMM tables (docs/kernels.md, "Screened tables"): the installed B200
+    vLLM 0.24.0 ``fp8_block`` GEMMs take less time at 4,096 rows than at one (median
+    0.75 over 279 weight shapes, measured in this package), so MiniMax-M2.5's
+    block-FP8 projections are read from SGLang's table of the GPU, and the composition
+    says so; H200's vLLM table grows (about 4.6x) and is kept."""
+    from model.catalog import load_model
+    from model.kernels import SCREEN_ROWS, SCREEN_WEIGHTS, KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    m = load_model("minimax-m2.5")
+    own = db.table("b200_sxm", "gemm", "vllm", "0.24.0")
+    growth, _ = own.growth({"gemm_dtype": "fp8_block"}, "m", 1, SCREEN_ROWS, SCREEN_WEIGHTS)
+    if not growth < 1.0:
+        pytest.skip("this package's B200 vLLM fp8_block table passes the screen")
+    km = KernelModel(db, m, KernelSetup("b200_sxm", "vllm", "0.24.0", tp=2, weight_dtype="fp8"))
+    (said,) = [s for s in km.substitutions if s.startswith("gemm fp8_block")]
+    assert "fixed cost" in said and "sglang" in said
+    calls = {c.name: c for c in km.decode(8, 8704).calls}
+    qkv = calls["qkv projection"]
+    assert qkv.table.startswith("b200_sxm/gemm/sglang/")
+    sg = db.table("b200_sxm", "gemm", "sglang", qkv.table.split("/")[3])
+    assert qkv.time_s == sg.lookup(**dict(qkv.shape)).time_s
+    assert calls["lm head"].table.startswith("b200_sxm/gemm/vllm/")  # bf16 passes: kept
+    h200 = KernelModel(db, m, KernelSetup("h200_sxm", "vllm", "0.24.0", tp=2, weight_dtype="fp8"))
+    assert not [s for s in h200.substitutions if s.startswith("gemm")]
+    assert {c.name: c for c in h200.decode(8, 8704).calls}["qkv projection"].table.startswith(
+        "h200_sxm/gemm/vllm/"
+    )

@@ -1031,3 +1031,28 @@ def test_uniform_tokens_reads_as_many_experts_as_uniform_routing() -> None:
     # continuous where T k reaches E (16 tokens): both branches give D/k
     assert uniform_tokens(16 - 1e-9, 128, 8) == pytest.approx(uniform_tokens(16, 128, 8))
     assert uniform_tokens(4, 8, 8) == 4.0  # top-k of all experts: the load is balanced
+
+
+def test_growth_is_the_median_ratio_of_times_along_one_size(tmp_path: Path) -> None:
+    """:meth:`KernelTable.growth` on a table written here: at each (n, k) the time at
+    4,096 rows over the time at one row, medianed over the shapes of at least
+    ``min_rest`` weights; unmeasured sizes give NaN."""
+    shapes = [(1024, 1024), (2048, 2048), (4096, 2048)]
+    rows = [
+        {"kernel_source": "x", "gemm_dtype": "fp8_block", "m": m, "n": n, "k": k,
+         "latency": 0.01 * (n * k) / 2**20 + 1e-9 * m * n * k}
+        for m in (1, 64, 4096) for n, k in shapes
+    ]  # fmt: skip
+    write(tmp_path, "gemm", "gemm", rows)
+    table = KernelDatabase(tmp_path).table(GPU, "gemm", FW, VER)
+
+    def ratio(n: int, k: int) -> float:
+        return (0.01 * n * k / 2**20 + 1e-9 * 4096 * n * k) / (0.01 * n * k / 2**20 + 1e-9 * n * k)
+
+    key = {"gemm_dtype": "fp8_block"}
+    got, points = table.growth(key, "m", 1, 4096, 1 << 22)
+    assert points == 2
+    assert got == pytest.approx(float(np.median([ratio(2048, 2048), ratio(4096, 2048)])))
+    assert table.growth(key, "m", 1, 4096)[1] == 3
+    assert math.isnan(table.growth(key, "m", 1, 512)[0])
+    assert math.isnan(table.growth({"gemm_dtype": "fp8"}, "m", 1, 4096)[0])
