@@ -512,6 +512,11 @@ SCREEN_WEIGHTS = 1 << 22
 #: the MoE tables' dtype of experts stored in a 4-bit block format (catalog precision):
 #: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``)
 _EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
+#: GPUs on which TensorRT-LLM's default MoE backend for MXFP4 experts (TRTLLM) runs them
+#: with MXFP8 activations, the MoE tables' ``w4a8_mxfp4_mxfp8`` (TensorRT-LLM's gpt-oss
+#: deployment guide, "MoE Backend Support Matrix": B200/GB200/B300/GB300, MXFP8
+#: activations, MXFP4 weights, TRTLLM; Hopper: BF16 activations, TRITON)
+MXFP8_ACTIVATION_GPUS = {"trtllm": frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"})}
 
 
 @dataclass(frozen=True)
@@ -887,6 +892,8 @@ class KernelModel:
         else:
             out = {group: [(n, wd)] for group, n in layers.items()}
         four_bit = _EXPERT_DTYPES.get(m.precision) if m.fp4_experts else None
+        if m.precision == "mxfp4" and s.gpu in MXFP8_ACTIVATION_GPUS.get(s.framework, ()):
+            four_bit = "w4a8_mxfp4_mxfp8"
         if s.moe_dtype or four_bit:
             out["experts"] = [(layers["experts"], s.moe_dtype or str(four_bit))]
         return {g: [(n, d) for n, d in parts if n] for g, parts in out.items()}

@@ -178,3 +178,27 @@ def test_a_gemm_table_that_does_not_grow_with_its_rows_is_read_from_another_fram
     assert {c.name: c for c in h200.decode(8, 8704).calls}["qkv projection"].table.startswith(
         "h200_sxm/gemm/vllm/"
     )
+
+
+def test_mxfp4_experts_under_tensorrt_llm_on_blackwell_take_mxfp8_activations() -> None:
+    """TensorRT-LLM's default MoE backend runs MXFP4 experts with MXFP8 activations on
+    Blackwell and bf16 ones on Hopper (its gpt-oss deployment guide): gpt-oss-120b's
+    experts read ``w4a8_mxfp4_mxfp8`` under TensorRT-LLM on B200, ``w4a16_mxfp4`` under
+    TensorRT-LLM on H200 and under vLLM on B200."""
+    from model.catalog import load_model
+    from model.kernels import KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    m = load_model("gpt-oss-120b")
+
+    def experts(gpu: str, framework: str) -> str:
+        version = max((v for f, v in db.versions(gpu, "moe") if f == framework), key=version_key)
+        if framework == "trtllm":
+            version = "1.3.0rc20"  # the version measuring gpt-oss's shapes
+        km = KernelModel(db, m, KernelSetup(gpu, framework, version, tp=1))
+        (moe,) = [c for c in km.decode(8, 2048).calls if c.name == "moe"]
+        return dict(moe.shape)["moe_dtype"]
+
+    assert experts("b200_sxm", "trtllm") == "w4a8_mxfp4_mxfp8"
+    assert experts("h200_sxm", "trtllm") == "w4a16_mxfp4"
+    assert experts("b200_sxm", "vllm") == "w4a16_mxfp4"
