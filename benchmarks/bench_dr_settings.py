@@ -23,6 +23,7 @@ from typing import Any
 
 from bench_settings import with_default_settings
 
+from formulation.budget import Deadline
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
 from formulation.whatif.dr import DEMO_EVENT, demand_response
@@ -55,7 +56,7 @@ def no_notice(body: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
         ("instances_full_clock", body),
         ("instances_with_settings", with_default_settings(body)),
     ):
-        nb = next_boundary(problem_from_dict(b), t + 1, running, cap, 10.0)
+        nb = next_boundary(problem_from_dict(b), t + 1, running, cap, Deadline.after(10.0))
         out[label] = {
             **nb,
             "baseline_power_w": base[t + 1]["power_w"],

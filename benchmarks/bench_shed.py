@@ -36,8 +36,9 @@ from formulation.bounds.lagrange import uncoupled_schedule
 from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.evaluate import price_schedule
+from formulation.infeasible import InfeasibleError
 from formulation.problem import ScheduleProblem, SolverOptions, problem_from_dict
-from formulation.solve import InfeasibleError, solve
+from formulation.solve import solve
 from formulation.subproblems.dp import deployment_grid
 from formulation.whatif.shed import (
     boundary_plan,

@@ -1,6 +1,8 @@
 """Time in a solve: one deadline object, and every share of the time limit named here.
 
-A schedule solve has one time limit (``solver.time_limit_s``). :class:`TimeBudget`
+A request has one time limit (``solver.time_limit_s``), whatever it runs: a
+demand-response what-if's two solves and a flexibility curve's many share it through
+one :class:`Deadline`. A schedule solve has that one limit. :class:`TimeBudget`
 shares it among the phases of :func:`formulation.solve.solve` through named fractions
 of the limit; each phase hands its kernels a :class:`Deadline`, an absolute
 ``time.monotonic()`` time, and a kernel that shares its time further takes a part of
@@ -117,6 +119,11 @@ class TimeBudget:
     def left(self, until: float = END, at_least: float = 0.0) -> float:
         return self.deadline(until, at_least).remaining()
 
+    def end(self) -> Deadline:
+        """The end of the limit, the reserve included: where nothing of the solve may
+        run past (the diagnosis of an infeasible problem, after the phases)."""
+        return Deadline(self.started + self.limit_s)
+
 
 # ------------------------------------------------------------ the relaxation (solve.py)
 
@@ -139,7 +146,8 @@ GUIDED_AT_LEAST_S = 0.1
 #: the window MILP over the broken periods' span gets at least this (seconds)
 WINDOW_MILP_AT_LEAST_S = 0.5
 #: each start the guided window repairs by coordinate descent gets this share of the
-#: window's time, and at least ``WINDOW_REPAIR_AT_LEAST_S``
+#: window's time, and at least ``WINDOW_REPAIR_AT_LEAST_S``, the repairs together never
+#: past the window's deadline
 WINDOW_REPAIR_SHARE = 0.05
 WINDOW_REPAIR_AT_LEAST_S = 0.1
 #: one round of the decomposition's ascent (between which the window's schedules are
@@ -167,8 +175,18 @@ HIGHS_AT_LEAST_S = 0.01
 HIGHS_GRACE_SHARE = 0.02
 HIGHS_GRACE_S = 0.5
 
+# ------------------------------------------------ the demand-response what-if (dr.py)
+
+#: a demand-response what-if runs two solves within its request's one time limit: the
+#: baseline ends by this share of the limit and the response has what is left, so at
+#: least the rest of the limit (less what the baseline's pricing took past its own end),
+#: and all of it that an early-proven baseline left unused
+DR_BASELINE_SHARE = 0.5
+
 # ------------------------------------------------------- the flexibility curve (flex.py)
 
-#: each of a flexibility curve's MILPs gets an equal share of the request's time limit,
-#: and at least this (seconds)
+#: each of a flexibility curve's MILPs gets an equal share of the time its request has
+#: left over the evaluations still to run, and at least this (seconds), never past the
+#: request's deadline: once that has passed, the curve's remaining points are not
+#: evaluated and the answer says so (status ``time_limit``)
 FLEX_MILP_AT_LEAST_S = 0.2

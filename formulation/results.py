@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,8 +14,10 @@ from pydantic.json_schema import SkipJsonSchema
 
 from formulation.data import DeploymentData
 from formulation.evaluate import Priced, phase_power_w
-from formulation.solve import Outcome
 from model.operations import performance_report
+
+if TYPE_CHECKING:  # the solve loads Pyomo and HiGHS: the API's schemas need only this name
+    from formulation.solve import Outcome
 
 
 class DeploymentPeriod(BaseModel):

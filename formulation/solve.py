@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +65,7 @@ from formulation.budget import (
 )
 from formulation.data import ScheduleData, build_data, undominated
 from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.infeasible import InfeasibleError, check_feasible_before, infeasible_after
 from formulation.milp.compact import (
     Allowed,
     MilpResult,
@@ -92,7 +93,6 @@ from formulation.primal.window import (
 from formulation.problem import Method, ScheduleProblem
 from formulation.processes.interrupt import interruptible, process_stopping
 from formulation.subproblems.dp import DeploymentGrid, deployment_grid
-from model.errors import PdwattError
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +111,6 @@ Progress = Callable[[str], None]
 Monitor = Callable[[dict[str, Any]], bool]
 
 
-class InfeasibleError(PdwattError):
-    """No schedule meets every constraint; ``conflicts`` says where and why."""
-
-    def __init__(self, message: str, conflicts: list[dict[str, Any]]) -> None:
-        self.conflicts = conflicts
-        super().__init__(message)
-
-    def __reduce__(self) -> tuple[object, ...]:  # picklable across worker processes
-        return (InfeasibleError, (str(self), self.conflicts))
-
-
 @dataclass
 class Outcome:
     status: str  # optimal | time_limit | stopped (a monitor asked the solve to stop)
@@ -134,87 +123,26 @@ class Outcome:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def min_site_power_w(
-    data: ScheduleData, among: Sequence[NDArray[np.bool_]] | None = None
-) -> np.ndarray:
-    """Least site power per period: every deployment at its least-power allowed config
-    (of those ``among[m]`` marks, when given) serving nothing, every other GPU idle
-    (ignoring transition limits)."""
-    it = np.full(data.n_periods, data.idle_site_it_w)
-    for m, d in enumerate(data.deployments):
-        ok = np.flatnonzero(d.allowed if among is None else d.allowed & among[m])
-        it += float(np.min(d.bp_power_w[ok, 0] - data.idle_gpu_power_w * d.gpus[ok]))
-    return it * data.pue
-
-
-def check_feasible_before(data: ScheduleData) -> None:
-    floor = min_site_power_w(data)
-    bad = np.flatnonzero(data.power_cap_w < floor * (1 - 1e-9) - 1e-6)
-    if bad.size:
-        conflicts = [
-            {
-                "period": int(t),
-                "constraint": "site_power_within_cap",
-                "power_cap_w": float(data.power_cap_w[t]),
-                "min_site_power_w": float(floor[t]),
-                "reason": "the cap is below the least the site can draw (idle GPUs and "
-                "deployments that must run, at PUE)",
-            }
-            for t in bad
-        ]
-        raise InfeasibleError(
-            f"the power cap is below the site's least possible draw in {bad.size} "
-            f"period(s), first {int(bad[0])}",
-            conflicts,
-        )
-    for i, d in enumerate(data.deployments):
-        if not d.off_allowed:
-            need = int(np.min(d.gpus[1:])) if d.n_configs > 1 else 0
-            g = int(data.pool_of[i])
-            if need > data.pool_gpus[g]:
-                raise InfeasibleError(
-                    f"deployment {d.name} needs at least {need} GPUs of {data.pools[g]}",
-                    [{"constraint": "gpus_within_inventory", "deployment": d.name}],
-                )
-
-
-def _infeasible_after(
-    data: ScheduleData, cap_periods: list[int], inv: list[tuple[int, int]]
-) -> InfeasibleError:
-    conflicts: list[dict[str, Any]] = [
-        {
-            "period": t,
-            "constraint": "site_power_within_cap",
-            "power_cap_w": float(data.power_cap_w[t]),
-            "reason": "no mix of reachable configurations fits under the cap: the transition "
-            "limits from the initial state or from neighbouring periods prevent shedding enough",
-        }
-        for t in cap_periods
-    ]
-    conflicts += [
-        {"period": t, "constraint": "gpus_within_inventory", "pool": data.pools[g]} for g, t in inv
-    ]
-    first = cap_periods[0] if cap_periods else inv[0][1]
-    return InfeasibleError(
-        f"no schedule meets the constraints (even its LP relaxation), first in period {first}",
-        conflicts,
-    )
-
-
 def diagnose_infeasible(data: ScheduleData, fallback: str, deadline: Deadline) -> InfeasibleError:
     """Name the periods where even the LP relaxation cannot meet the site constraints
     (transition limits from the initial state included), looked for until ``deadline``;
     else a plain explanation."""
     dec = decompose(data, deadline)
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
-        return _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
+        return infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
+    reason = (
+        "the relaxation is feasible but no integer schedule was found"
+        if dec.converged
+        else "no schedule was found and the LP relaxation, which would name the periods at "
+        "fault, did not converge within the time limit"
+    )
     return InfeasibleError(
         fallback,
         [
             {
                 "constraint": "integrality",
-                "reason": "the relaxation is feasible but no integer schedule was found; "
-                "raise solver.time_limit_s or relax transitions.max_instance_changes_per_period",
+                "reason": f"{reason}; raise solver.time_limit_s or relax "
+                "transitions.max_instance_changes_per_period",
             }
         ],
     )
@@ -225,11 +153,18 @@ class Run:
     bound, their history and the phases' timings."""
 
     def __init__(
-        self, problem: ScheduleProblem, say: Progress, monitor: Monitor | None = None
+        self,
+        problem: ScheduleProblem,
+        say: Progress,
+        monitor: Monitor | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self.problem = problem
         self.opts = problem.solver
-        self.budget = TimeBudget(problem.solver.time_limit_s)
+        limit_s = problem.solver.time_limit_s
+        if deadline is not None:
+            limit_s = min(limit_s, deadline.remaining())
+        self.budget = TimeBudget(limit_s)
         self._say = say
         self.monitor = monitor
         self.current = ""
@@ -238,7 +173,8 @@ class Run:
         self.source = ""
         self.lower_bound = -np.inf
         self.greedy: GreedyReport | None = None
-        self.stats: dict[str, Any] = {"phases": [], "trace": []}
+        # the limit this solve had: its own, or what the request's deadline left it
+        self.stats: dict[str, Any] = {"time_limit_s": round(limit_s, 3), "phases": [], "trace": []}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -344,11 +280,16 @@ class Run:
 
 
 def solve(
-    problem: ScheduleProblem, progress: Progress | None = None, monitor: Monitor | None = None
+    problem: ScheduleProblem,
+    progress: Progress | None = None,
+    monitor: Monitor | None = None,
+    deadline: Deadline | None = None,
 ) -> Outcome:
     """The schedule with the least cost found within the time limit, and a proven
-    lower bound (see the module docstring for the phases)."""
-    run = Run(problem, progress or (lambda _msg: None), monitor)
+    lower bound (see the module docstring for the phases). With ``deadline``, the limit
+    is the time left before it when that is less than ``solver.time_limit_s``: the
+    deadline of a request that runs several solves (a demand-response what-if's two)."""
+    run = Run(problem, progress or (lambda _msg: None), monitor, deadline)
     with interruptible(run.should_stop):
         return _phases(run)
 
@@ -512,9 +453,10 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> None:
 
 
 def _diagnosis(run: Run) -> Deadline:
-    """When naming the periods of an infeasible problem ends: what the limit leaves,
-    including its reserve, and at least a second."""
-    return Deadline.after(max(run.budget.limit_s - run.budget.elapsed(), 1.0))
+    """When naming the periods of an infeasible problem ends: the end of the limit (what
+    the phases left of it, its reserve included). With nothing left the error says so
+    rather than run past the limit (:func:`diagnose_infeasible`'s plain explanation)."""
+    return run.budget.end()
 
 
 def _workers(run: Run) -> int:
@@ -657,7 +599,7 @@ def _volume(
         if now - repairs["last"] < every or repairs["spent"] > VOLUME_REPAIR_AT_MOST * phase:
             return
         t0 = time.perf_counter()
-        _repair(run, data, grids, [p.schedule], Deadline.after(every))
+        _repair(run, data, grids, [p.schedule], deadline.within(every))  # never past the phase
         repairs["last"] = now
         repairs["spent"] += time.perf_counter() - t0
 
@@ -700,7 +642,7 @@ def _column_generation(
         bound_to_beat=lambda: run.lower_bound,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
-        raise _infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
+        raise infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
     assert dec.prices_w is not None and dec.prices_gpu is not None
     best = oracle(dec.prices_w, dec.prices_gpu)
     run.bound(max(best.value_usd, dec.lower_bound_usd), source)
@@ -918,7 +860,7 @@ def _exact_window(
         )
         run.stats["windows"] = g.stats.get("windows", [])
         if "infeasible_period" in g.stats:
-            raise _infeasible_after(data, [int(g.stats["infeasible_period"])], [])
+            raise infeasible_after(data, [int(g.stats["infeasible_period"])], [])
         run.bound(g.lower_bound_usd, GUIDED_SOURCE)
         run.offer(g.priced, label)
         run.stats["split_bound"] = g.stats.get("split_bound", [])

@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from formulation.infeasible import InfeasibleError
 from formulation.request import field_path
-from formulation.solve import InfeasibleError
 from model.errors import InputError, NotFoundError, PdwattError
 
 log = logging.getLogger(__name__)

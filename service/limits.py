@@ -12,12 +12,17 @@ its synchronous route refuses.
 The use-case table (:mod:`service.usecases`) gives each kind its check, for its route
 and its jobs alike.
 
-A request that leaves ``solver.time_limit_s`` out gets the schedule's default (30 s),
-or this server's maximum when that is lower (:func:`fill_server_defaults`); a value the
+The time limit: :func:`time_limit` is the one place this server's default and maximum
+of ``solver.time_limit_s`` come from (the schedule's own, :mod:`formulation.request`,
+tightened by ``PDWATT_MAX_TIME_LIMIT_S``); the checks below, the OpenAPI document
+(:mod:`service.main`) and the jobs read them there. A request that leaves
+``solver.time_limit_s`` out gets the default (:func:`fill_server_defaults`); a value the
 client sent is never changed: above the maximum it is refused.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from formulation.data import check_memory
 from formulation.problem import Host, problem_from_request
@@ -32,17 +37,28 @@ from service.settings import Settings
 MAX_FLEX_EVALUATIONS = 10_000
 
 
-def default_time_limit_s(s: Settings) -> float:
-    """The time limit of a request that gives none: the schedule's default, or this
-    server's maximum when that is lower."""
-    return min(DEFAULT_TIME_LIMIT_S, s.max_time_limit_s)
+@dataclass(frozen=True)
+class TimeLimit:
+    """This server's ``solver.time_limit_s``: what a request that gives none gets, and
+    the most one may ask for (seconds)."""
+
+    default_s: float
+    max_s: float
+
+
+def time_limit(s: Settings) -> TimeLimit:
+    """This server's time limit: its maximum is ``PDWATT_MAX_TIME_LIMIT_S`` (at most the
+    schedule's :data:`~formulation.request.MAX_TIME_LIMIT_S`, checked at start), its
+    default the schedule's :data:`~formulation.request.DEFAULT_TIME_LIMIT_S`, or that
+    maximum when it is lower."""
+    return TimeLimit(min(DEFAULT_TIME_LIMIT_S, s.max_time_limit_s), s.max_time_limit_s)
 
 
 def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:
     """Give ``req`` this server's defaults where the client left a field out (only
     ``solver.time_limit_s``); what the client sent is left as it is."""
     if "time_limit_s" not in req.solver.model_fields_set:
-        solver = req.solver.model_copy(update={"time_limit_s": default_time_limit_s(s)})
+        solver = req.solver.model_copy(update={"time_limit_s": time_limit(s).default_s})
         solver.model_fields_set.discard("time_limit_s")  # still the server's choice
         req.solver = solver
 
@@ -97,10 +113,9 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
         )
     if sum(req.site.gpu_inventory.values()) > s.max_site_gpus:
         raise InputError(f"{prefix}site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
-    if req.solver.time_limit_s > s.max_time_limit_s:
-        raise InputError(
-            f"{prefix}solver.time_limit_s", f"must be <= {s.max_time_limit_s:g} on this server"
-        )
+    most = time_limit(s).max_s
+    if req.solver.time_limit_s > most:
+        raise InputError(f"{prefix}solver.time_limit_s", f"must be <= {most:g} on this server")
 
 
 def solve_host(s: Settings) -> Host:

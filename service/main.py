@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from service import console, errors, replan, site_shed, store
 from service.jobs import JobRunner, Notifier
-from service.limits import MAX_FLEX_EVALUATIONS, default_time_limit_s
+from service.limits import MAX_FLEX_EVALUATIONS, TimeLimit, time_limit
 from service.metrics import method_label, request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
@@ -183,9 +183,14 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     """This server's limits in its OpenAPI document: every one under
     ``info.x-pdwatt-limits``, and the per-field bounds they set (``maximum``,
     ``maxItems``) on the fields they bound, so a client can check a request before
-    sending it; the time limit's default is this server's (see
-    :func:`service.limits.default_time_limit_s`), and so is every example's."""
+    sending it. The schemas are generated from the request models, whose bounds are
+    the schedule's own (:mod:`formulation.request`); a server's settings, read when the
+    app is made, can only tighten them, so those are written over the generated
+    document here: the time limit's default and maximum are this server's
+    (:func:`service.limits.time_limit`, the one place they come from), and so is every
+    example's time limit."""
     build = app.openapi
+    limit = time_limit(settings)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -197,7 +202,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             "max_deployments": settings.max_deployments,
             "max_site_gpus": settings.max_site_gpus,
             "max_front_gpus": settings.max_front_gpus,
-            "max_time_limit_s": settings.max_time_limit_s,
+            "max_time_limit_s": limit.max_s,
             "max_solve_memory_mb": settings.max_solve_memory_mb,
             "max_flex_evaluations": MAX_FLEX_EVALUATIONS,
             "max_json_depth": MAX_JSON_DEPTH,
@@ -209,8 +214,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             if prop is not None:
                 prop[key] = min(prop.get(key, value), value)
 
-        bound("SolverIn", "time_limit_s", "maximum", settings.max_time_limit_s)
-        _time_limit_default(comps, default_time_limit_s(settings), settings.max_time_limit_s)
+        _publish_time_limit(comps, limit)
         bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
         bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
         if settings.max_deployments is not None:
@@ -222,17 +226,19 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _time_limit_default(comps: dict[str, Any], default_s: float, max_s: float) -> None:
-    """``solver.time_limit_s`` defaults to ``default_s`` in the schemas (the field, and
-    every ``solver`` default object); no example asks for more than ``max_s``."""
+def _publish_time_limit(comps: dict[str, Any], limit: TimeLimit) -> None:
+    """``solver.time_limit_s`` has this server's default and maximum in the schemas (the
+    field, and every ``solver`` default object); no example asks for more than the
+    maximum."""
     prop = comps.get("SolverIn", {}).get("properties", {}).get("time_limit_s")
     if prop is not None:
-        prop["default"] = default_s
+        prop["default"] = limit.default_s
+        prop["maximum"] = min(prop.get("maximum", limit.max_s), limit.max_s)
     for schema in comps.values():
         solver = schema.get("properties", {}).get("solver", {})
         if isinstance(solver.get("default"), dict):
-            solver["default"]["time_limit_s"] = default_s
-        _cap_examples(schema.get("examples"), max_s)
+            solver["default"]["time_limit_s"] = limit.default_s
+        _cap_examples(schema.get("examples"), limit.max_s)
 
 
 def _cap_examples(node: Any, max_s: float) -> None:

@@ -50,6 +50,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service import replan
 from service.jobs import WORKER_LOST, Notifier, execute_started, job_store
+from service.limits import time_limit
 from service.pool import SolvePool, WorkerLost
 from service.settings import Settings
 
@@ -268,7 +269,7 @@ class JobWorker:
     def arq_worker(self, burst: bool = False) -> Worker:
         # a job runs at most its solver's time limit (capped by the server's); the queue
         # timeout is a backstop well beyond that, and retries are this module's own
-        timeout_s = 2 * self.settings.max_time_limit_s + 120
+        timeout_s = 2 * time_limit(self.settings).max_s + 120
         return Worker(
             functions=[func(self.run_job, name=FUNCTION, timeout=timeout_s, max_tries=1)],
             queue_name=QUEUE_NAME,

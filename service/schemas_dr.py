@@ -6,9 +6,10 @@ form) are those of :func:`formulation.whatif.dr.parse_event`, shared with ``pdwa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from formulation.demo import demo_request
 from formulation.whatif.dr import DEMO_EVENT
@@ -136,10 +137,21 @@ class FlexPeriod(BaseModel):
     request_cap_w: float
     method: str
     points: list[FlexPoint]
+    unevaluated_caps_w: list[float] | SkipJsonSchema[None] = Field(
+        None, description="caps not evaluated before the time limit (only when some were not)"
+    )
 
 
 class FlexibilityResponse(BaseModel):
     deployments: list[str]
     period_minutes: float
     transitions: str
+    status: Literal["complete", "time_limit"] = Field(
+        description="time_limit: the request's solver.time_limit_s ran out before every cap "
+        "was evaluated (see unevaluated_periods and each period's unevaluated_caps_w)"
+    )
+    solve_time_s: float = Field(description="the curve's time, within solver.time_limit_s")
     periods: list[FlexPeriod]
+    unevaluated_periods: list[int] | SkipJsonSchema[None] = Field(
+        None, description="periods not evaluated before the time limit (only when some were not)"
+    )

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from formulation.request import (
+    DEFAULT_TIME_LIMIT_S,
     MAX_PERIODS,
     MAX_TIME_LIMIT_S,
     MIN_TIME_LIMIT_S,
@@ -56,7 +57,8 @@ class Settings(BaseSettings):
         ge=MIN_TIME_LIMIT_S,
         le=MAX_TIME_LIMIT_S,
         description="the most solver.time_limit_s a request may ask for; also the "
-        "default time limit when it is below the schedule's default (30 s)",
+        f"default time limit when it is below the schedule's default ({DEFAULT_TIME_LIMIT_S:g} "
+        "s; service.limits.time_limit)",
     )
     max_solve_memory_mb: float = Field(
         4096.0, gt=0, description="refuse a solve estimated to need more memory (MB)"

@@ -25,8 +25,8 @@ from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from formulation.data import ScheduleData, build_data
+from formulation.infeasible import min_site_power_w
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
-from formulation.solve import min_site_power_w
 from formulation.subproblems.dp import transition_cost
 from formulation.whatif.shed import (
     CACHE_SIZE,
@@ -125,7 +125,7 @@ def reachable_floors_w(data: ScheduleData, running: Sequence[tuple[int, int]]) -
     its ``running`` counts (those counts, at the least-power setting the data lists)
     and of each period after it (any counts each deployment can reach in as many moves
     as the transition limit allows), every other GPU idle: the floor that
-    :func:`formulation.solve.min_site_power_w` checks a cap against, from where the
+    :func:`formulation.infeasible.min_site_power_w` checks a cap against, from where the
     site is. The list ends at the site's least draw, or once no deployment can reach
     further counts (a transition limit keeps one from its least-power counts for
     good): later periods have its last floor."""
@@ -260,7 +260,9 @@ class BoundaryCall:
 
 
 def solve_boundary(call: BoundaryCall) -> dict[str, Any]:
-    """:func:`~formulation.whatif.shed.next_boundary` of ``call``, in a solver worker."""
+    """:func:`~formulation.whatif.shed.next_boundary` of ``call``, in a solver worker,
+    within the site's time limit (its request's ``solver.time_limit_s``: a shed asks
+    for none of its own)."""
     problem = problem_from_dict(request_of(call.body), call.host)
     return next_boundary(problem, call.period, call.running, call.target_w)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from formulation.infeasible import InfeasibleError
 from formulation.problem import Host, problem_from_dict
-from formulation.solve import InfeasibleError
 from model.errors import InputError
 from service import site_targets
 from service.limits import check_schedule

@@ -194,7 +194,8 @@ USE_CASES: dict[str, UseCase] = {
                 "Demand-response what-if: the baseline schedule, the response to a cap over "
                 "a\nwindow, the power shed per period, the demand lost per deployment, the "
                 "cost of\nresponding and the recovery after the event.\n\nTwo schedule solves "
-                "(baseline and response), each within `solver.time_limit_s`.\nAn event the "
+                "(baseline and response) within one `solver.time_limit_s`:\nthe baseline ends "
+                "by half of it and the response has the rest.\nAn event the "
                 "site cannot meet is a 422 problem whose `conflicts` give the deepest\n"
                 "feasible cap per period.",
             ),
@@ -214,7 +215,9 @@ USE_CASES: dict[str, UseCase] = {
                 "null):\nthe configurations and served demand that are best at each site "
                 "power cap, from the\nleast site draw up to the unconstrained draw. One "
                 "period on its own: transitions\nare ignored, as an energy-management system "
-                "bids the curve.",
+                "bids the curve.\n\nThe curve keeps to `solver.time_limit_s`: caps not "
+                "evaluated by then are listed\n(`unevaluated_caps_w`, `unevaluated_periods`) "
+                "and `status` is `time_limit`.",
             ),
             chart=_flex_chart,
         ),

@@ -118,10 +118,20 @@ def test_the_graph_sees_imports(name: str) -> None:
 
 
 # formulation's folders in pipeline order: a module may import its own folder, the
-# flat modules at the top (the problem, its data, pricing, time) and folders before it;
+# flat modules at the top (the problem, its data, pricing, time, infeasibility without a
+# solver) and folders before it;
 # solve.py runs the pipeline over them all and whatif/ asks questions of solve.
 FORMULATION_ORDER = ("processes", "subproblems", "milp", "bounds", "primal", "top", "whatif")
-FORMULATION_BASE = {"budget", "data", "evaluate", "memory", "problem", "request", "demo"}
+FORMULATION_BASE = {
+    "budget",
+    "data",
+    "evaluate",
+    "infeasible",
+    "memory",
+    "problem",
+    "request",
+    "demo",
+}
 
 
 def formulation_folder(module: str) -> str:

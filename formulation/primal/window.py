@@ -409,7 +409,7 @@ def solve_guided(
     soon as it is found, before the result comes back. The decomposition's period
     problems run on ``workers`` forked processes (:class:`formulation.processes.workers.ForkPool`).
     """
-    # each start's repair: a share of the window's whole time
+    # each start's repair: a share of the window's whole time, and at least a floor
     repair_s = max(WINDOW_REPAIR_SHARE * deadline.remaining(), WINDOW_REPAIR_AT_LEAST_S)
     init = start if start is not None else guided_start(data, grids)
     if init.first.violation_free:
@@ -429,7 +429,8 @@ def solve_guided(
             on_bound,
             on_schedule,
         )
-        g.repair([init.free, *(hints or [])], repair_s)
+        starts = [init.free, *(hints or [])]
+        g.repair(starts, deadline.within(len(starts) * repair_s))  # never past the window's
         broken = set(init.first.cap_violations) | set(init.first.inventory_violations)
         if g.best is not None:
             broken |= binding_periods(data, g.best)
@@ -519,11 +520,13 @@ class _Guided:
     def result(self, proven: bool) -> WindowResult:
         return WindowResult(self.best, self.lb, proven, self.stats)
 
-    def repair(self, starts: list[Schedule], seconds: float) -> None:
-        """Each start made feasible by coordinate descent (``seconds`` each); the best
-        becomes the incumbent if it beats it."""
-        for h in starts:
-            cd = coordinate_descent(self.data, self.grids, h, Deadline.after(seconds))
+    def repair(self, starts: list[Schedule], deadline: Deadline) -> None:
+        """Each start made feasible by coordinate descent, all by ``deadline``, each
+        given an equal share of the time left (what one leaves goes to the next); the
+        best becomes the incumbent if it beats it."""
+        for i, h in enumerate(starts):
+            share = deadline.fraction(1.0 / (len(starts) - i))
+            cd = coordinate_descent(self.data, self.grids, h, share)
             if cd.violation_free and cd.objective_usd < self.upper():
                 self.best = cd
                 self.found_schedule(cd, "feasible schedule (repaired by coordinate descent)")

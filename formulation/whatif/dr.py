@@ -20,6 +20,12 @@ and optionally a ``name``.
 
 Choices where the issue is silent:
 
+* One time limit for the request: the schedule request's ``solver.time_limit_s``
+  bounds both solves together (one :class:`~formulation.budget.Deadline`). The
+  baseline ends by :data:`~formulation.budget.DR_BASELINE_SHARE` of it (half), and the
+  response has what is left: the other half at least, less what the baseline's
+  pricing took past its end, and more when the baseline was proven optimal sooner.
+  Each solve's ``solve_time_s`` reports its part.
 * The event is known when the plan is made: the response re-plans the whole horizon,
   so it may prepare before the window (ramp down early when transition limits are
   tight) and recovers after it. ``preparation`` and ``recovery`` report both.
@@ -30,7 +36,7 @@ Choices where the issue is silent:
   ``reduction_w`` event the baseline is kept as first solved, since the event's caps
   are measured against it.
 * An infeasible event is one the response solve proves infeasible. It is answered
-  with :class:`~formulation.solve.InfeasibleError` whose conflicts give, per window
+  with :class:`~formulation.infeasible.InfeasibleError` whose conflicts give, per window
   period whose cap is too low, ``deepest_feasible_cap_w``: the least site power the
   site can reach in that period when it runs the baseline plan up to the event and
   then ramps every deployment down as fast as its transition limit allows (see
@@ -59,19 +65,23 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from formulation.budget import DR_BASELINE_SHARE, Deadline
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import FEAS_RTOL, Priced, price_schedule
+from formulation.infeasible import InfeasibleError
 from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from formulation.results import response
-from formulation.solve import InfeasibleError, Outcome, solve
 from formulation.whatif.shed import fast_response
 from model.errors import InputError
+
+if TYPE_CHECKING:  # the solve loads Pyomo and HiGHS, which the API's schemas do not need
+    from formulation.solve import Outcome
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -361,14 +371,22 @@ def demand_response(
     (``"request."`` for the HTTP body). Raises InputError (invalid request or event) or
     InfeasibleError (the baseline, or the event, cannot be met).
     """
+    from formulation.solve import solve  # loads Pyomo and HiGHS: only where a solve runs
+
     say = progress or (lambda _m: None)
     with request_errors(request_field):
         problem = problem_from_dict(body, host)
+    # one deadline for the request's two solves (see the module docstring)
+    deadline = Deadline.after(problem.solver.time_limit_s)
     ev = parse_event(event, problem)
     with request_errors(request_field):
         data = build_data(problem)
         say("baseline: the request as given")
-        base = solve(problem, lambda m: say(f"baseline: {m}"))
+        base = solve(
+            problem,
+            lambda m: say(f"baseline: {m}"),
+            deadline=deadline.fraction(DR_BASELINE_SHARE),
+        )
     request_cap = data.power_cap_w
     caps = request_cap.copy()
     window_caps = event_caps(ev, request_cap, base.priced.site_power_w)
@@ -376,7 +394,7 @@ def demand_response(
     dr_problem = with_caps(problem, caps)
     say(f"response: cap lowered in periods {ev.start}..{ev.end - 1}")
     try:
-        resp = solve(dr_problem, lambda m: say(f"response: {m}"))
+        resp = solve(dr_problem, lambda m: say(f"response: {m}"), deadline=deadline)
     except InfeasibleError as e:
         raise _infeasible_event(data, base, ev, caps, e) from e
     resp = _rebest(resp, base.priced, base.lower_bound_usd)

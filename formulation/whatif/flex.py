@@ -9,10 +9,20 @@ This is a **one-period** flexibility: transitions (their costs, limits and the s
 of neighbouring periods) are ignored, as an EMS bids it. Each cap is solved exactly
 by Pareto enumeration (:func:`formulation.subproblems.period.solve_period`); when a GPU pool can
 bind, by the compact MILP on the period alone (:func:`formulation.milp.compact.solve_compact`
-on :func:`formulation.primal.baselines.periods_alone`),
-each solve limited to a share of the request's ``solver.time_limit_s``.
+on :func:`formulation.primal.baselines.periods_alone`).
 
-Caps run from the least site draw (:func:`formulation.solve.min_site_power_w`: every
+The request's ``solver.time_limit_s`` bounds the whole curve (one
+:class:`~formulation.budget.Deadline` from when the request is read): each MILP gets an
+equal share of the time left over the evaluations still to run, and at least
+:data:`~formulation.budget.FLEX_MILP_AT_LEAST_S`, never past the deadline. Once the
+deadline has passed no further cap is evaluated: the answer's ``status`` is then
+``time_limit`` (else ``complete``), each period lists the caps left out in
+``unevaluated_caps_w`` and the answer the periods left out in ``unevaluated_periods``
+(the first period always starts, so an answer has a curve whenever its unconstrained
+end is found in time); a cap whose MILP found no plan in its time is listed there too,
+never as infeasible. ``solve_time_s`` is the curve's time from the request read.
+
+Caps run from the least site draw (:func:`formulation.infeasible.min_site_power_w`: every
 deployment at its least-power allowed configuration serving nothing; no plan exists
 below it) up to the unconstrained draw (the period's optimum without a cap, i.e. each
 deployment's own optimum when no pool binds), at ``n_points`` evenly spaced levels
@@ -27,6 +37,7 @@ period cost non-increasing and the served value non-decreasing along the curve.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
@@ -34,11 +45,11 @@ from numpy.typing import NDArray
 
 from formulation.budget import FLEX_MILP_AT_LEAST_S, Deadline
 from formulation.data import ScheduleData, build_data
+from formulation.infeasible import min_site_power_w
 from formulation.milp.compact import solve_compact
 from formulation.primal.baselines import periods_alone
 from formulation.problem import Host, problem_from_dict
 from formulation.request import ScheduleRequest
-from formulation.solve import min_site_power_w
 from formulation.subproblems.period import pool_can_bind, solve_period
 from formulation.whatif.dr import request_errors
 from model.errors import InputError
@@ -94,7 +105,41 @@ def _evaluate(data: ScheduleData, t: int, ks: IntArray, served: FloatArray) -> d
     }
 
 
-def _solve_at(data: ScheduleData, t: int, cap_w: float, milp_s: float) -> _Plan | None:
+class _Unanswered(Exception):
+    """A cap's MILP ended at its deadline without a plan: not proven infeasible, only
+    not evaluated in the time the request had left."""
+
+
+@dataclasses.dataclass
+class _Clock:
+    """The request's one deadline, shared by the curve's evaluations still to run."""
+
+    deadline: Deadline
+    left: int  # evaluations still to run (per period: its unconstrained end, the caps below)
+    started: float  # time.monotonic() when the request was read
+
+    def expired(self) -> bool:
+        return self.deadline.expired()
+
+    def skip(self, evaluations: int) -> None:
+        """``evaluations`` will not run (their share goes to the others)."""
+        self.left = max(self.left - evaluations, 0)
+
+    def next(self) -> Deadline:
+        """The next evaluation's deadline: an equal share of the time left over the
+        evaluations still to run, at least ``FLEX_MILP_AT_LEAST_S``, never past the
+        request's (only a MILP uses it: an enumeration is exact and quick)."""
+        share = self.deadline.fraction(1.0 / max(self.left, 1)).at_least(FLEX_MILP_AT_LEAST_S)
+        self.skip(1)
+        return min(share, self.deadline)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _solve_at(data: ScheduleData, t: int, cap_w: float, deadline: Deadline) -> _Plan | None:
+    """The period's optimum under ``cap_w``; None when no plan fits it, and
+    :class:`_Unanswered` when its MILP found none by ``deadline``."""
     caps = data.power_cap_w.copy()
     caps[t] = cap_w * (1 + 1e-9) + 1e-6  # the end points exactly, despite rounding
     capped = dataclasses.replace(data, power_cap_w=caps)
@@ -106,9 +151,11 @@ def _solve_at(data: ScheduleData, t: int, cap_w: float, milp_s: float) -> _Plan 
         ks, served = sol.config, sol.served
     else:
         one = periods_alone(capped, np.array([t], dtype=np.int64))
-        r = solve_compact(one, Deadline.after(milp_s), 1e-6)
+        r = solve_compact(one, deadline, 1e-6)
         if r.schedule is None:
-            return None
+            if r.status == "infeasible":
+                return None
+            raise _Unanswered()
         ks, served = r.schedule.config[:, 0], r.schedule.served_rps[:, 0]
         gap = r.mip_gap
     ev = _evaluate(data, t, ks, served)
@@ -140,21 +187,41 @@ def _point(data: ScheduleData, t: int, cap_w: float, plan: _Plan) -> dict[str, A
 
 
 def period_curve(
-    data: ScheduleData, t: int, n_points: int, floor_w: float, milp_s: float
-) -> dict[str, Any]:
-    """The flexibility curve of period ``t`` (see the module docstring)."""
-    top = _solve_at(data, t, _ceiling_w(data), milp_s)
+    data: ScheduleData, t: int, n_points: int, floor_w: float, clock: _Clock
+) -> dict[str, Any] | None:
+    """The flexibility curve of period ``t`` (see the module docstring), its caps
+    evaluated while ``clock``'s deadline has not passed (those left are listed in
+    ``unevaluated_caps_w``); None when not even its unconstrained end was found in
+    time."""
+    try:
+        top = _solve_at(data, t, _ceiling_w(data), clock.next())
+    except _Unanswered:
+        clock.skip(n_points - 1)
+        return None
     if top is None:
         raise InputError("request", f"no plan fits the site in period {t} even without a cap")
     hi = _evaluate(data, t, top.config, top.served)["site_power_w"]
     hi = max(hi, floor_w)
     caps = np.unique(np.linspace(floor_w, hi, n_points))
     caps[-1] = hi
+    clock.skip(n_points - len(caps))  # equal caps, one evaluation
     points: list[dict[str, Any]] = []
     infeasible: list[float] = []
+    unevaluated: list[float] = []
     prev: _Plan | None = None
     for cap in caps:
-        plan = top if cap == hi and top is not None else _solve_at(data, t, float(cap), milp_s)
+        if cap == hi:
+            plan: _Plan | None = top
+        elif clock.expired():
+            unevaluated.append(float(cap))
+            clock.skip(1)
+            continue
+        else:
+            try:
+                plan = _solve_at(data, t, float(cap), clock.next())
+            except _Unanswered:
+                unevaluated.append(float(cap))
+                continue
         if plan is None:
             infeasible.append(float(cap))
             continue
@@ -177,6 +244,8 @@ def period_curve(
     }
     if infeasible:
         out["infeasible_caps_w"] = infeasible
+    if unevaluated:
+        out["unevaluated_caps_w"] = unevaluated
     return out
 
 
@@ -194,6 +263,9 @@ def flexibility_curve(
     """
     with request_errors(request_field):
         problem = problem_from_dict(body, host)
+        # one deadline for the whole curve, from the request's time limit
+        started = time.monotonic()
+        deadline = Deadline(started + problem.solver.time_limit_s)
         data = build_data(problem)
     n = data.n_periods
     if period is not None and (
@@ -210,11 +282,31 @@ def flexibility_curve(
         raise InputError("points", f"must be an integer in 2..{MAX_POINTS}, got {n_points!r}")
     periods = [period] if period is not None else list(range(n))
     floor = min_site_power_w(data)
-    evaluations = len(periods) * (n_points + 1)
-    milp_s = max(FLEX_MILP_AT_LEAST_S, problem.solver.time_limit_s / evaluations)
-    return {
+    # per period: its unconstrained end, then the caps below it
+    clock = _Clock(deadline, len(periods) * n_points, started)
+    curves: list[dict[str, Any]] = []
+    unevaluated: list[int] = []
+    for i, t in enumerate(periods):
+        # the first period always starts (its unconstrained end at least), so that an
+        # answer has a curve whenever one is found in time; the others only in time
+        if i > 0 and clock.expired():
+            unevaluated.append(t)
+            clock.skip(n_points)
+            continue
+        curve = period_curve(data, t, n_points, float(floor[t]), clock)
+        if curve is None:
+            unevaluated.append(t)
+        else:
+            curves.append(curve)
+    partial = bool(unevaluated) or any("unevaluated_caps_w" in c for c in curves)
+    out: dict[str, Any] = {
         "deployments": [d.name for d in data.deployments],
         "period_minutes": float(problem.period_minutes),
         "transitions": TRANSITIONS_NOTE,
-        "periods": [period_curve(data, t, n_points, float(floor[t]), milp_s) for t in periods],
+        "status": "time_limit" if partial else "complete",
+        "solve_time_s": round(clock.elapsed(), 3),
+        "periods": curves,
     }
+    if unevaluated:
+        out["unevaluated_periods"] = unevaluated
+    return out

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 from cachetools import LRUCache
 
+from formulation.budget import Deadline
 from formulation.data import (
     ScheduleData,
     build_data,
@@ -59,8 +60,8 @@ from formulation.data import (
     take_periods,
 )
 from formulation.evaluate import Priced, Schedule, price_schedule
+from formulation.infeasible import InfeasibleError
 from formulation.problem import ScheduleProblem, SolverOptions, validate
-from formulation.solve import InfeasibleError, solve
 from formulation.subproblems.dp import transition_cost
 from formulation.subproblems.period import pool_can_bind, solve_period
 from model.capacity import DeploymentSpec
@@ -427,6 +428,10 @@ class BoundaryPlan:
     #: a proven lower bound on the period's cost (the plan's own cost when enumerated)
     lower_bound_usd: float | None = None
     reason: str | None = None
+    #: the pipeline's status, time and the limit it had (``milp`` only)
+    status: str | None = None
+    solve_time_s: float | None = None
+    time_limit_s: float | None = None
 
     def document(self, running: Sequence[tuple[int, int]]) -> dict[str, Any]:
         if self.priced is None or self.data is None:
@@ -460,7 +465,7 @@ def boundary_plan(
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
-    time_limit_s: float = 5.0,
+    deadline: Deadline | None = None,
     pipeline: bool = True,
 ) -> BoundaryPlan:
     """Period ``t`` alone under the cap ``target_w`` from the running ``(n_P, n_D)``,
@@ -470,8 +475,9 @@ def boundary_plan(
     (:func:`~formulation.subproblems.period.solve_period`) with the transition costs
     as offsets and the configurations beyond the limit left out. When a GPU pool can
     bind (which the enumeration does not handle), the solve pipeline on the same
-    period, within ``time_limit_s``; with ``pipeline`` false, :class:`NeedsPipeline`
-    instead."""
+    period, within the problem's own time limit (``solver.time_limit_s``, the site's
+    request's) from when it starts, or by ``deadline`` when that comes sooner; with
+    ``pipeline`` false, :class:`NeedsPipeline` instead."""
     if not (np.isfinite(target_w) and target_w >= 0):
         raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
     data = boundary_data(problem, t, running)
@@ -480,7 +486,7 @@ def boundary_plan(
     if pool_can_bind(data, 0, offsets):
         if not pipeline:
             raise NeedsPipeline()
-        return _boundary_pipeline(problem, t, running, target_w, time_limit_s)
+        return _boundary_pipeline(problem, t, running, target_w, deadline)
     sol = solve_period(data, 0, offsets)
     if sol is None:
         return BoundaryPlan(
@@ -500,18 +506,30 @@ def _boundary_pipeline(
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
-    time_limit_s: float,
+    deadline: Deadline | None,
 ) -> BoundaryPlan:
+    from formulation.solve import solve  # loads Pyomo and HiGHS: only where a solve runs
+
     p1 = one_period(reachable(problem, running), t, target_w, running)
+    limit_s = problem.solver.time_limit_s
     p1 = dataclasses.replace(
-        p1, solver=SolverOptions(time_limit_s=time_limit_s, mip_gap=p1.solver.mip_gap, threads=1)
+        p1, solver=SolverOptions(time_limit_s=limit_s, mip_gap=p1.solver.mip_gap, threads=1)
     )
     try:
         with _counts_named(problem, running):
-            o = solve(p1)
+            o = solve(p1, deadline=deadline)
     except InfeasibleError as e:
         return BoundaryPlan(t, "milp", None, None, reason=str(e))
-    return BoundaryPlan(t, "milp", o.data, o.priced, o.lower_bound_usd)
+    return BoundaryPlan(
+        t,
+        "milp",
+        o.data,
+        o.priced,
+        o.lower_bound_usd,
+        status=o.status,
+        solve_time_s=o.solve_time_s,
+        time_limit_s=o.stats["time_limit_s"],
+    )
 
 
 def next_boundary(
@@ -519,7 +537,7 @@ def next_boundary(
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
-    time_limit_s: float = 5.0,
+    deadline: Deadline | None = None,
     pipeline: bool = True,
 ) -> dict[str, Any]:
     """The instance changes the schedule makes at the start of period ``t`` from the
@@ -527,5 +545,5 @@ def next_boundary(
     site power then. ``{"feasible": False, ...}`` when even that cannot meet the cap;
     :class:`NeedsPipeline` when only the solve pipeline answers and ``pipeline`` is
     false."""
-    plan = boundary_plan(problem, t, running, target_w, time_limit_s, pipeline)
+    plan = boundary_plan(problem, t, running, target_w, deadline, pipeline)
     return plan.document(running)

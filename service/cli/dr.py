@@ -152,7 +152,7 @@ def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:
 
 
 def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
-    from formulation.solve import InfeasibleError
+    from formulation.infeasible import InfeasibleError
     from formulation.whatif.dr import DEMO_EVENT, demand_response
 
     check_output(_plot(a, DR_DEMO_PNG), "--plot")  # before the solves
@@ -205,6 +205,13 @@ def _plot(a: argparse.Namespace, demo_file: str) -> str | None:
 def print_flex(r: dict[str, Any]) -> None:
     names = r["deployments"]
     print(f"flexibility curve; transitions {r['transitions']}")
+    if r["status"] == "time_limit":
+        caps = sum(len(p.get("unevaluated_caps_w", [])) for p in r["periods"])
+        periods = len(r.get("unevaluated_periods", []))
+        print(
+            f"time limit reached after {r['solve_time_s']:.1f} s: {caps} cap(s) and "
+            f"{periods} period(s) not evaluated (raise solver.time_limit_s or --time-limit)"
+        )
     if len(r["periods"]) == 1:
         per = r["periods"][0]
         print(
@@ -278,7 +285,9 @@ def register(sub: Any) -> None:
         metavar="OUT.png",
         help="draw the what-if (default for --demo: pdwatt-dr-demo.png)",
     )
-    p.add_argument("--time-limit", type=float, help="override solver.time_limit_s (per solve)")
+    p.add_argument(
+        "--time-limit", type=float, help="override solver.time_limit_s (both solves together)"
+    )
     p.add_argument("--progress", action="store_true", help="show progress also with --json")
     add_host_args(p)
     p.set_defaults(func=cmd_dr)

@@ -67,10 +67,11 @@ async def shed(
     current period, the load each then serves, the site power before (as planned) and
     after, the shortfall when settings alone cannot reach the target (and the instance
     changes the next period boundary brings: when a GPU pool can bind they take the
-    solve pipeline, run in a solver worker; with every worker busy `next_boundary`
-    says so, and the settings are answered all the same), and the cost per hour. The target is
-    recorded as an OpenADR capacity limit from `at` (default now) for `duration`
-    (default: to the horizon's end), like a posted event, and the site is re-planned
+    solve pipeline, run in a solver worker within the site's `solver.time_limit_s`;
+    with every worker busy `next_boundary` says so, and the settings are answered all
+    the same), and the cost per hour. The target is recorded as an OpenADR capacity
+    limit from `at` (default now) for `duration` (default: to the horizon's end), like
+    a posted event, and the site is re-planned
     from the next period boundary as a job (`replan.job_id`). Where the target is below
     the least the site can draw (from the counts running now, within the transition
     limit), that least draw is recorded instead, so that the site stays plannable:

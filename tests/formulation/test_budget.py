@@ -73,18 +73,32 @@ def test_phase_deadlines_follow_their_fractions_and_keep_the_reserve() -> None:
     assert kept < before + b.RELAXATION_AT_LEAST * 1000.0
 
 
+#: argument names that say a duration of the time limit (or of a share of it)
+DURATIONS = ("time_limit_s", "limit_s", "timeout_s", "seconds", "milp_s")
+
+
 def _signatures() -> list[tuple[str, str]]:
-    """(file, function) of every function in formulation/ with an argument whose name
-    says it is a duration of the time limit."""
+    """(file, function) of every function in formulation/ and its folders (what-ifs
+    included) with an argument whose name says it is a duration of the time limit; the
+    deadline object's own constructors (formulation/budget.py) aside."""
     found = []
-    for path in sorted(FORMULATION.glob("*.py")):
+    for path in sorted(FORMULATION.rglob("*.py")):
+        if path.name == "budget.py":
+            continue
         for node in ast.walk(parse(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args.args + node.args.kwonlyargs
-                if any(a.arg in ("time_limit_s", "limit_s", "timeout_s") for a in args):
-                    found.append((path.name, node.name))
+                if any(a.arg in DURATIONS for a in args):
+                    found.append((str(path.relative_to(FORMULATION)), node.name))
     return found
 
 
 def test_kernels_take_a_deadline_not_a_duration() -> None:
     assert _signatures() == []
+
+
+def test_the_end_of_the_limit_includes_the_reserve() -> None:
+    started = time.monotonic()
+    b = TimeBudget(1000.0, started=started)
+    assert b.end().at == started + 1000.0
+    assert b.deadline(b.END).at < b.end().at

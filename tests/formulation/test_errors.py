@@ -11,9 +11,10 @@ import pytest
 from formulation.budget import Deadline
 from formulation.data import build_data
 from formulation.demo import demo_request
+from formulation.infeasible import InfeasibleError
 from formulation.primal.baselines import greedy
 from formulation.problem import problem_from_dict
-from formulation.solve import InfeasibleError, solve
+from formulation.solve import solve
 from model.errors import InputError
 
 PUE = 1.2

@@ -21,8 +21,9 @@ import pytest
 from formulation.bounds.lagrange import uncoupled_bound
 from formulation.data import ScheduleData, build_data
 from formulation.evaluate import Schedule, best_served, price_schedule
+from formulation.infeasible import InfeasibleError
 from formulation.problem import problem_from_dict
-from formulation.solve import InfeasibleError, solve
+from formulation.solve import solve
 from formulation.subproblems.dp import deployment_grid
 from model.capacity import Coefficients, evaluate
 

@@ -275,8 +275,8 @@ def test_a_shed_s_floor_follows_the_transition_limit(client: TestClient) -> None
 
 def test_the_reachable_floors_end_at_the_solver_s_least_draw(client: TestClient) -> None:
     from formulation.data import build_data
+    from formulation.infeasible import min_site_power_w
     from formulation.problem import problem_from_dict
-    from formulation.solve import min_site_power_w
     from service.site_plans import request_of
 
     body = site_body()
