@@ -76,6 +76,11 @@ class ShedBody(Strict):
         description="how long the target holds, ISO 8601 as an OpenADR event's "
         "(default: to the horizon's end)",
     )
+    dry_run: bool = Field(
+        False,
+        description="answer what the shed would do now and what it would record, "
+        "recording nothing: no event, no re-plan",
+    )
 
 
 class NoRunningPlan(LookupError):

@@ -76,7 +76,9 @@ async def shed(
     the least the site can draw (from the counts running now, within the transition
     limit), that least draw is recorded instead, so that the site stays plannable:
     `stored_limits` says what was recorded, `stored_target_reason` why when it is not
-    the target.
+    the target. With `dry_run`, the same answer (the settings now, the next boundary,
+    `stored_limits` as they would be recorded) and `dry_run: true`, recording nothing:
+    no event is stored and no re-plan is started.
     """
     store: Store = store_for(settings.database_url)
     when = body.at or datetime.now(UTC)
@@ -97,6 +99,10 @@ async def shed(
         site_shed.stored_event, site, body, when, settings, answer
     )
     answer |= stored
+    if body.dry_run:
+        answer["dry_run"] = True  # nothing recorded, nothing re-planned
+        answer["site_version"] = site.version
+        return JSONResponse(answer)
     try:
         site, answer["event"] = await run_in_threadpool(sites.merge_event, store, site_id, event)
     except SiteNotFound:

@@ -89,6 +89,38 @@ def test_shed_answers_the_settings_records_the_event_and_replans(client: TestCli
         assert p["power_w"] <= target_kw * 1000.0 * (1 + 1e-6)
 
 
+def test_a_dry_run_answers_the_same_shed_and_records_nothing(client: TestClient) -> None:
+    """``dry_run``: the settings, the power after and the limits that would be stored,
+    equal to the applied shed's answer; no event, no re-plan, the site unchanged; then
+    the same shed applied records it."""
+    site_id, plan = _planned(client)
+    target_kw = 0.85 * plan["schedule"]["periods"][1]["power_w"] / 1000.0
+    site_before = client.get(f"/v1/sites/{site_id}").json()
+    events_before = client.get(f"/v1/sites/{site_id}/events").json()["events"]
+    body = {"target_kw": target_kw, "at": AT}
+    r = client.post(f"/v1/sites/{site_id}/shed", json={**body, "dry_run": True})
+    assert r.status_code == 200, r.text
+    dry = r.json()
+    assert dry["dry_run"] is True
+    assert "event" not in dry and "replan" not in dry
+    assert client.get(f"/v1/sites/{site_id}").json() == site_before
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == events_before
+    assert client.get(f"/v1/sites/{site_id}/plan").json()["plan_id"] == plan["plan_id"]
+    applied = client.post(f"/v1/sites/{site_id}/shed", json=body).json()
+    assert "dry_run" not in applied and applied["event"]["id"]
+    for key in ("period", "site_power_before_w", "site_power_w", "shed_w", "met",
+                "cost_usd_per_h", "deployments", "stored_limits"):  # fmt: skip
+        assert dry[key] == applied[key], key
+    assert _job(client, applied["replan"]["job_id"])["status"] == "succeeded"
+
+
+def test_dry_run_is_a_boolean(client: TestClient) -> None:
+    site_id, _ = _planned(client)
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 1.0, "dry_run": "maybe"})
+    assert r.status_code == 422
+    assert "dry_run" in r.text
+
+
 def test_after_a_shed_the_plan_keeps_the_current_period_as_the_shed_applied_it(
     client: TestClient,
 ) -> None:
