@@ -45,7 +45,13 @@ the NCCL table's 268M) is the sum of equal pieces no larger; and decode attentio
 over a batch the generation table does not measure at that context (it measures
 ``batch x context`` up to about 130k tokens) is the sum of equal sub-batches (halving
 until measured), each request's attention being independent of the others'. Every
-call of a pass, with its shape and count, is in :attr:`PhaseTime.calls`.
+call of a pass, with its shape and count, is in :attr:`PhaseTime.calls`. A collective
+whose GPU count the setup's table does not measure is read from another table of the
+GPU that does (the framework's other versions, the other frameworks, then NCCL's
+all-reduce for a custom all-reduce; the GPU's other NCCL tables for an NCCL
+collective), said in :attr:`KernelModel.substitutions`; none does: refused, naming the
+tables searched. GPU counts beyond every table are not scaled (``docs/kernels.md``,
+"Collectives over more GPUs than measured").
 
 Duplicates. Where a table measures the same shape more than once, the rows of the
 kernel that the table measures most (its ``kernel_source`` with the most rows) are
@@ -471,7 +477,7 @@ class KernelDatabase:
             raise InputError(
                 "kernels", f"unknown table kind {kind!r}; known: {sorted(TABLE_SPECS)}"
             )
-        name = f"{gpu}/{spec.folder}/{framework}/{version}/{spec.filename}"
+        name = _table_name(gpu, kind, framework, version)
         if name not in self._tables:
             if not (self.root / name).is_file():
                 have = ", ".join(f"{f} {v}" for f, v in self.versions(gpu, kind)) or "none"
@@ -914,7 +920,18 @@ class KernelModel:
     # ---- kernels
 
     def _call(self, out: list[KernelCall], name: str, kind: str, count: int, **shape: Any) -> None:
-        table = self._tables[kind]
+        """`count` calls of the kernel of `kind` at `shape`, from the setup's table."""
+        self._read(out, name, self._tables[kind], count, shape)
+
+    def _read(
+        self,
+        out: list[KernelCall],
+        name: str,
+        table: KernelTable,
+        count: int,
+        shape: dict[str, Any],
+    ) -> None:
+        """`count` calls of the kernel `table` measures, at `shape`."""
         t = table.lookup(**shape)
         out.append(KernelCall(name, table.name, tuple(shape.items()), count, t.time_s, t.power_w))
 
@@ -941,19 +958,126 @@ class KernelModel:
             self._gemm(out, name, count, m, n, k, dtype)
 
     def _collective(
-        self, out: list[KernelCall], name: str, kind: str, count: int, message: int, **key: Any
+        self,
+        out: list[KernelCall],
+        name: str,
+        kind: str,
+        count: int,
+        message: int,
+        graph: bool | None = None,
+        **key: Any,
     ) -> None:
         """A collective of `message` elements; above the table's largest measured message,
         equal pieces no larger than it (a collective of the whole moves each piece's
-        elements: the same work, one call per piece)."""
-        sizes = self._tables[kind].axis_values(**key).get("message_size", [])
+        elements: the same work, one call per piece). Where the setup's table does not
+        measure the collective's exact key (its GPU count), the same collective from
+        another table of the GPU that does (:meth:`_collective_source`), said in
+        :attr:`substitutions`; none does: refused, naming the setup's table, the shape
+        and the tables searched."""
+        table, key = self._collective_source(kind, key, graph, message)
+        sizes = table.axis_values(**key).get("message_size", [])
         largest = int(sizes[-1]) if sizes else 0
         pieces = -(-message // largest) if largest and message > largest else 1
         size, bigger = divmod(message, pieces)
         if bigger:
-            self._call(out, name, kind, count * bigger, **key, message_size=size + 1)
+            self._read(out, name, table, count * bigger, {**key, "message_size": size + 1})
         if pieces > bigger:
-            self._call(out, name, kind, count * (pieces - bigger), **key, message_size=size)
+            self._read(out, name, table, count * (pieces - bigger), {**key, "message_size": size})
+
+    def _collective_source(
+        self, kind: str, key: dict[str, Any], graph: bool | None, message: int
+    ) -> tuple[KernelTable, dict[str, Any]]:
+        """The table and exact key a collective is read from: the setup's table
+        where it measures `key`; else the first other table of the same GPU measuring the
+        same collective at that key (:meth:`_collective_candidates`), recorded in
+        :attr:`substitutions`. A kernel measures the same work whichever engine's
+        benchmark launched it, so this substitutes a measurement, not a model. No table
+        measures it: :class:`OutsideTableError` naming the setup's table and the shape
+        (`message` elements), and which other tables were searched."""
+        own = self._tables[kind]
+        if own.axis_values(**key):
+            return own, key
+        op = "all-reduce" if kind == "custom_allreduce" else str(key["op_name"])
+        searched: dict[str, list[str]] = {}
+        for table, other_key, what in self._collective_candidates(kind, key, graph):
+            of = "custom_allreduce" if table.kind == "custom_allreduce" else other_key["op_name"]
+            searched.setdefault(str(of), []).append(_framework_version(table))
+            if table.axis_values(**other_key):
+                shown = ", ".join(f"{c}={key[c]!r}" for c in own.spec.keys if c != "backend")
+                note = (
+                    f"{kind} ({shown}): {self.setup.gpu} {_framework_version(own)} "
+                    f"measures no such {op}; {what} is read"
+                )
+                if note not in self.substitutions:
+                    self.substitutions.append(note)
+                return table, other_key
+        reason = own._no_key_reason(tuple(key[c] for c in own.spec.keys))
+        tried = "; ".join(f"{of} of {', '.join(v)}" for of, v in searched.items()) or "none"
+        raise OutsideTableError(
+            own.name,
+            {**key, "message_size": message},
+            f"{reason}; nor does any other {op} table of {self.setup.gpu} (searched: {tried})",
+        )
+
+    def _others(self, kind: str, first: str, exclude: str = "") -> list[tuple[str, str]]:
+        """(framework, version) of the setup GPU's tables of `kind` other than `exclude`
+        (a table's name): framework `first`, then the others by name, each newest
+        version first."""
+        pairs = [
+            (f, v)
+            for f, v in self.db.versions(self.setup.gpu, kind)
+            if _table_name(self.setup.gpu, kind, f, v) != exclude
+        ]
+        pairs.sort(key=lambda fv: version_key(fv[1]), reverse=True)
+        pairs.sort(key=lambda fv: (fv[0] != first, fv[0]))  # stable: versions stay newest first
+        return pairs
+
+    def _collective_candidates(
+        self, kind: str, key: dict[str, Any], graph: bool | None
+    ) -> Iterable[tuple[KernelTable, dict[str, Any], str]]:
+        """The other tables of the setup's GPU that time the same collective as the
+        setup's `kind` table, in the order they are tried, each with the collective's key
+        in its columns and how it is named. For a custom all-reduce: the
+        custom all-reduce tables of the framework's other versions, then of the other
+        frameworks (:meth:`_others`), at a backend of the same kind (CUDA graph or eager,
+        as `graph`; else the table's first), then NCCL's ``all_reduce`` in fp16 (``half``:
+        two bytes an element, as bf16), the setup's NCCL table first. For an NCCL
+        collective: the GPU's other NCCL tables."""
+        s, db = self.setup, self.db
+        if kind == "nccl":
+            for f, v in self._others("nccl", "nccl", self._tables["nccl"].name):
+                yield db.table(s.gpu, "nccl", f, v), key, f"{f} {v}'s {key['op_name']}"
+            return
+        suffix = "" if graph is None else ("_graph" if graph else "_eager")
+        at = {"allreduce_dtype": key["allreduce_dtype"], "num_gpus": key["num_gpus"]}
+        own = self._tables[kind].name
+        for f, v in self._others("custom_allreduce", s.framework, own):
+            table = db.table(s.gpu, "custom_allreduce", f, v)
+            every = sorted(
+                {
+                    str(k["backend"])
+                    for k in table.measured_keys()
+                    if (k["allreduce_dtype"], k["num_gpus"]) == tuple(at.values())
+                }
+            )
+            backends = [b for b in every if suffix and b.endswith(suffix)] or every
+            if not backends:  # not measured at this GPU count: searched, never read
+                yield table, {**at, "backend": key["backend"]}, ""
+                continue
+            yield (
+                table,
+                {**at, "backend": backends[0]},
+                f"{f} {v}'s custom_allreduce ({backends[0]})",
+            )
+        mine = self._tables["nccl"].name if "nccl" in self._tables else ""
+        nccl = self._others("nccl", "nccl")
+        nccl.sort(key=lambda fv: _table_name(s.gpu, "nccl", *fv) != mine)
+        for f, v in nccl:
+            yield (
+                db.table(s.gpu, "nccl", f, v),
+                {"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": key["num_gpus"]},
+                f"{f} {v}'s all_reduce (half)",
+            )
 
     def _allreduce(
         self,
@@ -965,7 +1089,8 @@ class KernelModel:
         gpus: int = 0,
     ) -> None:
         """An all-reduce of `tokens` rows of the residual stream over `gpus` GPUs (0:
-        the tensor-parallel group)."""
+        the tensor-parallel group), at the table's CUDA-graph backend (`graph`) or its
+        eager one."""
         table = self._tables["custom_allreduce"]
         suffix = "_graph" if graph else "_eager"
         every = sorted({str(k["backend"]) for k in table.measured_keys()})
@@ -976,6 +1101,7 @@ class KernelModel:
             "custom_allreduce",
             count,
             tokens * self.model.hidden_size,
+            graph,
             allreduce_dtype="bfloat16",
             num_gpus=gpus or self.setup.tp,
             backend=backends[0],
@@ -1406,6 +1532,18 @@ class KernelModel:
         """Seconds of one decode iteration at (`batch`, `context`) (kernels only); a
         fractional batch is the linear interpolation between its floor and ceiling."""
         return self.decode(batch, context).time_s
+
+
+def _table_name(gpu: str, kind: str, framework: str, version: str) -> str:
+    """A table's file name relative to its database."""
+    spec = TABLE_SPECS[kind]
+    return f"{gpu}/{spec.folder}/{framework}/{version}/{spec.filename}"
+
+
+def _framework_version(table: KernelTable) -> str:
+    """``framework version`` of a table, from its name."""
+    parts = table.name.split("/")
+    return f"{parts[2]} {parts[3]}"
 
 
 def _count(field_name: str, value: object) -> int:

@@ -202,3 +202,32 @@ def test_mxfp4_experts_under_tensorrt_llm_on_blackwell_take_mxfp8_activations() 
     assert experts("b200_sxm", "trtllm") == "w4a8_mxfp4_mxfp8"
     assert experts("h200_sxm", "trtllm") == "w4a16_mxfp4"
     assert experts("b200_sxm", "vllm") == "w4a16_mxfp4"
+
+
+def test_an_all_reduce_beyond_every_table_of_the_gpu_is_refused_naming_what_was_searched() -> None:
+    """No table of the H200 measures an all-reduce of 16 GPUs (its custom all-reduce and
+    NCCL tables measure 2, 4 and 8, one NVLink domain): a TP16 composition is refused,
+    naming its own table, the shape and every table searched, and nothing is said read
+    from elsewhere."""
+    from model.catalog import load_model
+    from model.errors import OutsideTableError
+    from model.kernels import KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    trtllm = [v for f, v in db.versions("h200_sxm", "custom_allreduce") if f == "trtllm"]
+    if "1.3.0rc20" not in trtllm:
+        pytest.skip("the package has no TensorRT-LLM 1.3.0rc20 all-reduce table of the H200")
+    km = KernelModel(
+        db, load_model("qwen3-32b"), KernelSetup("h200_sxm", "trtllm", "1.3.0rc20", tp=16)
+    )
+    with pytest.raises(OutsideTableError) as err:
+        km.decode(8, 1024)
+    assert err.value.table == "h200_sxm/comm/trtllm/1.3.0rc20/custom_allreduce_perf.parquet"
+    assert err.value.shape["num_gpus"] == 16 and err.value.shape["message_size"] == 8 * 5120
+    text = str(err.value)
+    assert "no measured rows with num_gpus=16" in text
+    assert "searched: custom_allreduce of trtllm " in text and "; all_reduce of nccl " in text
+    for f, v in db.versions("h200_sxm", "custom_allreduce"):
+        if (f, v) != ("trtllm", "1.3.0rc20"):
+            assert f"{f} {v}" in text
+    assert km.substitutions == []

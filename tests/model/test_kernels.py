@@ -20,6 +20,7 @@ from model.catalog import ModelArch, load_calibration, load_gpu, load_model
 from model.errors import InputError, OutsideTableError
 from model.kernels import (
     TABLE_SPECS,
+    KernelCall,
     KernelDatabase,
     KernelModel,
     KernelSetup,
@@ -866,6 +867,146 @@ def test_a_collective_beyond_the_largest_measured_message_is_a_sum_of_pieces(
     # within the table, one call of the whole message
     calls = [c for c in km.decode(32, 16).calls if c.name == "logits all-gather"]
     assert [(dict(c.shape)["message_size"], c.count) for c in calls] == [(4096, 1)]
+
+
+def _comm(root: Path, framework: str, version: str, kind: str, rows: list[dict]) -> None:
+    """A collective table of the toy GPU under another framework or version."""
+    path = root / GPU / "comm" / framework / version / f"{kind}_perf.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({c: [r[c] for r in rows] for c in rows[0]}), path)
+
+
+def _allreduce_rows(framework: str, gpus: int, scale: float = 1.0) -> list[dict]:
+    return [
+        {"allreduce_dtype": "bfloat16", "num_gpus": gpus, "message_size": s,
+         "backend": f"{framework}_{b}", "latency": scale * ar_ms(s, b == "graph")}
+        for s in MSG for b in ("graph", "eager")
+    ]  # fmt: skip
+
+
+def _all_reduces(phase: PhaseTime) -> list[KernelCall]:
+    return [c for c in phase.calls if c.name.endswith("all-reduce")]
+
+
+def test_an_all_reduce_its_table_lacks_is_read_from_another_frameworks_and_said(
+    tmp_path: Path,
+) -> None:
+    """SGLang's all-reduce table measures 8 GPUs only; a TP2 composition reads the 2-GPU
+    all-reduce of vLLM's table of the same GPU (graph and eager backends alike), says so,
+    and times exactly as when those rows sit in SGLang's own table."""
+    ref = KernelModel(make_db(tmp_path / "ref"), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    db_root = tmp_path / "sub"
+    make_db(db_root)
+    _comm(db_root, FW, VER, "custom_allreduce", _allreduce_rows("sglang", 8, scale=9.0))
+    _comm(db_root, "vllm", "0.24.0", "custom_allreduce", _allreduce_rows("vllm", 2))
+    _comm(db_root, "vllm", "0.19.0", "custom_allreduce", _allreduce_rows("vllm", 2, 5.0))
+    km = KernelModel(KernelDatabase(db_root), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    assert km.substitutions == []  # nothing read from elsewhere before it is needed
+    for b, c in ((4, 16), (1, 64)):
+        got, want = km.decode(b, c), ref.decode(b, c)
+        assert got.time_s == want.time_s
+        calls = _all_reduces(got)
+        assert {x.table for x in calls} == {f"{GPU}/comm/vllm/0.24.0/custom_allreduce_perf.parquet"}
+        assert {dict(x.shape)["backend"] for x in calls} == {"vllm_graph"}
+    assert km.prefill(16).time_s == ref.prefill(16).time_s  # eager: vllm_eager
+    assert {dict(x.shape)["backend"] for x in _all_reduces(km.prefill(16))} == {"vllm_eager"}
+    assert km.substitutions == [
+        f"custom_allreduce (allreduce_dtype='bfloat16', num_gpus=2): {GPU} sglang {VER} "
+        f"measures no such all-reduce; vllm 0.24.0's custom_allreduce (vllm_{b}) is read"
+        for b in ("graph", "eager")
+    ]
+
+
+def test_an_all_reduce_no_custom_table_measures_is_read_from_nccls_all_reduce(
+    tmp_path: Path,
+) -> None:
+    """No custom all-reduce table of the GPU measures 2 GPUs: NCCL's ``all_reduce`` rows
+    of 2 GPUs are read (fp16, the same two bytes an element as bf16), and said."""
+    make_db(tmp_path)
+    _comm(tmp_path, FW, VER, "custom_allreduce", _allreduce_rows("sglang", 8))
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    phase = km.decode(4, 16)
+    calls = _all_reduces(phase)
+    assert {x.table for x in calls} == {f"{GPU}/comm/nccl/2.29.2/nccl_perf.parquet"}
+    assert {tuple(dict(x.shape).items())[:3] for x in calls} == {
+        (("op_name", "all_reduce"), ("nccl_dtype", "half"), ("num_gpus", 2))
+    }
+    # the toy's NCCL all-reduce is 1 ms at every message: 1 + 2 x 2 calls
+    assert sum(x.total_s for x in calls) == pytest.approx(5 * 1.0 * MS, rel=1e-12)
+    (said,) = km.substitutions
+    assert said.endswith("measures no such all-reduce; nccl 2.29.2's all_reduce (half) is read")
+
+
+def test_a_collective_outside_every_table_of_the_gpu_is_refused_naming_table_and_shape(
+    tmp_path: Path,
+) -> None:
+    make_db(tmp_path)
+    _comm(tmp_path, FW, VER, "custom_allreduce", _allreduce_rows("sglang", 8))
+    _comm(tmp_path, "vllm", "0.24.0", "custom_allreduce", _allreduce_rows("vllm", 4))
+    nccl = [
+        {"op_name": "all_gather", "nccl_dtype": "half", "num_gpus": 2, "message_size": s,
+         "latency": ag_ms(s)}
+        for s in MSG
+    ]  # fmt: skip
+    write(tmp_path, "comm", "nccl", nccl)  # no all_reduce rows
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    with pytest.raises(OutsideTableError) as err:
+        km.decode(4, 16)
+    name = f"{GPU}/comm/{FW}/{VER}/custom_allreduce_perf.parquet"
+    assert err.value.table == name
+    assert err.value.shape == {"allreduce_dtype": "bfloat16", "num_gpus": 2,
+                               "backend": "sglang_graph", "message_size": 4 * 64}  # fmt: skip
+    text = str(err.value)
+    assert "no measured rows with num_gpus=2; measured: 8" in text
+    assert "searched: custom_allreduce of vllm 0.24.0; all_reduce of nccl 2.29.2" in text
+    assert km.substitutions == []
+    # an NCCL collective: the GPU's other NCCL tables are searched, then refused
+    write(tmp_path, "comm", "custom_allreduce", _allreduce_rows("sglang", 2))
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    assert km.decode(4, 16).time_s > 0
+    other = tmp_path / GPU / "comm" / "nccl" / "2.27.3" / "nccl_perf.parquet"
+    other.parent.mkdir(parents=True)
+    pq.write_table(pa.table({c: [r[c] for r in nccl] for c in nccl[0]}), other)
+    (tmp_path / GPU / "comm" / "nccl" / "2.29.2" / "nccl_perf.parquet").unlink()
+    _comm(tmp_path, "nccl", "2.29.2", "nccl", [dict(r, num_gpus=8) for r in nccl])
+    km = KernelModel(KernelDatabase(tmp_path), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    assert km.decode(4, 16).time_s > 0  # 2.27.3's 2-GPU all-gather
+    assert km.substitutions == [
+        f"nccl (op_name='all_gather', nccl_dtype='half', num_gpus=2): {GPU} nccl 2.29.2 "
+        "measures no such all_gather; nccl 2.27.3's all_gather is read"
+    ]
+
+
+def test_pieces_beyond_the_largest_message_against_a_held_out_measurement(
+    tmp_path: Path,
+) -> None:
+    """The B200's NCCL 2-GPU all-gather without its largest measured message (2^28
+    elements in aiconfigurator-core 0.12.0): the logits all-gather of 64 requests over a
+    vocabulary of that message / 64 words is that message, composed as two pieces of
+    half of it; against the held-out measurement it is within 10% (not below it: one
+    launch and one latency more)."""
+    from tests.conftest import installed_kernel_tables
+
+    measured = KernelDatabase(installed_kernel_tables()).table("b200_sxm", "nccl", "nccl", "2.29.2")
+    key = {"op_name": "all_gather", "nccl_dtype": "half", "num_gpus": 2}
+    sizes = [int(x) for x in measured.axis_values(**key).get("message_size", [])]
+    if len(sizes) < 3 or sizes[-2] * 2 != sizes[-1] or sizes[-1] % 64:
+        pytest.skip("the installed B200 NCCL table does not end in a doubling")
+    top = sizes[-1]
+    held_out = measured.lookup(**key, message_size=top).time_s
+    rows = [
+        {**key, "message_size": s, "latency": measured.lookup(**key, message_size=s).time_s / MS}
+        for s in sizes[:-1]
+    ]
+    make_db(tmp_path)
+    write(tmp_path, "comm", "nccl", rows)
+    km = KernelModel(
+        KernelDatabase(tmp_path), toy(vocab_size=top // 64), KernelSetup(GPU, FW, VER, tp=2)
+    )
+    calls = [c for c in km.decode(64, 16).calls if c.name == "logits all-gather"]
+    assert [(dict(c.shape)["message_size"], c.count) for c in calls] == [(top // 2, 2)]
+    pieces = sum(c.total_s for c in calls)
+    assert held_out <= pieces <= 1.10 * held_out
 
 
 # --------------------------------------------------------------------------
