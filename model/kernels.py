@@ -1324,25 +1324,43 @@ class KernelModel:
             "moe_ep_size": s.ep,
             "distribution": "balanced" if s.distribution == UNIFORM else s.distribution,
         }
-        sizes = self._tables["moe"].axis_values(**key).get("num_tokens", [])
+        table = self._moe_source(key)
+        sizes = table.axis_values(**key).get("num_tokens", [])
         largest = int(sizes[-1]) if sizes else 0
         pieces = -(-tokens // largest) if largest and tokens > largest else 1
         size, bigger = divmod(tokens, pieces)
         for n, part in ((pieces - bigger, size), (bigger, size + 1)):
             if not n:
                 continue
-            self._call(
-                out,
-                "moe",
-                "moe",
-                count * n,
-                **key,
-                num_tokens=(
-                    uniform_tokens(part, m.experts, m.experts_per_token, s.ep)
-                    if s.distribution == UNIFORM
-                    else part
-                ),
+            at = (
+                uniform_tokens(part, m.experts, m.experts_per_token, s.ep)
+                if s.distribution == UNIFORM
+                else part
             )
+            self._read(out, "moe", table, count * n, {**key, "num_tokens": at})
+
+    def _moe_source(self, key: dict[str, Any]) -> KernelTable:
+        """The fused-MoE table a layer is read from: the setup's where it measures the
+        exact key (dtype, shape, ``moe_tp`` x ``ep``, load); else the first other MoE
+        table of the GPU that does (the framework's other versions, then the other
+        frameworks by name, newest first), said in :attr:`substitutions`; none: the
+        setup's, whose lookup refuses naming the shape."""
+        own = self._tables["moe"]
+        if own.axis_values(**key):
+            return own
+        for f, v in self._others("moe", self.setup.framework, own.name):
+            table = self.db.table(self.setup.gpu, "moe", f, v)
+            if table.axis_values(**key):
+                shown = ", ".join(f"{c}={key[c]!r}" for c in ("moe_dtype", "moe_tp_size",
+                                                              "moe_ep_size"))  # fmt: skip
+                note = (
+                    f"moe ({shown}): {self.setup.gpu} {_framework_version(own)} measures "
+                    f"no such shape; {f} {v}'s is read"
+                )
+                if note not in self.substitutions:
+                    self.substitutions.append(note)
+                return table
+        return own
 
     def _dispatch(self, out: list[KernelCall], pre: bool, tokens: int, graph: bool) -> None:
         """Under data-parallel attention, the collectives around each MoE layer, as

@@ -231,3 +231,26 @@ def test_an_all_reduce_beyond_every_table_of_the_gpu_is_refused_naming_what_was_
         if (f, v) != ("trtllm", "1.3.0rc20"):
             assert f"{f} {v}" in text
     assert km.substitutions == []
+
+
+def test_a_moe_shape_a_framework_lacks_is_read_from_another_frameworks_table() -> None:
+    """TensorRT-LLM 1.3.0rc20's B200 MoE table measures gpt-oss's MXFP4 experts (MXFP8
+    activations) at MoE TP 1 only; at TP 4 the layer is read from SGLang's table of
+    the GPU, which measures it, and the composition says so."""
+    from model.catalog import load_model
+    from model.kernels import KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    km = KernelModel(db, load_model("gpt-oss-120b"), KernelSetup("b200_sxm", "trtllm",
+                                                                  "1.3.0rc20", tp=4))  # fmt: skip
+    (moe,) = [c for c in km.decode(16, 2048).calls if c.name == "moe"]
+    assert moe.table.startswith("b200_sxm/moe/sglang/")
+    shape = dict(moe.shape)
+    assert (shape["moe_dtype"], shape["moe_tp_size"]) == ("w4a8_mxfp4_mxfp8", 4)
+    other = db.table("b200_sxm", "moe", "sglang", moe.table.split("/")[3])
+    assert moe.time_s == other.lookup(**shape).time_s
+    (said,) = [s for s in km.substitutions if s.startswith("moe (")]
+    assert "trtllm 1.3.0rc20 measures no such shape" in said and "sglang" in said
+    own = KernelModel(db, load_model("gpt-oss-120b"), KernelSetup("b200_sxm", "trtllm",
+                                                                   "1.3.0rc20", tp=1))  # fmt: skip
+    assert not [s for s in own.substitutions if s.startswith("moe (")]
