@@ -374,8 +374,14 @@ def prefill_curve(
     return LinearForm((a_p, float(b_p)), worst, len(ll), (float(ll[0]), float(ll[-1])), beyond)
 
 
-#: fitted engine overheads shipped with the product (``scripts/fit_engine.py``)
+#: fitted engine overheads shipped with the product, from ML.ENERGY's whole-server
+#: measurements (``scripts/fit_engine.py``)
 SHIPPED_FILE = Path(__file__).parent / "data" / "engine_calibrations.json"
+#: fitted engine overheads shipped with the product, from AIConfigurator's measured
+#: serving runs (``scripts/fit_engine_silicon.py``: TensorRT-LLM)
+SHIPPED_SILICON_FILE = Path(__file__).parent / "data" / "engine_calibrations_silicon.json"
+#: the shipped files' format (``model.engine_fit.FORMAT``)
+SHIPPED_FORMAT = "pdwatt-engine-calibration/1"
 
 
 @dataclass(frozen=True)
@@ -424,30 +430,80 @@ class EngineCalibration:
         }
 
 
-def shipped_document() -> dict[str, Any]:
-    """The shipped engine calibration file, parsed (no calibration if it is absent)."""
-    if not SHIPPED_FILE.exists():
-        return {"format": "pdwatt-engine-calibration/1", "calibrations": []}
+def _read_document(path: Path) -> dict[str, Any]:
+    """One shipped calibration file, parsed (no calibration if it is absent); an error
+    naming the file for one that is not such a document."""
+    if not path.exists():
+        return {"format": SHIPPED_FORMAT, "calibrations": []}
     import json
 
-    doc: dict[str, Any] = json.loads(SHIPPED_FILE.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise InputError(
+            path.name, f"cannot read the shipped engine calibrations: {error}"
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != SHIPPED_FORMAT
+        or not isinstance(doc.get("calibrations"), list)
+    ):
+        raise InputError(path.name, f"not a {SHIPPED_FORMAT} document with a list of calibrations")
     return doc
+
+
+def _shipped_entries() -> tuple[dict[str, Any], list[tuple[str, int, dict[str, Any]]]]:
+    """:data:`SHIPPED_FILE`'s document, and the shipped calibration entries with the
+    file and index each comes from: the ML.ENERGY file's, then the silicon file's for
+    the (GPU, framework) pairs the first lacks."""
+    doc = _read_document(SHIPPED_FILE)
+    out = [(SHIPPED_FILE.name, i, e) for i, e in enumerate(doc["calibrations"])]
+    have = {(e.get("gpu"), e.get("framework")) for _, _, e in out if isinstance(e, dict)}
+    for i, e in enumerate(_read_document(SHIPPED_SILICON_FILE)["calibrations"]):
+        if not isinstance(e, dict) or (e.get("gpu"), e.get("framework")) not in have:
+            out.append((SHIPPED_SILICON_FILE.name, i, e))
+    return doc, out
+
+
+def shipped_document() -> dict[str, Any]:
+    """The shipped engine calibrations, parsed: :data:`SHIPPED_FILE`'s document (the
+    ML.ENERGY fits and their transfers, with its figures and sources), its
+    ``calibrations`` followed by those of :data:`SHIPPED_SILICON_FILE` (the TensorRT-LLM
+    fits to AIConfigurator's serving runs) for every (GPU, framework) the first does not
+    have. Where both files calibrate a pair, the ML.ENERGY entry wins: it is fitted to
+    decode iteration times measured on the whole server, the quantity the engine model
+    composes, where the silicon fit reaches them through the benchmark's closed loop. A
+    missing file adds nothing."""
+    doc, entries = _shipped_entries()
+    return {**doc, "calibrations": [e for _, _, e in entries]}
 
 
 @cache
 def _shipped() -> tuple[EngineCalibration, ...]:
-    doc = shipped_document()
-    return tuple(
-        EngineCalibration(
-            e["gpu"],
-            e["framework"],
-            e["version"],
-            EngineOverheads(**e["overheads"]),
-            e["source"],
-            TransferredFrom(**e["transferred_from"]) if e.get("transferred_from") else None,
-        )
-        for e in doc["calibrations"]
-    )
+    """The shipped engine calibrations in :func:`shipped_document`'s order (a pair in
+    both files: the ML.ENERGY entry, the silicon one unread); an error naming the file,
+    the entry and the field for a malformed entry."""
+    out = []
+    for name, i, e in _shipped_entries()[1]:
+        where = f"{name}: calibrations[{i}]"
+        try:
+            out.append(
+                EngineCalibration(
+                    str(e["gpu"]),
+                    str(e["framework"]),
+                    str(e["version"]),
+                    EngineOverheads(**e["overheads"]),
+                    str(e["source"]),
+                    TransferredFrom(**e["transferred_from"]) if e.get("transferred_from") else None,
+                )
+            )
+        except KeyError as error:
+            raise InputError(f"{where}.{error.args[0]}", "missing") from None
+        except InputError as error:
+            raise InputError(f"{where}.overheads.{error.field}", error.reason) from None
+        except (TypeError, AttributeError) as error:
+            raise InputError(where, f"malformed: {error}") from None
+    return tuple(out)
 
 
 def shipped_calibration(gpu: str, framework: str) -> EngineCalibration:

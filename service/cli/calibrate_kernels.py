@@ -24,6 +24,12 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _pm(o: dict[str, float], std: dict[str, float], name: str, unit: float, digits: int) -> str:
+    """An overhead in ``unit`` with its standard error where the calibration has one."""
+    text = f"{o[name] * unit:.{digits}f}"
+    return text if name not in std else f"{text} ± {std[name] * unit:.{digits}f}"
+
+
 def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
     rows = read_measurements(a.files, a.gpu, a.tp, a.utc_offset)
     _say(f"{len(rows)} measurements from {len(a.files)} file(s)")
@@ -60,13 +66,12 @@ def cmd_calibrate_kernels(a: argparse.Namespace) -> dict[str, Any]:
     )
     if not a.json:
         for e in doc["calibrations"]:
-            o, s = e["overheads"], e["std"]
+            o, s = e["overheads"], e.get("std", {})
             print(
                 f"{e['gpu']} / {e['framework']} {e['version']} tables: {e['rows']} rows of "
                 f"{', '.join(e['models'])}\n"
-                f"  t_iter {o['t_iter_s'] * 1e3:.3f} ± {s['t_iter_s'] * 1e3:.3f} ms, t_req "
-                f"{o['t_req_s'] * 1e6:.1f} ± {s['t_req_s'] * 1e6:.1f} us, t_layer "
-                f"{o['t_layer_s'] * 1e6:.1f} ± {s['t_layer_s'] * 1e6:.1f} us"
+                f"  t_iter {_pm(o, s, 't_iter_s', 1e3, 3)} ms, t_req {_pm(o, s, 't_req_s', 1e6, 1)}"
+                f" us, t_layer {_pm(o, s, 't_layer_s', 1e6, 1)} us"
             )
         for t, v in doc["prompt_tokens"].items():
             print(f"task {t}: effective prompt {v:.0f} tokens (fitted)")
