@@ -75,8 +75,10 @@ width split over ranks; two all-reduces of the residual stream when ``tp > 1``
 captures in CUDA graphs, :func:`decode_in_graph`, eager for larger ones and for
 prefill, as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
 FP8 release stores them (block-scaled ``fp8_block`` or per-tensor ``fp8`` tables;
-only the weights of its scope, the router and LM head always bf16); experts stored
-in MXFP4 or NVFP4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
+only the weights of its scope, the router and LM head always bf16), or NVFP4 where
+the catalog's NVFP4 release of a mixture of experts stores them (its `fp4_weights`,
+the others bf16; dense models in NVFP4: every linear layer); experts stored in MXFP4,
+NVFP4 or INT4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
 all-reduce under TP (the lookup itself has no kernel table and is not counted), the
 LM head GEMM on the tokens whose logits are computed (the prompt's last for a
 prefill, every request's for decode) and the all-gather of the logits under TP (NCCL

@@ -544,12 +544,16 @@ def _release(model: ModelArch, row: SiliconRow) -> tuple[ModelArch, str, list[st
     four = [FOUR_BIT_WEIGHTS[w] for w in release.fp4_weights if w != "experts"]
     dtype = "nvfp4" if precision == "nvfp4" else "bfloat16"
     what = f"{precision.upper()} routed experts" + "".join(f", {w}" for w in four)
-    named = f"{row.model_path} as" if release.name != model.name else "the row's model:"
+    named = (
+        f"{row.model_path}, which names no checkpoint, read as" if release.name != model.name
+        else f"{row.model_path}:"
+    )  # fmt: skip
     notes = [
         f"{row.precision} (GEMM {row.gemm_quant}, MoE {row.moe_quant}): {named} "
         f"{release.name}, the catalog's {precision.upper()} release of "
-        f"{release.base_model or release.name}: {what}; every other weight bf16 (its "
-        f"source); the experts in {FOUR_BIT_EXPERTS[precision]}"
+        f"{release.base_model or release.name}: {what}, every other weight bf16, as its "
+        f"quantisation config says (models.json); the experts in "
+        f"{FOUR_BIT_EXPERTS[precision]}"
     ]
     if precision == "int4":
         notes.append(f"the row's GEMM mode {row.gemm_quant}: no GEMM of this release is "
