@@ -52,6 +52,15 @@ FP8_BYTES = PRECISION_BYTES["fp8"]
 OVERRIDE_SECTIONS = ("model", "gpu", "calibration", "serving")
 #: which weights a model's FP8 release stores in FP8 (:attr:`ModelArch.fp8_scope`)
 FP8_SCOPES = ("linear", "mlp", "experts")
+#: the weights a 4-bit release may store in its 4-bit format (:attr:`ModelArch.fp4_weights`):
+#: the routed experts, the shared experts, the dense layers' MLPs and the attention's
+#: output projection
+FP4_WEIGHTS = ("experts", "shared", "mlp", "attention_out")
+#: routed experts' storage formats that their bytes per weight do not tell apart
+#: (:attr:`ModelArch.expert_format`): INT4, 4-bit integers with one bf16 scale per group
+#: of 32 weights (compressed-tensors ``pack-quantized``, group_size 32): 4.5 bits, the
+#: size of NVFP4's
+EXPERT_FORMATS = {"int4": 4.0 / 8 + 2.0 / 32}
 
 
 # --------------------------------------------------------------------------
@@ -157,6 +166,18 @@ class ModelArch:
     the router and the LM head; ``mlp``: the dense MLPs only; ``experts``: the routed
     experts only) and `fp8_bf16_layers`, layers whose weights in that scope stay bf16
     (Meta's releases keep the first and the last layer in bf16).
+
+    A quantised release of a model that has its own entry (NVIDIA's NVFP4 releases):
+    `base_model`, the entry of the model it quantises (the same shapes; empty: none),
+    by which a measurement of that model in the release's precision finds it
+    (:func:`find_release`). Its 4-bit format: the routed experts' bytes per weight name
+    it (4.25 bits MXFP4, 4.5 bits NVFP4) unless `expert_format` does (``int4``: INT4
+    with a bf16 scale per 32 weights, also 4.5 bits; empty: from the bytes);
+    `fp4_weights`, the weights stored in that format (of :data:`FP4_WEIGHTS`; the
+    routed experts always, and in NVIDIA's NVFP4 releases the shared experts, the dense
+    layers' MLPs and, in some, the attention output projection); every other weight
+    (the rest of the attention, the router, the embedding and the LM head) is in
+    `bytes_per_param`.
     """
 
     name: str
@@ -191,6 +212,9 @@ class ModelArch:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    base_model: str = ""
+    expert_format: str = ""
+    fp4_weights: tuple[str, ...] = ("experts",)
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -251,6 +275,9 @@ class ModelArch:
             )
         if self.fp8_bf16_layers > self.layers:
             raise InputError("fp8_bf16_layers", f"must be <= layers ({self.layers})")
+        _check_str("base_model", self.base_model)
+        if self.base_model == self.name:
+            raise InputError("base_model", "must name another entry, not the model itself")
         _set_floats(self, ("expert_params", "expert_bytes_per_param"))
         _non_negative("expert_params", self.expert_params)
         _non_negative("expert_bytes_per_param", self.expert_bytes_per_param)
@@ -273,6 +300,39 @@ class ModelArch:
             raise InputError(
                 "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
             )
+        self._check_four_bit()
+
+    def _check_four_bit(self) -> None:
+        """`expert_format` names a known format of the experts' bytes; `fp4_weights` lists
+        known weights, the routed experts among them, and more than them only for a
+        release whose experts are in a 4-bit format."""
+        fmt = self.expert_format
+        if fmt:
+            if fmt not in EXPERT_FORMATS:
+                raise InputError(
+                    "expert_format", f"must be one of {', '.join(EXPERT_FORMATS)}, got {fmt!r}"
+                )
+            if not self.experts or self.expert_bytes_per_param != EXPERT_FORMATS[fmt]:
+                raise InputError(
+                    "expert_format",
+                    f"{fmt} experts are {EXPERT_FORMATS[fmt]:g} bytes per weight; "
+                    f"expert_bytes_per_param is {self.expert_bytes_per_param:g}",
+                )
+        weights = self.fp4_weights
+        if not isinstance(weights, tuple) or not all(isinstance(w, str) for w in weights):
+            raise InputError("fp4_weights", f"must be a list of names, got {weights!r}")
+        unknown = [w for w in weights if w not in FP4_WEIGHTS]
+        if unknown or "experts" not in weights or len(set(weights)) != len(weights):
+            raise InputError(
+                "fp4_weights",
+                f"must list the routed experts and others of {', '.join(FP4_WEIGHTS)} once "
+                f"each, got {list(weights)}",
+            )
+        if set(weights) != {"experts"} and not self.fp4_experts:
+            raise InputError(
+                "fp4_weights", "only a release whose routed experts are in a 4-bit format "
+                "stores other weights in it"
+            )  # fmt: skip
 
     @property
     def attn_width(self) -> int:
@@ -329,8 +389,10 @@ class ModelArch:
     @property
     def precision(self) -> str:
         """The weight format the entry describes: the experts' when they are stored in
-        a 4-bit block format (gpt-oss: MXFP4 experts, bf16 elsewhere), else the
-        weights' (``bf16``, ``fp8``)."""
+        a 4-bit block format (gpt-oss: MXFP4 experts, bf16 elsewhere; `expert_format`
+        where it names it), else the weights' (``bf16``, ``fp8``)."""
+        if self.expert_format and self.experts:
+            return self.expert_format
         for name in ("mxfp4", "nvfp4"):
             if self.experts and self.expert_bytes_per_param == PRECISION_BYTES[name]:
                 return name
@@ -341,8 +403,34 @@ class ModelArch:
 
     @property
     def fp4_experts(self) -> bool:
-        """Whether the routed experts are stored in a 4-bit block format."""
-        return self.precision in ("mxfp4", "nvfp4") and bool(self.experts)
+        """Whether the routed experts are stored in a 4-bit block format (MXFP4, NVFP4,
+        INT4 with group scales)."""
+        return self.precision in ("mxfp4", "nvfp4", *EXPERT_FORMATS) and bool(self.experts)
+
+    def weight_group_params(self) -> dict[str, float]:
+        """Parameters of each weight of :data:`FP4_WEIGHTS` in the whole model: the
+        routed experts, the shared experts (``3 hidden x shared width`` per MoE layer),
+        the dense layers' MLPs (``3 hidden x intermediate`` per dense layer) and the
+        attention output projections (``heads x value width x hidden`` per layer), the
+        MLPs gated (three matrices)."""
+        hidden = self.residual_width
+        value = self.v_head_dim or self.head_dim
+        dense = self.layers - self.moe_layers if self.experts else self.layers
+        return {
+            "experts": self.expert_total_params,
+            "shared": 3.0 * hidden * self.shared_intermediate_size * self.moe_layers,
+            "mlp": 3.0 * hidden * self.intermediate_size * dense,
+            "attention_out": float(self.layers * self.n_heads * value * hidden),
+        }
+
+    @property
+    def fp4_dense_params(self) -> float:
+        """Parameters outside the routed experts that the release stores in its 4-bit
+        format (`fp4_weights`; 0 unless the experts are 4-bit)."""
+        if not self.fp4_experts:
+            return 0.0
+        groups = self.weight_group_params()
+        return sum(groups[w] for w in self.fp4_weights if w != "experts")
 
     @property
     def compute_precision(self) -> str:
@@ -364,8 +452,12 @@ class ModelArch:
 
     @property
     def dense_weight_bytes(self) -> float:
-        """Bytes of every weight but the routed experts'."""
-        return (self.params - self.expert_total_params) * self.bytes_per_param
+        """Bytes of every weight but the routed experts': those the release stores in
+        its 4-bit format (:attr:`fp4_dense_params`) at the experts' bytes, the others
+        at `bytes_per_param`."""
+        four = self.fp4_dense_params
+        rest = self.params - self.expert_total_params - four
+        return rest * self.bytes_per_param + four * self.expert_bytes_per_param
 
     @property
     def expert_weight_bytes(self) -> float:
@@ -666,11 +758,46 @@ def _entries(
 
 def _model_entry(name: str, entry: dict[str, Any]) -> ModelArch:
     fields = dict(entry)
-    if "aliases" in fields:
-        if not isinstance(fields["aliases"], list):
-            raise InputError("aliases", "must be a list of names")
-        fields["aliases"] = tuple(fields["aliases"])
+    for key in ("aliases", "fp4_weights"):
+        if key in fields:
+            if not isinstance(fields[key], list):
+                raise InputError(key, "must be a list of names")
+            fields[key] = tuple(fields[key])
     return ModelArch(name=name, **fields)
+
+
+#: the fields a quantised release shares with the entry of the model it quantises
+#: (:attr:`ModelArch.base_model`): its shapes
+RELEASE_SHAPES = (
+    "params", "layers", "n_heads", "n_kv_heads", "head_dim", "hidden_size", "experts",
+    "experts_per_token", "moe_layers", "expert_params", "kv_latent", "sliding_window",
+    "sliding_layers", "intermediate_size", "vocab_size", "moe_intermediate_size",
+    "shared_intermediate_size", "attention_chunk", "chunked_layers", "q_lora_rank",
+    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+)  # fmt: skip
+
+
+def _check_releases(models: Mapping[str, ModelArch]) -> None:
+    """Each entry's `base_model` names an entry that is no release itself, of the same
+    shapes (:data:`RELEASE_SHAPES`), and no two releases of one model share a precision."""
+    seen: dict[tuple[str, str], str] = {}
+    for name, m in models.items():
+        if not m.base_model:
+            continue
+        where = f"models.json:{name}.base_model"
+        base = models.get(m.base_model)
+        if base is None:
+            raise InputError(where, f"no entry {m.base_model!r} in the catalog")
+        if base.base_model:
+            raise InputError(where, f"{base.name} is itself a release of {base.base_model}")
+        differ = [f for f in RELEASE_SHAPES if getattr(m, f) != getattr(base, f)]
+        if differ:
+            raise InputError(where, f"its {', '.join(differ)} differ from {base.name}'s")
+        key = (base.name, m.precision)
+        if key in seen or m.precision == base.precision:
+            other = seen.get(key, base.name)
+            raise InputError(where, f"{other} is already {base.name}'s {m.precision} release")
+        seen[key] = name
 
 
 def _gpu_entry(name: str, entry: dict[str, Any]) -> GpuSpec:
@@ -705,7 +832,9 @@ def _clocks_entry(name: str, raw: dict[str, Any]) -> GpuClocks:
 
 @functools.cache
 def _models() -> Mapping[str, ModelArch]:
-    return _entries("models.json", _MODEL_KEYS, _MODEL_OPTIONAL, _model_entry)
+    models = _entries("models.json", _MODEL_KEYS, _MODEL_OPTIONAL, _model_entry)
+    _check_releases(models)
+    return models
 
 
 @functools.cache
@@ -818,6 +947,19 @@ def load_model(name: str) -> ModelArch:
         if key in (a.lower() for a in arch.aliases):
             return arch
     raise NotFoundError("model", name, models)
+
+
+def find_release(model: ModelArch, precision: str) -> ModelArch | None:
+    """The catalog entry of `model`'s release in `precision` (a :attr:`ModelArch.
+    precision`, ``nvfp4``, ``int4``...): the entry of the model it is a release of
+    (its `base_model`) or `model` itself if that one is, else the entry whose
+    `base_model` it is; None when the catalog has no such release."""
+    models = _models()
+    base = models.get(model.base_model, model) if model.base_model else model
+    for arch in (base, *(m for m in models.values() if m.base_model == base.name)):
+        if arch.precision == precision:
+            return arch
+    return None
 
 
 def load_gpu(name: str) -> GpuSpec:

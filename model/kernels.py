@@ -81,8 +81,10 @@ width split over ranks; two all-reduces of the residual stream when ``tp > 1``
 captures in CUDA graphs, :func:`decode_in_graph`, eager for larger ones and for
 prefill, as the engines run them). Weights are bf16, or FP8 as the catalog says the model's
 FP8 release stores them (block-scaled ``fp8_block`` or per-tensor ``fp8`` tables;
-only the weights of its scope, the router and LM head always bf16); experts stored
-in MXFP4 or NVFP4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
+only the weights of its scope, the router and LM head always bf16), or NVFP4 where
+the catalog's NVFP4 release of a mixture of experts stores them (its `fp4_weights`,
+the others bf16; dense models in NVFP4: every linear layer); experts stored in MXFP4,
+NVFP4 or INT4 use the MoE table's 4-bit dtype. Once per pass: the embedding's
 all-reduce under TP (the lookup itself has no kernel table and is not counted), the
 LM head GEMM on the tokens whose logits are computed (the prompt's last for a
 prefill, every request's for decode) and the all-gather of the logits under TP (NCCL
@@ -109,8 +111,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
-from model.catalog import ModelArch
-from model.errors import InputError, OutsideTableError
+from model.catalog import ModelArch, load_model
+from model.errors import InputError, NotFoundError, OutsideTableError
 
 MS = 1e-3
 
@@ -516,8 +518,9 @@ _FP8_WEIGHTS = ("fp8", "fp8_block", "fp8_tensor")
 SCREEN_ROWS = 4096
 SCREEN_WEIGHTS = 1 << 22
 #: the MoE tables' dtype of experts stored in a 4-bit block format (catalog precision):
-#: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``)
-_EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
+#: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``), INT4 experts with
+#: group scales too (weight-only, ``int4_wo``), NVFP4 experts with NVFP4 activations
+_EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
 #: GPUs on which TensorRT-LLM's default MoE backend for MXFP4 experts (TRTLLM) runs them
 #: with MXFP8 activations, the MoE tables' ``w4a8_mxfp4_mxfp8`` (TensorRT-LLM's gpt-oss
 #: deployment guide, "MoE Backend Support Matrix": B200/GB200/B300/GB300, MXFP8
@@ -532,8 +535,11 @@ class KernelSetup:
     weights' GEMMs (``bfloat16``; ``fp8``: the model's FP8 release, block-scaled
     (``fp8_block``) where the catalog says so, per-tensor otherwise, and only the
     weights the release stores in FP8; ``fp8_block`` or ``fp8_tensor`` to force one
-    table; ``nvfp4``), the MoE experts (default: the weights', or the table's 4-bit
-    dtype of experts the catalog stores in MXFP4 or NVFP4), the KV cache
+    table; ``nvfp4``: every linear layer, or, for a model whose catalog entry is an
+    NVFP4 release of a mixture of experts, the weights it stores in NVFP4 (its
+    `fp4_weights`), the others bf16), the MoE experts (default: the weights', or the
+    table's 4-bit dtype of experts the catalog stores in MXFP4, NVFP4 or INT4), the KV
+    cache
     (``bfloat16``, ``fp8``), the MoE load `distribution` (``uniform``: each token's
     experts drawn uniformly, :func:`uniform_tokens`; or a load the tables measure:
     ``balanced``, a skew such as ``power_law_1.2``), the NCCL version (default: the newest the
@@ -636,6 +642,12 @@ def decode_in_graph(framework: str, batch: int) -> bool:
     limit = CUDA_GRAPH_MAX_BATCH.get(framework)
     return limit is None or batch <= limit
 
+
+#: the shapes an MLA attention module's kernels depend on besides its heads per GPU (and
+#: the dtypes the tables key): the hidden size, the queries' and the latent's low-rank
+#: widths, the rotary and the whole query/key head width and the value head width
+MLA_MODULE_SHAPES = ("hidden_size", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                     "head_dim", "v_head_dim")  # fmt: skip
 
 #: the splits of a decode request's context the split-KV attention kernels may take: 1 to
 #: 32, vLLM's cap under CUDA graphs (``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH``,
@@ -784,6 +796,15 @@ class KernelModel:
         if self.mla:
             have = self.db.index().get((setup.gpu, "mla", setup.framework, setup.version), [])
             self.mla_module = {"mla_context_module", "mla_generation_module"} <= set(have)
+            if self.mla_module and self._dtypes["attention"] != self._dtypes["attention_out"]:
+                # a module row times every projection at one GEMM dtype
+                self.mla_module = False
+                self.substitutions.append(
+                    f"mla module: {setup.gpu} {setup.framework} {setup.version}'s tables time "
+                    "the attention block at one GEMM dtype, and its output projection's "
+                    "differs from the other projections': composed from the MLA, BMM and "
+                    "GEMM tables"
+                )
             if self.mla_module:
                 kinds = ("gemm", "mla_context_module", "mla_generation_module")
             else:
@@ -855,11 +876,30 @@ class KernelModel:
 
     def _module_model_name(self) -> str:
         """The model as the MLA module tables name it: the one of its catalog name and
-        aliases (its Hugging Face ids) they measure, else its name (which the lookup
-        refuses, listing the models measured)."""
-        names = (self.model.name, *self.model.aliases)
-        measured = {k["model"] for k in self._tables["mla_context_module"].measured_keys()}
-        return next((n for n in names if n in measured), self.model.name)
+        aliases (its Hugging Face ids) they measure; else a measured model the catalog
+        knows whose attention has the same shapes (:data:`MLA_MODULE_SHAPES`: the
+        module's kernels at the same heads per GPU are the same work; Kimi-K2.5's MLA
+        is DeepSeek-V3's with half the heads), recorded in :attr:`substitutions`; else
+        its name (which the lookup refuses, listing the models measured)."""
+        m = self.model
+        names = (m.name, *m.aliases)
+        measured = sorted({k["model"] for k in self._tables["mla_context_module"].measured_keys()})
+        own = next((n for n in names if n in measured), None)
+        if own is not None:
+            return own
+        for other in measured:
+            try:
+                arch = load_model(other)
+            except NotFoundError:
+                continue
+            if all(getattr(arch, f) == getattr(m, f) for f in MLA_MODULE_SHAPES):
+                shapes = ", ".join(f"{f} {getattr(m, f)}" for f in MLA_MODULE_SHAPES)
+                self.substitutions.append(
+                    f"mla module: {m.name}'s attention has {other}'s shapes ({shapes}): "
+                    f"its rows read at {self.heads} heads per GPU"
+                )
+                return other
+        return m.name
 
     def _newest_nccl(self) -> str:
         versions = [v for f, v in self.db.versions(self.setup.gpu, "nccl") if f == "nccl"]
@@ -869,24 +909,36 @@ class KernelModel:
 
     # ---- weights' dtypes
 
+    @property
+    def weight_dtypes(self) -> dict[str, tuple[tuple[int, str], ...]]:
+        """Per group of weights (``attention``: the projections into the attention,
+        ``attention_out``: its output projection, ``mlp``: dense MLP, ``experts``: routed
+        experts, ``shared``: shared experts), the layers holding them in each table
+        dtype (the GEMM tables', the MoE table's for the routed experts)."""
+        return {g: tuple(parts) for g, parts in self._dtypes.items()}
+
     def _weight_dtypes(self) -> dict[str, list[tuple[int, str]]]:
-        """Per group of weights (``attention``: QKV and O projections, ``mlp``: dense MLP,
-        ``experts``: routed experts, ``shared``: shared experts), the layers holding them
-        in each table dtype. FP8 weights (``fp8``) follow the catalog's FP8 release:
-        its scope (every linear layer, the dense MLPs or the routed experts) in FP8,
-        block-scaled where the release is, but its `fp8_bf16_layers` and every weight
-        out of scope in bf16. Experts the catalog stores in MXFP4 or NVFP4 use the MoE
-        table's 4-bit dtype; an explicit `moe_dtype` wins for the routed experts."""
+        """Per group of weights (:attr:`weight_dtypes`), the layers holding them in each
+        table dtype. FP8 weights (``fp8``) follow the catalog's FP8 release: its scope
+        (every linear layer, the dense MLPs or the routed experts) in FP8, block-scaled
+        where the release is, but its `fp8_bf16_layers` and every weight out of scope
+        in bf16. NVFP4 weights (``nvfp4``) of a model whose entry is an NVFP4 release
+        with 4-bit experts follow it: its `fp4_weights` in NVFP4, every other weight
+        bf16. Experts the catalog stores in MXFP4, NVFP4 or INT4 use the MoE table's
+        4-bit dtype; an explicit `moe_dtype` wins for the routed experts."""
         m, s = self.model, self.setup
         layers = {
             "attention": m.layers,
+            "attention_out": m.layers,
             "mlp": self.dense_layers,
             "experts": m.moe_layers if m.experts else 0,
             "shared": m.moe_layers if m.experts and m.shared_intermediate_size else 0,
         }
         wd = s.weight_dtype
         out: dict[str, list[tuple[int, str]]] = {}
-        if wd in _FP8_WEIGHTS:
+        if wd == "nvfp4" and m.fp4_experts and m.precision == "nvfp4":
+            out = {g: [(n, wd if g in m.fp4_weights else "bfloat16")] for g, n in layers.items()}
+        elif wd in _FP8_WEIGHTS:
             fp8 = self._fp8_table_dtype(wd)
             scope = {"linear": set(layers), "mlp": {"mlp"}, "experts": {"experts"}}[m.fp8_scope]
             for group, n in layers.items():
@@ -1406,7 +1458,7 @@ class KernelModel:
         self._gemms(out, "qkv projection", "attention", tokens, qkv_n, hidden)
         for group in self._attention_groups():
             attention(out, group)
-        self._gemms(out, "o projection", "attention", tokens, hidden, self.heads * m.head_dim)
+        self._gemms(out, "o projection", "attention_out", tokens, hidden, self.heads * m.head_dim)
 
     def _mla_down(self, out: list[KernelCall], tokens: int) -> None:
         """MLA's input projections: the fused down-projection of the hidden state to the
@@ -1421,7 +1473,7 @@ class KernelModel:
     def _mla_out(self, out: list[KernelCall], tokens: int) -> None:
         m = self.model
         k = self.heads * m.v_head_dim
-        self._gemms(out, "o projection", "attention", tokens, m.hidden_size, k)
+        self._gemms(out, "o projection", "attention_out", tokens, m.hidden_size, k)
 
     def _mla_prefill(self, out: list[KernelCall], n: int) -> None:
         """MLA's block of a prompt of `n` tokens in every layer: the framework's module

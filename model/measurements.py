@@ -45,7 +45,8 @@ GPU_NAMES = {
     "a100": "a100-80gb",
     "a100-80gb": "a100-80gb",
 }
-PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4",
+              "int4": "int4"}  # fmt: skip
 ARCHITECTURES = {
     "dense transformer": "dense",
     "dense": "dense",
@@ -88,7 +89,7 @@ class Measurement:
     task: str  # workload or dataset ("" if not stated)
     tp: int  # tensor-parallel size of attention and the dense weights
     ep: int  # expert-parallel size, as the file states it
-    precision: str  # bf16, fp8, mxfp4, nvfp4
+    precision: str  # bf16, fp8, mxfp4, nvfp4, int4
     architecture: str  # dense, moe, hybrid ("" if not stated)
     batch: float  # mean running batch (requests)
     output_tokens: float  # mean output length

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from model.catalog import ModelArch, load_gpu, load_model
+from model.catalog import ModelArch, find_release, load_gpu, load_model
 from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
 from model.kernels import KernelModel, KernelSetup
@@ -414,7 +414,10 @@ class Case:
     """A row the kernel tables compose: its catalog model and GPU, the framework
     version read, the GEMM dtype, its workers (``agg``: one; ``disagg``: the prefill
     and the decode workers), its engine's schedule and the KV transfer of a prompt
-    between disaggregated workers."""
+    between disaggregated workers. `model` is the model the row measures (a model's
+    rows are left out together, whatever their precision); `release`, the catalog
+    entry of its quantised release where the row ran one (empty: `model`'s own entry);
+    `expert_dtype`, the MoE tables' dtype of the routed experts (empty: dense)."""
 
     row: SiliconRow
     model: str
@@ -428,6 +431,8 @@ class Case:
     notes: tuple[str, ...] = ()
     schedule: Schedule = Schedule(8192, True, True, "")
     kv_transfer_s: float = 0.0
+    release: str = ""
+    expert_dtype: str = ""
 
     @property
     def group(self) -> tuple[str, str]:
@@ -490,6 +495,8 @@ def _weights(model: ModelArch, row: SiliconRow) -> tuple[str, list[str]] | str:
             return "bfloat16", [f"{p or 'no precision'}: the catalog's release of "
                                 f"{model.name} (MXFP4 experts, bf16 elsewhere)"]  # fmt: skip
         return f"precision {p}: the catalog has no such release of {model.name}"
+    if model.fp4_experts:  # a release with 4-bit experts: rows in its own precision only
+        return _no_release(model, row)
     if p in ("", "bf16", "fp16") and g in ("", "bf16", "float16", "bfloat16"):
         return "bfloat16", ([] if p else ["no precision stated: bf16 weights"])
     if p == "fp8":
@@ -503,10 +510,62 @@ def _weights(model: ModelArch, row: SiliconRow) -> tuple[str, list[str]] | str:
     if p == "fp4" and g == "nvfp4" and not model.experts:
         return "nvfp4", ["NVFP4 weights in every linear layer (the row's GEMM quantisation), "
                          "the LM head bf16"]  # fmt: skip
+    return _no_release(model, row)
+
+
+def _no_release(model: ModelArch, row: SiliconRow) -> str:
     return (
-        f"precision {p or 'unstated'} (GEMM {g or 'unstated'}, MoE {row.moe_quant or 'unstated'})"
-        f": the catalog has no such release of {model.name}"
+        f"precision {row.precision or 'unstated'} (GEMM {row.gemm_quant or 'unstated'}, MoE "
+        f"{row.moe_quant or 'unstated'}): the catalog has no such release of {model.name}"
     )
+
+
+#: a row's precision and its GEMM and MoE quantisation modes -> the catalog precision of
+#: the mixture of experts' release it ran (its routed experts' 4-bit format)
+FOUR_BIT_RELEASES = {("fp4", "nvfp4", "nvfp4"): "nvfp4", ("int4", "int4_wo", "int4_wo"): "int4"}
+#: what each 4-bit release's routed experts run in the MoE tables
+FOUR_BIT_EXPERTS = {
+    "nvfp4": "NVFP4 weights and activations (the nvfp4 MoE tables)",
+    "int4": "INT4 weights, bf16 activations (the weight-only int4_wo MoE tables)",
+}
+#: the catalog's names of the weights a 4-bit release may store in its format
+FOUR_BIT_WEIGHTS = {
+    "shared": "shared experts",
+    "mlp": "dense layers' MLPs",
+    "attention_out": "attention output projection",
+}
+
+
+def _release(model: ModelArch, row: SiliconRow) -> tuple[ModelArch, str, list[str]] | None:
+    """For a mixture of experts measured in a 4-bit release (:data:`FOUR_BIT_RELEASES`):
+    the catalog entry of that release (the row's model's, :func:`model.catalog.
+    find_release`), the GEMM tables' dtype of its weights (``nvfp4``: those its entry
+    stores in NVFP4, the others bf16; ``bfloat16`` beside INT4 experts) and notes;
+    None for any other row (its model's own entry, :func:`_weights`)."""
+    precision = FOUR_BIT_RELEASES.get((row.precision, row.gemm_quant, row.moe_quant))
+    if not model.experts or precision is None or model.precision == "mxfp4":
+        return None
+    release = find_release(model, precision)
+    if release is None:
+        return None
+    four = [FOUR_BIT_WEIGHTS[w] for w in release.fp4_weights if w != "experts"]
+    dtype = "nvfp4" if precision == "nvfp4" else "bfloat16"
+    what = f"{precision.upper()} routed experts" + "".join(f", {w}" for w in four)
+    named = (
+        f"{row.model_path}, which names no checkpoint, read as" if release.name != model.name
+        else f"{row.model_path}:"
+    )  # fmt: skip
+    notes = [
+        f"{row.precision} (GEMM {row.gemm_quant}, MoE {row.moe_quant}): {named} "
+        f"{release.name}, the catalog's {precision.upper()} release of "
+        f"{release.base_model or release.name}: {what}, every other weight bf16, as its "
+        f"quantisation config says (models.json); the experts in "
+        f"{FOUR_BIT_EXPERTS[precision]}"
+    ]
+    if precision == "int4":
+        notes.append(f"the row's GEMM mode {row.gemm_quant}: no GEMM of this release is "
+                     "quantised, bf16 GEMMs read")  # fmt: skip
+    return release, dtype, notes
 
 
 def _batches(top: float) -> FloatArray:
@@ -544,7 +603,9 @@ def kv_dtype(framework: str, weight_dtype: str) -> str:
 
 
 def _weight_bytes(model: ModelArch, dtype: str) -> float:
-    if model.precision == "mxfp4":
+    """Bytes of the weights: the catalog's where its entry describes the release (4-bit
+    experts), else every parameter in the GEMM dtype."""
+    if model.fp4_experts:
         return model.weight_bytes
     return model.params * WEIGHT_BYTES[dtype]
 
@@ -556,6 +617,7 @@ def _instance(
     framework: str,
     version: str,
     dtype: str,
+    experts: list[str],
     phase: Phase,
     row: SiliconRow,
     clients: float,
@@ -564,7 +626,8 @@ def _instance(
     substitutions: list[str],
 ) -> Instance | str:
     """One worker's composed times, or why it is not composed. ``chunk_tokens``: the
-    prompt tokens the engine prefills in one iteration (0: no prefill on the worker)."""
+    prompt tokens the engine prefills in one iteration (0: no prefill on the worker).
+    The MoE tables' dtype of the routed experts is added to ``experts`` (once)."""
     if phase.pp > 1:
         return f"pipeline parallelism (pp {phase.pp}) is not expressed"
     ep = 1
@@ -622,6 +685,8 @@ def _instance(
     except InputError as error:
         return str(error)
     substitutions.extend(s for s in km.substitutions if s not in substitutions)
+    moe = [d for _, d in km.weight_dtypes.get("experts", ())]
+    experts.extend(d for d in moe if d not in experts)
     return Instance(phase.tp, ep, phase.workers or 1, prefill, batches, decode, kv, cap, token,
                     phase.dp)  # fmt: skip
 
@@ -638,10 +703,15 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         return Unpredicted(row, f"gpu {row.system} not in the catalog (or without kernel tables)")
     if row.concurrency is None:
         return Unpredicted(row, "no concurrency: batch_size empty and none stated in the source")
-    weights = _weights(model, row)
-    if isinstance(weights, str):
-        return Unpredicted(row, weights)
-    dtype, notes = weights
+    measured = model.base_model or model.name
+    released = _release(model, row)
+    if released is not None:
+        model, dtype, notes = released
+    else:
+        weights = _weights(model, row)
+        if isinstance(weights, str):
+            return Unpredicted(row, weights)
+        dtype, notes = weights
     version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
     if not version:
         return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
@@ -649,8 +719,9 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         stated = row.backend_version or "(no version stated)"
         notes.append(f"{row.backend} {stated}: the {version} tables are read")
     subs: list[str] = []
+    experts: list[str] = []
     c = float(row.concurrency)
-    args = (folder, model, gpu, row.backend, version, dtype)
+    args = (folder, model, gpu, row.backend, version, dtype, experts)
     kv_s = 0.0
     if row.mode == "agg":
         assert row.agg is not None
@@ -683,8 +754,9 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         )
         kv_s = kv_bytes / (KV_LINK_BYTES_PER_S * row.prefill.tp)
     return Case(
-        row, model.name, gpu, row.backend, version, dtype, model.layers, pre, dec,
-        tuple(notes + subs), plan, kv_s,
+        row, measured, gpu, row.backend, version, dtype, model.layers, pre, dec,
+        tuple(notes + subs), plan, kv_s, model.name if model.name != measured else "",
+        experts[0] if experts else "",
     )  # fmt: skip
 
 
@@ -1101,9 +1173,14 @@ def report(
                 "kernels_alone": float(bare.tpot[i] * 1e3),
             },
             "config": c.row.config(),
-            "catalog": {"model": c.model, "gpu": c.gpu},
+            "catalog": {
+                "model": c.model,
+                "gpu": c.gpu,
+                **({"release": c.release} if c.release else {}),
+            },
             "kernels": f"{c.framework} {c.version}",
             "weights": c.weight_dtype,
+            **({"experts": c.expert_dtype} if c.expert_dtype else {}),
             "schedule": c.schedule.source,
             "steady_state": {
                 "decode_batch": float(lomo.batch[i]),

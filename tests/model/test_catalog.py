@@ -17,6 +17,7 @@ from model.catalog import (
     ServingStack,
     apply_overrides,
     catalog_summary,
+    find_release,
     list_gpus,
     list_models,
     load_calibration,
@@ -81,8 +82,11 @@ HF_CONFIGS = {
     "deepseek-v3.1": (61, 128, 1, 192, 7168),
     "deepseek-v3.1-nvfp4": (61, 128, 1, 192, 7168),
     "kimi-k2.5": (61, 64, 1, 192, 7168),
+    "kimi-k2.5-nvfp4": (61, 64, 1, 192, 7168),
     "glm-5": (78, 64, 1, 256, 6144),
+    "glm-5-nvfp4": (78, 64, 1, 256, 6144),
     "minimax-m2.5": (62, 48, 8, 128, 3072),
+    "minimax-m2.5-nvfp4": (62, 48, 8, 128, 3072),
     "llama-4-scout": (48, 40, 8, 128, 5120),
     "llama-4-maverick": (48, 40, 8, 128, 5120),
     # sliding-window attention (alternating 128 tokens / every sixth layer full)
@@ -99,8 +103,11 @@ MOE_CONFIGS = {
     "deepseek-v3.1": (256, 8, 58, 2048),
     "deepseek-v3.1-nvfp4": (256, 8, 58, 2048),
     "kimi-k2.5": (384, 8, 60, 2048),
+    "kimi-k2.5-nvfp4": (384, 8, 60, 2048),
     "glm-5": (256, 8, 75, 2048),
+    "glm-5-nvfp4": (256, 8, 75, 2048),
     "minimax-m2.5": (256, 8, 62, 1536),
+    "minimax-m2.5-nvfp4": (256, 8, 62, 1536),
     "llama-4-scout": (16, 1, 48, 8192),
     "llama-4-maverick": (128, 1, 24, 8192),
     "gpt-oss-120b": (128, 4, 36, 2880),
@@ -628,6 +635,9 @@ CONFIG_MODELS = {
     "glm-5": ("zai-org/GLM-5", 744e9, 0.5e9),
     "deepseek-v3.1": ("deepseek-ai/DeepSeek-R1", 671e9, 0.5e9),
     "deepseek-v3.1-nvfp4": ("nvidia/DeepSeek-V3.1-NVFP4", 671e9, 0.5e9),
+    "kimi-k2.5-nvfp4": ("nvidia/Kimi-K2.5-NVFP4", 1e12, 0.05e12),
+    "glm-5-nvfp4": ("nvidia/GLM-5-NVFP4", 744e9, 0.5e9),
+    "minimax-m2.5-nvfp4": ("nvidia/MiniMax-M2.5-NVFP4", 229e9, 0.5e9),
 }
 
 
@@ -651,8 +661,8 @@ def test_parameters_follow_from_the_config_shapes(name):
 
 def test_release_precisions_follow_the_quantization_configs():
     """MiniMax-M2.5 ships block-FP8 weights; GLM-5's FP8 release uses 128 x 128 blocks;
-    the NVFP4 releases store the routed experts at 4.5 bits per weight (NVFP4 group 16;
-    Moonshot's INT4 group 32 with bf16 scales has the same size)."""
+    the NVFP4 releases store the routed experts at 4.5 bits per weight (NVFP4 group 16),
+    Moonshot's Kimi-K2.5 in INT4 of group 32 with bf16 scales, the same size."""
     minimax = _hf_config("MiniMaxAI/MiniMax-M2.5")["quantization_config"]
     assert minimax["quant_method"] == "fp8" and load_model("minimax-m2.5").precision == "fp8"
     assert load_model("minimax-m2.5").fp8_block == minimax["weight_block_size"][0] == 128
@@ -660,9 +670,104 @@ def test_release_precisions_follow_the_quantization_configs():
     assert load_model("glm-5").fp8_block == glm["weight_block_size"][0] == 128
     kimi = _hf_config("moonshotai/Kimi-K2.5")["quantization_config"]["config_groups"]["group_0"]
     assert kimi["weights"]["num_bits"] + 16 / kimi["weights"]["group_size"] == 4.5
-    for name in ("kimi-k2.5", "deepseek-v3.1-nvfp4"):
+    assert kimi["weights"]["type"] == "int" and kimi["input_activations"] is None
+    assert load_model("kimi-k2.5").precision == "int4"
+    for name in ("kimi-k2.5", *NVFP4_RELEASES):
         arch = load_model(name)
-        assert arch.expert_bytes_per_param == 4.5 / 8 and arch.precision == "nvfp4"
+        assert arch.expert_bytes_per_param == 4.5 / 8 and arch.fp4_experts
+        assert arch.precision == ("int4" if name == "kimi-k2.5" else "nvfp4")
+
+
+#: the catalog's NVFP4 releases -> (their Hugging Face id, the entry they quantise)
+NVFP4_RELEASES = {
+    "deepseek-v3.1-nvfp4": ("nvidia/DeepSeek-V3.1-NVFP4", "deepseek-v3.1"),
+    "kimi-k2.5-nvfp4": ("nvidia/Kimi-K2.5-NVFP4", "kimi-k2.5"),
+    "glm-5-nvfp4": ("nvidia/GLM-5-NVFP4", "glm-5"),
+    "minimax-m2.5-nvfp4": ("nvidia/MiniMax-M2.5-NVFP4", "minimax-m2.5"),
+}
+
+
+def _excluded(hf_id: str) -> list[str]:
+    """The modules an NVIDIA release leaves out of NVFP4: its hf_quant_config.json's
+    exclude_modules, else its config.json's quantization_config ignore list."""
+    path = _aiconfigurator_folder() / "model_configs" / f"{hf_id.replace('/', '--')}"
+    quant = Path(f"{path}_hf_quant_config.json")
+    if quant.exists():
+        section = json.loads(quant.read_text())["quantization"]
+        assert section["quant_algo"] == "NVFP4" and section["group_size"] == 16
+        return section["exclude_modules"]
+    config = json.loads(Path(f"{path}_config.json").read_text())["quantization_config"]
+    assert config["quant_algo"] == "NVFP4"
+    group = config["config_groups"]["group_0"]
+    assert group["weights"]["group_size"] == 16 and group["targets"] == ["Linear"]
+    return config["ignore"]
+
+
+@pytest.mark.parametrize("name", sorted(NVFP4_RELEASES))
+def test_nvfp4_releases_quantise_what_their_configs_say(name):
+    """Each NVFP4 release is its base model's shapes with `fp4_weights` the linear layers
+    its quantization config does not exclude: the attention's output projection where
+    o_proj is not excluded (nor the whole self_attn), the shared experts and dense MLPs
+    where the model has them; and the weight bytes count those at 4.5 bits."""
+    hf_id, base = NVFP4_RELEASES[name]
+    excluded = _excluded(hf_id)
+    arch, base_arch = load_model(name), load_model(base)
+    assert arch.base_model == base and hf_id in arch.aliases
+    assert find_release(base_arch, "nvfp4") == arch
+    attention_whole = any(e.endswith("self_attn*") for e in excluded)
+    o_proj = any(e.endswith("self_attn.o_proj") for e in excluded)
+    assert ("attention_out" in arch.fp4_weights) == (not attention_whole and not o_proj)
+    assert not any("shared_expert" in e or ".mlp." in e and "gate" not in e for e in excluded)
+    assert ("shared" in arch.fp4_weights) == bool(arch.shared_intermediate_size)
+    assert ("mlp" in arch.fp4_weights) == (arch.layers > arch.moe_layers)
+    groups = arch.weight_group_params()
+    four = sum(groups[w] for w in arch.fp4_weights)
+    assert arch.weight_bytes == pytest.approx(
+        (arch.params - four) * 2.0 + four * 4.5 / 8, rel=1e-12
+    )
+
+
+def test_four_bit_fields_are_checked():
+    kimi = load_model("kimi-k2.5")
+    with pytest.raises(InputError) as info:
+        dataclasses.replace(kimi, expert_format="int3")
+    assert info.value.field == "expert_format"
+    with pytest.raises(InputError) as info:  # INT4 experts are 4.5 bits
+        dataclasses.replace(kimi, expert_bytes_per_param=4.25 / 8)
+    assert info.value.field == "expert_format"
+    for bad in (("shared",), ("experts", "lm_head"), ("experts", "mlp", "mlp")):
+        with pytest.raises(InputError) as info:
+            dataclasses.replace(kimi, fp4_weights=bad)
+        assert info.value.field == "fp4_weights"
+    with pytest.raises(InputError) as info:  # bf16 experts: nothing else is 4-bit
+        dataclasses.replace(load_model("glm-5"), fp4_weights=("experts", "shared"))
+    assert info.value.field == "fp4_weights"
+    with pytest.raises(InputError) as info:
+        dataclasses.replace(kimi, base_model="kimi-k2.5")
+    assert info.value.field == "base_model"
+
+
+def test_releases_are_checked_against_their_base(monkeypatch):
+    entries = {
+        "base": {"params": 1e9, "layers": 2, "n_heads": 4, "n_kv_heads": 4, "head_dim": 8},
+        "rel": {"params": 2e9, "layers": 2, "n_heads": 4, "n_kv_heads": 4, "head_dim": 8,
+                "bytes_per_param": 1.0, "base_model": "base"},
+    }  # fmt: skip
+    models = {n: model_catalog._model_entry(n, e) for n, e in entries.items()}
+    with pytest.raises(InputError, match="params differ from base's"):
+        model_catalog._check_releases(models)
+    models["rel"] = dataclasses.replace(models["rel"], params=1e9, base_model="none")
+    with pytest.raises(InputError, match="no entry 'none'"):
+        model_catalog._check_releases(models)
+    models["rel"] = dataclasses.replace(models["rel"], base_model="base")
+    model_catalog._check_releases(models)
+
+
+def test_a_precision_without_a_release_is_none():
+    assert find_release(load_model("qwen3-32b"), "nvfp4") is None
+    assert find_release(load_model("moonshotai/Kimi-K2.5"), "int4").name == "kimi-k2.5"
+    assert find_release(load_model("nvidia/Kimi-K2.5-NVFP4"), "int4").name == "kimi-k2.5"
+    assert find_release(load_model("deepseek-ai/DeepSeek-R1"), "int4") is None
 
 
 @pytest.mark.parametrize("name", ["b300", "gb200", "gb300"])

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from model import silicon
+from model.catalog import load_model
+from model.engine import GPU_FOLDERS, open_database
 from model.errors import InputError
+from model.kernels import KernelModel, KernelSetup
 from tests.conftest import installed_kernel_tables
 
 
@@ -85,6 +88,127 @@ def test_reasons_name_what_is_missing() -> None:
     )  # fmt: skip
     r = silicon.resolve(row, folder)
     assert not isinstance(r, silicon.Unpredicted), r.reason
+
+
+#: rows of each 4-bit release of a mixture of experts: (model_path, precision, system,
+#: framework, mode) -> (the model measured, the release composed, GEMM dtype, MoE
+#: dtype, the GEMM dtype of each weight group, what the notes must say)
+FOUR_BIT_ROWS = {
+    ("deepseek-ai/DeepSeek-V3", "fp4", "gb300", "sglang", "disagg"): (
+        "deepseek-v3.1", "deepseek-v3.1-nvfp4", "nvfp4", "nvfp4",
+        {"attention": "bfloat16", "attention_out": "nvfp4", "mlp": "nvfp4",
+         "shared": "nvfp4"},
+        "attention output projection",
+    ),
+    ("deepseek-ai/DeepSeek-V3", "fp4", "gb300", "trtllm", "disagg"): (
+        "deepseek-v3.1", "deepseek-v3.1-nvfp4", "nvfp4", "nvfp4",
+        {"attention": "bfloat16", "attention_out": "nvfp4", "mlp": "nvfp4",
+         "shared": "nvfp4"},
+        "at one GEMM dtype",  # the MLA module tables are left for the kernels
+    ),
+    ("MiniMaxAI/MiniMax-M2.5", "fp4", "b300_sxm", "vllm", "agg"): (
+        "minimax-m2.5", "minimax-m2.5-nvfp4", "nvfp4", "nvfp4",
+        {"attention": "bfloat16", "attention_out": "bfloat16"},
+        "NVFP4 routed experts, every other weight bf16",
+    ),
+    ("zhipuai/GLM-5", "fp4", "b200_sxm", "sglang", "agg"): (
+        "glm-5", "glm-5-nvfp4", "nvfp4", "nvfp4",
+        {"attention": "bfloat16", "attention_out": "bfloat16", "mlp": "nvfp4",
+         "shared": "nvfp4"},
+        "shared experts, dense layers' MLPs, every other weight bf16",
+    ),
+    ("moonshotai/Kimi-K2.5", "fp4", "gb200", "vllm", "disagg"): (
+        "kimi-k2.5", "kimi-k2.5-nvfp4", "nvfp4", "nvfp4",
+        {"attention": "bfloat16", "attention_out": "bfloat16", "mlp": "nvfp4",
+         "shared": "nvfp4"},
+        "has deepseek-ai/DeepSeek-V3's shapes",  # its MLA module rows
+    ),
+    ("moonshotai/Kimi-K2.5", "int4", "h200_sxm", "vllm", "agg"): (
+        "kimi-k2.5", "", "bfloat16", "int4_wo",
+        {"attention": "bfloat16", "attention_out": "bfloat16", "mlp": "bfloat16",
+         "shared": "bfloat16"},
+        "weight-only int4_wo",
+    ),
+}  # fmt: skip
+
+
+@cache
+def _four_bit(key: tuple[str, str, str, str, str]) -> silicon.Case:
+    """The first row of ``key`` the tables compose."""
+    folder = str(installed_kernel_tables())
+    path, precision, system, backend, mode = key
+    for r in _rows():
+        if (r.model_path, r.precision, r.system, r.backend, r.mode) == key:
+            c = silicon.resolve(r, folder)
+            if isinstance(c, silicon.Case):
+                return c
+    raise AssertionError(f"no row of {key} composed")
+
+
+def _kernel_model(case: silicon.Case, phase: silicon.Phase) -> KernelModel:
+    """The kernel composition of one of the case's workers, set up anew."""
+    setup = KernelSetup(
+        GPU_FOLDERS[case.gpu], case.framework, case.version, tp=phase.tp, ep=phase.moe_ep,
+        weight_dtype=case.weight_dtype, kv_dtype=silicon.kv_dtype(case.framework,
+                                                                   case.weight_dtype),
+        attention_dp=phase.dp,
+    )  # fmt: skip
+    db = open_database(str(installed_kernel_tables()))
+    return KernelModel(db, load_model(case.release or case.model), setup)
+
+
+@pytest.mark.parametrize("key", sorted(FOUR_BIT_ROWS), ids="-".join)
+def test_four_bit_releases_are_composed_from_their_catalog_entry(key) -> None:
+    """A mixture of experts measured in NVFP4 (or Moonshot's INT4) is the catalog's
+    release of it: the row's model is the one left out in the fits, the release's entry
+    composed, with its weights in the release's dtypes, and the composed times are the
+    kernel composition's of that setup."""
+    model, release, gemm, moe, groups, said = FOUR_BIT_ROWS[key]
+    case = _four_bit(key)
+    assert (case.model, case.release) == (model, release)
+    assert (case.weight_dtype, case.expert_dtype) == (gemm, moe)
+    assert any(said in n for n in case.notes), case.notes
+    row = case.row
+    if row.mode == "agg":
+        assert row.agg is not None
+        workers = [(row.agg, case.prefill), (row.agg, case.decode)]
+    else:
+        assert row.prefill is not None and row.decode is not None
+        workers = [(row.prefill, case.prefill), (row.decode, case.decode)]
+    (p_phase, p_inst), (d_phase, d_inst) = workers
+    km = _kernel_model(case, p_phase)
+    dtypes = km.weight_dtypes
+    assert dtypes["experts"] == ((km.model.moe_layers, moe),)
+    for group, dtype in groups.items():
+        assert {d for _, d in dtypes[group]} == {dtype}, group
+    assert p_inst.prefill_s == km.t_prefill(row.isl)
+    km = km if d_phase == p_phase else _kernel_model(case, d_phase)
+    context = row.isl + row.osl / 2.0
+    for b, t in zip(d_inst.batches, d_inst.decode_s, strict=True):
+        assert t == km.t_decode(float(b), context)
+
+
+def test_a_four_bit_precision_without_a_release_is_refused() -> None:
+    folder = str(installed_kernel_tables())
+    qwen = next(r for r in _rows() if r.model_path == "Qwen/Qwen3-235B-A22B-FP8")
+    row = dataclasses.replace(qwen, precision="fp4", gemm_quant="nvfp4", moe_quant="nvfp4")
+    r = silicon.resolve(row, folder)
+    assert isinstance(r, silicon.Unpredicted)
+    assert r.reason == ("precision fp4 (GEMM nvfp4, MoE nvfp4): the catalog has no such "
+                        "release of qwen3-235b-a22b")  # fmt: skip
+    ds = next(r for r in _rows() if r.model_path == "deepseek-ai/DeepSeek-R1")
+    row = dataclasses.replace(ds, precision="int4", gemm_quant="int4_wo", moe_quant="int4_wo")
+    r = silicon.resolve(row, folder)
+    assert isinstance(r, silicon.Unpredicted)
+    assert r.reason == ("precision int4 (GEMM int4_wo, MoE int4_wo): the catalog has no "
+                        "such release of deepseek-v3.1")  # fmt: skip
+    # Moonshot's INT4 Kimi-K2.5 is no FP8 release
+    kimi = next(r for r in _rows() if r.model_path == "moonshotai/Kimi-K2.5")
+    row = dataclasses.replace(kimi, precision="fp8", gemm_quant="fp8", moe_quant="fp8")
+    r = silicon.resolve(row, folder)
+    assert isinstance(r, silicon.Unpredicted)
+    assert r.reason == ("precision fp8 (GEMM fp8, MoE fp8): the catalog has no such release "
+                        "of kimi-k2.5")  # fmt: skip
 
 
 def _simulate_waves(
