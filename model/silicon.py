@@ -21,7 +21,10 @@ number of concurrent requests of an aggregated worker its global batch,
 ``batch_size x attention_dp_size``; that is the concurrency of one aggregated worker
 here. A disaggregated row states no batch of the deployment, only each phase's worker
 count and batch; its concurrency is the benchmark's, ``silicon_concurrency=N`` in the
-``silicon_data_source`` column, else the ``_cN_`` of its id.
+``silicon_data_source`` column, else the ``_cN_`` of its id. The disaggregated rows that
+leave their worker counts empty (SemiAnalysis InferenceX runs) take the configuration
+InferenceX published for their run where it is unambiguous (:func:`published_config`,
+``model/data/silicon_disagg_workers.json``), else stay refused with the reason.
 
 Nothing is silently dropped: every row is either a :class:`Case` (predicted) or an
 :class:`Unpredicted` with its reason.
@@ -30,12 +33,16 @@ Nothing is silently dropped: every row is either a :class:`Case` (predicted) or 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import functools
 import importlib.util
 import io
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +132,10 @@ SGLANG_CHUNK = {"h100_sxm": 8192, "h200_sxm": 8192, "b200_sxm": 16384}
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
 #: 400 Gb/s NIC per GPU)
 KV_LINK_BYTES_PER_S = 50e9
+#: the published worker configurations of the disaggregated rows that leave their worker
+#: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
+#: ``scripts/derive_silicon_disagg_workers.py``, docs/validation-silicon.md section 3)
+DISAGG_WORKERS_FILE = "silicon_disagg_workers.json"
 
 
 # --------------------------------------------------------------------------
@@ -691,6 +702,79 @@ def _instance(
                     phase.dp)  # fmt: skip
 
 
+@functools.cache
+def published_workers() -> dict[str, Any]:
+    """The published worker configurations (:data:`DISAGG_WORKERS_FILE`): ``records``
+    (each a configuration and the rows it is for), ``rows`` (row id -> its record and
+    the InferenceX commits of its run) and ``refused`` (row id -> why no configuration
+    is taken)."""
+    path = resources.files(__package__ or "model") / "data" / DISAGG_WORKERS_FILE
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
+    """A published phase as the row's columns would state it: attention TP and DP of
+    the worker's GPUs, MoE TP x EP over them, and the batch per attention rank (decode:
+    TensorRT-LLM's ``max_batch_size``; prefill: the prompts of ``isl`` tokens one
+    iteration holds, ``min(max_batch_size, max_num_tokens // isl)``, at least one)."""
+    gpus, adp, ep = int(p["gpus"]), int(p["attention_dp"]), int(p["moe_ep"])
+    batch, tokens = p.get("max_batch_size"), p.get("max_num_tokens")
+    if prefill:
+        batch = max(1, min(int(batch), int(tokens) // isl)) if batch and tokens else None
+    return Phase(int(p["workers"]), int(batch) if batch else None, gpus // adp, 1, adp,
+                 gpus // ep, ep)  # fmt: skip
+
+
+def _phase_text(name: str, p: Phase) -> str:
+    shape = f"attention dp {p.dp}" if p.dp > 1 else f"tp {p.tp}"
+    batch = f", batch {p.batch} per rank" if p.batch else ""
+    return (f"{name} {p.workers} x ({p.tp * p.dp} GPUs, {shape}, MoE tp {p.moe_tp} x ep "
+            f"{p.moe_ep}{batch})")  # fmt: skip
+
+
+def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:
+    """A disaggregated row without worker counts completed from the published
+    configurations: the row with their workers, parallelism and batch limits and a note
+    naming the source; or why the row stays refused (``str``); None when they have no
+    entry for the row (or one for another run of the same id)."""
+    table = published_workers()
+    if row.id in table["refused"]:
+        return str(table["refused"][row.id])
+    entry = table["rows"].get(row.id)
+    if entry is None:
+        return None
+    rec = table["records"][entry["record"]]
+    if rec["match"] != {"model_path": row.model_path, "system": row.system,
+                        "backend": row.backend, "precision": row.precision,
+                        "isl": row.isl, "osl": row.osl}:  # fmt: skip
+        return None
+    runs = ", ".join(entry["inferencex_commits"])
+    source = f"InferenceX nvidia-master.yaml entry {rec['config']} at {runs}"
+    if rec["recipe"]:
+        source += f", srt-slurm recipe {rec['recipe']} ({', '.join(rec['recipe_commits'])})"
+    if rec["speculative"] != "none":
+        return (
+            f"the run used {rec['speculative'].upper()} speculative decoding ({source}): "
+            "not expressed"
+        )
+    prefill = _published_phase(rec["prefill"], row.isl, True)
+    decode = _published_phase(rec["decode"], row.isl, False)
+    note = (
+        f"workers from {source} (docs/validation-silicon.md, section 3): "
+        f"{_phase_text('prefill', prefill)}, {_phase_text('decode', decode)}"
+    )
+    replaced = [
+        f"{name} tp {old.tp} attention dp {old.dp} MoE tp {old.moe_tp} x ep {old.moe_ep}"
+        for name, old, new in (("prefill", row.prefill, prefill), ("decode", row.decode, decode))
+        if old is not None
+        and (old.tp, old.dp, old.moe_tp, old.moe_ep) != (new.tp, new.dp, new.moe_tp, new.moe_ep)
+    ]
+    if replaced:
+        note += f"; the row's columns ({'; '.join(replaced)}) replaced"
+    return dataclasses.replace(row, prefill=prefill, decode=decode), note
+
+
 def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
     """The row mapped to the catalog and composed from the kernel tables in ``folder``,
     or the reason it is not."""
@@ -735,9 +819,15 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
     else:
         for name, phase in (("prefill", row.prefill), ("decode", row.decode)):
             if phase is None or phase.workers is None:
-                return Unpredicted(
-                    row, f"disaggregated row without {name}_num_workers: not expressed"
-                )
+                missing = f"disaggregated row without {name}_num_workers"
+                published = published_config(row) if phase is not None else None
+                if published is None:
+                    return Unpredicted(row, f"{missing}: not expressed")
+                if isinstance(published, str):
+                    return Unpredicted(row, f"{missing}; {published}")
+                row, note = published
+                notes.append(note)
+                break
         assert row.prefill is not None and row.decode is not None
         per_batch = max(1, row.prefill.batch or 1)
         p = _instance(*args, row.prefill, row, c, False, per_batch * row.isl, subs)
