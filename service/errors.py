@@ -93,6 +93,22 @@ def problem(
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+class Problem(Exception):
+    """A problem a use case answers as it is: raised anywhere below a route, answered
+    by :func:`install`'s handler with these fields (``extra``: ``errors`` naming the
+    field at fault, and any other member)."""
+
+    def __init__(
+        self, status: int, title: str, detail: str, type_: str = "about:blank", **extra: Any
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.type = type_
+        self.extra = extra
+
+
 def _field_error(e: Any) -> dict[str, str]:
     if e.get("type") == "json_invalid":  # loc is ("body", character offset), not a field
         err = (e.get("ctx") or {}).get("error")
@@ -139,6 +155,10 @@ def install(app: FastAPI) -> None:
             "/problems/validation",
             errors=errors,
         )
+
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, exc: Problem) -> JSONResponse:
+        return problem(exc.status, exc.title, exc.detail, exc.type, **exc.extra)
 
     @app.exception_handler(InputError)
     async def _input(_: Request, exc: InputError) -> JSONResponse:

@@ -39,7 +39,7 @@ from model.errors import PdwattError
 from service import webhooks
 from service.pool import PoolFull, SolvePool, WorkerLost
 from service.settings import Settings
-from service.store import SiteNotFound, as_utc, digest, engine_for, jobs, utc_now
+from service.store import Origin, SiteNotFound, as_utc, digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class Job:
     webhook_url: str | None = None
     webhook_state: str | None = None
     webhook_outcome: dict[str, Any] | None = None
+    #: what asked for it (service.store.TRIGGERS); None for a job stored before it was kept
+    trigger: str | None = None
 
     @property
     def webhook(self) -> dict[str, Any] | None:
@@ -119,6 +121,7 @@ class Job:
             "started": None if self.started is None else self.started.isoformat(),
             "finished": None if self.finished is None else self.finished.isoformat(),
             "attempts": self.attempts,
+            "trigger": self.trigger,
         }
         if self.result is not None:
             doc["result"] = self.result
@@ -145,6 +148,7 @@ def _job(row: Any) -> Job:
         row.webhook_url,
         row.webhook_state,
         row.webhook_outcome,
+        row.trigger,
     )
 
 
@@ -161,6 +165,7 @@ class JobStore:
         key: str | None = None,
         webhook_url: str | None = None,
         coalesce: str | None = None,
+        trigger: str | None = None,
     ) -> tuple[Job, bool]:
         """A new queued job, or (with an idempotency ``key`` already used for the same
         request and webhook) the existing one; ``(job, created)``.
@@ -168,8 +173,9 @@ class JobStore:
         With ``coalesce`` (a scope such as ``site_plan:<site id>``), at most one job of
         the scope is queued: while one is, it takes this ``request`` (and ``key``) in
         place of its own and is answered, not created (a newer update of a site
-        replaces its queued re-plan); a running job of the scope goes on and a queued
-        one starts once it ends (:meth:`start`)."""
+        replaces its queued re-plan, and its ``trigger``); a running job of the scope
+        goes on and a queued one starts once it ends (:meth:`start`). ``trigger``:
+        what asked for the job (:data:`service.store.TRIGGERS`)."""
         doc: dict[str, Any] = {"kind": kind, "request": request}
         if webhook_url is not None:
             doc["webhook"] = webhook_url
@@ -192,6 +198,7 @@ class JobStore:
                 "created": utc_now(),
                 "coalesce": coalesce,
                 "queued_for": coalesce,
+                "trigger": trigger,
             }
             try:
                 with self.engine.begin() as conn:
@@ -202,7 +209,7 @@ class JobStore:
                     return self._same(old, key or "", doc_digest), False
                 if coalesce is None:
                     raise
-                replaced = self._replace_queued(coalesce, request, doc_digest, key)
+                replaced = self._replace_queued(coalesce, request, doc_digest, key, trigger)
                 if replaced is not None:
                     return replaced, False
                 continue  # the queued one started meanwhile: queue this one
@@ -210,11 +217,16 @@ class JobStore:
         raise RuntimeError(f"jobs of {coalesce!r} kept starting while one was queued")
 
     def _replace_queued(
-        self, scope: str, request: dict[str, Any], doc_digest: str, key: str | None
+        self,
+        scope: str,
+        request: dict[str, Any],
+        doc_digest: str,
+        key: str | None,
+        trigger: str | None = None,
     ) -> Job | None:
-        """The queued job of ``scope`` with ``request`` in place of its own; None when
-        none is queued any more."""
-        values: dict[str, Any] = {"request": request, "digest": doc_digest}
+        """The queued job of ``scope`` with ``request`` (and ``trigger``) in place of its
+        own; None when none is queued any more."""
+        values: dict[str, Any] = {"request": request, "digest": doc_digest, "trigger": trigger}
         if key is not None:
             values["idempotency_key"] = key
         with self.engine.begin() as conn:
@@ -227,6 +239,11 @@ class JobStore:
                 return None
             row = conn.execute(select(jobs).where(jobs.c.queued_for == scope)).first()
         return None if row is None else _job(row)
+
+    def set_trigger(self, job_id: str, trigger: str) -> None:
+        """Record what asked for job ``job_id`` (one created without it)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(trigger=trigger))
 
     def _same(self, row: Any, key: str, doc_digest: str) -> Job:
         if row.digest != doc_digest:
@@ -564,6 +581,7 @@ def execute_started(
             url,
             cancelled=lambda: store.progress(job_id, {**latest, "phase": "storing"}, worker),
             kernels=kernels,
+            origin=Origin(job.trigger, job.id),
         )
     except PdwattError as exc:
         return end("failed", error=_problem_of(exc))
@@ -586,14 +604,16 @@ def run_kind(
     url: str | None = None,
     cancelled: Callable[[], bool] | None = None,
     kernels: str | None = None,
+    origin: Origin | None = None,
 ) -> dict[str, Any]:
     """What the synchronous route of ``kind`` answers for the stored ``request`` (the
     use case's run, :mod:`service.usecases`; ``url``: the database that holds the
     sites, for ``site_plan``; ``cancelled``: whether the job was cancelled, asked
-    before a site plan is stored; ``kernels``: the server's kernel database)."""
+    before a site plan is stored; ``kernels``: the server's kernel database;
+    ``origin``: the job and what asked for it, kept with a site plan)."""
     from service.usecases import Context, parse, run
 
-    ctx = Context(memory_budget_mb, kernels, monitor, url, cancelled)
+    ctx = Context(memory_budget_mb, kernels, monitor, url, cancelled, origin)
     return run(kind, parse(kind, request), ctx)
 
 

@@ -110,7 +110,11 @@ def create_jobs(store: Store, jobs: JobStore, now: datetime) -> list[str]:
     for d in find_due(store, now):
         try:
             job, new = jobs.create(
-                "site_plan", d.request, key=d.key, coalesce=replan_scope(d.site_id)
+                "site_plan",
+                d.request,
+                key=d.key,
+                coalesce=replan_scope(d.site_id),
+                trigger="period",
             )
         except IdempotencyConflict:  # another process created it from another plan read
             continue

@@ -80,6 +80,12 @@ class JobDocument(BaseModel):
     attempts: int = Field(
         0, description="runs started; above 1 when a lost worker's job was run again"
     )
+    trigger: str | None = Field(
+        None,
+        description="what asked for the job: event, retraction, forecast, shed, period (the "
+        "site's clock entering a new period) or user (POST /v1/jobs); null for a job "
+        "stored before it was kept",
+    )
     result: dict[str, Any] | None = Field(
         None,
         description="once succeeded (or cancelled after a start): what the "

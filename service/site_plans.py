@@ -9,6 +9,7 @@ on the site's clock and is kept in the store with the site version it was made f
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from formulation.data import check_initial
 from formulation.problem import Host, expand_series, problem_from_dict
 from model.errors import InputError
 from service.schemas import Strict
-from service.store import Plan, Site, Store
+from service.store import Origin, Plan, Site, Store
 
 
 class State(Strict):
@@ -258,13 +259,16 @@ def plan_site(
     solve: Callable[[dict[str, Any]], dict[str, Any]],
     keep: Callable[[], bool] = lambda: True,
     applied: Applied | None = None,
+    origin: Origin | None = None,
 ) -> dict[str, Any]:
     """Plan site ``site_id`` with ``solve`` (a schedule request -> its response) and
     keep the plan; the stored plan document (what ``GET .../plan`` answers). When
     ``keep()`` is false once solved (a cancelled job), the plan is not stored: a plan
     cut short never becomes the one the site dispatches; its document comes back
     without a ``plan_id``. A shed's re-plan keeps the shed's period as ``applied``
-    (:func:`running_period`): that period is running meanwhile."""
+    (:func:`running_period`): that period is running meanwhile. The plan keeps its
+    ``origin`` (what asked for it, the job making it) and how long it took."""
+    t0 = time.monotonic()
     site = store.get_site(site_id)
     req, first = sub_request(site.body, current)
     if applied is not None and (current is None or applied.period != current.period - 1):
@@ -276,7 +280,7 @@ def plan_site(
     if not keep():
         doc = plan_response(site, resp, first, current)
         return {"plan_id": None, "status": resp["status"], "stale": False, **doc}
-    return keep_plan(store, site, resp, first, current, applied)
+    return keep_plan(store, site, resp, first, current, applied, origin, t0)
 
 
 def keep_plan(
@@ -286,13 +290,19 @@ def keep_plan(
     first: int,
     current: Current | None,
     applied: Applied | None = None,
+    origin: Origin | None = None,
+    began: float | None = None,
 ) -> dict[str, Any]:
     """Store the schedule ``resp`` of ``site`` (from period ``first``) as its latest
-    plan, the running period before it kept (:func:`running_period`); the plan
+    plan, the running period before it kept (:func:`running_period`), with its
+    ``origin`` and its duration since ``began`` (``time.monotonic``); the plan
     document."""
     doc = plan_response(site, resp, first, current)
     running = running_period(store.latest_plan(site.id), site, first, applied)
     if running is not None:
         doc["schedule"]["periods"].insert(0, running)
-    plan = store.add_plan(site.id, site.version, resp["status"], first, doc)
+    took = None if began is None else time.monotonic() - began
+    plan = store.add_plan(
+        site.id, site.version, resp["status"], first, doc, origin=origin, duration_s=took
+    )
     return plan_doc(plan, site.version)

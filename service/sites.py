@@ -24,7 +24,15 @@ from service.pool import PoolFull, WorkerLost
 from service.schemas import dump
 from service.schemas_sites import ForecastBody, SiteRequest
 from service.settings import Settings
-from service.site_plans import Current, check_current, n_periods, period, plan_start, request_of
+from service.site_plans import (
+    Current,
+    check_current,
+    n_periods,
+    period,
+    plan_doc,
+    plan_start,
+    request_of,
+)
 from service.store import EventRecord, EventRetracted, Plan, Site, Store, Update
 
 
@@ -163,6 +171,22 @@ def merge_event(
         "periods": sig["periods"],
         "notes": sig["notes"],
         "signals": sig,
+    }
+
+
+def in_force(site: Site, latest: Plan | None, answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer to an event post that needs no re-plan: the event was a duplicate
+    (its merge wrote nothing: it is in force, merged and not retracted) and the
+    ``latest`` plan was made from the site as it now is, so with the event. That plan,
+    ``replanned`` false and why; None when a re-plan is due (not a duplicate, no plan
+    yet, or a plan older than the site: an earlier re-plan put off or refused)."""
+    if not answer["event"]["duplicate"] or latest is None or latest.site_version != site.version:
+        return None
+    return answer | {
+        "plan": plan_doc(latest, site.version),
+        "replanned": False,
+        "detail": f"event {answer['event']['id']} is already in force and the latest plan "
+        f"({latest.id}) was made with it (site version {site.version}): not re-planned",
     }
 
 

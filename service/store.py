@@ -18,7 +18,8 @@ Tables:
   an event is retracted);
 * ``plans``: ``site_id``, ``site_version`` (the site version it was computed from),
   ``created``, ``status``, ``first_period`` (0, or the period a rolling re-plan starts
-  at) and ``response`` (the plan document);
+  at), ``response`` (the plan document), and what asked for it (``trigger``), the job
+  that made it (``job_id``, null for a synchronous request) and ``duration_s``;
 * ``events``: ``site_id``, ``received``, ``digest`` (SHA-256 of the event's canonical
   JSON, unique per site: the same event posted twice is merged once), ``site_version``
   (the version its merge produced), ``event`` (the OpenADR event as received), and
@@ -27,8 +28,8 @@ Tables:
 * ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
   ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
-  its ``heartbeat``, its ``webhook_url`` with the delivery's state and outcome, and
-  timestamps.
+  its ``heartbeat``, its ``webhook_url`` with the delivery's state and outcome, what
+  asked for it (``trigger``), and timestamps.
 
 Concurrent updates of one site never lose a write: every update reads the site, computes
 the new body, and writes it with ``UPDATE ... WHERE version = <read version>`` in the
@@ -57,6 +58,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Engine,
+    Float,
     ForeignKey,
     Integer,
     MetaData,
@@ -106,6 +108,11 @@ plans = Table(
     Column("status", String(32), nullable=False),
     Column("first_period", Integer, nullable=False),
     Column("response", JSON, nullable=False),
+    # what asked for it (TRIGGERS), the job that made it (null: a synchronous
+    # request) and how long it took to make, solve and storing (null before 0006)
+    Column("trigger", String(16), nullable=True),
+    Column("job_id", String(32), nullable=True),
+    Column("duration_s", Float, nullable=True),
 )
 
 events = Table(
@@ -149,7 +156,12 @@ jobs = Table(
     Column("coalesce", String(128), nullable=True, index=True),
     Column("queued_for", String(128), nullable=True),
     UniqueConstraint("queued_for", name="uq_jobs_queued_for"),
+    Column("trigger", String(16), nullable=True),  # what asked for it (TRIGGERS)
 )
+
+#: what asks for a plan or a job: a posted event, a retraction, a demand forecast, a
+#: shed, the site's clock entering a new period, or a user (a plan or job request)
+TRIGGERS = ("event", "retraction", "forecast", "shed", "period", "user")
 
 MAX_ATTEMPTS = 50
 
@@ -226,6 +238,33 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class PlanHead:
+    """A stored plan without its document: when and from what it was made, what asked
+    for it (``trigger``, :data:`TRIGGERS`), the job that made it (None: a synchronous
+    request) and how long that took (``duration_s``); the last three None for a plan
+    stored before they were kept."""
+
+    id: int
+    site_id: str
+    site_version: int
+    created: datetime
+    status: str
+    first_period: int
+    trigger: str | None = None
+    job_id: str | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What asked for a plan (:data:`TRIGGERS`) and the job that makes it (None: a
+    synchronous request)."""
+
+    trigger: str | None = None
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
 class EventRecord:
     id: int
     site_id: str
@@ -297,7 +336,7 @@ def make_engine(url: str) -> Engine:
 
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 #: a database created before migrations existed holds this revision's tables
 _FIRST_REVISION = "0001"
 #: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)
@@ -526,8 +565,11 @@ class Store:
         first_period: int,
         response: dict[str, Any],
         created: datetime | None = None,
+        origin: Origin | None = None,
+        duration_s: float | None = None,
     ) -> Plan:
         created = created or utc_now()
+        origin = origin or Origin()
         with self.engine.begin() as conn:
             if conn.execute(select(sites.c.id).where(sites.c.id == site_id)).first() is None:
                 raise SiteNotFound(site_id)  # deleted while it was being planned
@@ -539,6 +581,9 @@ class Store:
                     status=status,
                     first_period=first_period,
                     response=response,
+                    trigger=origin.trigger,
+                    job_id=origin.job_id,
+                    duration_s=duration_s,
                 )
             )
             plan_id = int(_key(ins.inserted_primary_key))
@@ -554,17 +599,34 @@ class Store:
         )
         with self.engine.connect() as conn:
             row = conn.execute(q).mappings().first()
+        return None if row is None else _plan(row)
+
+    def plan_heads(
+        self, site_id: str | None = None, synchronous: bool = False, limit: int | None = None
+    ) -> list[PlanHead]:
+        """The stored plans without their documents, newest first: a site's (or every
+        site's), only those a synchronous request made (``synchronous``: no job, and
+        a trigger recorded), at most ``limit``."""
+        q = select(*(plans.c[f.name] for f in dataclasses.fields(PlanHead)))
+        if site_id is not None:
+            q = q.where(plans.c.site_id == site_id)
+        if synchronous:
+            q = q.where(plans.c.job_id.is_(None), plans.c.trigger.is_not(None))
+        q = q.order_by(plans.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        return [PlanHead(**{**r, "created": as_utc(r["created"])}) for r in rows]
+
+    def get_plan(self, site_id: str, plan_id: int) -> Plan:
+        """Plan ``plan_id`` of the site (:class:`LookupError` when it has none)."""
+        q = select(plans).where(plans.c.site_id == site_id, plans.c.id == plan_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(q).mappings().first()
         if row is None:
-            return None
-        return Plan(
-            row["id"],
-            row["site_id"],
-            row["site_version"],
-            as_utc(row["created"]),
-            row["status"],
-            row["first_period"],
-            row["response"],
-        )
+            raise LookupError(f"site {site_id!r} has no plan {plan_id}")
+        return _plan(row)
 
     # events -----------------------------------------------------------------
 
@@ -587,6 +649,18 @@ class Store:
         if row is None:
             raise EventNotFound(site_id, event_id)
         return _event_record(row)
+
+
+def _plan(row: Any) -> Plan:
+    return Plan(
+        row["id"],
+        row["site_id"],
+        row["site_version"],
+        as_utc(row["created"]),
+        row["status"],
+        row["first_period"],
+        row["response"],
+    )
 
 
 def _event_record(r: Any) -> EventRecord:

@@ -36,7 +36,7 @@ from service.schemas_dr import (
 )
 from service.settings import Settings
 from service.site_plans import SitePlanRequest, check_current, plan_site
-from service.store import store_for
+from service.store import Origin, store_for
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class Context:
     url: str | None = None
     #: whether the job was cancelled, asked before a site plan is stored
     cancelled: Callable[[], bool] | None = None
+    #: what asked for a site plan and the job making it, kept with the plan
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:
         lambda body: work.schedule(body, ctx.memory_budget_mb, ctx.monitor, ctx.kernels),
         keep=lambda: cancelled is None or not cancelled(),
         applied=req.applied,
+        origin=ctx.origin,
     )
 
 

@@ -10,11 +10,15 @@ gathered from the store with the same calls the ``/v1`` routes make.
   next one (a posted event or a run of periods whose cap the site's own grid signals
   lower below the horizon's highest).
 * ``GET /ui/api/sites/{id}``: the same for one site.
-* ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, the site,
-  its latest plan and its replica targets now as the ``/v1`` routes answer them.
+* ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, each
+  event with its effect (:func:`_effects`: the power and energy it shed and what it
+  cost, between the plan before it and the plan its re-plan made), the site, its
+  latest plan and its replica targets now as the ``/v1`` routes answer them.
 * ``GET /ui/api/jobs``: the jobs (queued, running, and the newest of each finished
   status), newest first, without their requests and results but with the solver's
-  trace (time, best objective, proven bound) once they have one.
+  trace (time, best objective, proven bound) once they have one, each with its site's
+  name, what asked for it (``trigger``) and how long it ran (``duration_s``); and the
+  plans synchronous requests made (``plans``), which no job lists.
 
 Every route but the first needs the API key when one is set, as the sites do.
 """
@@ -27,13 +31,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
+from formulation.shed_figures import cost_delta, power_shed
 from model.errors import InputError
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
-from service.jobs import FINAL, JobNotFound, job_store
+from service.jobs import FINAL, Job, JobNotFound, job_store
 from service.site_plans import n_periods, period, plan_doc, plan_head, plan_start
 from service.sites import NoPeriod, event_signals, periods_at, site_doc, targets_doc
-from service.store import EventRecord, Plan, Site, SiteNotFound, store_for
+from service.store import EventRecord, Plan, PlanHead, Site, SiteNotFound, Store, store_for
 
 router = APIRouter(prefix="/ui/api", tags=["console"])
 
@@ -86,6 +91,59 @@ def _events(site: Site, rows: list[EventRecord]) -> list[dict[str, Any]]:
         ev["source"] = "event"
         out.append(ev)
     return out
+
+
+def _power(doc: dict[str, Any]) -> dict[int, float]:
+    return {p["index"]: float(p["power_w"]) for p in doc["schedule"]["periods"]}
+
+
+def _effects(
+    store: Store, site: Site, events: list[dict[str, Any]], rows: list[EventRecord]
+) -> None:
+    """Each posted event's effect (``effect``, or null and ``effect_note`` saying why):
+    between the plan before it (the newest made from an older site version than the
+    one its merge made) and the plan its re-plan made (the first made from that
+    version), the power it shed over its periods (largest and mean, W), the energy
+    (kWh, over its periods and over the periods both plans cover) and the change of
+    the objective and of each of its terms (:mod:`formulation.shed_figures`, the terms
+    of a demand-response report); the cost only between plans over the same periods."""
+    heads = store.plan_heads(site.id)  # newest first
+    docs: dict[int, dict[str, Any]] = {}
+
+    def doc(h: PlanHead) -> dict[str, Any]:
+        if h.id not in docs:
+            docs[h.id] = store.get_plan(site.id, h.id).response
+        return docs[h.id]
+
+    hours = float(site.body["period_minutes"]) / 60.0
+    for ev, r in zip(events, rows, strict=True):
+        ev["effect"] = None
+        before = next((h for h in heads if h.site_version < r.site_version), None)
+        after = min(
+            (h for h in heads if h.site_version == r.site_version), key=lambda h: h.id, default=None
+        )
+        if before is None or after is None:
+            ev["effect_note"] = (
+                "no plan before it" if before is None else "no plan was made from the site it made"
+            )
+            continue
+        if ev["first_period"] is None:
+            ev["effect_note"] = "outside the horizon"
+            continue
+        a, b = doc(before), doc(after)
+        window = list(range(ev["first_period"], ev["end_period"]))
+        shed = power_shed(_power(a), _power(b), window, hours)
+        if shed is None:
+            ev["effect_note"] = "neither plan covers its periods"
+            continue
+        shed.pop("power_shed_w")
+        effect: dict[str, Any] = {"before_plan": before.id, "after_plan": after.id, **shed}
+        if before.first_period == after.first_period:
+            effect |= cost_delta(a["schedule"], b["schedule"])
+        else:
+            effect |= {"cost_delta_usd": None, "cost_delta_breakdown": None}
+            ev["effect_note"] = "the plans cover different periods: no cost compared"
+        ev["effect"] = effect
 
 
 def _cap_windows(site: Site) -> list[dict[str, Any]]:
@@ -203,9 +261,14 @@ def _plan_brief(plan: Plan, site: Site) -> dict[str, Any]:
     }
 
 
-def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str, Any]:
+def _summary(
+    site: Site, plan: Plan | None, rows: list[EventRecord], store: Store | None = None
+) -> dict[str, Any]:
+    """The site in brief; with ``store``, each event with its effect (:func:`_effects`)."""
     body = site.body
     events = _events(site, rows)
+    if store is not None:
+        _effects(store, site, events, rows)
     now = datetime.now(UTC)
     return {
         "id": site.id,
@@ -225,12 +288,15 @@ def _summary(site: Site, plan: Plan | None, rows: list[EventRecord]) -> dict[str
     }
 
 
-def _read(url: str, site_id: str) -> tuple[Site, Plan | None, dict[str, Any]]:
-    """The site, its latest plan, and the site in brief."""
+def _read(
+    url: str, site_id: str, effects: bool = False
+) -> tuple[Site, Plan | None, dict[str, Any]]:
+    """The site, its latest plan, and the site in brief (its events' effects too)."""
     store = store_for(url)
     site = store.get_site(site_id)
     plan = store.latest_plan(site_id)
-    return site, plan, _summary(site, plan, store.list_events(site_id))
+    rows = store.list_events(site_id)
+    return site, plan, _summary(site, plan, rows, store if effects else None)
 
 
 def _site_summary(url: str, site_id: str) -> dict[str, Any]:
@@ -272,14 +338,15 @@ async def site_page(
     site_id: Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
     settings: SettingsDep,
 ) -> dict[str, Any]:
-    """What a site's page shows, in one answer: the site in brief (``summary``), the site
+    """What a site's page shows, in one answer: the site in brief (``summary``, each
+    event with its effect: power and energy shed, cost), the site
     as ``GET /v1/sites/{id}`` answers it (``site``), its latest plan as ``GET
     /v1/sites/{id}/plan`` does (``plan``, null before the first) and the plan's replica
     targets now as ``GET /v1/sites/{id}/targets/now`` does (``targets_now``: its
     ``period`` and ``targets``; null when the plan does not cover now)."""
 
     def gather() -> dict[str, Any]:
-        site, plan, summary = _read(settings.database_url, site_id)
+        site, plan, summary = _read(settings.database_url, site_id, effects=True)
         return {
             "summary": summary,
             "site": site_doc(site),
@@ -311,18 +378,63 @@ def _trace(result: dict[str, Any] | None) -> list[Any] | None:
     return solver.get("trace") if isinstance(solver, dict) else None
 
 
+def _duration_s(job: Job, now: datetime) -> float | None:
+    """How long the job ran: from its start to its end (to now while it runs)."""
+    if job.started is None:
+        return None
+    return ((job.finished or now) - job.started).total_seconds()
+
+
+def _job_doc(job: Job, names: dict[str, str], now: datetime) -> dict[str, Any]:
+    doc = job.document()
+    doc.pop("result", None)
+    doc["trace"] = _trace(job.result)
+    site_id = job.request.get("site_id")
+    doc["site_id"] = site_id
+    doc["site_name"] = names.get(site_id) if isinstance(site_id, str) else None
+    doc["duration_s"] = _duration_s(job, now)
+    return doc
+
+
+def _plan_row(h: PlanHead, names: dict[str, str]) -> dict[str, Any]:
+    return {
+        "plan_id": h.id,
+        "site_id": h.site_id,
+        "site_name": names.get(h.site_id),
+        "site_version": h.site_version,
+        "status": h.status,
+        "first_period": h.first_period,
+        "created": h.created.isoformat(),
+        "duration_s": h.duration_s,
+        "trigger": h.trigger,
+    }
+
+
 @router.get("/jobs", dependencies=[ApiKey], responses=problem_responses(401, 422))
 async def jobs(
     settings: SettingsDep,
     limit: Annotated[
-        int, Query(ge=1, le=500, description="jobs listed of each finished status, newest")
+        int,
+        Query(
+            ge=1,
+            le=500,
+            description="jobs listed of each finished status, and synchronous plans, newest",
+        ),
     ] = 50,
 ) -> dict[str, Any]:
     """Queued and running jobs, and the newest ``limit`` of each finished status
-    (succeeded, failed, cancelled); newest first."""
+    (succeeded, failed, cancelled); newest first. Each with its site's name
+    (``site_name``: null for a job of no site, or of a site deleted since), what asked
+    for it (``trigger``) and how long it ran (``duration_s``, to now while it runs).
+    ``plans``: the newest ``limit`` plans synchronous requests made (a plan, event,
+    retraction or forecast answered with its plan), with site, trigger and how long
+    each took."""
 
-    def gather() -> list[dict[str, Any]]:
+    def gather() -> dict[str, Any]:
         store = job_store(settings.database_url)
+        sites = store_for(settings.database_url)
+        names = {s["id"]: s["name"] for s in sites.list_sites()}
+        now = datetime.now(UTC)
         out = []
         for status in STATUSES:
             ids = store.with_status(status)
@@ -331,12 +443,9 @@ async def jobs(
                     job = store.get(job_id)
                 except JobNotFound:
                     continue
-                doc = job.document()
-                doc.pop("result", None)
-                doc["trace"] = _trace(job.result)
-                doc["site_id"] = job.request.get("site_id")
-                out.append(doc)
+                out.append(_job_doc(job, names, now))
         out.sort(key=lambda d: d["created"], reverse=True)
-        return out
+        plans = sites.plan_heads(synchronous=True, limit=limit)
+        return {"jobs": out, "plans": [_plan_row(h, names) for h in plans]}
 
-    return {"jobs": await run_in_threadpool(gather)}
+    return await run_in_threadpool(gather)

@@ -75,7 +75,12 @@ async def submit_job(
             return refused
     try:
         created_job, created = await run_in_threadpool(
-            store.create, job.kind, dump(job.request), idempotency_key, webhook_url
+            store.create,
+            job.kind,
+            dump(job.request),
+            idempotency_key,
+            webhook_url,
+            trigger="user",
         )
     except IdempotencyConflict as exc:
         return problem(

@@ -114,6 +114,8 @@ async def shed(
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)
+    if answer["replan"].get("job_id") is not None:  # the job made, or the queued one it joined
+        await run_in_threadpool(jobs.set_trigger, answer["replan"]["job_id"], "shed")
     if job_id is not None:
         await request.app.state.jobs.submit(job_id)
     return JSONResponse(answer)

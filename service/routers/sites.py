@@ -26,7 +26,9 @@ Choices where the issue is silent:
   (:mod:`service.jobs`) instead: 202 at once with the job's id and ``Location``, whose
   progress (best schedule, bound, gap) ``GET /v1/jobs/{id}`` reports as it runs and
   whose result is the plan (an infeasible site fails the job with the problem).
-* The same event posted twice (same canonical JSON) is merged once.
+* The same event posted twice (same canonical JSON) is merged once, and while the
+  latest plan was made from the site as it is, not re-planned again
+  (:func:`service.sites.in_force`: ``replanned`` false).
 * ``DELETE .../events/{id}`` retracts an event: kept in the log, marked retracted;
   the grid recomputed from the one the site was registered with and the events merged
   since that are not retracted (:func:`service.sites.without_event`), then re-planned
@@ -53,7 +55,7 @@ from fastapi.responses import JSONResponse
 from model.errors import InputError
 from service import site_shed, sites
 from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
 from service.jobs import JobRunner, job_store, replan_scope
 from service.limits import solve_host
 from service.metrics import solve_seconds, solver_outcomes_total
@@ -74,6 +76,7 @@ from service.store import (
     Contention,
     EventNotFound,
     EventRetracted,
+    Origin,
     Plan,
     Site,
     SiteNotFound,
@@ -134,17 +137,37 @@ StoreDep = Annotated[Store, Depends(get_store)]
 # ---------------------------------------------------------------- helpers
 
 
-async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a store call off the event loop; map store errors to problems."""
+async def _db(fn: Callable[..., T], *args: Any, event_field: str = "event_id", **kwargs: Any) -> T:
+    """Run a store call off the event loop; map store errors to problems (an unknown or
+    retracted event's naming ``event_field``, the field that named it)."""
     try:
         return await run_in_threadpool(fn, *args, **kwargs)
     except SiteNotFound as e:
         raise HTTPException(404, f"no site {e.site_id!r}") from None
     except EventNotFound as e:
-        raise HTTPException(404, str(e)) from None
+        raise Problem(
+            404,
+            "Not Found",
+            str(e),
+            "/problems/no-such-event",
+            errors=[{"field": event_field, "reason": f"no event {e.event_id} of this site"}],
+        ) from None
+    except EventRetracted as e:
+        when = None if e.record.retracted is None else e.record.retracted.isoformat()
+        reason = f"event {e.record.id} was retracted at {when}"
+        raise Problem(
+            409,
+            "Conflict",
+            str(e),
+            "/problems/event-retracted",
+            errors=[{"field": event_field, "reason": reason}],
+            event_id=e.record.id,
+            retracted=when,
+            retracted_version=e.record.retracted_version,
+        ) from None
     except VersionConflict as e:
         raise HTTPException(412, f"{e}; GET the site and retry") from None
-    except (Contention, EventRetracted, sites.RegisteredGridUnknown) as e:
+    except (Contention, sites.RegisteredGridUnknown) as e:
         raise HTTPException(409, str(e)) from None
 
 
@@ -157,12 +180,15 @@ def _too_busy(settings: Settings) -> Exception:
 
 
 async def _replan(
-    settings: Settings, pool: SolvePool, site: Site, current: Current | None
+    settings: Settings, pool: SolvePool, site: Site, current: Current | None, trigger: str
 ) -> dict[str, Any]:
-    """Plan ``site`` and keep the plan: the ``site_plan`` use case, as its job runs it
-    (:mod:`service.usecases`), in the solver pool."""
+    """Plan ``site`` and keep the plan (with what asked for it, ``trigger``): the
+    ``site_plan`` use case, as its job runs it (:mod:`service.usecases`), in the solver
+    pool."""
     request = SitePlanRequest(site_id=site.id, current=current)
-    ctx = Context(pool.memory_budget_mb, settings.kernels, url=settings.database_url)
+    ctx = Context(
+        pool.memory_budget_mb, settings.kernels, url=settings.database_url, origin=Origin(trigger)
+    )
     t0 = time.perf_counter()
     try:
         doc: dict[str, Any] = await pool.run(run, "site_plan", request, ctx)
@@ -179,12 +205,13 @@ async def _after_update(
     site: Site,
     current: Current | None,
     answer: dict[str, Any],
+    trigger: str,
 ) -> JSONResponse:
     """The answer to an update: re-planned (200), or the re-plan put off (202), or
     stored but infeasible (422, :class:`service.sites.StoredButInfeasible`)."""
     try:
         out = await sites.replan_after_update(
-            lambda: _replan(settings, pool, site, current), site, answer
+            lambda: _replan(settings, pool, site, current, trigger), site, answer
         )
     except sites.StoredButInfeasible as e:
         return problem(
@@ -207,15 +234,18 @@ async def _replan_job(
     site: Site,
     current: Current | None,
     answer: dict[str, Any],
+    trigger: str,
 ) -> JSONResponse:
-    """The answer to an update whose re-plan goes to a ``site_plan`` job: 202 with the
-    job's id (``job``) and ``Location``; ``plan`` null."""
+    """The answer to an update whose re-plan goes to a ``site_plan`` job (asked for by
+    ``trigger``): 202 with the job's id (``job``) and ``Location``; ``plan`` null."""
     job_request: dict[str, Any] = {"site_id": site.id}
     if current is not None:
         job_request["current"] = current.model_dump(mode="json")
     store = job_store(settings.database_url)
     job, created = await run_in_threadpool(
-        lambda: store.create("site_plan", job_request, coalesce=replan_scope(site.id))
+        lambda: store.create(
+            "site_plan", job_request, coalesce=replan_scope(site.id), trigger=trigger
+        )
     )
     if created:  # else a queued re-plan of the site took this request
         runner: JobRunner | RedisJobs = request.app.state.jobs
@@ -312,7 +342,7 @@ async def plan_site(
     site = await _db(store.get_site, site_id)
     current = body.current if body else None
     try:
-        doc = await _replan(settings, pool, site, current)
+        doc = await _replan(settings, pool, site, current, "user")
     except PoolFull:
         raise _too_busy(settings) from None
     except WorkerLost:
@@ -361,13 +391,22 @@ async def post_event(
     plan runs in the current period, under the site's cap there (docs/service.md);
     where the shed would be refused (no plan, or one made for another clock or horizon)
     `immediate` is null and `immediate_reason` says why, the event stored all the same.
+
+    The same event posted again (`event.duplicate`) while it is in force (merged, not
+    retracted) and the latest plan was made from the site as it is is not re-planned:
+    200 at once, with that plan, `replanned` false and `detail` saying why (its
+    `current`, if any, is not used: `POST .../plan` re-plans from a state). A
+    duplicate of a retracted event is a 409 problem naming `event`.
     """
     checks = sites.Replan(body.current, solve_host(settings))
-    site, event = await _db(sites.merge_event, store, site_id, body.event, checks)
+    site, event = await _db(
+        sites.merge_event, store, site_id, body.event, checks, event_field="event"
+    )
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     now = datetime.now(UTC)
-    if site_shed.caps_now(body.event, now):  # a cap from now: settings at once
-        plan = await _db(store.latest_plan, site_id)
+    caps_now = site_shed.caps_now(body.event, now)
+    plan = await _db(store.latest_plan, site_id) if caps_now or event["duplicate"] else None
+    if caps_now:  # a cap from now: settings at once
         answer["immediate"] = None
         if plan is None:
             answer["immediate_reason"] = f"site {site_id!r} has no plan yet"
@@ -376,9 +415,12 @@ async def post_event(
                 answer["immediate"] = await site_shed.immediate(site, plan, now, settings, pool)
             except (site_shed.NoRunningPlan, InputError) as e:  # the event stands
                 answer["immediate_reason"] = str(e)
+    kept = sites.in_force(site, plan, answer)
+    if kept is not None:  # the same event, already planned for: no re-plan
+        return JSONResponse(kept, headers=_etag(site.version))
     if replan == "job":
-        return await _replan_job(request, settings, site, body.current, answer)
-    return await _after_update(pool, settings, site, body.current, answer)
+        return await _replan_job(request, settings, site, body.current, answer, "event")
+    return await _after_update(pool, settings, site, body.current, answer, "event")
 
 
 @router.get("/{site_id}/events", responses=_problems(404, 422))
@@ -430,15 +472,15 @@ async def retract_event(
     retracted, in the order they were merged: a retracted shed's cap is lifted back to
     the cap before it. Re-planned as an event post is (`?replan=now|job`, an optional
     body with `current`), with the same answers. 404 for an unknown event, 409 for one
-    already retracted.
+    already retracted: problems naming `event_id`.
     """
     current = body.current if body else None
     checks = sites.Replan(current, solve_host(settings))
     site, event = await _db(sites.retract_event, store, site_id, event_id, checks)
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     if replan == "job":
-        return await _replan_job(request, settings, site, current, answer)
-    return await _after_update(pool, settings, site, current, answer)
+        return await _replan_job(request, settings, site, current, answer, "retraction")
+    return await _after_update(pool, settings, site, current, answer, "retraction")
 
 
 @router.post(
@@ -460,8 +502,8 @@ async def post_forecast(
     """
     site, answer = await _db(sites.merge_forecast, store, site_id, body, solve_host(settings))
     if replan == "job":
-        return await _replan_job(request, settings, site, body.current, answer)
-    return await _after_update(pool, settings, site, body.current, answer)
+        return await _replan_job(request, settings, site, body.current, answer, "forecast")
+    return await _after_update(pool, settings, site, body.current, answer, "forecast")
 
 
 # ---------------------------------------------------------------- orchestrator output

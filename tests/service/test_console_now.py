@@ -12,7 +12,7 @@ time zone against a real ``pdwatt serve`` (see test_console.py for the set-up):
 * money: the objective's terms named apart, whole request counts with separators, a
   baseline breaking a limit marked infeasible, no negative zero;
 * events: bands labelled with name and cap, in the legend, their payload types named
-  in words.
+  in words; an event posted again while in force is not re-planned.
 """
 
 from __future__ import annotations
@@ -338,11 +338,12 @@ def test_event_at_a_24_hour_time_banded_and_named(
     assert (ev["first_period"], ev["end_period"]) == (p["index"], p["index"] + 2)
     assert ev["cap_w"] == 20_000
     first = page.evaluate("document.body.dataset.replanned")
-    # the same event again: merged already, the plan unchanged, no "$-0.00"
+    # the same event again: merged already and planned for, so not re-planned: the
+    # plan unchanged, no "$-0.00"
     page.get_by_role("button", name="Post the event and re-plan").click()
-    page.wait_for_function(
-        "(id) => document.body.dataset.replanned !== id", arg=first, timeout=REPLAN_TIMEOUT_MS
-    )
+    page.locator("#not-replanned").wait_for(timeout=REPLAN_TIMEOUT_MS)
+    assert f"the plan {first} was made with it" in page.locator("#not-replanned").inner_text()
+    assert page.locator("#replan-progress").count() == 0  # no re-plan job followed
     cost = page.locator(".card", has_text="cost of the event").inner_text()
     assert "already merged" in cost and "-" not in cost.split("\n", 1)[1], cost
     console.clean(page)

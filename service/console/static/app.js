@@ -43,6 +43,13 @@ const usdChange = (x) => {
 };
 // a count of requests: whole, with thousands separators
 const count = (x) => (missing(x) ? "–" : WHOLE.format(Math.round(Number(x)) || 0));
+// seconds as "12.3 s", or "4 min 05 s" from a minute
+const duration = (s) => {
+  if (missing(s)) return "–";
+  if (s < 60) return `${num(s, 1)} s`;
+  const whole = Math.round(s);
+  return `${Math.floor(whole / 60)} min ${String(whole % 60).padStart(2, "0")} s`;
+};
 const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "–");
 const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
 // the next event as text: name, cap, window (UTC)
@@ -286,12 +293,7 @@ async function sitePage(t0, id) {
     h("div", { class: "row" }, h("div", {}, h("label", { for: "second-axis" }, "Second axis"), second)),
     wrap(powerEl), wrap(phasesEl), wrap(unservedEl), periodDetails(rows.hover, plan),
     h("h2", {}, "Plan against the baselines"), baselineTable(plan),
-    h("h2", {}, "Events"), summary.events.length
-      ? table(["Event", "Received", "Types", "Cap", "Periods"], summary.events.map((e) => [
-        e.eventName || e.programID, when(e.received), e.types.map(charts.payloadName).join(", "),
-        missing(e.cap_w) ? "–" : kwText(e.cap_w),
-        e.first_period === null ? (e.note || "outside the horizon") : `${e.first_period}–${e.end_period - 1} (${when(e.start)} – ${when(e.end)})`]), [3])
-      : h("p", {}, "No event posted."));
+    h("h2", {}, "Events"), eventsTable(id, summary.events));
   const bandRows = charts.bands(plan, summary);
   const nowAt = charts.nowRows(s.periods[0].start, s.periods.at(-1).end);
   const drawPower = () => charts.draw(powerEl, "power", charts.powerSpec(rows, bandRows, second.value,
@@ -319,6 +321,59 @@ async function sitePage(t0, id) {
     } catch { /* the next minute tries again */ }
   });
   done("site", t0);
+}
+
+// The events posted to the site: each one's cap, periods, and its effect between the
+// plan before it and the plan its re-plan made (the power it shed at most over its
+// periods, the energy shed there, the change of the objective), whether it is in force
+// or was retracted (and when), and a retraction: asked, confirmed, then posted as
+// DELETE .../events/ID?replan=job, whose re-plan is followed as an event's is.
+function eventsTable(siteId, events) {
+  if (!events.length) return h("p", {}, "No event posted.");
+  const progressEl = h("div", {});
+  const status = h("div", { role: "status", id: "retract-status" });
+  const effect = (e, f) => (e.effect ? f(e.effect) : h("span", { title: e.effect_note || "" }, "–"));
+  const retract = (e, cell) => {
+    const name = e.eventName || e.programID;
+    const ask = h("button", { type: "button", class: "secondary", "aria-label": `Retract event ${name}`, onclick: () => {
+      const go = h("button", { type: "button", "aria-label": `Confirm: retract event ${name} and re-plan`, onclick: async () => {
+        go.disabled = true;
+        keep.disabled = true;
+        status.replaceChildren(h("progress", { "aria-label": "re-planning" }), ` retracting ${name}…`);
+        try {
+          const { doc } = await api(`v1/sites/${siteId}/events/${e.id}?replan=job`, { method: "DELETE" });
+          status.replaceChildren(`Event ${name} retracted at ${when(doc.event.retracted)}; re-planning in job `,
+            h("a", { href: "#/jobs" }, doc.job.id), "…");
+          const after = await followReplan(doc.job.id, progressEl);
+          document.body.dataset.retracted = String(e.id);
+          document.body.dataset.replanned = String(after.plan_id);
+          route();
+        } catch (err) { status.replaceChildren(errorBox(err)); cell.replaceChildren(ask); }
+      } }, "Retract and re-plan");
+      const keep = h("button", { type: "button", class: "secondary", onclick: () => cell.replaceChildren(ask) }, "Keep");
+      cell.replaceChildren(h("span", { class: "actions" }, go, keep));
+    } }, "Retract");
+    return ask;
+  };
+  const rows = events.map((e) => {
+    const action = h("span", {});
+    if (e.retracted === null) action.append(retract(e, action));
+    return [
+      e.eventName || e.programID, when(e.received), e.types.map(charts.payloadName).join(", "),
+      missing(e.cap_w) ? "–" : kwText(e.cap_w),
+      e.first_period === null ? (e.note || "outside the horizon") : `${e.first_period}–${e.end_period - 1} (${when(e.start)} – ${when(e.end)})`,
+      effect(e, (x) => kwText(x.max_shed_w)), effect(e, (x) => `${num(x.window_energy_shed_kwh, 1)} kWh`),
+      effect(e, (x) => usdChange(x.cost_delta_usd)),
+      e.retracted === null ? "in force" : `retracted ${when(e.retracted)}`, action,
+    ];
+  });
+  return h("div", { id: "events" },
+    table(["Event", "Received", "Types", "Cap", "Periods", "Shed at most", "Energy shed", "Cost", "Status", ""], rows, [3, 5, 6, 7]),
+    h("p", { class: "muted note" }, "Shed and cost: between the plan before the event and the plan its re-plan "
+      + "made; the power shed at most in one of its periods, the energy shed over them, and the change of "
+      + "the plan's objective (energy, carbon, unserved demand, transitions) over the horizon. A retracted "
+      + "event stays listed with what it did while in force."),
+    status, progressEl);
 }
 
 // a period's numbers, as hover shows them, for the keyboard: a slider over the periods
@@ -353,7 +408,9 @@ function capEvent(capKw, startIso, minutes, name) {
 const START_PATTERN = /^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d$/;
 
 async function eventPage(t0, id) {
-  const { summary, plan } = await loadSite(id);
+  const loaded = await loadSite(id);
+  const { summary } = loaded;
+  let { plan } = loaded;  // the plan before the next post: the latest once one is made
   const nextStart = new Date(Math.max(Date.parse(summary.plan_start), Date.now()));
   const step = summary.period_minutes * 60000;
   const aligned = new Date(Date.parse(summary.plan_start) + Math.ceil((nextStart - Date.parse(summary.plan_start)) / step) * step);
@@ -397,13 +454,25 @@ async function eventPage(t0, id) {
     status.replaceChildren(bar, " re-planning… ", secs);
     const tick = setInterval(() => { secs.textContent = `${((performance.now() - began) / 1000).toFixed(0)} s`; }, 250);
     try {
-      // the re-plan runs as a site_plan job, whose progress is polled and shown
+      // the re-plan runs as a site_plan job, whose progress is polled and shown; an
+      // event already in force and planned for is answered at once, not re-planned
       const { doc } = await api(`v1/sites/${id}/events?replan=job`, { method: "POST", body: { event } });
+      const span = `periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}`;
+      if (doc.replanned === false) {
+        clearInterval(tick);
+        progressEl.replaceChildren();
+        status.replaceChildren(h("p", { id: "not-replanned" }, `Event already merged (${span}) and in force: `
+          + `not re-planned, the plan ${doc.plan.plan_id} was made with it.`));
+        plan = doc.plan;
+        await showBeforeAfter(result, plan, plan, true);
+        return;
+      }
       status.replaceChildren(bar, " re-planning in job ", h("a", { href: "#/jobs" }, doc.job.id), "… ", secs);
       const after = await followReplan(doc.job.id, progressEl);
       clearInterval(tick);
-      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
+      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (${span}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
       await showBeforeAfter(result, plan, after, doc.event.duplicate);
+      plan = after;
     } catch (err) {
       clearInterval(tick);
       status.replaceChildren(errorBox(err));
@@ -530,17 +599,22 @@ async function jobsPage(t0) {
         samples.set(j.id, s);
       }
     }
-    const rows = doc.jobs.map((j) => {
+    // a site by its name (its id where it has none: deleted since)
+    const site = (x) => (x.site_id ? h("a", { href: `#/site/${x.site_id}`, title: x.site_id }, x.site_name ?? x.site_id) : "");
+    const jobRows = doc.jobs.map((j) => {
       const p = j.progress || {};
       const cancel = ["queued", "running"].includes(j.status)
         ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
           await api(`v1/jobs/${j.id}`, { method: "DELETE" }); refresh(); } }, "Cancel") : "";
       const show = h("button", { type: "button", class: "secondary", "aria-label": `Progress of job ${j.id}`, onclick: () => { shown = j.id; refresh(); } }, "Progress");
-      const site = j.site_id ? h("a", { href: `#/site/${j.site_id}` }, j.site_id) : "";
-      return [j.id, j.kind, site, j.status, p.phase || "", pct(p.gap),
-              when(j.created), when(j.finished), h("span", { class: "actions" }, show, cancel)];
+      return [j.created, [j.id, j.kind, site(j), j.trigger ?? "–", j.status, p.phase || "", pct(p.gap),
+              when(j.created), duration(j.duration_s), h("span", { class: "actions" }, show, cancel)]];
     });
-    list.replaceChildren(rows.length ? table(["Job", "Kind", "Site", "Status", "Phase", "Gap", "Created", "Finished", ""], rows)
+    // the plans synchronous requests made (no job lists them)
+    const planRows = doc.plans.map((q) => [q.created, [`plan ${q.plan_id}`, "site plan, synchronous", site(q),
+      q.trigger ?? "–", "succeeded", q.status, "–", when(q.created), duration(q.duration_s), ""]]);
+    const rows = [...jobRows, ...planRows].sort((a, b) => (a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : 0)).map(([, r]) => r);
+    list.replaceChildren(rows.length ? table(["Job", "Kind", "Site", "Trigger", "Status", "Phase", "Gap", "Created", "Duration", ""], rows, [8])
       : h("p", {}, "No job yet."));
     if (shown) {
       const j = doc.jobs.find((x) => x.id === shown);
@@ -551,7 +625,10 @@ async function jobsPage(t0) {
     }
     return doc.jobs;
   }
-  main.replaceChildren(h("h1", {}, "Jobs"), h("p", { class: "muted" }, "Queued, running and the latest finished jobs; refreshed every 2 s."), list, detail);
+  main.replaceChildren(h("h1", {}, "Jobs"), h("p", { class: "muted" }, "Queued, running and the latest finished jobs, "
+    + "and the plans made at once by a request (synchronous); refreshed every 2 s. Trigger: what asked for it "
+    + "(an event, a retraction, a forecast, a shed, the site's clock entering a period, or a user's request). "
+    + "Duration: from the start to the end (to now while it runs)."), list, detail);
   await refresh();
   every(2000, () => refresh().catch((e) => list.replaceChildren(errorBox(e))));
   done("jobs", t0);
