@@ -70,7 +70,7 @@ def add_performance_args(p: argparse.ArgumentParser, per_deployment: bool = Fals
         choices=FRAMEWORKS,
         help="with --performance kernels: the serving framework of the kernel tables and "
         f"engine calibration (default {DEFAULT_FRAMEWORK}{each}; an engine calibration "
-        "is shipped for H100, H200 and B200 under each, docs/kernels.md)",
+        "is shipped for H100, H200 and B200 under each, and GB200 under trtllm; docs/kernels.md)",
     )
     p.add_argument(
         "--kernel-version",

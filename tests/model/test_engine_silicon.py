@@ -128,7 +128,12 @@ def test_the_shipped_silicon_file_calibrates_tensorrt_llm_on_fitted_pairs_only()
     doc = _shipped_silicon()
     assert doc["format"] == SHIPPED_FORMAT
     entries = {(e["gpu"], e["framework"]): e for e in doc["calibrations"]}
-    assert set(entries) == {("h100-sxm", "trtllm"), ("h200", "trtllm"), ("b200", "trtllm")}
+    assert set(entries) == {
+        ("h100-sxm", "trtllm"),
+        ("h200", "trtllm"),
+        ("b200", "trtllm"),
+        ("gb200", "trtllm"),
+    }
     for (gpu, framework), e in entries.items():
         assert e["rows"] >= mod.MIN_ROWS and len(e["models"]) >= mod.MIN_MODELS
         assert e["overheads"]["t_layer_s"] == 0.0  # not fitted
@@ -144,10 +149,12 @@ def test_the_shipped_silicon_file_calibrates_tensorrt_llm_on_fitted_pairs_only()
         assert fig["rows"] == e["rows"] and fig["models"] == e["models"]
         for what in ("ttft_ms", "tpot_ms"):
             assert 0 <= fig[what]["leave_one_model_out"]["median_abs_error"] < 1
-    # the one-model pair is left out by the rule, and said
-    (gb200,) = doc["not_fitted"]
-    assert (gb200["gpu"], gb200["framework"], gb200["models"]) == ("gb200", "trtllm", ["qwen3-32b"])
-    assert "fewer than 2" in gb200["reason"]
+    # the pairs of one model or of fewer than MIN_ROWS rows are left out by the rule, and said
+    left_out = {(x["gpu"], x["framework"]): x for x in doc["not_fitted"]}
+    assert set(left_out) == {("b300", "trtllm"), ("gb300", "trtllm")}
+    assert "fewer than 2" in left_out["b300", "trtllm"]["reason"]
+    gb300 = left_out["gb300", "trtllm"]
+    assert gb300["rows"] < mod.MIN_ROWS and f"{gb300['rows']} rows, fewer than" in gb300["reason"]
     # every row of the framework is counted: fitted, in a pair not fitted, or not composed
     n = doc["rows"]
     assert n["composed"] + n["not_composed"] == n["frameworks"]

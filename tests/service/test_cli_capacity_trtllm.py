@@ -43,7 +43,7 @@ def test_trtllm_capacity_without_a_calibration_is_refused_naming_the_field(
 ) -> None:
     installed_kernel_tables()
     monkeypatch.delenv("PDWATT_KERNELS", raising=False)
-    code, _, err = run(capsys, [*TRTLLM, "--gpu", "gb200"])
+    code, _, err = run(capsys, [*TRTLLM, "--gpu", "b300"])
     assert code == 2
-    assert "error: performance: no engine calibration shipped for gb200 under trtllm" in err
+    assert "error: performance: no engine calibration shipped for b300 under trtllm" in err
     assert "h100-sxm/trtllm" in err  # what is shipped
