@@ -28,7 +28,7 @@ from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape
-from model.silicon import SiliconRow
+from model.silicon import SiliconRow, published_config
 from model.targets import evaluate_targets
 
 #: configurations a group needs to be judged
@@ -57,9 +57,18 @@ class Config:
 
 
 def config_of(row: SiliconRow) -> Config | str:
-    """The row's configuration, or why it is not one pdwatt can express."""
+    """The row's configuration, or why it is not one pdwatt can express. A row that
+    gives no worker counts takes the configuration published for its run
+    (:func:`model.silicon.published_config`), as the validation does."""
     if row.mode != "disagg" or row.prefill is None or row.decode is None:
         return "not a disaggregated row"
+    if row.prefill.workers is None or row.decode.workers is None:
+        published = published_config(row)
+        if isinstance(published, str):
+            return published
+        if published is not None:
+            row = published[0]
+    assert row.prefill is not None and row.decode is not None
     shapes = []
     for name, p in (("prefill", row.prefill), ("decode", row.decode)):
         if p.workers is None:

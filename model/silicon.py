@@ -136,6 +136,10 @@ KV_LINK_BYTES_PER_S = 50e9
 #: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
 #: ``scripts/derive_silicon_disagg_workers.py``, docs/validation-silicon.md section 3)
 DISAGG_WORKERS_FILE = "silicon_disagg_workers.json"
+#: the aggregated rows measured with speculative decoding, or with and without it, by
+#: the public configurations of the image they name (derived by
+#: ``scripts/derive_silicon_speculative.py``, docs/validation-silicon.md section 3)
+SPECULATIVE_FILE = "silicon_speculative.json"
 
 
 # --------------------------------------------------------------------------
@@ -446,9 +450,16 @@ class Case:
     expert_dtype: str = ""
 
     @property
-    def group(self) -> tuple[str, str]:
-        """The (GPU, framework) whose overheads the row takes."""
+    def pair(self) -> tuple[str, str]:
+        """The (GPU, framework) of the row's kernel tables and engine."""
         return (self.gpu, self.framework)
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """The (GPU, framework, mode) whose overheads the row takes: an aggregated engine
+        and a disaggregated pair of workers run different loops (docs/validation-silicon.md,
+        section 4)."""
+        return (self.gpu, self.framework, self.row.mode)
 
 
 def measured_date(row: SiliconRow) -> str:
@@ -713,6 +724,29 @@ def published_workers() -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def published_speculative() -> dict[str, Any]:
+    """The aggregated rows the published configurations say ran speculative decoding
+    (:data:`SPECULATIVE_FILE`): ``rows`` (row id -> ``kind``, ``entries``, ``image``,
+    ``reason`` and the ``match`` of the row it is for)."""
+    path = resources.files(__package__ or "model") / "data" / SPECULATIVE_FILE
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def speculative_reason(row: SiliconRow) -> str | None:
+    """Why an aggregated row is not expressed for the speculative decoding its run used
+    (or may have used), by :func:`published_speculative`; None when it is not listed
+    (or is listed for another run of the same id)."""
+    entry = published_speculative()["rows"].get(row.id)
+    if entry is None or entry["match"] != {
+        "model_path": row.model_path, "system": row.system, "backend": row.backend,
+        "precision": row.precision, "isl": row.isl, "osl": row.osl,
+    }:  # fmt: skip
+        return None
+    return str(entry["reason"])
+
+
 def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
     """A published phase as the row's columns would state it: attention TP and DP of
     the worker's GPUs, MoE TP x EP over them, and the batch per attention rank (decode:
@@ -787,6 +821,8 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         return Unpredicted(row, f"gpu {row.system} not in the catalog (or without kernel tables)")
     if row.concurrency is None:
         return Unpredicted(row, "no concurrency: batch_size empty and none stated in the source")
+    if row.mode == "agg" and (spec := speculative_reason(row)) is not None:
+        return Unpredicted(row, spec)
     measured = model.base_model or model.name
     released = _release(model, row)
     if released is not None:
@@ -1176,53 +1212,66 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
     )
 
 
-def _training(cases: Sequence[Case], group: tuple[str, str], left_out: str) -> tuple[
-    list[Case], str
-]:  # fmt: skip
-    """The rows a fit for ``group`` takes without model ``left_out``: the group's,
-    else its framework's on every GPU, else every row."""
+def _training(
+    cases: Sequence[Case],
+    group: tuple[str, ...],
+    left_out: str,
+    key: Callable[[Case], tuple[str, ...]],
+) -> tuple[list[Case], str]:
+    """The rows a fit for ``group`` (``key`` of its rows: GPU, framework, then the rest,
+    e.g. the mode) takes without model ``left_out``: the group's; else its framework's
+    with the same rest on every GPU; else every row with the same rest; else every row."""
     others = [c for c in cases if c.model != left_out]
-    same = [c for c in others if c.group == group]
+    same = [c for c in others if key(c) == group]
     if same:
-        return same, f"{group[0]}/{group[1]}"
-    frame = [c for c in others if c.framework == group[1]]
+        return same, "/".join(group)
+    rest = group[2:]
+    tail = f" {' '.join(rest)}" if rest else ""
+    frame = [c for c in others if c.framework == group[1] and key(c)[2:] == rest]
     if frame:
-        return frame, f"{group[1]} on every GPU"
+        return frame, f"{group[1]}{tail} on every GPU"
+    if rest:
+        alike = [c for c in others if key(c)[2:] == rest]
+        if alike:
+            return alike, f"every{tail} row"
     return others, "every row"
 
 
 def leave_one_model_out(
-    cases: Sequence[Case], progress: Callable[[str], None] | None = None
+    cases: Sequence[Case],
+    progress: Callable[[str], None] | None = None,
+    key: Callable[[Case], tuple[str, ...]] = lambda c: c.group,
 ) -> tuple[Solved, list[Fit | None]]:
     """Each case predicted with overheads fitted to other models' rows only: for each
-    model and each (GPU, framework) its rows fall in, the group's rows of every other
-    model (else its framework's on every GPU, else every other row). Cases of a model
-    no other model's rows can train are left unpredicted (their fit is None)."""
+    model and each group its rows fall in (``key``: by default :attr:`Case.group`, GPU,
+    framework and mode), the group's rows of every other model (else :func:`_training`'s
+    fallbacks). Cases of a model no other model's rows can train are left unpredicted
+    (their fit is None)."""
     say = progress or (lambda _m: None)
     fits: dict[tuple[str, ...], Fit] = {}
     chosen: list[Fit | None] = [None] * len(cases)
     models = sorted({c.model for c in cases})
     for n, name in enumerate(models):
         say(f"leave-one-model-out {n + 1}/{len(models)}: {name}")
-        for group in sorted({c.group for c in cases if c.model == name}):
-            train, scope = _training(cases, group, name)
+        for group in sorted({key(c) for c in cases if c.model == name}):
+            train, scope = _training(cases, group, name, key)
             if not train:
                 continue
-            key = tuple(sorted(c.row.id for c in train))
-            if key not in fits:
-                fits[key] = fit_overheads(train, scope)
+            ids = tuple(sorted(c.row.id for c in train))
+            if ids not in fits:
+                fits[ids] = fit_overheads(train, scope)
             for i, c in enumerate(cases):
-                if c.model == name and c.group == group:
-                    chosen[i] = fits[key]
+                if c.model == name and key(c) == group:
+                    chosen[i] = fits[ids]
     o = [f.overheads if f else Overheads() for f in chosen]
     return solve(cases, o), chosen
 
 
-def fit_groups(cases: Sequence[Case]) -> dict[tuple[str, str], Fit]:
+def fit_groups(cases: Sequence[Case]) -> dict[tuple[str, str, str], Fit]:
     """Overheads fitted to every row of each (GPU, framework) (in-sample; reported, not
     used to judge)."""
     return {
-        g: fit_overheads([c for c in cases if c.group == g], f"{g[0]}/{g[1]}")
+        g: fit_overheads([c for c in cases if c.group == g], "/".join(g))
         for g in sorted({c.group for c in cases})
     }
 
@@ -1241,7 +1290,7 @@ def report(
     bare: Solved,
     lomo: Solved,
     fits: Sequence[Fit | None],
-    in_sample: Mapping[tuple[str, str], Fit] | None = None,
+    in_sample: Mapping[tuple[str, str, str], Fit] | None = None,
 ) -> dict[str, Any]:
     """Rows and summary as JSON-ready data: each predicted row with its id, measured
     and predicted TTFT and TPOT (the leave-one-model-out prediction, and the kernels
@@ -1294,9 +1343,9 @@ def report(
     }
     if in_sample is not None:
         doc["in_sample_overheads"] = [
-            {"gpu": g, "framework": fw, "rows": f.rows, "models": list(f.models),
-             **f.overheads.as_dict()}
-            for (g, fw), f in sorted(in_sample.items())
+            {"gpu": g, "framework": fw, "mode": mode, "rows": f.rows,
+             "models": list(f.models), **f.overheads.as_dict()}
+            for (g, fw, mode), f in sorted(in_sample.items())
         ]  # fmt: skip
     return doc
 

@@ -146,8 +146,8 @@ def group_figures(
     """Per fitted pair: rows, models and the |error| statistics of TTFT and TPOT, leave
     one model out (the figures of accuracy), in sample and with the kernels alone."""
     out: dict[str, Any] = {}
-    for group in sorted({c.group for c in cases}):
-        idx = [i for i, c in enumerate(cases) if c.group == group]
+    for group in sorted({c.pair for c in cases}):
+        idx = [i for i, c in enumerate(cases) if c.pair == group]
         fig: dict[str, Any] = {
             "rows": len(idx),
             "models": sorted({cases[i].model for i in idx}),
@@ -189,7 +189,7 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
     cases, skipped = silicon.resolve_all(chosen, folder, progress)
     groups: dict[tuple[str, str], list[silicon.Case]] = {}
     for c in cases:
-        groups.setdefault(c.group, []).append(c)
+        groups.setdefault(c.pair, []).append(c)
     fitted: list[silicon.Case] = []
     excluded = []
     for group, sel in sorted(groups.items()):
@@ -209,15 +209,15 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
     entries = []
     by_case: list[silicon.Overheads] = []
     fits = {}
-    for group in sorted({c.group for c in fitted}):
-        sel = [c for c in fitted if c.group == group]
+    for group in sorted({c.pair for c in fitted}):
+        sel = [c for c in fitted if c.pair == group]
         progress(f"{group[0]}/{group[1]}: fitting {len(sel)} rows in sample")
-        fits[group] = silicon.fit_groups(sel)[group]
+        fits[group] = silicon.fit_overheads(sel, f"{group[0]}/{group[1]}")
     for c in fitted:
-        by_case.append(fits[c.group].overheads)
+        by_case.append(fits[c.pair].overheads)
     for group, fit in fits.items():
         gpu, framework = group
-        sel = [c for c in fitted if c.group == group]
+        sel = [c for c in fitted if c.pair == group]
         progress(f"{gpu}/{framework}: standard errors")
         std = constant_std(sel, fit)
         version, versions = chosen_version(sel)
@@ -244,7 +244,7 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
     if fitted:
         bare = silicon.solve(fitted, silicon.Overheads())
         inside = silicon.solve(fitted, by_case)
-        lomo, lomo_fits = silicon.leave_one_model_out(fitted, progress)
+        lomo, lomo_fits = silicon.leave_one_model_out(fitted, progress, key=lambda c: c.pair)
         figures = group_figures(fitted, bare, inside, lomo, [f is not None for f in lomo_fits])
     reasons = Counter(s.reason for s in skipped)
     return {

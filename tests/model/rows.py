@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -61,5 +62,6 @@ def script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"{name}_script", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while it loads
     spec.loader.exec_module(mod)
     return mod
