@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from model.capacity import DeploymentSpec
-from model.catalog import load_model
+from model.catalog import find_release, load_model
 from model.decisions import TOLERANCE, Config, Group, capacity_per_gpu, groups_of, judge
 from model.engine import (
     EngineCalibration,
@@ -65,7 +65,14 @@ def spec_maker(
     if gpu is None:
         return f"gpu {system} not in the catalog", ""
     released = {1.0: "fp8", 2.0: "bf16"}.get(model.bytes_per_param, "")
-    if precision and precision != released:
+    if precision == "fp4" and model.precision == "mxfp4":
+        pass  # the checkpoint's own MXFP4 experts (gpt-oss)
+    elif precision == "fp4" and model.experts:
+        release = find_release(model, "nvfp4")
+        if release is None:
+            return f"precision fp4: the catalog has no NVFP4 release of {model.name}", ""
+        model = release  # as the validation reads the row (docs/validation-silicon.md, 3)
+    elif precision and precision != released:
         return f"precision {precision}: the catalog's release of {model.name} is {released}", ""
     extra: dict[str, Any] = {}
     how = "SPEC rooflines"

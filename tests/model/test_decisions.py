@@ -91,3 +91,30 @@ def test_capacity_per_gpu_is_the_capacity_under_the_target_over_the_gpus():
     capped = evaluate_targets(s, [2], [1], LatencyTargets(tpot_p99_s=0.012)).capacity_rps[0]
     assert got == capped / 8  # 2 x 2 + 1 x 4 GPUs
     assert 0 < capped < free  # the 12 ms target caps the batch (B_T = 12, below 33)
+
+
+def test_a_row_without_worker_counts_takes_the_published_configuration():
+    """A disaggregated row of the installed file that states no worker counts is judged
+    at the configuration its run published (model/data/silicon_disagg_workers.json), as
+    the validation reads it; a row the table refuses carries the table's reason."""
+    from model import silicon
+
+    path = silicon.installed_silicon()
+    if path is None:
+        pytest.skip("the aiconfigurator-core package is not installed")
+    rows = {r.id: r for r in silicon.read_silicon(path)}
+    table = silicon.published_workers()
+    rid, entry = next(iter(sorted(table["rows"].items())))
+    rec = table["records"][entry["record"]]
+    if rec["speculative"] != "none":  # the first listed may be an MTP run
+        rid = next(k for k, e in sorted(table["rows"].items())
+                   if table["records"][e["record"]]["speculative"] == "none")  # fmt: skip
+        rec = table["records"][table["rows"][rid]["record"]]
+    r = rows[rid]
+    assert r.prefill is not None and r.prefill.workers is None
+    c = config_of(r)
+    assert isinstance(c, Config)
+    assert (c.n_p, c.n_d) == (rec["prefill"]["workers"], rec["decode"]["workers"])
+    assert c.prefill.gpus == rec["prefill"]["gpus"] and c.decode.gpus == rec["decode"]["gpus"]
+    refused_id, reason = next(iter(sorted(table["refused"].items())))
+    assert config_of(rows[refused_id]) == reason
