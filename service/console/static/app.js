@@ -1,7 +1,7 @@
 // The console's pages (hash routes) over the JSON API: #/ sites, #/site/ID, #/site/ID/event,
 // #/site/ID/flex, #/jobs. Each page, once drawn, sets body[data-page] and records its
 // load time (ms, measured here) in window.pdwattTimings.
-import { api, ApiError, key, requestOf, whenUnauthorized } from "./api.js";
+import { api, ApiError, formMessage, key, requestOf, whenUnauthorized } from "./api.js";
 import * as charts from "./charts.js";
 
 window.pdwattTimings = window.pdwattTimings || [];
@@ -9,6 +9,8 @@ const main = document.getElementById("main");
 const gate = document.getElementById("gate");
 let timers = [];
 let config = null;
+// a line the next site page shows once at its top (what an action just did)
+let flash = null;
 
 // ------------------------------------------------------------------ helpers
 
@@ -71,6 +73,16 @@ function table(head, rows, numeric = []) {
 }
 const card = (label, value) => h("div", { class: "card" }, label, h("b", {}, value));
 const errorBox = (e) => h("p", { class: "error", role: "alert" }, e instanceof ApiError ? e.message : String(e));
+// an error of a form: each field at fault named by the form's label for it, once
+const formError = (e, fields) => h("p", { class: "error", role: "alert" }, formMessage(e, fields));
+// a form's number field: its value, or an error naming it when empty or not a number
+function numberOf(input, label, { min = -Infinity } = {}) {
+  const text = input.value.trim();
+  const x = Number(text);
+  if (text === "" || !Number.isFinite(x)) throw new Error(`${label}: a number is required`);
+  if (x < min) throw new Error(`${label}: must be ${min} or more, got ${text}`);
+  return x;
+}
 
 function every(ms, fn) { const t = setInterval(fn, ms); timers.push(() => clearInterval(t)); }
 function stopTimers() { for (const stop of timers) stop(); timers = []; }
@@ -180,6 +192,12 @@ function nowPeriod(summary) {
   return t >= 0 && t < summary.n_periods ? t : null;
 }
 
+function flashLine() {
+  const line = flash ? h("p", { class: "flash", role: "status", id: "flash" }, flash) : null;
+  flash = null;
+  return line;
+}
+
 function siteNav(id, here) {
   const links = [["", "Plan"], ["/event", "Post an event"], ["/flex", "Flexibility"]];
   return h("nav", { class: "actions", "aria-label": "Site" }, links.map(([p, label]) =>
@@ -233,7 +251,7 @@ function targetsNow(now, drawNow) {
 // The site now, at the top of its page: the plan's period now, its draw against the
 // cap, the headroom, price and carbon, the next event with its cap, and the replica
 // targets (counts and settings per deployment) the orchestrator holds now.
-function nowStrip(summary, plan, targets) {
+function nowStrip(summary, plan, targets, shed = null) {
   const n = summary.now;
   const next = card("next event", eventText(summary.next_event, false));
   next.id = "next-event";
@@ -245,7 +263,7 @@ function nowStrip(summary, plan, targets) {
       h("div", { class: "cards" }, next));
   }
   const c = (id, label, value, cls) => { const el = card(label, value); el.id = id; if (cls) el.querySelector("b").className = cls; return el; };
-  return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title" },
+  return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title", "data-period": String(n.period) },
     h("h2", { id: "now-title" }, `Now: period ${n.period}, ${hhmm(n.start)}–${hhmm(n.end)} UTC`),
     h("div", { class: "cards" },
       c("now-draw", "planned draw / cap", `${kwText(n.power_w)} / ${kwText(n.cap_w)}`),
@@ -253,7 +271,91 @@ function nowStrip(summary, plan, targets) {
       c("now-price", "price now", `${num(n.price_usd_per_mwh)} USD/MWh`),
       c("now-carbon", "carbon now", `${num(n.carbon_g_per_kwh, 1)} g/kWh`),
       next),
-    targets ? targetsNow(targets, n) : null);
+    targets ? targetsNow(targets, n) : null,
+    shed);
+}
+
+// "Shed now": a site power target in kW, first answered by POST .../shed as a dry run
+// (what it would do: the settings per deployment for the counts running now, the power
+// shed, the limits it would store, the cost per hour; nothing recorded), then, once
+// confirmed, posted again without the flag (recorded as an event, the site re-planned
+// from the next boundary in a job, followed as an event's re-plan is).
+const SHED_FIELDS = [["target_kw", "Shed to (kW)"], ["at", "Shed to (kW)"], ["duration", "Shed to (kW)"]];
+function shedPanel(siteId, n) {
+  const target = h("input", { id: "shed-target", type: "number", min: "0", step: "any", required: true,
+                              value: num(Math.max(0, 0.9 * n.power_w) / 1000, 1) });
+  const status = h("div", { role: "status", id: "shed-status" });
+  const out = h("div", { id: "shed-result" });
+  const progressEl = h("div", {});
+  const preview = h("button", { type: "submit", id: "shed-preview" }, "Preview the shed");
+  const form = h("form", { class: "shed", id: "shed", "aria-labelledby": "shed-title", novalidate: true },
+    h("h3", { id: "shed-title" }, "Shed now"),
+    h("p", { class: "muted" }, "A site power target (kW, after PUE) met at once by GPU settings on the "
+      + "instances running now. Previewed first (nothing recorded), then applied on confirmation: kept as "
+      + "a capacity limit to the horizon's end and the site re-planned from the next period."),
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "shed-target" }, "Shed to (kW)"), target),
+      h("div", {}, preview)),
+    status, out, progressEl);
+  const fail = (e) => { status.replaceChildren(e instanceof ApiError ? formError(e, SHED_FIELDS) : errorBox(e)); };
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren();
+    let kw;
+    try { kw = numberOf(target, "Shed to (kW)", { min: 0 }); } catch (e) { fail(e.message); return; }
+    preview.disabled = true;
+    status.replaceChildren(h("progress", { "aria-label": "asking" }), " asking what the shed would do…");
+    try {
+      const { doc } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw, dry_run: true } });
+      status.replaceChildren();
+      const apply = h("button", { type: "button", id: "shed-apply", onclick: async () => {
+        apply.disabled = true; discard.disabled = true;
+        status.replaceChildren(h("progress", { "aria-label": "shedding" }), ` shedding to ${num(kw, 1)} kW…`);
+        try {
+          const { doc: done_ } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw } });
+          out.replaceChildren(shedAnswer(done_, false));
+          document.body.dataset.shed = String(done_.event.id);
+          const job = done_.replan?.job_id;
+          if (!job) { status.replaceChildren(`Shed applied (event ${done_.event.id}); no period left to re-plan.`); return; }
+          status.replaceChildren(`Shed applied (event ${done_.event.id}); re-planning from period ${done_.replan.from_period} in job `,
+            h("a", { href: "#/jobs" }, job), "…");
+          const after = await followReplan(job, progressEl);
+          document.body.dataset.replanned = String(after.plan_id);
+          flash = `Shed to ${num(kw, 1)} kW applied (event ${done_.event.id}, ${kwText(done_.shed_w)} shed now); re-planned: plan ${after.plan_id}.`;
+          route();
+        } catch (e) { fail(e); apply.disabled = false; discard.disabled = false; }
+      } }, "Apply the shed and re-plan");
+      const discard = h("button", { type: "button", class: "secondary", onclick: () => { out.replaceChildren(); status.replaceChildren(); } }, "Discard");
+      out.replaceChildren(shedAnswer(doc, true), h("div", { class: "actions" }, apply, discard));
+    } catch (e) { fail(e); } finally { preview.disabled = false; }
+  });
+  return form;
+}
+
+// a shed's answer: met or short, power before and after, the limits stored (or that
+// would be), the settings and loads per deployment, the cost per hour and its terms
+function shedAnswer(d, dry) {
+  const short = d.met ? "met" : `not met: ${kwText(d.shortfall_w)} short (every deployment at its least power)`;
+  const limits = (d.stored_limits || []).map((x) => `${when(x.start)}: ${num(x.limit_kw, 1)} kW`).join("; ");
+  const rows = Object.entries(d.deployments).map(([name, x]) => [name, x.n_p, x.n_d, x.prefill_setting, x.decode_setting,
+    `${num(x.served_rps)} / ${num(x.demand_rps)}`, kwText(x.power_w)]);
+  const nb = d.next_boundary;
+  // settings alone short of the target: the instance changes the next boundary brings
+  const changes = (c) => Object.entries(c).map(([k, v]) => `${k} ${v.from.n_p}/${v.from.n_d} → ${v.to.n_p}/${v.to.n_d}`).join(", ");
+  const boundary = !nb ? null : h("p", { id: "shed-boundary" }, `At the next period (${nb.period}): `
+    + (nb.feasible === true ? `${changes(nb.instance_changes) || "no instance change"}, site power ${kwText(nb.site_power_w)}`
+      : nb.feasible === false ? `no schedule meets the target (${nb.reason})` : `not solved now (${nb.reason}); the re-plan gives the instance changes`));
+  return h("div", { class: "panel", id: dry ? "shed-dry-run" : "shed-applied" },
+    h("h4", {}, dry ? `Dry run: nothing recorded (period ${d.period}, ${when(d.at)})` : `Applied: event ${d.event?.id} (period ${d.period})`),
+    h("div", { class: "cards" },
+      card("target", `${num(d.target_w / 1000, 1)} kW, ${short}`),
+      card("site power: planned → after", `${kwText(d.site_power_before_w)} → ${kwText(d.site_power_w)}`),
+      card("shed", kwText(d.shed_w)),
+      card("cost per hour after", `${usd(d.cost_usd_per_h)} (energy ${usd(d.energy_usd_per_h)}, carbon ${usd(d.carbon_usd_per_h)}, unserved demand ${usd(d.unserved_usd_per_h)})`),
+      card(dry ? "limit it would store" : "limit stored", limits || "–")),
+    d.stored_target_reason ? h("p", { class: "muted note" }, d.stored_target_reason) : null,
+    table(["Deployment", "Prefill", "Decode", "Prefill setting", "Decode setting", "Served / demand (req/s)", "GPU power (before PUE)"],
+      rows, [1, 2, 5, 6]),
+    boundary);
 }
 
 async function sitePage(t0, id) {
@@ -273,6 +375,7 @@ async function sitePage(t0, id) {
   const s = plan.schedule;
   const rows = charts.planRows(plan, site);
   const b = summary.plan;
+  const shed = summary.now ? shedPanel(id, summary.now) : null;
   const second = h("select", { id: "second-axis" }, h("option", { value: "price USD/MWh" }, "price (USD/MWh)"),
     h("option", { value: "carbon g/kWh" }, "carbon (g/kWh)"));
   const chartEl = (id, label) => h("div", { class: "chart", id, role: "img", "aria-label": label });
@@ -281,7 +384,8 @@ async function sitePage(t0, id) {
   const unservedEl = chartEl("chart-unserved", "Unserved demand and periods at the cap");
   const wrap = (el) => h("div", { class: "chart-wrap" }, el);
   main.replaceChildren(...head,
-    nowStrip(summary, plan, now),
+    flashLine(),
+    nowStrip(summary, plan, now, shed),
     h("div", { class: "cards" },
       card("status", `${plan.status}${plan.stale ? " (stale: site changed since)" : ""}`),
       card("objective", usd(s.objective_usd)),
@@ -309,7 +413,8 @@ async function sitePage(t0, id) {
     try {
       const fresh = await loadSite(id);
       if (fresh.plan?.plan_id !== plan.plan_id) { route(); return; }
-      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now));
+      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now,
+        fresh.summary.now ? shed : null));  // the shed form kept as it is
       const period = fresh.summary.now?.period ?? null;
       if (period !== shownPeriod) {
         shownPeriod = period;
