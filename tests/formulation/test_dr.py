@@ -25,6 +25,7 @@ from formulation.demo import demo_request
 from formulation.evaluate import best_served
 from formulation.infeasible import InfeasibleError
 from formulation.problem import problem_from_dict
+from formulation.shed_figures import demand_lost
 from formulation.whatif.dr import DEMO_EVENT, demand_response, parse_event
 from formulation.whatif.flex import flexibility_curve
 from model.errors import InputError
@@ -128,6 +129,11 @@ def test_small_event_sheds_the_cheaper_twin_first_and_costs_no_less() -> None:
     assert lost["dear"]["requests"] == pytest.approx(0.0, abs=1e-3)
     assert r["cost_delta_usd"] >= -1e-9
     assert r["cost_delta_usd"] > 0  # shedding valuable demand costs money
+    # the console tells a posted event's demand lost from its two plans in these terms
+    told = demand_lost(base["periods"], resp["periods"], 1.0, {"cheap": 0.001, "dear": 0.004})
+    for name, d in lost.items():
+        assert told[name]["requests"] == pytest.approx(d["requests"], abs=1e-6)
+        assert told[name]["value_usd"] == pytest.approx(d["value_usd"], abs=1e-9)
     # nothing changes outside the window
     assert r["power_shed_w"][0] == pytest.approx(0.0, abs=1e-6)
     assert r["power_shed_w"][3] == pytest.approx(0.0, abs=1e-6)

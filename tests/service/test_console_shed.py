@@ -102,8 +102,9 @@ def test_shed_previewed_as_a_dry_run_then_applied(
     # nothing recorded by the preview
     events = httpx.get(f"{base}/v1/sites/{site_id}/events", timeout=30).json()["events"]
     assert events == events_before
-    assert httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=30).json()["plan_id"] == (
-        plan["plan_id"]
+    assert (
+        httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=30).json()["plan_id"]
+        == (plan["plan_id"])
     )
 
     # applied on confirmation: kept as an event, re-planned in a job, the page redrawn

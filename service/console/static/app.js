@@ -512,6 +512,16 @@ function capEvent(capKw, startIso, minutes, name) {
 
 const START_PATTERN = /^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d$/;
 
+// the plan's periods a window of [startMs, endMs) touches
+const periodsIn = (plan, startMs, endMs) => (plan ? plan.schedule.periods.filter(
+  (p) => Date.parse(p.end) > startMs && Date.parse(p.start) < endMs) : []);
+
+// the form's fields, as the API names what they make of the event
+// (an interval's payload is the cap typed; the interval itself, its span: the window)
+const EVENT_FIELDS = [["event.intervals[0].payloads", "Cap (kW)"], ["event.intervals", "Start (UTC)"],
+                      ["event.intervalPeriod.duration", "Duration (minutes)"], ["event.intervalPeriod", "Start (UTC)"],
+                      ["event.eventName", "Name"]];
+
 async function eventPage(t0, id) {
   const loaded = await loadSite(id);
   const { summary } = loaded;
@@ -519,19 +529,51 @@ async function eventPage(t0, id) {
   const nextStart = new Date(Math.max(Date.parse(summary.plan_start), Date.now()));
   const step = summary.period_minutes * 60000;
   const aligned = new Date(Date.parse(summary.plan_start) + Math.ceil((nextStart - Date.parse(summary.plan_start)) / step) * step);
-  const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: plan ? num(summary.plan.cap_at_peak_w * 0.0008, 1) : "" });
+  const span = 4 * summary.period_minutes;
+  // by default a cap that binds: 80% of the least the plan draws in the default window
+  const drawn = periodsIn(plan, aligned.getTime(), aligned.getTime() + span * 60000).map((p) => p.power_w);
+  const defaultCap = drawn.length ? Math.floor(8 * Math.min(...drawn) / 1000) / 10 : null;
+  const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: defaultCap === null ? "" : defaultCap.toFixed(1) });
   // a 24-hour UTC time as text (a datetime-local input is drawn in the browser's locale,
   // with AM/PM in many)
   const start = h("input", { id: "ev-start", type: "text", inputmode: "numeric", autocomplete: "off", size: "16",
                              pattern: START_PATTERN.source.slice(1, -1), placeholder: "YYYY-MM-DD HH:MM",
                              "aria-describedby": "ev-start-hint", value: aligned.toISOString().slice(0, 16).replace("T", " ") });
-  const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(4 * summary.period_minutes) });
+  const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(span) });
   const name = h("input", { id: "ev-name", type: "text", value: "capacity limit" });
   const pasted = h("textarea", { id: "ev-json", spellcheck: "false", placeholder: "{\"programID\": …, \"intervals\": […]}" });
   const status = h("div", { role: "status" });
   const progressEl = h("div", {});
   const result = h("div", {});
-  const form = h("form", { class: "panel", "aria-labelledby": "event-title" },
+  // the preview: the plan's draw in the window typed, against the cap typed
+  const previewText = h("p", { id: "ev-preview", "aria-live": "polite" });
+  const previewEl = h("div", { class: "chart", id: "chart-preview", role: "img", "aria-label": "The plan's draw and cap, the window and the cap typed" });
+  let previewTimer = null;
+  const preview = () => {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(async () => {
+      const t = START_PATTERN.test(start.value.trim()) ? Date.parse(`${start.value.trim().replace(" ", "T")}:00Z`) : NaN;
+      const m = Number(minutes.value), c = Number(cap.value);
+      const inside = Number.isFinite(t) && m > 0 ? periodsIn(plan, t, t + m * 60000) : [];
+      if (!plan) { previewText.replaceChildren("No plan yet: nothing to preview."); return; }
+      if (!inside.length) {
+        previewText.replaceChildren("The window typed lies outside the plan's periods.");
+        await charts.draw(previewEl, "preview", charts.previewSpec(plan, null, null));
+        return;
+      }
+      const top = Math.max(...inside.map((p) => p.power_w)), low = Math.min(...inside.map((p) => p.power_w));
+      const ok = cap.value.trim() !== "" && Number.isFinite(c);
+      const below = ok ? inside.filter((p) => p.power_w > c * 1000).length : 0;
+      previewText.replaceChildren(`The plan draws ${kwText(low)} to ${kwText(top)} in the ${inside.length} period`
+        + `${inside.length === 1 ? "" : "s"} of this window (${hhmm(inside[0].start)}–${hhmm(inside.at(-1).end)} UTC). `
+        + (!ok ? "" : below ? `A cap of ${num(c, 1)} kW is below that draw in ${below} of them, by up to ${kwText(top - c * 1000)}: the plan must change.`
+          : `A cap of ${num(c, 1)} kW is above that draw throughout: the plan need not change.`));
+      await charts.draw(previewEl, "preview", charts.previewSpec(plan,
+        { start: inside[0].start, end: inside.at(-1).end }, ok ? c : null));
+    }, 200);
+  };
+  for (const el of [cap, start, minutes]) el.addEventListener("input", preview);
+  const form = h("form", { class: "panel", "aria-labelledby": "event-title", novalidate: true },
     h("h2", { id: "event-title" }, "A capacity limit"),
     h("div", { class: "row" },
       h("div", {}, h("label", { for: "ev-cap" }, "Cap (kW)"), cap),
@@ -539,18 +581,24 @@ async function eventPage(t0, id) {
         h("small", { id: "ev-start-hint", class: "muted" }, "24-hour, UTC: YYYY-MM-DD HH:MM")),
       h("div", {}, h("label", { for: "ev-minutes" }, "Duration (minutes)"), minutes),
       h("div", {}, h("label", { for: "ev-name" }, "Name"), name)),
+    previewText,
     h("label", { for: "ev-json" }, "Or an OpenADR 3.1 event (JSON; used instead of the fields above when given)"), pasted,
     h("div", {}, h("button", { type: "submit", id: "ev-submit" }, "Post the event and re-plan")), status);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     let event;
-    if (!pasted.value.trim() && !START_PATTERN.test(start.value.trim())) {
-      status.replaceChildren(errorBox("Start (UTC): a 24-hour UTC time, YYYY-MM-DD HH:MM")); return;
-    }
+    const fromForm = !pasted.value.trim();
     try {
-      event = pasted.value.trim() ? JSON.parse(pasted.value)
-        : capEvent(Number(cap.value), `${start.value.trim().replace(" ", "T")}:00Z`, Number(minutes.value), name.value);
-    } catch (err) { status.replaceChildren(errorBox(`the pasted event is not JSON: ${err.message}`)); return; }
+      if (fromForm) {
+        const capKw = numberOf(cap, "Cap (kW)", { min: 0 });
+        if (!START_PATTERN.test(start.value.trim())) throw new Error("Start (UTC): a 24-hour UTC time, YYYY-MM-DD HH:MM");
+        const mins = numberOf(minutes, "Duration (minutes)", { min: 1 });
+        if (!Number.isInteger(mins)) throw new Error(`Duration (minutes): a whole number of minutes, got ${minutes.value.trim()}`);
+        event = capEvent(capKw, `${start.value.trim().replace(" ", "T")}:00Z`, mins, name.value);
+      } else {
+        try { event = JSON.parse(pasted.value); } catch (err) { throw new Error(`the pasted event is not JSON: ${err.message}`); }
+      }
+    } catch (err) { status.replaceChildren(errorBox(err.message)); return; }
     const button = document.getElementById("ev-submit");
     button.disabled = true;
     const began = performance.now();
@@ -562,11 +610,11 @@ async function eventPage(t0, id) {
       // the re-plan runs as a site_plan job, whose progress is polled and shown; an
       // event already in force and planned for is answered at once, not re-planned
       const { doc } = await api(`v1/sites/${id}/events?replan=job`, { method: "POST", body: { event } });
-      const span = `periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}`;
+      const periodsText = `periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}`;
       if (doc.replanned === false) {
         clearInterval(tick);
         progressEl.replaceChildren();
-        status.replaceChildren(h("p", { id: "not-replanned" }, `Event already merged (${span}) and in force: `
+        status.replaceChildren(h("p", { id: "not-replanned" }, `Event already merged (${periodsText}) and in force: `
           + `not re-planned, the plan ${doc.plan.plan_id} was made with it.`));
         plan = doc.plan;
         await showBeforeAfter(result, plan, plan, true);
@@ -575,15 +623,20 @@ async function eventPage(t0, id) {
       status.replaceChildren(bar, " re-planning in job ", h("a", { href: "#/jobs" }, doc.job.id), "… ", secs);
       const after = await followReplan(doc.job.id, progressEl);
       clearInterval(tick);
-      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (${span}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
-      await showBeforeAfter(result, plan, after, doc.event.duplicate);
+      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (${periodsText}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
+      // what the event did, as `pdwatt dr` tells it: from the site's page (its effect)
+      const { doc: page } = await api(`ui/api/sites/${id}/page`);
+      const logged = page.summary.events.find((x) => x.id === doc.event.id) ?? null;
+      await showBeforeAfter(result, plan, after, doc.event.duplicate, logged);
       plan = after;
     } catch (err) {
       clearInterval(tick);
-      status.replaceChildren(errorBox(err));
+      status.replaceChildren(fromForm && err instanceof ApiError ? formError(err, EVENT_FIELDS) : errorBox(err));
     } finally { button.disabled = false; }
   });
-  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form, progressEl, result);
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form,
+    h("div", { class: "chart-wrap" }, previewEl), progressEl, result);
+  preview();
   done("event", t0);
 }
 
@@ -616,7 +669,12 @@ async function followReplan(jobId, el) {
   }
 }
 
-async function showBeforeAfter(el, before, after, duplicate = false) {
+// Before and after an event: the plans' totals, then what the event did as `pdwatt dr`
+// reports a cut (its effect between the plan before it and the plan its re-plan made,
+// from the site's page: the power shed at most and on average in its window, the energy
+// shed there and over the periods both plans cover, the cost and its terms, the demand
+// lost per deployment), and both plans' power and cap with the window shaded.
+async function showBeforeAfter(el, before, after, duplicate = false, logged = null) {
   const tb = before?.schedule.totals, ta = after.schedule.totals;
   const money = (x) => usd(x), change = (x) => usdChange(x);
   const keys = [["objective_usd", "Objective", money, change], ["cost_usd", "Energy cost", money, change],
@@ -628,12 +686,29 @@ async function showBeforeAfter(el, before, after, duplicate = false) {
   const rows = keys.map(([k, label, f, d]) => [label, tb ? f(tb[k]) : "–", f(ta[k]), tb ? d(ta[k] - tb[k]) : "–"]);
   const costOf = tb ? ta.objective_usd - tb.objective_usd : null;
   const chartEl = h("div", { class: "chart", id: "chart-compare", role: "img", "aria-label": "Site power and cap before and after the event" });
+  const x = logged?.effect;
+  const effect = !logged ? null : !x ? h("p", { class: "muted", id: "event-effect" }, `What the event did: – (${logged.effect_note || "no pair of plans"})`)
+    : h("div", { class: "dr-result", id: "event-effect" }, h("h3", {}, "What the event did"),
+      h("div", { class: "cards" },
+        card("shed at most", kwText(x.max_shed_w)), card("shed on average in the window", kwText(x.mean_shed_w)),
+        card("energy shed in the window", `${num(x.window_energy_shed_kwh, 1)} kWh`),
+        card("energy shed over the horizon", `${num(x.energy_shed_kwh, 1)} kWh`),
+        card("cost", x.cost_delta_usd === null ? "–" : usdChange(x.cost_delta_usd))),
+      x.cost_delta_breakdown ? h("p", { class: "note" }, `Cost: energy ${usdChange(x.cost_delta_breakdown.energy_usd)}, `
+        + `carbon ${usdChange(x.cost_delta_breakdown.carbon_usd)}, unserved demand ${usdChange(x.cost_delta_breakdown.unserved_value_usd)}, `
+        + `transitions ${usdChange(x.cost_delta_breakdown.transition_usd)}.`) : null,
+      table(["Deployment", "Requests lost", "Value lost"],
+        Object.entries(x.demand_lost || {}).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
+      h("p", { class: "muted note" }, "Requests lost: unserved with the event less without it, over the periods both "
+        + "plans cover; negative where the re-plan serves a deployment more than before."));
+  const windows = logged?.start ? [{ start: logged.start, end: logged.end, label: `${logged.eventName || logged.programID}`
+    + (missing(logged.cap_w) ? "" : ` · ${num(logged.cap_w / 1000, 1)} kW`) }] : [];
   el.replaceChildren(h("h2", {}, "Before and after"),
     h("div", { class: "cards" }, card("cost of the event", costOf === null ? "–"
       : `${usdChange(costOf)}${duplicate ? " (already merged: the plan is unchanged)" : ""}`),
       card("plan after", `${after.status}, gap ${pct(after.schedule.mip_gap)}`)),
-    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), h("div", { class: "chart-wrap" }, chartEl));
-  await charts.draw(chartEl, "compare", charts.compareSpec(before, after));
+    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), effect, h("div", { class: "chart-wrap" }, chartEl));
+  await charts.draw(chartEl, "compare", charts.compareSpec(before, after, windows));
   document.body.dataset.replanned = String(after.plan_id);
 }
 

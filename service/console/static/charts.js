@@ -381,8 +381,18 @@ export function unservedSpec(rows, now = []) {
   };
 }
 
-// before and after an event: site power and cap of both plans
-export function compareSpec(before, after) {
+// a window shaded and labelled (the event's periods)
+const windowLayer = (rows) => ({
+  layer: [
+    { name: "window", data: { values: rows }, mark: { type: "rect", color: EVENT_COLOURS[0], fillOpacity: 0.22 },
+      encoding: { x: utcX(), x2: { field: "end" } } },
+    { data: { values: rows }, mark: { type: "text", align: "left", baseline: "top", dx: 3, y: 2, fontSize: 10, color: "#6b4a00" },
+      encoding: { x: utcX(), text: { field: "label" } } },
+  ],
+});
+
+// before and after an event: site power and cap of both plans, its window shaded
+export function compareSpec(before, after, windows = []) {
   const rows = [];
   for (const [label, plan] of [["before", before], ["after", after]]) {
     if (!plan) continue;
@@ -394,8 +404,9 @@ export function compareSpec(before, after) {
   }
   const periods = after.schedule.periods;
   return {
-    ...TIME_BASE, height: 260, title: "Site power and cap, before and after the event",
+    ...TIME_BASE, height: 260, title: "Site power and cap, before and after the event (its window shaded)",
     layer: [
+      windowLayer(windows),
       {
         name: "compare", data: { values: rows },
         mark: { type: "line", interpolate: "step-after", tooltip: true },
@@ -408,6 +419,34 @@ export function compareSpec(before, after) {
         },
       },
       nowLayer(nowRows(periods[0].start, periods.at(-1).end), true),
+    ],
+  };
+}
+
+// an event's preview: the plan's draw and cap over its horizon, the window typed shaded
+// and the cap typed over it
+export function previewSpec(plan, window, capKw) {
+  const rows = [];
+  for (const p of plan.schedule.periods) {
+    const time = `${hhmm(p.start)}–${hhmm(p.end)}`;
+    rows.push({ series: "planned draw", start: p.start, end: p.end, time, kw: kw(p.power_w) });
+    rows.push({ series: "cap now", start: p.start, end: p.end, time, kw: kw(p.power_cap_w) });
+  }
+  const typed = window && capKw !== null ? [{ ...window, kw: capKw, series: "cap typed" }] : [];
+  const periods = plan.schedule.periods;
+  return {
+    ...TIME_BASE, height: 200, title: "Preview: the plan's draw in the window, against the cap typed",
+    layer: [
+      windowLayer(window ? [{ ...window, label: "window" }] : []),
+      { name: "preview", data: { values: rows }, mark: { type: "line", interpolate: "step-after", tooltip: true },
+        encoding: { x: periodX(), y: { field: "kw", type: "quantitative", title: "kW" },
+                    color: { field: "series", type: "nominal", title: null,
+                             scale: { domain: ["planned draw", "cap now", "cap typed"], range: ["#0b5cad", "#b42318", "#f0a500"] } },
+                    tooltip: [{ field: "time", title: "time (UTC)" }, { field: "series" }, { field: "kw", format: ".2f" }] } },
+      { name: "typed", data: { values: typed }, mark: { type: "rule", strokeWidth: 3 },
+        encoding: { x: utcX(), x2: { field: "end" }, y: { field: "kw", type: "quantitative" },
+                    color: { field: "series", type: "nominal" } } },
+      nowLayer(nowRows(periods[0].start, periods.at(-1).end)),
     ],
   };
 }
