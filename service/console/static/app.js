@@ -714,52 +714,153 @@ async function showBeforeAfter(el, before, after, duplicate = false, logged = nu
 
 // ------------------------------------------------------------------ flexibility
 
+// a job followed to its end, its progress shown in el (status, phase, evaluations or
+// solves done of the total, time since it started); its result, or its error
+async function followJob(jobId, el, what, every_ = 400) {
+  for (;;) {
+    const { doc: job } = await api(`v1/jobs/${jobId}`);
+    const q = job.progress || {};
+    el.replaceChildren(h("div", { class: "cards", "data-job": jobId },
+      card(what, h("a", { href: "#/jobs" }, `job ${jobId}: ${job.status}`)),
+      card("phase", q.phase ?? "–"),
+      card("done", missing(q.total) ? "–" : `${q.done} of ${q.total}`),
+      card("time", missing(q.elapsed_s) ? "–" : `${num(q.elapsed_s, 1)} s`)));
+    if (job.status === "succeeded") return job.result;
+    if (["failed", "cancelled"].includes(job.status)) {
+      const err = job.error;
+      throw new ApiError(422, err ? { title: err.title, detail: err.detail,
+        errors: err.field ? [{ field: err.field, reason: err.detail }] : [] } : { title: `the ${what} job was ${job.status}` });
+    }
+    await new Promise((r) => setTimeout(r, every_));
+  }
+}
+
+// the flexibility form's fields, as POST /v1/jobs names them
+const FLEX_FIELDS = [["request.period", "Period (UTC)"], ["request.points", "Caps on the curve"],
+                     ["request.event.reduction_w", "Cut (kW below the planned draw)"], ["request.event.end_period", "Cut lasts (periods)"],
+                     ["request.event.start_period", "Period (UTC)"], ["request.event", "Cut (kW below the planned draw)"]];
+
 async function flexPage(t0, id) {
   const { summary, site, plan } = await loadSite(id);
-  const first = plan ? plan.schedule.periods.find((p) => p.power_w >= p.power_cap_w * (1 - 1e-6)) : null;
-  const period = h("input", { id: "flex-period", type: "number", min: "0", max: String(summary.n_periods - 1), step: "1",
-                              value: String(first ? first.index : nowPeriod(summary) ?? 0) });
-  const points = h("input", { id: "flex-points", type: "number", min: "2", max: "200", value: "15" });
-  const cut = h("input", { id: "dr-cut", type: "number", min: "0", max: "100", step: "any", value: "20" });
+  const start0 = Date.parse(summary.plan_start), step = summary.period_minutes * 60000;
+  const at = (t) => new Date(start0 + t * step).toISOString();
+  const clock = (t) => `${hhmm(at(t))}–${hhmm(at(t + 1))} UTC`;
+  // the period now by default (before: the first at the cap), each shown as its UTC times
+  const nowT = nowPeriod(summary);
+  const chosen = nowT ?? plan?.schedule.periods[0].index ?? 0;
+  const period = h("select", { id: "flex-period" }, Array.from({ length: summary.n_periods }, (_, t) =>
+    h("option", { value: String(t), selected: t === chosen }, `${at(t).slice(0, 10)} ${clock(t)}${t === nowT ? " (now)" : ""}`)));
+  const points = h("input", { id: "flex-points", type: "number", min: "2", max: "200", step: "1", value: "15" });
+  // the cut: kW below the plan's draw in each period of the window (a cut of the cap
+  // above the draw would be no cut); by default a fifth of the draw in the period chosen
+  const drawAt = (t) => plan?.schedule.periods.find((q) => q.index === t)?.power_w ?? null;
+  const cutDefault = (t) => (drawAt(t) === null ? "" : num(drawAt(t) / 5000, 1));
+  const cut = h("input", { id: "dr-cut", type: "number", min: "0", step: "any", value: cutDefault(chosen) });
+  period.addEventListener("change", () => { cut.value = cutDefault(Number(period.value)); });
   const span = h("input", { id: "dr-periods", type: "number", min: "1", step: "1", value: "4" });
   const status = h("div", { role: "status" });
-  const flexEl = h("div", { class: "chart", id: "chart-flex", role: "img", "aria-label": "Flexibility curve" });
+  const flexProgress = h("div", { id: "flex-progress", "aria-live": "polite" });
+  const drProgress = h("div", { id: "dr-progress", "aria-live": "polite" });
+  const flexEl = h("div", { class: "chart", id: "chart-flex", role: "img", "aria-label": "Flexibility curve: value served and cost against the cap" });
+  const servedEl = h("div", { class: "chart", id: "chart-flex-served", role: "img", "aria-label": "Served demand per deployment and configurations against the cap" });
+  const curveEl = h("div", {});
   const drEl = h("div", {});
-  const form = h("form", { class: "panel", "aria-labelledby": "flex-title" },
+  const form = h("form", { class: "panel", "aria-labelledby": "flex-title", novalidate: true },
     h("h2", { id: "flex-title" }, "A period's flexibility and a cut's what-if"),
     h("div", { class: "row" },
-      h("div", {}, h("label", { for: "flex-period" }, `Period (0–${summary.n_periods - 1})`), period),
+      h("div", {}, h("label", { for: "flex-period" }, "Period (UTC)"), period),
       h("div", {}, h("label", { for: "flex-points" }, "Caps on the curve"), points),
-      h("div", {}, h("label", { for: "dr-cut" }, "Cut (% of the cap)"), cut),
+      h("div", {}, h("label", { for: "dr-cut" }, "Cut (kW below the planned draw)"), cut),
       h("div", {}, h("label", { for: "dr-periods" }, "Cut lasts (periods)"), span)),
-    h("div", {}, h("button", { type: "submit" }, "Compute")), status);
+    h("p", { class: "muted note" }, "Both run as jobs (listed on the Jobs page): the curve evaluates the period "
+      + "at each cap; the what-if solves the plan twice, without and with the cut."),
+    h("div", {}, h("button", { type: "submit", id: "flex-submit" }, "Compute")), status, flexProgress, drProgress);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const request = requestOf(site);
     const p = Number(period.value);
-    status.replaceChildren(h("progress", { "aria-label": "computing" }), " computing…");
+    let body;
     try {
-      const [{ doc: flex }, { doc: dr }] = await Promise.all([
-        api("v1/flexibility", { method: "POST", body: { request, period: p, points: Number(points.value) } }),
-        api("v1/demand-response", { method: "POST", body: { request, event: {
-          name: "console what-if", start_period: p, end_period: Math.min(summary.n_periods, p + Number(span.value)),
-          reduction_pct: Number(cut.value) } } }),
+      const n = numberOf(points, "Caps on the curve", { min: 2 });
+      const cutKw = numberOf(cut, "Cut (kW below the planned draw)", { min: 0 });
+      const lasts = numberOf(span, "Cut lasts (periods)", { min: 1 });
+      body = { n, cutKw, lasts };
+    } catch (err) { status.replaceChildren(errorBox(err.message)); return; }
+    const button = document.getElementById("flex-submit");
+    button.disabled = true;
+    status.replaceChildren();
+    curveEl.replaceChildren(); drEl.replaceChildren();
+    const end = Math.min(summary.n_periods, p + body.lasts);
+    try {
+      const [{ doc: fj }, { doc: dj }] = await Promise.all([
+        api("v1/jobs", { method: "POST", body: { kind: "flexibility", request: { request, period: p, points: body.n } } }),
+        api("v1/jobs", { method: "POST", body: { kind: "demand_response", request: { request, event: {
+          name: "console what-if", start_period: p, end_period: end, reduction_w: 1000 * body.cutKw } } } }),
       ]);
-      status.replaceChildren();
-      await charts.draw(flexEl, "flex", charts.flexSpec(flex.periods[0]));
-      drEl.replaceChildren(h("h2", {}, "What-if: the cut"),
-        h("div", { class: "cards" }, card("cost of the cut", usdChange(dr.cost_delta_usd)),
-          card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
-        table(["Deployment", "Requests lost to the cut", "Value lost"],
-          Object.entries(dr.demand_lost).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
-        h("p", { class: "muted note", id: "lost-sign" }, "Requests lost: the requests left unserved over the whole horizon "
-          + "with the cut, less those without it. Positive: the cut leaves more unserved. Negative: with the cut "
-          + "this deployment serves more than without it, the re-plan moving GPUs or power to it from the others, "
-          + "or serving it before or after the window."));
-    } catch (err) { status.replaceChildren(errorBox(err)); }
+      document.body.dataset.flexJob = fj.id;
+      document.body.dataset.drJob = dj.id;
+      await Promise.all([
+        followJob(fj.id, flexProgress, "flexibility").then((flex) => showCurve(flex.periods[0], plan, site, clock, curveEl, flexEl, servedEl)),
+        followJob(dj.id, drProgress, "what-if").then((dr) => showWhatIf(dr, drEl, `${num(body.cutKw, 1)} kW below the planned draw, ${clock(p).slice(0, 5)}–${hhmm(at(end))} UTC`)),
+      ]);
+      document.body.dataset.flexDone = "1";
+    } catch (err) { status.replaceChildren(err instanceof ApiError ? formError(err, FLEX_FIELDS) : errorBox(err)); }
+    finally { button.disabled = false; }
   });
-  main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, flexEl, drEl);
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, curveEl,
+    h("div", { class: "chart-wrap" }, flexEl), h("div", { class: "chart-wrap" }, servedEl), drEl);
   done("flex", t0);
+}
+
+// The curve of a period: value served and cost against the cap (legend, the plan's draw
+// marked), the served demand per deployment with the configurations at each cap (as
+// `pdwatt flex`'s chart labels them), the same in a table, and why the requests served
+// may fall as the cap rises.
+async function showCurve(curve, plan, site, clock, el, flexEl, servedEl) {
+  const names = Object.keys(curve.points[0]?.served_rps || {});
+  const planned = plan?.schedule.periods.find((q) => q.index === curve.period) ?? null;
+  const draw = planned ? planned.power_w : null;
+  const pts = curve.points;
+  const penalty = Object.fromEntries(site.deployments.map((d) => [d.name, d.unserved_penalty_usd_per_request]));
+  let why = null;
+  const i = pts.findIndex((q, k) => k > 0 && q.total_served_rps < pts[k - 1].total_served_rps - 1e-9);
+  if (i > 0) {
+    const a = pts[i - 1], b = pts[i];
+    const moved = names.map((n) => [n, b.served_rps[n] - a.served_rps[n]]);
+    const gain = moved.filter(([, d]) => d > 1e-9).map(([n]) => `${n} (${usd(penalty[n])} a request)`);
+    const loss = moved.filter(([, d]) => d < -1e-9).map(([n]) => `${n} (${usd(penalty[n])} a request)`);
+    why = h("p", { class: "note", id: "flex-why" }, `The requests served fall from ${num(a.total_served_rps)} to `
+      + `${num(b.total_served_rps)} req/s as the cap rises from ${num(a.cap_w / 1000, 1)} to ${num(b.cap_w / 1000, 1)} kW: `
+      + "at each cap the curve takes the period's plan of least cost (energy and carbon of the draw plus the value of "
+      + "the demand left unserved), not the most requests; the power a higher cap allows goes to "
+      + `${gain.join(", ") || "other deployments"}${loss.length ? `, taken from ${loss.join(", ")}` : ""}. `
+      + "The value of the demand served never falls as the cap rises, and the cost never rises.");
+  }
+  const rows = pts.map((q) => [num(q.cap_w / 1000, 1), num(q.site_power_w / 1000, 1), usd(q.served_value_usd_per_h),
+    usd(q.energy_cost_usd_per_h + q.unserved_value_usd_per_h),
+    ...names.map((n) => `${q.configurations[n].n_p}P${q.configurations[n].n_d}D · ${num(q.served_rps[n])}`)]);
+  el.replaceChildren(h("h2", {}, `Flexibility of ${clock(curve.period)} (period ${curve.period})`),
+    h("div", { class: "cards" }, card("least draw", kwText(curve.min_site_power_w)),
+      card("draw without a cap", kwText(curve.unconstrained_power_w)), card("cap now", kwText(curve.request_cap_w)),
+      card("plan's draw", kwText(draw))),
+    why,
+    h("details", { id: "flex-table" }, h("summary", {}, "The curve's points"),
+      table(["Cap (kW)", "Site power (kW)", "Value served (USD/h)", "Cost (USD/h)", ...names.map((n) => `${n}: config · req/s`)],
+        rows, [0, 1, 2, 3])));
+  await Promise.all([charts.draw(flexEl, "flex", charts.flexSpec(curve, draw)),
+                     charts.draw(servedEl, "flex_served", charts.flexServedSpec(curve, names, draw))]);
+}
+
+function showWhatIf(dr, el, window) {
+  el.replaceChildren(h("h2", {}, `What-if: the cut, ${window}`),
+    h("div", { class: "cards" }, card("cost of the cut", usdChange(dr.cost_delta_usd)),
+      card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
+    table(["Deployment", "Requests lost to the cut", "Value lost"],
+      Object.entries(dr.demand_lost).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
+    h("p", { class: "muted note", id: "lost-sign" }, "Requests lost: the requests left unserved over the whole horizon "
+      + "with the cut, less those without it. Positive: the cut leaves more unserved. Negative: with the cut "
+      + "this deployment serves more than without it, the re-plan moving GPUs or power to it from the others, "
+      + "or serving it before or after the window."));
 }
 
 // ------------------------------------------------------------------ jobs
@@ -787,7 +888,9 @@ async function jobsPage(t0) {
         ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
           await api(`v1/jobs/${j.id}`, { method: "DELETE" }); refresh(); } }, "Cancel") : "";
       const show = h("button", { type: "button", class: "secondary", "aria-label": `Progress of job ${j.id}`, onclick: () => { shown = j.id; refresh(); } }, "Progress");
-      return [j.created, [j.id, j.kind, site(j), j.trigger ?? "–", j.status, p.phase || "", pct(p.gap),
+      // a flexibility curve's evaluations, a what-if's solves: done of the total
+      const phase = `${p.phase || ""}${missing(p.total) ? "" : ` (${p.done} of ${p.total})`}`;
+      return [j.created, [j.id, j.kind, site(j), j.trigger ?? "–", j.status, phase, pct(p.gap),
               when(j.created), duration(j.duration_s), h("span", { class: "actions" }, show, cancel)]];
     });
     // the plans synchronous requests made (no job lists them)
