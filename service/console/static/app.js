@@ -37,6 +37,8 @@ const kwText = (w) => (missing(w) ? "–" : `${num(w / 1000, 1)} kW`);
 const USD = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD" });
 const WHOLE = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
 const usd = (x) => (missing(x) ? "–" : USD.format(unsign(Number(x), 2)));
+// a value per request: to the tenth of a cent and beyond (0.005 is not "$0.01")
+const PER_REQUEST = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", maximumFractionDigits: 4 });
 // a change of money: its sign always shown ("+$1.20", "−$0.40", "$0.00")
 const usdChange = (x) => {
   if (missing(x)) return "–";
@@ -827,8 +829,8 @@ async function showCurve(curve, plan, site, clock, el, flexEl, servedEl) {
   if (i > 0) {
     const a = pts[i - 1], b = pts[i];
     const moved = names.map((n) => [n, b.served_rps[n] - a.served_rps[n]]);
-    const gain = moved.filter(([, d]) => d > 1e-9).map(([n]) => `${n} (${usd(penalty[n])} a request)`);
-    const loss = moved.filter(([, d]) => d < -1e-9).map(([n]) => `${n} (${usd(penalty[n])} a request)`);
+    const gain = moved.filter(([, d]) => d > 1e-9).map(([n]) => `${n} (${PER_REQUEST.format(penalty[n])} a request)`);
+    const loss = moved.filter(([, d]) => d < -1e-9).map(([n]) => `${n} (${PER_REQUEST.format(penalty[n])} a request)`);
     why = h("p", { class: "note", id: "flex-why" }, `The requests served fall from ${num(a.total_served_rps)} to `
       + `${num(b.total_served_rps)} req/s as the cap rises from ${num(a.cap_w / 1000, 1)} to ${num(b.cap_w / 1000, 1)} kW: `
       + "at each cap the curve takes the period's plan of least cost (energy and carbon of the draw plus the value of "
