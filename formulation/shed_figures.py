@@ -8,7 +8,10 @@ effect (the console's events table) is told in the same terms:
 * ``window_energy_shed_kwh``: its energy over the window;
 * ``energy_shed_kwh``: its energy over every period both schedules cover;
 * ``cost_delta_usd`` and ``cost_delta_breakdown``: the change of the objective and of
-  each of its terms (energy, carbon, unserved demand, transitions).
+  each of its terms (energy, carbon, unserved demand, transitions);
+* ``demand_lost``: per deployment, the requests left unserved after less before, and
+  their value, over every period both schedules cover (as ``pdwatt dr``'s, which is
+  over its whole horizon: load moved before or after the window shows too).
 """
 
 from __future__ import annotations
@@ -60,3 +63,28 @@ def cost_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str,
             for name, key in COST_TERMS.items()
         },
     }
+
+
+def demand_lost(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    period_hours: float,
+    penalty_usd_per_request: Mapping[str, float],
+) -> dict[str, dict[str, float]]:
+    """Per deployment of ``penalty_usd_per_request``: the requests unserved in the
+    schedule periods ``after`` less those in ``before`` (``requests``: demand less
+    served rate, never below 0, times the period's seconds) and their value
+    (``value_usd``), over the periods (by ``index``) both give."""
+    seconds = 3600.0 * period_hours
+    b = {int(p["index"]): p for p in before}
+    both = [(b[int(p["index"])], p) for p in after if int(p["index"]) in b]
+
+    def unserved(p: Mapping[str, Any], name: str) -> float:
+        d = p["deployments"][name]
+        return max(float(d["demand_rps"]) - float(d["served_rps"]), 0.0) * seconds
+
+    out = {}
+    for name, penalty in penalty_usd_per_request.items():
+        req = sum(unserved(pa, name) - unserved(pb, name) for pb, pa in both)
+        out[name] = {"requests": req, "value_usd": req * float(penalty)}
+    return out

@@ -10,11 +10,14 @@ route answers for the same request. Jobs live in the database (table ``jobs`` of
 
 Without a broker the jobs run in this process's solver pool (:class:`JobRunner`),
 as many at once as it has workers, the rest waiting ``queued``. The worker writes the
-job's ``progress`` (phase, best objective, proven bound, gap) to the database as the
-solve goes, and reads ``cancel_requested`` there: a cancelled schedule stops at its
-next check (a running MILP finishes its slice first, at most a fifth of the time
-limit) and its best schedule so far is kept as the result of the ``cancelled`` job; a
-cancelled demand-response or flexibility job is marked when its solves end.
+job's ``progress`` (phase, best objective, proven bound, gap; for a demand-response
+what-if the solves done of two, for a flexibility curve the evaluations done of its
+total, with the time since it started) to the database as the work goes, and reads
+``cancel_requested`` there: a cancelled schedule stops at its next check (a running
+MILP finishes its slice first, at most a fifth of the time limit) and its best
+schedule so far is kept as the result of the ``cancelled`` job; a cancelled
+demand-response what-if stops its solve the same way, and a flexibility curve after
+the evaluation that runs.
 
 States: ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled``
 (``queued`` -> ``cancelled`` directly when cancelled before it starts).
@@ -467,9 +470,7 @@ class JobStore:
             conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.status == "queued")
-                .values(
-                    status="cancelled", finished=utc_now(), cancel_requested=1, queued_for=None
-                )
+                .values(status="cancelled", finished=utc_now(), cancel_requested=1, queued_for=None)
             )
             conn.execute(
                 update(jobs)

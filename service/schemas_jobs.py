@@ -62,6 +62,12 @@ class JobProgress(BaseModel):
     lower_bound_usd: float | None = None
     gap: float | None = None
     elapsed_s: float | None = None
+    done: int | None = Field(
+        None,
+        description="a flexibility curve: its evaluations done (run or left out); a "
+        "demand-response what-if: its solves done",
+    )
+    total: int | None = Field(None, description="of how many (`done`)")
 
 
 class JobDocument(BaseModel):

@@ -104,11 +104,11 @@ def _schedule(req: ScheduleRequest, ctx: Context) -> dict[str, Any]:
 
 
 def _demand_response(req: DemandResponseRequest, ctx: Context) -> dict[str, Any]:
-    return work_dr.demand_response(req, ctx.memory_budget_mb, ctx.kernels)
+    return work_dr.demand_response(req, ctx.memory_budget_mb, ctx.kernels, ctx.monitor)
 
 
 def _flexibility(req: FlexibilityRequest, ctx: Context) -> dict[str, Any]:
-    return work_dr.flexibility(req, ctx.memory_budget_mb, ctx.kernels)
+    return work_dr.flexibility(req, ctx.memory_budget_mb, ctx.kernels, ctx.monitor)
 
 
 def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:

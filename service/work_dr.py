@@ -5,27 +5,37 @@ under ``request.``. No workload file is read (the host's ``read_files`` stays Fa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from formulation.problem import Host
 from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 
 REQUEST = "request."
+#: sees a job's progress; returning True stops the work (the job was cancelled)
+Monitor = Callable[[dict[str, Any]], bool]
 
 
 def demand_response(
-    req: DemandResponseRequest, memory_budget_mb: float | None = None, kernels: str | None = None
+    req: DemandResponseRequest,
+    memory_budget_mb: float | None = None,
+    kernels: str | None = None,
+    monitor: Monitor | None = None,
 ) -> dict[str, Any]:
-    """``kernels``: the server's kernel database (a setting, never the request's)."""
+    """``kernels``: the server's kernel database (a setting, never the request's);
+    ``monitor``: a job's progress and cancellation."""
     from formulation.whatif.dr import demand_response as run
 
     host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
     event = req.event.model_dump(mode="json")
-    return run(req.request, event, request_field=REQUEST, host=host)
+    return run(req.request, event, request_field=REQUEST, host=host, monitor=monitor)
 
 
 def flexibility(
-    req: FlexibilityRequest, memory_budget_mb: float | None = None, kernels: str | None = None
+    req: FlexibilityRequest,
+    memory_budget_mb: float | None = None,
+    kernels: str | None = None,
+    monitor: Monitor | None = None,
 ) -> dict[str, Any]:
     from formulation.whatif.flex import flexibility_curve
 
@@ -35,4 +45,5 @@ def flexibility(
         req.points,
         request_field=REQUEST,
         host=Host(memory_budget_mb=memory_budget_mb, kernels=kernels),
+        monitor=monitor,
     )

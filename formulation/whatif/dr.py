@@ -63,6 +63,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -364,16 +365,40 @@ def demand_response(
     progress: Progress | None = None,
     request_field: str = "",
     host: Host | None = None,
+    monitor: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
     """The baseline and response schedules of a DR event, and what responding costs.
 
     ``request_field`` prefixes the field named by errors of the schedule request
     (``"request."`` for the HTTP body). Raises InputError (invalid request or event) or
-    InfeasibleError (the baseline, or the event, cannot be met).
+    InfeasibleError (the baseline, or the event, cannot be met). ``monitor`` sees each
+    solve's state (:data:`formulation.solve.Monitor`) with ``phase`` named after the
+    solve (``baseline: relaxation``), ``done`` solves of ``total`` (2) and
+    ``elapsed_s`` from the request's start; returning True stops the solve running
+    (its best schedule is kept) and the next one.
     """
     from formulation.solve import solve  # loads Pyomo and HiGHS: only where a solve runs
 
     say = progress or (lambda _m: None)
+    started = time.monotonic()
+
+    def watch(step: str, done: int) -> Callable[[dict[str, Any]], bool] | None:
+        if monitor is None:
+            return None
+
+        def seen(state: dict[str, Any]) -> bool:
+            return monitor(
+                state
+                | {
+                    "phase": f"{step}: {state.get('phase') or 'starting'}",
+                    "done": done,
+                    "total": 2,
+                    "elapsed_s": round(time.monotonic() - started, 3),
+                }
+            )
+
+        return seen
+
     with request_errors(request_field):
         problem = problem_from_dict(body, host)
     # one deadline for the request's two solves (see the module docstring)
@@ -385,6 +410,7 @@ def demand_response(
         base = solve(
             problem,
             lambda m: say(f"baseline: {m}"),
+            watch("baseline", 0),
             deadline=deadline.fraction(DR_BASELINE_SHARE),
         )
     request_cap = data.power_cap_w
@@ -394,9 +420,14 @@ def demand_response(
     dr_problem = with_caps(problem, caps)
     say(f"response: cap lowered in periods {ev.start}..{ev.end - 1}")
     try:
-        resp = solve(dr_problem, lambda m: say(f"response: {m}"), deadline=deadline)
+        resp = solve(
+            dr_problem, lambda m: say(f"response: {m}"), watch("response", 1), deadline=deadline
+        )
     except InfeasibleError as e:
         raise _infeasible_event(data, base, ev, caps, e) from e
+    if monitor is not None:
+        monitor({"phase": "report", "done": 2, "total": 2,
+                 "elapsed_s": round(time.monotonic() - started, 3)})  # fmt: skip
     resp = _rebest(resp, base.priced, base.lower_bound_usd)
     if ev.kind != "reduction_w":
         base = _rebest(base, resp.priced)

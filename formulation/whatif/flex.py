@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,9 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 MAX_POINTS = 1000
+#: sees the curve's progress (``phase``, ``done``, ``total``, ``elapsed_s``) after each
+#: evaluation; returning True stops it
+Monitor = Callable[[dict[str, Any]], bool]
 TRANSITIONS_NOTE = (
     "ignored: a one-period flexibility (no transition costs or limits, no neighbouring "
     "periods), as an energy-management system bids it"
@@ -112,25 +116,45 @@ class _Unanswered(Exception):
 
 @dataclasses.dataclass
 class _Clock:
-    """The request's one deadline, shared by the curve's evaluations still to run."""
+    """The request's one deadline, shared by the curve's evaluations still to run, and
+    the caller's monitor, told of each one done."""
 
     deadline: Deadline
     left: int  # evaluations still to run (per period: its unconstrained end, the caps below)
     started: float  # time.monotonic() when the request was read
+    monitor: Monitor | None = None
+    total: int = 0
+    stopped: bool = False  # the monitor asked to stop
 
     def expired(self) -> bool:
-        return self.deadline.expired()
+        return self.stopped or self.deadline.expired()
 
     def skip(self, evaluations: int) -> None:
         """``evaluations`` will not run (their share goes to the others)."""
         self.left = max(self.left - evaluations, 0)
+        self.tell()
+
+    def tell(self, period: int | None = None) -> None:
+        """Tell the monitor how far the curve is: evaluations done (run or left out) of
+        the total, and the time since the request was read."""
+        if self.monitor is None or self.stopped:
+            return
+        state = {
+            "phase": "flexibility" if period is None else f"flexibility: period {period}",
+            "done": self.total - self.left,
+            "total": self.total,
+            "elapsed_s": round(self.elapsed(), 3),
+        }
+        if self.monitor(state):
+            self.stopped = True
 
     def next(self) -> Deadline:
         """The next evaluation's deadline: an equal share of the time left over the
         evaluations still to run, at least ``FLEX_MILP_AT_LEAST_S``, never past the
-        request's (only a MILP uses it: an enumeration is exact and quick)."""
+        request's (only a MILP uses it: an enumeration is exact and quick). It counts
+        as done once asked for (the monitor is told at the next evaluation)."""
         share = self.deadline.fraction(1.0 / max(self.left, 1)).at_least(FLEX_MILP_AT_LEAST_S)
-        self.skip(1)
+        self.left = max(self.left - 1, 0)
         return min(share, self.deadline)
 
     def elapsed(self) -> float:
@@ -222,6 +246,7 @@ def period_curve(
             except _Unanswered:
                 unevaluated.append(float(cap))
                 continue
+        clock.tell(t)
         if plan is None:
             infeasible.append(float(cap))
             continue
@@ -255,11 +280,15 @@ def flexibility_curve(
     n_points: int = 25,
     request_field: str = "",
     host: Host | None = None,
+    monitor: Monitor | None = None,
 ) -> dict[str, Any]:
     """Flexibility curve of one period (or of each period when ``period`` is None).
 
     ``request_field`` prefixes the fields named by errors of the schedule request
-    (``"request."`` in the HTTP body).
+    (``"request."`` in the HTTP body). ``monitor`` is told, as the curve goes, its
+    ``phase`` (the period), the evaluations ``done`` of ``total`` and ``elapsed_s``;
+    returning True stops the curve as its deadline would (the caps left are listed
+    in ``unevaluated_caps_w``).
     """
     with request_errors(request_field):
         problem = problem_from_dict(body, host)
@@ -283,7 +312,9 @@ def flexibility_curve(
     periods = [period] if period is not None else list(range(n))
     floor = min_site_power_w(data)
     # per period: its unconstrained end, then the caps below it
-    clock = _Clock(deadline, len(periods) * n_points, started)
+    total = len(periods) * n_points
+    clock = _Clock(deadline, total, started, monitor, total)
+    clock.tell()
     curves: list[dict[str, Any]] = []
     unevaluated: list[int] = []
     for i, t in enumerate(periods):
@@ -298,6 +329,8 @@ def flexibility_curve(
             unevaluated.append(t)
         else:
             curves.append(curve)
+    clock.left = 0
+    clock.tell()
     partial = bool(unevaluated) or any("unevaluated_caps_w" in c for c in curves)
     out: dict[str, Any] = {
         "deployments": [d.name for d in data.deployments],

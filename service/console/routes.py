@@ -31,7 +31,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
-from formulation.shed_figures import cost_delta, power_shed
+from formulation.problem import DeploymentInput
+from formulation.shed_figures import cost_delta, demand_lost, power_shed
 from model.errors import InputError
 from service.deps import ApiKey, SettingsDep
 from service.errors import problem_responses
@@ -105,8 +106,9 @@ def _effects(
     one its merge made) and the plan its re-plan made (the first made from that
     version), the power it shed over its periods (largest and mean, W), the energy
     (kWh, over its periods and over the periods both plans cover) and the change of
-    the objective and of each of its terms (:mod:`formulation.shed_figures`, the terms
-    of a demand-response report); the cost only between plans over the same periods."""
+    the objective and of each of its terms and the demand lost per deployment
+    (:mod:`formulation.shed_figures`, the terms of a demand-response report); the cost
+    only between plans over the same periods."""
     heads = store.plan_heads(site.id)  # newest first
     docs: dict[int, dict[str, Any]] = {}
 
@@ -116,6 +118,11 @@ def _effects(
         return docs[h.id]
 
     hours = float(site.body["period_minutes"]) / 60.0
+    default = DeploymentInput.unserved_penalty_usd_per_request
+    penalty = {
+        d["name"]: float(d.get("unserved_penalty_usd_per_request", default))
+        for d in site.body["deployments"]
+    }
     for ev, r in zip(events, rows, strict=True):
         ev["effect"] = None
         before = next((h for h in heads if h.site_version < r.site_version), None)
@@ -138,6 +145,9 @@ def _effects(
             continue
         shed.pop("power_shed_w")
         effect: dict[str, Any] = {"before_plan": before.id, "after_plan": after.id, **shed}
+        effect["demand_lost"] = demand_lost(
+            a["schedule"]["periods"], b["schedule"]["periods"], hours, penalty
+        )
         if before.first_period == after.first_period:
             effect |= cost_delta(a["schedule"], b["schedule"])
         else:

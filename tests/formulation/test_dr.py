@@ -25,6 +25,7 @@ from formulation.demo import demo_request
 from formulation.evaluate import best_served
 from formulation.infeasible import InfeasibleError
 from formulation.problem import problem_from_dict
+from formulation.shed_figures import demand_lost
 from formulation.whatif.dr import DEMO_EVENT, demand_response, parse_event
 from formulation.whatif.flex import flexibility_curve
 from model.errors import InputError
@@ -128,6 +129,11 @@ def test_small_event_sheds_the_cheaper_twin_first_and_costs_no_less() -> None:
     assert lost["dear"]["requests"] == pytest.approx(0.0, abs=1e-3)
     assert r["cost_delta_usd"] >= -1e-9
     assert r["cost_delta_usd"] > 0  # shedding valuable demand costs money
+    # the console tells a posted event's demand lost from its two plans in these terms
+    told = demand_lost(base["periods"], resp["periods"], 1.0, {"cheap": 0.001, "dear": 0.004})
+    for name, d in lost.items():
+        assert told[name]["requests"] == pytest.approx(d["requests"], abs=1e-6)
+        assert told[name]["value_usd"] == pytest.approx(d["value_usd"], abs=1e-9)
     # nothing changes outside the window
     assert r["power_shed_w"][0] == pytest.approx(0.0, abs=1e-6)
     assert r["power_shed_w"][3] == pytest.approx(0.0, abs=1e-6)
@@ -493,3 +499,31 @@ def test_demo_flexibility_at_the_evening_peak() -> None:
         want = sum(p["served_rps"][n] * penalty[n] * 3600.0 for n in names)
         assert p["served_value_usd_per_h"] == pytest.approx(want)
     assert pts[-1]["served_value_usd_per_h"] > pts[len(pts) // 2]["served_value_usd_per_h"] > 0
+
+
+def test_progress_of_a_flexibility_curve_and_of_a_what_if() -> None:
+    """A monitor sees a curve's evaluations done of its total, up to the total, and
+    stops it when it asks to (the caps left listed); a what-if's solves done of two,
+    each solve's phase named after it."""
+    seen: list[dict[str, Any]] = []
+    out = flexibility_curve(twins(), 1, 6, monitor=lambda s: seen.append(s) or False)
+    assert out["status"] == "complete"
+    assert [s["total"] for s in seen] == [6] * len(seen)
+    done = [s["done"] for s in seen]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == 6
+    assert all(s["elapsed_s"] >= 0 for s in seen)
+    seen.clear()
+    out = flexibility_curve(twins(), 1, 6, monitor=lambda s: seen.append(s) or s["done"] >= 3)
+    curve = out["periods"][0]
+    assert out["status"] == "time_limit" and curve["unevaluated_caps_w"]
+    assert len(curve["points"]) + len(curve["unevaluated_caps_w"]) == 6
+    seen.clear()
+    demand_response(
+        twins(),
+        {"start_period": 1, "end_period": 3, "reduction_w": 600},
+        monitor=lambda s: seen.append(s) or False,
+    )
+    assert {s["total"] for s in seen} == {2}
+    assert {s["done"] for s in seen} == {0, 1, 2}
+    assert any(s["phase"].startswith("baseline: ") for s in seen if s["done"] == 0)
+    assert any(s["phase"].startswith("response: ") for s in seen if s["done"] == 1)

@@ -16,10 +16,10 @@ DIR (docs/console.md shows them).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -434,13 +434,37 @@ def test_console_sites_site_event_jobs(
     console.shoot(page, "jobs")
     page.close()
 
-    # flexibility: the curve of the peak period and the what-if of a cut there
+    # flexibility: the period now by default, periods as UTC clock times; the curve of
+    # the peak period and the what-if of a cut there, both run as jobs whose progress
+    # the page shows; the curve with a legend, the plan's draw marked and each cap's
+    # configurations, as /v1/flexibility answers it
     page = console.open(f"/site/{site_id}/flex", "flex")
-    page.get_by_label(re.compile(r"^Period \(")).fill(str(peak["index"]))
+    brief = httpx.get(f"{base}/ui/api/sites/{site_id}", timeout=10).json()
+    picked = page.get_by_label("Period (UTC)")
+    assert picked.input_value() == str(brief["now"]["period"])
+    start, end = brief["now"]["start"], brief["now"]["end"]
+    assert picked.evaluate("e => e.options[e.selectedIndex].text") == (
+        f"{start[:10]} {start[11:16]}–{end[11:16]} UTC (now)"
+    )
+    picked.select_option(str(peak["index"]))
     page.get_by_role("button", name="Compute").click()
-    page.wait_for_selector("#chart-flex canvas", timeout=REPLAN_TIMEOUT_MS)
-    page.get_by_text("cost of the cut").wait_for(timeout=REPLAN_TIMEOUT_MS)
-    drawn = page.evaluate(MARKS_JS, "flex")
+    page.wait_for_selector("body[data-flex-done]", timeout=REPLAN_TIMEOUT_MS)
+    flex_job = httpx.get(
+        f"{base}/v1/jobs/{page.evaluate('document.body.dataset.flexJob')}", timeout=10
+    ).json()
+    assert flex_job["kind"] == "flexibility" and flex_job["status"] == "succeeded"
+    q = flex_job["progress"]
+    assert q["done"] == q["total"] == 15 and q["elapsed_s"] >= 0
+    shown = dict(c.split("\n", 1) for c in page.locator("#flex-progress .card").all_inner_texts())
+    assert shown["done"] == "15 of 15" and shown["time"].endswith(" s")
+    dr_job = httpx.get(
+        f"{base}/v1/jobs/{page.evaluate('document.body.dataset.drJob')}", timeout=10
+    ).json()
+    assert dr_job["kind"] == "demand_response" and dr_job["progress"]["total"] == 2
+    assert page.locator("#dr-progress").get_by_text("2 of 2").count() == 1
+    page.get_by_text("cost of the cut").wait_for()
+    curve = page.evaluate(MARKS_JS, "flex")
+    served = page.evaluate(MARKS_JS, "flex_served")
     site = httpx.get(f"{base}/v1/sites/{site_id}", timeout=10).json()
     request = {k: v for k, v in site.items() if k not in SITE_ONLY}
     r = httpx.post(
@@ -450,14 +474,46 @@ def test_console_sites_site_event_jobs(
     )
     assert r.status_code == 200, r.text
     points = r.json()["periods"][0]["points"]
-    assert [d["site power kW"] for d in drawn["cost_marks"]] == pytest.approx(
-        [q["site_power_w"] / 1000 for q in points], rel=1e-12
+    value = [d for d in curve["curve_marks"] if d["series"] == "value of demand served"]
+    cost = [d for d in curve["curve_marks"] if d["series"] != "value of demand served"]
+    assert [d["cap kW"] for d in value] == pytest.approx([q["cap_w"] / 1000 for q in points])
+    assert [d["usd"] for d in value] == pytest.approx(
+        [q["served_value_usd_per_h"] for q in points], rel=1e-12
     )
-    assert [d["served req/s"] for d in drawn["served_marks"]] == pytest.approx(
+    assert [d["usd"] for d in cost] == pytest.approx(
+        [q["energy_cost_usd_per_h"] + q["unserved_value_usd_per_h"] for q in points], rel=1e-12
+    )
+    assert [d["served req/s"] for d in served["served_marks"]] == pytest.approx(
         [q["total_served_rps"] for q in points], rel=1e-12
     )
+    # each cap's configurations, as `pdwatt flex` labels them
+    assert [d["configurations"] for d in served["configs_marks"]] == [
+        " ".join(f"{c['n_p']}P{c['n_d']}D" for c in q["configurations"].values()) for q in points
+    ]
+    # the latest plan's draw in that period, marked on both charts
+    latest = httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=10).json()
+    draw_w = periods_by_index(latest)[peak["index"]]["power_w"]
+    for marks in (curve, served):
+        (mark,) = marks["plan_draw_marks"]
+        assert mark["kw"] == pytest.approx(draw_w / 1000, rel=1e-12)
+    # a legend names the two lines (the view's colour scale, drawn as its legend)
+    assert page.evaluate("window.pdwattViews.flex.scale('color').domain()") == [
+        "value of demand served",
+        "cost (energy + unserved)",
+    ]
+    # where the requests served fall as the cap rises, the page says why
+    falls = any(
+        b["total_served_rps"] < a["total_served_rps"] - 1e-9 for a, b in itertools.pairwise(points)
+    )
+    assert page.locator("#flex-why").count() == (1 if falls else 0)
     console.clean(page)
     console.shoot(page, "flex")
+    page.close()
+    # both jobs listed on the jobs page with their progress
+    page = console.open("/jobs", "jobs")
+    row = page.locator("tr", has_text=flex_job["id"]).inner_text()
+    assert "flexibility" in row and "(15 of 15)" in row
+    console.clean(page)
     page.close()
 
     # a site registered by uploading its request file

@@ -13,6 +13,7 @@ real ``pdwatt serve`` (see test_console.py for the set-up), and through the API:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ import pytest
 from tests.service.test_console import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    MARKS_JS,
     PAGE_TIMEOUT_MS,
     REPLAN_TIMEOUT_MS,
     Console,
@@ -97,6 +99,11 @@ def latest(base: str, site_id: str) -> dict[str, Any]:
 
 def by_index(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {p["index"]: p for p in plan["schedule"]["periods"]}
+
+
+def ms(iso: str) -> float:
+    """An ISO time as Vega holds a parsed one: milliseconds since 1970."""
+    return datetime.fromisoformat(iso).timestamp() * 1000
 
 
 def usd_change(x: float) -> str:
@@ -280,5 +287,93 @@ def test_the_jobs_page_names_site_trigger_and_duration(
     listed = httpx.get(f"{base}/ui/api/jobs", timeout=30).json()["plans"]
     (mine,) = [q for q in listed if q["plan_id"] == sync_plan["plan_id"]]
     assert 0 < mine["duration_s"] < 300 and mine["site_name"] == "demo-site"
+    console.clean(page)
+    page.close()
+
+
+def test_the_event_form_binds_by_default_previews_and_reports_what_the_event_did(
+    context: Any, site: tuple[str, str, dict[str, Any]]
+) -> None:
+    """The event page's default cap lies below the plan's draw in its default window,
+    with a preview of that draw against the cap typed; once posted and re-planned, the
+    page reports what ``pdwatt dr`` reports of a cut (power and energy shed, cost, the
+    demand lost per deployment) as the site's page gives the event's effect, the window
+    shaded on the before-and-after chart; a window outside the horizon is refused once,
+    naming the form's field."""
+    base, site_id, _ = site
+    before = latest(base, site_id)
+    console = Console(context, base)
+    page = console.open(f"/site/{site_id}/event", "event")
+    start = datetime.fromisoformat(page.get_by_label("Start (UTC)").input_value() + ":00+00:00")
+    minutes = int(page.get_by_label("Duration (minutes)").input_value())
+    end = start.timestamp() + 60 * minutes
+    window = [
+        p
+        for p in before["schedule"]["periods"]
+        if datetime.fromisoformat(p["end"]).timestamp() > start.timestamp()
+        and datetime.fromisoformat(p["start"]).timestamp() < end
+    ]
+    assert len(window) == 4
+    least = min(p["power_w"] for p in window)
+    cap = float(page.get_by_label("Cap (kW)").input_value())
+    assert cap == math.floor(8 * least / 1000) / 10 and cap * 1000 < least
+    preview = page.locator("#ev-preview")
+    preview.get_by_text("below that draw in 4 of them").wait_for()
+    top = max(p["power_w"] for p in window)
+    assert f"The plan draws {least / 1000:.1f} kW to {top / 1000:.1f} kW" in preview.inner_text()
+    page.wait_for_function("() => window.pdwattViews.preview !== undefined")
+    (typed,) = page.evaluate(MARKS_JS, "preview")["typed_marks"]
+    assert typed["kw"] == cap and typed["start"] == ms(window[0]["start"])
+    # a cap that binds is the default: the plan changes
+    page.get_by_label("Cap (kW)").fill(f"{top / 1000 + 1:.1f}")
+    preview.get_by_text("above that draw throughout").wait_for()
+    page.get_by_label("Cap (kW)").fill(f"{cap:.1f}")
+
+    # refused naming the form's field, once
+    page.get_by_label("Start (UTC)").fill("2030-01-01 00:00")
+    page.get_by_role("button", name="Post the event and re-plan").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    text = alert.inner_text().strip()
+    assert text.startswith("Start (UTC): spans ") and "event.intervals" not in text, text
+    assert len(text.splitlines()) == 1, text
+    page.errors.clear()  # the browser logs the 422 answer
+    page.get_by_label("Start (UTC)").fill(start.strftime("%Y-%m-%d %H:%M"))
+
+    page.get_by_role("button", name="Post the event and re-plan").click()
+    effect_el = page.locator("#event-effect")
+    effect_el.wait_for(timeout=REPLAN_TIMEOUT_MS)
+    brief = httpx.get(f"{base}/ui/api/sites/{site_id}/page", timeout=30).json()["summary"]
+    ev = max(brief["events"], key=lambda e: e["id"])
+    x = ev["effect"]
+    assert x is not None and x["max_shed_w"] > 0
+    shown = dict(c.split("\n", 1) for c in effect_el.locator(".card").all_inner_texts())
+    assert shown["shed at most"] == f"{x['max_shed_w'] / 1000:.1f} kW"
+    assert shown["energy shed in the window"] == f"{x['window_energy_shed_kwh']:.1f} kWh"
+    assert shown["energy shed over the horizon"] == f"{x['energy_shed_kwh']:.1f} kWh"
+    assert shown["cost"] == usd_change(x["cost_delta_usd"])
+    lost = {r["Deployment"]: r for r in table_rows(page, effect_el.locator("table"))}
+    assert set(lost) == set(x["demand_lost"])
+    for name, d in x["demand_lost"].items():
+        assert lost[name]["Requests lost"] == f"{round(d['requests']):,}"
+        assert lost[name]["Value lost"] == usd_change(d["value_usd"])
+    # the demand lost is the plans' unserved requests after less before, per deployment
+    after = latest(base, site_id)
+    seconds = 60 * after["period_minutes"]
+    b = by_index(before)
+    for name, d in x["demand_lost"].items():
+        miss = sum(
+            max(p["deployments"][name]["demand_rps"] - p["deployments"][name]["served_rps"], 0)
+            - max(
+                b[p["index"]]["deployments"][name]["demand_rps"]
+                - b[p["index"]]["deployments"][name]["served_rps"],
+                0,
+            )
+            for p in after["schedule"]["periods"]
+            if p["index"] in b
+        )
+        assert d["requests"] == pytest.approx(miss * seconds, abs=1e-6)
+    (band,) = page.evaluate(MARKS_JS, "compare")["window_marks"]
+    assert (band["start"], band["end"]) == (ms(ev["start"]), ms(ev["end"]))
     console.clean(page)
     page.close()

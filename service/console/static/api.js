@@ -13,11 +13,33 @@ export class ApiError extends Error {
   }
 }
 
-// an RFC 9457 problem as text: its detail, then every field at fault and why
+// an RFC 9457 problem as text: its detail, then every field at fault and why, each
+// said once (a field's reason the detail already gives is not repeated)
 function describe(status, p) {
   if (!p || typeof p !== "object") return `HTTP ${status}`;
-  const lines = [`${p.title || "Error"} (${status}): ${p.detail || ""}`];
-  for (const e of p.errors || []) lines.push(`  ${e.field}: ${e.reason}`);
+  const detail = p.detail || "";
+  const lines = [`${p.title || "Error"} (${status}): ${detail}`];
+  for (const e of p.errors || []) {
+    const line = `${e.field}: ${e.reason}`;
+    if (!detail.includes(line) && !(detail.includes(e.reason) && detail.includes(e.field))) lines.push(`  ${line}`);
+  }
+  return lines.join("\n");
+}
+
+// A problem's errors told in a form's terms: each field at fault named by the label of
+// the form field it came from (fields: [[API field or prefix, label], ...], the first
+// that matches), each said once; a problem naming no field of the form keeps its own text.
+export function formMessage(err, fields) {
+  const p = err instanceof ApiError ? err.problem : null;
+  if (!p || typeof p !== "object" || !(p.errors || []).length) return err.message ?? String(err);
+  const label = (f) => fields.find(([api]) => f === api || f.startsWith(`${api}.`) || f.startsWith(`${api}[`))?.[1];
+  const lines = [];
+  for (const e of p.errors) {
+    const name = label(e.field);
+    if (name === undefined) return err.message;
+    const line = `${name}: ${e.reason}`;
+    if (!lines.includes(line)) lines.push(line);
+  }
   return lines.join("\n");
 }
 

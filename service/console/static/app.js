@@ -1,7 +1,7 @@
 // The console's pages (hash routes) over the JSON API: #/ sites, #/site/ID, #/site/ID/event,
 // #/site/ID/flex, #/jobs. Each page, once drawn, sets body[data-page] and records its
 // load time (ms, measured here) in window.pdwattTimings.
-import { api, ApiError, key, requestOf, whenUnauthorized } from "./api.js";
+import { api, ApiError, formMessage, key, requestOf, whenUnauthorized } from "./api.js";
 import * as charts from "./charts.js";
 
 window.pdwattTimings = window.pdwattTimings || [];
@@ -9,6 +9,8 @@ const main = document.getElementById("main");
 const gate = document.getElementById("gate");
 let timers = [];
 let config = null;
+// a line the next site page shows once at its top (what an action just did)
+let flash = null;
 
 // ------------------------------------------------------------------ helpers
 
@@ -35,6 +37,8 @@ const kwText = (w) => (missing(w) ? "–" : `${num(w / 1000, 1)} kW`);
 const USD = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD" });
 const WHOLE = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
 const usd = (x) => (missing(x) ? "–" : USD.format(unsign(Number(x), 2)));
+// a value per request: to the tenth of a cent and beyond (0.005 is not "$0.01")
+const PER_REQUEST = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", maximumFractionDigits: 4 });
 // a change of money: its sign always shown ("+$1.20", "−$0.40", "$0.00")
 const usdChange = (x) => {
   if (missing(x)) return "–";
@@ -71,6 +75,16 @@ function table(head, rows, numeric = []) {
 }
 const card = (label, value) => h("div", { class: "card" }, label, h("b", {}, value));
 const errorBox = (e) => h("p", { class: "error", role: "alert" }, e instanceof ApiError ? e.message : String(e));
+// an error of a form: each field at fault named by the form's label for it, once
+const formError = (e, fields) => h("p", { class: "error", role: "alert" }, formMessage(e, fields));
+// a form's number field: its value, or an error naming it when empty or not a number
+function numberOf(input, label, { min = -Infinity } = {}) {
+  const text = input.value.trim();
+  const x = Number(text);
+  if (text === "" || !Number.isFinite(x)) throw new Error(`${label}: a number is required`);
+  if (x < min) throw new Error(`${label}: must be ${min} or more, got ${text}`);
+  return x;
+}
 
 function every(ms, fn) { const t = setInterval(fn, ms); timers.push(() => clearInterval(t)); }
 function stopTimers() { for (const stop of timers) stop(); timers = []; }
@@ -180,6 +194,12 @@ function nowPeriod(summary) {
   return t >= 0 && t < summary.n_periods ? t : null;
 }
 
+function flashLine() {
+  const line = flash ? h("p", { class: "flash", role: "status", id: "flash" }, flash) : null;
+  flash = null;
+  return line;
+}
+
 function siteNav(id, here) {
   const links = [["", "Plan"], ["/event", "Post an event"], ["/flex", "Flexibility"]];
   return h("nav", { class: "actions", "aria-label": "Site" }, links.map(([p, label]) =>
@@ -233,7 +253,7 @@ function targetsNow(now, drawNow) {
 // The site now, at the top of its page: the plan's period now, its draw against the
 // cap, the headroom, price and carbon, the next event with its cap, and the replica
 // targets (counts and settings per deployment) the orchestrator holds now.
-function nowStrip(summary, plan, targets) {
+function nowStrip(summary, plan, targets, shed = null) {
   const n = summary.now;
   const next = card("next event", eventText(summary.next_event, false));
   next.id = "next-event";
@@ -245,7 +265,7 @@ function nowStrip(summary, plan, targets) {
       h("div", { class: "cards" }, next));
   }
   const c = (id, label, value, cls) => { const el = card(label, value); el.id = id; if (cls) el.querySelector("b").className = cls; return el; };
-  return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title" },
+  return h("section", { class: "now-strip", id: "now-strip", "aria-labelledby": "now-title", "data-period": String(n.period) },
     h("h2", { id: "now-title" }, `Now: period ${n.period}, ${hhmm(n.start)}–${hhmm(n.end)} UTC`),
     h("div", { class: "cards" },
       c("now-draw", "planned draw / cap", `${kwText(n.power_w)} / ${kwText(n.cap_w)}`),
@@ -253,7 +273,91 @@ function nowStrip(summary, plan, targets) {
       c("now-price", "price now", `${num(n.price_usd_per_mwh)} USD/MWh`),
       c("now-carbon", "carbon now", `${num(n.carbon_g_per_kwh, 1)} g/kWh`),
       next),
-    targets ? targetsNow(targets, n) : null);
+    targets ? targetsNow(targets, n) : null,
+    shed);
+}
+
+// "Shed now": a site power target in kW, first answered by POST .../shed as a dry run
+// (what it would do: the settings per deployment for the counts running now, the power
+// shed, the limits it would store, the cost per hour; nothing recorded), then, once
+// confirmed, posted again without the flag (recorded as an event, the site re-planned
+// from the next boundary in a job, followed as an event's re-plan is).
+const SHED_FIELDS = [["target_kw", "Shed to (kW)"], ["at", "Shed to (kW)"], ["duration", "Shed to (kW)"]];
+function shedPanel(siteId, n) {
+  const target = h("input", { id: "shed-target", type: "number", min: "0", step: "any", required: true,
+                              value: num(Math.max(0, 0.9 * n.power_w) / 1000, 1) });
+  const status = h("div", { role: "status", id: "shed-status" });
+  const out = h("div", { id: "shed-result" });
+  const progressEl = h("div", {});
+  const preview = h("button", { type: "submit", id: "shed-preview" }, "Preview the shed");
+  const form = h("form", { class: "shed", id: "shed", "aria-labelledby": "shed-title", novalidate: true },
+    h("h3", { id: "shed-title" }, "Shed now"),
+    h("p", { class: "muted" }, "A site power target (kW, after PUE) met at once by GPU settings on the "
+      + "instances running now. Previewed first (nothing recorded), then applied on confirmation: kept as "
+      + "a capacity limit to the horizon's end and the site re-planned from the next period."),
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "shed-target" }, "Shed to (kW)"), target),
+      h("div", {}, preview)),
+    status, out, progressEl);
+  const fail = (e) => { status.replaceChildren(e instanceof ApiError ? formError(e, SHED_FIELDS) : errorBox(e)); };
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    out.replaceChildren();
+    let kw;
+    try { kw = numberOf(target, "Shed to (kW)", { min: 0 }); } catch (e) { fail(e.message); return; }
+    preview.disabled = true;
+    status.replaceChildren(h("progress", { "aria-label": "asking" }), " asking what the shed would do…");
+    try {
+      const { doc } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw, dry_run: true } });
+      status.replaceChildren();
+      const apply = h("button", { type: "button", id: "shed-apply", onclick: async () => {
+        apply.disabled = true; discard.disabled = true;
+        status.replaceChildren(h("progress", { "aria-label": "shedding" }), ` shedding to ${num(kw, 1)} kW…`);
+        try {
+          const { doc: done_ } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw } });
+          out.replaceChildren(shedAnswer(done_, false));
+          document.body.dataset.shed = String(done_.event.id);
+          const job = done_.replan?.job_id;
+          if (!job) { status.replaceChildren(`Shed applied (event ${done_.event.id}); no period left to re-plan.`); return; }
+          status.replaceChildren(`Shed applied (event ${done_.event.id}); re-planning from period ${done_.replan.from_period} in job `,
+            h("a", { href: "#/jobs" }, job), "…");
+          const after = await followReplan(job, progressEl);
+          document.body.dataset.replanned = String(after.plan_id);
+          flash = `Shed to ${num(kw, 1)} kW applied (event ${done_.event.id}, ${kwText(done_.shed_w)} shed now); re-planned: plan ${after.plan_id}.`;
+          route();
+        } catch (e) { fail(e); apply.disabled = false; discard.disabled = false; }
+      } }, "Apply the shed and re-plan");
+      const discard = h("button", { type: "button", class: "secondary", onclick: () => { out.replaceChildren(); status.replaceChildren(); } }, "Discard");
+      out.replaceChildren(shedAnswer(doc, true), h("div", { class: "actions" }, apply, discard));
+    } catch (e) { fail(e); } finally { preview.disabled = false; }
+  });
+  return form;
+}
+
+// a shed's answer: met or short, power before and after, the limits stored (or that
+// would be), the settings and loads per deployment, the cost per hour and its terms
+function shedAnswer(d, dry) {
+  const short = d.met ? "met" : `not met: ${kwText(d.shortfall_w)} short (every deployment at its least power)`;
+  const limits = (d.stored_limits || []).map((x) => `${when(x.start)}: ${num(x.limit_kw, 1)} kW`).join("; ");
+  const rows = Object.entries(d.deployments).map(([name, x]) => [name, x.n_p, x.n_d, x.prefill_setting, x.decode_setting,
+    `${num(x.served_rps)} / ${num(x.demand_rps)}`, kwText(x.power_w)]);
+  const nb = d.next_boundary;
+  // settings alone short of the target: the instance changes the next boundary brings
+  const changes = (c) => Object.entries(c).map(([k, v]) => `${k} ${v.from.n_p}/${v.from.n_d} → ${v.to.n_p}/${v.to.n_d}`).join(", ");
+  const boundary = !nb ? null : h("p", { id: "shed-boundary" }, `At the next period (${nb.period}): `
+    + (nb.feasible === true ? `${changes(nb.instance_changes) || "no instance change"}, site power ${kwText(nb.site_power_w)}`
+      : nb.feasible === false ? `no schedule meets the target (${nb.reason})` : `not solved now (${nb.reason}); the re-plan gives the instance changes`));
+  return h("div", { class: "panel", id: dry ? "shed-dry-run" : "shed-applied" },
+    h("h4", {}, dry ? `Dry run: nothing recorded (period ${d.period}, ${when(d.at)})` : `Applied: event ${d.event?.id} (period ${d.period})`),
+    h("div", { class: "cards" },
+      card("target", `${num(d.target_w / 1000, 1)} kW, ${short}`),
+      card("site power: planned → after", `${kwText(d.site_power_before_w)} → ${kwText(d.site_power_w)}`),
+      card("shed", kwText(d.shed_w)),
+      card("cost per hour after", `${usd(d.cost_usd_per_h)} (energy ${usd(d.energy_usd_per_h)}, carbon ${usd(d.carbon_usd_per_h)}, unserved demand ${usd(d.unserved_usd_per_h)})`),
+      card(dry ? "limit it would store" : "limit stored", limits || "–")),
+    d.stored_target_reason ? h("p", { class: "muted note" }, d.stored_target_reason) : null,
+    table(["Deployment", "Prefill", "Decode", "Prefill setting", "Decode setting", "Served / demand (req/s)", "GPU power (before PUE)"],
+      rows, [1, 2, 5, 6]),
+    boundary);
 }
 
 async function sitePage(t0, id) {
@@ -273,6 +377,7 @@ async function sitePage(t0, id) {
   const s = plan.schedule;
   const rows = charts.planRows(plan, site);
   const b = summary.plan;
+  const shed = summary.now ? shedPanel(id, summary.now) : null;
   const second = h("select", { id: "second-axis" }, h("option", { value: "price USD/MWh" }, "price (USD/MWh)"),
     h("option", { value: "carbon g/kWh" }, "carbon (g/kWh)"));
   const chartEl = (id, label) => h("div", { class: "chart", id, role: "img", "aria-label": label });
@@ -281,7 +386,8 @@ async function sitePage(t0, id) {
   const unservedEl = chartEl("chart-unserved", "Unserved demand and periods at the cap");
   const wrap = (el) => h("div", { class: "chart-wrap" }, el);
   main.replaceChildren(...head,
-    nowStrip(summary, plan, now),
+    flashLine(),
+    nowStrip(summary, plan, now, shed),
     h("div", { class: "cards" },
       card("status", `${plan.status}${plan.stale ? " (stale: site changed since)" : ""}`),
       card("objective", usd(s.objective_usd)),
@@ -309,7 +415,8 @@ async function sitePage(t0, id) {
     try {
       const fresh = await loadSite(id);
       if (fresh.plan?.plan_id !== plan.plan_id) { route(); return; }
-      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now));
+      document.getElementById("now-strip")?.replaceWith(nowStrip(fresh.summary, fresh.plan, fresh.targets_now,
+        fresh.summary.now ? shed : null));  // the shed form kept as it is
       const period = fresh.summary.now?.period ?? null;
       if (period !== shownPeriod) {
         shownPeriod = period;
@@ -407,6 +514,16 @@ function capEvent(capKw, startIso, minutes, name) {
 
 const START_PATTERN = /^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d$/;
 
+// the plan's periods a window of [startMs, endMs) touches
+const periodsIn = (plan, startMs, endMs) => (plan ? plan.schedule.periods.filter(
+  (p) => Date.parse(p.end) > startMs && Date.parse(p.start) < endMs) : []);
+
+// the form's fields, as the API names what they make of the event
+// (an interval's payload is the cap typed; the interval itself, its span: the window)
+const EVENT_FIELDS = [["event.intervals[0].payloads", "Cap (kW)"], ["event.intervals", "Start (UTC)"],
+                      ["event.intervalPeriod.duration", "Duration (minutes)"], ["event.intervalPeriod", "Start (UTC)"],
+                      ["event.eventName", "Name"]];
+
 async function eventPage(t0, id) {
   const loaded = await loadSite(id);
   const { summary } = loaded;
@@ -414,19 +531,51 @@ async function eventPage(t0, id) {
   const nextStart = new Date(Math.max(Date.parse(summary.plan_start), Date.now()));
   const step = summary.period_minutes * 60000;
   const aligned = new Date(Date.parse(summary.plan_start) + Math.ceil((nextStart - Date.parse(summary.plan_start)) / step) * step);
-  const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: plan ? num(summary.plan.cap_at_peak_w * 0.0008, 1) : "" });
+  const span = 4 * summary.period_minutes;
+  // by default a cap that binds: 80% of the least the plan draws in the default window
+  const drawn = periodsIn(plan, aligned.getTime(), aligned.getTime() + span * 60000).map((p) => p.power_w);
+  const defaultCap = drawn.length ? Math.floor(8 * Math.min(...drawn) / 1000) / 10 : null;
+  const cap = h("input", { id: "ev-cap", type: "number", min: "0", step: "any", value: defaultCap === null ? "" : defaultCap.toFixed(1) });
   // a 24-hour UTC time as text (a datetime-local input is drawn in the browser's locale,
   // with AM/PM in many)
   const start = h("input", { id: "ev-start", type: "text", inputmode: "numeric", autocomplete: "off", size: "16",
                              pattern: START_PATTERN.source.slice(1, -1), placeholder: "YYYY-MM-DD HH:MM",
                              "aria-describedby": "ev-start-hint", value: aligned.toISOString().slice(0, 16).replace("T", " ") });
-  const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(4 * summary.period_minutes) });
+  const minutes = h("input", { id: "ev-minutes", type: "number", min: "1", step: "1", value: String(span) });
   const name = h("input", { id: "ev-name", type: "text", value: "capacity limit" });
   const pasted = h("textarea", { id: "ev-json", spellcheck: "false", placeholder: "{\"programID\": …, \"intervals\": […]}" });
   const status = h("div", { role: "status" });
   const progressEl = h("div", {});
   const result = h("div", {});
-  const form = h("form", { class: "panel", "aria-labelledby": "event-title" },
+  // the preview: the plan's draw in the window typed, against the cap typed
+  const previewText = h("p", { id: "ev-preview", "aria-live": "polite" });
+  const previewEl = h("div", { class: "chart", id: "chart-preview", role: "img", "aria-label": "The plan's draw and cap, the window and the cap typed" });
+  let previewTimer = null;
+  const preview = () => {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(async () => {
+      const t = START_PATTERN.test(start.value.trim()) ? Date.parse(`${start.value.trim().replace(" ", "T")}:00Z`) : NaN;
+      const m = Number(minutes.value), c = Number(cap.value);
+      const inside = Number.isFinite(t) && m > 0 ? periodsIn(plan, t, t + m * 60000) : [];
+      if (!plan) { previewText.replaceChildren("No plan yet: nothing to preview."); return; }
+      if (!inside.length) {
+        previewText.replaceChildren("The window typed lies outside the plan's periods.");
+        await charts.draw(previewEl, "preview", charts.previewSpec(plan, null, null));
+        return;
+      }
+      const top = Math.max(...inside.map((p) => p.power_w)), low = Math.min(...inside.map((p) => p.power_w));
+      const ok = cap.value.trim() !== "" && Number.isFinite(c);
+      const below = ok ? inside.filter((p) => p.power_w > c * 1000).length : 0;
+      previewText.replaceChildren(`The plan draws ${kwText(low)} to ${kwText(top)} in the ${inside.length} period`
+        + `${inside.length === 1 ? "" : "s"} of this window (${hhmm(inside[0].start)}–${hhmm(inside.at(-1).end)} UTC). `
+        + (!ok ? "" : below ? `A cap of ${num(c, 1)} kW is below that draw in ${below} of them, by up to ${kwText(top - c * 1000)}: the plan must change.`
+          : `A cap of ${num(c, 1)} kW is above that draw throughout: the plan need not change.`));
+      await charts.draw(previewEl, "preview", charts.previewSpec(plan,
+        { start: inside[0].start, end: inside.at(-1).end }, ok ? c : null));
+    }, 200);
+  };
+  for (const el of [cap, start, minutes]) el.addEventListener("input", preview);
+  const form = h("form", { class: "panel", "aria-labelledby": "event-title", novalidate: true },
     h("h2", { id: "event-title" }, "A capacity limit"),
     h("div", { class: "row" },
       h("div", {}, h("label", { for: "ev-cap" }, "Cap (kW)"), cap),
@@ -434,18 +583,24 @@ async function eventPage(t0, id) {
         h("small", { id: "ev-start-hint", class: "muted" }, "24-hour, UTC: YYYY-MM-DD HH:MM")),
       h("div", {}, h("label", { for: "ev-minutes" }, "Duration (minutes)"), minutes),
       h("div", {}, h("label", { for: "ev-name" }, "Name"), name)),
+    previewText,
     h("label", { for: "ev-json" }, "Or an OpenADR 3.1 event (JSON; used instead of the fields above when given)"), pasted,
     h("div", {}, h("button", { type: "submit", id: "ev-submit" }, "Post the event and re-plan")), status);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     let event;
-    if (!pasted.value.trim() && !START_PATTERN.test(start.value.trim())) {
-      status.replaceChildren(errorBox("Start (UTC): a 24-hour UTC time, YYYY-MM-DD HH:MM")); return;
-    }
+    const fromForm = !pasted.value.trim();
     try {
-      event = pasted.value.trim() ? JSON.parse(pasted.value)
-        : capEvent(Number(cap.value), `${start.value.trim().replace(" ", "T")}:00Z`, Number(minutes.value), name.value);
-    } catch (err) { status.replaceChildren(errorBox(`the pasted event is not JSON: ${err.message}`)); return; }
+      if (fromForm) {
+        const capKw = numberOf(cap, "Cap (kW)", { min: 0 });
+        if (!START_PATTERN.test(start.value.trim())) throw new Error("Start (UTC): a 24-hour UTC time, YYYY-MM-DD HH:MM");
+        const mins = numberOf(minutes, "Duration (minutes)", { min: 1 });
+        if (!Number.isInteger(mins)) throw new Error(`Duration (minutes): a whole number of minutes, got ${minutes.value.trim()}`);
+        event = capEvent(capKw, `${start.value.trim().replace(" ", "T")}:00Z`, mins, name.value);
+      } else {
+        try { event = JSON.parse(pasted.value); } catch (err) { throw new Error(`the pasted event is not JSON: ${err.message}`); }
+      }
+    } catch (err) { status.replaceChildren(errorBox(err.message)); return; }
     const button = document.getElementById("ev-submit");
     button.disabled = true;
     const began = performance.now();
@@ -457,11 +612,11 @@ async function eventPage(t0, id) {
       // the re-plan runs as a site_plan job, whose progress is polled and shown; an
       // event already in force and planned for is answered at once, not re-planned
       const { doc } = await api(`v1/sites/${id}/events?replan=job`, { method: "POST", body: { event } });
-      const span = `periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}`;
+      const periodsText = `periods ${doc.event.periods[0]}–${doc.event.periods.at(-1)}`;
       if (doc.replanned === false) {
         clearInterval(tick);
         progressEl.replaceChildren();
-        status.replaceChildren(h("p", { id: "not-replanned" }, `Event already merged (${span}) and in force: `
+        status.replaceChildren(h("p", { id: "not-replanned" }, `Event already merged (${periodsText}) and in force: `
           + `not re-planned, the plan ${doc.plan.plan_id} was made with it.`));
         plan = doc.plan;
         await showBeforeAfter(result, plan, plan, true);
@@ -470,15 +625,20 @@ async function eventPage(t0, id) {
       status.replaceChildren(bar, " re-planning in job ", h("a", { href: "#/jobs" }, doc.job.id), "… ", secs);
       const after = await followReplan(doc.job.id, progressEl);
       clearInterval(tick);
-      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (${span}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
-      await showBeforeAfter(result, plan, after, doc.event.duplicate);
+      status.replaceChildren(h("p", {}, `Event ${doc.event.duplicate ? "already merged" : "merged"} (${periodsText}); re-planned in ${((performance.now() - began) / 1000).toFixed(1)} s.`));
+      // what the event did, as `pdwatt dr` tells it: from the site's page (its effect)
+      const { doc: page } = await api(`ui/api/sites/${id}/page`);
+      const logged = page.summary.events.find((x) => x.id === doc.event.id) ?? null;
+      await showBeforeAfter(result, plan, after, doc.event.duplicate, logged);
       plan = after;
     } catch (err) {
       clearInterval(tick);
-      status.replaceChildren(errorBox(err));
+      status.replaceChildren(fromForm && err instanceof ApiError ? formError(err, EVENT_FIELDS) : errorBox(err));
     } finally { button.disabled = false; }
   });
-  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form, progressEl, result);
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: post an event`), siteNav(id, "/event"), form,
+    h("div", { class: "chart-wrap" }, previewEl), progressEl, result);
+  preview();
   done("event", t0);
 }
 
@@ -511,7 +671,12 @@ async function followReplan(jobId, el) {
   }
 }
 
-async function showBeforeAfter(el, before, after, duplicate = false) {
+// Before and after an event: the plans' totals, then what the event did as `pdwatt dr`
+// reports a cut (its effect between the plan before it and the plan its re-plan made,
+// from the site's page: the power shed at most and on average in its window, the energy
+// shed there and over the periods both plans cover, the cost and its terms, the demand
+// lost per deployment), and both plans' power and cap with the window shaded.
+async function showBeforeAfter(el, before, after, duplicate = false, logged = null) {
   const tb = before?.schedule.totals, ta = after.schedule.totals;
   const money = (x) => usd(x), change = (x) => usdChange(x);
   const keys = [["objective_usd", "Objective", money, change], ["cost_usd", "Energy cost", money, change],
@@ -523,63 +688,181 @@ async function showBeforeAfter(el, before, after, duplicate = false) {
   const rows = keys.map(([k, label, f, d]) => [label, tb ? f(tb[k]) : "–", f(ta[k]), tb ? d(ta[k] - tb[k]) : "–"]);
   const costOf = tb ? ta.objective_usd - tb.objective_usd : null;
   const chartEl = h("div", { class: "chart", id: "chart-compare", role: "img", "aria-label": "Site power and cap before and after the event" });
+  const x = logged?.effect;
+  const effect = !logged ? null : !x ? h("p", { class: "muted", id: "event-effect" }, `What the event did: – (${logged.effect_note || "no pair of plans"})`)
+    : h("div", { class: "dr-result", id: "event-effect" }, h("h3", {}, "What the event did"),
+      h("div", { class: "cards" },
+        card("shed at most", kwText(x.max_shed_w)), card("shed on average in the window", kwText(x.mean_shed_w)),
+        card("energy shed in the window", `${num(x.window_energy_shed_kwh, 1)} kWh`),
+        card("energy shed over the horizon", `${num(x.energy_shed_kwh, 1)} kWh`),
+        card("cost", x.cost_delta_usd === null ? "–" : usdChange(x.cost_delta_usd))),
+      x.cost_delta_breakdown ? h("p", { class: "note" }, `Cost: energy ${usdChange(x.cost_delta_breakdown.energy_usd)}, `
+        + `carbon ${usdChange(x.cost_delta_breakdown.carbon_usd)}, unserved demand ${usdChange(x.cost_delta_breakdown.unserved_value_usd)}, `
+        + `transitions ${usdChange(x.cost_delta_breakdown.transition_usd)}.`) : null,
+      table(["Deployment", "Requests lost", "Value lost"],
+        Object.entries(x.demand_lost || {}).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
+      h("p", { class: "muted note" }, "Requests lost: unserved with the event less without it, over the periods both "
+        + "plans cover; negative where the re-plan serves a deployment more than before."));
+  const windows = logged?.start ? [{ start: logged.start, end: logged.end, label: `${logged.eventName || logged.programID}`
+    + (missing(logged.cap_w) ? "" : ` · ${num(logged.cap_w / 1000, 1)} kW`) }] : [];
   el.replaceChildren(h("h2", {}, "Before and after"),
     h("div", { class: "cards" }, card("cost of the event", costOf === null ? "–"
       : `${usdChange(costOf)}${duplicate ? " (already merged: the plan is unchanged)" : ""}`),
       card("plan after", `${after.status}, gap ${pct(after.schedule.mip_gap)}`)),
-    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), h("div", { class: "chart-wrap" }, chartEl));
-  await charts.draw(chartEl, "compare", charts.compareSpec(before, after));
+    table(["", "Before", "After", "Change"], rows, [1, 2, 3]), effect, h("div", { class: "chart-wrap" }, chartEl));
+  await charts.draw(chartEl, "compare", charts.compareSpec(before, after, windows));
   document.body.dataset.replanned = String(after.plan_id);
 }
 
 // ------------------------------------------------------------------ flexibility
 
+// a job followed to its end, its progress shown in el (status, phase, evaluations or
+// solves done of the total, time since it started); its result, or its error
+async function followJob(jobId, el, what, every_ = 400) {
+  for (;;) {
+    const { doc: job } = await api(`v1/jobs/${jobId}`);
+    const q = job.progress || {};
+    el.replaceChildren(h("div", { class: "cards", "data-job": jobId },
+      card(what, h("a", { href: "#/jobs" }, `job ${jobId}: ${job.status}`)),
+      card("phase", q.phase ?? "–"),
+      card("done", missing(q.total) ? "–" : `${q.done} of ${q.total}`),
+      card("time", missing(q.elapsed_s) ? "–" : `${num(q.elapsed_s, 1)} s`)));
+    if (job.status === "succeeded") return job.result;
+    if (["failed", "cancelled"].includes(job.status)) {
+      const err = job.error;
+      throw new ApiError(422, err ? { title: err.title, detail: err.detail,
+        errors: err.field ? [{ field: err.field, reason: err.detail }] : [] } : { title: `the ${what} job was ${job.status}` });
+    }
+    await new Promise((r) => setTimeout(r, every_));
+  }
+}
+
+// the flexibility form's fields, as POST /v1/jobs names them
+const FLEX_FIELDS = [["request.period", "Period (UTC)"], ["request.points", "Caps on the curve"],
+                     ["request.event.reduction_w", "Cut (kW below the planned draw)"], ["request.event.end_period", "Cut lasts (periods)"],
+                     ["request.event.start_period", "Period (UTC)"], ["request.event", "Cut (kW below the planned draw)"]];
+
 async function flexPage(t0, id) {
   const { summary, site, plan } = await loadSite(id);
-  const first = plan ? plan.schedule.periods.find((p) => p.power_w >= p.power_cap_w * (1 - 1e-6)) : null;
-  const period = h("input", { id: "flex-period", type: "number", min: "0", max: String(summary.n_periods - 1), step: "1",
-                              value: String(first ? first.index : nowPeriod(summary) ?? 0) });
-  const points = h("input", { id: "flex-points", type: "number", min: "2", max: "200", value: "15" });
-  const cut = h("input", { id: "dr-cut", type: "number", min: "0", max: "100", step: "any", value: "20" });
+  const start0 = Date.parse(summary.plan_start), step = summary.period_minutes * 60000;
+  const at = (t) => new Date(start0 + t * step).toISOString();
+  const clock = (t) => `${hhmm(at(t))}–${hhmm(at(t + 1))} UTC`;
+  // the period now by default (before: the first at the cap), each shown as its UTC times
+  const nowT = nowPeriod(summary);
+  const chosen = nowT ?? plan?.schedule.periods[0].index ?? 0;
+  const period = h("select", { id: "flex-period" }, Array.from({ length: summary.n_periods }, (_, t) =>
+    h("option", { value: String(t), selected: t === chosen }, `${at(t).slice(0, 10)} ${clock(t)}${t === nowT ? " (now)" : ""}`)));
+  const points = h("input", { id: "flex-points", type: "number", min: "2", max: "200", step: "1", value: "15" });
+  // the cut: kW below the plan's draw in each period of the window (a cut of the cap
+  // above the draw would be no cut); by default a fifth of the draw in the period chosen
+  const drawAt = (t) => plan?.schedule.periods.find((q) => q.index === t)?.power_w ?? null;
+  const cutDefault = (t) => (drawAt(t) === null ? "" : num(drawAt(t) / 5000, 1));
+  const cut = h("input", { id: "dr-cut", type: "number", min: "0", step: "any", value: cutDefault(chosen) });
+  period.addEventListener("change", () => { cut.value = cutDefault(Number(period.value)); });
   const span = h("input", { id: "dr-periods", type: "number", min: "1", step: "1", value: "4" });
   const status = h("div", { role: "status" });
-  const flexEl = h("div", { class: "chart", id: "chart-flex", role: "img", "aria-label": "Flexibility curve" });
+  const flexProgress = h("div", { id: "flex-progress", "aria-live": "polite" });
+  const drProgress = h("div", { id: "dr-progress", "aria-live": "polite" });
+  const flexEl = h("div", { class: "chart", id: "chart-flex", role: "img", "aria-label": "Flexibility curve: value served and cost against the cap" });
+  const servedEl = h("div", { class: "chart", id: "chart-flex-served", role: "img", "aria-label": "Served demand per deployment and configurations against the cap" });
+  const curveEl = h("div", {});
   const drEl = h("div", {});
-  const form = h("form", { class: "panel", "aria-labelledby": "flex-title" },
+  const form = h("form", { class: "panel", "aria-labelledby": "flex-title", novalidate: true },
     h("h2", { id: "flex-title" }, "A period's flexibility and a cut's what-if"),
     h("div", { class: "row" },
-      h("div", {}, h("label", { for: "flex-period" }, `Period (0–${summary.n_periods - 1})`), period),
+      h("div", {}, h("label", { for: "flex-period" }, "Period (UTC)"), period),
       h("div", {}, h("label", { for: "flex-points" }, "Caps on the curve"), points),
-      h("div", {}, h("label", { for: "dr-cut" }, "Cut (% of the cap)"), cut),
+      h("div", {}, h("label", { for: "dr-cut" }, "Cut (kW below the planned draw)"), cut),
       h("div", {}, h("label", { for: "dr-periods" }, "Cut lasts (periods)"), span)),
-    h("div", {}, h("button", { type: "submit" }, "Compute")), status);
+    h("p", { class: "muted note" }, "Both run as jobs (listed on the Jobs page): the curve evaluates the period "
+      + "at each cap; the what-if solves the plan twice, without and with the cut."),
+    h("div", {}, h("button", { type: "submit", id: "flex-submit" }, "Compute")), status, flexProgress, drProgress);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const request = requestOf(site);
     const p = Number(period.value);
-    status.replaceChildren(h("progress", { "aria-label": "computing" }), " computing…");
+    let body;
     try {
-      const [{ doc: flex }, { doc: dr }] = await Promise.all([
-        api("v1/flexibility", { method: "POST", body: { request, period: p, points: Number(points.value) } }),
-        api("v1/demand-response", { method: "POST", body: { request, event: {
-          name: "console what-if", start_period: p, end_period: Math.min(summary.n_periods, p + Number(span.value)),
-          reduction_pct: Number(cut.value) } } }),
+      const n = numberOf(points, "Caps on the curve", { min: 2 });
+      const cutKw = numberOf(cut, "Cut (kW below the planned draw)", { min: 0 });
+      const lasts = numberOf(span, "Cut lasts (periods)", { min: 1 });
+      body = { n, cutKw, lasts };
+    } catch (err) { status.replaceChildren(errorBox(err.message)); return; }
+    const button = document.getElementById("flex-submit");
+    button.disabled = true;
+    status.replaceChildren();
+    curveEl.replaceChildren(); drEl.replaceChildren();
+    const end = Math.min(summary.n_periods, p + body.lasts);
+    try {
+      const [{ doc: fj }, { doc: dj }] = await Promise.all([
+        api("v1/jobs", { method: "POST", body: { kind: "flexibility", request: { request, period: p, points: body.n } } }),
+        api("v1/jobs", { method: "POST", body: { kind: "demand_response", request: { request, event: {
+          name: "console what-if", start_period: p, end_period: end, reduction_w: 1000 * body.cutKw } } } }),
       ]);
-      status.replaceChildren();
-      await charts.draw(flexEl, "flex", charts.flexSpec(flex.periods[0]));
-      drEl.replaceChildren(h("h2", {}, "What-if: the cut"),
-        h("div", { class: "cards" }, card("cost of the cut", usdChange(dr.cost_delta_usd)),
-          card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
-        table(["Deployment", "Requests lost to the cut", "Value lost"],
-          Object.entries(dr.demand_lost).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
-        h("p", { class: "muted note", id: "lost-sign" }, "Requests lost: the requests left unserved over the whole horizon "
-          + "with the cut, less those without it. Positive: the cut leaves more unserved. Negative: with the cut "
-          + "this deployment serves more than without it, the re-plan moving GPUs or power to it from the others, "
-          + "or serving it before or after the window."));
-    } catch (err) { status.replaceChildren(errorBox(err)); }
+      document.body.dataset.flexJob = fj.id;
+      document.body.dataset.drJob = dj.id;
+      await Promise.all([
+        followJob(fj.id, flexProgress, "flexibility").then((flex) => showCurve(flex.periods[0], plan, site, clock, curveEl, flexEl, servedEl)),
+        followJob(dj.id, drProgress, "what-if").then((dr) => showWhatIf(dr, drEl, `${num(body.cutKw, 1)} kW below the planned draw, ${clock(p).slice(0, 5)}–${hhmm(at(end))} UTC`)),
+      ]);
+      document.body.dataset.flexDone = "1";
+    } catch (err) { status.replaceChildren(err instanceof ApiError ? formError(err, FLEX_FIELDS) : errorBox(err)); }
+    finally { button.disabled = false; }
   });
-  main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, flexEl, drEl);
+  main.replaceChildren(h("h1", {}, `Site ${summary.name}: flexibility`), siteNav(id, "/flex"), form, curveEl,
+    h("div", { class: "chart-wrap" }, flexEl), h("div", { class: "chart-wrap" }, servedEl), drEl);
   done("flex", t0);
+}
+
+// The curve of a period: value served and cost against the cap (legend, the plan's draw
+// marked), the served demand per deployment with the configurations at each cap (as
+// `pdwatt flex`'s chart labels them), the same in a table, and why the requests served
+// may fall as the cap rises.
+async function showCurve(curve, plan, site, clock, el, flexEl, servedEl) {
+  const names = Object.keys(curve.points[0]?.served_rps || {});
+  const planned = plan?.schedule.periods.find((q) => q.index === curve.period) ?? null;
+  const draw = planned ? planned.power_w : null;
+  const pts = curve.points;
+  const penalty = Object.fromEntries(site.deployments.map((d) => [d.name, d.unserved_penalty_usd_per_request]));
+  let why = null;
+  const i = pts.findIndex((q, k) => k > 0 && q.total_served_rps < pts[k - 1].total_served_rps - 1e-9);
+  if (i > 0) {
+    const a = pts[i - 1], b = pts[i];
+    const moved = names.map((n) => [n, b.served_rps[n] - a.served_rps[n]]);
+    const gain = moved.filter(([, d]) => d > 1e-9).map(([n]) => `${n} (${PER_REQUEST.format(penalty[n])} a request)`);
+    const loss = moved.filter(([, d]) => d < -1e-9).map(([n]) => `${n} (${PER_REQUEST.format(penalty[n])} a request)`);
+    why = h("p", { class: "note", id: "flex-why" }, `The requests served fall from ${num(a.total_served_rps)} to `
+      + `${num(b.total_served_rps)} req/s as the cap rises from ${num(a.cap_w / 1000, 1)} to ${num(b.cap_w / 1000, 1)} kW: `
+      + "at each cap the curve takes the period's plan of least cost (energy and carbon of the draw plus the value of "
+      + "the demand left unserved), not the most requests; the power a higher cap allows goes to "
+      + `${gain.join(", ") || "other deployments"}${loss.length ? `, taken from ${loss.join(", ")}` : ""}. `
+      + "The value of the demand served never falls as the cap rises, and the cost never rises.");
+  }
+  const rows = pts.map((q) => [num(q.cap_w / 1000, 1), num(q.site_power_w / 1000, 1), usd(q.served_value_usd_per_h),
+    usd(q.energy_cost_usd_per_h + q.unserved_value_usd_per_h),
+    ...names.map((n) => `${q.configurations[n].n_p}P${q.configurations[n].n_d}D · ${num(q.served_rps[n])}`)]);
+  el.replaceChildren(h("h2", {}, `Flexibility of ${clock(curve.period)} (period ${curve.period})`),
+    h("div", { class: "cards" }, card("least draw", kwText(curve.min_site_power_w)),
+      card("draw without a cap", kwText(curve.unconstrained_power_w)), card("cap now", kwText(curve.request_cap_w)),
+      card("plan's draw", kwText(draw))),
+    why,
+    h("details", { id: "flex-table" }, h("summary", {}, "The curve's points"),
+      table(["Cap (kW)", "Site power (kW)", "Value served (USD/h)", "Cost (USD/h)", ...names.map((n) => `${n}: config · req/s`)],
+        rows, [0, 1, 2, 3])));
+  await Promise.all([charts.draw(flexEl, "flex", charts.flexSpec(curve, draw)),
+                     charts.draw(servedEl, "flex_served", charts.flexServedSpec(curve, names, draw))]);
+}
+
+function showWhatIf(dr, el, window) {
+  el.replaceChildren(h("h2", {}, `What-if: the cut, ${window}`),
+    h("div", { class: "cards" }, card("cost of the cut", usdChange(dr.cost_delta_usd)),
+      card("largest shed", kwText(dr.max_shed_w)), card("energy shed in the window", `${num(dr.window_energy_shed_kwh)} kWh`)),
+    table(["Deployment", "Requests lost to the cut", "Value lost"],
+      Object.entries(dr.demand_lost).map(([n, d]) => [n, count(d.requests), usdChange(d.value_usd)]), [1, 2]),
+    h("p", { class: "muted note", id: "lost-sign" }, "Requests lost: the requests left unserved over the whole horizon "
+      + "with the cut, less those without it. Positive: the cut leaves more unserved. Negative: with the cut "
+      + "this deployment serves more than without it, the re-plan moving GPUs or power to it from the others, "
+      + "or serving it before or after the window."));
 }
 
 // ------------------------------------------------------------------ jobs
@@ -607,7 +890,9 @@ async function jobsPage(t0) {
         ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
           await api(`v1/jobs/${j.id}`, { method: "DELETE" }); refresh(); } }, "Cancel") : "";
       const show = h("button", { type: "button", class: "secondary", "aria-label": `Progress of job ${j.id}`, onclick: () => { shown = j.id; refresh(); } }, "Progress");
-      return [j.created, [j.id, j.kind, site(j), j.trigger ?? "–", j.status, p.phase || "", pct(p.gap),
+      // a flexibility curve's evaluations, a what-if's solves: done of the total
+      const phase = `${p.phase || ""}${missing(p.total) ? "" : ` (${p.done} of ${p.total})`}`;
+      return [j.created, [j.id, j.kind, site(j), j.trigger ?? "–", j.status, phase, pct(p.gap),
               when(j.created), duration(j.duration_s), h("span", { class: "actions" }, show, cancel)]];
     });
     // the plans synchronous requests made (no job lists them)

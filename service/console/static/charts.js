@@ -381,8 +381,18 @@ export function unservedSpec(rows, now = []) {
   };
 }
 
-// before and after an event: site power and cap of both plans
-export function compareSpec(before, after) {
+// a window shaded and labelled (the event's periods)
+const windowLayer = (rows) => ({
+  layer: [
+    { name: "window", data: { values: rows }, mark: { type: "rect", color: EVENT_COLOURS[0], fillOpacity: 0.22 },
+      encoding: { x: utcX(), x2: { field: "end" } } },
+    { data: { values: rows }, mark: { type: "text", align: "left", baseline: "top", dx: 3, y: 2, fontSize: 10, color: "#6b4a00" },
+      encoding: { x: utcX(), text: { field: "label" } } },
+  ],
+});
+
+// before and after an event: site power and cap of both plans, its window shaded
+export function compareSpec(before, after, windows = []) {
   const rows = [];
   for (const [label, plan] of [["before", before], ["after", after]]) {
     if (!plan) continue;
@@ -394,8 +404,9 @@ export function compareSpec(before, after) {
   }
   const periods = after.schedule.periods;
   return {
-    ...TIME_BASE, height: 260, title: "Site power and cap, before and after the event",
+    ...TIME_BASE, height: 260, title: "Site power and cap, before and after the event (its window shaded)",
     layer: [
+      windowLayer(windows),
       {
         name: "compare", data: { values: rows },
         mark: { type: "line", interpolate: "step-after", tooltip: true },
@@ -412,26 +423,104 @@ export function compareSpec(before, after) {
   };
 }
 
-export function flexSpec(period) {
-  const rows = period.points.map((q) => ({
-    "site power kW": kw(q.site_power_w), "cost USD/h": q.energy_cost_usd_per_h + q.unserved_value_usd_per_h,
-    "served req/s": q.total_served_rps, "cap kW": kw(q.cap_w),
-    configurations: Object.entries(q.configurations).map(([n, c]) => `${n} ${c.n_p}/${c.n_d}`).join(", "),
-  }));
-  const x = { field: "site power kW", type: "quantitative", scale: { zero: false } };
-  const tip = [{ field: "cap kW", format: ".2f" }, { field: "site power kW", format: ".2f" },
-               { field: "cost USD/h", format: ".2f" }, { field: "served req/s", format: ".2f" },
-               { field: "configurations" }];
+// an event's preview: the plan's draw and cap over its horizon, the window typed shaded
+// and the cap typed over it
+export function previewSpec(plan, window, capKw) {
+  const rows = [];
+  for (const p of plan.schedule.periods) {
+    const time = `${hhmm(p.start)}–${hhmm(p.end)}`;
+    rows.push({ series: "planned draw", start: p.start, end: p.end, time, kw: kw(p.power_w) });
+    rows.push({ series: "cap now", start: p.start, end: p.end, time, kw: kw(p.power_cap_w) });
+  }
+  const typed = window && capKw !== null ? [{ ...window, kw: capKw, series: "cap typed" }] : [];
+  const periods = plan.schedule.periods;
   return {
-    ...BASE, height: 260, title: `Flexibility of period ${period.period}`,
-    data: { values: rows },
+    ...TIME_BASE, height: 200, title: "Preview: the plan's draw in the window, against the cap typed",
     layer: [
-      { name: "cost", mark: { type: "line", point: true, color: "#b42318", tooltip: true },
-        encoding: { x, y: { field: "cost USD/h", type: "quantitative", title: "cost: energy + unserved value (USD/h, red)" }, tooltip: tip } },
-      { name: "served", mark: { type: "line", point: true, color: "#0b5cad", tooltip: true },
-        encoding: { x, y: { field: "served req/s", type: "quantitative", title: "served (req/s, blue)", axis: { orient: "right" } }, tooltip: tip } },
+      windowLayer(window ? [{ ...window, label: "window" }] : []),
+      { name: "preview", data: { values: rows }, mark: { type: "line", interpolate: "step-after", tooltip: true },
+        encoding: { x: periodX(), y: { field: "kw", type: "quantitative", title: "kW" },
+                    color: { field: "series", type: "nominal", title: null,
+                             scale: { domain: ["planned draw", "cap now", "cap typed"], range: ["#0b5cad", "#b42318", "#f0a500"] } },
+                    tooltip: [{ field: "time", title: "time (UTC)" }, { field: "series" }, { field: "kw", format: ".2f" }] } },
+      { name: "typed", data: { values: typed }, mark: { type: "rule", strokeWidth: 3 },
+        encoding: { x: utcX(), x2: { field: "end" }, y: { field: "kw", type: "quantitative" },
+                    color: { field: "series", type: "nominal" } } },
+      nowLayer(nowRows(periods[0].start, periods.at(-1).end)),
     ],
-    resolve: { scale: { y: "independent" } },
+  };
+}
+
+// the plan's draw in the curve's period: a rule on the cap axis, labelled
+const drawLayer = (drawW) => ({
+  layer: [
+    { name: "plan_draw", data: { values: drawW === null ? [] : [{ kw: kw(drawW), label: `plan's draw ${fmt(kw(drawW), 1)} kW` }] },
+      mark: { type: "rule", color: "#1b1f24", strokeWidth: 2, strokeDash: [6, 3] },
+      encoding: { x: { field: "kw", type: "quantitative" } } },
+    { data: { values: drawW === null ? [] : [{ kw: kw(drawW), label: `plan's draw ${fmt(kw(drawW), 1)} kW` }] },
+      mark: { type: "text", align: "right", baseline: "top", dx: -4, y: 2, fontSize: 11, fontWeight: "bold" },
+      encoding: { x: { field: "kw", type: "quantitative" }, text: { field: "label" } } },
+  ],
+});
+const CAP_X = { field: "cap kW", type: "quantitative", title: "site power cap (kW)", scale: { zero: false } };
+// a point's configurations as `pdwatt flex` labels them: "7P4D 10P1D 11P3D"
+export const configLabel = (q) => Object.values(q.configurations).map((c) => `${c.n_p}P${c.n_d}D`).join(" ");
+
+// A period's flexibility: the value of the demand served and the period's cost
+// (energy and carbon of the draw plus the value left unserved) per hour, against the
+// cap; the plan's draw marked.
+export function flexSpec(curve, drawW = null) {
+  const rows = [];
+  for (const q of curve.points) {
+    const at = { "cap kW": kw(q.cap_w), "site power kW": kw(q.site_power_w), "served req/s": q.total_served_rps,
+                 configurations: configLabel(q) };
+    rows.push({ ...at, series: "value of demand served", usd: q.served_value_usd_per_h });
+    rows.push({ ...at, series: "cost (energy + unserved)", usd: q.energy_cost_usd_per_h + q.unserved_value_usd_per_h });
+  }
+  return {
+    ...BASE, height: 240, title: "Value served and cost against the cap (USD/h)",
+    layer: [
+      { name: "curve", data: { values: rows }, mark: { type: "line", point: true, tooltip: true },
+        encoding: { x: CAP_X, y: { field: "usd", type: "quantitative", title: "USD/h" },
+                    color: { field: "series", type: "nominal", title: null,
+                             scale: { domain: ["value of demand served", "cost (energy + unserved)"], range: ["#0b5cad", "#b42318"] } },
+                    tooltip: [{ field: "cap kW", format: ".2f" }, { field: "site power kW", format: ".2f" },
+                              { field: "series" }, { field: "usd", title: "USD/h", format: ".2f" },
+                              { field: "served req/s", format: ".2f" }, { field: "configurations" }] } },
+      drawLayer(drawW),
+    ],
+  };
+}
+
+// The served demand per deployment against the cap (stacked), each point labelled with
+// its configurations; the total served as a line; the plan's draw marked.
+export function flexServedSpec(curve, names, drawW = null) {
+  const rows = [], totals = [];
+  for (const q of curve.points) {
+    let y = 0;
+    for (const n of names) {
+      rows.push({ "cap kW": kw(q.cap_w), deployment: n, rps: q.served_rps[n], y0: y, y1: y + q.served_rps[n],
+                  config: `${q.configurations[n].n_p}P${q.configurations[n].n_d}D` });
+      y += q.served_rps[n];
+    }
+    totals.push({ "cap kW": kw(q.cap_w), "served req/s": q.total_served_rps, configurations: configLabel(q) });
+  }
+  return {
+    ...BASE, height: 260, title: "Served demand per deployment, and the configurations (nP·P nD·D) at each cap",
+    layer: [
+      { name: "served_by", data: { values: rows }, mark: { type: "area", interpolate: "linear", opacity: 0.6 },
+        encoding: { x: CAP_X, y: { field: "y0", type: "quantitative", title: "served (req/s, stacked)",
+                                   // room above for the labels, as the CLI's chart leaves
+                                   scale: { domainMax: 1.45 * Math.max(1e-9, ...totals.map((t) => t["served req/s"])) } },
+                    y2: { field: "y1" },
+                    color: deploymentColour(names) } },
+      { name: "served", data: { values: totals }, mark: { type: "line", point: true, color: "#1b1f24", tooltip: true },
+        encoding: { x: CAP_X, y: { field: "served req/s", type: "quantitative" },
+                    tooltip: [{ field: "cap kW", format: ".2f" }, { field: "served req/s", format: ".2f" }, { field: "configurations" }] } },
+      { name: "configs", data: { values: totals }, mark: { type: "text", align: "left", baseline: "middle", angle: 300, dx: 4, dy: -4, fontSize: 9 },
+        encoding: { x: CAP_X, y: { field: "served req/s", type: "quantitative" }, text: { field: "configurations" } } },
+      drawLayer(drawW),
+    ],
   };
 }
 
