@@ -527,6 +527,24 @@ _EXPERT_DTYPES = {"mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
 #: activations, MXFP4 weights, TRTLLM; Hopper: BF16 activations, TRITON)
 MXFP8_ACTIVATION_GPUS = {"trtllm": frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"})}
 
+#: MoE kernels a framework runs that its own tables do not measure, and the framework
+#: whose tables of the same GPU measure them: (framework, expert dtype) -> (GPUs, the
+#: framework read). TensorRT-LLM on Blackwell runs DeepSeek's block-FP8 and NVFP4
+#: experts with its TRTLLM MoE backend (TensorRT-LLM-gen kernels) where attention is not
+#: data-parallel: SemiAnalysis InferenceX's DeepSeek-R1 servers set MOE_BACKEND=TRTLLM
+#: unless attention is data-parallel (benchmarks/dsr1_fp8_b200_trt.sh: DEEPGEMM then;
+#: dsr1_fp4_b200_trt.sh: CUTLASS then), and the NVIDIA Dynamo recipes they ran
+#: (NVIDIA/srt-slurm recipes/trtllm/b200-fp8) give the tensor-parallel decode workers
+#: backend TRTLLM and the data-parallel ones DEEPGEMM. TensorRT-LLM 1.3.0rc20's tables
+#: measure those experts only under DeepGEMM (block-FP8) and CUTLASS (NVFP4, mostly);
+#: SGLang 0.5.14's tables of the same GPUs measure the TensorRT-LLM-gen kernels
+#: (through FlashInfer, ``sglang_flashinfer_trtllm_moe``), and are read for them.
+MOE_KERNELS = ("deployed", "own")
+TRTLLM_GEN_MOE: dict[tuple[str, str], tuple[frozenset[str], str]] = {
+    ("trtllm", dtype): (frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), "sglang")
+    for dtype in ("fp8_block", "nvfp4")
+}
+
 
 @dataclass(frozen=True)
 class KernelSetup:
@@ -545,7 +563,9 @@ class KernelSetup:
     ``balanced``, a skew such as ``power_law_1.2``), the NCCL version (default: the newest the
     database has for the GPU) and the data-parallel attention size `attention_dp` (1: none;
     else ``tp x attention_dp`` GPUs, each rank attending its own requests, the experts
-    split ``moe_tp x ep`` over all of them)."""
+    split ``moe_tp x ep`` over all of them). `moe_kernels`: ``deployed`` (the MoE kernels
+    the framework's deployments run, :data:`TRTLLM_GEN_MOE`) or ``own`` (the
+    framework's own MoE tables, as AIConfigurator's estimator reads them)."""
 
     gpu: str
     framework: str
@@ -558,8 +578,12 @@ class KernelSetup:
     distribution: str = "uniform"
     nccl_version: str = ""
     attention_dp: int = 1
+    moe_kernels: str = "deployed"
 
     def __post_init__(self) -> None:
+        if self.moe_kernels not in MOE_KERNELS:
+            raise InputError("moe_kernels", f"must be one of {', '.join(MOE_KERNELS)}, got "
+                                            f"{self.moe_kernels!r}")  # fmt: skip
         for name in ("tp", "ep", "attention_dp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -1398,6 +1422,9 @@ class KernelModel:
         frameworks by name, newest first), said in :attr:`substitutions`; none: the
         setup's, whose lookup refuses naming the shape."""
         own = self._tables["moe"]
+        ran = self._moe_kernel_source(key)
+        if ran is not None:
+            return ran
         if own.axis_values(**key):
             return own
         for f, v in self._others("moe", self.setup.framework, own.name):
@@ -1413,6 +1440,31 @@ class KernelModel:
                     self.substitutions.append(note)
                 return table
         return own
+
+    def _moe_kernel_source(self, key: dict[str, Any]) -> KernelTable | None:
+        """The table that measures the MoE kernel the framework runs where its own
+        tables measure another (:data:`TRTLLM_GEN_MOE`; only where attention is not
+        data-parallel): that framework's newest table of the GPU that measures the key,
+        said in :attr:`substitutions`; None otherwise."""
+        s = self.setup
+        rule = TRTLLM_GEN_MOE.get((s.framework, str(key["moe_dtype"])))
+        if rule is None or s.gpu not in rule[0] or s.attention_dp > 1 or s.moe_kernels == "own":
+            return None
+        for f, v in self._others("moe", rule[1]):
+            if f != rule[1]:
+                break
+            table = self.db.table(s.gpu, "moe", f, v)
+            if table.axis_values(**key):
+                note = (
+                    f"moe ({key['moe_dtype']}): {s.framework} runs its TRTLLM MoE backend "
+                    f"(TensorRT-LLM-gen kernels) without data-parallel attention, which its "
+                    f"tables do not measure; {f} {v}'s measurement of those kernels is read "
+                    "(docs/kernels.md, \"MoE kernels\")"
+                )
+                if note not in self.substitutions:
+                    self.substitutions.append(note)
+                return table
+        return None
 
     def _dispatch(self, out: list[KernelCall], pre: bool, tokens: int, graph: bool) -> None:
         """Under data-parallel attention, the collectives around each MoE layer, as

@@ -5,6 +5,7 @@ framework lacks taken from another framework's tables of the same GPU, each said
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,36 @@ def test_a_moe_shape_a_framework_lacks_is_read_from_another_frameworks_table() -
     own = KernelModel(db, load_model("gpt-oss-120b"), KernelSetup("b200_sxm", "trtllm",
                                                                    "1.3.0rc20", tp=1))  # fmt: skip
     assert not [s for s in own.substitutions if s.startswith("moe (")]
+
+
+def test_tensorrt_llm_experts_on_blackwell_are_read_where_its_moe_backend_is_measured() -> None:
+    """DeepSeek's block-FP8 experts under TensorRT-LLM on B200 (TRTLLM MoE backend,
+    TensorRT-LLM-gen kernels, without data-parallel attention; model.kernels.
+    TRTLLM_GEN_MOE) are read from SGLang's table of the GPU, which measures those kernels;
+    with data-parallel attention (DeepGEMM) and on Hopper, from TensorRT-LLM's own."""
+    from model.catalog import load_model
+    from model.kernels import KernelModel, KernelSetup
+
+    db = open_database(str(installed_kernel_tables()))
+    ds = load_model("deepseek-v3.1")
+
+    def moe_of(gpu: str, tp: int, dp: int = 1, ep: int = 1) -> tuple[KernelModel, list[Any]]:
+        km = KernelModel(db, ds, KernelSetup(gpu, "trtllm", "1.3.0rc20", tp=tp, ep=ep,
+                                             weight_dtype="fp8", kv_dtype="fp8",
+                                             attention_dp=dp))  # fmt: skip
+        return km, [c for c in km.decode(4, 1500).calls if c.name == "moe"]
+
+    km, calls = moe_of("b200_sxm", tp=8)
+    assert {c.table.split("/")[2] for c in calls} == {"sglang"}
+    shape = dict(calls[0].shape)
+    assert shape["moe_dtype"] == "fp8_block"
+    sglang = db.table("b200_sxm", "moe", "sglang", calls[0].table.split("/")[3])
+    assert calls[0].time_s == sglang.lookup(**shape).time_s
+    own = db.table("b200_sxm", "moe", "trtllm", "1.3.0rc20").lookup(**shape).time_s
+    assert calls[0].time_s < own  # DeepGEMM's table: about 3x at 4 tokens
+    assert any("TRTLLM MoE backend" in s for s in km.substitutions)
+    km, calls = moe_of("b200_sxm", tp=1, dp=8, ep=8)
+    assert {c.table.split("/")[2] for c in calls} == {"trtllm"}
+    assert not any("TRTLLM MoE backend" in s for s in km.substitutions)
+    km, calls = moe_of("h200_sxm", tp=8)
+    assert {c.table.split("/")[2] for c in calls} == {"trtllm"}
