@@ -78,6 +78,7 @@ from formulation.infeasible import InfeasibleError
 from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from formulation.results import response
+from formulation.shed_figures import cost_delta, power_shed
 from formulation.whatif.shed import fast_response
 from model.errors import InputError
 
@@ -498,7 +499,6 @@ def report(
 ) -> dict[str, Any]:
     pm = float(data.problem.period_minutes)
     bp, rp = base.priced, resp.priced
-    shed = bp.site_power_w - rp.site_power_w
     win = slice(ev.start, ev.end)
     b_req, b_usd = _unserved(data, bp)
     r_req, r_usd = _unserved(data, rp)
@@ -512,8 +512,18 @@ def report(
     differ_before = [t for t in range(ev.start) if not same[t]]
     first = differ_before[0] if differ_before else None
     prep = slice(first if first is not None else ev.start, ev.start)
-    bt, rt = bp.totals, rp.totals
-    dt_kh = data.period_hours / 1e3
+    periods = range(data.n_periods)
+    figures = power_shed(
+        {t: float(bp.site_power_w[t]) for t in periods},
+        {t: float(rp.site_power_w[t]) for t in periods},
+        range(ev.start, ev.end),
+        data.period_hours,
+    )
+    assert figures is not None  # the window holds at least one period
+    delta = cost_delta(
+        {"objective_usd": bp.objective_usd, "totals": bp.totals},
+        {"objective_usd": rp.objective_usd, "totals": rp.totals},
+    )
     return {
         "event": {
             "name": ev.name,
@@ -533,11 +543,11 @@ def report(
         },
         "baseline": response(base),
         "response": response(resp),
-        "power_shed_w": [float(x) for x in shed],
-        "max_shed_w": float(shed[win].max()),
-        "mean_shed_w": float(shed[win].mean()),
-        "window_energy_shed_kwh": float(shed[win].sum() * dt_kh),
-        "energy_shed_kwh": float(shed.sum() * dt_kh),
+        "power_shed_w": [figures["power_shed_w"][t] for t in periods],
+        "max_shed_w": figures["max_shed_w"],
+        "mean_shed_w": figures["mean_shed_w"],
+        "window_energy_shed_kwh": figures["window_energy_shed_kwh"],
+        "energy_shed_kwh": figures["energy_shed_kwh"],
         "demand_lost": {
             d.name: {
                 "requests": float(r_req[m] - b_req[m]),
@@ -545,13 +555,7 @@ def report(
             }
             for m, d in enumerate(data.deployments)
         },
-        "cost_delta_usd": float(rp.objective_usd - bp.objective_usd),
-        "cost_delta_breakdown": {
-            "energy_usd": float(rt["cost_usd"] - bt["cost_usd"]),
-            "carbon_usd": float(rt["carbon_cost_usd"] - bt["carbon_cost_usd"]),
-            "unserved_value_usd": float(rt["unserved_value_usd"] - bt["unserved_value_usd"]),
-            "transition_usd": float(rt["transition_cost_usd"] - bt["transition_cost_usd"]),
-        },
+        **delta,
         "settings_only": settings_only(data, ev, caps, bp),
         "preparation": {
             "first_changed_period": first,
