@@ -719,9 +719,21 @@ def published_workers() -> dict[str, Any]:
     (each a configuration and the rows it is for), ``rows`` (row id -> its record and
     the InferenceX commits of its run) and ``refused`` (row id -> why no configuration
     is taken)."""
-    path = resources.files(__package__ or "model") / "data" / DISAGG_WORKERS_FILE
+    return _data_file(DISAGG_WORKERS_FILE)
+
+
+def _data_file(name: str) -> dict[str, Any]:
+    """A JSON file of the package's ``data`` folder."""
+    path = resources.files(__package__ or "model") / "data" / name
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def _match(row: SiliconRow) -> dict[str, Any]:
+    """What a derived file's entry states of the row it is for (an id may name another
+    run in another file)."""
+    return {"model_path": row.model_path, "system": row.system, "backend": row.backend,
+            "precision": row.precision, "isl": row.isl, "osl": row.osl}  # fmt: skip
 
 
 @functools.cache
@@ -729,9 +741,7 @@ def published_speculative() -> dict[str, Any]:
     """The aggregated rows the published configurations say ran speculative decoding
     (:data:`SPECULATIVE_FILE`): ``rows`` (row id -> ``kind``, ``entries``, ``image``,
     ``reason`` and the ``match`` of the row it is for)."""
-    path = resources.files(__package__ or "model") / "data" / SPECULATIVE_FILE
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return _data_file(SPECULATIVE_FILE)
 
 
 def speculative_reason(row: SiliconRow) -> str | None:
@@ -739,10 +749,7 @@ def speculative_reason(row: SiliconRow) -> str | None:
     (or may have used), by :func:`published_speculative`; None when it is not listed
     (or is listed for another run of the same id)."""
     entry = published_speculative()["rows"].get(row.id)
-    if entry is None or entry["match"] != {
-        "model_path": row.model_path, "system": row.system, "backend": row.backend,
-        "precision": row.precision, "isl": row.isl, "osl": row.osl,
-    }:  # fmt: skip
+    if entry is None or entry["match"] != _match(row):
         return None
     return str(entry["reason"])
 
@@ -779,9 +786,7 @@ def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:
     if entry is None:
         return None
     rec = table["records"][entry["record"]]
-    if rec["match"] != {"model_path": row.model_path, "system": row.system,
-                        "backend": row.backend, "precision": row.precision,
-                        "isl": row.isl, "osl": row.osl}:  # fmt: skip
+    if rec["match"] != _match(row):
         return None
     runs = ", ".join(entry["inferencex_commits"])
     source = f"InferenceX nvidia-master.yaml entry {rec['config']} at {runs}"

@@ -4,6 +4,7 @@ fields it is about."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -11,11 +12,13 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from model import engine_fit
 from model.calibrate import Usable
 from model.catalog import load_gpu, load_model
 from model.measurements import Measurement
+from model.silicon import SiliconRow, installed_silicon, read_silicon
 
 #: a dense bf16 model on one H100 under vLLM; every test replaces the fields it needs
 PLAIN = Measurement(
@@ -65,3 +68,13 @@ def script(name: str) -> ModuleType:
     sys.modules[spec.name] = mod  # dataclasses look their module up while it loads
     spec.loader.exec_module(mod)
     return mod
+
+
+@functools.cache
+def installed_silicon_rows() -> dict[str, SiliconRow]:
+    """The installed aiconfigurator-core package's silicon rows by id (read once);
+    skips the test when the package is not installed."""
+    path = installed_silicon()
+    if path is None:
+        pytest.skip("the aiconfigurator-core package is not installed")
+    return {r.id: r for r in read_silicon(path)}

@@ -98,11 +98,9 @@ def test_a_row_without_worker_counts_takes_the_published_configuration():
     at the configuration its run published (model/data/silicon_disagg_workers.json), as
     the validation reads it; a row the table refuses carries the table's reason."""
     from model import silicon
+    from tests.model.rows import installed_silicon_rows
 
-    path = silicon.installed_silicon()
-    if path is None:
-        pytest.skip("the aiconfigurator-core package is not installed")
-    rows = {r.id: r for r in silicon.read_silicon(path)}
+    rows = installed_silicon_rows()
     table = silicon.published_workers()
     rid, entry = next(iter(sorted(table["rows"].items())))
     rec = table["records"][entry["record"]]

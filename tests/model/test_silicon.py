@@ -190,25 +190,18 @@ def test_four_bit_releases_are_composed_from_their_catalog_entry(key) -> None:
 
 def test_a_four_bit_precision_without_a_release_is_refused() -> None:
     folder = str(installed_kernel_tables())
-    qwen = next(r for r in _rows() if r.model_path == "Qwen/Qwen3-235B-A22B-FP8")
-    row = dataclasses.replace(qwen, precision="fp4", gemm_quant="nvfp4", moe_quant="nvfp4")
-    r = silicon.resolve(row, folder)
-    assert isinstance(r, silicon.Unpredicted)
-    assert r.reason == ("precision fp4 (GEMM nvfp4, MoE nvfp4): the catalog has no such "
-                        "release of qwen3-235b-a22b")  # fmt: skip
-    ds = next(r for r in _rows() if r.model_path == "deepseek-ai/DeepSeek-R1")
-    row = dataclasses.replace(ds, precision="int4", gemm_quant="int4_wo", moe_quant="int4_wo")
-    r = silicon.resolve(row, folder)
-    assert isinstance(r, silicon.Unpredicted)
-    assert r.reason == ("precision int4 (GEMM int4_wo, MoE int4_wo): the catalog has no "
-                        "such release of deepseek-v3.1")  # fmt: skip
-    # Moonshot's INT4 Kimi-K2.5 is no FP8 release
-    kimi = next(r for r in _rows() if r.model_path == "moonshotai/Kimi-K2.5")
-    row = dataclasses.replace(kimi, precision="fp8", gemm_quant="fp8", moe_quant="fp8")
-    r = silicon.resolve(row, folder)
-    assert isinstance(r, silicon.Unpredicted)
-    assert r.reason == ("precision fp8 (GEMM fp8, MoE fp8): the catalog has no such release "
-                        "of kimi-k2.5")  # fmt: skip
+    cases = [  # (model path, precision, GEMM and MoE quantisation, catalog model)
+        ("Qwen/Qwen3-235B-A22B-FP8", "fp4", "nvfp4", "qwen3-235b-a22b"),
+        ("deepseek-ai/DeepSeek-R1", "int4", "int4_wo", "deepseek-v3.1"),
+        ("moonshotai/Kimi-K2.5", "fp8", "fp8", "kimi-k2.5"),  # Moonshot's INT4: no FP8 release
+    ]
+    for path, precision, quant, name in cases:
+        first = next(r for r in _rows() if r.model_path == path)
+        row = dataclasses.replace(first, precision=precision, gemm_quant=quant, moe_quant=quant)
+        r = silicon.resolve(row, folder)
+        assert isinstance(r, silicon.Unpredicted)
+        assert r.reason == (f"precision {precision} (GEMM {quant}, MoE {quant}): the catalog "
+                            f"has no such release of {name}")  # fmt: skip
 
 
 def _simulate_waves(

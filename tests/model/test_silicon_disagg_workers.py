@@ -6,12 +6,10 @@ are skipped when aiconfigurator-core is not installed."""
 from __future__ import annotations
 
 import dataclasses
-from functools import cache
-
-import pytest
 
 from model import silicon
 from tests.conftest import installed_kernel_tables
+from tests.model.rows import installed_silicon_rows
 
 #: a row InferenceX ran on 1 prefill and 4 decode workers of 4 GB300 GPUs each
 #: (dsr1-fp8-gb300-dynamo-sglang, recipe recipes/gb300-fp8/1k1k/stp/low-latency.yaml)
@@ -22,12 +20,7 @@ MTP = "2026_03_25_deepseek_r1_b300_sxm_trtllm_fp8_disagg_1024x1024_c11264_tp4_0_
 AMBIGUOUS = "2026_03_25_deepseek_r1_b300_sxm_trtllm_fp8_disagg_1024x1024_c3072_tp4_0_ep1_0_746"
 
 
-@cache
-def _rows() -> dict[str, silicon.SiliconRow]:
-    path = silicon.installed_silicon()
-    if path is None:
-        pytest.skip("the aiconfigurator-core package is not installed")
-    return {r.id: r for r in silicon.read_silicon(path)}
+_rows = installed_silicon_rows
 
 
 def test_table_states_its_source_and_rule() -> None:

@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from functools import cache
-
-import pytest
 
 from model import silicon
 from tests.conftest import installed_kernel_tables
-from tests.model.rows import script
+from tests.model.rows import installed_silicon_rows, script
 
 #: DeepSeek-R1 FP8 on 8 B200, TensorRT-LLM 1.2.0rc6.post3, 1k/1k, 4 clients: a point of
 #: InferenceX's dsr1-fp8-b200-trt-mtp entry (spec-decoding: mtp)
 MTP = "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_0_ep1_0_1021"
 
 
-@cache
-def _rows() -> dict[str, silicon.SiliconRow]:
-    path = silicon.installed_silicon()
-    if path is None:
-        pytest.skip("the aiconfigurator-core package is not installed")
-    return {r.id: r for r in silicon.read_silicon(path)}
+_rows = installed_silicon_rows
 
 
 def _agg_row(**kw: object) -> silicon.SiliconRow:

@@ -12,24 +12,17 @@ real ``pdwatt serve`` (see test_console.py for the set-up):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.service.test_console import REPLAN_TIMEOUT_MS, Console, register_and_plan
+from tests.service.test_console import REPLAN_TIMEOUT_MS, Console
 from tests.service.test_console_events import context as context  # noqa: F401 (a fixture)
+from tests.service.test_console_now import site as site  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.servers, pytest.mark.browser]
-
-
-@pytest.fixture(scope="module")
-def site(module_live_server: Callable[..., str]) -> tuple[str, str, dict[str, Any]]:
-    """A server, the demo site on it planned for the day around now: base, id, plan."""
-    base = module_live_server(workers=1)
-    site_id, plan = register_and_plan(base)
-    return base, site_id, plan
 
 
 def kw(w: float) -> str:
