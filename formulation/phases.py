@@ -70,6 +70,9 @@ PHASES: tuple[Phase, ...] = (
         "(restricted to what the site allows it whatever the others do) as the "
         "subproblem (`formulation.bounds.lagrange`); multipliers by column generation "
         "with dual smoothing (`solver.method: auto`) or the volume algorithm (`volume`). "
+        "Column generation starts, where the greedy baseline solved over-cap periods, "
+        "from those periods' own cap prices (their one-period problems' multipliers): "
+        "a bound before its first round and the smoothing's stability centre. "
         "Its best bound is the proven lower bound: never below the sum of the "
         "deployments' uncapped optima, and with one deployment the exact optimum.",
         brief="Lagrangian relaxation of the site cap and GPU inventories, each "
@@ -77,7 +80,10 @@ PHASES: tuple[Phase, ...] = (
     ),
     Phase(
         "lp_support",
-        "after column generation: the compact MILP over the configurations that the "
+        "after column generation: first the master as an integer program, one whole "
+        "column per deployment within the site's constraints (a binary per column, "
+        "small at any size: on 256 deployments it found the best schedules), then the "
+        "compact MILP over the configurations that the "
         "final master LP's columns use (and the incumbent's), every period "
         "(price-and-branch on the LP's support), a small MILP whose optimum is usually "
         "close to the best schedule; schedules only.",

@@ -413,8 +413,8 @@ def integer_columns(
         return ColumnChoice(None, status, seconds, n_cols)
     x = np.asarray(h.getSolution().col_value)[n_slack:]
     chosen: list[Column | None] = [None] * m.M
-    for j in np.flatnonzero(x > 0.5):
-        col = m.columns[int(j)]
+    for i in np.flatnonzero(x > 0.5):
+        col = m.columns[int(i)]
         chosen[col.deployment] = col
     if any(c is None for c in chosen):
         return ColumnChoice(None, status, seconds, n_cols)
