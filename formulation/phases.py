@@ -80,13 +80,13 @@ PHASES: tuple[Phase, ...] = (
     ),
     Phase(
         "lp_support",
-        "after column generation: first the master as an integer program, one whole "
-        "column per deployment within the site's constraints (a binary per column, "
-        "small at any size: on 256 deployments it found the best schedules), then the "
-        "compact MILP over the configurations that the "
+        "after column generation: the compact MILP over the configurations that the "
         "final master LP's columns use (and the incumbent's), every period "
         "(price-and-branch on the LP's support), a small MILP whose optimum is usually "
-        "close to the best schedule; schedules only.",
+        "close to the best schedule; then the master as an integer program, one whole "
+        "column per deployment within the site's constraints (a binary per column, "
+        "small at any size: on 256 deployments, where the support's MILP had no time, "
+        "it found the best schedules); schedules only.",
     ),
     Phase(
         "repair",

@@ -315,8 +315,8 @@ def _phases(run: Run) -> Outcome:
         relaxation, lgrids, generation = _relaxation(run, data, grids)
     if not run.done() and relaxation.support:
         with run.phase("lp_support"):
-            _column_milp(run, data, generation, TimeBudget.EXACT_WINDOW, "column_milp")
             _lp_support(run, data, lgrids, relaxation.support)
+            _column_milp(run, data, generation, TimeBudget.EXACT_WINDOW, "column_milp")
     guided = _guided(run)
     if not run.done() and not guided:
         with run.phase("repair"):
@@ -340,9 +340,9 @@ def _phases(run: Run) -> Outcome:
             _resume_relaxation(run, data, lgrids, generation)
         if _milps_left(run):
             with run.phase("lp_support_resumed"):
-                _column_milp(run, data, generation, TimeBudget.END, "column_milp_resumed")
                 support = _support_of(generation.result())
                 _lp_support(run, data, lgrids, support, TimeBudget.END, "lp_support_resumed")
+                _column_milp(run, data, generation, TimeBudget.END, "column_milp_resumed")
         if _milps_left(run):
             with run.phase("neighbourhoods_resumed"):
                 _neighbourhoods(run, data, lgrids, relaxation, corridors, TimeBudget.END)
