@@ -59,13 +59,16 @@ MIX = [
 
 def site_request(
     n_dep: int,
-    gpus_each: int,
+    gpus_each: int | list[int],
     site_gpus: int,
     seed: int,
     limit_s: float,
     variant: str = DEFAULT_VARIANT,
 ) -> dict[str, Any]:
+    """``n_dep`` deployments of ``gpus_each`` GPUs (or deployment ``i`` of
+    ``gpus_each[i]``) on a site of ``site_gpus``."""
     rng = np.random.default_rng(seed)
+    each = [gpus_each] * n_dep if isinstance(gpus_each, int) else list(gpus_each)
     T = 96
     hours = (np.arange(T) + 0.5) / 4.0
     deps = []
@@ -80,7 +83,7 @@ def site_request(
                 "demand_rps": [0.0] * T,  # filled below from capacity
                 "unserved_penalty_usd_per_request": value,
                 "headroom": 0.9,
-                "max_gpus": gpus_each,
+                "max_gpus": each[i],
                 "initial": {"n_p": 1, "n_d": 1},
                 "model_variant": variant,
             }
@@ -131,6 +134,26 @@ SITES = {
 }
 
 
+#: the fleets of the growth table over deployments (``--fleet``): N deployments of 100
+#: to 212 GPUs, evenly (156 on average: 256 of them are the 39,936-GPU site)
+FLEET_GPUS = (100, 112)
+
+
+def fleet_gpus(n_dep: int) -> list[int]:
+    lo, spread = FLEET_GPUS
+    return [lo + round(spread * i / max(n_dep - 1, 1)) for i in range(n_dep)]
+
+
+def fleet_run(args: tuple[str, int, int, float, str]) -> dict[str, Any]:
+    method, seed, n_dep, limit, variant = args
+    gpus = fleet_gpus(n_dep)
+    t0 = time.perf_counter()
+    body = site_request(n_dep, gpus, sum(gpus), seed, limit, variant)
+    setup_s = time.perf_counter() - t0
+    row = run_body(f"{n_dep}x100-212", body, method)
+    return row | {"model_variant": variant, "setup_s": round(setup_s, 1)}
+
+
 #: the README's main job (formulation.demo), run with its own request and limits
 DEMO = "demo"
 
@@ -175,6 +198,9 @@ def run_body(label: str, body: dict[str, Any], method: str) -> dict[str, Any]:
         "gap_pct": round(100 * o.mip_gap, 4),
         "time_to_gap_s": {
             f"{g:g}%": time_to_gap(st.get("trace", []), g / 100) for g in (1.0, 0.5, 0.1)
+        },
+        "time_to_coarse_gap_s": {
+            f"{g:g}%": time_to_gap(st.get("trace", []), g / 100) for g in (5.0, 2.0)
         },
         "incumbent_from": st.get("incumbent_from"),
         "baselines_usd": {k: round(v.objective_usd, 4) for k, v in o.baselines.items()},
@@ -244,9 +270,25 @@ def main() -> None:
         metavar="LIMIT_S",
         help="instead of the sites, the growth table with this time limit per instance",
     )
+    ap.add_argument(
+        "--fleet",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="instead of the sites, fleets of N deployments of 100 to 212 GPUs (256: "
+        "39,936 GPUs), each with --fleet-limit",
+    )
+    ap.add_argument("--fleet-limit", type=float, default=600.0, help="seconds per fleet")
     a = ap.parse_args()
     rows = []
-    if a.growth:
+    if a.fleet:
+        for n_dep in a.fleet:
+            for m in a.methods:
+                for v in a.model_variants:
+                    row = in_fresh_process(fleet_run, (m, a.seed, n_dep, a.fleet_limit, v))
+                    rows.append(row)
+                    print(json.dumps(row, default=_nan_none), flush=True)
+    elif a.growth:
         for n_dep, gpus_each in GROWTH:
             for m in a.methods:
                 for v in a.model_variants:

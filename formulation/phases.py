@@ -70,6 +70,9 @@ PHASES: tuple[Phase, ...] = (
         "(restricted to what the site allows it whatever the others do) as the "
         "subproblem (`formulation.bounds.lagrange`); multipliers by column generation "
         "with dual smoothing (`solver.method: auto`) or the volume algorithm (`volume`). "
+        "Column generation starts, where the greedy baseline solved over-cap periods, "
+        "from those periods' own cap prices (their one-period problems' multipliers): "
+        "a bound before its first round and the smoothing's stability centre. "
         "Its best bound is the proven lower bound: never below the sum of the "
         "deployments' uncapped optima, and with one deployment the exact optimum.",
         brief="Lagrangian relaxation of the site cap and GPU inventories, each "
@@ -80,7 +83,10 @@ PHASES: tuple[Phase, ...] = (
         "after column generation: the compact MILP over the configurations that the "
         "final master LP's columns use (and the incumbent's), every period "
         "(price-and-branch on the LP's support), a small MILP whose optimum is usually "
-        "close to the best schedule; schedules only.",
+        "close to the best schedule; then the master as an integer program, one whole "
+        "column per deployment within the site's constraints (a binary per column, "
+        "small at any size: on 256 deployments, where the support's MILP had no time, "
+        "it found the best schedules); schedules only.",
     ),
     Phase(
         "repair",

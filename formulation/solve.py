@@ -41,6 +41,7 @@ from formulation.bounds.decomposition import (
     ColumnGeneration,
     DecompositionResult,
     decompose,
+    integer_columns,
     make_column,
     schedule_of_columns,
 )
@@ -315,6 +316,7 @@ def _phases(run: Run) -> Outcome:
     if not run.done() and relaxation.support:
         with run.phase("lp_support"):
             _lp_support(run, data, lgrids, relaxation.support)
+            _column_milp(run, data, generation, TimeBudget.EXACT_WINDOW, "column_milp")
     guided = _guided(run)
     if not run.done() and not guided:
         with run.phase("repair"):
@@ -340,6 +342,7 @@ def _phases(run: Run) -> Outcome:
             with run.phase("lp_support_resumed"):
                 support = _support_of(generation.result())
                 _lp_support(run, data, lgrids, support, TimeBudget.END, "lp_support_resumed")
+                _column_milp(run, data, generation, TimeBudget.END, "column_milp_resumed")
         if _milps_left(run):
             with run.phase("neighbourhoods_resumed"):
                 _neighbourhoods(run, data, lgrids, relaxation, corridors, TimeBudget.END)
@@ -397,16 +400,15 @@ def _one_period_bound(run: Run, data: ScheduleData, grids: list[DeploymentGrid])
 
 def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dict[str, Priced]:
     run.say("baselines: static peak, greedy and greedy within transition limits")
+    # the two without a deadline first (seconds on hundreds of deployments), so that
+    # the greedy's one-period searches, which end at the phase's deadline, end the phase
+    peak, ramped = static_peak(data), greedy_ramped(data, grids)
     greedy_base, report = greedy_with_report(
         data, run.budget.deadline(TimeBudget.BASELINES), grids, _workers(run)
     )
     run.greedy = report
     run.stats["greedy"] = report.as_stats()
-    base = {
-        "static_peak": static_peak(data),
-        "greedy": greedy_base,
-        "greedy_ramped": greedy_ramped(data, grids),
-    }
+    base = {"static_peak": peak, "greedy": greedy_base, "greedy_ramped": ramped}
     for name, p in base.items():
         run.offer(_undominated(data, p), f"baseline {name}")
     return base
@@ -626,6 +628,7 @@ def _column_generation(
     if run.closed():
         return zero, None
     first = zero.first
+    warm = _warm_point(run, data, oracle)
     extra = []
     if run.best is not None:
         for m in range(len(data.deployments)):
@@ -640,6 +643,7 @@ def _column_generation(
         stop=lambda: run.stopped,
         first=first,
         bound_to_beat=lambda: run.lower_bound,
+        warm=warm,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
@@ -659,6 +663,22 @@ def _column_generation(
     return relaxation, dec.generation
 
 
+def _warm_point(run: Run, data: ScheduleData, oracle: DualOracle) -> Point | None:
+    """The dual function at the periods' own cap prices (the multipliers of each
+    over-cap period's one-period problem, transitions ignored, that the greedy
+    baseline found), when it found any: a bound and a stability centre for column
+    generation far closer than zero prices where the cap binds in many periods (its
+    first LP duals are those of a master with few columns)."""
+    prices = None if run.greedy is None else run.greedy.cap_prices
+    if prices is None or not np.any(prices > 0) or run.done():
+        return None
+    point = oracle(prices.astype(float), np.zeros((len(data.pools), data.n_periods)))
+    run.bound(point.value_usd, _relaxation_source(COLUMN_GENERATION))
+    run.offer(price_schedule(data, point.schedule), "Lagrangian relaxation")
+    run.stats["warm_start"] = {"bound_usd": point.value_usd}
+    return point
+
+
 def _repair(
     run: Run,
     data: ScheduleData,
@@ -675,6 +695,33 @@ def _repair(
             return
         cand = coordinate_descent(data, grids, st, deadline)
         run.offer(cand, "Lagrangian heuristic")
+
+
+def _column_milp(
+    run: Run, data: ScheduleData, generation: ColumnGeneration | None, until: float, key: str
+) -> None:
+    """One whole column per deployment from column generation's master, the best
+    within the site's constraints (:func:`integer_columns`), the incumbent's paths
+    among the columns and its first solution; until fraction ``until`` of the limit,
+    at most ``TimeBudget.COLUMN_MILP`` of it. Cheap at any size (a binary per
+    column), it gives a schedule wherever the columns combine into a better one than
+    the incumbent. Its figures in ``stats[key]``."""
+    if generation is None or run.best is None or run.done():
+        return
+    best = run.best.schedule
+    for m in range(len(data.deployments)):
+        generation.master.add(make_column(data, m, best.config[m], best.served_rps[m]))
+    deadline = run.budget.deadline(until).within(TimeBudget.COLUMN_MILP * run.budget.limit_s)
+    choice = integer_columns(generation, deadline, run.opts.mip_gap / 2, start=best)
+    improved = choice.schedule is not None and run.offer(
+        price_schedule(data, choice.schedule), "MILP over the master's columns"
+    )
+    run.stats[key] = {
+        "columns": choice.columns,
+        "seconds": round(choice.seconds, 3),
+        "status": choice.status,
+        "improved": improved,
+    }
 
 
 def _support_of(dec: DecompositionResult) -> list[tuple[int, NDArray[np.int64]]]:

@@ -190,12 +190,15 @@ def decompose(
     stop: Callable[[], bool] | None = None,
     first: Point | None = None,
     bound_to_beat: Callable[[], float] | None = None,
+    warm: Point | None = None,
 ) -> DecompositionResult:
     """Column generation to the Dantzig-Wolfe bound (or ``deadline``). ``oracle``
     prices the deployments' DPs (default: serial, on unrestricted grids), e.g. on the
     grids of :func:`formulation.bounds.lagrange.local_grids`; ``stop``: checked after every
     round; ``first``: the oracle's point at zero prices, if the caller has it;
-    ``bound_to_beat`` (optional): a lower bound proven otherwise. The restricted master
+    ``bound_to_beat`` (optional): a lower bound proven otherwise; ``warm``
+    (optional): the oracle's point at multipliers found otherwise (the periods' own cap
+    prices), the stability centre when its bound beats zero prices'. The restricted master
     LP's value is at least the Dantzig-Wolfe bound, so once it is no higher than that
     bound column generation cannot beat it and stops (``beaten`` in the result). The
     result's ``generation`` goes on from where it stopped (:meth:`ColumnGeneration.rounds`)."""
@@ -203,7 +206,7 @@ def decompose(
     if oracle is None:
         oracle = DualOracle(data, [deployment_grid(data, d) for d in data.deployments])
     try:
-        gen = ColumnGeneration(data, oracle, extra_columns, rel_tol, smoothing, first)
+        gen = ColumnGeneration(data, oracle, extra_columns, rel_tol, smoothing, first, warm)
         gen.rounds(oracle, deadline, max_iter, progress, stop, bound_to_beat)
         return gen.result()
     finally:
@@ -233,6 +236,7 @@ class ColumnGeneration:
         rel_tol: float = 1e-7,
         smoothing: float = 0.5,
         first: Point | None = None,
+        warm: Point | None = None,
     ) -> None:
         self.data = data
         self.rel_tol = rel_tol
@@ -244,7 +248,10 @@ class ColumnGeneration:
         high_pi = np.full(T, 1e2 * (float(np.max(data.cost_usd_per_w)) + 1e-6) + 1.0)
         if first is None:
             first = oracle(zero_pi, zero_sigma)
-        for p in (first, oracle(high_pi, zero_sigma)):
+        # the least-power paths (at a price of power above any other cost) let the LP
+        # meet the cap without its slack; multipliers found otherwise (``warm``) give
+        # paths near the cap instead, one oracle call fewer
+        for p in (first, oracle(high_pi, zero_sigma) if warm is None else warm):
             for col in _columns(data, p):
                 self.master.add(col)
         for col in extra_columns or []:
@@ -253,6 +260,10 @@ class ColumnGeneration:
         # bound never falls below it, whatever the LP duals do
         self.best_lb = first.value_usd
         self.best_pi, self.best_sigma = zero_pi, zero_sigma
+        if warm is not None and warm.value_usd > self.best_lb:
+            # the smoothing's stability centre (the first LP duals are far off)
+            self.best_lb = warm.value_usd
+            self.best_pi, self.best_sigma = warm.pi_w, warm.sigma_gpu
         self.history = [(time.perf_counter() - self.t0, self.best_lb)]
         self.lp = np.inf
         self.iterations = 0
@@ -345,6 +356,74 @@ class ColumnGeneration:
             beaten=self.beaten,
             generation=self,
         )
+
+
+@dataclass
+class ColumnChoice:
+    """One column per deployment chosen by :func:`integer_columns`: their schedule
+    (None when HiGHS found none within its time), HiGHS's status and time."""
+
+    schedule: Schedule | None
+    status: str
+    seconds: float
+    columns: int
+
+
+def integer_columns(
+    gen: ColumnGeneration, deadline: Deadline, rel_gap: float, start: Schedule | None = None
+) -> ColumnChoice:
+    """The restricted master as an integer program: one whole column per deployment
+    within the cap and inventories (no slack), least cost, by ``deadline``
+    (price-and-branch on the columns). Small however many periods the site has (a
+    binary per column, a row per deployment and coupling constraint), so it runs
+    beside the master LP in this process. ``start`` (optional, a schedule whose paths
+    are columns) is handed to HiGHS as its first solution. Its schedule, if any, meets
+    every coupling constraint and transition limit (each column is a deployment's own
+    feasible path)."""
+    t0 = time.perf_counter()
+    m = gen.master
+    n_cols = len(m.columns)
+    h = quiet_highs()
+    h.passModel(m.h.getLp())
+    n_slack = m.n_slack
+    if n_slack:
+        idx = np.arange(n_slack, dtype=np.int32)
+        h.changeColsBounds(n_slack, idx, np.zeros(n_slack), np.zeros(n_slack))
+    real = np.arange(n_slack, n_slack + n_cols, dtype=np.int32)
+    h.changeColsIntegrality(
+        n_cols, real, np.full(n_cols, highspy.HighsVarType.kInteger, dtype=np.uint8)
+    )
+    h.setOptionValue("mip_rel_gap", rel_gap)
+    h.setOptionValue("time_limit", max(deadline.remaining(), 0.01))
+    if start is not None:
+        x0 = np.zeros(n_slack + n_cols)
+        for j, col in enumerate(m.columns):
+            if np.array_equal(col.config, start.config[col.deployment]) and np.allclose(
+                col.served_rps, start.served_rps[col.deployment], rtol=0, atol=1e-9
+            ):
+                x0[n_slack + j] = 1.0
+        sol = highspy.HighsSolution()
+        sol.col_value = x0.tolist()
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    seconds = time.perf_counter() - t0
+    if h.getInfo().primal_solution_status != 2:  # kSolutionStatusFeasible
+        return ColumnChoice(None, status, seconds, n_cols)
+    x = np.asarray(h.getSolution().col_value)[n_slack:]
+    chosen: list[Column | None] = [None] * m.M
+    for i in np.flatnonzero(x > 0.5):
+        col = m.columns[int(i)]
+        chosen[col.deployment] = col
+    if any(c is None for c in chosen):
+        return ColumnChoice(None, status, seconds, n_cols)
+    return ColumnChoice(
+        schedule_of_columns(gen.data, [c for c in chosen if c is not None]),
+        status,
+        seconds,
+        n_cols,
+    )
 
 
 def schedule_of_columns(data: ScheduleData, cols: list[Column]) -> Schedule:

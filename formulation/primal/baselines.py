@@ -184,6 +184,10 @@ class GreedyReport:
     periods_proven: int = 0
     method: str | None = None
     seconds: float | None = None
+    #: (T,) each period's cap multiplier from its one-period problem (USD per net IT
+    #: watt, 0 where the deployments' own optima fit), when the enumeration ran: the
+    #: relaxation's first multipliers (not in the statistics)
+    cap_prices: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     def enumerated_all(self, within_s: float) -> bool:
         """Whether the enumeration found every over-cap period's exact optimum (there
@@ -197,7 +201,9 @@ class GreedyReport:
 
     def as_stats(self) -> dict[str, Any]:
         """The report as the solve's statistics show it (fields that are set)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        out.pop("cap_prices", None)
+        return out
 
 
 def greedy(
@@ -239,12 +245,14 @@ def greedy_with_report(
         t0 = time.perf_counter()
         with ForkPool(data, workers) as pool:
             sols = pool.map(solve_period, [(int(t), None, None, deadline) for t in bad])
+        report.cap_prices = np.zeros(T)
         for t, sol in zip(bad, sols, strict=True):
             if sol is None:  # no mix meets the cap: shed what the least-power mix can
                 cfg[:, t], served[:, t] = priced_period(data, all_grids, int(t))
                 continue
             cfg[:, t], served[:, t] = sol.config, sol.served
             report.periods_proven += int(sol.proven)
+            report.cap_prices[t] = sol.cap_price_usd_per_w
         report.seconds = round(time.perf_counter() - t0, 3)
         return price_schedule(data, Schedule(cfg, served)), report
     if bad.size:
@@ -279,6 +287,51 @@ def greedy_with_report(
                     if allowed is None and r.status == "optimal":
                         report.periods_proven = int(bad.size)
     return price_schedule(data, Schedule(cfg, served)), report
+
+
+def _fit_moves(
+    data: ScheduleData,
+    options: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    pick: np.ndarray,
+    budget: float,
+) -> np.ndarray:
+    """:func:`greedy_ramped`'s moves in one period: from ``pick`` (an option index per
+    deployment), while a GPU pool or the cap ``budget`` (net IT watts) is broken, the
+    move of least added cost per GPU freed (while a pool is over), else per watt
+    freed (filling no pool past its inventory), one at a time, until the site fits or
+    no move helps. All deployments' options are scanned at once as one flat array:
+    the same moves, and the same ties (the first deployment, then its first option),
+    as a scan deployment by deployment."""
+    sizes = np.array([o[0].size for o in options], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    owner = np.repeat(np.arange(len(options)), sizes)
+    cost = np.concatenate([o[2] for o in options])
+    net = np.concatenate([o[3] for o in options])
+    gpus = np.concatenate([o[4] for o in options]).astype(np.int64)
+    pool_of = np.asarray(data.pool_of, dtype=np.int64)
+    opt_pool = pool_of[owner]
+    pick = pick.copy()
+    for _ in range(int(sizes.sum())):  # each move strictly improves
+        at = start + pick
+        used = np.bincount(pool_of, weights=gpus[at], minlength=len(data.pools))
+        over_pool = used.astype(np.int64) - data.pool_gpus
+        over_w = sum(net[at].tolist()) - budget
+        if over_pool.max() <= 0 and over_w <= 1e-9 * max(abs(budget), 1.0):
+            break
+        dc = cost - cost[at][owner]  # added cost
+        added_gpus = gpus - gpus[at][owner]
+        if over_pool.max() > 0:  # free GPUs of an over-full pool first
+            gain = -added_gpus.astype(float)
+            ok = (gain > 0) & (over_pool[opt_pool] > 0)
+        else:  # then watts, without filling a pool past its inventory
+            gain = net[at][owner] - net
+            ok = (gain > 0) & (added_gpus <= -over_pool[opt_pool])
+        if not ok.any():
+            break
+        ratio = np.where(ok, dc / np.where(ok, gain, 1.0), np.inf)
+        j = int(np.argmin(ratio))
+        pick[owner[j]] = j - start[owner[j]]
+    return pick
 
 
 def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = None) -> Priced:
@@ -325,37 +378,7 @@ def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = N
             options.append((k2, s_full, c, net, d.gpus[k2]))
             pick[m] = int(np.argmin(c))
         budget = float(data.net_cap_w[t])
-        for _ in range(sum(o[0].size for o in options)):  # each move strictly improves
-            used = np.zeros(len(data.pools), dtype=np.int64)
-            for m, o in enumerate(options):
-                used[data.pool_of[m]] += o[4][pick[m]]
-            over_pool = used - data.pool_gpus
-            over_w = sum(o[3][pick[m]] for m, o in enumerate(options)) - budget
-            if over_pool.max() <= 0 and over_w <= 1e-9 * max(abs(budget), 1.0):
-                break
-            best: tuple[float, int, int] | None = None
-            pool_over = bool(over_pool.max() > 0)
-            for m, o in enumerate(options):
-                pool = int(data.pool_of[m])
-                dc = o[2] - o[2][pick[m]]  # added cost
-                added_gpus = o[4] - o[4][pick[m]]
-                if pool_over:  # free GPUs of an over-full pool first
-                    if over_pool[pool] <= 0:
-                        continue
-                    gain = -added_gpus.astype(float)
-                    ok = gain > 0
-                else:  # then watts, without filling a pool past its inventory
-                    gain = o[3][pick[m]] - o[3]
-                    ok = (gain > 0) & (added_gpus <= -over_pool[pool])
-                if not ok.any():
-                    continue
-                ratio = np.where(ok, dc / np.where(ok, gain, 1.0), np.inf)
-                j = int(np.argmin(ratio))
-                if best is None or ratio[j] < best[0]:
-                    best = (float(ratio[j]), m, j)
-            if best is None:
-                break
-            pick[best[1]] = best[2]
+        pick = _fit_moves(data, options, pick, budget)
         for m, o in enumerate(options):
             k = int(o[0][pick[m]])
             cfg[m, t] = k

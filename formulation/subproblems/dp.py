@@ -162,17 +162,25 @@ def endpoint_costs(
 
 def _unit_steps(gg: FloatArray, steps: int, c_up: float, c_down: float) -> FloatArray:
     """``steps`` applications of: stay, or move one cell along either axis (``c_up``
-    into the higher index, ``c_down`` into the lower)."""
+    into the higher index, ``c_down`` into the lower). Two buffers swap roles between
+    steps and the shifted sums go into a third: no array is allocated per step."""
+    cur = gg.copy()
+    new = np.empty_like(cur)
+    tmp = np.empty_like(cur)
     for _ in range(steps):
-        new = gg.copy()
-        np.minimum(new[1:, :], gg[:-1, :] + c_up, out=new[1:, :])
-        np.minimum(new[:-1, :], gg[1:, :] + c_down, out=new[:-1, :])
-        np.minimum(new[:, 1:], gg[:, :-1] + c_up, out=new[:, 1:])
-        np.minimum(new[:, :-1], gg[:, 1:] + c_down, out=new[:, :-1])
-        if np.array_equal(new, gg):
+        np.copyto(new, cur)
+        np.add(cur[:-1, :], c_up, out=tmp[:-1, :])
+        np.minimum(new[1:, :], tmp[:-1, :], out=new[1:, :])
+        np.add(cur[1:, :], c_down, out=tmp[:-1, :])
+        np.minimum(new[:-1, :], tmp[:-1, :], out=new[:-1, :])
+        np.add(cur[:, :-1], c_up, out=tmp[:, :-1])
+        np.minimum(new[:, 1:], tmp[:, :-1], out=new[:, 1:])
+        np.add(cur[:, 1:], c_down, out=tmp[:, :-1])
+        np.minimum(new[:, :-1], tmp[:, :-1], out=new[:, :-1])
+        if np.array_equal(new, cur):
             break
-        gg = new
-    return gg
+        cur, new = new, cur
+    return cur
 
 
 def reach(

@@ -353,6 +353,9 @@ class PeriodSolution:
     served: FloatArray  # (M,)
     # False when a deadline ended the search first: the best choice found, not proven
     proven: bool = True
+    #: the cap's Lagrange multiplier over the endpoint options (USD per net IT watt;
+    #: :func:`cap_price`): the period's price of power where the cap binds
+    cap_price_usd_per_w: float = 0.0
 
 
 class _OutOfTime(Exception):
@@ -529,6 +532,8 @@ def solve_period(
 
     proven = True
     try:
+        if deadline is not None and deadline.expired() and np.isfinite(best_cost):
+            raise _OutOfTime  # the dual rounding's choice, unproven
         tighten(best_cost)
         allm = combine(list(range(M)), 0.0, best_cost)
         if allm.pnet.size and float(allm.cost.min()) < best_cost - 1e-12:
@@ -585,4 +590,4 @@ def solve_period(
         proven = False
     if not np.isfinite(best_cost):
         return None
-    return PeriodSolution(best_cost, best_cfg, best_srv, proven)
+    return PeriodSolution(best_cost, best_cfg, best_srv, proven, float(pi))
