@@ -473,13 +473,37 @@ class ModelArch:
 
 
 @dataclass(frozen=True)
+class Fabric:
+    """What joins a GPU to the others of a collective: `domain_gpus` GPUs share one
+    NVLink switch domain, at `link_bw_bytes_per_s` per GPU and direction; beyond it the
+    scale-out network, at `network_bw_bytes_per_s` per GPU and direction
+    (docs/kernels.md, "Collectives over more GPUs than measured")."""
+
+    domain_gpus: int
+    link_bw_bytes_per_s: float
+    network_bw_bytes_per_s: float
+
+    def bandwidth(self, gpus: int) -> float:
+        """The bus bandwidth (B/s per GPU, one direction) of a ring collective over `gpus`
+        GPUs: NVLink's within the domain; beyond it, the rings run one per NIC rail, each
+        crossing between domains on its own NIC, so a ring's share of the message crosses
+        at the domain's NICs summed (``domain_gpus x network``), never above NVLink's."""
+        if gpus <= self.domain_gpus:
+            return self.link_bw_bytes_per_s
+        return min(self.link_bw_bytes_per_s, self.domain_gpus * self.network_bw_bytes_per_s)
+
+
+@dataclass(frozen=True)
 class GpuSpec:
     """One GPU in SI units (SPEC 2.1): peak dense BF16 `flops_per_s` (pi, FLOP/s),
     HBM bandwidth `mem_bw_bytes_per_s` (beta, B/s), memory `mem_bytes` (M, B) and
     board power `tdp_w` (W); `link_bw_bytes_per_s`: GPU-to-GPU (NVLink) bandwidth per
     direction (B/s; 0: unknown, tensor-parallel traffic then costs no time);
     `fp8_flops_per_s` and `fp4_flops_per_s`: dense peaks of the FP8 and FP4 Tensor
-    Cores (0: the GPU has none, and such models compute at the next wider peak)."""
+    Cores (0: the GPU has none, and such models compute at the next wider peak);
+    `nvlink_domain_gpus`: GPUs one NVLink switch domain joins (8 on an HGX board, 72 in
+    an NVL72 rack; 0: unknown) and `network_bw_bytes_per_s`: the scale-out NIC bandwidth
+    per GPU and direction (B/s; 0: unknown), together its :attr:`fabric`."""
 
     name: str
     flops_per_s: float
@@ -490,13 +514,29 @@ class GpuSpec:
     link_bw_bytes_per_s: float = 0.0
     fp8_flops_per_s: float = 0.0
     fp4_flops_per_s: float = 0.0
+    nvlink_domain_gpus: int = 0
+    network_bw_bytes_per_s: float = 0.0
+
+    @property
+    def fabric(self) -> Fabric | None:
+        """The GPU's NVLink domain and network (:class:`Fabric`); None where the catalog
+        does not give all of them."""
+        if not (self.nvlink_domain_gpus and self.link_bw_bytes_per_s
+                and self.network_bw_bytes_per_s):  # fmt: skip
+            return None
+        return Fabric(self.nvlink_domain_gpus, self.link_bw_bytes_per_s,
+                      self.network_bw_bytes_per_s)  # fmt: skip
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
         _check_str("source", self.source)
         names = ("flops_per_s", "mem_bw_bytes_per_s", "mem_bytes", "tdp_w")
-        optional = ("link_bw_bytes_per_s", "fp8_flops_per_s", "fp4_flops_per_s")
+        optional = ("link_bw_bytes_per_s", "fp8_flops_per_s", "fp4_flops_per_s",
+                    "network_bw_bytes_per_s")  # fmt: skip
         _set_floats(self, (*names, *optional))
+        n = self.nvlink_domain_gpus
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError("nvlink_domain_gpus", f"must be a whole number >= 0, got {n!r}")
         for name in names:
             _positive(name, getattr(self, name))
         for name in optional:
@@ -717,7 +757,8 @@ _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
 #: every other field of ModelArch may be given (its default applies otherwise)
 _MODEL_OPTIONAL = {f.name for f in dataclasses.fields(ModelArch)} - _MODEL_KEYS - {"name"}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
-_GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops", "clocks"}
+_GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops", "clocks",
+                 "nvlink_domain_gpus", "network_gbit_per_s"}  # fmt: skip
 #: a GPU's ``clocks`` entry (:class:`model.clocks.GpuClocks`, docs/clocks.md section 5)
 _CLOCK_KEYS = {
     "sm_clock_min_mhz",
@@ -812,6 +853,9 @@ def _gpu_entry(name: str, entry: dict[str, Any]) -> GpuSpec:
         link_bw_bytes_per_s=_scaled(entry.get("nvlink_gb_per_s", 0), "0.5e9", "nvlink"),
         fp8_flops_per_s=_scaled(entry.get("fp8_dense_tflops", 0), "1e12", "fp8"),
         fp4_flops_per_s=_scaled(entry.get("fp4_dense_tflops", 0), "1e12", "fp4"),
+        nvlink_domain_gpus=entry.get("nvlink_domain_gpus", 0),
+        # NICs are rated in Gb/s per direction
+        network_bw_bytes_per_s=_scaled(entry.get("network_gbit_per_s", 0), "0.125e9", "network"),
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from model.catalog import ModelArch
+from model.catalog import ModelArch, load_gpu
 from model.errors import InputError, OutsideTableError
 from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime, version_key
 
@@ -219,6 +219,7 @@ class KernelTimes:
             weight_dtype=weight_dtype(model),
             kv_dtype=kv_dtype,
             attention_dp=attention_dp,
+            fabric=load_gpu(gpu).fabric,
         )
         km = KernelModel(open_database(source.folder), model, setup)
         return cls(km, overheads or EngineOverheads())

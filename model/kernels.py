@@ -49,9 +49,10 @@ call of a pass, with its shape and count, is in :attr:`PhaseTime.calls`. A colle
 whose GPU count the setup's table does not measure is read from another table of the
 GPU that does (the framework's other versions, the other frameworks, then NCCL's
 all-reduce for a custom all-reduce; the GPU's other NCCL tables for an NCCL
-collective), said in :attr:`KernelModel.substitutions`; none does: refused, naming the
-tables searched. GPU counts beyond every table are not scaled (``docs/kernels.md``,
-"Collectives over more GPUs than measured").
+collective), said in :attr:`KernelModel.substitutions`. A GPU count beyond every table
+is scaled from the largest measured one by a ring's traffic and the GPU's link
+bandwidths where the setup gives its fabric, else refused, naming the tables searched
+(``docs/kernels.md``, "Collectives over more GPUs than measured").
 
 Duplicates. Where a table measures the same shape more than once, the rows of the
 kernel that the table measures most (its ``kernel_source`` with the most rows) are
@@ -111,7 +112,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
-from model.catalog import ModelArch, load_model
+from model.catalog import Fabric, ModelArch, load_model
 from model.errors import InputError, NotFoundError, OutsideTableError
 
 MS = 1e-3
@@ -130,6 +131,10 @@ class TableSpec:
     defaults: tuple[tuple[str, object], ...] = ()
     #: (column, the name some files give it)
     aliases: tuple[tuple[str, str], ...] = ()
+    #: for a table without a ``latency`` column (ms): the columns whose sum is its
+    #: latency, and their unit in ms
+    latency_from: tuple[str, ...] = ()
+    latency_unit_ms: float = 1.0
 
     @property
     def filename(self) -> str:
@@ -188,6 +193,16 @@ TABLE_SPECS: dict[str, TableSpec] = {
             aliases=(("backend", "implementation"),),
         ),
         TableSpec("nccl", "comm", ("op_name", "nccl_dtype", "num_gpus"), ("message_size",)),
+        # DeepEP's low-latency all-to-all (SGLang's ``moe-a2a-backend: deepep`` in
+        # ``low_latency`` mode): one MoE layer's dispatch and combine, per rank's tokens
+        TableSpec(
+            "wideep_deepep_ll",
+            "comm",
+            ("kernel_source", "node_num", "hidden_size", "num_topk", "num_experts"),
+            ("num_token",),
+            latency_from=("dispatch_avg_t_us", "combine_avg_t_us"),
+            latency_unit_ms=1e-3,
+        ),
         # multi-head latent attention: the attention kernel alone (its heads per GPU)...
         TableSpec(
             "context_mla",
@@ -250,6 +265,17 @@ class KernelTable:
         self.name = name
         self.spec = spec
         self.kind = spec.kind
+        if spec.latency_from and "latency" not in columns and all(
+            c in columns for c in spec.latency_from
+        ):
+            parts = [columns[c] for c in spec.latency_from]
+            columns = {
+                **columns,
+                "latency": [
+                    None if any(v is None for v in vs) else sum(vs) * spec.latency_unit_ms
+                    for vs in zip(*parts, strict=True)
+                ],
+            }
         n = len(columns.get("latency", []))
         columns = {
             **columns,
@@ -540,6 +566,11 @@ MXFP8_ACTIVATION_GPUS = {"trtllm": frozenset({"b200_sxm", "b300_sxm", "gb200", "
 #: SGLang 0.5.14's tables of the same GPUs measure the TensorRT-LLM-gen kernels
 #: (through FlashInfer, ``sglang_flashinfer_trtllm_moe``), and are read for them.
 MOE_KERNELS = ("deployed", "own")
+#: how decode iterations under data-parallel attention move tokens to their experts:
+#: ``""`` the framework's collectives (:meth:`KernelModel._dispatch`), ``deepep_ll``
+#: DeepEP's low-latency dispatch and combine (SGLang's ``moe-a2a-backend: deepep`` with
+#: ``deepep-mode: low_latency``), read from the GPU's ``wideep_deepep_ll`` table
+MOE_A2A = ("", "deepep_ll")
 TRTLLM_GEN_MOE: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("trtllm", dtype): (frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), "sglang")
     for dtype in ("fp8_block", "nvfp4")
@@ -565,7 +596,14 @@ class KernelSetup:
     else ``tp x attention_dp`` GPUs, each rank attending its own requests, the experts
     split ``moe_tp x ep`` over all of them). `moe_kernels`: ``deployed`` (the MoE kernels
     the framework's deployments run, :data:`TRTLLM_GEN_MOE`) or ``own`` (the
-    framework's own MoE tables, as AIConfigurator's estimator reads them)."""
+    framework's own MoE tables, as AIConfigurator's estimator reads them). `moe_a2a`:
+    how decode iterations under data-parallel attention move tokens to the experts and
+    back (:data:`MOE_A2A`: ``""`` the framework's gather and scatter collectives,
+    ``deepep_ll`` DeepEP's low-latency all-to-all). `fabric`: the
+    GPU's NVLink domain and network (:attr:`model.catalog.GpuSpec.fabric`), by which a
+    collective over more GPUs than any table measures is scaled from the largest count
+    measured (:meth:`KernelModel._collective_scaled`); None: such a collective is
+    refused."""
 
     gpu: str
     framework: str
@@ -579,8 +617,13 @@ class KernelSetup:
     nccl_version: str = ""
     attention_dp: int = 1
     moe_kernels: str = "deployed"
+    fabric: Fabric | None = None
+    moe_a2a: str = ""
 
     def __post_init__(self) -> None:
+        if self.moe_a2a not in MOE_A2A:
+            raise InputError("moe_a2a", f"must be one of {', '.join(map(repr, MOE_A2A))}, got "
+                                        f"{self.moe_a2a!r}")  # fmt: skip
         if self.moe_kernels not in MOE_KERNELS:
             raise InputError("moe_kernels", f"must be one of {', '.join(MOE_KERNELS)}, got "
                                             f"{self.moe_kernels!r}")  # fmt: skip
@@ -1006,10 +1049,14 @@ class KernelModel:
         table: KernelTable,
         count: int,
         shape: dict[str, Any],
+        scale: float = 1.0,
     ) -> None:
-        """`count` calls of the kernel `table` measures, at `shape`."""
+        """`count` calls of the kernel `table` measures, at `shape`; its time times
+        `scale` (a collective scaled to more GPUs, :meth:`_collective_scaled`)."""
         t = table.lookup(**shape)
-        out.append(KernelCall(name, table.name, tuple(shape.items()), count, t.time_s, t.power_w))
+        out.append(
+            KernelCall(name, table.name, tuple(shape.items()), count, t.time_s * scale, t.power_w)
+        )
 
     def _gemm(
         self, out: list[KernelCall], name: str, count: int, m: int, n: int, k: int, dtype: str
@@ -1050,29 +1097,34 @@ class KernelModel:
         another table of the GPU that does (:meth:`_collective_source`), said in
         :attr:`substitutions`; none does: refused, naming the setup's table, the shape
         and the tables searched."""
-        table, key = self._collective_source(kind, key, graph, message)
+        table, key, scale = self._collective_source(kind, key, graph, message)
         sizes = table.axis_values(**key).get("message_size", [])
         largest = int(sizes[-1]) if sizes else 0
         pieces = -(-message // largest) if largest and message > largest else 1
         size, bigger = divmod(message, pieces)
         if bigger:
-            self._read(out, name, table, count * bigger, {**key, "message_size": size + 1})
+            shape = {**key, "message_size": size + 1}
+            self._read(out, name, table, count * bigger, shape, scale)
         if pieces > bigger:
-            self._read(out, name, table, count * (pieces - bigger), {**key, "message_size": size})
+            shape = {**key, "message_size": size}
+            self._read(out, name, table, count * (pieces - bigger), shape, scale)
 
     def _collective_source(
         self, kind: str, key: dict[str, Any], graph: bool | None, message: int
-    ) -> tuple[KernelTable, dict[str, Any]]:
+    ) -> tuple[KernelTable, dict[str, Any], float]:
         """The table and exact key a collective is read from: the setup's table
         where it measures `key`; else the first other table of the same GPU measuring the
         same collective at that key (:meth:`_collective_candidates`), recorded in
         :attr:`substitutions`. A kernel measures the same work whichever engine's
         benchmark launched it, so this substitutes a measurement, not a model. No table
-        measures it: :class:`OutsideTableError` naming the setup's table and the shape
-        (`message` elements), and which other tables were searched."""
+        measures it at its GPU count: the largest count one measures, scaled
+        (:meth:`_collective_scaled`) where the setup gives the GPU's fabric; else
+        :class:`OutsideTableError` naming the setup's table and the shape (`message`
+        elements), and which other tables were searched. The third value is the factor on
+        the read times (1 unless scaled)."""
         own = self._tables[kind]
         if own.axis_values(**key):
-            return own, key
+            return own, key, 1.0
         op = "all-reduce" if kind == "custom_allreduce" else str(key["op_name"])
         searched: dict[str, list[str]] = {}
         for table, other_key, what in self._collective_candidates(kind, key, graph):
@@ -1086,7 +1138,10 @@ class KernelModel:
                 )
                 if note not in self.substitutions:
                     self.substitutions.append(note)
-                return table, other_key
+                return table, other_key, 1.0
+        scaled = self._collective_scaled(kind, key, graph)
+        if scaled is not None:
+            return scaled
         reason = own._no_key_reason(tuple(key[c] for c in own.spec.keys))
         tried = "; ".join(f"{of} of {', '.join(v)}" for of, v in searched.items()) or "none"
         raise OutsideTableError(
@@ -1094,6 +1149,49 @@ class KernelModel:
             {**key, "message_size": message},
             f"{reason}; nor does any other {op} table of {self.setup.gpu} (searched: {tried})",
         )
+
+    def _collective_scaled(
+        self, kind: str, key: dict[str, Any], graph: bool | None
+    ) -> tuple[KernelTable, dict[str, Any], float] | None:
+        """A collective over `n` = ``key["num_gpus"]`` GPUs that no table of the GPU
+        measures, from the largest count `m` < `n` one measures at the same other key (the
+        setup's table first, then :meth:`_collective_candidates`), its times scaled by
+        ``ring(n) / ring(m) x B(m) / B(n)``: a ring collective moves ``(k - 1) / k`` of
+        the message (twice, for an all-reduce) through each GPU's slowest link, whose
+        bandwidth `B` the setup's fabric gives (:meth:`model.catalog.Fabric.bandwidth`:
+        NVLink within the domain; beyond it the domain's NICs, one ring per NIC rail).
+        Said in :attr:`substitutions`. None without a fabric or a smaller measured count
+        (docs/kernels.md, "Collectives over more GPUs than measured")."""
+        fabric, n = self.setup.fabric, int(key["num_gpus"])
+        if fabric is None:
+            return None
+        own = self._tables[kind]
+        tables = ((own, key, ""), *self._collective_candidates(kind, key, graph))
+        for table, other_key, _what in tables:
+            rest = {c: v for c, v in other_key.items() if c != "num_gpus"}
+            counts = sorted(
+                int(k["num_gpus"])
+                for k in table.measured_keys()
+                if int(k["num_gpus"]) < n and all(k.get(c) == v for c, v in rest.items())
+            )
+            if not counts:
+                continue
+            m = counts[-1]
+            factor = (_ring(n) / _ring(m)) * (fabric.bandwidth(m) / fabric.bandwidth(n))
+            of = "all-reduce" if kind == "custom_allreduce" else str(key["op_name"])
+            where = "within its NVLink domain" if n <= fabric.domain_gpus else (
+                f"beyond its NVLink domain of {fabric.domain_gpus}"
+            )
+            note = (
+                f"{of} over {n} GPUs ({where}): no table of {self.setup.gpu} measures it; "
+                f"{_framework_version(table)}'s {m}-GPU times scaled by {factor:.3f} "
+                "(ring traffic and link bandwidth; docs/kernels.md, \"Collectives over more "
+                "GPUs than measured\")"
+            )
+            if note not in self.substitutions:
+                self.substitutions.append(note)
+            return table, {**other_key, "num_gpus": m}, factor
+        return None
 
     def _others(self, kind: str, first: str, exclude: str = "") -> list[tuple[str, str]]:
         """(framework, version) of the setup GPU's tables of `kind` other than `exclude`
@@ -1332,7 +1430,9 @@ class KernelModel:
             return
         self._call(out, "attention", kind, group.layers, **shape)
 
-    def _pass(self, tokens: int, logits: int, attention: Any, graph: bool) -> PhaseTime:
+    def _pass(
+        self, tokens: int, logits: int, attention: Any, graph: bool, decode: bool = False
+    ) -> PhaseTime:
         """One forward pass over `tokens` tokens on each attention rank (logits of the
         last `logits`), the attention block of every layer (its projections included)
         composed by ``attention(calls)``. Under data-parallel attention every rank runs
@@ -1349,7 +1449,7 @@ class KernelModel:
         else:
             if tp > 1 and self.dense_layers:
                 self._allreduce(calls, "attention all-reduce", self.dense_layers, tokens, graph)
-            self._dispatch(calls, True, tokens, graph)
+            self._dispatch(calls, True, tokens, graph, decode)
         if self.dense_layers:
             inter = m.intermediate_size // tp
             self._gemms(calls, "mlp gate-up", "mlp", tokens, 2 * inter, hidden)
@@ -1368,7 +1468,7 @@ class KernelModel:
         else:
             if tp > 1 and self.dense_layers:
                 self._allreduce(calls, "mlp all-reduce", self.dense_layers, tokens, graph)
-            self._dispatch(calls, False, tokens, graph)
+            self._dispatch(calls, False, tokens, graph, decode)
         self._gemm(calls, "lm head", 1, logits, -(-m.vocab_size // tp), hidden, "bfloat16")
         if tp > 1:
             self._collective(
@@ -1466,7 +1566,9 @@ class KernelModel:
                 return table
         return None
 
-    def _dispatch(self, out: list[KernelCall], pre: bool, tokens: int, graph: bool) -> None:
+    def _dispatch(
+        self, out: list[KernelCall], pre: bool, tokens: int, graph: bool, decode: bool = False
+    ) -> None:
         """Under data-parallel attention, the collectives around each MoE layer, as
         AIConfigurator's ``MoEDispatch`` charges them per framework (``docs/kernels.md``,
         "Data-parallel attention"): the ranks' ``tokens`` rows of the residual stream
@@ -1475,6 +1577,10 @@ class KernelModel:
         first (and all-gathers over it last); vLLM adds its attention all-reduce; TRT-LLM
         with ``tp > 1`` all-reduces instead."""
         m, s = self.model, self.setup
+        if decode and s.moe_a2a == "deepep_ll":
+            if pre:
+                self._deepep_ll(out, tokens)
+            return
         n, hidden, gpus, tp = m.moe_layers, m.hidden_size, s.gpus, s.tp
         gathered = tokens * s.attention_dp
         name = "moe dispatch" if pre else "moe combine"
@@ -1501,6 +1607,41 @@ class KernelModel:
                 nccl("all_gather", tp, tokens)
         else:
             nccl(wide, gpus, gathered)
+
+    def _deepep_ll(self, out: list[KernelCall], tokens: int) -> None:
+        """DeepEP's low-latency dispatch and combine around each MoE layer, of `tokens`
+        tokens per rank, from the newest ``wideep_deepep_ll`` table of the setup's
+        framework for the GPU (each rank sends its tokens' ``topk`` copies to the
+        experts' ranks and receives their outputs: the work per rank does not depend on
+        the EP size). The instance's GPUs span one node of the table where they are
+        within the fabric's NVLink domain (DeepEP runs over NVLink there), else
+        ``ceil(gpus / domain)`` nodes, which the tables do not measure (refused)."""
+        m, s = self.model, self.setup
+        versions = [v for f, v in self.db.versions(s.gpu, "wideep_deepep_ll") if f == s.framework]
+        if not versions:
+            raise InputError(
+                "moe_a2a",
+                f"deepep_ll: no wideep_deepep_ll table of {s.framework} for {s.gpu}",
+            )
+        version = max(versions, key=version_key)
+        table = self.db.table(s.gpu, "wideep_deepep_ll", s.framework, version)
+        domain = s.fabric.domain_gpus if s.fabric is not None else 8
+        key = {
+            "kernel_source": "deepep",
+            "node_num": -(-s.gpus // domain),
+            "hidden_size": m.hidden_size,
+            "num_topk": m.experts_per_token,
+            "num_experts": m.experts,
+            "num_token": tokens,
+        }
+        self._read(out, "moe all-to-all (deepep low latency)", table, m.moe_layers, key)
+        if version != s.version:
+            note = (
+                f"wideep_deepep_ll: {s.gpu} {s.framework} {s.version} has no such table; "
+                f"{version}'s is read"
+            )
+            if note not in self.substitutions:
+                self.substitutions.append(note)
 
     def _gqa(self, out: list[KernelCall], tokens: int, attention: Any) -> None:
         """Grouped-query attention's block: the QKV projection, the attention of each
@@ -1638,13 +1779,15 @@ class KernelModel:
         b = -(-batch // self.setup.attention_dp)
         graph = decode_in_graph(self.setup.framework, b)
         if self.mla:
-            return self._pass(b, b, lambda calls: self._mla_decode(calls, b, context), graph)
+            return self._pass(
+                b, b, lambda calls: self._mla_decode(calls, b, context), graph, decode=True
+            )
         keys = self._attn_keys("bfloat16")
 
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._decode_attention(calls, group, keys, b, context)
 
-        return self._pass(b, b, lambda calls: self._gqa(calls, b, attention), graph)
+        return self._pass(b, b, lambda calls: self._gqa(calls, b, attention), graph, decode=True)
 
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""
@@ -1660,6 +1803,12 @@ def _table_name(gpu: str, kind: str, framework: str, version: str) -> str:
     """A table's file name relative to its database."""
     spec = TABLE_SPECS[kind]
     return f"{gpu}/{spec.folder}/{framework}/{version}/{spec.filename}"
+
+
+def _ring(gpus: int) -> float:
+    """The share of a collective's message each GPU's link carries in a ring over
+    `gpus` GPUs (per pass; an all-reduce makes two)."""
+    return (gpus - 1) / gpus
 
 
 def _framework_version(table: KernelTable) -> str:

@@ -51,7 +51,7 @@ import numpy as np
 from model.catalog import ModelArch, find_release, load_gpu, load_model
 from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
-from model.kernels import KernelModel, KernelSetup
+from model.kernels import MOE_A2A, KernelModel, KernelSetup
 
 FloatArray = np.ndarray
 
@@ -129,6 +129,16 @@ ENGINE_BUDGET = {"vllm": 8192, "trtllm": 8192}
 #: SGLang's default ``chunked_prefill_size`` by the GPU's memory (``server_args``:
 #: 8192 up to 160 GB, 16384 above)
 SGLANG_CHUNK = {"h100_sxm": 8192, "h200_sxm": 8192, "b200_sxm": 16384}
+#: GPUs of one node of the systems whose rows are single-node runs (an HGX board of
+#: eight; datasheets of HGX H100, H200, B200 and B300): an aggregated row of one of them
+#: stating more GPUs records a single-node recipe (:func:`recipe_parallelism`)
+NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
+#: the systems on which SGLang's disaggregated decode workers with data-parallel
+#: attention run DeepEP's low-latency all-to-all: every srt-slurm recipe of InferenceX's
+#: Dynamo SGLang entries for such workers on them states ``moe-a2a-backend: deepep``,
+#: ``deepep-mode: low_latency`` (15 of 15 published configurations,
+#: ``model/data/silicon_disagg_workers.json``), and none on B200 or H200 does (6 of 6)
+DEEPEP_DECODE_SYSTEMS = frozenset({"gb200", "gb300"})
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
 #: 400 Gb/s NIC per GPU)
 KV_LINK_BYTES_PER_S = 50e9
@@ -149,7 +159,9 @@ SPECULATIVE_FILE = "silicon_speculative.json"
 @dataclass(frozen=True)
 class Phase:
     """One kind of worker of a row: its count (None: not stated), its batch (None: not
-    stated) and its parallelism."""
+    stated), its parallelism and, where a published configuration states it, its MoE
+    all-to-all (``moe_a2a``: SGLang's DeepEP mode, ``deepep_ll`` or ``deepep_normal``;
+    ``""``: the engine's collectives)."""
 
     workers: int | None
     batch: int | None
@@ -158,6 +170,7 @@ class Phase:
     dp: int
     moe_tp: int
     moe_ep: int
+    moe_a2a: str = ""
 
 
 @dataclass(frozen=True)
@@ -670,6 +683,8 @@ def _instance(
             weight_dtype=dtype,
             kv_dtype=kv_dtype(framework, dtype),
             attention_dp=phase.dp,
+            fabric=load_gpu(gpu).fabric,
+            moe_a2a=phase.moe_a2a if phase.moe_a2a in MOE_A2A else "",
         )
         km = KernelModel(open_database(folder), model, setup)
         context = row.isl + row.osl / 2.0
@@ -707,6 +722,11 @@ def _instance(
     except InputError as error:
         return str(error)
     substitutions.extend(s for s in km.substitutions if s not in substitutions)
+    if phase.moe_a2a and phase.moe_a2a not in MOE_A2A:
+        note = (f"moe all-to-all {phase.moe_a2a} (the published recipe's): not composed; the "
+                "engine's gather and scatter collectives are")  # fmt: skip
+        if note not in substitutions:
+            substitutions.append(note)
     moe = [d for _, d in km.weight_dtypes.get("experts", ())]
     experts.extend(d for d in moe if d not in experts)
     return Instance(phase.tp, ep, phase.workers or 1, prefill, batches, decode, kv, cap, token,
@@ -764,7 +784,7 @@ def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
     if prefill:
         batch = max(1, min(int(batch), int(tokens) // isl)) if batch and tokens else None
     return Phase(int(p["workers"]), int(batch) if batch else None, gpus // adp, 1, adp,
-                 gpus // ep, ep)  # fmt: skip
+                 gpus // ep, ep, str(p.get("moe_a2a") or ""))  # fmt: skip
 
 
 def _phase_text(name: str, p: Phase) -> str:
@@ -814,6 +834,32 @@ def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:
     return dataclasses.replace(row, prefill=prefill, decode=decode), note
 
 
+def recipe_parallelism(row: SiliconRow) -> tuple[SiliconRow, str] | None:
+    """An aggregated row of a single-node system (:data:`NODE_GPUS`) whose ``tp_size``
+    is its MoE ``moe_tp_size x moe_ep_size`` and more than the node's GPUs records a
+    single-node recipe's ``tp: T, ep: E`` as ``tp_size`` T x E, ``moe_tp_size`` T,
+    ``moe_ep_size`` E (InferenceX's ``dsr1-fp4-b200-sglang``: ``multinode: false``,
+    ``{ tp: 8, ep: 8 }``, recorded as tp 64 = 8 x 8; many such rows have a twin stating
+    tp 8, MoE tp 1 x ep 8 with the same TTFT and TPOT to the last digit). Such a row
+    is read as the recipe: attention TP T, the experts EP E with MoE TP T / E, on T
+    GPUs; with the note saying so. None for any other row (docs/validation-silicon.md,
+    section 3)."""
+    p = row.agg
+    node = NODE_GPUS.get(row.system)
+    if row.mode != "agg" or p is None or node is None or p.dp != 1 or p.tp <= node:
+        return None
+    t, e = p.moe_tp, p.moe_ep
+    if t * e != p.tp or t > node or e < 2 or t % e:
+        return None
+    read = dataclasses.replace(p, tp=t, moe_tp=t // e, moe_ep=e)
+    note = (
+        f"tp_size {p.tp} = MoE tp {t} x ep {e} on a single-node system "
+        f"({node} GPUs): read as the recipe tp {t}, ep {e} (MoE tp {t // e} x ep {e} "
+        f"on {t} GPUs; docs/validation-silicon.md, section 3)"
+    )
+    return dataclasses.replace(row, agg=read), note
+
+
 def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
     """The row mapped to the catalog and composed from the kernel tables in ``folder``,
     or the reason it is not."""
@@ -826,17 +872,24 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         return Unpredicted(row, f"gpu {row.system} not in the catalog (or without kernel tables)")
     if row.concurrency is None:
         return Unpredicted(row, "no concurrency: batch_size empty and none stated in the source")
+    clients = row.concurrency
     if row.mode == "agg" and (spec := speculative_reason(row)) is not None:
         return Unpredicted(row, spec)
     measured = model.base_model or model.name
+    recipe = recipe_parallelism(row)
+    recipe_notes = [] if recipe is None else [recipe[1]]
+    if recipe is not None:
+        row = recipe[0]
     released = _release(model, row)
     if released is not None:
         model, dtype, notes = released
+        notes = recipe_notes + notes
     else:
         weights = _weights(model, row)
         if isinstance(weights, str):
             return Unpredicted(row, weights)
         dtype, notes = weights
+        notes = recipe_notes + notes
     version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
     if not version:
         return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
@@ -845,7 +898,7 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
         notes.append(f"{row.backend} {stated}: the {version} tables are read")
     subs: list[str] = []
     experts: list[str] = []
-    c = float(row.concurrency)
+    c = float(clients)
     args = (folder, model, gpu, row.backend, version, dtype, experts)
     kv_s = 0.0
     if row.mode == "agg":
@@ -869,6 +922,17 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
                 row, note = published
                 notes.append(note)
                 break
+        assert row.prefill is not None and row.decode is not None
+        decode = row.decode
+        if (row.backend == "sglang" and row.system in DEEPEP_DECODE_SYSTEMS and decode.dp > 1
+                and not decode.moe_a2a):  # fmt: skip
+            deepep = dataclasses.replace(decode, moe_a2a="deepep_ll")
+            row = dataclasses.replace(row, decode=deepep)
+            notes.append(
+                "decode: DeepEP's low-latency all-to-all, as every published SGLang recipe "
+                f"of decode workers with data-parallel attention on {row.system} states "
+                "(docs/validation-silicon.md, section 3)"
+            )
         assert row.prefill is not None and row.decode is not None
         per_batch = max(1, row.prefill.batch or 1)
         p = _instance(*args, row.prefill, row, c, False, per_batch * row.isl, subs)

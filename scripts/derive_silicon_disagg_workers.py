@@ -160,6 +160,16 @@ def entries(ix: Repo, commit: str, row: SiliconRow) -> list[dict[str, Any]]:
 # srt-slurm recipes
 
 
+def moe_a2a(engine: dict[str, Any]) -> str:
+    """An SGLang phase's MoE all-to-all: ``deepep_ll`` or ``deepep_normal`` for
+    ``moe-a2a-backend: deepep`` in ``deepep-mode`` ``low_latency`` or ``normal``
+    (``deepep_auto`` for another mode), else ``""`` (the engine's collectives)."""
+    if str(engine.get("moe-a2a-backend") or "") != "deepep":
+        return ""
+    mode = str(engine.get("deepep-mode") or "auto")
+    return {"low_latency": "deepep_ll", "normal": "deepep_normal"}.get(mode, "deepep_auto")
+
+
 def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
     """What a recipe states of a run: benchmark, workers and each phase's engine."""
     bench = doc.get("benchmark") or {}
@@ -182,6 +192,7 @@ def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
                 "max_batch_size": e.get("max_batch_size"),
                 "max_num_tokens": e.get("max_num_tokens"),
                 "speculative": bool(e.get("speculative_config")),
+                "moe_a2a": "",
             }
     elif "sglang_config" in be and "prefill" in be["sglang_config"]:
         out["engine"] = "sglang"
@@ -197,6 +208,7 @@ def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
                 "max_batch_size": None,  # max-running-requests: per server, not per rank
                 "max_num_tokens": None,
                 "speculative": bool(e.get("speculative-algorithm")),
+                "moe_a2a": moe_a2a(e),
             }
     else:
         out["engine"] = "aggregated" if "sglang_config" in be else "unknown"
@@ -227,7 +239,7 @@ def recipe_bracket(sr: Repo, path: str, at: dt.datetime) -> list[tuple[str, dict
 # One entry's configuration
 
 
-PHASE_KEYS = ("workers", "gpus", "attention_dp", "moe_ep")
+PHASE_KEYS = ("workers", "gpus", "attention_dp", "moe_ep", "moe_a2a")
 
 
 def entry_config(sr: Repo, e: dict[str, Any], at: dt.datetime) -> dict[str, Any]:
@@ -262,6 +274,7 @@ def entry_config(sr: Repo, e: dict[str, Any], at: dt.datetime) -> dict[str, Any]
                 "max_num_tokens": int(env[f"{tag}_MAX_NUM_TOKENS"])
                 if f"{tag}_MAX_NUM_TOKENS" in env
                 else None,
+                "moe_a2a": "",
             }
         if spec == "none" and d_set.get("DECODE_MTP_SIZE", "0") not in ("0", ""):
             spec = "mtp"
@@ -512,6 +525,9 @@ def main() -> None:
                 "max_batch_size": "TensorRT-LLM max_batch_size, per attention rank",
                 "max_num_tokens": "TensorRT-LLM max_num_tokens, per iteration of a rank",
                 "speculative": "the run's speculative decoding (none, mtp)",
+                "moe_a2a": "SGLang's MoE all-to-all (moe-a2a-backend deepep: deepep_ll, "
+                "deepep_normal or deepep_auto by deepep-mode; empty: the engine's "
+                "collectives)",
             },
         },
         **derived,

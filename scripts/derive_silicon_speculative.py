@@ -13,7 +13,9 @@ aggregated row that names an image:
 1. The entries of every state of that file on InferenceX's main branch (first-parent
    history) with ``disagg`` false and the row's model prefix, precision, framework
    (``trt`` for trtllm), GPU (the runner's first word) and image, and a search-space
-   point at the row's ISL and OSL whose ``tp`` is the row's attention TP x attention DP,
+   point at the row's ISL and OSL whose ``tp`` is the row's attention TP x attention DP
+   (the row as read: a single-node recipe's TP x EP recorded as its ``tp_size`` is read
+   as the recipe, ``model.silicon.recipe_parallelism``),
    whose ``ep`` (1 when absent) is the row's ``moe_ep_size``, whose ``dp-attn`` is the
    row's (attention DP above 1) and whose concurrencies (``conc-start``..``conc-end``
    or ``conc-list``) include the row's.
@@ -46,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from model.silicon import SiliconRow, installed_silicon, read_silicon
+from model.silicon import SiliconRow, installed_silicon, read_silicon, recipe_parallelism
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from derive_silicon_disagg_workers import GPU, MASTER, PREFIX, Repo  # noqa: E402
@@ -181,7 +183,8 @@ def derive(ix: Repo, rows: Sequence[SiliconRow]) -> dict[str, Any]:
             continue
         head = (str(PREFIX.get(row.model_path)), row.precision, str(FRAMEWORK.get(row.backend)),
                 str(GPU.get(row.system)))  # fmt: skip
-        kind, found = classify(row, by_head.get(head, []))
+        recipe = recipe_parallelism(row)
+        kind, found = classify(row if recipe is None else recipe[0], by_head.get(head, []))
         counts[kind] += 1
         if kind in ("speculative", "ambiguous"):
             listed[row.id] = {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from model import silicon
-from model.catalog import load_model
+from model.catalog import load_gpu, load_model
 from model.engine import GPU_FOLDERS, open_database
 from model.errors import InputError
 from model.kernels import KernelModel, KernelSetup
@@ -151,7 +151,7 @@ def _kernel_model(case: silicon.Case, phase: silicon.Phase) -> KernelModel:
         GPU_FOLDERS[case.gpu], case.framework, case.version, tp=phase.tp, ep=phase.moe_ep,
         weight_dtype=case.weight_dtype, kv_dtype=silicon.kv_dtype(case.framework,
                                                                    case.weight_dtype),
-        attention_dp=phase.dp,
+        attention_dp=phase.dp, fabric=load_gpu(case.gpu).fabric,
     )  # fmt: skip
     db = open_database(str(installed_kernel_tables()))
     return KernelModel(db, load_model(case.release or case.model), setup)
@@ -386,3 +386,29 @@ def test_bad_files_name_the_column() -> None:
     assert rows[0].concurrency == 8 and rows[0].agg is not None and rows[0].agg.tp == 2
     assert silicon.is_silicon_header(HEADER)
     assert not silicon.is_silicon_header("model,gpu,tp,batch,itl_ms")
+
+
+def test_a_single_node_recipes_tp_times_ep_recorded_as_tp_is_read_as_the_recipe() -> None:
+    """InferenceX's single-node ``dsr1-fp4-b200-sglang`` ``{ tp: 8, ep: 8 }`` is recorded
+    as tp_size 64 with MoE tp 8 x ep 8; it is read as attention TP 8 with the experts
+    EP 8 (MoE tp 1) on 8 GPUs, said in the notes. A row that fits its node, or a
+    system whose NVLink rack spans more GPUs (GB200), is read as it states."""
+    rows = _rows()
+    big = [r for r in rows if r.system == "b200_sxm" and r.mode == "agg" and r.agg is not None
+           and (r.agg.tp, r.agg.moe_tp, r.agg.moe_ep) == (64, 8, 8)]  # fmt: skip
+    assert big
+    for r in big:
+        read = silicon.recipe_parallelism(r)
+        assert read is not None
+        row, note = read
+        assert row.agg is not None
+        assert (row.agg.tp, row.agg.dp, row.agg.moe_tp, row.agg.moe_ep) == (8, 1, 1, 8)
+        assert (row.id, row.concurrency, row.ttft_ms) == (r.id, r.concurrency, r.ttft_ms)
+        assert "tp_size 64 = MoE tp 8 x ep 8" in note
+    case = next(c for r in big if isinstance(c := silicon.resolve(r, str(installed_kernel_tables())),
+                                               silicon.Case))  # fmt: skip
+    assert any("read as the recipe tp 8, ep 8" in n for n in case.notes)
+    fits = next(r for r in rows if r.mode == "agg" and r.agg is not None and r.agg.tp == 8)
+    assert silicon.recipe_parallelism(fits) is None
+    rack = [r for r in rows if r.system == "gb200" and r.agg is not None and r.agg.tp > 8]
+    assert rack and all(silicon.recipe_parallelism(r) is None for r in rack)
