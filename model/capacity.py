@@ -1439,11 +1439,12 @@ def with_settings(
 
 def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     """The fields an output adds for the deployment's settings: none at the default
-    when no phase is power-limited there (the document is as before); else
+    when its numbers are the calibration's (the document is as before); else
     ``prefill_setting`` and ``decode_setting`` (the full clock for a phase left at its
-    default, or ``default (power-limited at 1,760 MHz)`` for one whose full-clock draw
-    exceeds the GPU's default power limit), each phase's effective SM clock (a power
-    limit resolved to its clock) and its draw per GPU at capacity."""
+    default at the GPU's top clock, or ``default (power-limited at 1,620 MHz)`` for one
+    held below it by the GPU's default power limit, docs/clocks.md section 4), each
+    phase's effective SM clock (a power limit resolved to its clock) and its draw per
+    GPU at capacity."""
     out: dict[str, Any] = spec.setting_texts()
     clocks = spec.gpu_clocks()
     if clocks is None:

@@ -187,19 +187,27 @@ def _llama70b(gpu: str, tp: int, workload: str) -> Any:
     )
 
 
-def evaluate_dynamollm(path: str) -> list[TtftResult]:
+def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
     """The H100 series of ``path`` (``clock-series/series.json``) that the catalog can
     express, as Llama-3.1-70B (Llama-2-70B's shape) on ``h100-sxm`` with vLLM's measured
     calibration: TP4 prefill by the latency model's mean TTFT of a 4,050-token prompt at
     the series' 0.5 req/s, TP4 decode by decode capacity at ``B_max`` against the
-    measured TBT; each relative to the default (unlocked) point. Nothing is fitted."""
+    measured TBT; each relative to the default (unlocked) point. Nothing is fitted.
+    ``line_model``: the model before the sustained clock and the compute draw (the
+    H100's calibration taken at its full clock, 1980 MHz), for comparison."""
     from dataclasses import replace
 
+    from model.catalog import load_gpu_clocks
     from model.latency import latency_at
 
     with open(path) as fh:
         series = json.load(fh)
     spec = _llama70b("h100-sxm", 4, "azure-conv-2023")
+    if line_model:
+        clocks = load_gpu_clocks("h100-sxm")
+        assert clocks is not None
+        plain = replace(clocks, sustained_clock_mhz=None, compute_draw_ratio=None)
+        spec = replace(spec, clocks=plain)
     out = []
     for entry in series:
         if not entry["id"].startswith("dynamollm-h100-tp4"):
