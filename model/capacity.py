@@ -47,6 +47,7 @@ from model.clocks import (
     GpuClocks,
     Setting,
     clocked_time,
+    compute_draw_w,
     decode_extra_g,
     default_clock,
     hbm_power_w,
@@ -439,17 +440,46 @@ class _Clocked:
 
 
 def _phase_clock(
-    clocks: GpuClocks, setting: Setting | None, draw_w: Callable[[float], float]
+    clocks: GpuClocks, setting: Setting | None, ceiling: float, draw_w: Callable[[float], float]
 ) -> float:
-    """The clock a phase runs at: never above the one its draw allows under the GPU's
-    default power limit (:func:`model.clocks.default_clock`), which is the default's;
-    a locked clock below it; a power limit's solved clock."""
-    ceiling = default_clock(clocks, draw_w)
+    """The clock a phase runs at: never above ``ceiling``, the clock it runs at by
+    default (:func:`model.clocks.default_clock`); a locked clock below it; a power
+    limit's solved clock."""
     if setting is None:
         return ceiling
     if setting.kind == "clock":
         return min(setting.value, ceiling)
     return min(solve_power_limit(clocks, setting.value, draw_w), ceiling)
+
+
+def default_prefill_clocks(spec: DeploymentSpec, clocks: GpuClocks) -> tuple[float, float]:
+    """Prefill's default clock and the clock its calibration was taken at (MHz;
+    docs/clocks.md section 4). Where the catalog gives the unconstrained draw of a
+    compute-bound pass (``compute_draw_ratio``), the default is the highest clock step at
+    which that draw stays within the GPU's default power limit, and the calibration, a
+    measurement at the default, was taken there. Otherwise the calibration is taken at the
+    top clock, and the default is the highest step at which its draw stays within the
+    limit."""
+    cal = spec.calibration
+    if clocks.compute_draw_ratio is not None:
+
+        def unconstrained(f: float) -> float:
+            w = compute_draw_w(clocks, cal.p_idle_w, f)
+            assert w is not None
+            return w
+
+        f_def = default_clock(clocks, unconstrained)
+        return f_def, f_def
+    top = clocks.top_mhz
+    f_def = default_clock(
+        clocks, lambda f: scaled_power(cal.psat_prefill_w, cal.p_idle_w, _k(clocks, f, top))
+    )
+    return f_def, top
+
+
+def _k(clocks: GpuClocks, f_mhz: float, anchor_mhz: float) -> float:
+    """The dynamic factor at ``f_mhz`` relative to the one at ``anchor_mhz``."""
+    return clocks.dynamic_factor(f_mhz) / clocks.dynamic_factor(anchor_mhz)
 
 
 def prefill_clock_free_s_per_token(spec: DeploymentSpec) -> float:
@@ -523,31 +553,36 @@ def _apply_settings(
     if (
         prefill is None
         and decode is None
-        and cal.psat_prefill_w <= limit
+        and (clocks.compute_draw_ratio is not None or cal.psat_prefill_w <= limit)
         and cal.psat_decode_w <= limit
     ):
-        return None  # the default, and no phase's full-clock draw exceeds the limit
+        return None  # the default, and no phase runs below the clock it was calibrated at
     m, hw = spec.model, spec.gpu
     sp, sd = spec.serving.shapes()
     gp, gd = sp.gpus, sd.gpus
-    f_max = clocks.sm_clock_max_mhz
+    top = clocks.top_mhz
     static_p, static_d = cal.p_idle_w * gp, cal.p_idle_w * gd
     p_ramp = (cal.p0_prefill_w * gp, cal.gamma_prefill_w * gp, cal.psat_prefill_w * gp)
     d_ramp = (cal.p0_decode_w * gd, cal.gamma_decode_w * gd, cal.psat_decode_w * gd)
 
+    # prefill: calibrated at f_cal (its default clock where the unconstrained draw of a
+    # compute-bound pass is known, else the top clock)
+    f_def_p, f_cal = default_prefill_clocks(spec, clocks)
+
     def prefill_draw(f: float) -> float:
-        return scaled_power(p_ramp[2], static_p, clocks.dynamic_factor(f)) / gp
+        return scaled_power(p_ramp[2], static_p, _k(clocks, f, f_cal)) / gp
 
-    f_p = _phase_clock(clocks, prefill, prefill_draw)
-    k_p = clocks.dynamic_factor(f_p)
-    prefill_clocked = f_p != f_max  # a setting at the full clock, or a limit not binding
+    f_p = _phase_clock(clocks, prefill, f_def_p, prefill_draw)
+    k_p = _k(clocks, f_p, f_cal)
+    prefill_clocked = f_p != f_cal  # a setting at or above the default, or a limit not binding
 
+    # decode: calibrated at the top clock
     decode_work = math.isfinite(g) and batch_max > 0
     terms = DecodeTerms.of(m, hw, sd.tp, ctx if decode_work else 0.0, sd.dp, sd.ep)
     gemm = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
     weight_s = terms.weight_read_s / cal.mbu
     weight_s += terms.expert_read_s / _expert_mbu(cal, terms.fp4_experts)
-    # the weight GEMMs' compute per request at full clock; a calibration that charges
+    # the weight GEMMs' compute per request at the top clock; a calibration that charges
     # decode FLOPs already (mfu_decode > 0) scales that charge instead
     compute_s = gemm.flops_s / (cal.mfu_decode or cal.mfu)
 
@@ -555,8 +590,8 @@ def _apply_settings(
         if not decode_work:
             return 0.0
         if cal.mfu_decode > 0:
-            return compute_s * (f_max / f - 1.0)
-        return decode_extra_g(f / f_max, weight_s, compute_s, batch_max)
+            return compute_s * (top / f - 1.0)
+        return decode_extra_g(f / top, weight_s, compute_s, batch_max)
 
     memory_share = 0.0
     t_full = math.nan
@@ -569,13 +604,13 @@ def _apply_settings(
 
     def decode_factor(f: float) -> float:
         ratio = t_full / (t_full + extra_g(f) * batch_max) if decode_work else 1.0
-        return power_factor(clocks, f, memory_share, ratio)
+        return power_factor(clocks, f, memory_share, ratio, top)
 
     def decode_draw(f: float) -> float:
         return scaled_power(d_ramp[2], static_d, decode_factor(f)) / gd
 
-    f_d = _phase_clock(clocks, decode, decode_draw)
-    decode_clocked = f_d != f_max
+    f_d = _phase_clock(clocks, decode, default_clock(clocks, decode_draw), decode_draw)
+    decode_clocked = f_d != top
     if not (prefill_clocked or decode_clocked):
         return None
     k_d = decode_factor(f_d)
@@ -590,8 +625,8 @@ def _apply_settings(
     dp = ramp(*d_ramp, k_d, static_d) if decode_clocked else d_ramp
     if prefill_clocked:
         share = 1.0 - min(prefill_clock_free_s_per_token(spec), a_p) / a_p if a_p > 0 else 1.0
-        a_p = clocked_time(a_p, share, f_max, f_p)
-        b_p = clocked_time(b_p, 1.0, f_max, f_p)
+        a_p = clocked_time(a_p, share, f_cal, f_p)
+        b_p = clocked_time(b_p, 1.0, f_cal, f_p)
     return _Clocked(
         a_p=a_p,
         b_p=b_p,
@@ -1404,11 +1439,12 @@ def with_settings(
 
 def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     """The fields an output adds for the deployment's settings: none at the default
-    when no phase is power-limited there (the document is as before); else
+    when its numbers are the calibration's (the document is as before); else
     ``prefill_setting`` and ``decode_setting`` (the full clock for a phase left at its
-    default, or ``default (power-limited at 1,760 MHz)`` for one whose full-clock draw
-    exceeds the GPU's default power limit), each phase's effective SM clock (a power
-    limit resolved to its clock) and its draw per GPU at capacity."""
+    default at the GPU's top clock, or ``default (power-limited at 1,620 MHz)`` for one
+    held below it by the GPU's default power limit, docs/clocks.md section 4), each
+    phase's effective SM clock (a power limit resolved to its clock) and its draw per
+    GPU at capacity."""
     out: dict[str, Any] = spec.setting_texts()
     clocks = spec.gpu_clocks()
     if clocks is None:
@@ -1416,9 +1452,10 @@ def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     phases = spec.coefficients().phase_clocks if out or _power_limited(spec, clocks) else None
     if not out and phases is None:
         return out
-    f_max, cal = clocks.sm_clock_max_mhz, spec.calibration
-    if phases is None:  # the settings resolve to the full clock (a limit not binding)
-        phases = PhaseClocks(f_max, f_max, cal.psat_prefill_w, cal.psat_decode_w)
+    if phases is None:  # the settings change nothing: each phase at its calibrated clock
+        cal = spec.calibration
+        f_cal = default_prefill_clocks(spec, clocks)[1]
+        phases = PhaseClocks(f_cal, clocks.top_mhz, cal.psat_prefill_w, cal.psat_decode_w)
     prefill, decode = spec.settings()
     for name, setting, f in (
         ("prefill_setting", prefill, phases.prefill_clock_mhz),
@@ -1430,13 +1467,17 @@ def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
 
 
 def default_setting_text(clocks: GpuClocks, f_mhz: float) -> str:
-    """How outputs name a phase's default setting: the full clock (``1980MHz``), or
-    ``default (power-limited at 1,760 MHz)`` where its draw holds it below that."""
-    if f_mhz >= clocks.sm_clock_max_mhz:
+    """How outputs name a phase's default setting: the full clock (``1980MHz``; the GPU
+    then runs at its top clock, :attr:`model.clocks.GpuClocks.top_mhz`), or ``default
+    (power-limited at 1,620 MHz)`` where its draw holds it below that."""
+    if f_mhz >= clocks.top_mhz:
         return clocks.full_clock
     return f"default (power-limited at {f_mhz:,.0f} MHz)"
 
 
 def _power_limited(spec: DeploymentSpec, clocks: GpuClocks) -> bool:
+    """Whether the default's numbers differ from the calibration's: a phase calibrated
+    at the top clock whose draw there exceeds the default power limit."""
     cal, limit = spec.calibration, clocks.power_limit_max_w
-    return cal.psat_prefill_w > limit or cal.psat_decode_w > limit
+    prefill = clocks.compute_draw_ratio is None and cal.psat_prefill_w > limit
+    return prefill or cal.psat_decode_w > limit

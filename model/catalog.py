@@ -871,6 +871,8 @@ def _clocks_entry(name: str, raw: dict[str, Any]) -> GpuClocks:
         v_min_ratio=raw["v_min_ratio"],
         settings=tuple(raw["settings"]),
         source=raw.get("source", ""),
+        sustained_clock_mhz=raw.get("sustained_clock_mhz"),
+        compute_draw_ratio=raw.get("compute_draw_ratio"),
     )
 
 
@@ -888,7 +890,8 @@ def _gpus() -> Mapping[str, GpuSpec]:
 
 @functools.cache
 def _gpu_clocks() -> Mapping[str, GpuClocks]:
-    return _entries("gpus.json", _CLOCK_KEYS, {"source"}, _clocks_entry, section="clocks")
+    optional = {"source", "sustained_clock_mhz", "compute_draw_ratio"}
+    return _entries("gpus.json", _CLOCK_KEYS, optional, _clocks_entry, section="clocks")
 
 
 _CAL_TIME_KEYS = {"t_iter_ms": "t_iter_s", "t_req_ms": "t_req_s"}

@@ -155,7 +155,7 @@ def b200_kernel_check(folder: str, prefill_draw_w: float, static_w: float) -> Ke
 
 @dataclass(frozen=True)
 class TtftResult:
-    """The latency model's TTFT (or decode capacity) at each locked clock against a
+    """The latency model's TTFT (or decode capacity, or power) at each setting against a
     measured series relative to its default point (docs/clocks.md section 6)."""
 
     id: str
@@ -165,27 +165,49 @@ class TtftResult:
     median_error: float
 
 
-def evaluate_dynamollm(path: str) -> list[TtftResult]:
+def _compared(
+    entry_id: str, knobs: list[float], meas: list[float], pred: list[float]
+) -> TtftResult:
+    err = float(np.median(np.abs(np.array(pred) / np.array(meas) - 1.0)))
+    return TtftResult(entry_id, knobs, meas, pred, err)
+
+
+def _llama70b(gpu: str, tp: int, workload: str) -> Any:
+    """Llama-3.1-70B (Llama-2-70B's and, nearly, LLaMA-65B's shape) on ``gpu`` at tensor
+    parallelism ``tp`` under ``workload``, the catalog's calibration."""
+    from model.operations import SpecRequest, resolve_spec
+
+    return resolve_spec(
+        SpecRequest(
+            model="llama-3.1-70b",
+            gpu=gpu,
+            workload=workload,
+            overrides={"serving": {"tensor_parallel": tp}},
+        )
+    )
+
+
+def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
     """The H100 series of ``path`` (``clock-series/series.json``) that the catalog can
     express, as Llama-3.1-70B (Llama-2-70B's shape) on ``h100-sxm`` with vLLM's measured
     calibration: TP4 prefill by the latency model's mean TTFT of a 4,050-token prompt at
     the series' 0.5 req/s, TP4 decode by decode capacity at ``B_max`` against the
-    measured TBT; each relative to the default (unlocked) point. Nothing is fitted."""
+    measured TBT; each relative to the default (unlocked) point. Nothing is fitted.
+    ``line_model``: the model before the sustained clock and the compute draw (the
+    H100's calibration taken at its full clock, 1980 MHz), for comparison."""
     from dataclasses import replace
 
+    from model.catalog import load_gpu_clocks
     from model.latency import latency_at
-    from model.operations import SpecRequest, resolve_spec
 
     with open(path) as fh:
         series = json.load(fh)
-    spec = resolve_spec(
-        SpecRequest(
-            model="llama-3.1-70b",
-            gpu="h100-sxm",
-            workload="azure-conv-2023",
-            overrides={"serving": {"tensor_parallel": 4}},
-        )
-    )
+    spec = _llama70b("h100-sxm", 4, "azure-conv-2023")
+    if line_model:
+        clocks = load_gpu_clocks("h100-sxm")
+        assert clocks is not None
+        plain = replace(clocks, sustained_clock_mhz=None, compute_draw_ratio=None)
+        spec = replace(spec, clocks=plain)
     out = []
     for entry in series:
         if not entry["id"].startswith("dynamollm-h100-tp4"):
@@ -205,7 +227,57 @@ def evaluate_dynamollm(path: str) -> list[TtftResult]:
                 return 1.0 / float(c.decode_rate_rps(c.batch_max))
 
         base = value(None)
-        pred = [value(f"{x:g}MHz") / base for x in f]
-        err = float(np.median(np.abs(np.array(pred) / np.array(meas) - 1.0)))
-        out.append(TtftResult(entry["id"], f, meas, pred, err))
+        out.append(_compared(entry["id"], f, meas, [value(f"{x:g}MHz") / base for x in f]))
+    return out
+
+
+#: Samsi et al.'s runs (HPEC 2023, section IV-E): a static batch of 64 GSM8K prompts
+SAMSI_BATCH = 64
+#: tokens of a GSM8K question with its prompt, taken as 200 (the paper gives no length;
+#: the KV it adds is small against the weights read per iteration at batch 64)
+SAMSI_PROMPT_TOKENS = 200
+
+
+def evaluate_samsi(path: str) -> list[tuple[TtftResult, TtftResult]]:
+    """Samsi et al.'s A100 power-cap series of ``path`` (``clock-series/series.json``):
+    LLaMA-65B on 4 A100 80GB, a static batch of 64 generating 256 to 1,024 tokens, under
+    a per-GPU power limit of 250, 175 and 150 W. Modelled as Llama-3.1-70B decode at
+    TP4 on ``a100-80gb`` with the power limit as the decode setting: the time of an
+    iteration at batch 64 (``alpha + g 64``) against the measured time and the decode's
+    draw per GPU at the limit's clock against the measured mean power (energy over
+    time), both relative to the 250 W point. Returns (time, power) per series. Nothing
+    is fitted."""
+    from dataclasses import replace
+
+    with open(path) as fh:
+        series = json.load(fh)
+    out = []
+    for entry in series:
+        if not entry["id"].startswith("samsi-a100"):
+            continue
+        gen = int(entry["id"].rsplit("out", 1)[1])
+        spec = _llama70b("a100-80gb", 4, f"fixed:{SAMSI_PROMPT_TOKENS}:{gen}")
+        points = sorted(entry["points"], key=lambda p: -float(p["knob"]))
+
+        def at(limit_w: float, spec: Any = spec) -> tuple[float, float]:
+            c = replace(spec, decode_setting=f"{limit_w:g}W").coefficients()
+            assert c.phase_clocks is not None
+            return c.alpha_s + c.g_s_per_request * SAMSI_BATCH, c.phase_clocks.decode_draw_w
+
+        base_t, base_p = at(float(points[0]["knob"]))
+        knobs = [float(p["knob"]) for p in points[1:]]
+        preds = [at(k) for k in knobs]
+        time = _compared(
+            entry["id"] + ":time",
+            knobs,
+            [float(p["latency_rel"]) for p in points[1:]],
+            [t / base_t for t, _ in preds],
+        )
+        power = _compared(
+            entry["id"] + ":power",
+            knobs,
+            [float(p["power_rel"]) for p in points[1:]],
+            [w / base_p for _, w in preds],
+        )
+        out.append((time, power))
     return out

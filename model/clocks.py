@@ -70,6 +70,12 @@ class GpuClocks:
     v_min_ratio: float
     settings: tuple[str, ...] = ()
     source: str = ""
+    #: the highest clock the GPU sustains unlocked (``sustained_clock_mhz``, at most the
+    #: full clock; None: the full clock) and what a compute-bound pass would draw there
+    #: without a power limit, over the default limit (``compute_draw_ratio``; None: not
+    #: known, the calibration's draw taken as the full clock's), docs/clocks.md section 4
+    sustained_clock_mhz: float | None = None
+    compute_draw_ratio: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -78,8 +84,12 @@ class GpuClocks:
             "power_limit_min_w",
             "power_limit_max_w",
             "v_min_ratio",
+            "sustained_clock_mhz",
+            "compute_draw_ratio",
         ):
             value = getattr(self, name)
+            if value is None and name in ("sustained_clock_mhz", "compute_draw_ratio"):
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(name, f"must be a number, got {value!r}")
             if not (math.isfinite(value) and value > 0):
@@ -91,8 +101,25 @@ class GpuClocks:
             raise InputError("power_limit_min_w", "must not exceed power_limit_max_w")
         if not self.v_min_ratio <= 1.0:
             raise InputError("v_min_ratio", f"must be in (0, 1], got {self.v_min_ratio!r}")
+        sustained = self.sustained_clock_mhz
+        if sustained is not None and not (
+            self.sm_clock_min_mhz <= sustained <= self.sm_clock_max_mhz
+        ):
+            raise InputError(
+                "sustained_clock_mhz",
+                f"must be within the SM clocks {self.sm_clock_min_mhz:g}-"
+                f"{self.sm_clock_max_mhz:g} MHz, got {sustained:g}",
+            )
         for i, text in enumerate(self.settings):
             parse_setting(text, self, f"settings[{i}]")
+
+    @property
+    def top_mhz(self) -> float:
+        """The highest clock the GPU runs at unlocked: the sustained clock where the
+        catalog gives one, else the full clock."""
+        if self.sustained_clock_mhz is None:
+            return self.sm_clock_max_mhz
+        return self.sustained_clock_mhz
 
     @property
     def full_clock(self) -> str:
@@ -187,13 +214,21 @@ def named_settings(texts: Sequence[str], clocks: GpuClocks | None, field: str) -
 
 
 def power_factor(
-    clocks: GpuClocks, f_mhz: float, memory_share: float, throughput_ratio: float
+    clocks: GpuClocks,
+    f_mhz: float,
+    memory_share: float,
+    throughput_ratio: float,
+    anchor_mhz: float | None = None,
 ) -> float:
-    """``k(f) = m r + (1 - m) (f / f_max) (V / V_max)^2``: a phase's power above its
-    static part at clock ``f`` relative to full clock, ``m`` the HBM share of that part
-    at full clock and ``r`` the phase's throughput relative to full clock."""
+    """``k(f) = m r + (1 - m) (f V(f)^2) / (f_a V(f_a)^2)``: a phase's power above its
+    static part at clock ``f`` relative to the clock ``f_a`` it was calibrated at
+    (``anchor_mhz``, the full clock when None), ``m`` the HBM share of that part at
+    ``f_a`` and ``r`` the phase's throughput relative to ``f_a``."""
     m = min(max(memory_share, 0.0), 1.0)
-    return m * throughput_ratio + (1.0 - m) * clocks.dynamic_factor(f_mhz)
+    dynamic = clocks.dynamic_factor(f_mhz)
+    if anchor_mhz is not None:
+        dynamic /= clocks.dynamic_factor(anchor_mhz)
+    return m * throughput_ratio + (1.0 - m) * dynamic
 
 
 def scaled_power(full_w: float, static_w: float, factor: float) -> float:
@@ -287,12 +322,13 @@ CLOCK_STEP_MHZ = 15.0
 
 
 def clock_steps(clocks: GpuClocks) -> list[float]:
-    """The clocks the GPU runs at, highest first: the full clock, then every
+    """The clocks the GPU runs at unlocked, highest first: its top clock
+    (:attr:`GpuClocks.top_mhz`, the full clock or the sustained one), then every
     :data:`CLOCK_STEP_MHZ` below it down to the lowest clock."""
     steps: list[float] = []
     k = 0
     while True:
-        f = clocks.sm_clock_max_mhz - k * CLOCK_STEP_MHZ
+        f = clocks.top_mhz - k * CLOCK_STEP_MHZ
         if f < clocks.sm_clock_min_mhz:
             return steps
         steps.append(f)
@@ -303,13 +339,13 @@ def default_clock(
     clocks: GpuClocks, draw_w: Callable[[float], float], limit_w: float | None = None
 ) -> float:
     """The clock a phase drawing ``draw_w(f)`` per GPU (non-decreasing in ``f``) runs at
-    by default: the full clock when its draw there stays within ``limit_w`` (the GPU's
-    default power limit, its highest, when None), else the highest of its clock steps
-    (:func:`clock_steps`) whose draw does, and the lowest step when none does
-    (docs/clocks.md section 4)."""
+    by default: its top clock (:attr:`GpuClocks.top_mhz`) when its draw there stays
+    within ``limit_w`` (the GPU's default power limit, its highest, when None), else the
+    highest of its clock steps (:func:`clock_steps`) whose draw does, and the lowest step
+    when none does (docs/clocks.md section 4)."""
     limit = clocks.power_limit_max_w if limit_w is None else limit_w
-    if draw_w(clocks.sm_clock_max_mhz) <= limit:
-        return clocks.sm_clock_max_mhz
+    if draw_w(clocks.top_mhz) <= limit:
+        return clocks.top_mhz
     steps = clock_steps(clocks)
     lo, hi = 0, len(steps) - 1  # the draw falls with the index
     if draw_w(steps[hi]) > limit:
@@ -321,6 +357,19 @@ def default_clock(
         else:
             hi = mid
     return steps[hi]
+
+
+def compute_draw_w(clocks: GpuClocks, static_w: float, f_mhz: float) -> float | None:
+    """What a compute-bound pass draws per GPU at ``f_mhz`` without a power limit, from
+    the catalog's ``compute_draw_ratio`` (its draw at the top clock over the default
+    limit): ``P_static + (r L - P_static) k(f) / k(f_top)`` with ``k`` the dynamic factor
+    (docs/clocks.md section 4); None where the catalog gives no ratio."""
+    if clocks.compute_draw_ratio is None:
+        return None
+    top = clocks.compute_draw_ratio * clocks.power_limit_max_w
+    return scaled_power(
+        top, static_w, clocks.dynamic_factor(f_mhz) / clocks.dynamic_factor(clocks.top_mhz)
+    )
 
 
 def clocked_time(t_full: float, clock_share: float, f_max_mhz: float, f_mhz: float) -> float:

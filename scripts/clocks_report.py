@@ -3,9 +3,12 @@
 Prints the median errors per series (and their sensitivity to the assumed voltage
 ratio), the B200 kernel-power check at full clock when the AIConfigurator tables are
 given, and draws docs/clocks.png (predicted against measured relative throughput and
-power against the locked SM clock, per series).
+power against the locked SM clock, per series). With ``--series`` (the clock-series
+data's ``series.json``), also DynamoLLM's H100 series and Samsi et al.'s A100 power caps
+against the model, printed and drawn in docs/clocks_published.png.
 
     python scripts/clocks_report.py [--kernels DIR] [--chart docs/clocks.png]
+        [--series series.json] [--published-chart docs/clocks_published.png]
 """
 
 from __future__ import annotations
@@ -18,14 +21,68 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from model.catalog import load_calibration  # noqa: E402
-from model.clock_validation import b200_kernel_check, evaluate_all  # noqa: E402
+from model.clock_validation import (  # noqa: E402
+    b200_kernel_check,
+    evaluate_all,
+    evaluate_dynamollm,
+    evaluate_samsi,
+)
+
+
+def published(path: str, chart: str) -> None:
+    """DynamoLLM's H100 series and Samsi et al.'s A100 power caps against the model
+    (docs/clocks.md section 6): the medians printed, the chart drawn."""
+    after, before = evaluate_dynamollm(path), evaluate_dynamollm(path, line_model=True)
+    samsi = evaluate_samsi(path)
+    print("\n| series | before | after |")
+    print("|---|---:|---:|")
+    for a, b in zip(after, before, strict=True):
+        print(f"| {a.id} | {100 * b.median_error:.1f}% | {100 * a.median_error:.1f}% |")
+    for time, power in samsi:
+        for r in (time, power):
+            pred = ", ".join(f"{v:.3f}" for v in r.predicted)
+            meas = ", ".join(f"{v:.3f}" for v in r.measured)
+            print(f"| {r.id} | model {pred} | measured {meas}: {100 * r.median_error:.1f}% |")
+    fig, axes = plt.subplots(1, len(after) + 2, figsize=(4 * (len(after) + 2), 3.8))
+    for ax, a, b in zip(axes, after, before, strict=False):
+        ax.plot(a.clocks_mhz, a.measured, "o", label="measured (DynamoLLM)")
+        ax.plot(
+            b.clocks_mhz, b.predicted, "--", label=f"model before ({100 * b.median_error:.1f}%)"
+        )
+        ax.plot(a.clocks_mhz, a.predicted, "-", label=f"model ({100 * a.median_error:.1f}%)")
+        ax.set_title(a.id, fontsize=8)
+        ax.set_xlabel("locked SM clock (MHz)")
+        ax.set_ylabel("latency / unlocked")
+    for ax, k, what in ((axes[-2], 0, "time"), (axes[-1], 1, "power")):
+        for pair in samsi:
+            r = pair[k]
+            label = r.id.split("-")[-1].split(":")[0]
+            (line,) = ax.plot(r.clocks_mhz, r.predicted, "-", label=f"model {label}")
+            ax.plot(
+                r.clocks_mhz, r.measured, "o", color=line.get_color(), label=f"measured {label}"
+            )
+        ax.set_title(f"Samsi et al. A100 power caps: {what} / at 250 W", fontsize=8)
+        ax.set_xlabel("power limit (W)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(
+        "Clock model against DynamoLLM (H100) and Samsi et al. (A100): nothing fitted", fontsize=10
+    )
+    fig.tight_layout()
+    fig.savefig(chart, dpi=110)
+    print(f"\nchart: {chart}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="the AIConfigurator data directory (B200 check)")
     parser.add_argument("--chart", default="docs/clocks.png")
+    parser.add_argument("--series", help="the clock-series data's series.json")
+    parser.add_argument("--published-chart", default="docs/clocks_published.png")
     args = parser.parse_args()
+    if args.series:
+        published(args.series, args.published_chart)
 
     results = evaluate_all()
     print("| series | phase | GPU | points | throughput median error | power median error |")

@@ -16,14 +16,16 @@ BODY = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", "n_p"
 
 
 def clocked_mu_p(mhz: float) -> float:
-    """One prefill instance's capacity at a locked SM clock (docs/clocks.md, section 2):
-    the clock-bound part of t_P(4096) follows 1980 / f, the clock-free part of a_P
-    (memory-bound kernels, model.capacity.prefill_clock_free_s_per_token) does not."""
+    """One prefill instance's capacity at a locked SM clock (docs/clocks.md, sections 2
+    and 4): the clock-bound part of t_P(4096) follows 1620 / f (the H200's prefill runs
+    power-limited at 1,620 MHz by default, where its calibration was taken), the
+    clock-free part of a_P (memory-bound kernels,
+    model.capacity.prefill_clock_free_s_per_token) does not."""
     from model.capacity import Coefficients, prefill_clock_free_s_per_token
     from model.operations import SpecRequest, resolve_spec
 
     spec = resolve_spec(SpecRequest("qwen3-32b", "h200", "fixed:4096:256", {}))
-    c, free, r, n = Coefficients.of(spec), prefill_clock_free_s_per_token(spec), 1980 / mhz, 4096
+    c, free, r, n = Coefficients.of(spec), prefill_clock_free_s_per_token(spec), 1620 / mhz, 4096
     return 1.0 / (free * n + (c.a_p_s_per_token - free) * n * r + c.b_p_s_per_token2 * n * n * r)
 
 
