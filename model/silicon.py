@@ -111,6 +111,10 @@ OVERHEAD_BOUNDS = {
     "t_first_s": (0.0, 2.0),
     "bunching": (0.0, 1.0),
 }
+#: the fewest models whose rows fit a group's overheads: the rows of one model cannot
+#: tell the engine's overheads from that model's own composition error, which a fit on
+#: them alone hands to the model left out (docs/validation-silicon.md, section 4)
+FIT_MODELS = 2
 #: each overhead's scale in the fit (its parameters are the overheads over these) and
 #: the fit's starting point
 OVERHEAD_SCALE = (1e-3, 1e-5, 1e-2, 1.0)
@@ -1288,11 +1292,12 @@ def _training(
     key: Callable[[Case], tuple[str, ...]],
 ) -> tuple[list[Case], str]:
     """The rows a fit for ``group`` (``key`` of its rows: GPU, framework, then the rest,
-    e.g. the mode) takes without model ``left_out``: the group's; else its framework's
-    with the same rest on every GPU; else every row with the same rest; else every row."""
+    e.g. the mode) takes without model ``left_out``: the group's, where they hold at
+    least :data:`FIT_MODELS` models; else its framework's with the same rest on every
+    GPU; else every row with the same rest; else every row."""
     others = [c for c in cases if c.model != left_out]
     same = [c for c in others if key(c) == group]
-    if same:
+    if len({c.model for c in same}) >= FIT_MODELS:
         return same, "/".join(group)
     rest = group[2:]
     tail = f" {' '.join(rest)}" if rest else ""
