@@ -864,9 +864,32 @@ def recipe_parallelism(row: SiliconRow) -> tuple[SiliconRow, str] | None:
     return dataclasses.replace(row, agg=read), note
 
 
-def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
+def twin_key(row: SiliconRow) -> tuple[Any, ...]:
+    """What two records of one run share: system, framework, lengths and the measured
+    TTFT and TPOT to the last digit (two runs do not measure both alike)."""
+    return (row.system, row.backend, row.isl, row.osl, row.ttft_ms, row.tpot_ms)
+
+
+def speculative_of(row: SiliconRow) -> str | None:
+    """Why the row's own record says it ran, or may have run, speculative decoding (the
+    published configurations: :func:`speculative_reason`, :func:`published_config`);
+    None where it does not."""
+    if row.mode == "agg":
+        return speculative_reason(row)
+    if row.prefill is not None and row.prefill.workers is not None:
+        return None
+    published = published_config(row)
+    return published if isinstance(published, str) and "MTP" in published else None
+
+
+def resolve(
+    row: SiliconRow, folder: str, twins: Sequence[SiliconRow] = ()
+) -> Case | Unpredicted:
     """The row mapped to the catalog and composed from the kernel tables in ``folder``,
-    or the reason it is not."""
+    or the reason it is not. ``twins``: the file's other records of the same run
+    (:func:`twin_key`): a twin whose record says it ran speculative decoding refuses the
+    row as well, and a disaggregated row without worker counts that no published
+    configuration completes takes a twin's stated workers."""
     gpu = SYSTEM_GPUS.get(row.system)
     try:
         model = load_model(row.model_path)
@@ -879,6 +902,13 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
     clients = row.concurrency
     if row.mode == "agg" and (spec := speculative_reason(row)) is not None:
         return Unpredicted(row, spec)
+    for twin in twins:
+        if (spec := speculative_of(twin)) is not None:
+            return Unpredicted(
+                row,
+                f"the same measurement as row {twin.id} (TTFT and TPOT to the last digit: one "
+                f"run recorded twice), whose record says: {spec}",
+            )
     measured = model.base_model or model.name
     recipe = recipe_parallelism(row)
     recipe_notes = [] if recipe is None else [recipe[1]]
@@ -919,6 +949,16 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
             if phase is None or phase.workers is None:
                 missing = f"disaggregated row without {name}_num_workers"
                 published = published_config(row) if phase is not None else None
+                told = next((t for t in twins if t.prefill is not None
+                               and t.prefill.workers is not None and t.decode is not None
+                               and t.decode.workers is not None), None)  # fmt: skip
+                if told is not None and (published is None or isinstance(published, str)):
+                    row = dataclasses.replace(row, prefill=told.prefill, decode=told.decode)
+                    notes.append(
+                        f"workers from row {told.id}, the same measurement (TTFT and TPOT "
+                        "to the last digit: one run recorded twice), which states them"
+                    )
+                    break
                 if published is None:
                     return Unpredicted(row, f"{missing}: not expressed")
                 if isinstance(published, str):
@@ -962,14 +1002,18 @@ def resolve(row: SiliconRow, folder: str) -> Case | Unpredicted:
 def resolve_all(
     rows: Sequence[SiliconRow], folder: str, progress: Callable[[str], None] | None = None
 ) -> tuple[list[Case], list[Unpredicted]]:
-    """Every row resolved (:func:`resolve`), in the file's order."""
+    """Every row resolved (:func:`resolve`, with its twins among `rows`), in the file's
+    order."""
     say = progress or (lambda _m: None)
     cases: list[Case] = []
     skipped: list[Unpredicted] = []
+    runs: dict[tuple[Any, ...], list[SiliconRow]] = {}
+    for row in rows:
+        runs.setdefault(twin_key(row), []).append(row)
     for i, row in enumerate(rows):
         if i and i % 500 == 0:
             say(f"composed {i}/{len(rows)} rows ({len(cases)} predictable)")
-        r = resolve(row, folder)
+        r = resolve(row, folder, [t for t in runs[twin_key(row)] if t is not row])
         (cases if isinstance(r, Case) else skipped).append(r)  # type: ignore[arg-type]
     say(f"composed {len(rows)} rows: {len(cases)} predictable, {len(skipped)} not")
     return cases, skipped

@@ -412,3 +412,42 @@ def test_a_single_node_recipes_tp_times_ep_recorded_as_tp_is_read_as_the_recipe(
     assert silicon.recipe_parallelism(fits) is None
     rack = [r for r in rows if r.system == "gb200" and r.agg is not None and r.agg.tp > 8]
     assert rack and all(silicon.recipe_parallelism(r) is None for r in rack)
+
+
+def test_records_of_one_run_share_what_either_states() -> None:
+    """Rows with the same system, framework, lengths, TTFT and TPOT to the last digit are
+    one run recorded twice (the file holds such pairs from its two sources). A twin the
+    published configurations identify as an MTP run refuses the other record too; a
+    disaggregated record without worker counts, that no published configuration
+    completes, takes its twin's stated workers."""
+    rows = _rows()
+    folder = str(installed_kernel_tables())
+    runs: dict[tuple, list[silicon.SiliconRow]] = {}
+    for r in rows:
+        runs.setdefault(silicon.twin_key(r), []).append(r)
+    flagged = [(r, t) for group in runs.values() for r in group for t in group
+               if t is not r and silicon.speculative_of(r) is None
+               and silicon.speculative_of(t) is not None]  # fmt: skip
+    assert flagged
+    row, twin = flagged[0]
+    alone = silicon.resolve(row, folder)
+    assert not (isinstance(alone, silicon.Unpredicted) and "same measurement" in alone.reason)
+    got = silicon.resolve(row, folder, [twin])
+    assert isinstance(got, silicon.Unpredicted)
+    assert got.reason.startswith(f"the same measurement as row {twin.id}")
+    assert str(silicon.speculative_of(twin)) in got.reason
+    told = [(r, t) for group in runs.values() for r in group for t in group
+            if t is not r and r.mode == "disagg" and r.prefill is not None
+            and r.prefill.workers is None and t.prefill is not None
+            and t.prefill.workers is not None
+            and not isinstance(silicon.published_config(r), tuple)
+            and all(silicon.speculative_of(x) is None for x in group)]  # fmt: skip
+    assert told
+    row, twin = told[0]
+    assert isinstance(silicon.resolve(row, folder), silicon.Unpredicted)
+    case = silicon.resolve(row, folder, [twin])
+    if isinstance(case, silicon.Case):
+        assert any(n.startswith(f"workers from row {twin.id}") for n in case.notes)
+        assert (case.row.prefill, case.row.decode) == (twin.prefill, twin.decode)
+    else:  # the twin's workers are read, and the tables refuse them as they refuse the twin's
+        assert not case.reason.startswith("disaggregated row without")
