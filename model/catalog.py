@@ -334,9 +334,8 @@ class ModelArch:
         """Linear-attention layers come with all their shapes, leave some full-attention
         layers, and hold no sliding or chunked ones; `attention_output_gate` is a bool."""
         if not isinstance(self.attention_output_gate, bool):
-            raise InputError(
-                "attention_output_gate", f"must be true or false, got {self.attention_output_gate!r}"
-            )
+            gate = self.attention_output_gate
+            raise InputError("attention_output_gate", f"must be true or false, got {gate!r}")
         _set_floats(self, ("linear_state_bytes_per_elem",))
         _non_negative("linear_state_bytes_per_elem", self.linear_state_bytes_per_elem)
         shapes = [getattr(self, n) for n in LINEAR_SHAPES] + [self.linear_state_bytes_per_elem]

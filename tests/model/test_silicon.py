@@ -405,8 +405,8 @@ def test_a_single_node_recipes_tp_times_ep_recorded_as_tp_is_read_as_the_recipe(
         assert (row.agg.tp, row.agg.dp, row.agg.moe_tp, row.agg.moe_ep) == (8, 1, 1, 8)
         assert (row.id, row.concurrency, row.ttft_ms) == (r.id, r.concurrency, r.ttft_ms)
         assert "tp_size 64 = MoE tp 8 x ep 8" in note
-    case = next(c for r in big if isinstance(c := silicon.resolve(r, str(installed_kernel_tables())),
-                                               silicon.Case))  # fmt: skip
+    tables = str(installed_kernel_tables())
+    case = next(c for r in big if isinstance(c := silicon.resolve(r, tables), silicon.Case))
     assert any("read as the recipe tp 8, ep 8" in n for n in case.notes)
     fits = next(r for r in rows if r.mode == "agg" and r.agg is not None and r.agg.tp == 8)
     assert silicon.recipe_parallelism(fits) is None
