@@ -94,7 +94,11 @@ of the compositions at its floor and ceiling. Multi-head latent attention (DeepS
 from the framework's MLA module tables where it has them, else from its MLA attention,
 batched-GEMM and GEMM tables; data-parallel attention (``attention_dp``) with the
 collectives around each MoE layer AIConfigurator charges (``docs/kernels.md``,
-"Multi-head latent attention (DeepSeek)"). Not counted, because no
+"Multi-head latent attention (DeepSeek)"). Hybrid linear attention (Qwen3.5's Gated
+DeltaNet): in its linear layers the input and output projections and the ``gdn``
+table's causal convolution and delta rule in place of attention, the QKV projection
+with the output gate's queries in its full ones (``docs/kernels.md``, "Hybrid linear
+attention (Qwen3.5)"). Not counted, because no
 table measures them: norms, activation, rotary embedding, sampling, scheduling and
 launch gaps (the serving engine's overheads, fitted elsewhere).
 """
