@@ -56,6 +56,12 @@ FP8_SCOPES = ("linear", "mlp", "experts")
 #: the routed experts, the shared experts, the dense layers' MLPs and the attention's
 #: output projection
 FP4_WEIGHTS = ("experts", "shared", "mlp", "attention_out")
+#: a linear-attention layer's shapes (:attr:`ModelArch.linear_layers`)
+LINEAR_SHAPES = ("linear_layers", "linear_key_heads", "linear_value_heads",
+                 "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel")  # fmt: skip
+#: bytes per element of a linear-attention layer's convolution window, which the engines
+#: keep in the activations' dtype (bf16)
+CONV_STATE_BYTES = 2.0
 #: routed experts' storage formats that their bytes per weight do not tell apart
 #: (:attr:`ModelArch.expert_format`): INT4, 4-bit integers with one bf16 scale per group
 #: of 32 weights (compressed-tensors ``pack-quantized``, group_size 32): 4.5 bits, the
@@ -178,6 +184,18 @@ class ModelArch:
     layers' MLPs and, in some, the attention output projection); every other weight
     (the rest of the attention, the router, the embedding and the LM head) is in
     `bytes_per_param`.
+
+    Hybrid linear attention (Qwen3.5's Gated DeltaNet): `linear_layers` of the layers
+    replace attention by a gated delta rule over `linear_key_heads` key heads of
+    `linear_key_head_dim` and `linear_value_heads` value heads of
+    `linear_value_head_dim`, after a causal convolution of `linear_conv_kernel` taps
+    (0: none; every other layer is full attention). Such a layer keeps no KV cache but
+    a fixed recurrent state per request: one ``key dim x value dim`` matrix per value
+    head in `linear_state_bytes_per_elem` bytes (the config's ``mamba_ssm_dtype``) and
+    the last ``kernel - 1`` inputs of its convolution (:attr:`linear_state_bytes`).
+    `attention_output_gate`: the full-attention layers' query projection also yields a
+    sigmoid gate per head and element of the attention's output (twice the query
+    width).
     """
 
     name: str
@@ -215,6 +233,14 @@ class ModelArch:
     base_model: str = ""
     expert_format: str = ""
     fp4_weights: tuple[str, ...] = ("experts",)
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    linear_state_bytes_per_elem: float = 0.0
+    attention_output_gate: bool = False
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -245,8 +271,10 @@ class ModelArch:
             "kv_lora_rank",
             "qk_rope_head_dim",
             "v_head_dim",
+            *LINEAR_SHAPES,
         ):
             _non_negative(name, _integer(name, getattr(self, name)))
+        self._check_linear()
         if self.kv_lora_rank and self.kv_latent != self.kv_lora_rank + self.qk_rope_head_dim:
             raise InputError(
                 "kv_latent",
@@ -302,6 +330,36 @@ class ModelArch:
             )
         self._check_four_bit()
 
+    def _check_linear(self) -> None:
+        """Linear-attention layers come with all their shapes, leave some full-attention
+        layers, and hold no sliding or chunked ones; `attention_output_gate` is a bool."""
+        if not isinstance(self.attention_output_gate, bool):
+            gate = self.attention_output_gate
+            raise InputError("attention_output_gate", f"must be true or false, got {gate!r}")
+        _set_floats(self, ("linear_state_bytes_per_elem",))
+        _non_negative("linear_state_bytes_per_elem", self.linear_state_bytes_per_elem)
+        shapes = [getattr(self, n) for n in LINEAR_SHAPES] + [self.linear_state_bytes_per_elem]
+        if not any(shapes):
+            return
+        if not all(shapes):
+            missing = [n for n in (*LINEAR_SHAPES, "linear_state_bytes_per_elem")
+                       if not getattr(self, n)]  # fmt: skip
+            raise InputError(
+                missing[0], f"linear attention needs {', '.join(missing)} set too"
+            )
+        if self.linear_layers >= self.layers:
+            raise InputError("linear_layers", f"must leave full-attention layers (< {self.layers})")
+        if self.sliding_layers or self.chunked_layers or self.kv_latent:
+            raise InputError(
+                "linear_layers", "linear attention beside sliding, chunked or latent attention "
+                "is not described"
+            )  # fmt: skip
+        if self.linear_value_heads % self.linear_key_heads:
+            raise InputError(
+                "linear_value_heads",
+                f"must be a multiple of linear_key_heads ({self.linear_key_heads})",
+            )
+
     def _check_four_bit(self) -> None:
         """`expert_format` names a known format of the experts' bytes; `fp4_weights` lists
         known weights, the routed experts among them, and more than them only for a
@@ -345,20 +403,43 @@ class ModelArch:
         return self.hidden_size or self.attn_width
 
     @property
+    def kv_layers(self) -> int:
+        """Layers that keep a KV cache: all but the linear-attention ones."""
+        return self.layers - self.linear_layers
+
+    @property
     def kv_bytes_per_token(self) -> float:
         """KV bytes per token kappa = 2 (K, V) * kv_bytes_per_elem * L * h_kv * d_head (B/token);
-        with MLA, kv_bytes_per_elem * L * kv_latent.
+        with MLA, kv_bytes_per_elem * L * kv_latent; ``L`` the layers that keep a KV
+        cache (:attr:`kv_layers`: linear-attention layers keep none).
 
         SPEC 2.1: 262,144 B/token for Qwen3-32B.
         """
         if self.kv_latent:
             return self.kv_bytes_per_elem * self.layers * self.kv_latent
-        return 2.0 * self.kv_bytes_per_elem * self.layers * self.n_kv_heads * self.head_dim
+        return 2.0 * self.kv_bytes_per_elem * self.kv_layers * self.n_kv_heads * self.head_dim
+
+    @property
+    def linear_state_bytes(self) -> float:
+        """Bytes of the fixed recurrent state one request keeps in the linear-attention
+        layers, whatever its length (0 without them): per layer, one ``key dim x value
+        dim`` matrix per value head in `linear_state_bytes_per_elem` bytes, and the
+        convolution's last ``kernel - 1`` inputs of its ``2 key heads x key dim + value
+        heads x value dim`` channels in :data:`CONV_STATE_BYTES`."""
+        if not self.linear_layers:
+            return 0.0
+        state = (self.linear_value_heads * self.linear_key_head_dim
+                 * self.linear_value_head_dim * self.linear_state_bytes_per_elem)  # fmt: skip
+        channels = (2 * self.linear_key_heads * self.linear_key_head_dim
+                    + self.linear_value_heads * self.linear_value_head_dim)  # fmt: skip
+        conv = channels * (self.linear_conv_kernel - 1) * CONV_STATE_BYTES
+        return float(self.linear_layers * (state + conv))
 
     def kv_bytes_at(self, ctx_tokens: float) -> float:
         """KV bytes a request keeps at a context of ``ctx_tokens``: every token in the
         full-attention layers, at most ``sliding_window`` in the sliding ones
-        (``kv_bytes_per_token x ctx`` without sliding layers)."""
+        (``kv_bytes_per_token x ctx`` without sliding layers; linear-attention layers'
+        fixed state is :attr:`linear_state_bytes`, not counted here)."""
         if not self.sliding_layers:
             return self.kv_bytes_per_token * ctx_tokens
         per_layer = self.kv_bytes_per_token / self.layers
@@ -369,9 +450,10 @@ class ModelArch:
 
     def attended_layers(self, ctx_tokens: float) -> float:
         """Layers' worth of attention over a context of ``ctx_tokens`` (``layers``
-        without sliding layers): a sliding layer attends to ``min(ctx, window)`` tokens."""
+        without sliding layers): a sliding layer attends to ``min(ctx, window)`` tokens;
+        a linear-attention layer to none (its state is fixed)."""
         if not self.sliding_layers or ctx_tokens <= self.sliding_window:
-            return float(self.layers)
+            return float(self.kv_layers)
         full = self.layers - self.sliding_layers
         return full + self.sliding_layers * self.sliding_window / ctx_tokens
 
@@ -814,7 +896,8 @@ RELEASE_SHAPES = (
     "experts_per_token", "moe_layers", "expert_params", "kv_latent", "sliding_window",
     "sliding_layers", "intermediate_size", "vocab_size", "moe_intermediate_size",
     "shared_intermediate_size", "attention_chunk", "chunked_layers", "q_lora_rank",
-    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", *LINEAR_SHAPES,
+    "linear_state_bytes_per_elem", "attention_output_gate",
 )  # fmt: skip
 
 

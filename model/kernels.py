@@ -94,7 +94,11 @@ of the compositions at its floor and ceiling. Multi-head latent attention (DeepS
 from the framework's MLA module tables where it has them, else from its MLA attention,
 batched-GEMM and GEMM tables; data-parallel attention (``attention_dp``) with the
 collectives around each MoE layer AIConfigurator charges (``docs/kernels.md``,
-"Multi-head latent attention (DeepSeek)"). Not counted, because no
+"Multi-head latent attention (DeepSeek)"). Hybrid linear attention (Qwen3.5's Gated
+DeltaNet): in its linear layers the input and output projections and the ``gdn``
+table's causal convolution and delta rule in place of attention, the QKV projection
+with the output gate's queries in its full ones (``docs/kernels.md``, "Hybrid linear
+attention (Qwen3.5)"). Not counted, because no
 table measures them: norms, activation, rotary embedding, sampling, scheduling and
 launch gaps (the serving engine's overheads, fitted elsewhere).
 """
@@ -193,6 +197,16 @@ TABLE_SPECS: dict[str, TableSpec] = {
             aliases=(("backend", "implementation"),),
         ),
         TableSpec("nccl", "comm", ("op_name", "nccl_dtype", "num_gpus"), ("message_size",)),
+        # Gated DeltaNet (linear attention): the causal convolution and the delta rule's
+        # scan (prefill: ``batch_size`` prompts of ``seq_len`` tokens) or its one-token
+        # update (decode: ``seq_len`` 1), at the heads per GPU
+        TableSpec(
+            "gdn",
+            "linear_attention",
+            ("kernel_source", "phase", "d_model", "d_conv", "num_k_heads", "head_k_dim",
+             "num_v_heads", "head_v_dim"),
+            ("batch_size", "seq_len"),
+        ),  # fmt: skip
         # DeepEP's low-latency all-to-all (SGLang's ``moe-a2a-backend: deepep`` in
         # ``low_latency`` mode): one MoE layer's dispatch and combine, per rank's tokens
         TableSpec(
@@ -725,6 +739,11 @@ KV_SPLITS = (1, 2, 4, 8, 16, 32)
 #: the MoE load of a decode: each token's experts drawn uniformly at random
 UNIFORM = "uniform"
 
+#: the Gated DeltaNet tables' causal-convolution kernel per phase; the phase's other
+#: kernel is the delta rule's (its name differs by framework: ``chunk_gated_delta_rule``,
+#: ``fused_recurrent_gated_delta_rule_packed_decode``, ...)
+GDN_CONV = {"context": "causal_conv1d_fn", "generation": "causal_conv1d_update"}
+
 
 def busiest_rank_experts(tokens: float, experts: int, top_k: int, ep: int = 1) -> float:
     """The experts the busiest of `ep` expert-parallel ranks reads when `tokens` tokens
@@ -844,6 +863,10 @@ class KernelModel:
             raise InputError("ep", f"{m.name} is dense: expert parallelism needs experts")
         if m.experts and m.experts % setup.ep:
             raise InputError("ep", f"{setup.ep} does not divide {m.name}'s {m.experts} experts")
+        for name in ("linear_key_heads", "linear_value_heads"):
+            heads = getattr(m, name)
+            if heads and heads % tp:
+                raise InputError("tp", f"must divide the {heads} {name} of {m.name}, got {tp}")
         if setup.attention_dp > 1 and not m.experts:
             raise InputError(
                 "attention_dp",
@@ -876,6 +899,8 @@ class KernelModel:
                 kinds = ("gemm", "mla_context_module", "mla_generation_module")
             else:
                 kinds = ("gemm", "context_mla", "generation_mla", "mla_bmm")
+        if m.linear_layers:
+            kinds = (*kinds, "gdn")
         self._tables = {kind: self._table(kind) for kind in kinds}
         if m.experts:
             self._tables["moe"] = self._table("moe")
@@ -1075,9 +1100,33 @@ class KernelModel:
         if rest:
             self._call(out, name, kind, count, gemm_dtype=dtype, m=m, n=rest, k=k)
 
-    def _gemms(self, out: list[KernelCall], name: str, group: str, m: int, n: int, k: int) -> None:
-        """The GEMM of one weight of `group` in every layer holding it, per dtype."""
-        for count, dtype in self._dtypes[group]:
+    def _gemms(
+        self, out: list[KernelCall], name: str, group: str, m: int, n: int, k: int,
+        layers: tuple[int, int] | None = None, narrow: bool = False,
+    ) -> None:  # fmt: skip
+        """The GEMM of one weight of `group` in every layer holding it, per dtype; with
+        `layers` (first, count), in that many of the group's layers from the first (the
+        group's layers taken in the order of its dtypes). `narrow`: a width below the
+        table's narrowest measured ``n`` is read at that ``n`` (the same rows times more
+        columns: a GEMM doing more work, an upper bound)."""
+        parts = self._dtypes[group]
+        if layers is not None:
+            first, want = layers
+            taken, start = [], 0
+            for count, dtype in parts:
+                lo, hi = max(start, first), min(start + count, first + want)
+                if hi > lo:
+                    taken.append((hi - lo, dtype))
+                start += count
+            parts = taken
+        for count, dtype in parts:
+            if narrow:
+                kind = f"gemm:{dtype}" if f"gemm:{dtype}" in self._tables else "gemm"
+                widths = self._tables[kind].axis_values(gemm_dtype=dtype).get("n", [])
+                if widths and n < widths[0]:
+                    self._call(out, name, kind, count, gemm_dtype=dtype, m=m,
+                               n=int(widths[0]), k=k)  # fmt: skip
+                    continue
             self._gemm(out, name, count, m, n, k, dtype)
 
     def _collective(
@@ -1325,7 +1374,7 @@ class KernelModel:
     def _attention_groups(self) -> list[_Attention]:
         m = self.model
         groups = [
-            _Attention("full", 0, m.layers - m.sliding_layers - m.chunked_layers),
+            _Attention("full", 0, m.kv_layers - m.sliding_layers - m.chunked_layers),
             _Attention("sliding", m.sliding_window, m.sliding_layers),
             _Attention("chunked", m.attention_chunk, m.chunked_layers),
         ]
@@ -1643,15 +1692,71 @@ class KernelModel:
             if note not in self.substitutions:
                 self.substitutions.append(note)
 
-    def _gqa(self, out: list[KernelCall], tokens: int, attention: Any) -> None:
-        """Grouped-query attention's block: the QKV projection, the attention of each
-        group of layers (``attention(calls, group)``) and the output projection."""
+    def _gqa(
+        self, out: list[KernelCall], tokens: int, attention: Any, linear: Any = None
+    ) -> None:
+        """Grouped-query attention's block: the QKV projection (with the output gate's
+        share of the queries where the model has one), the attention of each group of
+        layers (``attention(calls, group)``) and the output projection; in a hybrid
+        model these in its full-attention layers, and the linear-attention block
+        (:meth:`_linear_block`, its kernels by ``linear(calls)``) in the others."""
         m, hidden = self.model, self.model.hidden_size
-        qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
-        self._gemms(out, "qkv projection", "attention", tokens, qkv_n, hidden)
+        full = (0, m.kv_layers)
+        queries = self.heads * (2 if m.attention_output_gate else 1)
+        qkv_n = (queries + 2 * self.kv_heads) * m.head_dim
+        self._gemms(out, "qkv projection", "attention", tokens, qkv_n, hidden, full)
         for group in self._attention_groups():
             attention(out, group)
-        self._gemms(out, "o projection", "attention_out", tokens, hidden, self.heads * m.head_dim)
+        self._gemms(out, "o projection", "attention_out", tokens, hidden,
+                    self.heads * m.head_dim, full)  # fmt: skip
+        if m.linear_layers:
+            self._linear_block(out, tokens, linear)
+
+    def _linear_block(self, out: list[KernelCall], tokens: int, linear: Any) -> None:
+        """A Gated DeltaNet layer's block in each linear-attention layer: the input
+        projection to the queries, keys, values and output gate (``in_proj_qkvz``), the
+        projection to the per-head decay and write gates (``in_proj_ba``, narrower than
+        the GEMM tables at 8 GPUs: read at their narrowest width), the convolution and the
+        delta rule (``linear(calls)``) and the output projection, heads split over the
+        ranks."""
+        m, hidden, tp = self.model, self.model.hidden_size, self.setup.tp
+        lin = (m.kv_layers, m.linear_layers)
+        keys = m.linear_key_heads * m.linear_key_head_dim
+        values = m.linear_value_heads * m.linear_value_head_dim
+        qkvz = (2 * keys + 2 * values) // tp
+        self._gemms(out, "linear qkvz projection", "attention", tokens, qkvz, hidden, lin)
+        ba = 2 * m.linear_value_heads // tp
+        self._gemms(out, "linear ba projection", "attention", tokens, ba, hidden, lin,
+                    narrow=True)  # fmt: skip
+        linear(out)
+        self._gemms(out, "linear out projection", "attention_out", tokens, hidden,
+                    values // tp, lin)  # fmt: skip
+
+    def _gdn(self, out: list[KernelCall], phase: str, batch: int, seq_len: int) -> None:
+        """The Gated DeltaNet kernels of every linear-attention layer in `phase`
+        (``context``: `batch` prompts of `seq_len` tokens; ``generation``: `batch`
+        requests' one-token update, ``seq_len`` 1): the causal convolution
+        (:data:`GDN_CONV`) and the delta rule, the table's other kernel of the phase at
+        the model's shape and the heads per GPU."""
+        m, tp = self.model, self.setup.tp
+        table = self._tables["gdn"]
+        key = {
+            "phase": phase,
+            "d_model": m.hidden_size,
+            "d_conv": m.linear_conv_kernel,
+            "num_k_heads": m.linear_key_heads // tp,
+            "head_k_dim": m.linear_key_head_dim,
+            "num_v_heads": m.linear_value_heads // tp,
+            "head_v_dim": m.linear_value_head_dim,
+        }
+        conv = GDN_CONV[phase]
+        rule = sorted(
+            k["kernel_source"] for k in table.measured_keys()
+            if k["kernel_source"] != conv and all(k[c] == v for c, v in key.items())
+        )  # fmt: skip
+        for source in (conv, rule[0] if rule else f"(a delta-rule kernel of {phase})"):
+            self._call(out, "linear attention", "gdn", m.linear_layers, kernel_source=source,
+                       **key, batch_size=batch, seq_len=seq_len)  # fmt: skip
 
     def _mla_down(self, out: list[KernelCall], tokens: int) -> None:
         """MLA's input projections: the fused down-projection of the hidden state to the
@@ -1741,7 +1846,12 @@ class KernelModel:
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._prefill_attention(calls, group, keys, n)
 
-        return self._pass(n, 1, lambda calls: self._gqa(calls, n, attention), graph=False)
+        def linear(calls: list[KernelCall]) -> None:
+            self._gdn(calls, "context", 1, n)
+
+        return self._pass(
+            n, 1, lambda calls: self._gqa(calls, n, attention, linear), graph=False
+        )
 
     def prefill_attention(self, prompt_tokens: int) -> PhaseTime:
         """The attention kernels alone of one prefill of `prompt_tokens` tokens (every
@@ -1754,6 +1864,8 @@ class KernelModel:
         keys = self._attn_keys(self.setup.kv_dtype)
         for group in self._attention_groups():
             self._prefill_attention(calls, group, keys, n)
+        if self.model.linear_layers:
+            self._gdn(calls, "context", 1, n)
         return _phase(calls)
 
     def decode(self, batch: float, context: float) -> PhaseTime:
@@ -1787,7 +1899,12 @@ class KernelModel:
         def attention(calls: list[KernelCall], group: _Attention) -> None:
             self._decode_attention(calls, group, keys, b, context)
 
-        return self._pass(b, b, lambda calls: self._gqa(calls, b, attention), graph, decode=True)
+        def linear(calls: list[KernelCall]) -> None:
+            self._gdn(calls, "generation", b, 1)
+
+        return self._pass(
+            b, b, lambda calls: self._gqa(calls, b, attention, linear), graph, decode=True
+        )
 
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""

@@ -624,10 +624,14 @@ def _batches(top: float) -> FloatArray:
 def _kv_batch(
     model: ModelArch, gpu: str, tp: int, weight_bytes: float, context: float, kv_bytes: float
 ) -> float:
-    """Requests a worker's KV cache holds at a context of ``context`` tokens each."""
+    """Requests a worker's KV cache holds at a context of ``context`` tokens each: each
+    request's KV in the layers that keep one (KV heads replicated over ranks beyond
+    them) and, in a hybrid model, its linear-attention layers' fixed recurrent state
+    (heads split over the ranks: the worker holds one state per request)."""
     kv = model.kv_bytes_at(context) * kv_bytes / model.kv_bytes_per_elem
     if model.n_kv_heads < tp:  # KV heads replicated over the ranks
         kv *= tp / model.n_kv_heads
+    kv += model.linear_state_bytes
     free = tp * load_gpu(gpu).mem_bytes * MEMORY_FRACTION - weight_bytes
     return max(0.0, free / kv)
 

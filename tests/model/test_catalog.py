@@ -87,6 +87,8 @@ HF_CONFIGS = {
     "glm-5-nvfp4": (78, 64, 1, 256, 6144),
     "minimax-m2.5": (62, 48, 8, 128, 3072),
     "minimax-m2.5-nvfp4": (62, 48, 8, 128, 3072),
+    "qwen3.5-397b-a17b": (60, 32, 2, 256, 4096),
+    "qwen3.5-397b-a17b-nvfp4": (60, 32, 2, 256, 4096),
     "llama-4-scout": (48, 40, 8, 128, 5120),
     "llama-4-maverick": (48, 40, 8, 128, 5120),
     # sliding-window attention (alternating 128 tokens / every sixth layer full)
@@ -108,6 +110,8 @@ MOE_CONFIGS = {
     "glm-5-nvfp4": (256, 8, 75, 2048),
     "minimax-m2.5": (256, 8, 62, 1536),
     "minimax-m2.5-nvfp4": (256, 8, 62, 1536),
+    "qwen3.5-397b-a17b": (512, 10, 60, 1024),
+    "qwen3.5-397b-a17b-nvfp4": (512, 10, 60, 1024),
     "llama-4-scout": (16, 1, 48, 8192),
     "llama-4-maverick": (128, 1, 24, 8192),
     "gpt-oss-120b": (128, 4, 36, 2880),
@@ -795,9 +799,6 @@ def test_blackwell_gpus_agree_with_aiconfigurator_system_specs(name):
 
 #: AIConfigurator's measured serving results whose model the catalog leaves out, and why
 SILICON_LEFT_OUT = {
-    # 45 of its 60 layers are Gated DeltaNet linear attention with a fixed recurrent
-    # state, which the catalog has no field for
-    "Qwen/Qwen3.5-397B-A17B",
     # NVFP4 releases whose quantization config is not among the copies read here
     "nvidia/DeepSeek-R1-NVFP4",
     "nvidia/Qwen3-32B-NVFP4",
