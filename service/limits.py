@@ -12,21 +12,20 @@ its synchronous route refuses.
 The use-case table (:mod:`service.usecases`) gives each kind its check, for its route
 and its jobs alike.
 
-The time limit: :func:`time_limit` is the one place this server's default and maximum
-of ``solver.time_limit_s`` come from (the schedule's own, :mod:`formulation.request`,
-tightened by ``PDWATT_MAX_TIME_LIMIT_S``); the checks below, the OpenAPI document
-(:mod:`service.main`) and the jobs read them there. A request that leaves
-``solver.time_limit_s`` out gets the default (:func:`fill_server_defaults`); a value the
-client sent is never changed: above the maximum it is refused.
+The time limit: :func:`time_limit` is this server's ``solver.time_limit_s``, the
+schedule's own (:data:`formulation.request.TIME_LIMIT`, the one definition of its
+least, default and maximum) at most ``PDWATT_MAX_TIME_LIMIT_S``; the checks below, the
+OpenAPI document (generated with it, :mod:`service.main`) and the jobs read it there.
+A request that leaves ``solver.time_limit_s`` out gets the default
+(:func:`fill_server_defaults`); a value the client sent is never changed: above the
+maximum it is refused.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from formulation.data import check_memory
 from formulation.problem import Host, problem_from_request
-from formulation.request import DEFAULT_TIME_LIMIT_S
+from formulation.request import TIME_LIMIT, TimeLimit
 from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
 from service.schemas import ScheduleRequest
@@ -37,21 +36,12 @@ from service.settings import Settings
 MAX_FLEX_EVALUATIONS = 10_000
 
 
-@dataclass(frozen=True)
-class TimeLimit:
-    """This server's ``solver.time_limit_s``: what a request that gives none gets, and
-    the most one may ask for (seconds)."""
-
-    default_s: float
-    max_s: float
-
-
 def time_limit(s: Settings) -> TimeLimit:
-    """This server's time limit: its maximum is ``PDWATT_MAX_TIME_LIMIT_S`` (at most the
-    schedule's :data:`~formulation.request.MAX_TIME_LIMIT_S`, checked at start), its
-    default the schedule's :data:`~formulation.request.DEFAULT_TIME_LIMIT_S`, or that
-    maximum when it is lower."""
-    return TimeLimit(min(DEFAULT_TIME_LIMIT_S, s.max_time_limit_s), s.max_time_limit_s)
+    """This server's time limit: the schedule's own
+    (:data:`~formulation.request.TIME_LIMIT`) at most ``PDWATT_MAX_TIME_LIMIT_S``; a
+    request that gives none gets the schedule's default, or that maximum when it is
+    lower."""
+    return TIME_LIMIT.at_most(s.max_time_limit_s)
 
 
 def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
+from formulation.request import publishing
 from service import console, errors, replan, site_shed, store
 from service.jobs import JobRunner, Notifier
-from service.limits import MAX_FLEX_EVALUATIONS, TimeLimit, time_limit
+from service.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.metrics import method_label, request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
@@ -194,19 +195,21 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     """This server's limits in its OpenAPI document: every one under
     ``info.x-pdwatt-limits``, and the per-field bounds they set (``maximum``,
     ``maxItems``) on the fields they bound, so a client can check a request before
-    sending it. The schemas are generated from the request models, whose bounds are
-    the schedule's own (:mod:`formulation.request`); a server's settings, read when the
-    app is made, can only tighten them, so those are written over the generated
-    document here: the time limit's default and maximum are this server's
-    (:func:`service.limits.time_limit`, the one place they come from), and so is every
-    example's time limit."""
+    sending it. The schemas are generated from the request models with this server's
+    time limit published (:func:`formulation.request.publishing` of
+    :func:`service.limits.time_limit`): ``solver.time_limit_s``'s default and maximum,
+    every ``solver`` default object and every example's time limit are generated from
+    it. The other bounds are the schedule's own (:mod:`formulation.request`) in the
+    models; a server's settings, read when the app is made, can only tighten them, and
+    those are written over the generated document here."""
     build = app.openapi
     limit = time_limit(settings)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        doc = build()
+        with publishing(limit):
+            doc = build()
         doc["info"]["x-pdwatt-limits"] = {
             "max_body_bytes": settings.max_body_bytes,
             "max_periods": settings.max_periods,
@@ -225,7 +228,6 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             if prop is not None:
                 prop[key] = min(prop.get(key, value), value)
 
-        _publish_time_limit(comps, limit)
         bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
         bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
         if settings.max_deployments is not None:
@@ -235,35 +237,6 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _publish_time_limit(comps: dict[str, Any], limit: TimeLimit) -> None:
-    """``solver.time_limit_s`` has this server's default and maximum in the schemas (the
-    field, and every ``solver`` default object); no example asks for more than the
-    maximum."""
-    prop = comps.get("SolverIn", {}).get("properties", {}).get("time_limit_s")
-    if prop is not None:
-        prop["default"] = limit.default_s
-        prop["maximum"] = min(prop.get("maximum", limit.max_s), limit.max_s)
-    for schema in comps.values():
-        solver = schema.get("properties", {}).get("solver", {})
-        if isinstance(solver.get("default"), dict):
-            solver["default"]["time_limit_s"] = limit.default_s
-        _cap_examples(schema.get("examples"), limit.max_s)
-
-
-def _cap_examples(node: Any, max_s: float) -> None:
-    if isinstance(node, dict):
-        solver = node.get("solver")
-        if isinstance(solver, dict):
-            t = solver.get("time_limit_s")
-            if isinstance(t, int | float) and t > max_s:
-                solver["time_limit_s"] = max_s
-        for value in node.values():
-            _cap_examples(value, max_s)
-    elif isinstance(node, list):
-        for value in node:
-            _cap_examples(value, max_s)
 
 
 app = create_app()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from formulation.request import Rate, ScheduleRequest, Strict
+from formulation.request import Rate, ScheduleRequest, Strict, examples
 from service.openadr import OadrEvent
 from service.schemas import DateTimeText, StorableText
 from service.site_plans import Current
@@ -37,7 +37,7 @@ _EXAMPLE: dict[str, Any] = {
 class SiteRequest(ScheduleRequest):
     """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=examples(_EXAMPLE))
     name: StorableText = Field(min_length=1, max_length=128)
     plan_start: DateTimeText = Field(
         description="wall-clock start of period 0: an ISO 8601 date-time string with offset"
