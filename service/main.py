@@ -18,7 +18,7 @@ from service.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.metrics import method_label, request_seconds, requests_total
 from service.pool import SolvePool
 from service.queue import RedisJobs
-from service.routers import catalog, core, health, jobs, shed, sites, solves
+from service.routers import catalog, health, jobs, shed, sites, solves
 from service.schemas import MAX_JSON_DEPTH
 from service.settings import Settings, get_settings
 
@@ -161,7 +161,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.notifier = Notifier.of(settings)
     errors.install(app)
     for r in (
-        core.router,
         solves.router,
         catalog.router,
         health.router,

@@ -42,8 +42,9 @@ class NoPeriod(LookupError):
 
 def site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
     """The name and the stored body of a site registration, checked as ``POST
-    /v1/schedule`` checks its request (limits, memory), and its clock."""
-    check_schedule(req, settings)
+    /v1/schedule`` checks its request (limits, memory), and its clock; the body has
+    this server's defaults (``req`` itself is left as it is)."""
+    req, _ = check_schedule(req, settings)
     body = dump(req)
     name = body.pop("name")
     try:

@@ -1,33 +1,63 @@
-"""The service's use cases, one row each: a kind of work (a schedule, a demand-response
-what-if, a flexibility curve, a site plan) with its request schema, its checks, its run
-and its outputs.
+"""The service's use cases, one row each: a kind of work (a configuration's capacity, a
+front, a schedule, a demand-response what-if, a flexibility curve, a site plan) with
+its request schema, its check, its run and its outputs.
 
 Everything that wires a kind is made from this table, so a kind is registered once:
 
-* the synchronous routes (:mod:`service.routers.solves`; a site plan's route is
-  ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`);
-* the jobs API: its kinds and its request union (:mod:`service.schemas_jobs`), the
-  checks at submission (:mod:`service.routers.jobs`) and the runner's dispatch
-  (:func:`service.jobs.run_kind`).
+* the synchronous routes (:mod:`service.routers.solves`: ``POST /v1/capacity``,
+  ``/v1/front``, ``/v1/schedule``, ``/v1/demand-response``, ``/v1/flexibility``; a site
+  plan's route is ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`), their
+  request and response schemas, and whether they run in the solver pool;
+* the jobs API: its kinds (the rows with ``job``) and its request union
+  (:mod:`service.schemas_jobs`), the checks at submission (:mod:`service.routers.jobs`)
+  and the runner's dispatch (:func:`service.jobs.run_kind`);
+* the solver metrics (:func:`observed`, for the rows ``counted``).
 
-A route and a job of the same kind run the same ``check`` before any solve (the
-server's limits, the rules across fields, the memory estimate) and the same ``run``
-in a solver worker, so a job refuses exactly what its route refuses and answers what
-its route answers.
+A request is parsed once per process: a route's body by FastAPI, a job's stored
+document by :func:`parse` in the worker. The row's ``check`` runs in the API process
+before any work (the server's limits, the rules across fields, the memory estimate) and
+returns a :class:`Checked`: a new request with the server's defaults (the client's is
+never changed) and the schedule problem it parsed, which the synchronous route hands to
+the solver worker as it is (a job's worker parses the stored request itself). A route
+and a job of the same kind run the same ``check`` and the same ``run``, so a job refuses
+exactly what its route refuses and answers what its route answers. A row with a route
+answers its response model's document (:func:`run`): the run's answer validated by that
+model and dumped from it, so what a route says it answers is what it answers.
+
+The shed (``POST /v1/sites/{id}/shed``, :mod:`service.site_shed`) is not a row: it
+answers from the API process at once and hands its one solve, when it needs one, to
+the pool itself.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel
 
+from formulation.problem import ScheduleProblem
 from model.errors import InputError
 from service import work, work_dr
-from service.limits import check_demand_response, check_flexibility, check_schedule, solve_host
-from service.schemas import ScheduleRequest, ScheduleResponse
+from service.limits import (
+    check_demand_response,
+    check_flexibility,
+    check_front,
+    check_performance,
+    check_schedule,
+    solve_host,
+)
+from service.metrics import solve_seconds, solver_outcomes_total
+from service.schemas import (
+    CapacityRequest,
+    CapacityResponse,
+    FrontRequest,
+    FrontResponse,
+    ScheduleRequest,
+    ScheduleResponse,
+)
 from service.schemas_dr import (
     DemandResponseRequest,
     DemandResponseResponse,
@@ -58,6 +88,18 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """A request as its row's check leaves it: ``request``, with this server's defaults
+    (a new object: the client's is never changed), and ``problem``, the schedule
+    problem the check parsed from it (kinds that solve one), which the run takes as it
+    is instead of parsing the request again. A job's stored request, parsed in the
+    worker, has no problem yet: the run makes it there, once."""
+
+    request: Any
+    problem: ScheduleProblem | None = None
+
+
+@dataclass(frozen=True)
 class Route:
     """The synchronous route of a use case: ``POST /v1{path}``."""
 
@@ -68,8 +110,12 @@ class Route:
     response: type[BaseModel]
     #: the route's OpenAPI description
     doc: str
-    #: its solve time and status are counted in the solver metrics (a schedule)
-    counted: bool = False
+    #: where it runs: in the solver pool (429 when every worker is busy, 503 when the
+    #: worker died), or in a thread of the API process (milliseconds of work)
+    runs_in: Literal["pool", "thread"] = "pool"
+    #: the answer holds only the fields the run gave (the schedule's document as the
+    #: command line prints it), not every field of the response model
+    given_fields_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,14 +123,19 @@ class UseCase:
     kind: str
     #: the request the route takes and a job of this kind holds
     request: type[BaseModel]
-    #: every refusal before any solve, in the API process: ``check(request, settings,
+    #: every refusal before any work, in the API process: ``check(request, settings,
     #: prefix)`` raises InputError naming the field under ``prefix`` (or a lookup
-    #: error for a thing that does not exist); it gives the request the server's
-    #: defaults (:func:`service.limits.fill_server_defaults`)
-    check: Callable[[Any, Settings, str], None]
-    #: the work, in a solver worker: ``run(request, context)``, the route's JSON answer
-    run: Callable[[Any, Context], dict[str, Any]]
+    #: error for a thing that does not exist), else returns the :class:`Checked`
+    #: request (the server's defaults filled in a new object, the problem parsed)
+    check: Callable[[Any, Settings, str], Checked]
+    #: the work, in a solver worker (or a thread, see :attr:`Route.runs_in`):
+    #: ``run(checked, context)``, the answer as JSON data
+    run: Callable[[Checked, Context], dict[str, Any]]
     route: Route | None = None
+    #: a kind of the jobs API (``POST /v1/jobs``)
+    job: bool = True
+    #: its solve time and status are counted in the solver metrics (:func:`observed`)
+    counted: bool = False
     #: the answer as a PNG chart, written to a binary file (``?format=png``)
     chart: Callable[[dict[str, Any], IO[bytes]], None] | None = None
     #: the answer as a CSV table (``?format=csv``)
@@ -96,24 +147,60 @@ class UseCase:
         return ("json",) + (("csv",) if self.csv else ()) + (("png",) if self.chart else ())
 
 
-# ---------------------------------------------------------------- runs and outputs
+# ---------------------------------------------------------------- checks, runs, outputs
 
 
-def _schedule(req: ScheduleRequest, ctx: Context) -> dict[str, Any]:
-    return work.schedule(req, ctx.memory_budget_mb, ctx.monitor, ctx.kernels)
+def _check_capacity(req: CapacityRequest, s: Settings, prefix: str = "") -> Checked:
+    check_performance(req.performance, s, f"{prefix}performance")
+    return Checked(req)
 
 
-def _demand_response(req: DemandResponseRequest, ctx: Context) -> dict[str, Any]:
-    return work_dr.demand_response(req, ctx.memory_budget_mb, ctx.kernels, ctx.monitor)
+def _check_front(req: FrontRequest, s: Settings, prefix: str = "") -> Checked:
+    pairs = len(req.prefill_settings or [""]) * len(req.decode_settings or [""])
+    check_front(req.max_gpus, pairs, s)
+    check_performance(req.performance, s, f"{prefix}performance")
+    return Checked(req)
 
 
-def _flexibility(req: FlexibilityRequest, ctx: Context) -> dict[str, Any]:
-    return work_dr.flexibility(req, ctx.memory_budget_mb, ctx.kernels, ctx.monitor)
+def _check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> Checked:
+    return Checked(*check_schedule(req, s, prefix))
 
 
-def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:
+def _check_demand_response(req: DemandResponseRequest, s: Settings, prefix: str = "") -> Checked:
+    return Checked(*check_demand_response(req, s, prefix))
+
+
+def _check_flexibility(req: FlexibilityRequest, s: Settings, prefix: str = "") -> Checked:
+    return Checked(*check_flexibility(req, s, prefix))
+
+
+def _capacity(c: Checked, ctx: Context) -> dict[str, Any]:
+    return work.capacity(c.request, ctx.kernels)
+
+
+def _front(c: Checked, ctx: Context) -> dict[str, Any]:
+    return work.front(c.request, ctx.kernels)
+
+
+def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
+    body = c.request if c.problem is None else c.problem
+    return work.schedule(body, ctx.memory_budget_mb, ctx.monitor, ctx.kernels)
+
+
+def _demand_response(c: Checked, ctx: Context) -> dict[str, Any]:
+    return work_dr.demand_response(
+        c.request, ctx.memory_budget_mb, ctx.kernels, ctx.monitor, c.problem
+    )
+
+
+def _flexibility(c: Checked, ctx: Context) -> dict[str, Any]:
+    return work_dr.flexibility(c.request, ctx.memory_budget_mb, ctx.kernels, ctx.monitor, c.problem)
+
+
+def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
     if ctx.url is None:
         raise ValueError("a site plan needs the database url")
+    req: SitePlanRequest = c.request
     cancelled = ctx.cancelled
     return plan_site(
         store_for(ctx.url),
@@ -126,7 +213,7 @@ def _site_plan(req: SitePlanRequest, ctx: Context) -> dict[str, Any]:
     )
 
 
-def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> None:
+def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked:
     """The site must exist (its request was checked when it was registered; raises
     :class:`service.store.SiteNotFound`), and ``current`` fit it
     (:func:`service.site_plans.check_current`, the field named under ``prefix``)."""
@@ -135,6 +222,7 @@ def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> None:
         check_current(site.body, req.current, solve_host(s))
     except InputError as e:
         raise InputError(prefix + e.field, e.reason) from None
+    return Checked(req)
 
 
 def _schedule_chart(result: dict[str, Any], out: IO[bytes]) -> None:
@@ -167,9 +255,41 @@ USE_CASES: dict[str, UseCase] = {
     uc.kind: uc
     for uc in (
         UseCase(
+            "capacity",
+            CapacityRequest,
+            _check_capacity,
+            _capacity,
+            Route(
+                "/capacity",
+                "core",
+                "capacity",
+                CapacityResponse,
+                "Capacity (req/s) and power (W) of one (n_P, n_D) configuration (SPEC 2).",
+                runs_in="thread",
+                given_fields_only=False,
+            ),
+            job=False,
+        ),
+        UseCase(
+            "front",
+            FrontRequest,
+            _check_front,
+            _front,
+            Route(
+                "/front",
+                "core",
+                "front",
+                FrontResponse,
+                "Every configuration with n_P + n_D <= max_gpus and the capacity-power "
+                "Pareto front.",
+                given_fields_only=False,
+            ),
+            job=False,
+        ),
+        UseCase(
             "schedule",
             ScheduleRequest,
-            check_schedule,
+            _check_schedule,
             _schedule,
             Route(
                 "/schedule",
@@ -179,15 +299,15 @@ USE_CASES: dict[str, UseCase] = {
                 "Choose (n_P, n_D) per deployment and period under the site cap; with "
                 "baselines.\n\nA solve that reaches its time limit is not an error: 200 "
                 "with status `time_limit`\nand the proven gap.",
-                counted=True,
             ),
+            counted=True,
             chart=_schedule_chart,
             csv=_csv,
         ),
         UseCase(
             "demand_response",
             DemandResponseRequest,
-            check_demand_response,
+            _check_demand_response,
             _demand_response,
             Route(
                 "/demand-response",
@@ -207,7 +327,7 @@ USE_CASES: dict[str, UseCase] = {
         UseCase(
             "flexibility",
             FlexibilityRequest,
-            check_flexibility,
+            _check_flexibility,
             _flexibility,
             Route(
                 "/flexibility",
@@ -224,9 +344,13 @@ USE_CASES: dict[str, UseCase] = {
             ),
             chart=_flex_chart,
         ),
-        UseCase("site_plan", SitePlanRequest, _site_exists, _site_plan),
+        UseCase("site_plan", SitePlanRequest, _site_exists, _site_plan, counted=True),
     )
 }
+
+
+#: the kinds of the jobs API, in the table's order
+JOB_KINDS = tuple(kind for kind, uc in USE_CASES.items() if uc.job)
 
 
 def use_case(kind: str) -> UseCase:
@@ -236,23 +360,42 @@ def use_case(kind: str) -> UseCase:
         raise ValueError(f"unknown job kind {kind!r}") from None
 
 
-def run(kind: str, request: BaseModel, ctx: Context) -> dict[str, Any]:
-    """Run ``request`` (validated) as its kind does, in a solver worker: the answer of
-    a kind with a route is checked against the route's response model (its OpenAPI
-    description), so that what the route says it answers is what it answers."""
+def job_kind(kind: str) -> UseCase:
+    """The row of a job kind; ValueError naming any other kind."""
+    if kind not in JOB_KINDS:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return USE_CASES[kind]
+
+
+def run(kind: str, checked: Checked, ctx: Context) -> dict[str, Any]:
+    """Run the checked request as its kind does, in a solver worker (or a thread, for a
+    route that runs there). The answer of a kind with a route is its response model's
+    document: the run's answer validated by that model, and dumped from it (only the
+    fields the run gave, unless the route answers every field of the model), so that
+    what the route says it answers is what it answers."""
     uc = use_case(kind)
-    out = uc.run(request, ctx)
-    if uc.route is not None:
-        uc.route.response.model_validate(out)
-    return out
+    out = uc.run(checked, ctx)
+    if uc.route is None:
+        return out
+    answer = uc.route.response.model_validate(out)
+    return answer.model_dump(mode="json", exclude_unset=uc.route.given_fields_only)
 
 
-def parse(kind: str, document: dict[str, Any]) -> BaseModel:
-    """A stored request of ``kind`` (it was checked when submitted) as its schema;
-    :class:`InputError` naming the field under ``request.`` if it no longer is one."""
+def observed(uc: UseCase, started: float, answer: dict[str, Any]) -> None:
+    """Count a synchronous run of ``uc`` begun at ``started`` (``time.perf_counter``) in
+    the solver metrics, when its row is ``counted``."""
+    if uc.counted:
+        solve_seconds.observe(time.perf_counter() - started)
+        solver_outcomes_total.labels(answer["status"]).inc()
+
+
+def parse(kind: str, document: dict[str, Any]) -> Checked:
+    """A stored request of job kind ``kind`` (it was checked when submitted) as its
+    schema, in the worker that runs it; :class:`InputError` naming the field under
+    ``request.`` if it no longer is one."""
     from formulation.request import parse_model
 
     try:
-        return parse_model(use_case(kind).request, document)
+        return Checked(parse_model(job_kind(kind).request, document))
     except InputError as exc:
         raise InputError(f"request.{exc.field}", exc.reason) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from formulation.problem import ScheduleProblem
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
@@ -63,12 +64,13 @@ def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
 
 
 def schedule(
-    body: ScheduleRequest | dict[str, Any],
+    body: ScheduleProblem | ScheduleRequest | dict[str, Any],
     memory_budget_mb: float | None = None,
     monitor: Any = None,
     kernels: str | None = None,
 ) -> dict[str, Any]:
-    """The schedule of a validated request (or of a stored document, validated here);
+    """The schedule of a problem parsed already (the synchronous route's, checked in the
+    API process), of a validated request, or of a stored document (validated here);
     ``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs' progress and
     cancellation); ``kernels``: the server's kernel database."""
     from formulation.problem import Host, problem_from_dict

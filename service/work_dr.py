@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from formulation.problem import Host
+from formulation.problem import Host, ScheduleProblem
 from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
 
 REQUEST = "request."
@@ -21,14 +21,17 @@ def demand_response(
     memory_budget_mb: float | None = None,
     kernels: str | None = None,
     monitor: Monitor | None = None,
+    problem: ScheduleProblem | None = None,
 ) -> dict[str, Any]:
     """``kernels``: the server's kernel database (a setting, never the request's);
-    ``monitor``: a job's progress and cancellation."""
+    ``monitor``: a job's progress and cancellation; ``problem``: the schedule request's,
+    parsed already where the request was checked (else parsed here)."""
     from formulation.whatif.dr import demand_response as run
 
     host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
     event = req.event.model_dump(mode="json")
-    return run(req.request, event, request_field=REQUEST, host=host, monitor=monitor)
+    body = req.request if problem is None else problem
+    return run(body, event, request_field=REQUEST, host=host, monitor=monitor)
 
 
 def flexibility(
@@ -36,11 +39,13 @@ def flexibility(
     memory_budget_mb: float | None = None,
     kernels: str | None = None,
     monitor: Monitor | None = None,
+    problem: ScheduleProblem | None = None,
 ) -> dict[str, Any]:
+    """As :func:`demand_response`, for a flexibility curve."""
     from formulation.whatif.flex import flexibility_curve
 
     return flexibility_curve(
-        req.request,
+        req.request if problem is None else problem,
         req.period,
         req.points,
         request_field=REQUEST,

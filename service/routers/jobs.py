@@ -24,7 +24,7 @@ from service.schemas import NUL, dump
 from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
 from service.settings import Settings
 from service.store import SiteNotFound
-from service.usecases import use_case
+from service.usecases import job_kind
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
 
@@ -58,9 +58,13 @@ async def submit_job(
     used for the same job, 200 with that job; for another job, 409."""
     if idempotency_key is not None and NUL in idempotency_key:
         return _invalid("Idempotency-Key", "must not contain the NUL character (U+0000)")
-    # what the synchronous route of the same kind refuses (service.usecases)
+    # what the synchronous route of the same kind refuses (service.usecases); the job
+    # keeps the request with this server's defaults (the stored document its worker
+    # parses)
     try:
-        await run_in_threadpool(use_case(job.kind).check, job.request, settings, "request.")
+        checked = await run_in_threadpool(
+            job_kind(job.kind).check, job.request, settings, "request."
+        )
     except SiteNotFound as exc:  # a site plan's site must exist now
         return problem(
             404,
@@ -77,7 +81,7 @@ async def submit_job(
         created_job, created = await run_in_threadpool(
             store.create,
             job.kind,
-            dump(job.request),
+            dump(checked.request),
             idempotency_key,
             webhook_url,
             trigger="user",

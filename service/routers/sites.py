@@ -58,7 +58,6 @@ from service.deps import ApiKey, PoolDep, SettingsDep
 from service.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
 from service.jobs import JobRunner, job_store, replan_scope
 from service.limits import solve_host
-from service.metrics import solve_seconds, solver_outcomes_total
 from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.queue import RedisJobs
 from service.schemas import DateTimeText
@@ -85,7 +84,7 @@ from service.store import (
     VersionConflict,
     store_for,
 )
-from service.usecases import Context, run
+from service.usecases import USE_CASES, Checked, Context, observed, run
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -185,7 +184,7 @@ async def _replan(
     """Plan ``site`` and keep the plan (with what asked for it, ``trigger``): the
     ``site_plan`` use case, as its job runs it (:mod:`service.usecases`), in the solver
     pool."""
-    request = SitePlanRequest(site_id=site.id, current=current)
+    request = Checked(SitePlanRequest(site_id=site.id, current=current))
     ctx = Context(
         pool.memory_budget_mb, settings.kernels, url=settings.database_url, origin=Origin(trigger)
     )
@@ -194,8 +193,7 @@ async def _replan(
         doc: dict[str, Any] = await pool.run(run, "site_plan", request, ctx)
     except SiteNotFound as e:  # deleted meanwhile
         raise HTTPException(404, f"no site {e.site_id!r}") from None
-    solve_seconds.observe(time.perf_counter() - t0)
-    solver_outcomes_total.labels(doc["status"]).inc()
+    observed(USE_CASES["site_plan"], t0, doc)
     return doc
 
 
