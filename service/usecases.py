@@ -38,7 +38,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel
 
-from formulation.problem import ScheduleProblem
+from formulation.problem import Host, ScheduleProblem
 from model.errors import InputError
 from service import work, work_dr
 from service.limits import (
@@ -85,6 +85,18 @@ class Context:
     cancelled: Callable[[], bool] | None = None
     #: what asked for a site plan and the job making it, kept with the plan
     origin: Origin | None = None
+    #: the host a solve runs on when the caller gives one (the command line's, which
+    #: reads the user's own workload files); else the server's, from the two above
+    host: Host | None = None
+    #: the phases of a solve as they go (the command line's progress lines)
+    progress: Callable[[str], None] | None = None
+
+    def solve_host(self) -> Host:
+        """What the solves of this run may use: the caller's host, else the server's
+        memory budget and kernel database (no file is read)."""
+        if self.host is not None:
+            return self.host
+        return Host(memory_budget_mb=self.memory_budget_mb, kernels=self.kernels)
 
 
 @dataclass(frozen=True)
@@ -184,17 +196,15 @@ def _front(c: Checked, ctx: Context) -> dict[str, Any]:
 
 def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
     body = c.request if c.problem is None else c.problem
-    return work.schedule(body, ctx.memory_budget_mb, ctx.monitor, ctx.kernels)
+    return work.schedule(body, ctx.solve_host(), ctx.monitor, ctx.progress)
 
 
 def _demand_response(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work_dr.demand_response(
-        c.request, ctx.memory_budget_mb, ctx.kernels, ctx.monitor, c.problem
-    )
+    return work_dr.demand_response(c.request, ctx.solve_host(), ctx.monitor, c.problem)
 
 
 def _flexibility(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work_dr.flexibility(c.request, ctx.memory_budget_mb, ctx.kernels, ctx.monitor, c.problem)
+    return work_dr.flexibility(c.request, ctx.solve_host(), ctx.monitor, c.problem)
 
 
 def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
@@ -206,7 +216,7 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
         store_for(ctx.url),
         req.site_id,
         req.current,
-        lambda body: work.schedule(body, ctx.memory_budget_mb, ctx.monitor, ctx.kernels),
+        lambda body: work.schedule(body, ctx.solve_host(), ctx.monitor),
         keep=lambda: cancelled is None or not cancelled(),
         applied=req.applied,
         origin=ctx.origin,
@@ -373,12 +383,18 @@ def run(kind: str, checked: Checked, ctx: Context) -> dict[str, Any]:
     document: the run's answer validated by that model, and dumped from it (only the
     fields the run gave, unless the route answers every field of the model), so that
     what the route says it answers is what it answers."""
+    return answer(kind, use_case(kind).run(checked, ctx))
+
+
+def answer(kind: str, out: dict[str, Any]) -> dict[str, Any]:
+    """What a kind answers for its run's answer ``out``: with a route, its response
+    model's document (``out`` validated by that model and dumped from it); else ``out``.
+    The command line prints the same (``pdwatt plan``, ``dr``, ``flex``)."""
     uc = use_case(kind)
-    out = uc.run(checked, ctx)
     if uc.route is None:
         return out
-    answer = uc.route.response.model_validate(out)
-    return answer.model_dump(mode="json", exclude_unset=uc.route.given_fields_only)
+    model = uc.route.response.model_validate(out)
+    return model.model_dump(mode="json", exclude_unset=uc.route.given_fields_only)
 
 
 def observed(uc: UseCase, started: float, answer: dict[str, Any]) -> None:

@@ -1,14 +1,16 @@
 """The calls the service makes, as plain functions of validated requests.
 
 Run in worker processes for schedules (CPU-bound, seconds) and in threads for the
-core (milliseconds). Each returns exactly what ``pdwatt ... --json`` prints.
+core (milliseconds), as the runs of the use-case table's rows (:mod:`service.usecases`),
+which ``pdwatt plan`` runs too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from formulation.problem import ScheduleProblem
+from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
@@ -65,18 +67,17 @@ def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
 
 def schedule(
     body: ScheduleProblem | ScheduleRequest | dict[str, Any],
-    memory_budget_mb: float | None = None,
+    host: Host | None = None,
     monitor: Any = None,
-    kernels: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The schedule of a problem parsed already (the synchronous route's, checked in the
-    API process), of a validated request, or of a stored document (validated here);
-    ``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs' progress and
-    cancellation); ``kernels``: the server's kernel database."""
-    from formulation.problem import Host, problem_from_dict
+    API process; the command line's), of a validated request, or of a stored document
+    (validated here), solved on ``host`` (default: the problem's own, else a host that
+    reads no file); ``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs'
+    progress and cancellation); ``progress``: the phases as they go (the command
+    line's lines)."""
     from formulation.results import response
     from formulation.solve import solve
 
-    # no workload file is read
-    host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
-    return response(solve(problem_from_dict(body, host), monitor=monitor))
+    return response(solve(problem_from_dict(body, host), progress, monitor=monitor))

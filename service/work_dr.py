@@ -1,6 +1,7 @@
 """Demand-response what-if and flexibility curve of validated requests, run in the
-solver's worker processes; each returns exactly what ``pdwatt dr --json`` /
-``pdwatt flex --json`` prints. Errors of the nested schedule request name their field
+solver's worker processes, as the runs of the use-case table's rows
+(:mod:`service.usecases`, whose answer ``pdwatt dr --json`` / ``pdwatt flex --json``
+print too). Errors of the nested schedule request name their field
 under ``request.``. No workload file is read (the host's ``read_files`` stays False)."""
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ Monitor = Callable[[dict[str, Any]], bool]
 
 def demand_response(
     req: DemandResponseRequest,
-    memory_budget_mb: float | None = None,
-    kernels: str | None = None,
+    host: Host | None = None,
     monitor: Monitor | None = None,
     problem: ScheduleProblem | None = None,
 ) -> dict[str, Any]:
-    """``kernels``: the server's kernel database (a setting, never the request's);
-    ``monitor``: a job's progress and cancellation; ``problem``: the schedule request's,
-    parsed already where the request was checked (else parsed here)."""
+    """``host``: what the solves may use (the server's memory budget and kernel
+    database, never the request's); ``monitor``: a job's progress and cancellation;
+    ``problem``: the schedule request's, parsed already where the request was checked
+    (else parsed here)."""
     from formulation.whatif.dr import demand_response as run
 
-    host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
+    host = host or Host()
     event = req.event.model_dump(mode="json")
     body = req.request if problem is None else problem
     return run(body, event, request_field=REQUEST, host=host, monitor=monitor)
@@ -36,8 +37,7 @@ def demand_response(
 
 def flexibility(
     req: FlexibilityRequest,
-    memory_budget_mb: float | None = None,
-    kernels: str | None = None,
+    host: Host | None = None,
     monitor: Monitor | None = None,
     problem: ScheduleProblem | None = None,
 ) -> dict[str, Any]:
@@ -49,6 +49,6 @@ def flexibility(
         req.period,
         req.points,
         request_field=REQUEST,
-        host=Host(memory_budget_mb=memory_budget_mb, kernels=kernels),
+        host=host or Host(),
         monitor=monitor,
     )

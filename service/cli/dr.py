@@ -171,7 +171,9 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         _print_conflicts(e.conflicts)
         raise
     from service.charts_dr import dr_chart
+    from service.usecases import answer
 
+    result = answer("demand_response", result)  # what POST /v1/demand-response answers
     return _report(a, result, "demand response", DR_DEMO_PNG, dr_chart, print_dr)
 
 
@@ -259,7 +261,9 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
         period = DEMO_FLEX_PERIOD
     result = flexibility_curve(body, period, a.points, host=host_from_args(a, body))
     from service.charts_dr import flex_chart
+    from service.usecases import answer
 
+    result = answer("flexibility", result)  # what POST /v1/flexibility answers
     return _report(a, result, "flexibility", FLEX_DEMO_PNG, flex_chart, print_flex)
 
 

@@ -149,3 +149,40 @@ def test_the_worker_runs_the_problem_the_check_parsed(
     assert stored.problem is None
     usecases.run("schedule", stored, usecases.Context(settings.max_solve_memory_mb))
     assert len(conversions) == 1
+
+
+def _paths(node: Any, at: str = "") -> list[str]:
+    """Every key of a JSON document, in the order it is written."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in [f"{at}/{k}", *_paths(v, f"{at}/{k}")]]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _paths(v, f"{at}[{i}]")]
+    return []
+
+
+def test_the_command_line_prints_what_the_route_answers(
+    client: TestClient, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pdwatt plan --json` runs the schedule row: the same document as `POST
+    /v1/schedule`, key for key in the same order (an exact solve, so the same values
+    but for the times)."""
+    import json
+
+    from service.cli.app import main
+    from tests.service.conftest import small_schedule
+
+    body = small_schedule()
+    body["solver"] = {"time_limit_s": 20, "mip_gap": 1e-9, "method": "compact"}
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    assert main(["plan", str(path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    r = client.post("/v1/schedule", json=body)
+    assert r.status_code == 200, r.text
+    answered = r.json()
+    def shape(doc: dict[str, Any]) -> list[str]:  # the solver's trace grows with time
+        return _paths({k: v for k, v in doc.items() if k != "solver"}) + list(doc["solver"])
+
+    assert shape(printed) == shape(answered)
+    assert printed["periods"] == answered["periods"]
+    assert printed["objective_usd"] == answered["objective_usd"]
