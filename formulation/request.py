@@ -50,7 +50,7 @@ MIN_PERIOD_MINUTES = 1e-3
 MIN_HEADROOM = 1e-6
 
 #: the most a schedule may hold or ask for: the hard limits of the formulation, the one
-#: source of each (a server's settings, ``service.settings``, may set lower ones, never
+#: source of each (a server's settings, ``service.runtime.settings``, may set lower ones, never
 #: higher ones). There is no fixed number of deployments: what a machine can take is its
 #: solve's estimated memory against the budget (:mod:`formulation.memory`)
 MAX_PERIODS = 2016  # two weeks of 10-minute periods
@@ -63,7 +63,7 @@ class TimeLimit:
 
     The one definition of the time limit: the schedule's own is :data:`TIME_LIMIT`; a
     server's is :meth:`at_most` its ``PDWATT_MAX_TIME_LIMIT_S``
-    (:func:`service.limits.time_limit`). The request schema's field takes its bounds
+    (:func:`service.requests.limits.time_limit`). The request schema's field takes its bounds
     and default from :data:`TIME_LIMIT`, and a JSON schema generated inside
     :func:`publishing` carries the limit published there instead (a server's OpenAPI
     document: the field's default and maximum, every ``solver`` default object and

@@ -12,15 +12,19 @@ from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
 from formulation.request import publishing
-from service import console, errors, replan, site_shed, store
-from service.jobs import JobRunner, Notifier
-from service.limits import MAX_FLEX_EVALUATIONS, time_limit
-from service.metrics import method_label, request_seconds, requests_total
-from service.pool import SolvePool
-from service.queue import RedisJobs
-from service.routers import catalog, health, jobs, shed, sites, solves
-from service.schemas import MAX_JSON_DEPTH
-from service.settings import Settings, get_settings
+from service import console
+from service.jobs.queue import RedisJobs
+from service.jobs.runner import JobRunner
+from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
+from service.requests.schemas import MAX_JSON_DEPTH
+from service.routers import catalog, errors, health, jobs, shed, sites, solves
+from service.runtime import store
+from service.runtime.jobstore import Notifier
+from service.runtime.metrics import method_label, request_seconds, requests_total
+from service.runtime.pool import SolvePool
+from service.runtime.settings import Settings, get_settings
+from service.sites import replan
+from service.sites import shed as site_shed
 
 #: on shutdown, running jobs are asked to stop and given this long to return their best
 #: schedules (``docker stop`` waits 10 s before killing)
@@ -134,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             else None
         )
         # the fast response's tables of each site's running counts, in this process,
-        # which answers sheds (service.site_shed)
+        # which answers sheds (service.sites.shed)
         warming = asyncio.get_running_loop().create_task(
             site_shed.warm_forever(settings, settings.replan_check_s)
         )
@@ -196,7 +200,7 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     ``maxItems``) on the fields they bound, so a client can check a request before
     sending it. The schemas are generated from the request models with this server's
     time limit published (:func:`formulation.request.publishing` of
-    :func:`service.limits.time_limit`): ``solver.time_limit_s``'s default and maximum,
+    :func:`service.requests.limits.time_limit`): ``solver.time_limit_s``'s default and maximum,
     every ``solver`` default object and every example's time limit are generated from
     it. The other bounds are the schedule's own (:mod:`formulation.request`) in the
     models; a server's settings, read when the app is made, can only tighten them, and

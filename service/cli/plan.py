@@ -186,7 +186,8 @@ def print_losses(resp: dict[str, Any], sec: float) -> None:
 
 def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.results import to_csv
-    from service.usecases import Checked, Context, run
+    from service.usecases.rows import Checked, Context
+    from service.usecases.table import run
 
     plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
     check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
@@ -203,7 +204,7 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     if a.csv:
         write_output(a, "--csv", lambda: _write_text(a.csv, to_csv(resp)), "per-period table")
     if plot:
-        from service.charts import schedule_chart
+        from service.charts.schedule import schedule_chart
 
         title = "pdwatt demo site" if a.demo else "pdwatt schedule"
         write_output(a, "--plot", lambda: schedule_chart(resp, plot, title), "chart", plot)

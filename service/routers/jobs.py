@@ -1,4 +1,4 @@
-"""/v1/jobs: solves in the background (see :mod:`service.jobs`)."""
+"""/v1/jobs: solves in the background (see :mod:`service.runtime.jobstore`)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Header, HTTPException, 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from service import webhooks
-from service.deps import ApiKey, SettingsDep
-from service.errors import problem, problem_responses
-from service.jobs import (
+from service.jobs.queue import RedisJobs
+from service.jobs.runner import JobRunner
+from service.jobs.schemas import JobAccepted, JobDocument, JobRequest
+from service.requests.schemas import NUL, dump
+from service.routers.deps import ApiKey, SettingsDep
+from service.routers.errors import problem, problem_responses
+from service.runtime import webhooks
+from service.runtime.jobstore import (
     IdempotencyConflict,
     JobNotFound,
-    JobRunner,
     JobStore,
     Notifier,
     job_store,
 )
-from service.queue import RedisJobs
-from service.schemas import NUL, dump
-from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
-from service.settings import Settings
-from service.store import SiteNotFound
-from service.usecases import job_kind
+from service.runtime.settings import Settings
+from service.runtime.store import SiteNotFound
+from service.usecases.table import job_kind
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
 
@@ -58,7 +58,7 @@ async def submit_job(
     used for the same job, 200 with that job; for another job, 409."""
     if idempotency_key is not None and NUL in idempotency_key:
         return _invalid("Idempotency-Key", "must not contain the NUL character (U+0000)")
-    # what the synchronous route of the same kind refuses (service.usecases); the job
+    # what the synchronous route of the same kind refuses (service.usecases.table); the job
     # keeps the request with this server's defaults (the stored document its worker
     # parses)
     try:

@@ -1,5 +1,5 @@
 """``POST /v1/sites/{site_id}/shed``: a site power target that starts now, answered at
-once with the GPU settings to apply (see :mod:`service.site_shed`)."""
+once with the GPU settings to apply (see :mod:`service.sites.shed`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from model.errors import InputError
-from service import site_shed, sites
-from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
-from service.jobs import job_store
-from service.store import Contention, EventRetracted, SiteNotFound, Store, store_for
+from service.routers.deps import ApiKey, PoolDep, SettingsDep
+from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.runtime.jobstore import job_store
+from service.runtime.store import Contention, EventRetracted, SiteNotFound, Store, store_for
+from service.sites import registry as sites
+from service.sites import shed as site_shed
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)

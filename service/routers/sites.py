@@ -4,7 +4,7 @@ hand per-period replica targets to an autoscaler.
 A site is a schedule request (SPEC 6.1) kept under an id, plus ``name`` and
 ``plan_start`` (the wall-clock start of period 0). Its latest plan is kept, and every
 OpenADR 3.1.0 event posted against it is merged into its stored grid signals (see
-:mod:`service.openadr`) and logged.
+:mod:`service.sites.openadr`) and logged.
 
 Choices where the issue is silent:
 
@@ -13,7 +13,7 @@ Choices where the issue is silent:
   running ``n_p``, ``n_d``), so transition limits hold from that state. The plan then
   covers only those periods (its period indices stay those of the full horizon).
   ``current`` is checked against the site the update makes before anything is stored
-  (:func:`service.site_plans.check_current`): an update refused with a 4xx stores
+  (:func:`service.sites.plans.check_current`): an update refused with a 4xx stores
   nothing.
 * An event or forecast is stored first and the site re-planned after. When no schedule
   meets it, the answer is a 422 problem (``/problems/infeasible``) that says the update
@@ -23,15 +23,15 @@ Choices where the issue is silent:
 * "Latest plan" is the plan of the newest site version (then the last stored), so two
   concurrent posts can't leave the plan of the older version on top.
 * ``?replan=job`` on an event or forecast post hands the re-plan to a ``site_plan`` job
-  (:mod:`service.jobs`) instead: 202 at once with the job's id and ``Location``, whose
+  (:mod:`service.runtime.jobstore`) instead: 202 at once with the job's id and ``Location``, whose
   progress (best schedule, bound, gap) ``GET /v1/jobs/{id}`` reports as it runs and
   whose result is the plan (an infeasible site fails the job with the problem).
 * The same event posted twice (same canonical JSON) is merged once, and while the
   latest plan was made from the site as it is, not re-planned again
-  (:func:`service.sites.in_force`: ``replanned`` false).
+  (:func:`service.sites.registry.in_force`: ``replanned`` false).
 * ``DELETE .../events/{id}`` retracts an event: kept in the log, marked retracted;
   the grid recomputed from the one the site was registered with and the events merged
-  since that are not retracted (:func:`service.sites.without_event`), then re-planned
+  since that are not retracted (:func:`service.sites.registry.without_event`), then re-planned
   as after an event post.
 * ``PUT`` replaces the whole site (events merged before are replaced with it);
   ``If-Match: "<version>"`` on ``PUT`` refuses a replace over a newer version (412).
@@ -53,25 +53,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from model.errors import InputError
-from service import site_shed, sites
-from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
-from service.jobs import JobRunner, job_store, replan_scope
-from service.limits import solve_host
-from service.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
-from service.queue import RedisJobs
-from service.schemas import DateTimeText
-from service.schemas_sites import (
-    EventBody,
-    ForecastBody,
-    PlanBody,
-    RetractBody,
-    SiteRequest,
-    Targets,
-)
-from service.settings import Settings
-from service.site_plans import Current, SitePlanRequest, plan_doc
-from service.store import (
+from service.jobs.queue import RedisJobs
+from service.jobs.runner import JobRunner
+from service.requests.limits import solve_host
+from service.requests.schemas import DateTimeText
+from service.routers.deps import ApiKey, PoolDep, SettingsDep
+from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
+from service.runtime.jobstore import job_store, replan_scope
+from service.runtime.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
+from service.runtime.settings import Settings
+from service.runtime.store import (
     Contention,
     EventNotFound,
     EventRetracted,
@@ -84,7 +75,19 @@ from service.store import (
     VersionConflict,
     store_for,
 )
-from service.usecases import USE_CASES, Checked, Context, observed, run
+from service.sites import registry as sites
+from service.sites import shed as site_shed
+from service.sites.plans import Current, SitePlanRequest, plan_doc
+from service.sites.schemas import (
+    EventBody,
+    ForecastBody,
+    PlanBody,
+    RetractBody,
+    SiteRequest,
+    Targets,
+)
+from service.usecases.rows import Checked, Context
+from service.usecases.table import USE_CASES, observed, run
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -182,7 +185,7 @@ async def _replan(
     settings: Settings, pool: SolvePool, site: Site, current: Current | None, trigger: str
 ) -> dict[str, Any]:
     """Plan ``site`` and keep the plan (with what asked for it, ``trigger``): the
-    ``site_plan`` use case, as its job runs it (:mod:`service.usecases`), in the solver
+    ``site_plan`` use case, as its job runs it (:mod:`service.usecases.table`), in the solver
     pool."""
     request = Checked(SitePlanRequest(site_id=site.id, current=current))
     ctx = Context(
@@ -206,7 +209,7 @@ async def _after_update(
     trigger: str,
 ) -> JSONResponse:
     """The answer to an update: re-planned (200), or the re-plan put off (202), or
-    stored but infeasible (422, :class:`service.sites.StoredButInfeasible`)."""
+    stored but infeasible (422, :class:`service.sites.registry.StoredButInfeasible`)."""
     try:
         out = await sites.replan_after_update(
             lambda: _replan(settings, pool, site, current, trigger), site, answer
@@ -427,7 +430,7 @@ async def list_events(site_id: SiteId, store: StoreDep) -> JSONResponse:
     (`retracted`) and the site version its retraction made (`retracted_version`).
 
     Answered as JSON directly, not through a response model: an event stored before
-    the depth limit of its free-form fields (service.schemas.MAX_JSON_DEPTH) may nest
+    the depth limit of its free-form fields (service.requests.schemas.MAX_JSON_DEPTH) may nest
     deeper than the model serialiser goes, and must still be listed."""
     await _db(store.get_site, site_id)
     rows = await _db(store.list_events, site_id)

@@ -1,5 +1,5 @@
 """The synchronous routes of the use cases, one per row with a route
-(:mod:`service.usecases`): ``POST /v1/capacity``, ``POST /v1/front``, ``POST
+(:mod:`service.usecases.table`): ``POST /v1/capacity``, ``POST /v1/front``, ``POST
 /v1/schedule``, ``POST /v1/demand-response``, ``POST /v1/flexibility``.
 
 Each checks its request as a job of its kind is checked, runs the use case in the solver
@@ -21,11 +21,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from model.errors import InputError
-from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import problem_responses
-from service.pool import SolvePool, run_or_429
-from service.settings import Settings
-from service.usecases import USE_CASES, Context, Route, UseCase, observed, run
+from service.routers.deps import ApiKey, PoolDep, SettingsDep
+from service.routers.errors import problem_responses
+from service.runtime.pool import SolvePool, run_or_429
+from service.runtime.settings import Settings
+from service.usecases.rows import Context, Route, UseCase
+from service.usecases.table import USE_CASES, observed, run
 
 router = APIRouter(prefix="/v1", dependencies=[ApiKey])
 

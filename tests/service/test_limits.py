@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from formulation import request as schedule_request
 from formulation.problem import problem_from_dict, validate
 from model.errors import InputError
-from service.limits import MAX_FLEX_EVALUATIONS
-from service.settings import Settings, get_settings
+from service.requests.limits import MAX_FLEX_EVALUATIONS
+from service.runtime.settings import Settings, get_settings
 from tests.service.conftest import REPO, small_schedule
 from tests.service.test_jobs import wait_final
 from tests.service.test_routes import assert_problem

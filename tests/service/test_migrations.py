@@ -1,6 +1,6 @@
 """Schema migrations (Alembic) on SQLite and on a real PostgreSQL server: an empty
 database and one created before migrations existed both end at the schema that
-``service.store.metadata`` describes (Alembic's own comparison finds no difference),
+``service.runtime.store.metadata`` describes (Alembic's own comparison finds no difference),
 their rows kept; replicas that start together migrate once."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from sqlalchemy import (
     text,
 )
 
-from service import store as store_mod
-from service.jobs import JobStore
-from service.store import SCHEMA_REVISION, make_engine, metadata, migrate
+from service.runtime import store as store_mod
+from service.runtime.jobstore import JobStore
+from service.runtime.store import MIGRATIONS, SCHEMA_REVISION, make_engine, metadata, migrate
 from tests.servers import postgres_server
 
 
@@ -214,10 +214,10 @@ def test_sites_from_before_retractions_get_their_registered_grid_when_known(
     from alembic import command
     from alembic.config import Config
 
-    from service.store import Store
+    from service.runtime.store import Store
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(store_mod.__file__).with_name("migrations")))
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     with empty_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0003")

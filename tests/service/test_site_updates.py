@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model.errors import InputError
-from service import site_shed
-from service.site_shed import NoRunningPlan
+from service.sites import shed as site_shed
+from service.sites.shed import NoRunningPlan
 from tests.service.test_sites import cap_event, site_body
 
 
@@ -114,7 +114,7 @@ def test_the_shed_s_event_errors_name_the_shed_s_fields() -> None:
 
 
 def test_a_plan_of_another_clock_is_named_field_by_field(client: TestClient) -> None:
-    from service.store import store_for
+    from service.runtime.store import store_for
 
     settings = client.app.state.settings  # type: ignore[attr-defined]
     store = store_for(settings.database_url)
@@ -277,7 +277,7 @@ def test_the_reachable_floors_end_at_the_solver_s_least_draw(client: TestClient)
     from formulation.data import build_data
     from formulation.infeasible import min_site_power_w
     from formulation.problem import problem_from_dict
-    from service.site_plans import request_of
+    from service.sites.plans import request_of
 
     body = site_body()
     body["site"]["gpu_inventory"] = {"h200": 12}
@@ -443,8 +443,8 @@ def test_retracting_an_event_a_put_replaced_changes_no_grid(client: TestClient) 
 
 
 def test_a_site_whose_registered_grid_is_unknown_refuses_a_retraction() -> None:
-    from service import sites
-    from service.store import EventRecord, Site
+    from service.runtime.store import EventRecord, Site
+    from service.sites import registry as sites
 
     now = datetime.now(UTC)
     body = {k: v for k, v in site_body().items() if k != "name"}  # as a site stores it

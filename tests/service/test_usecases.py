@@ -1,4 +1,4 @@
-"""The use-case table (service.usecases) is the one place a kind of work is registered:
+"""The use-case table (service.usecases.table) is the one place a kind of work is registered:
 the jobs API's kinds and request union, the synchronous routes, the solver metrics and
 the runner's dispatch all come from it; a check never changes the request it is given,
 and the synchronous route's worker runs the problem the check parsed."""
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.jobs import run_kind
-from service.usecases import JOB_KINDS, USE_CASES
+from service.jobs.runner import run_kind
+from service.usecases.table import JOB_KINDS, USE_CASES
 from tests.service.test_limits import KINDS
 
 
@@ -82,22 +82,24 @@ def test_an_answer_unlike_the_routes_response_model_is_refused(monkeypatch: Any)
     worker): an answer that lost a field the model requires does not go out."""
     from pydantic import ValidationError
 
-    from service import usecases, work
-    from service.schemas import ScheduleRequest
+    from service.requests.schemas import ScheduleRequest
+    from service.usecases import rows
+    from service.usecases import runs as work
+    from service.usecases import table as usecases
     from tests.service.conftest import small_schedule
 
     monkeypatch.setattr(work, "schedule", lambda *_args: {"status": "optimal"})
     req = ScheduleRequest.model_validate(small_schedule())
     with pytest.raises(ValidationError, match="periods"):
-        usecases.run("schedule", usecases.Checked(req), usecases.Context())
+        usecases.run("schedule", rows.Checked(req), rows.Context())
 
 
 def test_a_check_fills_the_servers_defaults_into_a_new_request(make_client: Any) -> None:
     """limits.check_schedule never changes the request it is given: the server's default
     time limit is in the request it returns, with the problem parsed from that one."""
-    from service import usecases
-    from service.schemas import ScheduleRequest
-    from service.schemas_dr import FlexibilityRequest
+    from service.requests.dr import FlexibilityRequest
+    from service.requests.schemas import ScheduleRequest
+    from service.usecases import rows
     from tests.service.conftest import small_schedule
 
     settings = make_client(workers=1, max_time_limit_s=5).app.state.settings
@@ -118,17 +120,16 @@ def test_a_check_fills_the_servers_defaults_into_a_new_request(make_client: Any)
     assert "time_limit_s" not in flex.request.solver.model_fields_set
     assert flex.request.solver.time_limit_s == 30.0  # the request given, unchanged
     assert done.request.request.solver.time_limit_s == server_default
-    assert isinstance(done, usecases.Checked) and done.problem is not None
+    assert isinstance(done, rows.Checked) and done.problem is not None
 
 
-def test_the_worker_runs_the_problem_the_check_parsed(
-    client: TestClient, monkeypatch: Any
-) -> None:
+def test_the_worker_runs_the_problem_the_check_parsed(client: TestClient, monkeypatch: Any) -> None:
     """The synchronous route hands the worker the problem parsed in the API process: the
     worker converts no request (problem_from_request is not called there)."""
     from formulation import problem as problem_module
-    from service import usecases
-    from service.schemas import ScheduleRequest
+    from service.requests.schemas import ScheduleRequest
+    from service.usecases import rows
+    from service.usecases import table as usecases
     from tests.service.conftest import small_schedule
 
     settings = client.app.state.settings  # type: ignore[attr-defined]
@@ -142,12 +143,12 @@ def test_the_worker_runs_the_problem_the_check_parsed(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(problem_module, "problem_from_request", counted)
-    answer = usecases.run("schedule", checked, usecases.Context(settings.max_solve_memory_mb))
+    answer = usecases.run("schedule", checked, rows.Context(settings.max_solve_memory_mb))
     assert answer["status"] in ("optimal", "time_limit") and conversions == []
     # a job's stored document is parsed in its worker, once
     stored = usecases.parse("schedule", checked.request.model_dump(mode="json"))
     assert stored.problem is None
-    usecases.run("schedule", stored, usecases.Context(settings.max_solve_memory_mb))
+    usecases.run("schedule", stored, rows.Context(settings.max_solve_memory_mb))
     assert len(conversions) == 1
 
 
@@ -180,6 +181,7 @@ def test_the_command_line_prints_what_the_route_answers(
     r = client.post("/v1/schedule", json=body)
     assert r.status_code == 200, r.text
     answered = r.json()
+
     def shape(doc: dict[str, Any]) -> list[str]:  # the solver's trace grows with time
         return _paths({k: v for k, v in doc.items() if k != "solver"}) + list(doc["solver"])
 

@@ -1,6 +1,6 @@
 """Schemas of the jobs API (``/v1/jobs``): a job is a kind and the request its
 synchronous route takes, validated by that route's own schema; the kinds are the rows
-of the use-case table that are jobs (:data:`service.usecases.JOB_KINDS`)."""
+of the use-case table that are jobs (:data:`service.usecases.table.JOB_KINDS`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from service.schemas import StorableText, Strict
-from service.usecases import JOB_KINDS, USE_CASES, UseCase
+from service.requests.schemas import StorableText, Strict
+from service.usecases.rows import UseCase
+from service.usecases.table import JOB_KINDS, USE_CASES
 
 
 class Webhook(Strict):
-    """Where the job's end is POSTed, signed (see :mod:`service.webhooks`)."""
+    """Where the job's end is POSTed, signed (see :mod:`service.runtime.webhooks`)."""
 
     url: StorableText = Field(
         min_length=1,

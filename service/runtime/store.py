@@ -25,7 +25,7 @@ Tables:
   (the version its merge produced), ``event`` (the OpenADR event as received), and
   once retracted ``retracted`` (when) and ``retracted_version`` (the version the
   retraction produced);
-* ``jobs``: solves run in the background (:mod:`service.jobs`): ``kind``, ``request``,
+* ``jobs``: solves run in the background (:mod:`service.runtime.jobstore`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
   ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
   its ``heartbeat``, its ``webhook_url`` with the delivery's state and outcome, what
@@ -151,7 +151,7 @@ jobs = Table(
     Column("webhook_url", String(2048), nullable=True),  # notified when the job ends
     Column("webhook_state", String(16), nullable=True),  # sending, delivered, failed
     Column("webhook_outcome", JSON(none_as_null=True), nullable=True),
-    # re-plans of one site coalesce (service.jobs.JobStore.create): the scope, and the
+    # re-plans of one site coalesce (service.runtime.jobstore.JobStore.create): the scope, and the
     # same while queued (null otherwise), unique: at most one queued job per scope
     Column("coalesce", String(128), nullable=True, index=True),
     Column("queued_for", String(128), nullable=True),
@@ -337,6 +337,8 @@ def make_engine(url: str) -> Engine:
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
 SCHEMA_REVISION = "0006"
+#: the Alembic scripts (service/migrations)
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 #: a database created before migrations existed holds this revision's tables
 _FIRST_REVISION = "0001"
 #: PostgreSQL advisory lock held while migrating (any constant shared by all replicas)
@@ -351,7 +353,7 @@ def migrate(engine: Engine) -> str:
     from alembic.runtime.migration import MigrationContext
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     for attempt in range(5):
         try:
             with engine.begin() as conn:

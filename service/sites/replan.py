@@ -25,9 +25,9 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.jobs import IdempotencyConflict, JobStore, job_store, replan_scope
-from service.site_plans import n_periods, period, plan_start
-from service.store import Site, SiteNotFound, Store, store_for, utc_now
+from service.runtime.jobstore import IdempotencyConflict, JobStore, job_store, replan_scope
+from service.runtime.store import Site, SiteNotFound, Store, store_for, utc_now
+from service.sites.plans import n_periods, period, plan_start
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from formulation.request import Rate, ScheduleRequest, Strict, examples
-from service.openadr import OadrEvent
-from service.schemas import DateTimeText, StorableText
-from service.site_plans import Current
+from service.requests.schemas import DateTimeText, StorableText
+from service.sites.openadr import OadrEvent
+from service.sites.plans import Current
 
 _EXAMPLE: dict[str, Any] = {
     "name": "dc-east",
@@ -46,7 +46,7 @@ class SiteRequest(ScheduleRequest):
         False,
         strict=True,
         description="re-plan, as a job, each time the site's clock enters a new period, "
-        "from the configuration its latest plan runs (see service/replan.py)",
+        "from the configuration its latest plan runs (see service/sites/replan.py)",
     )
 
 
@@ -82,7 +82,7 @@ class Target(BaseModel):
     num_decode: int
     replicas: dict[str, int]
     gpus: int
-    #: only for a deployment that lists GPU settings (service.site_targets)
+    #: only for a deployment that lists GPU settings (service.sites.targets)
     prefill_setting: str | None = Field(None, description="as the plan's period names it")
     decode_setting: str | None = Field(None, description="as the plan's period names it")
     gpu_settings: dict[str, dict[str, float]] | None = Field(

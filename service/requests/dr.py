@@ -14,7 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 from formulation.demo import demo_request
 from formulation.request import examples
 from formulation.whatif.dr import DEMO_EVENT
-from service.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
+from service.requests.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
 
 
 def _demo_small() -> dict[str, Any]:

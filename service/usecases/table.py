@@ -9,8 +9,8 @@ Everything that wires a kind is made from this table, so a kind is registered on
   plan's route is ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`), their
   request and response schemas, and whether they run in the solver pool;
 * the jobs API: its kinds (the rows with ``job``) and its request union
-  (:mod:`service.schemas_jobs`), the checks at submission (:mod:`service.routers.jobs`)
-  and the runner's dispatch (:func:`service.jobs.run_kind`);
+  (:mod:`service.jobs.schemas`), the checks at submission (:mod:`service.routers.jobs`)
+  and the runner's dispatch (:func:`service.jobs.runner.run_kind`);
 * the solver metrics (:func:`observed`, for the rows ``counted``).
 
 A request is parsed once per process: a route's body by FastAPI, a job's stored
@@ -24,7 +24,7 @@ exactly what its route refuses and answers what its route answers. A row with a 
 answers its response model's document (:func:`run`): the run's answer validated by that
 model and dumped from it, so what a route says it answers is what it answers.
 
-The shed (``POST /v1/sites/{id}/shed``, :mod:`service.site_shed`) is not a row: it
+The shed (``POST /v1/sites/{id}/shed``, :mod:`service.sites.shed`) is not a row: it
 answers from the API process at once and hands its one solve, when it needs one, to
 the pool itself.
 """
@@ -32,16 +32,16 @@ the pool itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import IO, Any
 
-from pydantic import BaseModel
-
-from formulation.problem import Host, ScheduleProblem
 from model.errors import InputError
-from service import work, work_dr
-from service.limits import (
+from service.requests.dr import (
+    DemandResponseRequest,
+    DemandResponseResponse,
+    FlexibilityRequest,
+    FlexibilityResponse,
+)
+from service.requests.limits import (
     check_demand_response,
     check_flexibility,
     check_front,
@@ -49,8 +49,7 @@ from service.limits import (
     check_schedule,
     solve_host,
 )
-from service.metrics import solve_seconds, solver_outcomes_total
-from service.schemas import (
+from service.requests.schemas import (
     CapacityRequest,
     CapacityResponse,
     FrontRequest,
@@ -58,106 +57,12 @@ from service.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
-from service.schemas_dr import (
-    DemandResponseRequest,
-    DemandResponseResponse,
-    FlexibilityRequest,
-    FlexibilityResponse,
-)
-from service.settings import Settings
-from service.site_plans import SitePlanRequest, check_current, plan_site
-from service.store import Origin, store_for
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a run takes from the process that runs it, never from the request."""
-
-    #: the solver worker's memory budget (MB; the server's ``PDWATT_MAX_SOLVE_MEMORY_MB``)
-    memory_budget_mb: float | None = None
-    #: the server's kernel database (``PDWATT_KERNELS``)
-    kernels: str | None = None
-    #: a job's progress and cancellation (:data:`formulation.solve.Monitor`)
-    monitor: Any = None
-    #: the database that holds the sites (a site plan)
-    url: str | None = None
-    #: whether the job was cancelled, asked before a site plan is stored
-    cancelled: Callable[[], bool] | None = None
-    #: what asked for a site plan and the job making it, kept with the plan
-    origin: Origin | None = None
-    #: the host a solve runs on when the caller gives one (the command line's, which
-    #: reads the user's own workload files); else the server's, from the two above
-    host: Host | None = None
-    #: the phases of a solve as they go (the command line's progress lines)
-    progress: Callable[[str], None] | None = None
-
-    def solve_host(self) -> Host:
-        """What the solves of this run may use: the caller's host, else the server's
-        memory budget and kernel database (no file is read)."""
-        if self.host is not None:
-            return self.host
-        return Host(memory_budget_mb=self.memory_budget_mb, kernels=self.kernels)
-
-
-@dataclass(frozen=True)
-class Checked:
-    """A request as its row's check leaves it: ``request``, with this server's defaults
-    (a new object: the client's is never changed), and ``problem``, the schedule
-    problem the check parsed from it (kinds that solve one), which the run takes as it
-    is instead of parsing the request again. A job's stored request, parsed in the
-    worker, has no problem yet: the run makes it there, once."""
-
-    request: Any
-    problem: ScheduleProblem | None = None
-
-
-@dataclass(frozen=True)
-class Route:
-    """The synchronous route of a use case: ``POST /v1{path}``."""
-
-    path: str
-    tag: str
-    #: the route's name (its OpenAPI operation id and summary come from it)
-    name: str
-    response: type[BaseModel]
-    #: the route's OpenAPI description
-    doc: str
-    #: where it runs: in the solver pool (429 when every worker is busy, 503 when the
-    #: worker died), or in a thread of the API process (milliseconds of work)
-    runs_in: Literal["pool", "thread"] = "pool"
-    #: the answer holds only the fields the run gave (the schedule's document as the
-    #: command line prints it), not every field of the response model
-    given_fields_only: bool = True
-
-
-@dataclass(frozen=True)
-class UseCase:
-    kind: str
-    #: the request the route takes and a job of this kind holds
-    request: type[BaseModel]
-    #: every refusal before any work, in the API process: ``check(request, settings,
-    #: prefix)`` raises InputError naming the field under ``prefix`` (or a lookup
-    #: error for a thing that does not exist), else returns the :class:`Checked`
-    #: request (the server's defaults filled in a new object, the problem parsed)
-    check: Callable[[Any, Settings, str], Checked]
-    #: the work, in a solver worker (or a thread, see :attr:`Route.runs_in`):
-    #: ``run(checked, context)``, the answer as JSON data
-    run: Callable[[Checked, Context], dict[str, Any]]
-    route: Route | None = None
-    #: a kind of the jobs API (``POST /v1/jobs``)
-    job: bool = True
-    #: its solve time and status are counted in the solver metrics (:func:`observed`)
-    counted: bool = False
-    #: the answer as a PNG chart, written to a binary file (``?format=png``)
-    chart: Callable[[dict[str, Any], IO[bytes]], None] | None = None
-    #: the answer as a CSV table (``?format=csv``)
-    csv: Callable[[dict[str, Any]], str] | None = None
-
-    @property
-    def formats(self) -> tuple[str, ...]:
-        """The route's response formats, JSON first."""
-        return ("json",) + (("csv",) if self.csv else ()) + (("png",) if self.chart else ())
-
+from service.runtime.metrics import solve_seconds, solver_outcomes_total
+from service.runtime.settings import Settings
+from service.runtime.store import store_for
+from service.sites.plans import SitePlanRequest, check_current, plan_site
+from service.usecases import runs
+from service.usecases.rows import Checked, Context, Route, UseCase
 
 # ---------------------------------------------------------------- checks, runs, outputs
 
@@ -187,24 +92,24 @@ def _check_flexibility(req: FlexibilityRequest, s: Settings, prefix: str = "") -
 
 
 def _capacity(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work.capacity(c.request, ctx.kernels)
+    return runs.capacity(c.request, ctx.kernels)
 
 
 def _front(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work.front(c.request, ctx.kernels)
+    return runs.front(c.request, ctx.kernels)
 
 
 def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
     body = c.request if c.problem is None else c.problem
-    return work.schedule(body, ctx.solve_host(), ctx.monitor, ctx.progress)
+    return runs.schedule(body, ctx.solve_host(), ctx.monitor, ctx.progress)
 
 
 def _demand_response(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work_dr.demand_response(c.request, ctx.solve_host(), ctx.monitor, c.problem)
+    return runs.demand_response(c.request, ctx.solve_host(), ctx.monitor, c.problem)
 
 
 def _flexibility(c: Checked, ctx: Context) -> dict[str, Any]:
-    return work_dr.flexibility(c.request, ctx.solve_host(), ctx.monitor, c.problem)
+    return runs.flexibility(c.request, ctx.solve_host(), ctx.monitor, c.problem)
 
 
 def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
@@ -216,7 +121,7 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
         store_for(ctx.url),
         req.site_id,
         req.current,
-        lambda body: work.schedule(body, ctx.solve_host(), ctx.monitor),
+        lambda body: runs.schedule(body, ctx.solve_host(), ctx.monitor),
         keep=lambda: cancelled is None or not cancelled(),
         applied=req.applied,
         origin=ctx.origin,
@@ -225,8 +130,8 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
 
 def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked:
     """The site must exist (its request was checked when it was registered; raises
-    :class:`service.store.SiteNotFound`), and ``current`` fit it
-    (:func:`service.site_plans.check_current`, the field named under ``prefix``)."""
+    :class:`service.runtime.store.SiteNotFound`), and ``current`` fit it
+    (:func:`service.sites.plans.check_current`, the field named under ``prefix``)."""
     site = store_for(s.database_url).get_site(req.site_id)
     try:
         check_current(site.body, req.current, solve_host(s))
@@ -236,19 +141,19 @@ def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked
 
 
 def _schedule_chart(result: dict[str, Any], out: IO[bytes]) -> None:
-    from service.charts import schedule_chart
+    from service.charts.schedule import schedule_chart
 
     schedule_chart(result, out)  # type: ignore[arg-type]
 
 
 def _dr_chart(result: dict[str, Any], out: IO[bytes]) -> None:
-    from service.charts_dr import dr_chart
+    from service.charts.dr import dr_chart
 
     dr_chart(result, out)
 
 
 def _flex_chart(result: dict[str, Any], out: IO[bytes]) -> None:
-    from service.charts_dr import flex_chart
+    from service.charts.dr import flex_chart
 
     flex_chart(result, out)
 

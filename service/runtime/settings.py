@@ -52,7 +52,7 @@ class Settings(BaseSettings):
         le=TIME_LIMIT.max_s,
         description="the most solver.time_limit_s a request may ask for; also the "
         f"default time limit when it is below the schedule's default ({TIME_LIMIT.default_s:g} "
-        "s; service.limits.time_limit)",
+        "s; service.requests.limits.time_limit)",
     )
     max_solve_memory_mb: float = Field(
         4096.0, gt=0, description="refuse a solve estimated to need more memory (MB)"

@@ -9,7 +9,7 @@ its synchronous route refuses.
 * :func:`check_demand_response`, :func:`check_flexibility`: ``POST
   /v1/demand-response`` and ``POST /v1/flexibility``.
 
-The use-case table (:mod:`service.usecases`) gives each kind its check, for its route
+The use-case table (:mod:`service.usecases.table`) gives each kind its check, for its route
 and its jobs alike.
 
 The time limit: :func:`time_limit` is this server's ``solver.time_limit_s``, the
@@ -34,9 +34,9 @@ from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
 from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
-from service.schemas import ScheduleRequest
-from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
-from service.settings import Settings
+from service.requests.dr import DemandResponseRequest, FlexibilityRequest
+from service.requests.schemas import ScheduleRequest
+from service.runtime.settings import Settings
 
 #: a schedule request, or one that extends it (a site's registration)
 R = TypeVar("R", bound=ScheduleRequest)
@@ -141,9 +141,7 @@ def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> 
         raise
 
 
-def check_schedule(
-    req: R, s: Settings, prefix: str = ""
-) -> tuple[R, ScheduleProblem]:
+def check_schedule(req: R, s: Settings, prefix: str = "") -> tuple[R, ScheduleProblem]:
     """Everything a schedule request is checked for before any solve, on a route and in
     a job alike: the server's limits, the rules across fields and the memory budget (no
     table built). InputError names the field under ``prefix``. The request with this

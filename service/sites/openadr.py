@@ -7,7 +7,7 @@ The models follow the field names of the OpenADR 3.1.0 ``event`` schema (``progr
 ``currency``}), so an event taken from a VTN is accepted as it is. Unknown fields are
 refused (a misspelt field would otherwise drop a signal without a word). The fields
 whose content is not typed (``targets``, ``reportDescriptors``, a payload's ``values``)
-are kept as sent, nested at most :data:`service.schemas.MAX_JSON_DEPTH` levels deep.
+are kept as sent, nested at most :data:`service.requests.schemas.MAX_JSON_DEPTH` levels deep.
 
 Three payload types become grid signals over the plan's periods:
 
@@ -62,7 +62,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from formulation.problem import expand_series
 from model.errors import InputError
-from service.schemas import SHALLOW, DateTimeText
+from service.requests.schemas import SHALLOW, DateTimeText
 
 CAP = "IMPORT_CAPACITY_LIMIT"
 PRICE = "PRICE"
@@ -102,7 +102,7 @@ Iso8601Duration = Annotated[
     AfterValidator(_duration_text),
     WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
 ]
-#: a free-form list, stored as sent within :data:`~service.schemas.MAX_JSON_DEPTH` levels
+#: a free-form list, stored as sent within :data:`~service.requests.schemas.MAX_JSON_DEPTH` levels
 FreeList = Annotated[list[Any], SHALLOW]
 
 

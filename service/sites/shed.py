@@ -37,13 +37,14 @@ from formulation.whatif.shed import (
     settings_data,
 )
 from model.errors import InputError
-from service.jobs import JobStore, replan_scope
-from service.limits import solve_host
-from service.openadr import Iso8601Duration, OadrEvent, event_to_signals, parse_duration
-from service.pool import PoolFull, SolvePool, WorkerLost
-from service.schemas import DateTimeText, Strict, dump
-from service.settings import Settings
-from service.site_plans import (
+from service.requests.limits import solve_host
+from service.requests.schemas import DateTimeText, Strict, dump
+from service.runtime.jobstore import JobStore, replan_scope
+from service.runtime.pool import PoolFull, SolvePool, WorkerLost
+from service.runtime.settings import Settings
+from service.runtime.store import Plan, Site, SiteNotFound, Store, store_for
+from service.sites.openadr import Iso8601Duration, OadrEvent, event_to_signals, parse_duration
+from service.sites.plans import (
     Applied,
     AppliedDeployment,
     Current,
@@ -55,8 +56,7 @@ from service.site_plans import (
     plan_start,
     request_of,
 )
-from service.sites import event_signals, periods_at
-from service.store import Plan, Site, SiteNotFound, Store, store_for
+from service.sites.registry import event_signals, periods_at
 
 PROGRAM = "pdwatt-shed"
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ def plan_of(site: Site, plan: Plan) -> Plan:
 def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
     """The period of the plan at ``when`` and its record; :class:`NoRunningPlan` when
     the plan does not cover it."""
-    from service.sites import NoPeriod
+    from service.sites.registry import NoPeriod
 
     try:
         t, periods = periods_at(plan, when)
@@ -258,7 +258,7 @@ class BoundaryCall:
     (:func:`solve_boundary`)."""
 
     body: dict[str, Any]  # the site's stored body
-    host: Host  # the server's (service.limits.solve_host)
+    host: Host  # the server's (service.requests.limits.solve_host)
     period: int
     running: tuple[tuple[int, int], ...]
     target_w: float
