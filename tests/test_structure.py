@@ -186,7 +186,7 @@ SERVICE_MAX_LINES = 400
 SERVICE_LONG = {
     f"service.{m}"
     for m in ("console.routes", "routers.sites", "runtime.jobstore", "runtime.pool")
-    + ("runtime.store", "sites.openadr", "sites.shed")
+    + ("runtime.store",)
 }
 
 

@@ -77,6 +77,7 @@ from service.runtime.store import (
 )
 from service.sites import registry as sites
 from service.sites import shed as site_shed
+from service.sites import shed_event
 from service.sites.plans import Current, SitePlanRequest, plan_doc
 from service.sites.schemas import (
     EventBody,
@@ -405,7 +406,7 @@ async def post_event(
     )
     answer: dict[str, Any] = {"event": event, "site_version": site.version}
     now = datetime.now(UTC)
-    caps_now = site_shed.caps_now(body.event, now)
+    caps_now = shed_event.caps_now(body.event, now)
     plan = await _db(store.latest_plan, site_id) if caps_now or event["duplicate"] else None
     if caps_now:  # a cap from now: settings at once
         answer["immediate"] = None

@@ -23,7 +23,7 @@ from service.runtime.pool import PoolFull, WorkerLost
 from service.runtime.settings import Settings
 from service.runtime.store import EventRecord, EventRetracted, Plan, Site, Store, Update
 from service.sites import targets as site_targets
-from service.sites.openadr import OadrEvent, event_to_signals, merge_signals
+from service.sites.openadr import OadrEvent
 from service.sites.plans import (
     Current,
     check_current,
@@ -34,6 +34,7 @@ from service.sites.plans import (
     request_of,
 )
 from service.sites.schemas import ForecastBody, SiteRequest
+from service.sites.signals import event_to_signals, merge_signals
 
 
 class NoPeriod(LookupError):
@@ -87,7 +88,7 @@ def checked(update: Update, replan: Replan | None = None) -> Update:
 
 def event_signals(body: dict[str, Any], event: OadrEvent | dict[str, Any]) -> dict[str, Any]:
     """The grid signals an OpenADR event gives on the periods of a site's ``body``
-    (:func:`service.sites.openadr.event_to_signals`); :class:`InputError` naming the
+    (:func:`service.sites.signals.event_to_signals`); :class:`InputError` naming the
     field at fault."""
     return event_to_signals(event, plan_start(body), body["period_minutes"], n_periods(body))
 

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from model.errors import InputError
 from service.requests.schemas import MAX_JSON_DEPTH, json_depth
-from service.sites.openadr import event_to_signals, merge_signals, parse_duration
+from service.sites.openadr import parse_duration
+from service.sites.signals import event_to_signals, merge_signals
 from tests.service.conftest import small_schedule
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)  # plan_start; four hourly periods
