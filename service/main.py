@@ -19,10 +19,10 @@ from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.requests.schemas import MAX_JSON_DEPTH
 from service.routers import catalog, errors, health, jobs, shed, sites, solves
 from service.runtime import store
-from service.runtime.jobstore import Notifier
 from service.runtime.metrics import method_label, request_seconds, requests_total
 from service.runtime.pool import SolvePool
 from service.runtime.settings import Settings, get_settings
+from service.runtime.webhooks import Notifier
 from service.sites import replan
 from service.sites import shed as site_shed
 

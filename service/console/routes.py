@@ -36,7 +36,8 @@ from formulation.shed_figures import cost_delta, demand_lost, power_shed
 from model.errors import InputError
 from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import problem_responses
-from service.runtime.jobstore import FINAL, Job, JobNotFound, job_store
+from service.runtime.job import FINAL, Job, JobNotFound
+from service.runtime.jobstore import job_store
 from service.runtime.store import EventRecord, Plan, PlanHead, Site, SiteNotFound, Store, store_for
 from service.sites.plans import n_periods, period, plan_doc, plan_head, plan_start
 from service.sites.registry import NoPeriod, event_signals, periods_at, site_doc, targets_doc

@@ -50,9 +50,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.jobs.runner import WORKER_LOST, execute_started
 from service.requests.limits import time_limit
-from service.runtime.jobstore import Notifier, job_store
+from service.runtime.jobstore import job_store
 from service.runtime.pool import SolvePool, WorkerLost
 from service.runtime.settings import Settings
+from service.runtime.webhooks import Notifier
 from service.sites import replan
 
 log = logging.getLogger(__name__)

@@ -15,15 +15,11 @@ from service.requests.schemas import NUL, dump
 from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import problem, problem_responses
 from service.runtime import webhooks
-from service.runtime.jobstore import (
-    IdempotencyConflict,
-    JobNotFound,
-    JobStore,
-    Notifier,
-    job_store,
-)
+from service.runtime.job import IdempotencyConflict, JobNotFound
+from service.runtime.jobstore import JobStore, job_store
 from service.runtime.settings import Settings
 from service.runtime.store import SiteNotFound
+from service.runtime.webhooks import Notifier
 from service.usecases.table import job_kind
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])

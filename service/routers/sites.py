@@ -59,7 +59,8 @@ from service.requests.limits import solve_host
 from service.requests.schemas import DateTimeText
 from service.routers.deps import ApiKey, PoolDep, SettingsDep
 from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
-from service.runtime.jobstore import job_store, replan_scope
+from service.runtime.job import replan_scope
+from service.runtime.jobstore import job_store
 from service.runtime.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
 from service.runtime.settings import Settings
 from service.runtime.store import (

@@ -15,116 +15,22 @@ States: ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled``
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from service.runtime import webhooks
-from service.runtime.settings import Settings
-from service.runtime.store import as_utc, digest, engine_for, jobs, utc_now
+from service.runtime.job import FINAL, IdempotencyConflict, Job, JobNotFound, job_of_row
+from service.runtime.store import digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
 
-FINAL = ("succeeded", "failed", "cancelled")
 #: a coalesced job is queued anew at most this many times while the queued one of its
 #: scope keeps starting under it
 MAX_COALESCE_ATTEMPTS = 20
-
-
-def replan_scope(site_id: str) -> str:
-    """The coalescing scope of a site's re-plans (:meth:`JobStore.create`)."""
-    return f"site_plan:{site_id}"
-
-
-class JobNotFound(LookupError):
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        super().__init__(f"no job {job_id!r}")
-
-
-class IdempotencyConflict(Exception):
-    """The idempotency key names a job of another request."""
-
-    def __init__(self, key: str, job_id: str) -> None:
-        self.key = key
-        self.job_id = job_id
-        super().__init__(f"idempotency key {key!r} was used for job {job_id} with another request")
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    kind: str
-    status: str
-    progress: dict[str, Any] | None
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
-    created: datetime
-    started: datetime | None
-    finished: datetime | None
-    request: dict[str, Any]
-    attempts: int = 0
-    webhook_url: str | None = None
-    webhook_state: str | None = None
-    webhook_outcome: dict[str, Any] | None = None
-    #: what asked for it (service.runtime.store.TRIGGERS); None for a job stored before it was kept
-    trigger: str | None = None
-
-    @property
-    def webhook(self) -> dict[str, Any] | None:
-        """The webhook and its delivery (``state``: pending, sending, delivered, failed)."""
-        if self.webhook_url is None:
-            return None
-        out: dict[str, Any] = {"url": self.webhook_url, "state": self.webhook_state or "pending"}
-        out.update({k: v for k, v in (self.webhook_outcome or {}).items() if k != "url"})
-        return out
-
-    def document(self) -> dict[str, Any]:
-        """The job as ``GET /v1/jobs/{id}`` answers it."""
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "kind": self.kind,
-            "status": self.status,
-            "progress": self.progress,
-            "created": self.created.isoformat(),
-            "started": None if self.started is None else self.started.isoformat(),
-            "finished": None if self.finished is None else self.finished.isoformat(),
-            "attempts": self.attempts,
-            "trigger": self.trigger,
-        }
-        if self.result is not None:
-            doc["result"] = self.result
-        if self.error is not None:
-            doc["error"] = self.error
-        if self.webhook is not None:
-            doc["webhook"] = self.webhook
-        return doc
-
-
-def _job(row: Any) -> Job:
-    return Job(
-        row.id,
-        row.kind,
-        row.status,
-        row.progress,
-        row.result,
-        row.error,
-        as_utc(row.created),
-        None if row.started is None else as_utc(row.started),
-        None if row.finished is None else as_utc(row.finished),
-        row.request,
-        row.attempts,
-        row.webhook_url,
-        row.webhook_state,
-        row.webhook_outcome,
-        row.trigger,
-    )
 
 
 class JobStore:
@@ -213,7 +119,7 @@ class JobStore:
             if res.rowcount != 1:
                 return None
             row = conn.execute(select(jobs).where(jobs.c.queued_for == scope)).first()
-        return None if row is None else _job(row)
+        return None if row is None else job_of_row(row)
 
     def set_trigger(self, job_id: str, trigger: str) -> None:
         """Record what asked for job ``job_id`` (one created without it)."""
@@ -223,7 +129,7 @@ class JobStore:
     def _same(self, row: Any, key: str, doc_digest: str) -> Job:
         if row.digest != doc_digest:
             raise IdempotencyConflict(key, row.id)
-        return _job(row)
+        return job_of_row(row)
 
     def _by_key(self, key: str) -> Any:
         with self.engine.connect() as conn:
@@ -234,7 +140,7 @@ class JobStore:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
         if row is None:
             raise JobNotFound(job_id)
-        return _job(row)
+        return job_of_row(row)
 
     def with_status(self, status: str) -> list[str]:
         with self.engine.connect() as conn:
@@ -454,34 +360,3 @@ class JobStore:
 
 def job_store(url: str) -> JobStore:
     return JobStore(engine_for(url))
-
-
-@dataclass(frozen=True)
-class Notifier:
-    """Sends ended jobs' webhooks (see :mod:`service.runtime.webhooks`); without a secret it
-    sends nothing (jobs asking for one are refused at submission)."""
-
-    secret: str | None
-    allow_private: bool = False
-
-    @classmethod
-    def of(cls, settings: Settings) -> Notifier:
-        return cls(settings.webhook_secret, settings.webhook_allow_private)
-
-    async def job_ended(self, store: JobStore, job_id: str) -> None:
-        if self.secret is None or not await asyncio.to_thread(store.claim_webhook, job_id):
-            return
-        job = await asyncio.to_thread(store.get, job_id)
-        document = job.document()
-        document.pop("webhook", None)
-        outcome = await webhooks.deliver(
-            job.webhook_url or "", document, self.secret, self.allow_private
-        )
-        await asyncio.to_thread(store.record_webhook, job_id, outcome)
-
-    async def pending(self, store: JobStore) -> int:
-        """Send the webhooks of ended jobs that no process has claimed; how many."""
-        ids = await asyncio.to_thread(store.unnotified)
-        for job_id in ids:
-            await self.job_ended(store, job_id)
-        return len(ids)

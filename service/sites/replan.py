@@ -25,7 +25,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.runtime.jobstore import IdempotencyConflict, JobStore, job_store, replan_scope
+from service.runtime.job import IdempotencyConflict, replan_scope
+from service.runtime.jobstore import JobStore, job_store
 from service.runtime.store import Site, SiteNotFound, Store, store_for, utc_now
 from service.sites.plans import n_periods, period, plan_start
 

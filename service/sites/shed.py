@@ -33,7 +33,8 @@ from formulation.whatif.shed import (
 from model.errors import InputError
 from service.requests.limits import solve_host
 from service.requests.schemas import dump
-from service.runtime.jobstore import JobStore, replan_scope
+from service.runtime.job import replan_scope
+from service.runtime.jobstore import JobStore
 from service.runtime.pool import PoolFull, SolvePool, WorkerLost
 from service.runtime.settings import Settings
 from service.runtime.store import Plan, Site, SiteNotFound, Store, store_for
