@@ -18,7 +18,7 @@ from service.jobs.runner import JobRunner
 from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.requests.schemas import MAX_JSON_DEPTH
 from service.routers import catalog, errors, health, jobs, shed, sites, solves
-from service.runtime import store
+from service.runtime import database
 from service.runtime.metrics import method_label, request_seconds, requests_total
 from service.runtime.pool import SolvePool
 from service.runtime.settings import Settings, get_settings
@@ -148,7 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             replans.cancel()
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)
         app.state.pool.shutdown()
-        store.release(settings.database_url)
+        database.release(settings.database_url)
 
     app = FastAPI(
         title="pdwatt",

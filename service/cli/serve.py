@@ -57,8 +57,8 @@ def cmd_worker(a: argparse.Namespace) -> None:
 
 
 def cmd_db_upgrade(a: argparse.Namespace) -> None:
+    from service.runtime.database import SCHEMA_REVISION, make_engine, migrate
     from service.runtime.settings import get_settings
-    from service.runtime.store import SCHEMA_REVISION, make_engine, migrate
 
     before = migrate(make_engine(get_settings().database_url))
     print(f"database schema: {before} -> {SCHEMA_REVISION}")

@@ -38,7 +38,8 @@ from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import problem_responses
 from service.runtime.job import FINAL, Job, JobNotFound
 from service.runtime.jobstore import job_store
-from service.runtime.store import EventRecord, Plan, PlanHead, Site, SiteNotFound, Store, store_for
+from service.runtime.records import EventRecord, Plan, PlanHead, Site, SiteNotFound
+from service.runtime.store import Store, store_for
 from service.sites.plans import n_periods, period, plan_doc, plan_head, plan_start
 from service.sites.registry import NoPeriod, event_signals, periods_at, site_doc, targets_doc
 

@@ -29,7 +29,7 @@ from formulation.processes.interrupt import process_stopping
 from model.errors import PdwattError
 from service.runtime.jobstore import JobStore, job_store
 from service.runtime.pool import PoolFull, SolvePool, WorkerLost
-from service.runtime.store import Origin, SiteNotFound
+from service.runtime.records import Origin, SiteNotFound
 from service.runtime.webhooks import Notifier
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.jobs.queue import RedisJobs
 from service.routers.deps import PoolDep, SettingsDep
+from service.runtime.database import engine_for
 from service.runtime.metrics import busy_workers, registry
-from service.runtime.store import engine_for
 
 router = APIRouter(tags=["health"])
 

@@ -17,8 +17,8 @@ from service.routers.errors import problem, problem_responses
 from service.runtime import webhooks
 from service.runtime.job import IdempotencyConflict, JobNotFound
 from service.runtime.jobstore import JobStore, job_store
+from service.runtime.records import SiteNotFound
 from service.runtime.settings import Settings
-from service.runtime.store import SiteNotFound
 from service.runtime.webhooks import Notifier
 from service.usecases.table import job_kind
 

@@ -15,7 +15,8 @@ from model.errors import InputError
 from service.routers.deps import ApiKey, PoolDep, SettingsDep
 from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
 from service.runtime.jobstore import job_store
-from service.runtime.store import Contention, EventRetracted, SiteNotFound, Store, store_for
+from service.runtime.records import Contention, EventRetracted, SiteNotFound
+from service.runtime.store import Store, store_for
 from service.sites import registry as sites
 from service.sites import shed as site_shed
 from service.sites import shed_event

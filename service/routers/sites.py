@@ -62,8 +62,7 @@ from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, pr
 from service.runtime.job import replan_scope
 from service.runtime.jobstore import job_store
 from service.runtime.pool import PoolFull, SolvePool, WorkerLost, too_busy, worker_lost
-from service.runtime.settings import Settings
-from service.runtime.store import (
+from service.runtime.records import (
     Contention,
     EventNotFound,
     EventRetracted,
@@ -71,11 +70,11 @@ from service.runtime.store import (
     Plan,
     Site,
     SiteNotFound,
-    Store,
     Update,
     VersionConflict,
-    store_for,
 )
+from service.runtime.settings import Settings
+from service.runtime.store import Store, store_for
 from service.sites import registry as sites
 from service.sites import shed as site_shed
 from service.sites import shed_event

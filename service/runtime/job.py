@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from service.runtime.store import as_utc
+from service.runtime.database import as_utc
 
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -49,7 +49,8 @@ class Job:
     webhook_url: str | None = None
     webhook_state: str | None = None
     webhook_outcome: dict[str, Any] | None = None
-    #: what asked for it (service.runtime.store.TRIGGERS); None for a job stored before it was kept
+    #: what asked for it (service.runtime.records.TRIGGERS); None for a job stored before
+    #: it was kept
     trigger: str | None = None
 
     @property

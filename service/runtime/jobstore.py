@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from service.runtime.database import digest, engine_for, jobs, utc_now
 from service.runtime.job import FINAL, IdempotencyConflict, Job, JobNotFound, job_of_row
-from service.runtime.store import digest, engine_for, jobs, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class JobStore:
         place of its own and is answered, not created (a newer update of a site
         replaces its queued re-plan, and its ``trigger``); a running job of the scope
         goes on and a queued one starts once it ends (:meth:`start`). ``trigger``:
-        what asked for the job (:data:`service.runtime.store.TRIGGERS`)."""
+        what asked for the job (:data:`service.runtime.records.TRIGGERS`)."""
         doc: dict[str, Any] = {"kind": kind, "request": request}
         if webhook_url is not None:
             doc["webhook"] = webhook_url

@@ -20,7 +20,8 @@ from formulation.data import check_initial
 from formulation.problem import Host, expand_series, problem_from_dict
 from model.errors import InputError
 from service.requests.schemas import Strict
-from service.runtime.store import Origin, Plan, Site, Store
+from service.runtime.records import Origin, Plan, Site
+from service.runtime.store import Store
 
 
 class State(Strict):

@@ -20,8 +20,9 @@ from model.errors import InputError
 from service.requests.limits import check_schedule
 from service.requests.schemas import dump
 from service.runtime.pool import PoolFull, WorkerLost
+from service.runtime.records import EventRecord, EventRetracted, Plan, Site, Update
 from service.runtime.settings import Settings
-from service.runtime.store import EventRecord, EventRetracted, Plan, Site, Store, Update
+from service.runtime.store import Store
 from service.sites import targets as site_targets
 from service.sites.openadr import OadrEvent
 from service.sites.plans import (

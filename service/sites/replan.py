@@ -25,9 +25,11 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.runtime.database import utc_now
 from service.runtime.job import IdempotencyConflict, replan_scope
 from service.runtime.jobstore import JobStore, job_store
-from service.runtime.store import Site, SiteNotFound, Store, store_for, utc_now
+from service.runtime.records import Site, SiteNotFound
+from service.runtime.store import Store, store_for
 from service.sites.plans import n_periods, period, plan_start
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,9 @@ from service.requests.schemas import dump
 from service.runtime.job import replan_scope
 from service.runtime.jobstore import JobStore
 from service.runtime.pool import PoolFull, SolvePool, WorkerLost
+from service.runtime.records import Plan, Site, SiteNotFound
 from service.runtime.settings import Settings
-from service.runtime.store import Plan, Site, SiteNotFound, Store, store_for
+from service.runtime.store import Store, store_for
 from service.sites.plans import (
     Applied,
     AppliedDeployment,

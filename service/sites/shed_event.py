@@ -19,8 +19,8 @@ from formulation.infeasible import min_site_power_w
 from formulation.subproblems.dp import transition_cost
 from model.errors import InputError
 from service.requests.schemas import DateTimeText, Strict
+from service.runtime.records import Site
 from service.runtime.settings import Settings
-from service.runtime.store import Site
 from service.sites.openadr import Iso8601Duration, OadrEvent, parse_duration
 from service.sites.plans import n_periods, period, plan_start
 from service.sites.registry import event_signals

@@ -11,8 +11,8 @@ from typing import IO, Any, Literal
 from pydantic import BaseModel
 
 from formulation.problem import Host, ScheduleProblem
+from service.runtime.records import Origin
 from service.runtime.settings import Settings
-from service.runtime.store import Origin
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""The work of each use case, as plain functions of validated requests: a
-configuration's capacity, a front, a schedule, a demand-response what-if and a
-flexibility curve.
+"""The work of the use cases that are the service's own, as plain functions of validated
+requests: a configuration's capacity, a front and a schedule (a demand-response what-if
+and a flexibility curve are :mod:`formulation.whatif`'s, called by their rows).
 
 Run in worker processes for solves (CPU-bound, seconds) and in threads for a
 configuration's capacity (milliseconds), as the runs of the use-case table's rows
 (:mod:`service.usecases.table`), which ``pdwatt plan`` runs too. Errors of the schedule
-request nested in a what-if name their field under ``request.``. No workload file is
-read unless the caller's host reads them (the command line's).
+request name their field as the request does. No workload file is read unless the
+caller's host reads them (the command line's).
 """
 
 from __future__ import annotations
@@ -21,12 +21,7 @@ from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, front_over_shapes, resolve_spec
 from model.simulator import resolve_samples
 from model.slo import SloTargets, slo_restricted_front
-from service.requests.dr import DemandResponseRequest, FlexibilityRequest
 from service.requests.schemas import CapacityRequest, FrontRequest, SpecFields
-
-REQUEST = "request."
-#: sees a job's progress; returning True stops the work (the job was cancelled)
-Monitor = Callable[[dict[str, Any]], bool]
 
 
 def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
@@ -90,40 +85,3 @@ def schedule(
     from formulation.solve import solve
 
     return response(solve(problem_from_dict(body, host), progress, monitor=monitor))
-
-
-def demand_response(
-    req: DemandResponseRequest,
-    host: Host | None = None,
-    monitor: Monitor | None = None,
-    problem: ScheduleProblem | None = None,
-) -> dict[str, Any]:
-    """``host``: what the solves may use (the server's memory budget and kernel
-    database, never the request's); ``monitor``: a job's progress and cancellation;
-    ``problem``: the schedule request's, parsed already where the request was checked
-    (else parsed here)."""
-    from formulation.whatif.dr import demand_response as run
-
-    host = host or Host()
-    event = req.event.model_dump(mode="json")
-    body = req.request if problem is None else problem
-    return run(body, event, request_field=REQUEST, host=host, monitor=monitor)
-
-
-def flexibility(
-    req: FlexibilityRequest,
-    host: Host | None = None,
-    monitor: Monitor | None = None,
-    problem: ScheduleProblem | None = None,
-) -> dict[str, Any]:
-    """As :func:`demand_response`, for a flexibility curve."""
-    from formulation.whatif.flex import flexibility_curve
-
-    return flexibility_curve(
-        req.request if problem is None else problem,
-        req.period,
-        req.points,
-        request_field=REQUEST,
-        host=host or Host(),
-        monitor=monitor,
-    )

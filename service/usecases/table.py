@@ -64,6 +64,9 @@ from service.sites.plans import SitePlanRequest, check_current, plan_site
 from service.usecases import runs
 from service.usecases.rows import Checked, Context, Route, UseCase
 
+#: the field a what-if's schedule request is named under in its errors
+REQUEST = "request."
+
 # ---------------------------------------------------------------- checks, runs, outputs
 
 
@@ -104,12 +107,26 @@ def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
     return runs.schedule(body, ctx.solve_host(), ctx.monitor, ctx.progress)
 
 
+def _schedule_of(c: Checked) -> Any:
+    """The schedule request inside a what-if: the problem its check parsed, else the
+    request (a job's, parsed in its worker)."""
+    return c.request.request if c.problem is None else c.problem
+
+
 def _demand_response(c: Checked, ctx: Context) -> dict[str, Any]:
-    return runs.demand_response(c.request, ctx.solve_host(), ctx.monitor, c.problem)
+    from formulation.whatif.dr import demand_response
+
+    event = c.request.event.model_dump(mode="json")
+    host, monitor = ctx.solve_host(), ctx.monitor
+    return demand_response(_schedule_of(c), event, None, REQUEST, host, monitor)
 
 
 def _flexibility(c: Checked, ctx: Context) -> dict[str, Any]:
-    return runs.flexibility(c.request, ctx.solve_host(), ctx.monitor, c.problem)
+    from formulation.whatif.flex import flexibility_curve
+
+    req: FlexibilityRequest = c.request
+    host, monitor = ctx.solve_host(), ctx.monitor
+    return flexibility_curve(_schedule_of(c), req.period, req.points, REQUEST, host, monitor)
 
 
 def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
@@ -130,7 +147,7 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
 
 def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked:
     """The site must exist (its request was checked when it was registered; raises
-    :class:`service.runtime.store.SiteNotFound`), and ``current`` fit it
+    :class:`service.runtime.records.SiteNotFound`), and ``current`` fit it
     (:func:`service.sites.plans.check_current`, the field named under ``prefix``)."""
     site = store_for(s.database_url).get_site(req.site_id)
     try:

@@ -459,7 +459,8 @@ def test_an_event_stored_deeper_than_the_limit_is_still_listed(
     """An event stored before the depth limit existed (``targets`` 254 deep, as an
     adversarial test stored them) is listed: ``GET .../events`` answered 500 for that
     site for good before."""
-    from service.runtime.store import Update, store_for
+    from service.runtime.records import Update
+    from service.runtime.store import store_for
 
     client, site_id = site_client
     deep: Any = "x"

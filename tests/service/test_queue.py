@@ -108,7 +108,7 @@ def cluster(
     process stops cleanly (SIGTERM -> status 0) at the end."""
     from sqlalchemy import text
 
-    from service.runtime.store import engine_for
+    from service.runtime.database import engine_for
 
     with engine_for(pg_url).begin() as conn:  # each test starts with no jobs
         conn.execute(text("DELETE FROM jobs"))

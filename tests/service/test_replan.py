@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.runtime.database import utc_now
 from service.runtime.jobstore import job_store
-from service.runtime.store import Site, store_for, utc_now
+from service.runtime.records import Site
+from service.runtime.store import store_for
 from service.sites import replan
 from tests.service.test_sites import site_body
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from formulation.demo import demo_request
-from service.runtime.store import Plan, Site
+from service.runtime.records import Plan, Site
 from service.sites.plans import request_of
 from service.sites.shed import settings_now
 from tests.service.conftest import app_settings, stop_server

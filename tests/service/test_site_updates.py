@@ -444,7 +444,7 @@ def test_retracting_an_event_a_put_replaced_changes_no_grid(client: TestClient) 
 
 
 def test_a_site_whose_registered_grid_is_unknown_refuses_a_retraction() -> None:
-    from service.runtime.store import EventRecord, Site
+    from service.runtime.records import EventRecord, Site
     from service.sites import registry as sites
 
     now = datetime.now(UTC)

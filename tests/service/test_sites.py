@@ -17,7 +17,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.runtime.store import Site, Update, store_for
+from service.runtime.records import Site, Update
+from service.runtime.store import store_for
 from tests.service.conftest import Servers, small_schedule, stop_server
 from tests.service.test_openadr import oadr_event
 
