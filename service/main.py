@@ -17,7 +17,7 @@ from service.jobs.queue import RedisJobs
 from service.jobs.runner import JobRunner
 from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.requests.schemas import MAX_JSON_DEPTH
-from service.routers import catalog, errors, health, jobs, shed, sites, solves
+from service.routers import catalog, errors, health, jobs, shed, site_updates, sites, solves
 from service.runtime import database
 from service.runtime.metrics import method_label, request_seconds, requests_total
 from service.runtime.pool import SolvePool
@@ -169,6 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         catalog.router,
         health.router,
         sites.router,
+        site_updates.router,
         shed.router,
         jobs.router,
     ):

@@ -183,7 +183,7 @@ SERVICE_ORDER = (
 )
 #: service's modules over SERVICE_MAX_LINES: the list may only shrink
 SERVICE_MAX_LINES = 400
-SERVICE_LONG = {f"service.{m}" for m in ("routers.sites", "runtime.pool")}
+SERVICE_LONG = {"service.runtime.pool"}
 
 
 def service_folder(module: str) -> str:
