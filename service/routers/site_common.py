@@ -19,11 +19,12 @@ from fastapi.responses import JSONResponse
 from model.errors import InputError
 from service.jobs.queue import RedisJobs
 from service.jobs.runner import JobRunner
+from service.routers.busy import too_busy
 from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, Problem, problem, problem_responses
 from service.runtime.job import replan_scope
 from service.runtime.jobstore import job_store
-from service.runtime.pool import SolvePool, too_busy
+from service.runtime.pool import SolvePool
 from service.runtime.records import (
     Contention,
     EventNotFound,

@@ -46,6 +46,7 @@ from typing import Annotated, Any
 from fastapi import Header, Response
 from fastapi.responses import JSONResponse
 
+from service.routers.busy import worker_lost
 from service.routers.deps import PoolDep, SettingsDep
 from service.routers.site_common import (
     SiteId,
@@ -59,7 +60,7 @@ from service.routers.site_common import (
     sites_router,
     store_call,
 )
-from service.runtime.pool import PoolFull, WorkerLost, worker_lost
+from service.runtime.pool import PoolFull, WorkerLost
 from service.runtime.records import (
     Update,
 )

@@ -21,9 +21,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from model.errors import InputError
+from service.routers.busy import run_or_429
 from service.routers.deps import ApiKey, PoolDep, SettingsDep
 from service.routers.errors import problem_responses
-from service.runtime.pool import SolvePool, run_or_429
+from service.runtime.pool import SolvePool
 from service.runtime.settings import Settings
 from service.usecases.rows import Context, Route, UseCase
 from service.usecases.table import USE_CASES, observed, run
