@@ -21,6 +21,7 @@ Choices where SPEC is silent:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -283,8 +284,12 @@ def fill_performance(body: Any, performance: str) -> Any:
 def problem_from_dict(body: Any, host: Host | None = None) -> ScheduleProblem:
     """Parse and validate a schedule request document (SPEC 6.1) with the request schema
     (:mod:`formulation.request`; unknown fields are errors), then build the problem.
+    A problem parsed already (a :class:`ScheduleProblem`, checked where it was parsed)
+    is taken as it is, on ``host`` when one is given.
 
     Workload files (`trace:`, `moments:`) are refused unless ``host.read_files``."""
+    if isinstance(body, ScheduleProblem):
+        return body if host is None else dataclasses.replace(body, host=host)
     host = host or Host()
     return problem_from_request(parse_request(body, host.read_files), host)
 

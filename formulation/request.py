@@ -12,9 +12,13 @@ problem (:func:`formulation.problem.validate`). Workload files (``trace:``,
 
 from __future__ import annotations
 
+import copy
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -44,17 +48,95 @@ from model.workload import check_no_file
 #: the least values a schedule accepts (the schema enforces and publishes them)
 MIN_PERIOD_MINUTES = 1e-3
 MIN_HEADROOM = 1e-6
-MIN_TIME_LIMIT_S = 0.01
 
 #: the most a schedule may hold or ask for: the hard limits of the formulation, the one
-#: source of each (a server's settings, ``service.settings``, may set lower ones, never
+#: source of each (a server's settings, ``service.runtime.settings``, may set lower ones, never
 #: higher ones). There is no fixed number of deployments: what a machine can take is its
 #: solve's estimated memory against the budget (:mod:`formulation.memory`)
 MAX_PERIODS = 2016  # two weeks of 10-minute periods
-MAX_TIME_LIMIT_S = 86400.0
-#: the solver's time limit when a request gives none (a server whose own maximum is
-#: lower uses its maximum instead)
-DEFAULT_TIME_LIMIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """``solver.time_limit_s`` (seconds): the least a request may ask for, what one that
+    gives none gets, and the most one may ask for.
+
+    The one definition of the time limit: the schedule's own is :data:`TIME_LIMIT`; a
+    server's is :meth:`at_most` its ``PDWATT_MAX_TIME_LIMIT_S``
+    (:func:`service.requests.limits.time_limit`). The request schema's field takes its bounds
+    and default from :data:`TIME_LIMIT`, and a JSON schema generated inside
+    :func:`publishing` carries the limit published there instead (a server's OpenAPI
+    document: the field's default and maximum, every ``solver`` default object and
+    every example's time limit)."""
+
+    least_s: float
+    default_s: float
+    max_s: float
+
+    def at_most(self, max_s: float) -> TimeLimit:
+        """This limit with its maximum lowered to ``max_s``: a request that gives none
+        then gets the default, or that maximum when it is lower."""
+        most = min(self.max_s, max_s)
+        return TimeLimit(self.least_s, min(self.default_s, most), most)
+
+
+#: the schedule's own time limit: at least 0.01 s, 30 s when a request gives none,
+#: at most a day
+TIME_LIMIT = TimeLimit(least_s=0.01, default_s=30.0, max_s=86400.0)
+
+#: the time limit JSON schemas generated now publish (:func:`publishing`)
+_PUBLISHED: ContextVar[TimeLimit] = ContextVar("published_time_limit", default=TIME_LIMIT)
+
+
+@contextmanager
+def publishing(limit: TimeLimit) -> Iterator[None]:
+    """JSON schemas of the request models generated inside publish ``limit`` (its
+    default and maximum, and examples that ask for no more)."""
+    token = _PUBLISHED.set(limit)
+    try:
+        yield
+    finally:
+        _PUBLISHED.reset(token)
+
+
+def _time_limit_schema(schema: dict[str, Any]) -> None:
+    limit = _PUBLISHED.get()
+    schema["default"] = limit.default_s
+    schema["maximum"] = limit.max_s
+
+
+def _solver_default_schema(schema: dict[str, Any]) -> None:
+    default = schema.get("default")
+    if isinstance(default, dict):
+        default["time_limit_s"] = _PUBLISHED.get().default_s
+
+
+def _capped(node: Any, max_s: float) -> None:
+    if isinstance(node, dict):
+        solver = node.get("solver")
+        if isinstance(solver, dict):
+            t = solver.get("time_limit_s")
+            if isinstance(t, int | float) and t > max_s:
+                solver["time_limit_s"] = max_s
+        for value in node.values():
+            _capped(value, max_s)
+    elif isinstance(node, list):
+        for value in node:
+            _capped(value, max_s)
+
+
+def examples(*docs: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A model's ``json_schema_extra``: ``docs`` as its examples, none asking for a
+    longer time limit (any ``solver.time_limit_s`` in them) than the one published
+    (:func:`publishing`)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        out = copy.deepcopy(list(docs))
+        _capped(out, _PUBLISHED.get().max_s)
+        schema["examples"] = out
+
+    return extra
+
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -287,7 +369,12 @@ class TransitionsIn(Strict):
 
 
 class SolverIn(Strict):
-    time_limit_s: float = Field(DEFAULT_TIME_LIMIT_S, ge=MIN_TIME_LIMIT_S, le=MAX_TIME_LIMIT_S)
+    time_limit_s: float = Field(
+        TIME_LIMIT.default_s,
+        ge=TIME_LIMIT.least_s,
+        le=TIME_LIMIT.max_s,
+        json_schema_extra=_time_limit_schema,
+    )
     mip_gap: float = Field(1e-3, ge=0, le=1)
     threads: int | None = Field(
         None,
@@ -305,13 +392,13 @@ class SolverIn(Strict):
 
 
 class ScheduleRequest(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [demo_request()]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=examples(demo_request()))
     period_minutes: float = Field(ge=MIN_PERIOD_MINUTES, le=1440)
     site: SiteIn
     deployments: list[DeploymentIn] = Field(min_length=1)
     grid: GridIn
     transitions: TransitionsIn = TransitionsIn()
-    solver: SolverIn = SolverIn()
+    solver: SolverIn = Field(SolverIn(), json_schema_extra=_solver_default_schema)
 
 
 _UNION_TAG = re.compile(

@@ -11,15 +11,20 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
-from service import console, errors, replan, site_shed, store
-from service.jobs import JobRunner, Notifier
-from service.limits import MAX_FLEX_EVALUATIONS, TimeLimit, time_limit
-from service.metrics import method_label, request_seconds, requests_total
-from service.pool import SolvePool
-from service.queue import RedisJobs
-from service.routers import catalog, core, health, jobs, shed, sites, solves
-from service.schemas import MAX_JSON_DEPTH
-from service.settings import Settings, get_settings
+from formulation.request import publishing
+from service import console
+from service.jobs.queue import RedisJobs
+from service.jobs.runner import JobRunner
+from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
+from service.requests.schemas import MAX_JSON_DEPTH
+from service.routers import catalog, errors, health, jobs, shed, site_updates, sites, solves
+from service.runtime import database
+from service.runtime.metrics import method_label, request_seconds, requests_total
+from service.runtime.pool import SolvePool
+from service.runtime.settings import Settings, get_settings
+from service.runtime.webhooks import Notifier
+from service.sites import replan
+from service.sites import shed as site_shed
 
 #: on shutdown, running jobs are asked to stop and given this long to return their best
 #: schedules (``docker stop`` waits 10 s before killing)
@@ -133,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             else None
         )
         # the fast response's tables of each site's running counts, in this process,
-        # which answers sheds (service.site_shed)
+        # which answers sheds (service.sites.shed)
         warming = asyncio.get_running_loop().create_task(
             site_shed.warm_forever(settings, settings.replan_check_s)
         )
@@ -143,7 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             replans.cancel()
         await app.state.jobs.stop(SHUTDOWN_GRACE_S)
         app.state.pool.shutdown()
-        store.release(settings.database_url)
+        database.release(settings.database_url)
 
     app = FastAPI(
         title="pdwatt",
@@ -160,11 +165,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.notifier = Notifier.of(settings)
     errors.install(app)
     for r in (
-        core.router,
         solves.router,
         catalog.router,
         health.router,
         sites.router,
+        site_updates.router,
         shed.router,
         jobs.router,
     ):
@@ -194,19 +199,21 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
     """This server's limits in its OpenAPI document: every one under
     ``info.x-pdwatt-limits``, and the per-field bounds they set (``maximum``,
     ``maxItems``) on the fields they bound, so a client can check a request before
-    sending it. The schemas are generated from the request models, whose bounds are
-    the schedule's own (:mod:`formulation.request`); a server's settings, read when the
-    app is made, can only tighten them, so those are written over the generated
-    document here: the time limit's default and maximum are this server's
-    (:func:`service.limits.time_limit`, the one place they come from), and so is every
-    example's time limit."""
+    sending it. The schemas are generated from the request models with this server's
+    time limit published (:func:`formulation.request.publishing` of
+    :func:`service.requests.limits.time_limit`): ``solver.time_limit_s``'s default and maximum,
+    every ``solver`` default object and every example's time limit are generated from
+    it. The other bounds are the schedule's own (:mod:`formulation.request`) in the
+    models; a server's settings, read when the app is made, can only tighten them, and
+    those are written over the generated document here."""
     build = app.openapi
     limit = time_limit(settings)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        doc = build()
+        with publishing(limit):
+            doc = build()
         doc["info"]["x-pdwatt-limits"] = {
             "max_body_bytes": settings.max_body_bytes,
             "max_periods": settings.max_periods,
@@ -225,7 +232,6 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
             if prop is not None:
                 prop[key] = min(prop.get(key, value), value)
 
-        _publish_time_limit(comps, limit)
         bound("FrontRequest", "max_gpus", "maximum", settings.max_front_gpus)
         bound("DeploymentIn", "demand_rps", "maxItems", settings.max_periods)
         if settings.max_deployments is not None:
@@ -235,35 +241,6 @@ def _publish_limits(app: FastAPI, settings: Settings) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _publish_time_limit(comps: dict[str, Any], limit: TimeLimit) -> None:
-    """``solver.time_limit_s`` has this server's default and maximum in the schemas (the
-    field, and every ``solver`` default object); no example asks for more than the
-    maximum."""
-    prop = comps.get("SolverIn", {}).get("properties", {}).get("time_limit_s")
-    if prop is not None:
-        prop["default"] = limit.default_s
-        prop["maximum"] = min(prop.get("maximum", limit.max_s), limit.max_s)
-    for schema in comps.values():
-        solver = schema.get("properties", {}).get("solver", {})
-        if isinstance(solver.get("default"), dict):
-            solver["default"]["time_limit_s"] = limit.default_s
-        _cap_examples(schema.get("examples"), limit.max_s)
-
-
-def _cap_examples(node: Any, max_s: float) -> None:
-    if isinstance(node, dict):
-        solver = node.get("solver")
-        if isinstance(solver, dict):
-            t = solver.get("time_limit_s")
-            if isinstance(t, int | float) and t > max_s:
-                solver["time_limit_s"] = max_s
-        for value in node.values():
-            _cap_examples(value, max_s)
-    elif isinstance(node, list):
-        for value in node:
-            _cap_examples(value, max_s)
 
 
 app = create_app()

@@ -6,6 +6,7 @@ functions included) form no cycle."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,7 @@ def test_no_import_cycle() -> None:
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("name", ["service.cli.app", "service.cli.plan", "service.queue"])
+@pytest.mark.parametrize("name", ["service.cli.app", "service.cli.plan", "service.jobs.queue"])
 def test_the_graph_sees_imports(name: str) -> None:
     """The checks above read real edges (a graph with none would pass them all)."""
     assert graph()[name], name
@@ -141,20 +142,68 @@ def formulation_folder(module: str) -> str:
     return "base" if parts[1] in FORMULATION_BASE else "top"
 
 
+def upward_imports(package: str, folder: Callable[[str], str], order: Sequence[str]) -> list[str]:
+    """The imports between ``package``'s modules from a folder to one after it in
+    ``order`` (each module's folder named by ``folder``)."""
+    bad = []
+    for mod, targets in graph().items():
+        if not mod.startswith(package + ".") or "migrations" in mod:
+            continue
+        src = order.index(folder(mod))
+        for t in targets:
+            if t.startswith(package + ".") and order.index(folder(t)) > src:
+                bad.append(f"{mod} ({folder(mod)}) imports {t} ({folder(t)})")
+    return bad
+
+
 def test_formulation_folders_follow_the_pipeline() -> None:
     folders = {formulation_folder(m) for m in MODULES if m.startswith("formulation.")}
     assert folders == set(FORMULATION_ORDER) | {"base"}, folders
-    bad = []
-    for mod, targets in graph().items():
-        if not mod.startswith("formulation."):
-            continue
-        src = formulation_folder(mod)
-        for t in targets:
-            if not t.startswith("formulation."):
-                continue
-            dst = formulation_folder(t)
-            if dst == src or dst == "base":
-                continue
-            if src == "base" or FORMULATION_ORDER.index(dst) > FORMULATION_ORDER.index(src):
-                bad.append(f"{mod} ({src}) imports {t} ({dst})")
+    bad = upward_imports("formulation", formulation_folder, ("base", *FORMULATION_ORDER))
     assert bad == [], "\n".join(bad)
+
+
+# service's folders by role, from the bottom: what it runs on (settings, pool, database,
+# job store, webhooks, metrics) and the charts import nothing else of the service; then
+# what a request is and what this server accepts; the registered sites; the use-case
+# table and its runs; the jobs that run them; the HTTP routers; the console; the app
+# (service.main); the command line, which may start the app. A module may import its
+# own folder and the folders before it.
+SERVICE_ORDER = (
+    "runtime",
+    "charts",
+    "requests",
+    "sites",
+    "usecases",
+    "jobs",
+    "routers",
+    "console",
+    "main",
+    "cli",
+)
+#: no module of service/ is longer (lines)
+SERVICE_MAX_LINES = 400
+
+
+def service_folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "main"
+
+
+def test_service_folders_follow_their_roles() -> None:
+    mods = [m for m in MODULES if m.startswith("service") and "migrations" not in m]
+    assert {service_folder(m) for m in mods} == set(SERVICE_ORDER)
+    loose = [m for m in mods if MODULES[m].parent.name == "service" and m != "service"]
+    assert loose == ["service.main"]  # every other module is in the folder of its role
+    bad = upward_imports("service", service_folder, SERVICE_ORDER)
+    assert bad == [], "\n".join(bad)
+
+
+def test_service_modules_stay_short() -> None:
+    long = {
+        m: n
+        for m, path in MODULES.items()
+        if m.startswith("service.")
+        and (n := len(path.read_text().splitlines())) > SERVICE_MAX_LINES
+    }
+    assert long == {}, f"over {SERVICE_MAX_LINES} lines: {long}"

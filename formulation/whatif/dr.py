@@ -361,7 +361,7 @@ def _same(a: IntArray, b: IntArray) -> NDArray[np.bool_]:
 
 
 def demand_response(
-    body: ScheduleRequest | dict[str, Any],
+    body: ScheduleProblem | ScheduleRequest | dict[str, Any],
     event: dict[str, Any],
     progress: Progress | None = None,
     request_field: str = "",

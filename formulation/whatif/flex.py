@@ -49,7 +49,7 @@ from formulation.data import ScheduleData, build_data
 from formulation.infeasible import min_site_power_w
 from formulation.milp.compact import solve_compact
 from formulation.primal.baselines import periods_alone
-from formulation.problem import Host, problem_from_dict
+from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from formulation.subproblems.period import pool_can_bind, solve_period
 from formulation.whatif.dr import request_errors
@@ -275,7 +275,7 @@ def period_curve(
 
 
 def flexibility_curve(
-    body: ScheduleRequest | dict[str, Any],
+    body: ScheduleProblem | ScheduleRequest | dict[str, Any],
     period: int | None = None,
     n_points: int = 25,
     request_field: str = "",

@@ -262,7 +262,7 @@ def cmd_predict(a: argparse.Namespace) -> dict[str, Any]:
     res = predict(rows, f, not a.no_screen)
     used = "the shipped calibrations" if a.calibration is None else Path(a.calibration).name
     if a.chart:
-        from service.charts import calibration_chart
+        from service.charts.schedule import calibration_chart
 
         calibration_chart(res["rows"], a.chart, f"pdwatt predict with {used}")
     if not a.json:

@@ -114,7 +114,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         spec, a, overridden, lambda report, at: simulate.apply_slo(report, a, at)
     )
     if a.plot:
-        from service.charts import front_chart
+        from service.charts.schedule import front_chart
 
         front_chart(rep, a.plot)
     if not a.json:

@@ -170,8 +170,10 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
         print(f"error: {e}", file=sys.stderr)
         _print_conflicts(e.conflicts)
         raise
-    from service.charts_dr import dr_chart
+    from service.charts.dr import dr_chart
+    from service.usecases.table import answer
 
+    result = answer("demand_response", result)  # what POST /v1/demand-response answers
     return _report(a, result, "demand response", DR_DEMO_PNG, dr_chart, print_dr)
 
 
@@ -258,8 +260,10 @@ def cmd_flex(a: argparse.Namespace) -> dict[str, Any] | None:
     if period is None and a.demo and not a.all:
         period = DEMO_FLEX_PERIOD
     result = flexibility_curve(body, period, a.points, host=host_from_args(a, body))
-    from service.charts_dr import flex_chart
+    from service.charts.dr import flex_chart
+    from service.usecases.table import answer
 
+    result = answer("flexibility", result)  # what POST /v1/flexibility answers
     return _report(a, result, "flexibility", FLEX_DEMO_PNG, flex_chart, print_flex)
 
 

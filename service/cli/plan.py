@@ -185,8 +185,9 @@ def print_losses(resp: dict[str, Any], sec: float) -> None:
 
 
 def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
-    from formulation.results import response, to_csv
-    from formulation.solve import solve
+    from formulation.results import to_csv
+    from service.usecases.rows import Checked, Context
+    from service.usecases.table import run
 
     plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
     check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
@@ -196,14 +197,14 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
         body = with_calibration_file(body, a.calibration)
     problem = problem_from_dict(body, host_from_args(a, body))
     with Progress(quiet=a.json and not a.progress) as prog:
-        outcome = solve(problem, prog)
-    resp = response(outcome)
+        # the schedule row of the use-case table, as the service runs it, on this host
+        resp = run("schedule", Checked(body, problem), Context(host=problem.host, progress=prog))
     if not a.json:
         print_summary(resp, problem)
     if a.csv:
         write_output(a, "--csv", lambda: _write_text(a.csv, to_csv(resp)), "per-period table")
     if plot:
-        from service.charts import schedule_chart
+        from service.charts.schedule import schedule_chart
 
         title = "pdwatt demo site" if a.demo else "pdwatt schedule"
         write_output(a, "--plot", lambda: schedule_chart(resp, plot, title), "chart", plot)

@@ -42,14 +42,14 @@ def register(sub: Any) -> None:
 
 
 def cmd_worker(a: argparse.Namespace) -> None:
-    from service.settings import get_settings
+    from service.runtime.settings import get_settings
 
     if a.workers is not None:
         os.environ["PDWATT_WORKERS"] = str(a.workers)
     settings = get_settings()
     if settings.redis_url is None:
         raise InputError("PDWATT_REDIS_URL", "not set: a worker takes its jobs from Redis")
-    from service.queue import run_worker
+    from service.jobs.queue import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"pdwatt worker: {settings.workers} solver processes", file=sys.stderr)
@@ -57,8 +57,8 @@ def cmd_worker(a: argparse.Namespace) -> None:
 
 
 def cmd_db_upgrade(a: argparse.Namespace) -> None:
-    from service.settings import get_settings
-    from service.store import SCHEMA_REVISION, make_engine, migrate
+    from service.runtime.database import SCHEMA_REVISION, make_engine, migrate
+    from service.runtime.settings import get_settings
 
     before = migrate(make_engine(get_settings().database_url))
     print(f"database schema: {before} -> {SCHEMA_REVISION}")
@@ -76,7 +76,7 @@ def start_line(host: str, port: int) -> str:
 def cmd_serve(a: argparse.Namespace) -> None:
     import uvicorn
 
-    from service.settings import get_settings
+    from service.runtime.settings import get_settings
 
     if a.workers is not None:
         os.environ["PDWATT_WORKERS"] = str(a.workers)

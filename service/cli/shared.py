@@ -70,7 +70,7 @@ def write_fit(
     if output:
         Path(output).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     if chart:
-        from service.charts import calibration_chart
+        from service.charts.schedule import calibration_chart
 
         lomo = "leave_one_model_out" in doc
         calibration_chart(doc["leave_one_model_out"]["rows"] if lomo else in_sample(), chart, title)

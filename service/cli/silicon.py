@@ -86,7 +86,7 @@ def cmd_predict_silicon(a: argparse.Namespace, path: str) -> dict[str, Any]:
     groups = silicon.fit_groups(cases) if cases else {}
     doc = silicon.report(cases, skipped, bare, lomo, fits, groups)
     if a.chart:
-        from service.charts import silicon_chart
+        from service.charts.schedule import silicon_chart
 
         silicon_chart(doc["rows"], a.chart, f"pdwatt predict: {Path(path).name}")
     if not a.json:

@@ -154,7 +154,7 @@ def host_from_args(a: argparse.Namespace, body: Any) -> Host:
     """The command line reads the user's own workload files; memory budget from the flag
     or the same setting the service uses; the kernel database (``--kernels``, else
     ``$PDWATT_KERNELS``) when a deployment of ``body`` uses kernels."""
-    from service.settings import get_settings
+    from service.runtime.settings import get_settings
 
     budget = a.max_memory_mb
     if budget is None:

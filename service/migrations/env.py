@@ -1,11 +1,11 @@
 """Alembic environment: migrations run on the connection the caller passes in
-``config.attributes["connection"]`` (see :func:`service.store.migrate`)."""
+``config.attributes["connection"]`` (see :func:`service.runtime.database.migrate`)."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from service.store import metadata
+from service.runtime.database import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:

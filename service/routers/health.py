@@ -11,10 +11,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import PoolDep, SettingsDep
-from service.metrics import busy_workers, registry
-from service.queue import RedisJobs
-from service.store import engine_for
+from service.jobs.queue import RedisJobs
+from service.routers.deps import PoolDep, SettingsDep
+from service.runtime.database import engine_for
+from service.runtime.metrics import busy_workers, registry
 
 router = APIRouter(tags=["health"])
 

@@ -1,4 +1,4 @@
-"""/v1/jobs: solves in the background (see :mod:`service.jobs`)."""
+"""/v1/jobs: solves in the background (see :mod:`service.runtime.jobstore`)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,19 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Header, HTTPException, 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from service import webhooks
-from service.deps import ApiKey, SettingsDep
-from service.errors import problem, problem_responses
-from service.jobs import (
-    IdempotencyConflict,
-    JobNotFound,
-    JobRunner,
-    JobStore,
-    Notifier,
-    job_store,
-)
-from service.queue import RedisJobs
-from service.schemas import NUL, dump
-from service.schemas_jobs import JobAccepted, JobDocument, JobRequest
-from service.settings import Settings
-from service.store import SiteNotFound
-from service.usecases import use_case
+from service.jobs.queue import RedisJobs
+from service.jobs.runner import JobRunner
+from service.jobs.schemas import JobAccepted, JobDocument, JobRequest
+from service.requests.schemas import NUL, dump
+from service.routers.deps import ApiKey, SettingsDep
+from service.routers.errors import problem, problem_responses
+from service.runtime import webhooks
+from service.runtime.job import IdempotencyConflict, JobNotFound
+from service.runtime.jobstore import JobStore, job_store
+from service.runtime.records import SiteNotFound
+from service.runtime.settings import Settings
+from service.runtime.webhooks import Notifier
+from service.usecases.table import job_kind
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ApiKey])
 
@@ -58,9 +54,13 @@ async def submit_job(
     used for the same job, 200 with that job; for another job, 409."""
     if idempotency_key is not None and NUL in idempotency_key:
         return _invalid("Idempotency-Key", "must not contain the NUL character (U+0000)")
-    # what the synchronous route of the same kind refuses (service.usecases)
+    # what the synchronous route of the same kind refuses (service.usecases.table); the job
+    # keeps the request with this server's defaults (the stored document its worker
+    # parses)
     try:
-        await run_in_threadpool(use_case(job.kind).check, job.request, settings, "request.")
+        checked = await run_in_threadpool(
+            job_kind(job.kind).check, job.request, settings, "request."
+        )
     except SiteNotFound as exc:  # a site plan's site must exist now
         return problem(
             404,
@@ -77,7 +77,7 @@ async def submit_job(
         created_job, created = await run_in_threadpool(
             store.create,
             job.kind,
-            dump(job.request),
+            dump(checked.request),
             idempotency_key,
             webhook_url,
             trigger="user",

@@ -1,5 +1,5 @@
 """``POST /v1/sites/{site_id}/shed``: a site power target that starts now, answered at
-once with the GPU settings to apply (see :mod:`service.site_shed`)."""
+once with the GPU settings to apply (see :mod:`service.sites.shed`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from model.errors import InputError
-from service import site_shed, sites
-from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
-from service.jobs import job_store
-from service.store import Contention, EventRetracted, SiteNotFound, Store, store_for
+from service.routers.deps import ApiKey, PoolDep, SettingsDep
+from service.routers.errors import PROBLEM, PROBLEM_SCHEMA, problem, problem_responses
+from service.runtime.jobstore import job_store
+from service.runtime.records import Contention, EventRetracted, SiteNotFound
+from service.runtime.store import Store, store_for
+from service.sites import registry as sites
+from service.sites import shed as site_shed
+from service.sites import shed_event
 
 router = APIRouter(
     prefix="/v1/sites", tags=["sites"], dependencies=[ApiKey], responses=problem_responses(401, 503)
@@ -55,7 +58,7 @@ def _no_plan(detail: str) -> JSONResponse:
 @router.post("/{site_id}/shed", responses=_RESPONSES)
 async def shed(
     site_id: SiteId,
-    body: site_shed.ShedBody,
+    body: shed_event.ShedBody,
     request: Request,
     settings: SettingsDep,
     pool: PoolDep,
@@ -96,7 +99,7 @@ async def shed(
     except site_shed.NoRunningPlan as e:
         return _no_plan(str(e))
     event, stored = await run_in_threadpool(
-        site_shed.stored_event, site, body, when, settings, answer
+        shed_event.stored_event, site, body, when, settings, answer
     )
     answer |= stored
     if body.dry_run:
@@ -110,7 +113,7 @@ async def shed(
     except (Contention, EventRetracted) as e:
         return problem(409, "Conflict", str(e))
     except InputError as e:
-        raise site_shed.shed_error(e) from None
+        raise shed_event.shed_error(e) from None
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)

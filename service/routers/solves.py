@@ -1,9 +1,11 @@
-"""The synchronous solve routes, one per use case with a route (:mod:`service.usecases`):
-``POST /v1/schedule``, ``POST /v1/demand-response``, ``POST /v1/flexibility``.
+"""The synchronous routes of the use cases, one per row with a route
+(:mod:`service.usecases.table`): ``POST /v1/capacity``, ``POST /v1/front``, ``POST
+/v1/schedule``, ``POST /v1/demand-response``, ``POST /v1/flexibility``.
 
 Each checks its request as a job of its kind is checked, runs the use case in the solver
-pool (429 when every worker is busy, 503 when the worker died) and answers JSON, or a
-CSV table or a PNG chart where the use case has one (``?format=``).
+pool (429 when every worker is busy, 503 when the worker died; a configuration's
+capacity, milliseconds of work, in a thread of this process) and answers JSON, or a CSV
+table or a PNG chart where the use case has one (``?format=``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from model.errors import InputError
-from service.deps import ApiKey, PoolDep, SettingsDep
-from service.errors import problem_responses
-from service.metrics import solve_seconds, solver_outcomes_total
-from service.pool import SolvePool, run_or_429
-from service.settings import Settings
-from service.usecases import USE_CASES, Context, Route, UseCase, run
+from service.routers.busy import run_or_429
+from service.routers.deps import ApiKey, PoolDep, SettingsDep
+from service.routers.errors import problem_responses
+from service.runtime.pool import SolvePool
+from service.runtime.settings import Settings
+from service.usecases.rows import Context, Route, UseCase
+from service.usecases.table import USE_CASES, observed, run
 
 router = APIRouter(prefix="/v1", dependencies=[ApiKey])
 
@@ -41,13 +44,14 @@ async def _answer(
 ) -> Any:
     route: Route | None = uc.route
     assert route is not None
-    await run_in_threadpool(uc.check, req, settings, "")
+    checked = await run_in_threadpool(uc.check, req, settings, "")
     t0 = time.perf_counter()
     ctx = Context(pool.memory_budget_mb, settings.kernels)
-    result = await run_or_429(pool, settings.retry_after_s, run, uc.kind, req, ctx)
-    if route.counted:
-        solve_seconds.observe(time.perf_counter() - t0)
-        solver_outcomes_total.labels(result["status"]).inc()
+    if route.runs_in == "thread":
+        result = await run_in_threadpool(run, uc.kind, checked, ctx)
+    else:
+        result = await run_or_429(pool, settings.retry_after_s, run, uc.kind, checked, ctx)
+    observed(uc, t0, result)
     if fmt == "csv" and uc.csv is not None:
         return Response(uc.csv(result), media_type="text/csv")
     if fmt == "png":
@@ -61,28 +65,37 @@ async def _answer(
 
 
 def _add_route(uc: UseCase) -> None:
-    """``POST /v1{path}`` taking the use case's request and ``?format=``."""
+    """``POST /v1{path}`` taking the use case's request, and ``?format=`` when it
+    answers more than JSON."""
     route = uc.route
     assert route is not None
 
-    async def endpoint(req: Any, settings: SettingsDep, pool: PoolDep, format: str) -> Any:  # noqa: A002
+    async def endpoint(
+        req: Any,
+        settings: SettingsDep,
+        pool: PoolDep,
+        format: str = "json",  # noqa: A002
+    ) -> Any:
         return await _answer(uc, req, settings, pool, format)
 
-    fmt: Any = Literal[uc.formats]  # the use case's formats
     params = inspect.signature(endpoint).parameters
-    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            params["req"].replace(annotation=uc.request),
-            params["settings"].replace(annotation=SettingsDep),
-            params["pool"].replace(annotation=PoolDep),
+    signature = [
+        params["req"].replace(annotation=uc.request),
+        params["settings"].replace(annotation=SettingsDep),
+        params["pool"].replace(annotation=PoolDep),
+    ]
+    if len(uc.formats) > 1:
+        fmt: Any = Literal[uc.formats]  # the use case's formats
+        signature.append(
             params["format"].replace(
                 annotation=Annotated[fmt, Query(description="response format")], default="json"
-            ),
-        ]
-    )
+            )
+        )
+    endpoint.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
     media: dict[str, Any] = {"text/csv": {}} if uc.csv else {}
     if uc.chart:
         media["image/png"] = {}
+    busy = (429, 503) if route.runs_in == "pool" else ()
     router.add_api_route(
         route.path,
         endpoint,
@@ -93,7 +106,7 @@ def _add_route(uc: UseCase) -> None:
         response_model=route.response,
         responses={
             **({200: {"content": media}} if media else {}),
-            **problem_responses(401, 413, 422, 429, 503),
+            **problem_responses(401, 413, 422, *busy),
         },
     )
 

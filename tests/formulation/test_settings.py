@@ -27,7 +27,7 @@ from model.capacity import with_settings
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
 from model.tables import build_table
-from service.schemas_sites import SiteRequest
+from service.sites.schemas import SiteRequest
 
 WORKLOAD = "fixed:1024:256"
 PUE = 1.2

@@ -28,7 +28,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from service.settings import Settings
+from service.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 30.0

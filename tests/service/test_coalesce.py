@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.jobs import job_store, replan_scope
+from service.runtime.job import replan_scope
+from service.runtime.jobstore import job_store
 from tests.service.test_shed_route import AT, _job, _planned
 
 

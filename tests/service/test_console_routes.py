@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.console.routes import AT_CAP_RTOL
+from service.console.summary import AT_CAP_RTOL
 from tests.service.conftest import small_schedule
 
 PLAN_START = "2026-07-01T12:00:00Z"

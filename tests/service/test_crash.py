@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.jobs import job_store
+from service.runtime.jobstore import job_store
 from tests.service.conftest import Servers, small_schedule, stop_server
 from tests.service.processes import busy_solver, left, linux_only, tree
 from tests.service.test_jobs import long_request

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from service.cli.app import build_parser
-from service.settings import Settings
+from service.runtime.settings import Settings
 from tests.service.conftest import REPO
 
 

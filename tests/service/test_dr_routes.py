@@ -15,7 +15,7 @@ from formulation.demo import demo_request
 from formulation.whatif.dr import DEMO_EVENT
 from service.cli.app import main
 from service.main import create_app
-from service.settings import Settings
+from service.runtime.settings import Settings
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PUE, IDLE_W = 1.2, 120.0
@@ -296,7 +296,7 @@ def test_cli_flex(
 
 def test_demo_body_has_a_valid_example() -> None:
     """The OpenAPI example of the DR route is the demo with the CLI's demo event."""
-    from service.schemas_dr import DemandResponseRequest
+    from service.requests.dr import DemandResponseRequest
 
     req = DemandResponseRequest.model_validate({"request": demo_request(), "event": DEMO_EVENT})
     assert req.event.reduction_pct == 20

@@ -22,7 +22,7 @@ import pytest
 
 from model.errors import InputError
 from model.workload import parse_workload, workload_kind
-from service.metrics import HTTP_METHODS, OTHER_METHOD
+from service.runtime.metrics import HTTP_METHODS, OTHER_METHOD
 from tests.service.conftest import (
     REPO,
     small_schedule,

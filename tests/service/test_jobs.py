@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.jobs import job_store
 from service.main import create_app
+from service.runtime.jobstore import job_store
 from tests.demo_sites import demo_three_times
 from tests.service.conftest import app_settings, small_schedule
 from tests.service.test_routes import assert_problem

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from formulation import request as schedule_request
 from formulation.problem import problem_from_dict, validate
 from model.errors import InputError
-from service.limits import MAX_FLEX_EVALUATIONS
-from service.settings import Settings, get_settings
+from service.requests.limits import MAX_FLEX_EVALUATIONS
+from service.runtime.settings import Settings, get_settings
 from tests.service.conftest import REPO, small_schedule
 from tests.service.test_jobs import wait_final
 from tests.service.test_routes import assert_problem
@@ -132,10 +132,10 @@ def test_settings_default_to_the_formulations_limits_and_may_only_tighten() -> N
     s = Settings()
     assert s.max_periods == schedule_request.MAX_PERIODS == 2016
     assert s.max_deployments is None  # no fixed number: the memory estimate decides
-    assert s.max_time_limit_s <= schedule_request.MAX_TIME_LIMIT_S
+    assert s.max_time_limit_s <= schedule_request.TIME_LIMIT.max_s
     for name, above in (
         ("max_periods", schedule_request.MAX_PERIODS + 1),
-        ("max_time_limit_s", schedule_request.MAX_TIME_LIMIT_S * 2),
+        ("max_time_limit_s", schedule_request.TIME_LIMIT.max_s * 2),
     ):
         with pytest.raises(ValidationError, match=name):
             Settings.model_validate({name: above})
@@ -202,10 +202,56 @@ def test_the_default_time_limit_is_the_schedules_under_a_higher_maximum(
 ) -> None:
     client = make_client(workers=1, max_time_limit_s=60)
     field = client.get("/openapi.json").json()["components"]["schemas"]["SolverIn"]
-    assert field["properties"]["time_limit_s"]["default"] == schedule_request.DEFAULT_TIME_LIMIT_S
+    assert field["properties"]["time_limit_s"]["default"] == schedule_request.TIME_LIMIT.default_s
     site = {**small_schedule(), "name": "s", "plan_start": "2026-07-01T12:00:00Z", "solver": {}}
     r = client.post("/v1/sites", json=site)
-    assert r.json()["solver"]["time_limit_s"] == schedule_request.DEFAULT_TIME_LIMIT_S
+    assert r.json()["solver"]["time_limit_s"] == schedule_request.TIME_LIMIT.default_s
+
+
+def test_the_time_limit_has_one_definition_that_schemas_are_generated_from() -> None:
+    """The request schema's bounds and default are TIME_LIMIT's; a schema generated
+    while another limit is published carries that one (default, maximum, the solver
+    default objects, the examples), and the model's own schema is TIME_LIMIT's again
+    afterwards."""
+    own = schedule_request.TIME_LIMIT
+    req = schedule_request.ScheduleRequest
+    given = req.model_validate({**small_schedule(), "solver": {}})
+    assert given.solver.time_limit_s == own.default_s
+    for bad in (own.least_s / 2, own.max_s * 2):
+        with pytest.raises(ValidationError, match="time_limit_s"):
+            schedule_request.SolverIn(time_limit_s=bad)
+    server = own.at_most(4.0)
+    assert (server.least_s, server.default_s, server.max_s) == (own.least_s, 4.0, 4.0)
+    assert own.at_most(1e9) == own
+
+    def published(doc: dict[str, Any]) -> tuple[float, float, float, list[float]]:
+        field = doc["$defs"]["SolverIn"]["properties"]["time_limit_s"]
+        times = [e["solver"]["time_limit_s"] for e in doc["examples"] if "solver" in e]
+        return (
+            field["default"],
+            field["maximum"],
+            doc["properties"]["solver"]["default"]["time_limit_s"],
+            times,
+        )
+
+    with schedule_request.publishing(server):
+        default, most, solver_default, times = published(req.model_json_schema())
+    assert (default, most, solver_default) == (4.0, 4.0, 4.0)
+    assert times and max(times) <= 4.0
+    default, most, solver_default, times = published(req.model_json_schema())
+    assert (default, most, solver_default) == (own.default_s, own.max_s, own.default_s)
+    assert max(times) > 4.0  # the example as written: only a published limit caps it
+
+
+def test_two_servers_in_one_process_publish_their_own_time_limits(make_client: Any) -> None:
+    docs = [
+        make_client(workers=1, max_time_limit_s=m).get("/openapi.json").json() for m in (7.0, 120.0)
+    ]
+    fields = [d["components"]["schemas"]["SolverIn"]["properties"]["time_limit_s"] for d in docs]
+    assert [(f["default"], f["maximum"]) for f in fields] == [(7.0, 7.0), (30.0, 120.0)]
+    for doc, most in zip(docs, (7.0, 120.0), strict=True):
+        for example in doc["components"]["schemas"]["DemandResponseRequest"]["examples"]:
+            assert example["request"]["solver"]["time_limit_s"] <= most
 
 
 # ---------------------------------------------------------------- settings at start

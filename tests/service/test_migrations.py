@@ -1,6 +1,6 @@
 """Schema migrations (Alembic) on SQLite and on a real PostgreSQL server: an empty
 database and one created before migrations existed both end at the schema that
-``service.store.metadata`` describes (Alembic's own comparison finds no difference),
+``service.runtime.database.metadata`` describes (Alembic's own comparison finds no difference),
 their rows kept; replicas that start together migrate once."""
 
 from __future__ import annotations
@@ -28,9 +28,15 @@ from sqlalchemy import (
     text,
 )
 
-from service import store as store_mod
-from service.jobs import JobStore
-from service.store import SCHEMA_REVISION, make_engine, metadata, migrate
+from service.runtime.database import (
+    MIGRATIONS,
+    SCHEMA_REVISION,
+    make_engine,
+    metadata,
+    migrate,
+    utc_now,
+)
+from service.runtime.jobstore import JobStore
 from tests.servers import postgres_server
 
 
@@ -130,7 +136,7 @@ def test_an_empty_database_is_migrated_to_the_schema_of_the_code(empty_engine: E
 
 def test_a_database_from_before_migrations_keeps_its_rows(empty_engine: Engine) -> None:
     schema_before_migrations().create_all(empty_engine)
-    now = store_mod.utc_now()
+    now = utc_now()
     with empty_engine.begin() as conn:
         conn.execute(
             insert(schema_before_migrations().tables["jobs"]).values(
@@ -214,14 +220,14 @@ def test_sites_from_before_retractions_get_their_registered_grid_when_known(
     from alembic import command
     from alembic.config import Config
 
-    from service.store import Store
+    from service.runtime.store import Store
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(store_mod.__file__).with_name("migrations")))
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     with empty_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0003")
-    now = store_mod.utc_now()
+    now = utc_now()
     grid = {"power_cap_w": [20_000.0, 2_500.0], "price_usd_per_mwh": 50}
     old = MetaData()
     sites = Table("sites", old, autoload_with=empty_engine)

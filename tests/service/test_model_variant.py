@@ -108,7 +108,7 @@ def test_plan_flag_fills_only_deployments_without_their_own(tmp_path):
 
 
 def test_sites_stored_before_the_field_keep_the_paper_balance(tmp_path):
-    from service.store import store_for
+    from service.runtime.store import store_for
 
     store = store_for(f"sqlite:///{tmp_path / 'old.db'}")
     old = demo_request()  # a site body as stored before requests named a variant

@@ -1,4 +1,4 @@
-"""OpenADR 3.1.0 events -> per-period grid signals (service.openadr), and the 422
+"""OpenADR 3.1.0 events -> per-period grid signals (service.sites.openadr), and the 422
 problems a malformed event gets over HTTP."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model.errors import InputError
-from service.openadr import event_to_signals, merge_signals, parse_duration
-from service.schemas import MAX_JSON_DEPTH, json_depth
+from service.requests.schemas import MAX_JSON_DEPTH, json_depth
+from service.sites.openadr import parse_duration
+from service.sites.signals import event_to_signals, merge_signals
 from tests.service.conftest import small_schedule
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)  # plan_start; four hourly periods
@@ -458,7 +459,8 @@ def test_an_event_stored_deeper_than_the_limit_is_still_listed(
     """An event stored before the depth limit existed (``targets`` 254 deep, as an
     adversarial test stored them) is listed: ``GET .../events`` answered 500 for that
     site for good before."""
-    from service.store import Update, store_for
+    from service.runtime.records import Update
+    from service.runtime.store import store_for
 
     client, site_id = site_client
     deep: Any = "x"

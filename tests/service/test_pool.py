@@ -1,4 +1,4 @@
-"""The solver pool (service/pool.py) on real worker processes, with calls of this
+"""The solver pool (service/runtime/pool.py) on real worker processes, with calls of this
 module: a worker killed mid-call fails that call only, at once, and what it started is
 killed with its process group; an idle worker found dead is replaced before it gets a
 call; at shutdown a call that ignores the stop request is ended; a call's exception is
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from service import pool as pool_module
-from service.pool import PoolFull, SolvePool, WorkerLost
+from service.runtime import pool as pool_module
+from service.runtime.pool import PoolFull, SolvePool, WorkerLost
 from tests.service.processes import linux_only
 
 pytestmark = [linux_only, pytest.mark.servers]

@@ -2,7 +2,7 @@
 in a real PostgreSQL database; API servers are real ``pdwatt serve`` processes. All are
 started here on loopback and stopped at the end.
 
-What must hold (see ``service/queue.py``): a job's result equals the synchronous route's;
+What must hold (see ``service/jobs/queue.py``): a job's result equals the synchronous route's;
 a worker killed mid-job leads to a retry, or to a failed job with its reason, never a
 lost one; a worker stopped with SIGTERM gives its job back and exits 0; jobs survive an
 API restart and a Redis outage; two APIs and two workers complete 100 concurrent
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service import webhooks
+from service.runtime import webhooks
 from tests.servers import RedisServer, postgres_server, redis_server
 from tests.service.conftest import REPO, Servers, small_schedule
 from tests.service.processes import busy_solver, descendants, left, linux_only, tree
@@ -108,7 +108,7 @@ def cluster(
     process stops cleanly (SIGTERM -> status 0) at the end."""
     from sqlalchemy import text
 
-    from service.store import engine_for
+    from service.runtime.database import engine_for
 
     with engine_for(pg_url).begin() as conn:  # each test starts with no jobs
         conn.execute(text("DELETE FROM jobs"))

@@ -1,4 +1,4 @@
-"""Re-planning sites at each period boundary (``service/replan.py``): which boundary is
+"""Re-planning sites at each period boundary (``service/sites/replan.py``): which boundary is
 due from a site's clock and latest plan, once per boundary whatever the number of
 processes checking, and the loop of a real app re-planning a site whose clock moves."""
 
@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import replan
-from service.jobs import job_store
-from service.store import Site, store_for, utc_now
+from service.runtime.database import utc_now
+from service.runtime.jobstore import job_store
+from service.runtime.records import Site
+from service.runtime.store import store_for
+from service.sites import replan
 from tests.service.test_sites import site_body
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)

@@ -569,7 +569,7 @@ def test_kernels_on_a_server_with_a_kernel_database(make_client):
 
 def test_the_kernel_database_setting_is_checked_at_start(monkeypatch, tmp_path):
     from model.errors import InputError
-    from service.settings import get_settings
+    from service.runtime.settings import get_settings
 
     monkeypatch.setenv("PDWATT_KERNELS", str(tmp_path))
     get_settings.cache_clear()

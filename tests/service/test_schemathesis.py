@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.main import create_app
-from service.settings import Settings
+from service.runtime.settings import Settings
 
 pytestmark = pytest.mark.servers
 

@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 from formulation.demo import demo_request
-from service.site_plans import request_of
-from service.site_shed import settings_now
-from service.store import Plan, Site
+from service.runtime.records import Plan, Site
+from service.sites.plans import request_of
+from service.sites.shed import settings_now
 from tests.service.conftest import app_settings, stop_server
 from tests.service.processes import left, linux_only, tree
 from tests.service.test_crash import Server, server
@@ -77,14 +77,14 @@ def test_the_site_forces_the_pipeline(tmp_path: Path) -> None:
     """The premise of the test below, checked in this process: at the busiest period
     the settings fall short of 4.5 kW and only the solve pipeline answers the next
     boundary (a GPU pool can bind)."""
-    from service import work
+    from service.usecases import runs as work
 
     body = tight_site()
     del body["name"]  # a stored site body keeps its name apart
     resp = work.schedule(request_of(body))
     now = datetime.now(UTC)
     site = Site("tight", "tight", body, 1, now, now)
-    from service.site_plans import plan_response
+    from service.sites.plans import plan_response
 
     doc = plan_response(site, resp, 0, None)
     plan = Plan(1, "tight", 1, now, resp["status"], 0, doc)

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from formulation.problem import Host, problem_from_dict
 from formulation.whatif.shed import boundary_cached, clear_cache, fast_response, is_cached
 from model.catalog import load_gpu_clocks
-from service.openadr import IntervalPeriod
-from service.settings import Settings
-from service.site_plans import request_of
-from service.site_shed import warm_sites
-from service.store import store_for
+from service.runtime.settings import Settings
+from service.runtime.store import store_for
+from service.sites.openadr import IntervalPeriod
+from service.sites.plans import request_of
+from service.sites.shed import warm_sites
 from tests.service.test_sites import PLAN_START, cap_event, register, site_body
 
 AT = (datetime.fromisoformat(PLAN_START) + timedelta(minutes=90)).isoformat()  # period 1

@@ -13,8 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model.errors import InputError
-from service import site_shed
-from service.site_shed import NoRunningPlan
+from service.sites import shed as site_shed
+from service.sites import shed_event
+from service.sites.shed import NoRunningPlan
 from tests.service.test_sites import cap_event, site_body
 
 
@@ -104,17 +105,17 @@ def test_a_shed_after_plan_start_moved_is_a_conflict_not_an_event_field(
 
 def test_the_shed_s_event_errors_name_the_shed_s_fields() -> None:
     outside = InputError("event.intervals[0]", "spans [a, b), wholly outside the horizon")
-    assert site_shed.shed_error(outside).field == "at"
-    assert "wholly outside" in site_shed.shed_error(outside).reason
-    assert site_shed.shed_error(InputError("event", "a date-time lies outside")).field == "at"
+    assert shed_event.shed_error(outside).field == "at"
+    assert "wholly outside" in shed_event.shed_error(outside).reason
+    assert shed_event.shed_error(InputError("event", "a date-time lies outside")).field == "at"
     dur = InputError("event.intervalPeriod.duration", "must be positive")
-    assert site_shed.shed_error(dur).field == "duration"
+    assert shed_event.shed_error(dur).field == "duration"
     other = InputError("grid.power_cap_w", "x")
-    assert site_shed.shed_error(other) is other
+    assert shed_event.shed_error(other) is other
 
 
 def test_a_plan_of_another_clock_is_named_field_by_field(client: TestClient) -> None:
-    from service.store import store_for
+    from service.runtime.store import store_for
 
     settings = client.app.state.settings  # type: ignore[attr-defined]
     store = store_for(settings.database_url)
@@ -277,7 +278,7 @@ def test_the_reachable_floors_end_at_the_solver_s_least_draw(client: TestClient)
     from formulation.data import build_data
     from formulation.infeasible import min_site_power_w
     from formulation.problem import problem_from_dict
-    from service.site_plans import request_of
+    from service.sites.plans import request_of
 
     body = site_body()
     body["site"]["gpu_inventory"] = {"h200": 12}
@@ -285,12 +286,12 @@ def test_the_reachable_floors_end_at_the_solver_s_least_draw(client: TestClient)
     body["deployments"][0]["bounds"] = {"min_n_p": 1, "min_n_d": 1}  # a must run
     body.pop("name")
     data = build_data(problem_from_dict(request_of(body)))
-    floors = site_shed.reachable_floors_w(data, [(2, 2), (1, 1)])
+    floors = shed_event.reachable_floors_w(data, [(2, 2), (1, 1)])
     assert floors == sorted(floors, reverse=True) and len(floors) == 3
     # a steps down to (1, 1) in two moves; b, one change a period, never reaches off
     # (through (0, 1) or (1, 0), which run one phase only)
     assert floors[-1] > float(min_site_power_w(data)[0]) > 12 * 120 * 1.2
-    free = site_shed.reachable_floors_w(data, [(1, 1), (0, 0)])
+    free = shed_event.reachable_floors_w(data, [(1, 1), (0, 0)])
     assert free == [float(min_site_power_w(data)[0])]
 
 
@@ -443,8 +444,8 @@ def test_retracting_an_event_a_put_replaced_changes_no_grid(client: TestClient) 
 
 
 def test_a_site_whose_registered_grid_is_unknown_refuses_a_retraction() -> None:
-    from service import sites
-    from service.store import EventRecord, Site
+    from service.runtime.records import EventRecord, Site
+    from service.sites import registry as sites
 
     now = datetime.now(UTC)
     body = {k: v for k, v in site_body().items() if k != "name"}  # as a site stores it

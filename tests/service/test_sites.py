@@ -17,7 +17,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.store import Site, Update, store_for
+from service.runtime.records import Site, Update
+from service.runtime.store import store_for
 from tests.service.conftest import Servers, small_schedule, stop_server
 from tests.service.test_openadr import oadr_event
 
@@ -548,9 +549,9 @@ def test_a_site_plan_job_keeps_the_plan_the_route_would(client: TestClient) -> N
 def test_a_cancelled_site_plan_is_not_kept(client: TestClient, db_url: str) -> None:
     """A plan job cancelled while it solved returns its schedule but stores no plan:
     a plan cut short never becomes the one the site dispatches."""
-    from service import work
-    from service.site_plans import plan_site
-    from service.store import store_for
+    from service.runtime.store import store_for
+    from service.sites.plans import plan_site
+    from service.usecases import runs as work
 
     site_id = register(client)
     doc = plan_site(store_for(db_url), site_id, None, work.schedule, keep=lambda: False)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.site_targets import DYNAMO_POWER_ANNOTATION, SETTING_COLUMNS
+from service.sites.targets import DYNAMO_POWER_ANNOTATION, SETTING_COLUMNS
 from tests.service.conftest import small_schedule
 
 PLAN_START = "2026-07-01T12:00:00Z"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service import webhooks
+from service.runtime import webhooks
 from tests.service.conftest import small_schedule
 from tests.service.test_jobs import long_request, wait_final, wait_status
 from tests.service.test_routes import assert_problem

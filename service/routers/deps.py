@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
-from service.pool import SolvePool
-from service.settings import Settings
+from service.runtime.pool import SolvePool
+from service.runtime.settings import Settings
 
 
 def get_settings(request: Request) -> Settings:

@@ -25,9 +25,12 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.jobs import IdempotencyConflict, JobStore, job_store, replan_scope
-from service.site_plans import n_periods, period, plan_start
-from service.store import Site, SiteNotFound, Store, store_for, utc_now
+from service.runtime.database import utc_now
+from service.runtime.job import IdempotencyConflict, replan_scope
+from service.runtime.jobstore import JobStore, job_store
+from service.runtime.records import Site, SiteNotFound
+from service.runtime.store import Store, store_for
+from service.sites.plans import n_periods, period, plan_start
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ Delivery and failure (see the ``jobs`` columns ``attempts``, ``worker``, ``heart
   database write and its enqueue) still runs, once.
 * A solver process that dies under a running job (the out-of-memory killer) fails the
   job with that reason within a second (the pool watches the process itself, see
-  :mod:`service.pool`; the job's heartbeat stops with it); what was left of its solve
+  :mod:`service.runtime.pool`; the job's heartbeat stops with it); what was left of its solve
   ends with it, and the worker replaces the process and goes on.
 * Webhooks of ended jobs are sent by the worker that ended them, or by the sweep when
   that worker stopped first.
 * Every worker also re-plans the sites that ask for it at each period boundary
-  (:mod:`service.replan`; each boundary once, whatever the number of workers).
+  (:mod:`service.sites.replan`; each boundary once, whatever the number of workers).
 * ``SIGTERM`` to a worker: it takes no more jobs, puts its running jobs back in the
   queue for the other workers (their solver processes, and theirs, are killed) and
   exits. Killed outright, it takes its solver processes with it (parent-death signal).
@@ -48,11 +48,13 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from service import replan
-from service.jobs import WORKER_LOST, Notifier, execute_started, job_store
-from service.limits import time_limit
-from service.pool import SolvePool, WorkerLost
-from service.settings import Settings
+from service.jobs.runner import WORKER_LOST, execute_started
+from service.requests.limits import time_limit
+from service.runtime.jobstore import job_store
+from service.runtime.pool import SolvePool, WorkerLost
+from service.runtime.settings import Settings
+from service.runtime.webhooks import Notifier
+from service.sites import replan
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Schemas of the jobs API (``/v1/jobs``): a job is a kind and the request its
 synchronous route takes, validated by that route's own schema; the kinds are the rows
-of the use-case table (:mod:`service.usecases`)."""
+of the use-case table that are jobs (:data:`service.usecases.table.JOB_KINDS`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from service.schemas import StorableText, Strict
-from service.usecases import USE_CASES, UseCase
+from service.requests.schemas import StorableText, Strict
+from service.usecases.rows import UseCase
+from service.usecases.table import JOB_KINDS, USE_CASES
 
 
 class Webhook(Strict):
-    """Where the job's end is POSTed, signed (see :mod:`service.webhooks`)."""
+    """Where the job's end is POSTed, signed (see :mod:`service.runtime.webhooks`)."""
 
     url: StorableText = Field(
         min_length=1,
@@ -39,7 +40,7 @@ def _job_model(uc: UseCase) -> type[_Job]:
     return create_model(name, __base__=_Job, kind=(kind, ...), request=(uc.request, ...))
 
 
-JOB_MODELS = tuple(_job_model(uc) for uc in USE_CASES.values())
+JOB_MODELS = tuple(_job_model(USE_CASES[kind]) for kind in JOB_KINDS)
 
 if TYPE_CHECKING:
     JobRequest = _Job
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 else:
     #: a job of any kind of the table, told apart by ``kind``
     JobRequest = Annotated[Union[JOB_MODELS], Field(discriminator="kind")]  # noqa: UP007
-    JobKind = Literal[tuple(USE_CASES)]
+    JobKind = Literal[JOB_KINDS]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 

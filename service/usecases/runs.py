@@ -1,20 +1,27 @@
-"""The calls the service makes, as plain functions of validated requests.
+"""The work of the use cases that are the service's own, as plain functions of validated
+requests: a configuration's capacity, a front and a schedule (a demand-response what-if
+and a flexibility curve are :mod:`formulation.whatif`'s, called by their rows).
 
-Run in worker processes for schedules (CPU-bound, seconds) and in threads for the
-core (milliseconds). Each returns exactly what ``pdwatt ... --json`` prints.
+Run in worker processes for solves (CPU-bound, seconds) and in threads for a
+configuration's capacity (milliseconds), as the runs of the use-case table's rows
+(:mod:`service.usecases.table`), which ``pdwatt plan`` runs too. Errors of the schedule
+request name their field as the request does. No workload file is read unless the
+caller's host reads them (the command line's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, front_over_shapes, resolve_spec
 from model.simulator import resolve_samples
 from model.slo import SloTargets, slo_restricted_front
-from service.schemas import CapacityRequest, FrontRequest, SpecFields
+from service.requests.schemas import CapacityRequest, FrontRequest, SpecFields
 
 
 def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
@@ -63,18 +70,18 @@ def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
 
 
 def schedule(
-    body: ScheduleRequest | dict[str, Any],
-    memory_budget_mb: float | None = None,
+    body: ScheduleProblem | ScheduleRequest | dict[str, Any],
+    host: Host | None = None,
     monitor: Any = None,
-    kernels: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The schedule of a validated request (or of a stored document, validated here);
-    ``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs' progress and
-    cancellation); ``kernels``: the server's kernel database."""
-    from formulation.problem import Host, problem_from_dict
+    """The schedule of a problem parsed already (the synchronous route's, checked in the
+    API process; the command line's), of a validated request, or of a stored document
+    (validated here), solved on ``host`` (default: the problem's own, else a host that
+    reads no file); ``monitor`` (optional): see :data:`formulation.solve.Monitor` (jobs'
+    progress and cancellation); ``progress``: the phases as they go (the command
+    line's lines)."""
     from formulation.results import response
     from formulation.solve import solve
 
-    # no workload file is read
-    host = Host(memory_budget_mb=memory_budget_mb, kernels=kernels)
-    return response(solve(problem_from_dict(body, host), monitor=monitor))
+    return response(solve(problem_from_dict(body, host), progress, monitor=monitor))

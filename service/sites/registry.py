@@ -1,5 +1,5 @@
 """Registered sites: the use cases behind ``/v1/sites`` that are not planning
-(:mod:`service.site_plans`): what a registration stores, how an OpenADR event or a
+(:mod:`service.sites.plans`): what a registration stores, how an OpenADR event or a
 demand forecast changes a site (an event merged once, whoever posts it twice or at the
 same time) and how a retracted event stops changing it, what follows when the re-plan
 after an update cannot be made, and the replica targets of a plan. No HTTP here: the
@@ -17,14 +17,15 @@ from typing import Any
 from formulation.infeasible import InfeasibleError
 from formulation.problem import Host, problem_from_dict
 from model.errors import InputError
-from service import site_targets
-from service.limits import check_schedule
-from service.openadr import OadrEvent, event_to_signals, merge_signals
-from service.pool import PoolFull, WorkerLost
-from service.schemas import dump
-from service.schemas_sites import ForecastBody, SiteRequest
-from service.settings import Settings
-from service.site_plans import (
+from service.requests.limits import check_schedule
+from service.requests.schemas import dump
+from service.runtime.pool import PoolFull, WorkerLost
+from service.runtime.records import EventRecord, EventRetracted, Plan, Site, Update
+from service.runtime.settings import Settings
+from service.runtime.store import Store
+from service.sites import targets as site_targets
+from service.sites.openadr import OadrEvent
+from service.sites.plans import (
     Current,
     check_current,
     n_periods,
@@ -33,7 +34,8 @@ from service.site_plans import (
     plan_start,
     request_of,
 )
-from service.store import EventRecord, EventRetracted, Plan, Site, Store, Update
+from service.sites.schemas import ForecastBody, SiteRequest
+from service.sites.signals import event_to_signals, merge_signals
 
 
 class NoPeriod(LookupError):
@@ -42,8 +44,9 @@ class NoPeriod(LookupError):
 
 def site_body(req: SiteRequest, settings: Settings) -> tuple[str, dict[str, Any]]:
     """The name and the stored body of a site registration, checked as ``POST
-    /v1/schedule`` checks its request (limits, memory), and its clock."""
-    check_schedule(req, settings)
+    /v1/schedule`` checks its request (limits, memory), and its clock; the body has
+    this server's defaults (``req`` itself is left as it is)."""
+    req, _ = check_schedule(req, settings)
     body = dump(req)
     name = body.pop("name")
     try:
@@ -76,7 +79,7 @@ class Replan:
 def checked(update: Update, replan: Replan | None = None) -> Update:
     """The update, once its body passes the checks of a schedule request and the
     ``current`` of its re-plan passes those of the site it makes
-    (:func:`service.site_plans.check_current`): nothing that a registration would
+    (:func:`service.sites.plans.check_current`): nothing that a registration would
     refuse, and no update whose re-plan would refuse its ``current``, is ever stored."""
     problem_from_dict(request_of(update.body))
     if replan is not None:
@@ -86,7 +89,8 @@ def checked(update: Update, replan: Replan | None = None) -> Update:
 
 def event_signals(body: dict[str, Any], event: OadrEvent | dict[str, Any]) -> dict[str, Any]:
     """The grid signals an OpenADR event gives on the periods of a site's ``body``
-    (:func:`service.openadr.event_to_signals`); :class:`InputError` naming the field at fault."""
+    (:func:`service.sites.signals.event_to_signals`); :class:`InputError` naming the
+    field at fault."""
     return event_to_signals(event, plan_start(body), body["period_minutes"], n_periods(body))
 
 
@@ -297,7 +301,7 @@ async def replan_after_update(
 
 def targets_doc(site: Site, plan: Plan, periods: list[dict[str, Any]]) -> dict[str, Any]:
     """The replica targets of ``periods`` of the plan, with each period's GPU power
-    limit (:mod:`service.site_targets`)."""
+    limit (:mod:`service.sites.targets`)."""
     pue, idle_w = site_targets.site_power(plan.response, site.body)
     return {
         "site_id": site.id,

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from formulation.request import Rate, ScheduleRequest, Strict
-from service.openadr import OadrEvent
-from service.schemas import DateTimeText, StorableText
-from service.site_plans import Current
+from formulation.request import Rate, ScheduleRequest, Strict, examples
+from service.requests.schemas import DateTimeText, StorableText
+from service.sites.openadr import OadrEvent
+from service.sites.plans import Current
 
 _EXAMPLE: dict[str, Any] = {
     "name": "dc-east",
@@ -37,7 +37,7 @@ _EXAMPLE: dict[str, Any] = {
 class SiteRequest(ScheduleRequest):
     """A schedule request (SPEC 6.1) kept as a site, with its name and clock."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=examples(_EXAMPLE))
     name: StorableText = Field(min_length=1, max_length=128)
     plan_start: DateTimeText = Field(
         description="wall-clock start of period 0: an ISO 8601 date-time string with offset"
@@ -46,7 +46,7 @@ class SiteRequest(ScheduleRequest):
         False,
         strict=True,
         description="re-plan, as a job, each time the site's clock enters a new period, "
-        "from the configuration its latest plan runs (see service/replan.py)",
+        "from the configuration its latest plan runs (see service/sites/replan.py)",
     )
 
 
@@ -82,7 +82,7 @@ class Target(BaseModel):
     num_decode: int
     replicas: dict[str, int]
     gpus: int
-    #: only for a deployment that lists GPU settings (service.site_targets)
+    #: only for a deployment that lists GPU settings (service.sites.targets)
     prefill_setting: str | None = Field(None, description="as the plan's period names it")
     decode_setting: str | None = Field(None, description="as the plan's period names it")
     gpu_settings: dict[str, dict[str, float]] | None = Field(

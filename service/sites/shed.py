@@ -7,27 +7,21 @@ current period (:func:`formulation.whatif.shed.fast_response`), and it is kept a
 OpenADR event (an ``IMPORT_CAPACITY_LIMIT`` of ``target_kw`` from now, merged into the
 site's cap and logged like any event); the site is then re-planned, as a ``site_plan``
 job, from the next period boundary and the running ``(n_P, n_D)``, so that instance
-changes follow where the settings do not suffice. No HTTP here.
+changes follow where the settings do not suffice. The event it records is made in
+:mod:`service.sites.shed_event`. No HTTP here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from formulation.data import ScheduleData, build_data
-from formulation.infeasible import min_site_power_w
 from formulation.problem import Host, ScheduleProblem, expand_series, problem_from_dict
-from formulation.subproblems.dp import transition_cost
 from formulation.whatif.shed import (
     CACHE_SIZE,
     NeedsPipeline,
@@ -37,197 +31,31 @@ from formulation.whatif.shed import (
     settings_data,
 )
 from model.errors import InputError
-from service.jobs import JobStore, replan_scope
-from service.limits import solve_host
-from service.openadr import Iso8601Duration, OadrEvent, event_to_signals, parse_duration
-from service.pool import PoolFull, SolvePool, WorkerLost
-from service.schemas import DateTimeText, Strict, dump
-from service.settings import Settings
-from service.site_plans import (
+from service.requests.limits import solve_host
+from service.requests.schemas import dump
+from service.runtime.job import replan_scope
+from service.runtime.jobstore import JobStore
+from service.runtime.pool import PoolFull, SolvePool, WorkerLost
+from service.runtime.records import Plan, Site, SiteNotFound
+from service.runtime.settings import Settings
+from service.runtime.store import Store, store_for
+from service.sites.plans import (
     Applied,
     AppliedDeployment,
     Current,
     SitePlanRequest,
     State,
     n_periods,
-    period,
     plan_differs,
-    plan_start,
     request_of,
 )
-from service.sites import event_signals, periods_at
-from service.store import Plan, Site, SiteNotFound, Store, store_for
+from service.sites.registry import periods_at
 
-PROGRAM = "pdwatt-shed"
 log = logging.getLogger(__name__)
-
-
-class ShedBody(Strict):
-    """What ``POST /v1/sites/{site_id}/shed`` takes."""
-
-    target_kw: float = Field(
-        ge=0, le=1e9, allow_inf_nan=False, description="site power target (kW, after PUE)"
-    )
-    at: DateTimeText | None = Field(
-        None, description="when the target starts: ISO 8601 date-time with offset (default: now)"
-    )
-    duration: Iso8601Duration = Field(
-        "P9999Y",
-        description="how long the target holds, ISO 8601 as an OpenADR event's "
-        "(default: to the horizon's end)",
-    )
-    dry_run: bool = Field(
-        False,
-        description="answer what the shed would do now and what it would record, "
-        "recording nothing: no event, no re-plan",
-    )
 
 
 class NoRunningPlan(LookupError):
     """The site has no plan covering the time of the shed: nothing tells what runs."""
-
-
-def shed_event(
-    body: ShedBody, when: datetime, limits: Sequence[tuple[datetime, float]] | None = None
-) -> OadrEvent:
-    """The shed as an OpenADR 3.1.0 event: a capacity limit of ``target_kw`` from
-    ``when`` for ``duration``; or, with ``limits`` (``(start, kW)`` steps, the first
-    at ``when``), each step's limit from its start to the next one's, the last to the
-    shed's end (``event.duration`` bounds them all)."""
-    steps = list(limits) if limits else [(when, body.target_kw)]
-    name = f"shed to {body.target_kw:g} kW"
-    doc: dict[str, Any] = {
-        "programID": PROGRAM,
-        "eventName": name,
-        "payloadDescriptors": [{"payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}],
-        "intervalPeriod": {"start": when.isoformat(), "duration": body.duration},
-    }
-    if steps == [(when, body.target_kw)]:
-        doc["intervals"] = [_interval(0, body.target_kw)]
-        return OadrEvent.model_validate(doc)
-    doc["eventName"] = f"{name}, held at the least the site can draw"
-    doc["duration"] = body.duration  # the last step runs to the shed's end
-    intervals = []
-    for i, (start, kw) in enumerate(steps):
-        length = (
-            body.duration
-            if i == len(steps) - 1
-            else f"PT{(steps[i + 1][0] - start).total_seconds():.6f}S"
-        )
-        intervals.append(
-            {**_interval(i, kw), "intervalPeriod": {"start": start.isoformat(), "duration": length}}
-        )
-    doc["intervals"] = intervals
-    return OadrEvent.model_validate(doc)
-
-
-def _interval(i: int, kw: float) -> dict[str, Any]:
-    return {"id": i, "payloads": [{"type": "IMPORT_CAPACITY_LIMIT", "values": [kw]}]}
-
-
-def reachable_floors_w(data: ScheduleData, running: Sequence[tuple[int, int]]) -> list[float]:
-    """The least site power (W, after PUE) of the period in which each deployment runs
-    its ``running`` counts (those counts, at the least-power setting the data lists)
-    and of each period after it (any counts each deployment can reach in as many moves
-    as the transition limit allows), every other GPU idle: the floor that
-    :func:`formulation.infeasible.min_site_power_w` checks a cap against, from where the
-    site is. The list ends at the site's least draw, or once no deployment can reach
-    further counts (a transition limit keeps one from its least-power counts for
-    good): later periods have its last floor."""
-    deps = []  # per deployment: its allowed candidates, their (n_P, n_D) cells, moves
-    reach = []  # the cells within reach
-    for d, (n_p, n_d) in zip(data.deployments, running, strict=True):
-        ok = np.flatnonzero(d.allowed)
-        counts = np.stack([d.n_p[ok], d.n_d[ok]], axis=1)
-        cells, first, cell_of = np.unique(counts, axis=0, return_index=True, return_inverse=True)
-        reps = ok[first]  # a candidate of each cell: a move's cost is on the counts alone
-        moves = np.isfinite(transition_cost(data, d, reps[:, None], reps[None, :]))
-        deps.append((ok, cell_of.ravel(), moves))
-        here = (cells[:, 0] == n_p) & (cells[:, 1] == n_d)
-        reach.append(here if here.any() else np.ones(len(cells), dtype=bool))
-    least = float(min_site_power_w(data)[0])
-    out: list[float] = []
-    while True:
-        among = []
-        for d, (ok, cell_of, _), r in zip(data.deployments, deps, reach, strict=True):
-            mask = np.zeros(d.n_configs, dtype=bool)
-            mask[ok] = r[cell_of]
-            among.append(mask)
-        out.append(float(min_site_power_w(data, among)[0]))
-        if out[-1] <= least:
-            return out  # nothing draws less
-        grown = [r | moves[r].any(axis=0) for r, (_, _, moves) in zip(reach, deps, strict=True)]
-        if all(np.array_equal(g, r) for g, r in zip(grown, reach, strict=True)):
-            return out
-        reach = grown
-
-
-def stored_event(
-    site: Site, body: ShedBody, when: datetime, settings: Settings, shed: dict[str, Any]
-) -> tuple[OadrEvent, dict[str, Any]]:
-    """The event a shed stores, and what the answer says of it. The capacity limit is
-    the target, or, in each period where that is lower, the least the site can draw
-    there from the counts its plan runs in the shed's period ``shed`` (the immediate
-    answer: ``period`` and each deployment's ``n_p``, ``n_d``;
-    :func:`reachable_floors_w`): a cap below it leaves no schedule, and every later
-    re-plan of the site would fail. ``stored_limits`` (each step's ``start`` and
-    ``limit_kw``) and, when a step is not the target, ``stored_target_reason``.
-    InputError (named after the shed's own fields) when the shed lies outside the
-    site's horizon."""
-    try:
-        event_signals(site.body, shed_event(body, when))  # within the horizon
-        end = parse_duration("duration", body.duration).after(when)
-    except InputError as e:
-        raise shed_error(e) from None
-    problem = _problem(site, settings)
-    t = int(shed["period"])
-    running = running_counts(problem, shed)  # the counts the shed answered for
-    floors = reachable_floors_w(build_data(problem), running)
-    start, step = plan_start(site.body), period(site.body)
-    target_w = body.target_kw * 1000.0
-    limits: list[tuple[datetime, float]] = []
-    for k in range(n_periods(site.body) - t):
-        at = when if k == 0 else start + step * (t + k)
-        if at >= end:
-            break
-        w = max(target_w, floors[min(k, len(floors) - 1)])
-        kw = body.target_kw if w == target_w else math.ceil(w) / 1000.0  # never below it
-        if not limits or limits[-1][1] != kw:
-            limits.append((at, kw))
-        if k >= len(floors) - 1:
-            break  # no later period lowers the floor: the last step holds to the end
-    answer: dict[str, Any] = {
-        "stored_limits": [{"start": a.isoformat(), "limit_kw": kw} for a, kw in limits]
-    }
-    if any(kw != body.target_kw for _, kw in limits):
-        answer["stored_target_reason"] = (
-            f"target_kw {body.target_kw:g} is below the least the site can draw in "
-            "some of the periods the shed covers (idle GPUs and each deployment at its "
-            "least draw within reach of the counts it runs now, at PUE): the capacity "
-            "limit stored is that least draw there, so that the site stays plannable"
-        )
-    return shed_event(body, when, limits), answer
-
-
-def shed_error(e: InputError) -> InputError:
-    """An error about the shed's event (:func:`shed_event`), named after the field of
-    the shed's body at fault: ``duration`` for its length, ``at`` for where it lies in
-    time (the event's other fields are the shed's own making)."""
-    if e.field in ("event.duration", "event.intervalPeriod.duration"):
-        return InputError("duration", e.reason)
-    if e.field == "event" or e.field.startswith("event.") or e.field.startswith("event["):
-        return InputError("at", f"the shed from at for duration: {e.reason}")
-    return e
-
-
-def caps_now(event: OadrEvent, when: datetime) -> bool:
-    """Whether ``event`` limits the site's power at ``when`` (a capacity limit whose
-    interval holds that instant)."""
-    try:
-        sig = event_to_signals(event, when, 1.0 / 60.0, 1)  # the one second from when
-    except InputError:  # every interval lies outside that second
-        return False
-    return sig["power_cap_w"]["values"][0] is not None
 
 
 def plan_of(site: Site, plan: Plan) -> Plan:
@@ -242,7 +70,7 @@ def plan_of(site: Site, plan: Plan) -> Plan:
 def running_state(plan: Plan, when: datetime) -> tuple[int, dict[str, Any]]:
     """The period of the plan at ``when`` and its record; :class:`NoRunningPlan` when
     the plan does not cover it."""
-    from service.sites import NoPeriod
+    from service.sites.registry import NoPeriod
 
     try:
         t, periods = periods_at(plan, when)
@@ -258,7 +86,7 @@ class BoundaryCall:
     (:func:`solve_boundary`)."""
 
     body: dict[str, Any]  # the site's stored body
-    host: Host  # the server's (service.limits.solve_host)
+    host: Host  # the server's (service.requests.limits.solve_host)
     period: int
     running: tuple[tuple[int, int], ...]
     target_w: float
@@ -282,7 +110,7 @@ def settings_now(
     or, when only the solve pipeline gives them, the call that does (``next_boundary``
     is then None). No solve runs here: this answers in the API process."""
     t, record = running_state(plan_of(site, plan), when)
-    problem = _problem(site, settings)
+    problem = site_problem(site, settings)
     running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
     target_w = cap[t] if target_w is None else min(target_w, cap[t])  # never above the cap
@@ -314,9 +142,7 @@ def settings_now(
         try:
             out["next_boundary"] = next_boundary(problem, t + 1, running, target_w, pipeline=False)
         except NeedsPipeline:
-            call = BoundaryCall(
-                site.body, problem.host, t + 1, tuple(running), float(target_w)
-            )
+            call = BoundaryCall(site.body, problem.host, t + 1, tuple(running), float(target_w))
     return out, call
 
 
@@ -354,7 +180,8 @@ async def immediate(
     return out
 
 
-def _problem(site: Site, settings: Settings) -> ScheduleProblem:
+def site_problem(site: Site, settings: Settings) -> ScheduleProblem:
+    """The schedule problem of a registered site, on this server's host."""
     return problem_from_dict(request_of(site.body), solve_host(settings))
 
 
@@ -378,7 +205,7 @@ def warm(site: Site, plan: Plan, when: datetime, settings: Settings) -> bool:
     them; False when the plan does not cover ``when``."""
     try:
         t, record = running_state(plan_of(site, plan), when)
-        problem = _problem(site, settings)
+        problem = site_problem(site, settings)
         running = running_counts(problem, record)
         settings_data(problem, running)
     except (NoRunningPlan, InputError):
@@ -444,7 +271,8 @@ def replan_job(
         period=t,
         power_w=shed["site_power_w"],
         # the limit recorded for the shed's period: the target, or the least draw the
-        # running counts reach when the target is below it (stored_event)
+        # running counts reach when the target is below it
+        # (service.sites.shed_event.stored_event)
         power_cap_w=max(
             shed["target_w"],
             1000.0 * shed["stored_limits"][0]["limit_kw"] if shed.get("stored_limits") else 0.0,

@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from formulation.demo import demo_request
+from formulation.request import examples
 from formulation.whatif.dr import DEMO_EVENT
-from service.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
+from service.requests.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
 
 
 def _demo_small() -> dict[str, Any]:
@@ -44,7 +45,7 @@ class DemandResponseEvent(Strict):
 class DemandResponseRequest(Strict):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"request": _demo_small(), "event": DEMO_EVENT}]},
+        json_schema_extra=examples({"request": _demo_small(), "event": DEMO_EVENT}),
     )
     request: ScheduleRequest
     event: DemandResponseEvent
@@ -103,7 +104,7 @@ class DemandResponseResponse(BaseModel):
 class FlexibilityRequest(Strict):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"request": _demo_small(), "period": 72, "points": 25}]},
+        json_schema_extra=examples({"request": _demo_small(), "period": 72, "points": 25}),
     )
     request: ScheduleRequest
     period: int | None = Field(None, ge=0, description="one period, or every period when null")

@@ -18,7 +18,7 @@ then); redirects are not followed.
 Delivery: up to ``ATTEMPTS`` tries, ``TIMEOUT_S`` each, with backoff; a 2xx answer is a
 delivery. The outcome is kept on the job (``webhook``: ``url``, ``state`` pending /
 delivered / failed, ``attempts``, ``status_code``, ``error``). The first process to
-claim a job's delivery sends it; no job is notified twice.
+claim a job's delivery sends it (:class:`Notifier`); no job is notified twice.
 """
 
 from __future__ import annotations
@@ -31,10 +31,14 @@ import json
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from service.runtime.jobstore import JobStore
+from service.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +137,32 @@ async def deliver(
                 await asyncio.sleep(BACKOFF_S[min(i, len(BACKOFF_S) - 1)])
     log.warning("webhook of job %s not delivered: %s", document.get("id"), outcome.get("error"))
     return outcome
+
+
+@dataclass(frozen=True)
+class Notifier:
+    """Sends ended jobs' webhooks (:func:`deliver`); without a secret it
+    sends nothing (jobs asking for one are refused at submission)."""
+
+    secret: str | None
+    allow_private: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> Notifier:
+        return cls(settings.webhook_secret, settings.webhook_allow_private)
+
+    async def job_ended(self, store: JobStore, job_id: str) -> None:
+        if self.secret is None or not await asyncio.to_thread(store.claim_webhook, job_id):
+            return
+        job = await asyncio.to_thread(store.get, job_id)
+        document = job.document()
+        document.pop("webhook", None)
+        outcome = await deliver(job.webhook_url or "", document, self.secret, self.allow_private)
+        await asyncio.to_thread(store.record_webhook, job_id, outcome)
+
+    async def pending(self, store: JobStore) -> int:
+        """Send the webhooks of ended jobs that no process has claimed; how many."""
+        ids = await asyncio.to_thread(store.unnotified)
+        for job_id in ids:
+            await self.job_ended(store, job_id)
+        return len(ids)

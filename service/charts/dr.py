@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from service.charts import COLOURS, period_edges, stairs  # noqa: E402
+from service.charts.schedule import COLOURS, period_edges, stairs  # noqa: E402
 
 Target = str | IO[bytes]
 #: step lines to draw: the periods, the key of each period's value, the line's style

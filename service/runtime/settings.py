@@ -17,13 +17,7 @@ from functools import lru_cache
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from formulation.request import (
-    DEFAULT_TIME_LIMIT_S,
-    MAX_PERIODS,
-    MAX_TIME_LIMIT_S,
-    MIN_TIME_LIMIT_S,
-    field_path,
-)
+from formulation.request import MAX_PERIODS, TIME_LIMIT, field_path
 from model.errors import InputError
 
 ENV_PREFIX = "PDWATT_"
@@ -54,11 +48,11 @@ class Settings(BaseSettings):
     max_front_gpus: int = Field(512, ge=2)
     max_time_limit_s: float = Field(
         300.0,
-        ge=MIN_TIME_LIMIT_S,
-        le=MAX_TIME_LIMIT_S,
+        ge=TIME_LIMIT.least_s,
+        le=TIME_LIMIT.max_s,
         description="the most solver.time_limit_s a request may ask for; also the "
-        f"default time limit when it is below the schedule's default ({DEFAULT_TIME_LIMIT_S:g} "
-        "s; service.limits.time_limit)",
+        f"default time limit when it is below the schedule's default ({TIME_LIMIT.default_s:g} "
+        "s; service.requests.limits.time_limit)",
     )
     max_solve_memory_mb: float = Field(
         4096.0, gt=0, description="refuse a solve estimated to need more memory (MB)"

@@ -9,58 +9,59 @@ its synchronous route refuses.
 * :func:`check_demand_response`, :func:`check_flexibility`: ``POST
   /v1/demand-response`` and ``POST /v1/flexibility``.
 
-The use-case table (:mod:`service.usecases`) gives each kind its check, for its route
+The use-case table (:mod:`service.usecases.table`) gives each kind its check, for its route
 and its jobs alike.
 
-The time limit: :func:`time_limit` is the one place this server's default and maximum
-of ``solver.time_limit_s`` come from (the schedule's own, :mod:`formulation.request`,
-tightened by ``PDWATT_MAX_TIME_LIMIT_S``); the checks below, the OpenAPI document
-(:mod:`service.main`) and the jobs read them there. A request that leaves
-``solver.time_limit_s`` out gets the default (:func:`fill_server_defaults`); a value the
-client sent is never changed: above the maximum it is refused.
+The time limit: :func:`time_limit` is this server's ``solver.time_limit_s``, the
+schedule's own (:data:`formulation.request.TIME_LIMIT`, the one definition of its
+least, default and maximum) at most ``PDWATT_MAX_TIME_LIMIT_S``; the checks below, the
+OpenAPI document (generated with it, :mod:`service.main`) and the jobs read it there.
+A request that leaves ``solver.time_limit_s`` out gets the default
+(:func:`with_server_defaults`, in a new request: the client's is never changed); a value
+the client sent is kept: above the maximum it is refused.
+
+Each check returns what it made: the request with this server's defaults and the
+schedule problem it parsed (once, in the process that checks), which the solver worker
+runs without parsing the request again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TypeVar
 
 from formulation.data import check_memory
-from formulation.problem import Host, problem_from_request
-from formulation.request import DEFAULT_TIME_LIMIT_S
+from formulation.problem import Host, ScheduleProblem, problem_from_request
+from formulation.request import TIME_LIMIT, TimeLimit
 from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
-from service.schemas import ScheduleRequest
-from service.schemas_dr import DemandResponseRequest, FlexibilityRequest
-from service.settings import Settings
+from service.requests.dr import DemandResponseRequest, FlexibilityRequest
+from service.requests.schemas import ScheduleRequest
+from service.runtime.settings import Settings
+
+#: a schedule request, or one that extends it (a site's registration)
+R = TypeVar("R", bound=ScheduleRequest)
 
 #: Most one-period solves one flexibility curve may ask for (periods x (points + 1)).
 MAX_FLEX_EVALUATIONS = 10_000
 
 
-@dataclass(frozen=True)
-class TimeLimit:
-    """This server's ``solver.time_limit_s``: what a request that gives none gets, and
-    the most one may ask for (seconds)."""
-
-    default_s: float
-    max_s: float
-
-
 def time_limit(s: Settings) -> TimeLimit:
-    """This server's time limit: its maximum is ``PDWATT_MAX_TIME_LIMIT_S`` (at most the
-    schedule's :data:`~formulation.request.MAX_TIME_LIMIT_S`, checked at start), its
-    default the schedule's :data:`~formulation.request.DEFAULT_TIME_LIMIT_S`, or that
-    maximum when it is lower."""
-    return TimeLimit(min(DEFAULT_TIME_LIMIT_S, s.max_time_limit_s), s.max_time_limit_s)
+    """This server's time limit: the schedule's own
+    (:data:`~formulation.request.TIME_LIMIT`) at most ``PDWATT_MAX_TIME_LIMIT_S``; a
+    request that gives none gets the schedule's default, or that maximum when it is
+    lower."""
+    return TIME_LIMIT.at_most(s.max_time_limit_s)
 
 
-def fill_server_defaults(req: ScheduleRequest, s: Settings) -> None:
-    """Give ``req`` this server's defaults where the client left a field out (only
-    ``solver.time_limit_s``); what the client sent is left as it is."""
-    if "time_limit_s" not in req.solver.model_fields_set:
-        solver = req.solver.model_copy(update={"time_limit_s": time_limit(s).default_s})
-        solver.model_fields_set.discard("time_limit_s")  # still the server's choice
-        req.solver = solver
+def with_server_defaults(req: R, s: Settings) -> R:
+    """``req`` with this server's defaults where the client left a field out (only
+    ``solver.time_limit_s``), as a new request: ``req`` itself is never changed, and
+    what the client sent is kept."""
+    if "time_limit_s" in req.solver.model_fields_set:
+        return req
+    solver = req.solver.model_copy(update={"time_limit_s": time_limit(s).default_s})
+    solver.model_fields_set.discard("time_limit_s")  # still the server's choice
+    return req.model_copy(update={"solver": solver})
 
 
 def check_performance(performance: str, s: Settings, field: str = "performance") -> None:
@@ -96,11 +97,12 @@ def check_front(max_gpus: int, pairs: int, s: Settings) -> None:
         )
 
 
-def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
-    """InputError naming the field (under ``prefix``, e.g. ``request.``) that exceeds a
-    limit of this server, or asks for what it does not have (a kernel database); ``req``
-    first gets this server's defaults (:func:`fill_server_defaults`)."""
-    fill_server_defaults(req, s)
+def check_schedule_limits(req: R, s: Settings, prefix: str = "") -> R:
+    """``req`` with this server's defaults (:func:`with_server_defaults`), once it
+    exceeds no limit of this server and asks for nothing it does not have (a kernel
+    database); InputError naming the field (under ``prefix``, e.g. ``request.``)
+    otherwise."""
+    req = with_server_defaults(req, s)
     for i, d in enumerate(req.deployments):
         check_performance(d.performance, s, f"{prefix}deployments[{i}].performance")
     if s.max_deployments is not None and len(req.deployments) > s.max_deployments:
@@ -116,6 +118,7 @@ def check_schedule_limits(req: ScheduleRequest, s: Settings, prefix: str = "") -
     most = time_limit(s).max_s
     if req.solver.time_limit_s > most:
         raise InputError(f"{prefix}solver.time_limit_s", f"must be <= {most:g} on this server")
+    return req
 
 
 def solve_host(s: Settings) -> Host:
@@ -123,37 +126,50 @@ def solve_host(s: Settings) -> Host:
     return Host(memory_budget_mb=s.max_solve_memory_mb, kernels=s.kernels)
 
 
-def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
-    """The memory budget of a schedule request, estimated (no table built): InputError
-    naming the field under ``prefix``, before the request reaches a solver worker (which
-    applies the same budget before it builds a table)."""
+def check_memory_budget(req: ScheduleRequest, s: Settings, prefix: str = "") -> ScheduleProblem:
+    """The problem of a schedule request, checked across fields and against the memory
+    budget, estimated (no table built): InputError naming the field under ``prefix``,
+    before the request reaches a solver worker (which applies the same budget before it
+    builds a table)."""
     try:
-        check_memory(problem_from_request(req, solve_host(s)))
+        problem = problem_from_request(req, solve_host(s))
+        check_memory(problem)
+        return problem
     except InputError as exc:
         exc.field = prefix + exc.field
         exc.args = (f"{exc.field}: {exc.reason}",)
         raise
 
 
-def check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> None:
+def check_schedule(req: R, s: Settings, prefix: str = "") -> tuple[R, ScheduleProblem]:
     """Everything a schedule request is checked for before any solve, on a route and in
     a job alike: the server's limits, the rules across fields and the memory budget (no
-    table built). InputError names the field under ``prefix``."""
-    check_schedule_limits(req, s, prefix)
-    check_memory_budget(req, s, prefix)
+    table built). InputError names the field under ``prefix``. The request with this
+    server's defaults, and its problem."""
+    req = check_schedule_limits(req, s, prefix)
+    return req, check_memory_budget(req, s, prefix)
 
 
-def check_demand_response(req: DemandResponseRequest, s: Settings, prefix: str = "") -> None:
+def check_demand_response(
+    req: DemandResponseRequest, s: Settings, prefix: str = ""
+) -> tuple[DemandResponseRequest, ScheduleProblem]:
     """Everything ``POST /v1/demand-response`` refuses before any solve: its schedule
-    request's (:func:`check_schedule`)."""
-    check_schedule(req.request, s, f"{prefix}request.")
+    request's (:func:`check_schedule`). The request with this server's defaults, and its
+    schedule request's problem."""
+    inner, problem = check_schedule(req.request, s, f"{prefix}request.")
+    return req.model_copy(update={"request": inner}), problem
 
 
-def check_flexibility(req: FlexibilityRequest, s: Settings, prefix: str = "") -> None:
+def check_flexibility(
+    req: FlexibilityRequest, s: Settings, prefix: str = ""
+) -> tuple[FlexibilityRequest, ScheduleProblem]:
     """Everything ``POST /v1/flexibility`` refuses before any solve: its schedule
     request's limits, at most :data:`MAX_FLEX_EVALUATIONS` one-period solves, and its
-    schedule request's memory budget."""
-    check_schedule_limits(req.request, s, f"{prefix}request.")
+    schedule request's memory budget. The request with this server's defaults, and its
+    schedule request's problem."""
+    req = req.model_copy(
+        update={"request": check_schedule_limits(req.request, s, f"{prefix}request.")}
+    )
     periods = 1 if req.period is not None else len(req.request.deployments[0].demand_rps)
     if periods * (req.points + 1) > MAX_FLEX_EVALUATIONS:
         raise InputError(
@@ -161,4 +177,4 @@ def check_flexibility(req: FlexibilityRequest, s: Settings, prefix: str = "") ->
             f"{periods} period(s) x {req.points} points is more than {MAX_FLEX_EVALUATIONS} "
             "one-period solves; ask for one period or fewer points",
         )
-    check_memory_budget(req.request, s, f"{prefix}request.")
+    return req, check_memory_budget(req.request, s, f"{prefix}request.")

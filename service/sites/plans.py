@@ -19,8 +19,9 @@ from pydantic import Field
 from formulation.data import check_initial
 from formulation.problem import Host, expand_series, problem_from_dict
 from model.errors import InputError
-from service.schemas import Strict
-from service.store import Origin, Plan, Site, Store
+from service.requests.schemas import Strict
+from service.runtime.records import Origin, Plan, Site
+from service.runtime.store import Store
 
 
 class State(Strict):
@@ -178,7 +179,7 @@ def plan_response(
         "first_period": first,
         "current": None if current is None else current.model_dump(),
         # what turns the site cap into the GPU watts the plan's instances were held to
-        # (service.site_targets.total_gpu_power_limit_w)
+        # (service.sites.targets.total_gpu_power_limit_w)
         "site_power": {
             "pue": site.body["site"]["pue"],
             "idle_gpu_power_w": site.body["site"]["idle_gpu_power_w"],

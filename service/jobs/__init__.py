@@ -1,0 +1,3 @@
+"""Running the use cases as jobs: in this process's solver pool (``runner``) or in
+``pdwatt worker`` processes over Redis (``queue``), and the jobs API's schemas
+(``schemas``)."""
