@@ -99,6 +99,10 @@ class Shed:
     carbon_usd_per_h: float
     unserved_usd_per_h: float
     deployments: tuple[DeploymentShed, ...]
+    #: the same per-hour cost of the plan in the period (its site power and served
+    #: loads), and the change the shed makes to it (None: no plan given)
+    planned_cost_usd_per_h: float | None = None
+    cost_change_usd_per_h: float | None = None
 
     def document(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -293,11 +297,15 @@ def fast_response(
     t: int,
     running: Sequence[tuple[int, int]],
     target_w: float,
+    planned: tuple[float, Sequence[float]] | None = None,
 ) -> Shed:
     """The least-cost settings (and served loads) that keep site power within
     ``target_w`` (W, after PUE, as the schedule's cap) in period ``t`` with the running
     ``(n_P, n_D)`` of each deployment. When none meets the target: the least power
-    settings reach, and the shortfall."""
+    settings reach, and the shortfall. ``planned``: the plan's site power (W, after
+    PUE) and served load per deployment (req/s) in the period, whose cost per hour, by
+    the same terms (:func:`hourly_cost`), the answer gives beside its own, with the
+    change."""
     _period(problem, t)
     if not (np.isfinite(target_w) and target_w >= 0):
         raise InputError("target_w", f"must be a finite number >= 0, got {target_w!r}")
@@ -310,7 +318,33 @@ def fast_response(
         cfg, served = sol.config, sol.served
     else:
         cfg, served = _least_power(data)
-    return _answer(data, t, target_w, cfg, served, met=sol is not None)
+    r = _answer(data, t, target_w, cfg, served, met=sol is not None)
+    if planned is None:
+        return r
+    site_w, loads = planned
+    if len(loads) != len(data.deployments):
+        raise InputError(
+            "planned", f"needs one served load per deployment ({len(data.deployments)})"
+        )
+    before = sum(hourly_cost(data, float(site_w), loads))
+    return dataclasses.replace(
+        r, planned_cost_usd_per_h=before, cost_change_usd_per_h=r.cost_usd_per_h - before
+    )
+
+
+def hourly_cost(
+    data: ScheduleData, site_w: float, served: Sequence[float]
+) -> tuple[float, float, float]:
+    """Energy, carbon and unserved demand's value per hour (USD) of one period's data
+    (the first) at site power ``site_w`` (W, after PUE) and served loads ``served``
+    (req/s per deployment): the schedule objective's terms of the period, per hour."""
+    energy = site_w * float(data.price_usd_per_mwh[0]) / 1e6
+    carbon = site_w * float(data.carbon_g_per_kwh[0]) / 1e6 / 1e3 * data.carbon_price_usd_per_tonne
+    unserved = sum(
+        max(float(d.demand_rps[0]) - float(s), 0.0) * float(d.unserved_usd_per_rps[0])
+        for d, s in zip(data.deployments, served, strict=True)
+    )
+    return energy, carbon, unserved / data.period_hours
 
 
 def _answer(
@@ -320,13 +354,11 @@ def _answer(
     it = data.idle_gpu_power_w * float(
         data.total_gpus - sum(int(d.gpus[cfg[m]]) for m, d in enumerate(data.deployments))
     )
-    unserved = 0.0
     for m, d in enumerate(data.deployments):
         k = int(cfg[m])
         s = float(served[m])
         p = d.power_at(k, s)
         it += p
-        unserved += max(float(d.demand_rps[0]) - s, 0.0) * float(d.unserved_usd_per_rps[0])
         pair = d.setting_of(k)
         clocks = d.spec.gpu_clocks()
         full = "default" if clocks is None else clocks.full_clock
@@ -345,10 +377,7 @@ def _answer(
             )
         )
     site = data.pue * it
-    h = data.period_hours
-    energy = site * float(data.price_usd_per_mwh[0]) / 1e6  # per hour
-    carbon = site * float(data.carbon_g_per_kwh[0]) / 1e6 / 1e3 * data.carbon_price_usd_per_tonne
-    unserved_h = unserved / h
+    energy, carbon, unserved_h = hourly_cost(data, site, [float(x) for x in served])
     return Shed(
         period=t,
         target_w=float(target_w),

@@ -81,7 +81,10 @@ async def shed(
     `stored_limits` says what was recorded, `stored_target_reason` why when it is not
     the target. With `dry_run`, the same answer (the settings now, the next boundary,
     `stored_limits` as they would be recorded) and `dry_run: true`, recording nothing:
-    no event is stored and no re-plan is started.
+    no event is stored and no re-plan is started. The same shed posted again (its event
+    already in force, `event.duplicate`) starts no re-plan of its own: `replan` names
+    the site's re-plan queued or running (`coalesced`), or says that the latest plan
+    was made with it.
     """
     store: Store = store_for(settings.database_url)
     when = body.at or datetime.now(UTC)
@@ -116,6 +119,12 @@ async def shed(
         raise shed_event.shed_error(e) from None
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
+    if answer["event"]["duplicate"]:  # already in force: planned for, or being re-planned
+        latest = await run_in_threadpool(store.latest_plan, site_id)
+        kept = await run_in_threadpool(site_shed.duplicate_replan, jobs, site, latest, answer)
+        if kept is not None:
+            answer["replan"] = kept
+            return JSONResponse(answer)
     job_id, answer["replan"] = await run_in_threadpool(site_shed.replan_job, jobs, site, answer)
     if answer["replan"].get("job_id") is not None:  # the job made, or the queued one it joined
         await run_in_threadpool(jobs.set_trigger, answer["replan"]["job_id"], "shed")

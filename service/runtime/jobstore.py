@@ -185,6 +185,19 @@ class JobStore:
             )
         return res.rowcount == 1
 
+    def active(self, scope: str) -> Job | None:
+        """The newest queued or running job of coalescing scope ``scope``; None when no
+        job of it is queued or running."""
+        q = (
+            select(jobs)
+            .where(jobs.c.coalesce == scope, jobs.c.status.in_(("queued", "running")))
+            .order_by(jobs.c.created.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(q).first()
+        return None if row is None else job_of_row(row)
+
     def waits(self, job_id: str) -> bool:
         """Whether job ``job_id`` is still queued (:meth:`start` left it so)."""
         return self.get(job_id).status == "queued"

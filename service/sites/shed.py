@@ -105,7 +105,9 @@ def settings_now(
 ) -> tuple[dict[str, Any], BoundaryCall | None]:
     """The settings to apply at ``when`` under the site's cap in that period (or
     ``target_w``, W, where it is lower), for the counts the plan runs then, with the
-    site power before (as planned) and after, the shortfall and the cost per hour; when
+    site power before (as planned) and after, the shortfall and the cost per hour, the
+    plan's in the period by the same terms and the change (``planned_cost_usd_per_h``,
+    ``cost_change_usd_per_h``); when
     the settings fall short, the next boundary's instance changes under the same cap,
     or, when only the solve pipeline gives them, the call that does (``next_boundary``
     is then None). No solve runs here: this answers in the API process."""
@@ -114,8 +116,12 @@ def settings_now(
     running = running_counts(problem, record)
     cap = expand_series("grid.power_cap_w", site.body["grid"]["power_cap_w"], n_periods(site.body))
     target_w = cap[t] if target_w is None else min(target_w, cap[t])  # never above the cap
+    planned = (
+        float(record["power_w"]),
+        [float(record["deployments"][d.name]["served_rps"]) for d in problem.deployments],
+    )
     try:
-        r = fast_response(problem, t, running, target_w)
+        r = fast_response(problem, t, running, target_w, planned)
     except InputError as e:
         if e.field.split(".")[0] != "running":
             raise
@@ -253,6 +259,35 @@ async def warm_forever(settings: Settings, every_s: float) -> None:
         except Exception:  # a site the core refuses must not stop the others' tables
             log.exception("shed tables not built")
         await asyncio.sleep(every_s)
+
+
+def duplicate_replan(
+    jobs: JobStore, site: Site, latest: Plan | None, shed: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The answer's ``replan`` for a shed whose event was already in force (its merge
+    wrote nothing, the site is as it was): none when the ``latest`` plan was made from
+    the site as it is (with the event), else the site's re-plan queued or running (made
+    for the same event); None when neither holds and a re-plan is due."""
+    if not shed["event"]["duplicate"]:
+        return None
+    if latest is not None and latest.site_version == site.version:
+        return {
+            "job_id": None,
+            "site_version": site.version,
+            "reason": f"event {shed['event']['id']} is already in force and the latest plan "
+            f"({latest.id}) was made with it (site version {site.version}): not re-planned",
+        }
+    job = jobs.active(replan_scope(site.id))
+    if job is None:
+        return None
+    return {
+        "job_id": job.id,
+        "status": job.status,
+        "location": f"/v1/jobs/{job.id}",
+        "from_period": int(shed["period"]) + 1,
+        "site_version": site.version,
+        "coalesced": True,  # the site's re-plan queued or running takes this request
+    }
 
 
 def replan_job(

@@ -265,3 +265,29 @@ def test_counts_beyond_the_inventory_are_refused() -> None:
     with pytest.raises(InputError) as e:
         fast_response(problem, 0, [(16, 16), *running[1:]], 1e6)  # beyond max_gpus
     assert e.value.field == "running.d0"
+
+
+def test_the_change_from_the_plan_is_the_answers_cost_less_the_plans_by_the_same_terms() -> None:
+    """Given the plan's site power and served loads in the period, the answer gives their
+    cost per hour (energy at the period's price, carbon at its intensity and price, and
+    the value of the demand left unserved, per hour) and the change the shed makes. The
+    plan taken as the shed's own state changes nothing; a plan drawing more at the same
+    loads costs its energy and carbon more, computed here by hand."""
+    body, running = _site(np.random.default_rng(7))
+    problem = problem_from_dict(body)
+    target = 1e9
+    r = fast_response(problem, 0, running, target)
+    assert r.planned_cost_usd_per_h is None and r.cost_change_usd_per_h is None
+    served = [d.served_rps for d in r.deployments]
+    same = fast_response(problem, 0, running, target, (r.site_power_w, served))
+    assert same.planned_cost_usd_per_h == pytest.approx(r.cost_usd_per_h, rel=1e-12)
+    assert same.cost_change_usd_per_h == pytest.approx(0.0, abs=1e-9)
+    extra_w = 10_000.0
+    more = fast_response(problem, 0, running, target, (r.site_power_w + extra_w, served))
+    price, carbon = body["grid"]["price_usd_per_mwh"], body["grid"]["carbon_g_per_kwh"]
+    tonne = body["site"]["carbon_price_usd_per_tonne"]
+    by_hand = extra_w * price / 1e6 + extra_w * carbon / 1e9 * tonne
+    assert more.cost_change_usd_per_h == pytest.approx(-by_hand, rel=1e-9)
+    with pytest.raises(InputError) as e:
+        fast_response(problem, 0, running, target, (r.site_power_w, served[:-1]))
+    assert e.value.field == "planned"

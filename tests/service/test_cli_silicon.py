@@ -28,7 +28,7 @@ def _subset(path: Path) -> list[str]:
         sel = [r for r in rows if r["model_path"] == name and r["system"] == "h100_sxm"
                and r["backend"] == "trtllm"]  # fmt: skip
         keep += sel[::30][:4]
-    keep += [r for r in rows if r["model_path"] == "Qwen/Qwen3.5-397B-A17B"][:2]
+    keep += [r for r in rows if r["model_path"] == "nvidia/DeepSeek-R1-NVFP4"][:2]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -53,7 +53,7 @@ def test_predict_silicon_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert r["config"]["mode"] == "agg" and r["config"]["concurrency"] >= 1
         assert r["catalog"]["model"] not in r["fit"]["models"]  # leave one model out
     assert {u["reason"] for u in doc["unpredicted"]} == {
-        "model Qwen/Qwen3.5-397B-A17B not in the catalog"
+        "model nvidia/DeepSeek-R1-NVFP4 not in the catalog"
     }
     assert doc["summary"]["all"]["rows"] == len(ids)
 

@@ -3,16 +3,18 @@ real ``pdwatt serve`` (see test_console.py for the set-up):
 
 * a target in kW answered by ``POST /v1/sites/{id}/shed`` as a dry run: the page shows
   what the endpoint answers (site power before and after, the power shed, the limit it
-  would store, each deployment's counts and settings, the cost per hour) and nothing
-  is recorded;
-* confirmed, the shed is applied (an event kept, the site re-planned in a job whose
-  progress the page follows) and the page drawn again from the new plan;
+  would store, each deployment's counts and settings, the cost per hour and its change
+  from the plan) and nothing is recorded;
+* confirmed, the shed is applied from the time the preview answered for (an event
+  kept, the site re-planned in a job whose progress the page follows) and the page
+  drawn again from the new plan;
 * a target the endpoint refuses is shown once, naming the form's field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -77,7 +79,13 @@ def test_shed_previewed_as_a_dry_run_then_applied(
         f"{kw(ref['site_power_before_w'])} → {kw(ref['site_power_w'])}"
     )
     assert shown["target"].startswith(f"{target:.1f} kW, met" if ref["met"] else f"{target:.1f} kW")
-    assert shown["cost per hour after"].startswith(f"${ref['cost_usd_per_h']:,.2f}")
+    change = ref["cost_change_usd_per_h"]
+    assert ref["planned_cost_usd_per_h"] + change == pytest.approx(ref["cost_usd_per_h"])
+    money = f"${abs(change):,.2f}"
+    sign = "" if money == "$0.00" else ("+" if change > 0 else "\u2212")
+    cost = shown["cost per hour: change from the plan"]
+    assert cost.startswith(f"{sign}{money} (${ref['planned_cost_usd_per_h']:,.2f} planned → "
+                           f"${ref['cost_usd_per_h']:,.2f}"), cost  # fmt: skip
     limits = shown["limit it would store"]
     for step in ref["stored_limits"]:
         assert f"{step['limit_kw']:.1f} kW" in limits
@@ -109,6 +117,9 @@ def test_shed_previewed_as_a_dry_run_then_applied(
     events = httpx.get(f"{base}/v1/sites/{site_id}/events", timeout=30).json()["events"]
     (shed,) = [e for e in events if e["id"] == int(page.evaluate("document.body.dataset.shed"))]
     assert shed["event"]["programID"] == "pdwatt-shed"
+    # applied from the time the preview answered for, not from the moment of the click
+    previewed = datetime.fromisoformat(page.evaluate("document.body.dataset.shedAt"))
+    assert datetime.fromisoformat(shed["event"]["intervalPeriod"]["start"]) == previewed
     latest = httpx.get(f"{base}/v1/sites/{site_id}/plan", timeout=30).json()
     assert page.evaluate("document.body.dataset.replanned") == str(latest["plan_id"])
     assert latest["plan_id"] != plan["plan_id"]

@@ -74,6 +74,13 @@ def test_shed_answers_the_settings_records_the_event_and_replans(client: TestCli
     ref = fast_response(problem_from_dict(body), 1, running, target_kw * 1000.0)
     assert doc["cost_usd_per_h"] == pytest.approx(ref.cost_usd_per_h, rel=1e-9)
     assert doc["site_power_w"] == pytest.approx(ref.site_power_w, rel=1e-9)
+    # beside it the plan's own cost of the period (its power and served loads), and the change
+    served = [period["deployments"][d["name"]]["served_rps"] for d in body["deployments"]]
+    planned = fast_response(problem_from_dict(body), 1, running, target_kw * 1000.0,
+                            (before, served)).planned_cost_usd_per_h  # fmt: skip
+    assert planned is not None
+    assert doc["planned_cost_usd_per_h"] == pytest.approx(planned, rel=1e-9)
+    assert doc["cost_change_usd_per_h"] == pytest.approx(ref.cost_usd_per_h - planned, rel=1e-9)
     # kept as an event: the cap from period 1 on is the target
     assert site["grid"]["power_cap_w"][1:] == [target_kw * 1000.0] * 3
     events = client.get(f"/v1/sites/{site_id}/events").json()["events"]

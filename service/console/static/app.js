@@ -279,8 +279,9 @@ function nowStrip(summary, plan, targets, shed = null) {
 
 // "Shed now": a site power target in kW, first answered by POST .../shed as a dry run
 // (what it would do: the settings per deployment for the counts running now, the power
-// shed, the limits it would store, the cost per hour; nothing recorded), then, once
-// confirmed, posted again without the flag (recorded as an event, the site re-planned
+// shed, the limits it would store, the cost per hour and its change from the plan;
+// nothing recorded), then, once confirmed, posted again without the flag and at the
+// preview's time (recorded as an event, the site re-planned
 // from the next boundary in a job, followed as an event's re-plan is).
 const SHED_FIELDS = [["target_kw", "Shed to (kW)"], ["at", "Shed to (kW)"], ["duration", "Shed to (kW)"]];
 function shedPanel(siteId, n) {
@@ -308,12 +309,14 @@ function shedPanel(siteId, n) {
     status.replaceChildren(h("progress", { "aria-label": "asking" }), " asking what the shed would do…");
     try {
       const { doc } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw, dry_run: true } });
+      document.body.dataset.shedAt = doc.at;
       status.replaceChildren();
       const apply = h("button", { type: "button", id: "shed-apply", onclick: async () => {
         apply.disabled = true; discard.disabled = true;
         status.replaceChildren(h("progress", { "aria-label": "shedding" }), ` shedding to ${num(kw, 1)} kW…`);
         try {
-          const { doc: done_ } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw } });
+          // applied at the time the preview answered for, not at the moment of the click
+          const { doc: done_ } = await api(`v1/sites/${siteId}/shed`, { method: "POST", body: { target_kw: kw, at: doc.at } });
           out.replaceChildren(shedAnswer(done_, false));
           document.body.dataset.shed = String(done_.event.id);
           const job = done_.replan?.job_id;
@@ -352,7 +355,7 @@ function shedAnswer(d, dry) {
       card("target", `${num(d.target_w / 1000, 1)} kW, ${short}`),
       card("site power: planned → after", `${kwText(d.site_power_before_w)} → ${kwText(d.site_power_w)}`),
       card("shed", kwText(d.shed_w)),
-      card("cost per hour after", `${usd(d.cost_usd_per_h)} (energy ${usd(d.energy_usd_per_h)}, carbon ${usd(d.carbon_usd_per_h)}, unserved demand ${usd(d.unserved_usd_per_h)})`),
+      card("cost per hour: change from the plan", `${usdChange(d.cost_change_usd_per_h)} (${usd(d.planned_cost_usd_per_h)} planned → ${usd(d.cost_usd_per_h)}: energy ${usd(d.energy_usd_per_h)}, carbon ${usd(d.carbon_usd_per_h)}, unserved demand ${usd(d.unserved_usd_per_h)})`),
       card(dry ? "limit it would store" : "limit stored", limits || "–")),
     d.stored_target_reason ? h("p", { class: "muted note" }, d.stored_target_reason) : null,
     table(["Deployment", "Prefill", "Decode", "Prefill setting", "Decode setting", "Served / demand (req/s)", "GPU power (before PUE)"],
