@@ -893,7 +893,8 @@ def resolve(
     or the reason it is not. ``twins``: the file's other records of the same run
     (:func:`twin_key`): a twin whose record says it ran speculative decoding refuses the
     row as well, and a disaggregated row without worker counts that no published
-    configuration completes takes a twin's stated workers."""
+    configuration completes (and whose own record does not say it ran speculative
+    decoding) takes a twin's stated workers."""
     gpu = SYSTEM_GPUS.get(row.system)
     try:
         model = load_model(row.model_path)
@@ -956,7 +957,8 @@ def resolve(
                 told = next((t for t in twins if t.prefill is not None
                                and t.prefill.workers is not None and t.decode is not None
                                and t.decode.workers is not None), None)  # fmt: skip
-                if told is not None and (published is None or isinstance(published, str)):
+                own = published if isinstance(published, str) else ""
+                if told is not None and "MTP" not in own:  # its own record says no MTP
                     row = dataclasses.replace(row, prefill=told.prefill, decode=told.decode)
                     notes.append(
                         f"workers from row {told.id}, the same measurement (TTFT and TPOT "

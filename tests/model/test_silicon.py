@@ -451,3 +451,25 @@ def test_records_of_one_run_share_what_either_states() -> None:
         assert (case.row.prefill, case.row.decode) == (twin.prefill, twin.decode)
     else:  # the twin's workers are read, and the tables refuse them as they refuse the twin's
         assert not case.reason.startswith("disaggregated row without")
+
+
+def test_a_record_saying_it_ran_mtp_is_refused_whatever_its_twin_states() -> None:
+    """A disaggregated record without worker counts whose own published configuration
+    says it ran MTP stays refused although its twin (the same run) states its workers;
+    the twin, whose record does not say so, is refused by the first record's."""
+    rows = _rows()
+    folder = str(installed_kernel_tables())
+    runs: dict[tuple, list[silicon.SiliconRow]] = {}
+    for r in rows:
+        runs.setdefault(silicon.twin_key(r), []).append(r)
+    pairs = [(r, t) for group in runs.values() for r in group for t in group
+             if t is not r and r.mode == "disagg" and r.prefill is not None
+             and r.prefill.workers is None and silicon.speculative_of(r) is not None
+             and t.prefill is not None and t.prefill.workers is not None]  # fmt: skip
+    assert pairs
+    row, twin = pairs[0]
+    got = silicon.resolve(row, folder, [twin])
+    assert isinstance(got, silicon.Unpredicted) and "MTP" in got.reason, got
+    back = silicon.resolve(twin, folder, [row])
+    assert isinstance(back, silicon.Unpredicted)
+    assert back.reason.startswith(f"the same measurement as row {row.id}")
