@@ -879,6 +879,11 @@ class KernelModel:
         self._dtypes = self._weight_dtypes()
         #: the tables read from another framework's tables of the GPU, each said
         self.substitutions: list[str] = []
+        #: where each collective the setup's table does not measure is read from
+        #: (:meth:`_collective_source`), by kind, graph and key
+        self._sources: dict[tuple[Any, ...], tuple[KernelTable, dict[str, Any], float]] = {}
+        #: the DeepEP low-latency table, once found (:meth:`_deepep_ll`)
+        self._deepep: KernelTable | None = None
         #: MLA composed from the framework's whole-module tables (True) or from the
         #: attention kernel, the absorbed BMMs and the projection GEMMs (False)
         self.mla_module = False
@@ -1174,6 +1179,19 @@ class KernelModel:
         own = self._tables[kind]
         if own.axis_values(**key):
             return own, key, 1.0
+        found = self._sources.get((kind, graph, *sorted(key.items())))
+        if found is None:
+            found = self._search_collective(kind, key, graph, message)
+            self._sources[(kind, graph, *sorted(key.items()))] = found
+        return found
+
+    def _search_collective(
+        self, kind: str, key: dict[str, Any], graph: bool | None, message: int
+    ) -> tuple[KernelTable, dict[str, Any], float]:
+        """:meth:`_collective_source` where the setup's table does not measure `key`: the
+        search of the GPU's other tables, then the scaling (kept per key by the caller,
+        the pass's collectives asking for the same key at every batch)."""
+        own = self._tables[kind]
         op = "all-reduce" if kind == "custom_allreduce" else str(key["op_name"])
         searched: dict[str, list[str]] = {}
         for table, other_key, what in self._collective_candidates(kind, key, graph):
@@ -1666,14 +1684,7 @@ class KernelModel:
         within the fabric's NVLink domain (DeepEP runs over NVLink there), else
         ``ceil(gpus / domain)`` nodes, which the tables do not measure (refused)."""
         m, s = self.model, self.setup
-        versions = [v for f, v in self.db.versions(s.gpu, "wideep_deepep_ll") if f == s.framework]
-        if not versions:
-            raise InputError(
-                "moe_a2a",
-                f"deepep_ll: no wideep_deepep_ll table of {s.framework} for {s.gpu}",
-            )
-        version = max(versions, key=version_key)
-        table = self.db.table(s.gpu, "wideep_deepep_ll", s.framework, version)
+        table = self._deepep or self._deepep_table()
         domain = s.fabric.domain_gpus if s.fabric is not None else 8
         key = {
             "kernel_source": "deepep",
@@ -1684,13 +1695,25 @@ class KernelModel:
             "num_token": tokens,
         }
         self._read(out, "moe all-to-all (deepep low latency)", table, m.moe_layers, key)
+
+    def _deepep_table(self) -> KernelTable:
+        """The newest ``wideep_deepep_ll`` table of the setup's framework for the GPU
+        (another version than the setup's said in :attr:`substitutions`), kept."""
+        s = self.setup
+        versions = [v for f, v in self.db.versions(s.gpu, "wideep_deepep_ll") if f == s.framework]
+        if not versions:
+            raise InputError(
+                "moe_a2a",
+                f"deepep_ll: no wideep_deepep_ll table of {s.framework} for {s.gpu}",
+            )
+        version = max(versions, key=version_key)
+        self._deepep = self.db.table(s.gpu, "wideep_deepep_ll", s.framework, version)
         if version != s.version:
-            note = (
+            self.substitutions.append(
                 f"wideep_deepep_ll: {s.gpu} {s.framework} {s.version} has no such table; "
                 f"{version}'s is read"
             )
-            if note not in self.substitutions:
-                self.substitutions.append(note)
+        return self._deepep
 
     def _gqa(
         self, out: list[KernelCall], tokens: int, attention: Any, linear: Any = None

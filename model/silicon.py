@@ -874,6 +874,14 @@ def twin_key(row: SiliconRow) -> tuple[Any, ...]:
     return (row.system, row.backend, row.isl, row.osl, row.ttft_ms, row.tpot_ms)
 
 
+def records_by_run(rows: Iterable[SiliconRow]) -> dict[tuple[Any, ...], list[SiliconRow]]:
+    """The rows grouped by run (:func:`twin_key`), each group in the rows' order."""
+    runs: dict[tuple[Any, ...], list[SiliconRow]] = {}
+    for row in rows:
+        runs.setdefault(twin_key(row), []).append(row)
+    return runs
+
+
 def speculative_of(row: SiliconRow) -> str | None:
     """Why the row's own record says it ran, or may have run, speculative decoding (the
     published configurations: :func:`speculative_reason`, :func:`published_config`);
@@ -916,19 +924,18 @@ def resolve(
             )
     measured = model.base_model or model.name
     recipe = recipe_parallelism(row)
-    recipe_notes = [] if recipe is None else [recipe[1]]
     if recipe is not None:
         row = recipe[0]
     released = _release(model, row)
     if released is not None:
         model, dtype, notes = released
-        notes = recipe_notes + notes
     else:
         weights = _weights(model, row)
         if isinstance(weights, str):
             return Unpredicted(row, weights)
         dtype, notes = weights
-        notes = recipe_notes + notes
+    if recipe is not None:
+        notes = [recipe[1], *notes]
     version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
     if not version:
         return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
@@ -1013,9 +1020,7 @@ def resolve_all(
     say = progress or (lambda _m: None)
     cases: list[Case] = []
     skipped: list[Unpredicted] = []
-    runs: dict[tuple[Any, ...], list[SiliconRow]] = {}
-    for row in rows:
-        runs.setdefault(twin_key(row), []).append(row)
+    runs = records_by_run(rows)
     for i, row in enumerate(rows):
         if i and i % 500 == 0:
             say(f"composed {i}/{len(rows)} rows ({len(cases)} predictable)")

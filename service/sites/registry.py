@@ -184,14 +184,28 @@ def in_force(site: Site, latest: Plan | None, answer: dict[str, Any]) -> dict[st
     ``latest`` plan was made from the site as it now is, so with the event. That plan,
     ``replanned`` false and why; None when a re-plan is due (not a duplicate, no plan
     yet, or a plan older than the site: an earlier re-plan put off or refused)."""
-    if not answer["event"]["duplicate"] or latest is None or latest.site_version != site.version:
+    if not answer["event"]["duplicate"] or latest is None or not made_with(site, latest):
         return None
     return answer | {
         "plan": plan_doc(latest, site.version),
         "replanned": False,
-        "detail": f"event {answer['event']['id']} is already in force and the latest plan "
-        f"({latest.id}) was made with it (site version {site.version}): not re-planned",
+        "detail": planned_with(answer["event"]["id"], latest, site.version),
     }
+
+
+def made_with(site: Site, latest: Plan) -> bool:
+    """Whether the ``latest`` plan was made from the site as it now is (its events
+    included)."""
+    return latest.site_version == site.version
+
+
+def planned_with(event_id: int, latest: Plan, version: int) -> str:
+    """Why an event posted again is not re-planned: in force, and the ``latest`` plan
+    made from the site at ``version`` with it."""
+    return (
+        f"event {event_id} is already in force and the latest plan ({latest.id}) was made "
+        f"with it (site version {version}): not re-planned"
+    )
 
 
 class RegisteredGridUnknown(LookupError):

@@ -49,7 +49,7 @@ from service.sites.plans import (
     plan_differs,
     request_of,
 )
-from service.sites.registry import periods_at
+from service.sites.registry import made_with, periods_at, planned_with
 
 log = logging.getLogger(__name__)
 
@@ -270,12 +270,11 @@ def duplicate_replan(
     for the same event); None when neither holds and a re-plan is due."""
     if not shed["event"]["duplicate"]:
         return None
-    if latest is not None and latest.site_version == site.version:
+    if latest is not None and made_with(site, latest):
         return {
             "job_id": None,
             "site_version": site.version,
-            "reason": f"event {shed['event']['id']} is already in force and the latest plan "
-            f"({latest.id}) was made with it (site version {site.version}): not re-planned",
+            "reason": planned_with(shed["event"]["id"], latest, site.version),
         }
     job = jobs.active(replan_scope(site.id))
     if job is None:

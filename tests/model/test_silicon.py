@@ -422,9 +422,7 @@ def test_records_of_one_run_share_what_either_states() -> None:
     completes, takes its twin's stated workers."""
     rows = _rows()
     folder = str(installed_kernel_tables())
-    runs: dict[tuple, list[silicon.SiliconRow]] = {}
-    for r in rows:
-        runs.setdefault(silicon.twin_key(r), []).append(r)
+    runs = silicon.records_by_run(rows)
     flagged = [(r, t) for group in runs.values() for r in group for t in group
                if t is not r and silicon.speculative_of(r) is None
                and silicon.speculative_of(t) is not None]  # fmt: skip
@@ -459,9 +457,7 @@ def test_a_record_saying_it_ran_mtp_is_refused_whatever_its_twin_states() -> Non
     the twin, whose record does not say so, is refused by the first record's."""
     rows = _rows()
     folder = str(installed_kernel_tables())
-    runs: dict[tuple, list[silicon.SiliconRow]] = {}
-    for r in rows:
-        runs.setdefault(silicon.twin_key(r), []).append(r)
+    runs = silicon.records_by_run(rows)
     pairs = [(r, t) for group in runs.values() for r in group for t in group
              if t is not r and r.mode == "disagg" and r.prefill is not None
              and r.prefill.workers is None and silicon.speculative_of(r) is not None
