@@ -120,8 +120,7 @@ async def shed(
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     if answer["event"]["duplicate"]:  # already in force: planned for, or being re-planned
-        latest = await run_in_threadpool(store.latest_plan, site_id)
-        kept = await run_in_threadpool(site_shed.duplicate_replan, jobs, site, latest, answer)
+        kept = await run_in_threadpool(site_shed.duplicate_replan, jobs, site, plan, answer)
         if kept is not None:
             answer["replan"] = kept
             return JSONResponse(answer)
