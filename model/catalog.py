@@ -585,7 +585,11 @@ class GpuSpec:
     Cores (0: the GPU has none, and such models compute at the next wider peak);
     `nvlink_domain_gpus`: GPUs one NVLink switch domain joins (8 on an HGX board, 72 in
     an NVL72 rack; 0: unknown) and `network_bw_bytes_per_s`: the scale-out NIC bandwidth
-    per GPU and direction (B/s; 0: unknown), together its :attr:`fabric`."""
+    per GPU and direction (B/s; 0: unknown), together its :attr:`fabric`;
+    `device_mem_bytes`: the memory the driver reports, which a serving engine divides
+    (B; 0: unknown, :attr:`engine_mem_bytes` is then ``mem_bytes``). Datasheets round
+    HBM capacities given in GiB to "GB", so ``M`` (SPEC 2.1, 1e9 bytes per "GB") is
+    about 7% below it."""
 
     name: str
     flops_per_s: float
@@ -598,6 +602,14 @@ class GpuSpec:
     fp4_flops_per_s: float = 0.0
     nvlink_domain_gpus: int = 0
     network_bw_bytes_per_s: float = 0.0
+    device_mem_bytes: float = 0.0
+
+    @property
+    def engine_mem_bytes(self) -> float:
+        """The memory a serving engine on this GPU divides between weights, activations
+        and KV cache: the driver's ``device_mem_bytes`` where the catalog gives it, else
+        ``mem_bytes``."""
+        return self.device_mem_bytes or self.mem_bytes
 
     @property
     def fabric(self) -> Fabric | None:
@@ -614,7 +626,7 @@ class GpuSpec:
         _check_str("source", self.source)
         names = ("flops_per_s", "mem_bw_bytes_per_s", "mem_bytes", "tdp_w")
         optional = ("link_bw_bytes_per_s", "fp8_flops_per_s", "fp4_flops_per_s",
-                    "network_bw_bytes_per_s")  # fmt: skip
+                    "network_bw_bytes_per_s", "device_mem_bytes")  # fmt: skip
         _set_floats(self, (*names, *optional))
         n = self.nvlink_domain_gpus
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -840,7 +852,7 @@ _MODEL_KEYS = {"params", "layers", "n_heads", "n_kv_heads", "head_dim"}
 _MODEL_OPTIONAL = {f.name for f in dataclasses.fields(ModelArch)} - _MODEL_KEYS - {"name"}
 _GPU_KEYS = {"bf16_dense_tflops", "mem_bw_tb_per_s", "mem_gb", "tdp_w"}
 _GPU_OPTIONAL = {"source", "nvlink_gb_per_s", "fp8_dense_tflops", "fp4_dense_tflops", "clocks",
-                 "nvlink_domain_gpus", "network_gbit_per_s"}  # fmt: skip
+                 "nvlink_domain_gpus", "network_gbit_per_s", "device_mem_bytes"}  # fmt: skip
 #: a GPU's ``clocks`` entry (:class:`model.clocks.GpuClocks`, docs/clocks.md section 5)
 _CLOCK_KEYS = {
     "sm_clock_min_mhz",
@@ -939,6 +951,7 @@ def _gpu_entry(name: str, entry: dict[str, Any]) -> GpuSpec:
         nvlink_domain_gpus=entry.get("nvlink_domain_gpus", 0),
         # NICs are rated in Gb/s per direction
         network_bw_bytes_per_s=_scaled(entry.get("network_gbit_per_s", 0), "0.125e9", "network"),
+        device_mem_bytes=_finite("device_mem_bytes", entry.get("device_mem_bytes", 0)),
     )
 
 

@@ -624,15 +624,16 @@ def _batches(top: float) -> FloatArray:
 def _kv_batch(
     model: ModelArch, gpu: str, tp: int, weight_bytes: float, context: float, kv_bytes: float
 ) -> float:
-    """Requests a worker's KV cache holds at a context of ``context`` tokens each: each
-    request's KV in the layers that keep one (KV heads replicated over ranks beyond
-    them) and, in a hybrid model, its linear-attention layers' fixed recurrent state
+    """Requests a worker's KV cache holds at a context of ``context`` tokens each, in the
+    share of the memory the driver reports (``engine_mem_bytes``) the weights leave:
+    each request's KV in the layers that keep one (KV heads replicated over the ranks
+    beyond them) and, in a hybrid model, its linear-attention layers' fixed recurrent state
     (heads split over the ranks: the worker holds one state per request)."""
     kv = model.kv_bytes_at(context) * kv_bytes / model.kv_bytes_per_elem
     if model.n_kv_heads < tp:  # KV heads replicated over the ranks
         kv *= tp / model.n_kv_heads
     kv += model.linear_state_bytes
-    free = tp * load_gpu(gpu).mem_bytes * MEMORY_FRACTION - weight_bytes
+    free = tp * load_gpu(gpu).engine_mem_bytes * MEMORY_FRACTION - weight_bytes
     return max(0.0, free / kv)
 
 
@@ -1180,50 +1181,28 @@ def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     return k + o[:, 0] + o[:, 1] * batch
 
 
-def _decode_batch(a: _Arrays, o: FloatArray, gain: FloatArray) -> FloatArray:
-    """The decode batch ``B`` with ``B = gain x step(B)`` (the first crossing; each
-    segment of the piecewise-linear step solved exactly); ``inf`` where none lies
-    within the composed batches (the batch would exceed the worker's top)."""
-    b, k = a.b, a.k
-    g = gain[:, None]
-    t_iter, t_req = o[:, 0:1], o[:, 1:2]
-    # below the first composed batch the kernels' time is the batch-1 one
-    den0 = 1.0 - g[:, 0] * t_req[:, 0]
-    low = np.where(
-        den0 > 0, g[:, 0] * (k[:, 0] + t_iter[:, 0]) / np.where(den0 > 0, den0, 1), np.inf
-    )
-    out = np.where(low <= b[:, 0], low, np.inf)
-    db = np.diff(b, axis=1)
-    slope = np.divide(np.diff(k, axis=1), db, out=np.zeros_like(db), where=db > 0)
-    num = g * (k[:, :-1] - slope * b[:, :-1] + t_iter)
-    den = 1.0 - g * (slope + t_req)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.where(den > 0, num / den, np.inf)
-    ok = (x >= b[:, :-1] - 1e-9) & (x <= b[:, 1:] + 1e-9) & (db > 0)
-    seg = np.where(ok, x, np.inf).min(axis=1) if b.shape[1] > 1 else np.full(len(b), np.inf)
-    return np.minimum(out, seg)
-
-
-def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...]:
-    """Clients in the loop at request rate ``rate`` of the staggered steady state (mixed
-    scheduling, disaggregated workers): inf where the rate cannot be served (batch
-    limit, token budget, prefill workers); and the steady state there."""
+def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ...]:
+    """The staggered steady state (mixed scheduling, disaggregated workers) whose decode
+    batch per decode worker is ``batch``: the request rate that keeps that batch
+    decoding, the clients the loop then holds (inf where the rate cannot be served:
+    prefill workers, token budget) and the state there. Aggregated, an iteration is a
+    decode step plus its share of prompt tokens, ``tau = step(B) / (1 - rho)``, and
+    ``B = (r / W) (osl - 1) tau`` with ``rho = (r / R) P``, so ``r = B / ((osl - 1)
+    step(B) / W + B P / R)``; disaggregated, ``tau = step(B)`` and ``r = B W / ((osl - 1)
+    step(B))``."""
     agg = a.disagg == 0
+    step = _step(a, o, batch)
+    tokens = a.osl - 1.0
+    per_worker = tokens * step / a.decode_workers
+    prompts = np.where(agg, batch * a.prefill_s / a.prefill_ranks, 0.0)
+    rate = batch / (per_worker + prompts)
     p_rate = rate / a.prefill_ranks
     rho = p_rate * a.prefill_s
     served = rho < 1.0
     free = np.where(served, 1.0 - rho, 1.0)
-    d_rate = rate / a.decode_workers
-    # aggregated: an iteration is a decode step plus its share of prompt tokens,
-    # tau = step(B) / (1 - rho); every running request gets a token per iteration
-    gain = d_rate * (a.osl - 1.0) / np.where(agg, free, 1.0)
-    batch = _decode_batch(a, o, gain)
-    ok = served & np.isfinite(batch) & (batch <= a.cap + 1e-9)
-    bb = np.where(ok, batch, 1.0)
-    step = _step(a, o, bb)
     tpot = np.where(agg, step / free, step)
     # the token budget: the prompt tokens an iteration takes on average
-    ok &= ~agg | (p_rate * a.isl * tpot <= a.budget * (1.0 + 1e-9))
+    ok = served & (~agg | (p_rate * a.isl * tpot <= a.budget * (1.0 + 1e-9)))
     chunks = np.ceil(a.isl / a.budget)
     # the prompts a bunched arrival waits for: a share of a synchronised wave's mean
     # wait, (C / ranks - 1) / 2 prompts ahead on each prefill rank
@@ -1232,9 +1211,9 @@ def _state(a: _Arrays, o: FloatArray, rate: FloatArray) -> tuple[FloatArray, ...
     # aggregated: the iteration under way when it arrives, then its own chunks, each
     # riding with a decode step; disaggregated: its prefill alone and the KV transfer
     ttft = o[:, 2] + wait + np.where(agg, tpot + chunks * step + a.prefill_s, a.alone_s + a.kv_s)
-    clients = rate * (ttft + (a.osl - 1.0) * tpot)
+    clients = rate * (ttft + tokens * tpot)
     clients = np.where(ok, clients, np.inf)
-    return clients, bb, rho, ttft, tpot
+    return clients, rate, rho, ttft, tpot
 
 
 def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
@@ -1260,11 +1239,14 @@ def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
 
 def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> Solved:
     """Each case's steady state (:class:`Solved`) with the given overheads (one for all
-    cases or one per case). Staggered (mixed scheduling, disaggregated): the request
-    rate ``r`` at which the clients the loop holds, ``r (TTFT + (osl - 1) TPOT)``, equal
-    the row's concurrency, by bisection (the clients grow with the rate); where a limit
-    stops the rate first, the clients beyond it wait for a place, ``TTFT = C / r - (osl
-    - 1) TPOT``. Synchronised waves (prefill-first without mixing): :func:`_waves`."""
+    cases or one per case). Staggered (mixed scheduling, disaggregated): the decode batch
+    ``B`` at which the clients the loop holds, ``r (TTFT + (osl - 1) TPOT)``, equal the
+    row's concurrency, by bisection over ``B`` up to the worker's limit (the clients grow
+    with the batch, and are continuous in it where the composed step is: a rate may
+    have no decode batch where the step rises steeply, a batch always has its rate);
+    where a limit stops the batch first, the clients beyond it wait for a place, ``TTFT
+    = C / r - (osl - 1) TPOT``. Synchronised waves (prefill-first without mixing):
+    :func:`_waves`."""
     if not cases:
         empty = np.zeros(0)
         return Solved(empty, empty, empty, empty, empty, empty)
@@ -1272,25 +1254,28 @@ def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> 
     each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
     o = np.array([[getattr(x, n) for n in OVERHEADS] for x in each])
     lo = np.zeros(len(cases))
-    hi = a.prefill_ranks / a.prefill_s
+    hi = np.minimum(a.cap, a.b[:, -1])
     for _ in range(BISECTIONS):
         mid = 0.5 * (lo + hi)
         clients = _state(a, o, mid)[0]
         below = clients <= a.clients
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
-    clients, batch, rho, ttft, tpot = _state(a, o, lo)
+    batch = lo
+    clients, rate, rho, ttft, tpot = _state(a, o, batch)
     capped = clients < a.clients * (1.0 - 1e-6)
     # the clients the workers cannot hold wait: the loop's time per request is C / r
     with np.errstate(divide="ignore"):
-        ttft = np.where(capped, a.clients / lo - (a.osl - 1.0) * tpot, ttft)
+        ttft = np.where(capped, a.clients / rate - (a.osl - 1.0) * tpot, ttft)
     wave = (a.disagg == 0) & (a.mixed == 0)
     if wave.any():
         w = _waves(a, o)
-        old = (lo, batch, rho, ttft, tpot)
-        lo, batch, rho, ttft, tpot = (np.where(wave, x, y) for x, y in zip(w[:5], old, strict=True))
+        old = (rate, batch, rho, ttft, tpot)
+        rate, batch, rho, ttft, tpot = (
+            np.where(wave, x, y) for x, y in zip(w[:5], old, strict=True)
+        )
         capped = np.where(wave, w[5], capped)
-    return Solved(lo, batch, rho, ttft, tpot, capped.astype(float))
+    return Solved(rate, batch, rho, ttft, tpot, capped.astype(float))
 
 
 # --------------------------------------------------------------------------

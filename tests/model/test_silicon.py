@@ -469,3 +469,53 @@ def test_a_record_saying_it_ran_mtp_is_refused_whatever_its_twin_states() -> Non
     back = silicon.resolve(twin, folder, [row])
     assert isinstance(back, silicon.Unpredicted)
     assert back.reason.startswith(f"the same measurement as row {row.id}")
+
+
+def test_closed_loop_holds_its_clients_where_the_step_rises_steeply() -> None:
+    """The loop is solved by its decode batch (docs/validation-silicon.md, section 2):
+    a worker whose composed step rises steeply between two composed batches still runs
+    every client its stated batch admits. 16 clients and a stated batch of 16 under a
+    step that rises 10% from 15 to 16 (as MiniMax-M2.5's on H200 under vLLM does): all
+    16 run, none waits for a place, and the state holds (1) and (3). A rate has no
+    decode batch there (``B = r (osl - 1) D(B)`` crosses no piece), a batch always has
+    its rate."""
+    base = next(c for c in _dense() if c.schedule.mixed)
+    batches = np.arange(1.0, 17.0)
+    step = 0.015 + 1e-5 * batches
+    step[-1] = step[-2] * 1.10
+    decode = dataclasses.replace(base.decode, batches=batches, decode_s=step, batch_cap=16.0,
+                                 kv_batch=1e4)  # fmt: skip
+    row = dataclasses.replace(base.row, concurrency=16)
+    case = dataclasses.replace(base, row=row, prefill=decode, decode=decode)
+    s = silicon.solve([case], silicon.Overheads(3e-4, 0.0, 0.03))
+    assert s.capped[0] == 0
+    osl = float(row.osl)
+    assert s.rate[0] * (s.ttft[0] + (osl - 1.0) * s.tpot[0]) == pytest.approx(16.0, rel=1e-6)
+    assert s.batch[0] == pytest.approx(s.rate[0] * (osl - 1.0) * s.tpot[0], rel=1e-6)
+    assert 15.0 < s.batch[0] < 16.0  # past the steep piece's foot: no client held back
+    # TTFT stays a prompt's time, not a waiting client's round (about 16 x 16 ms x osl)
+    assert s.ttft[0] < 0.1 * (osl - 1.0) * s.tpot[0]
+
+
+def test_kv_cache_in_the_memory_the_driver_reports() -> None:
+    """The engines divide the memory the driver reports, not the datasheet's GB read as
+    1e9 bytes (SPEC's M, kept for the paper's model): Kimi-K2.5 NVFP4 at TP 4 on B200
+    (8,192 / 1,024 tokens, 32 clients, stated batch 32; aiconfigurator-core's
+    ``silicon_sample.csv``) holds 32 requests in 180 GiB per GPU, where 180e9 bytes left
+    room for 23; every client runs (measured TPOT 21 ms, TTFT 0.57 s)."""
+    b200 = load_gpu("b200")
+    assert b200.mem_bytes == 180e9 and b200.engine_mem_bytes == 180 * 2**30
+    assert load_gpu("h200").engine_mem_bytes == 141 * 2**30
+    row = next(r for r in _rows() if r.id == "kimik2_5_b200_vllm_fp4_agg_8192x1024_c32_cfg811")
+    c = silicon.resolve(row, str(installed_kernel_tables()))
+    assert isinstance(c, silicon.Case), c
+    model = load_model("kimi-k2.5-nvfp4") if c.release else load_model(c.model)
+    per_request = model.kv_bytes_at(row.isl + row.osl / 2.0) * 4  # MLA: on every rank
+    weights = model.weight_bytes
+    assert c.decode.kv_batch == pytest.approx(
+        (4 * b200.engine_mem_bytes * silicon.MEMORY_FRACTION - weights) / per_request, rel=1e-9
+    )
+    assert (4 * b200.mem_bytes * silicon.MEMORY_FRACTION - weights) / per_request < 32
+    assert c.decode.batch_cap == 32.0
+    s = silicon.solve([c], silicon.Overheads(3e-4, 0.0, 0.03))
+    assert s.capped[0] == 0
