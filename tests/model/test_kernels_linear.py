@@ -113,12 +113,14 @@ def test_memory_per_request_is_the_hand_computation() -> None:
     state = 45 * (64 * 128 * 128 * 4 + (2 * 16 * 128 + 64 * 128) * 3 * CONV_STATE_BYTES)
     assert m.linear_state_bytes == state == 192_061_440
     # the decode worker of a silicon row: 8 B200 with bf16 weights at the row's mean
-    # context, 2 KV heads replicated over 8 ranks (x4), one state per request
+    # context, 2 KV heads replicated over 8 ranks (x4), one state per request, in the
+    # memory the driver reports (180 GiB per GPU)
     row = next(r for r in silicon_rows() if r.system == "b200_sxm" and r.precision == "bf16")
     case = silicon.resolve(row, str(installed_kernel_tables()))
     assert isinstance(case, silicon.Case) and case.decode.tp == 8
     ctx = row.isl + row.osl / 2.0
-    free = 8 * load_gpu("B200").mem_bytes * silicon.MEMORY_FRACTION - m.params * 2.0
+    assert load_gpu("B200").engine_mem_bytes == 180 * 2**30
+    free = 8 * load_gpu("B200").engine_mem_bytes * silicon.MEMORY_FRACTION - m.params * 2.0
     assert case.decode.kv_batch == pytest.approx(free / (30720 * ctx * 4 + state), rel=1e-12)
     # a model without linear layers keeps its numbers: no state
     assert load_model("qwen3-235b-a22b").linear_state_bytes == 0.0
