@@ -12,6 +12,7 @@ of drawing one IT watt (before PUE) through period ``t``: energy plus carbon,
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -30,6 +31,9 @@ from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+#: the fields of a deployment's spec that the site's request gives
+SITE_FIELDS = ("interconnect", "interconnect_gb_per_s")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,12 @@ class DeploymentData:
     #: schedule is lost without the dominated choices, so solvers leave them out.
     #: None: every candidate counts
     dominator: NDArray[np.int32] | None = None
+    #: phases on two GPU types (docs/mixed-gpus.md): the prefill phase's pool (``pool``
+    #: is then the decode phase's) and each candidate's GPUs of either phase (K,);
+    #: None when both phases draw from ``pool``
+    prefill_pool: str | None = None
+    prefill_gpus: IntArray | None = None
+    decode_gpus: IntArray | None = None
 
     @cached_property
     def useful(self) -> NDArray[np.bool_] | None:
@@ -203,10 +213,45 @@ class ScheduleData:
     start_cost_usd: float
     stop_cost_usd: float
     max_changes: int | None
+    #: (M,) the pool of each deployment's prefill phase where it differs from its
+    #: ``pool_of`` (then the decode phase's); None: every deployment in one pool
+    prefill_pool_of: IntArray | None = None
 
     @property
     def total_gpus(self) -> int:
         return int(self.pool_gpus.sum())
+
+    def pool_use(self, m: int) -> tuple[tuple[int, IntArray], ...]:
+        """The GPU pools deployment ``m`` draws from, each with the GPUs every candidate
+        takes of it, (K,): its one pool with ``gpus``, or, for phases on two GPU types,
+        the prefill pool with the prefill GPUs and the decode pool with the decode GPUs
+        (docs/mixed-gpus.md)."""
+        d = self.deployments[m]
+        g = int(self.pool_of[m])
+        if d.prefill_gpus is None or d.decode_gpus is None or self.prefill_pool_of is None:
+            return ((g, d.gpus),)
+        return ((int(self.prefill_pool_of[m]), d.prefill_gpus), (g, d.decode_gpus))
+
+    def add_pool_use(self, used: NDArray[np.generic], m: int, k: int | IntArray) -> None:
+        """Add to ``used`` (G, ...) the GPUs deployment ``m``'s candidate(s) ``k`` take of
+        each pool (``k`` shaped like ``used``'s trailing axes)."""
+        for g, gpus in self.pool_use(m):
+            used[g] += gpus[k]
+
+    def gpu_price(self, m: int, sigma: FloatArray) -> FloatArray:
+        """Deployment ``m``'s price per GPU of each candidate at the pools' prices
+        ``sigma`` (G, T): its pool's (T,) when it draws from one, else (T, K), the
+        prefill and decode GPUs' prices averaged over the candidate's GPUs (times
+        ``gpus`` it is what the candidate pays both pools)."""
+        use = self.pool_use(m)
+        if len(use) == 1:
+            return np.asarray(sigma[use[0][0]])
+        gpus = self.deployments[m].gpus.astype(float)
+        out = np.zeros((sigma.shape[1], gpus.size))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for g, part in use:
+                out += sigma[g][:, None] * np.where(gpus > 0, part / gpus, 0.0)[None, :]
+        return out
 
     @property
     def it_cap_w(self) -> FloatArray:
@@ -282,10 +327,16 @@ def _spec(i: int, d: DeploymentInput, p: ScheduleProblem) -> DeploymentSpec:
                 framework=d.framework,
                 kernels=p.host.kernels,
                 kernel_versions=dict(p.host.kernel_versions),
+                prefill_gpu=d.prefill_gpu,
+                decode_gpu=d.decode_gpu,
+                interconnect=p.site.interconnect,
+                interconnect_gb_per_s=p.site.interconnect_gb_per_s,
             )
         )
         Coefficients.of(spec)
     except InputError as e:
+        if e.field in SITE_FIELDS:  # the site's link, refused for this deployment's GPUs
+            raise InputError(f"site.{e.field}", f"{at}: {e.reason}") from e
         raise InputError(f"{at}.{e.field}", e.reason) from e
     except PdwattError as e:  # pragma: no cover - every core error is an InputError
         raise InputError(at, str(e)) from e
@@ -576,6 +627,7 @@ def _deployment(
     at = f"deployments[{i}]"
     gp, gd = instance_gpus(spec)
     cp, cd = deployment_candidates(d, gp, gd)
+    pre_pool, dec_pool = d.phase_gpus
     off_allowed = d.min_n_p == 0 and d.min_n_d == 0
     if cp.size == 0 and not off_allowed:
         raise InputError(f"{at}.max_gpus", "no configuration fits the bounds and max_gpus")
@@ -590,7 +642,7 @@ def _deployment(
     unserved = d.unserved_penalty_usd_per_request * 3600.0 * p.period_hours * np.ones(len(demand))
     data = DeploymentData(
         name=d.name,
-        pool=d.gpu,
+        pool=dec_pool,
         spec=spec,
         table=table,
         n_p=n_p,
@@ -611,6 +663,9 @@ def _deployment(
         settings=pairs,
         option=option,
         dominator=dominator,
+        prefill_pool=None if pre_pool == dec_pool else pre_pool,
+        prefill_gpus=None if pre_pool == dec_pool else n_p * gp,
+        decode_gpus=None if pre_pool == dec_pool else n_d * gd,
     )
     return data
 
@@ -665,13 +720,15 @@ def check_initial(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None)
                 f"({d.initial_n_p}, {d.initial_n_d}) is not a candidate: it breaks the "
                 f"bounds or max_gpus = {d.max_gpus}",
             )
-        gpus = d.initial_n_p * gp + d.initial_n_d * gd
-        if gpus > p.site.gpu_inventory[d.gpu]:
-            raise InputError(
-                f"deployments[{i}].initial",
-                f"uses {gpus} GPUs but site.gpu_inventory.{d.gpu} has "
-                f"{p.site.gpu_inventory[d.gpu]}",
-            )
+        pre, dec = d.phase_gpus
+        need = Counter({pre: d.initial_n_p * gp}) + Counter({dec: d.initial_n_d * gd})
+        for gpu, gpus in need.items():
+            if gpus > p.site.gpu_inventory[gpu]:
+                raise InputError(
+                    f"deployments[{i}].initial",
+                    f"uses {gpus} GPUs but site.gpu_inventory.{gpu} has "
+                    f"{p.site.gpu_inventory[gpu]}",
+                )
 
 
 def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> ScheduleData:
@@ -689,7 +746,10 @@ def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) ->
     )
     pools = tuple(sorted(p.site.gpu_inventory))
     pool_gpus = np.array([p.site.gpu_inventory[g] for g in pools], dtype=np.int64)
-    pool_of = np.array([pools.index(d.gpu) for d in p.deployments], dtype=np.int64)
+    pool_of = np.array([pools.index(d.phase_gpus[1]) for d in p.deployments], dtype=np.int64)
+    prefill_pool_of = np.array(
+        [pools.index(d.phase_gpus[0]) for d in p.deployments], dtype=np.int64
+    )
     dt = p.period_hours
     price = np.asarray(p.grid.price_usd_per_mwh, dtype=float)
     carbon = np.asarray(p.grid.carbon_g_per_kwh, dtype=float)
@@ -713,6 +773,7 @@ def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) ->
         start_cost_usd=float(p.transitions.start_cost_usd),
         stop_cost_usd=float(p.transitions.stop_cost_usd),
         max_changes=p.transitions.max_instance_changes_per_period,
+        prefill_pool_of=None if np.array_equal(prefill_pool_of, pool_of) else prefill_pool_of,
     )
 
 

@@ -118,7 +118,7 @@ def price_schedule(data: ScheduleData, sched: Schedule) -> Priced:
         if data.max_changes is not None:
             for tt in np.flatnonzero(starts[m] + stops[m] > data.max_changes):
                 limit_viol.append((m, int(tt)))
-        gpus[data.pool_of[m]] += d.gpus[ks]
+        data.add_pool_use(gpus, m, ks)
         unserved = np.maximum(d.demand_rps - s_c, 0.0)
         unserved_usd += float(np.sum(unserved * d.unserved_usd_per_rps))
         served_req += float(np.sum(s_c) * sec)
@@ -177,8 +177,8 @@ def best_served(data: ScheduleData, t: int, ks: IntArray) -> tuple[FloatArray, b
     if m_count > 12:
         raise ValueError("best_served enumerates vertices for at most 12 deployments")
     used = np.zeros(len(data.pools), dtype=np.int64)
-    for m, d in enumerate(deps):
-        used[data.pool_of[m]] += d.gpus[ks[m]]
+    for m in range(m_count):
+        data.add_pool_use(used, m, ks[m])
     idle = data.idle_gpu_power_w * float(np.maximum(data.pool_gpus - used, 0).sum())
     budget = float(data.it_cap_w[t]) - idle
     cw = float(data.cost_usd_per_w[t])

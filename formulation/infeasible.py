@@ -71,13 +71,13 @@ def check_feasible_before(data: ScheduleData) -> None:
         )
     for i, d in enumerate(data.deployments):
         if not d.off_allowed:
-            need = int(np.min(d.gpus[1:])) if d.n_configs > 1 else 0
-            g = int(data.pool_of[i])
-            if need > data.pool_gpus[g]:
-                raise InfeasibleError(
-                    f"deployment {d.name} needs at least {need} GPUs of {data.pools[g]}",
-                    [{"constraint": "gpus_within_inventory", "deployment": d.name}],
-                )
+            for g, gpus in data.pool_use(i):  # each phase's pool
+                need = int(np.min(gpus[1:])) if d.n_configs > 1 else 0
+                if need > data.pool_gpus[g]:
+                    raise InfeasibleError(
+                        f"deployment {d.name} needs at least {need} GPUs of {data.pools[g]}",
+                        [{"constraint": "gpus_within_inventory", "deployment": d.name}],
+                    )
 
 
 def infeasible_after(

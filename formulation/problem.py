@@ -70,6 +70,9 @@ class DeploymentInput:
     gpu: str
     workload: str
     demand_rps: tuple[float, ...]
+    #: each phase's GPU type where it is not ``gpu`` (docs/mixed-gpus.md)
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
     unserved_penalty_usd_per_request: float = _default(
         DeploymentIn, "unserved_penalty_usd_per_request"
     )
@@ -93,6 +96,11 @@ class DeploymentInput:
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
 
+    @property
+    def phase_gpus(self) -> tuple[str, str]:
+        """The GPU types (inventory keys) of the prefill and the decode instances."""
+        return (self.prefill_gpu or self.gpu, self.decode_gpu or self.gpu)
+
 
 @dataclass(frozen=True)
 class SiteInput:
@@ -100,6 +108,8 @@ class SiteInput:
     pue: float = _default(SiteIn, "pue")
     idle_gpu_power_w: float = _default(SiteIn, "idle_gpu_power_w")
     carbon_price_usd_per_tonne: float = _default(SiteIn, "carbon_price_usd_per_tonne")
+    interconnect: str | None = _default(SiteIn, "interconnect")
+    interconnect_gb_per_s: float | None = _default(SiteIn, "interconnect_gb_per_s")
 
 
 @dataclass(frozen=True)
@@ -237,12 +247,14 @@ def validate(p: ScheduleProblem) -> None:
                 f"{at}.demand_rps",
                 f"has {len(d.demand_rps)} periods but deployments[0] has {n}",
             )
-        if d.gpu not in s.gpu_inventory:
-            raise InputError(
-                f"{at}.gpu",
-                f"GPU type {d.gpu!r} is not in site.gpu_inventory "
-                f"({', '.join(sorted(s.gpu_inventory))})",
-            )
+        for fld in ("prefill_gpu", "decode_gpu"):
+            gpu = getattr(d, fld) or d.gpu
+            if gpu not in s.gpu_inventory:
+                raise InputError(
+                    f"{at}.{fld if getattr(d, fld) else 'gpu'}",
+                    f"GPU type {gpu!r} is not in site.gpu_inventory "
+                    f"({', '.join(sorted(s.gpu_inventory))})",
+                )
         for fld, lo_fld in (("max_n_p", "min_n_p"), ("max_n_d", "min_n_d")):
             v = getattr(d, fld)
             if v is not None and v < getattr(d, lo_fld):
@@ -303,6 +315,8 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
             gpu=d.gpu,
             workload=d.workload,
             demand_rps=tuple(float(x) for x in d.demand_rps),
+            prefill_gpu=d.prefill_gpu,
+            decode_gpu=d.decode_gpu,
             unserved_penalty_usd_per_request=d.unserved_penalty_usd_per_request,
             headroom=d.headroom,
             max_gpus=d.max_gpus,
@@ -329,6 +343,8 @@ def problem_from_request(req: ScheduleRequest, host: Host | None = None) -> Sche
         pue=req.site.pue,
         idle_gpu_power_w=req.site.idle_gpu_power_w,
         carbon_price_usd_per_tonne=req.site.carbon_price_usd_per_tonne,
+        interconnect=req.site.interconnect,
+        interconnect_gb_per_s=req.site.interconnect_gb_per_s,
     )
     g = req.grid
     grid = GridInput(

@@ -266,6 +266,29 @@ Framework = Annotated[
 ]
 
 
+#: the links of model.interconnect.INTERCONNECTS (a test holds the two lists equal)
+Interconnect = Annotated[
+    Literal["nvlink", "infiniband", "ethernet"],
+    Field(
+        description="the link a request's KV crosses from prefill to decode, charged to "
+        "TTFT and capacity: nvlink (450 GB/s per GPU each way, one board only), infiniband "
+        "(400 Gb/s), ethernet (100 Gb/s); default: infiniband for phases on two GPU "
+        "types, not charged otherwise (docs/mixed-gpus.md)",
+    ),
+]
+
+LinkGbPerS = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=1e4,
+        allow_inf_nan=False,
+        description="the link's bandwidth per GPU and direction (GB/s), in place of the "
+        "named link's",
+    ),
+]
+
+
 # Upper bounds far beyond any real site keep every total finite (a response with an
 # overflowed total cannot be written as JSON).
 Rate = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]  # req/s
@@ -326,6 +349,16 @@ class DeploymentIn(Strict):
     name: Name
     model: Name
     gpu: Name
+    prefill_gpu: Name | None = Field(
+        None,
+        description="the prefill instances' GPU type (default: gpu); drawn from its own "
+        "inventory (docs/mixed-gpus.md)",
+    )
+    decode_gpu: Name | None = Field(
+        None,
+        description="the decode instances' GPU type (default: gpu); its memory holds the "
+        "KV pool",
+    )
     workload: WorkloadText
     demand_rps: list[Rate] = Field(min_length=1)
     unserved_penalty_usd_per_request: Usd = 0.01
@@ -354,6 +387,8 @@ class SiteIn(Strict):
     pue: float = Field(1.0, ge=1, le=5)
     idle_gpu_power_w: float = Field(120.0, ge=0, le=1e5)
     carbon_price_usd_per_tonne: float = Field(0.0, ge=0, le=1e5)
+    interconnect: Interconnect | None = None
+    interconnect_gb_per_s: LinkGbPerS | None = None
 
 
 class GridIn(Strict):

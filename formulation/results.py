@@ -14,7 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from formulation.data import DeploymentData
 from formulation.evaluate import Priced, phase_power_w
-from model.operations import performance_report
+from model.operations import performance_report, phase_gpus_record
 
 if TYPE_CHECKING:  # the solve loads Pyomo and HiGHS: the API's schemas need only this name
     from formulation.solve import Outcome
@@ -181,6 +181,7 @@ def response(o: Outcome) -> dict[str, Any]:
                 "performance": performance_report(d.spec, d.table.result.coefficients),
                 "candidates": d.n_configs,
                 **_settings_offered(d),
+                **phase_gpus_record(d.spec),
             }
             for d in data.deployments
         ],

@@ -68,6 +68,7 @@ from model.engine import (
     prefill_curve,
 )
 from model.errors import DoesNotFitError, InputError, OutsideTableError
+from model.interconnect import KvLink, kv_transfer_s
 from model.kernels import busiest_rank_experts
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape, check_shape
@@ -146,9 +147,32 @@ class DeploymentSpec:
     #: p99 TTFT/TPOT targets: tables (:mod:`model.tables`) then hold each
     #: configuration's capacity under them (:mod:`model.targets`); none by default
     targets: LatencyTargets = field(default_factory=LatencyTargets)
+    #: the prefill phase's GPU and its calibration where they differ from ``gpu`` and
+    #: ``calibration`` (then the decode phase's, which hold the KV pool; docs/mixed-gpus.md);
+    #: None: both phases on ``gpu``, as before
+    prefill_gpu: GpuSpec | None = None
+    prefill_calibration: Calibration | None = None
+    #: the link each request's KV crosses from prefill to decode (None: not charged, as
+    #: before; :func:`model.interconnect.kv_link`)
+    kv_link: KvLink | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
+        if (self.prefill_gpu is None) != (self.prefill_calibration is None):
+            raise InputError("prefill_gpu", "a prefill GPU needs its calibration, and back")
+        if self.prefill_gpu == self.gpu and self.prefill_calibration == self.calibration:
+            # one GPU type after all: the spec of today's deployment, field for field
+            object.__setattr__(self, "prefill_gpu", None)
+            object.__setattr__(self, "prefill_calibration", None)
+        if self.mixed:
+            if self.prefill_setting is not None or self.decode_setting is not None:
+                raise InputError(
+                    "prefill_gpu", "GPU settings need both phases on one GPU type (for now)"
+                )
+            if self.performance == "kernels":
+                raise InputError(
+                    "prefill_gpu", "performance 'kernels' needs both phases on one GPU type"
+                )
         self.settings()  # an input error naming the setting if it is not one
         shapes = self.serving.shapes()
         for name, shape in zip(("prefill_shape", "decode_shape"), shapes, strict=True):
@@ -167,6 +191,21 @@ class DeploymentSpec:
 
     def coefficients(self) -> Coefficients:
         return Coefficients.of(self)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the prefill phase runs on another GPU type than the decode phase."""
+        return self.prefill_gpu is not None
+
+    @property
+    def prefill_hw(self) -> GpuSpec:
+        """The prefill phase's GPU (``gpu`` unless ``prefill_gpu`` is given)."""
+        return self.gpu if self.prefill_gpu is None else self.prefill_gpu
+
+    @property
+    def prefill_cal(self) -> Calibration:
+        """The prefill phase's calibration (``calibration`` unless the prefill GPU's)."""
+        return self.calibration if self.prefill_calibration is None else self.prefill_calibration
 
     def gpu_clocks(self) -> GpuClocks | None:
         """The GPU's clock data: ``clocks`` if given, else the catalog's (None if it
@@ -207,6 +246,11 @@ class DeploymentSpec:
                 out["clocks"] = asdict(self.clocks)
         if self.targets.given:  # none: as before
             out["targets"] = self.targets.record()
+        if self.prefill_gpu is not None and self.prefill_calibration is not None:
+            out["prefill_gpu"] = asdict(self.prefill_gpu)
+            out["prefill_calibration"] = asdict(self.prefill_calibration)
+        if self.kv_link is not None:
+            out |= self.kv_link.record()
         return out
 
     def setting_texts(self) -> dict[str, str]:
@@ -841,11 +885,30 @@ class Coefficients:
     clock_extra_g_s_per_request: float = 0.0
     # the engine's largest decode batch (serving.max_running_requests; inf: none)
     batch_limit: float = math.inf
+    # the KV transfer from prefill to decode (docs/mixed-gpus.md, section 3): its time
+    # per prompt token, t_X(l) = kv_transfer_s_per_token * l (0: not charged), and the
+    # requests per second one GPU's link carries (inf: not charged)
+    kv_transfer_s_per_token: float = 0.0
+    kv_link_rps_per_gpu: float = math.inf
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
         if self.variant == "paper" and self.fragment_tokens != 0.0:
             raise InputError("fragment_tokens", "the paper variant has no fragmentation")
+
+    @property
+    def kv_link_charged(self) -> bool:
+        """Whether the KV transfer between the phases is charged (a link is given)."""
+        return math.isfinite(self.kv_link_rps_per_gpu)
+
+    def kv_link_rps(self, n_p: ArrayLike, n_d: ArrayLike) -> FloatArray:
+        """The most requests per second the links carry from ``n_P`` prefill to ``n_D``
+        decode instances: each request's KV leaves over the prefill GPUs' links and
+        arrives over the decode GPUs' (inf when not charged)."""
+        gpus = np.minimum(
+            np.asarray(n_p, float) * self.prefill_gpus, np.asarray(n_d, float) * self.decode_gpus
+        )
+        return gpus * self.kv_link_rps_per_gpu
 
     @property
     def mu_prefill_rps(self) -> float:
@@ -889,8 +952,10 @@ class Coefficients:
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Coefficients:
         m, hw, cal, w, st = spec.model, spec.gpu, spec.calibration, spec.workload, spec.serving
+        # the prefill phase's GPU and calibration (the decode phase's: hw, cal)
+        hp, calp = spec.prefill_hw, spec.prefill_cal
         sp, sd = st.shapes()
-        flops = hw.peak_flops(m) * sp.gpus * cal.mfu
+        flops = hp.peak_flops(m) * sp.gpus * calp.mfu
         mem = hw.mem_bytes * sd.gpus
         iters = w.e_out_m1
         ctx = w.ctx_tokens if iters > 0 else math.nan
@@ -913,14 +978,14 @@ class Coefficients:
             pool = math.floor(free / (kappa * kv_replicas(m, sd)))
         if pool <= 0:
             raise DoesNotFitError("model", f"KV pool of {m.name} on {hw.name} is empty")
-        if sp != sd:  # the prefill instance holds its weights and a request's KV
-            held = kv_memory_bytes(m, hw, sp.tp, st.mem_fraction, sp.dp)
+        if sp != sd or spec.mixed:  # the prefill instance holds its weights and a request's KV
+            held = kv_memory_bytes(m, hp, sp.tp, st.mem_fraction, sp.dp)
             need = kappa * kv_replicas(m, sp) * w.max_tokens
             if held < need:
                 raise DoesNotFitError(
-                    "prefill_shape",
-                    f"{m.name} on {sp.text} of {hw.name}: {st.mem_fraction:g} x "
-                    f"{hw.mem_bytes * sp.gpus / 1e9:.1f} GB leaves {held / 1e9:.1f} GB "
+                    "prefill_shape" if sp != sd else "prefill_gpu",
+                    f"{m.name} on {sp.text} of {hp.name}: {st.mem_fraction:g} x "
+                    f"{hp.mem_bytes * sp.gpus / 1e9:.1f} GB leaves {held / 1e9:.1f} GB "
                     f"beside the weights, short of the {need / 1e9:.2f} GB of the longest "
                     "request's KV cache",
                 )
@@ -959,7 +1024,7 @@ class Coefficients:
             c0 = forms.reference_context
             g_context = max(g - g_one, 0.0) / (ctx - c0) if iters > 0 and ctx > c0 else 0.0
         else:
-            a_p, b_p = prefill_coefficients(m, cal, flops, e1, e2)
+            a_p, b_p = prefill_coefficients(m, calp, flops, e1, e2)
             terms = DecodeTerms.of(m, hw, sd.tp, ctx if iters > 0 else 0.0, sd.dp, sd.ep)
             alpha, g = terms.alpha_g(cal)
             g_context = 0.0
@@ -971,9 +1036,9 @@ class Coefficients:
         clocked = _apply_settings(spec, a_p, b_p, alpha, g, ctx, (usable - fragment) / (ctx + r))
         gp, gd = sp.gpus, sd.gpus
         powers = {
-            "p0_prefill_w": cal.p0_prefill_w * gp,
-            "gamma_prefill_w": cal.gamma_prefill_w * gp,
-            "psat_prefill_w": cal.psat_prefill_w * gp,
+            "p0_prefill_w": calp.p0_prefill_w * gp,
+            "gamma_prefill_w": calp.gamma_prefill_w * gp,
+            "psat_prefill_w": calp.psat_prefill_w * gp,
             "p0_decode_w": cal.p0_decode_w * gd,
             "gamma_decode_w": cal.gamma_decode_w * gd,
             "psat_decode_w": cal.psat_decode_w * gd,
@@ -985,6 +1050,13 @@ class Coefficients:
         t_sq = a_p * a_p * e2 + 2.0 * a_p * b_p * e3 + b_p * b_p * e4
         scv = max(t_sq - t_mean * t_mean, 0.0) / (t_mean * t_mean)
         reserve = a_p * e2 + b_p * e3 + st.reserved_tokens * t_mean
+        transfer, link_rps = 0.0, math.inf
+        if spec.kv_link is not None:  # docs/mixed-gpus.md, section 3
+            bytes_per_token = kv_bytes_per_pool_token(m, e1)
+            transfer = kv_transfer_s(bytes_per_token, sp.tp, spec.kv_link.bytes_per_s)
+            link_rps = spec.kv_link.bytes_per_s / (bytes_per_token * e1)
+            # the decode pool holds a request's input through its transfer as well
+            reserve += transfer * (e2 + r * e1)
         return cls(
             a_p_s_per_token=a_p,
             b_p_s_per_token2=b_p,
@@ -1019,6 +1091,8 @@ class Coefficients:
             batch_limit=math.inf
             if st.max_running_requests is None
             else float(st.max_running_requests),
+            kv_transfer_s_per_token=transfer,
+            kv_link_rps_per_gpu=link_rps,
         )
 
     # -- per-configuration functions of B (SPEC 2.3, 2.5); used by tests and brentq ----------
@@ -1267,6 +1341,14 @@ class CapacityResult:
         }
         if self.limits is not None:
             out |= self.limits.record(i, self)
+        if c.kv_link_charged:
+            link = float(c.kv_link_rps(self.n_p[i], self.n_d[i]))
+            out["kv_transfer_s"] = c.kv_transfer_s_per_token * c.mean_in_tokens
+            out["kv_link_rps"] = link
+            if self.capacity_rps[i] > 0 and self.capacity_rps[i] >= link * (1.0 - 1e-12):
+                out["bottleneck"] = "kv_transfer"
+                if out.get("limited_by") is not None:
+                    out["limited_by"] = "kv_transfer"
         return out
 
 
@@ -1364,6 +1446,8 @@ def evaluate(
         decode_total = np.where(ndf > 0, ndf * mu_d, 0.0)
         decode_max_total = np.where(ndf > 0, ndf * mu_d_max, 0.0)
     capacity = np.where(both, np.minimum(prefill_total, decode_total), 0.0)
+    if c.kv_link_charged:  # the links between the phases (docs/mixed-gpus.md, section 3)
+        capacity = np.minimum(capacity, c.kv_link_rps(npf, ndf))
     with np.errstate(divide="ignore", invalid="ignore"):
         rho_star = np.where(both, capacity / prefill_total, 0.0)
     prefill_bound = prefill_total < decode_max_total

@@ -332,19 +332,34 @@ def peakedness(residence: FloatArray, weight: FloatArray, arrival_scv: float) ->
 
 
 def boundary_mixture(
-    t_u: FloatArray, t_w: FloatArray, running_s: float, busy: float
+    t_u: FloatArray,
+    t_w: FloatArray,
+    running_s: float,
+    busy: float,
+    t_x: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """``(ahead, weight)``: what a request has ahead of its prefill wait, ``J_a +
     t_P(l_in)``, as a discrete law (section 2): ``J_a`` none while its decode instance
     is idle (probability ``1 - busy``), else uniform on an iteration of ``running_s``
     (a ``JOIN_POINTS``-point midpoint rule); ``t_P`` the prefill times ``t_u`` with
-    probabilities ``t_w``."""
+    probabilities ``t_w``, each followed by its KV transfer ``t_x`` where one is charged
+    (docs/mixed-gpus.md, section 3)."""
     edge = running_s * (np.arange(JOIN_POINTS) + 0.5) / JOIN_POINTS
     delay = np.concatenate([[0.0], edge])
     d_w = np.concatenate([[1.0 - busy], np.full(JOIN_POINTS, busy / JOIN_POINTS)])
-    ahead = (t_u[None, :] + delay[:, None]).ravel()
+    own = t_u if t_x is None else t_u + t_x
+    ahead = (own[None, :] + delay[:, None]).ravel()
     weight = (d_w[:, None] * t_w[None, :]).ravel()
     return ahead, weight
+
+
+def transfer_times(c: Coefficients, l_in: ArrayLike) -> FloatArray | None:
+    """The KV transfer ``t_X(l_in)`` of each distinct prompt length, in increasing
+    length: the order of the distinct prefill times (``t_P`` increases with ``l_in``);
+    None when no link is charged (docs/mixed-gpus.md, section 3)."""
+    if not c.kv_link_charged:
+        return None
+    return np.asarray(c.kv_transfer_s_per_token * np.unique(np.asarray(l_in, dtype=float)))
 
 
 def ttft_tail_at(dist: WaitDistribution, ahead: FloatArray, weight: FloatArray, x: float) -> float:
@@ -405,9 +420,14 @@ def latency_at(
         t_w = t_count / t_count.sum()
         dist = prefill_wait_distribution(t_u, t_w, lam_p, phases)
         wait = dist.mean_s
-        ttft_tail = partial(ttft_tail_at, dist, *boundary_mixture(t_u, t_w, running, busy))
+        t_x = transfer_times(c, li)
+        mixture = boundary_mixture(t_u, t_w, running, busy, t_x)
+        ttft_tail = partial(ttft_tail_at, dist, *mixture)
         ttft_mean = wait + e_t + busy * running / 2.0
         top = float(t_p.max()) + running + dist.reach_s
+        if t_x is not None:  # each prompt's KV transfer follows its prefill
+            ttft_mean += c.kv_transfer_s_per_token * float(li.mean())
+            top += float(t_x.max())
         ttft_q = _quantile(ttft_tail, quantile, top)
 
     if not multi.any():  # every request ends at prefill

@@ -6,8 +6,9 @@ and ``POST /v1/capacity`` give the same document.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,7 +47,8 @@ from model.engine import (
     open_database,
     shipped_calibration,
 )
-from model.errors import DoesNotFitError, InputError
+from model.errors import DoesNotFitError, InputError, NotFoundError
+from model.interconnect import kv_link
 from model.pareto import front_indices, max_capacity_index, min_power_index
 from model.shapes import check_shape, parse_shape
 from model.targets import evaluate_spec
@@ -90,6 +92,14 @@ class SpecRequest:
     #: ``kernels``: the engine's overheads (default: the shipped calibration of the GPU
     #: and framework)
     engine: EngineCalibration | None = None
+    #: each phase's GPU where it is not ``gpu`` (docs/mixed-gpus.md); the ``gpu`` and
+    #: ``calibration`` overrides apply to both
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
+    #: the link between the phases (model.interconnect.INTERCONNECTS) and its bandwidth
+    #: per GPU and direction (GB/s); neither: a mixed pair's default, none for one type
+    interconnect: str | None = None
+    interconnect_gb_per_s: float | None = None
 
 
 def kernel_database(folder: str, field_name: str = "kernels") -> str:
@@ -149,10 +159,19 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
         )
     ov = req.overrides
     model = apply_overrides(load_model(req.model), ov.get("model", {}), "model")
-    gpu = apply_overrides(load_gpu(req.gpu), ov.get("gpu", {}), "gpu")
-    cal = req.calibration or load_calibration(req.model, req.gpu)
+    decode_name = _phase_gpu(req.decode_gpu, req.gpu, "decode_gpu")
+    prefill_name = _phase_gpu(req.prefill_gpu, req.gpu, "prefill_gpu")
+    gpu = apply_overrides(load_gpu(decode_name), ov.get("gpu", {}), "gpu")
+    cal = req.calibration or load_calibration(req.model, decode_name)
     if ov.get("calibration"):
         cal = apply_overrides(cal, ov["calibration"], "calibration")
+    prefill_gpu, prefill_cal = None, None
+    if prefill_name != decode_name:
+        prefill_gpu = apply_overrides(load_gpu(prefill_name), ov.get("gpu", {}), "gpu")
+        prefill_cal = load_calibration(req.model, prefill_name)
+        if ov.get("calibration"):
+            prefill_cal = apply_overrides(prefill_cal, ov["calibration"], "calibration")
+    link = kv_link(req.interconnect, req.interconnect_gb_per_s, prefill_name != decode_name)
     serving = apply_overrides(ServingStack(), ov.get("serving", {}), "serving")
     if req.moments is not None:
         workload = Workload.from_dict(req.moments)
@@ -169,7 +188,21 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
         performance=req.performance,
         kernel_source=source,
         engine=engine,
+        prefill_gpu=prefill_gpu,
+        prefill_calibration=prefill_cal,
+        kv_link=link,
     )
+
+
+def _phase_gpu(name: str | None, default: str, field_name: str) -> str:
+    """The catalog name of a phase's GPU (``default`` when it names none); an unknown
+    name is an error naming ``field_name``."""
+    if name is None:
+        return load_gpu(default).name
+    try:
+        return load_gpu(name).name
+    except NotFoundError as e:
+        raise NotFoundError(field_name, e.name, e.known) from None
 
 
 def _form(form: Any, names: tuple[str, str]) -> dict[str, Any]:
@@ -220,7 +253,7 @@ def performance_report(spec: DeploymentSpec, c: Coefficients) -> dict[str, Any]:
 
 def _context(spec: DeploymentSpec, overridden: bool, c: Coefficients) -> dict[str, Any]:
     cal = spec.calibration
-    return {
+    out: dict[str, Any] = {
         "model": spec.model.name,
         "gpu": spec.gpu.name,
         "workload": spec.workload.name,
@@ -232,6 +265,24 @@ def _context(spec: DeploymentSpec, overridden: bool, c: Coefficients) -> dict[st
         },
         "performance": performance_report(spec, c),
     }
+    return out | phase_gpus_record(spec)
+
+
+def phase_gpus_record(spec: DeploymentSpec) -> dict[str, Any]:
+    """What an output adds for a deployment whose phases run on two GPU types, or whose
+    KV transfer is charged: each phase's GPU and the link (nothing otherwise, the
+    document as before)."""
+    out: dict[str, Any] = {}
+    if spec.mixed:
+        out["prefill_gpu"] = spec.prefill_hw.name
+        out["decode_gpu"] = spec.gpu.name
+        out["prefill_calibration"] = {
+            "measured": bool(spec.prefill_cal.measured),
+            "source": spec.prefill_cal.source,
+        }
+    if spec.kv_link is not None:
+        out |= spec.kv_link.record()
+    return out
 
 
 def instance_gpus(spec: DeploymentSpec) -> tuple[int, int]:
@@ -507,21 +558,16 @@ def front_over_shapes(
     )
     if lists is None:
         return done(front_of(spec, q, overridden), spec)
-    parts: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    for ps, ds in ((a, b) for a in lists[0] for b in lists[1]):
+
+    def at_shapes(ps: str, ds: str) -> dict[str, Any]:
         at = with_shapes(spec, ps, ds)
-        named = {"prefill_shape": ps, "decode_shape": ds}
-        try:
-            rep = done(front_of(at, q, overridden), at)
-        except InputError as e:  # DoesNotFitError among them
-            if not isinstance(e, DoesNotFitError) and e.field != "max_gpus":
-                raise
-            skipped.append(named | {"reason": str(e)})
-            continue
-        rep["configs"] = [c | named for c in rep["configs"]]
-        rep["front"] = [c | named for c in rep["front"]]
-        parts.append(rep)
+        return done(front_of(at, q, overridden), at)
+
+    parts, skipped = _pair_fronts(
+        ({"prefill_shape": a, "decode_shape": b}, partial(at_shapes, a, b))
+        for a in lists[0]
+        for b in lists[1]
+    )
     if not parts:
         raise InputError(
             "max_gpus",
@@ -536,9 +582,92 @@ def _merged(
     skipped: list[dict[str, str]],
     q: FrontQuestion,
 ) -> dict[str, Any]:
-    out = dict(parts[0])
+    out = _union(parts, q)
     out["prefill_shapes"], out["decode_shapes"] = lists
     out["shapes_skipped"] = skipped
+    return out
+
+
+def gpu_pair_specs(req: SpecRequest, gpus: Sequence[str]) -> dict[tuple[str, str], SpecRequest]:
+    """The requests of a front over GPU types (docs/mixed-gpus.md): ``req`` with each
+    phase on each of ``gpus`` (catalog names; prefill outer, in listed order, repeats
+    dropped). An unknown name is an error naming ``gpus[j]``."""
+    if len(gpus) == 0:
+        raise InputError("gpus", "give at least one GPU type (or leave it out)")
+    names: dict[str, None] = {}
+    for j, name in enumerate(gpus):
+        names[_phase_gpu(name, name, f"gpus[{j}]")] = None
+    return {
+        (pg, dg): replace(req, gpu=dg, prefill_gpu=pg, decode_gpu=dg)
+        for pg in names
+        for dg in names
+    }
+
+
+def front_over_gpus(
+    requests: Mapping[tuple[str, str], SpecRequest],
+    q: FrontQuestion,
+    overridden: bool,
+    restrict: Callable[[dict[str, Any], DeploymentSpec], dict[str, Any]] | None = None,
+    prepare: Callable[[DeploymentSpec], DeploymentSpec] | None = None,
+) -> dict[str, Any]:
+    """:func:`front_over_shapes` of each GPU pair's deployment (``requests``: the pair's
+    request, :func:`gpu_pair_specs`; ``prepare``: what the caller adds to each resolved
+    spec), each configuration naming its ``prefill_gpu`` and ``decode_gpu``, then the
+    front and the selections over all of them (the front of the pairs' fronts). Pairs
+    whose weights do not fit, or whose instances exceed ``max_gpus``, are listed with
+    the reason (``gpus_skipped``)."""
+
+    def at_pair(req: SpecRequest) -> dict[str, Any]:
+        at = resolve_spec(req)
+        if prepare is not None:
+            at = prepare(at)
+        return front_over_shapes(at, q, overridden, restrict)
+
+    parts, skipped = _pair_fronts(
+        ({"prefill_gpu": pg, "decode_gpu": dg}, partial(at_pair, req))
+        for (pg, dg), req in requests.items()
+    )
+    if not parts:
+        raise InputError(
+            "gpus", "no GPU pair fits: " + "; ".join(x["reason"] for x in skipped)
+        )
+    out = _union(parts, q)
+    for key in ("prefill_gpu", "decode_gpu", "prefill_calibration", "interconnect",
+                "interconnect_gb_per_s"):  # fmt: skip
+        out.pop(key, None)  # each configuration names its own
+    out["gpu"] = ",".join(dict.fromkeys(g for pair in requests for g in pair))
+    out["gpu_pairs"] = [list(pair) for pair in requests]
+    out["gpus_skipped"] = skipped
+    return out
+
+
+def _pair_fronts(
+    pairs: Iterable[tuple[dict[str, str], Callable[[], dict[str, Any]]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Each pair's front report (``pairs``: the fields naming the pair and the call that
+    reports its front), each configuration naming the pair; the pairs whose weights do
+    not fit, or whose instances exceed ``max_gpus``, apart with the reason."""
+    parts: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for named, run in pairs:
+        try:
+            rep = run()
+        except InputError as e:  # DoesNotFitError among them
+            if not isinstance(e, DoesNotFitError) and e.field != "max_gpus":
+                raise
+            skipped.append(named | {"reason": str(e)})
+            continue
+        rep["configs"] = [c | named for c in rep["configs"]]
+        rep["front"] = [c | named for c in rep["front"]]
+        parts.append(rep)
+    return parts, skipped
+
+
+def _union(parts: list[dict[str, Any]], q: FrontQuestion) -> dict[str, Any]:
+    """The front reports ``parts`` as one: every configuration, the front of their
+    fronts and the selections over it (the first part's other fields)."""
+    out = dict(parts[0])
     out["configs"] = [c for p in parts for c in p["configs"]]
     members = [c for p in parts for c in p["front"]]
     mu = np.array([c["capacity_rps"] for c in members], dtype=float)

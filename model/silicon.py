@@ -51,6 +51,7 @@ import numpy as np
 from model.catalog import ModelArch, find_release, load_gpu, load_model
 from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
+from model.interconnect import INTERCONNECTS, kv_transfer_s
 from model.kernels import MOE_A2A, KernelModel, KernelSetup
 
 FloatArray = np.ndarray
@@ -144,8 +145,8 @@ NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
 #: ``model/data/silicon_disagg_workers.json``), and none on B200 or H200 does (6 of 6)
 DEEPEP_DECODE_SYSTEMS = frozenset({"gb200", "gb300"})
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
-#: 400 Gb/s NIC per GPU)
-KV_LINK_BYTES_PER_S = 50e9
+#: 400 Gb/s NIC per GPU: model.interconnect's InfiniBand)
+KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
 #: the published worker configurations of the disaggregated rows that leave their worker
 #: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
 #: ``scripts/derive_silicon_disagg_workers.py``, docs/validation-silicon.md section 3)
@@ -1005,7 +1006,7 @@ def resolve(
         kv_bytes = model.kv_bytes_at(row.isl) * (
             (1.0 if kv_dtype(row.backend, dtype) == "fp8" else 2.0) / model.kv_bytes_per_elem
         )
-        kv_s = kv_bytes / (KV_LINK_BYTES_PER_S * row.prefill.tp)
+        kv_s = kv_transfer_s(kv_bytes, row.prefill.tp, KV_LINK_BYTES_PER_S)
     return Case(
         row, measured, gpu, row.backend, version, dtype, model.layers, pre, dec,
         tuple(notes + subs), plan, kv_s, model.name if model.name != measured else "",

@@ -43,7 +43,12 @@ from model.capacity import (
     phase_power_w,
 )
 from model.errors import InputError
-from model.latency import boundary_mixture, prefill_wait_distribution, ttft_tail_at
+from model.latency import (
+    boundary_mixture,
+    prefill_wait_distribution,
+    transfer_times,
+    ttft_tail_at,
+)
 from model.latency_targets import LatencyTargets
 from model.simulator import resolve_samples
 
@@ -84,6 +89,8 @@ class PrefillQueue:
     t_u: FloatArray
     t_w: FloatArray
     phases: int
+    #: each prefill time's KV transfer (:func:`model.latency.transfer_times`; None: none)
+    t_x: FloatArray | None = None
 
     def __post_init__(self) -> None:
         self.mean_s = float(np.sum(self.t_u * self.t_w))
@@ -91,7 +98,7 @@ class PrefillQueue:
 
     def tail(self, rho: float, x: float, running_s: float, busy: float) -> float:
         """``P(TTFT > x)`` at utilisation ``rho`` (0: no wait)."""
-        ahead, weight = boundary_mixture(self.t_u, self.t_w, running_s, busy)
+        ahead, weight = boundary_mixture(self.t_u, self.t_w, running_s, busy, self.t_x)
         if rho <= 0.0:
             return float(np.sum(weight * (ahead > x)))
         dist = self._waits.get(rho)
@@ -202,6 +209,8 @@ def evaluate_targets(
         _ttft_limits(c, targets.ttft_p99_s, l_in, npf, batch, both, limits)
     prefill_total = npf * base.mu_p_rps
     capacity = np.minimum(np.minimum(prefill_total, decode_total), limits.prefill_limit_rps)
+    if c.kv_link_charged:
+        capacity = np.minimum(capacity, c.kv_link_rps(npf, ndf))
     ok = both & np.array([u is None for u in limits.unmet], dtype=bool)
     capacity = np.where(ok, capacity, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -257,6 +266,7 @@ def _ttft_limits(
     exp(-B)`` (docs/latency.md, section 2). One queue per arrival process: its
     utilisations' wait laws are shared by every configuration with its ``n_P``."""
     t_u, t_w = prefill_times(c, l_in)
+    t_x = transfer_times(c, l_in)
     queues: dict[int, PrefillQueue] = {}
     # the p99 grows with the batch (a longer iteration, busy more often): within one
     # queue, in increasing batch, the previous rho_T is the answer where it still meets
@@ -270,7 +280,7 @@ def _ttft_limits(
         phases = int(phases_of[i])
         q = queues.get(phases)
         if q is None:
-            q = queues[phases] = PrefillQueue(t_u, t_w, phases)
+            q = queues[phases] = PrefillQueue(t_u, t_w, phases, t_x)
         b = float(batch[i])
         decoding = c.has_decode_work and b > 0
         running = c.alpha_s + c.g_s_per_request * b if decoding else 0.0

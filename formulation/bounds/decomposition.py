@@ -145,15 +145,18 @@ class Master:
             return False
         self.keys.add(key)
         T, M = self.T, self.M
-        g = int(self.data.pool_of[col.deployment])
         rows = [col.deployment]
         vals = [1.0]
         nz = np.flatnonzero(col.pnet_w)
         rows += (M + nz).tolist()
         vals += col.pnet_w[nz].tolist()
-        gz = np.flatnonzero(col.gpus)
-        rows += (M + T + g * T + gz).tolist()
-        vals += col.gpus[gz].astype(float).tolist()
+        for g, pool_gpus in self.data.pool_use(col.deployment):  # one pool, or one per phase
+            gpus = col.gpus if pool_gpus is self.data.deployments[col.deployment].gpus else (
+                pool_gpus[col.config]
+            )
+            gz = np.flatnonzero(gpus)
+            rows += (M + T + g * T + gz).tolist()
+            vals += gpus[gz].astype(float).tolist()
         self.h.addCol(
             col.cost_usd,
             0.0,

@@ -85,20 +85,24 @@ def local_grids(data: ScheduleData, grids: Sequence[DeploymentGrid]) -> list[Dep
     """Each deployment's grid restricted to what the site cap and its GPU pool allow
     whatever the others run (see the module docstring)."""
     floors = net_floor_w(data, grids)
-    min_gpus = np.array([int(np.min(d.gpus[d.allowed])) for d in data.deployments])
+    # (M, G) the fewest GPUs each deployment takes of each pool
+    min_gpus = np.zeros((len(data.deployments), len(data.pools)), dtype=np.int64)
+    for m, d in enumerate(data.deployments):
+        for pool, gpus in data.pool_use(m):
+            min_gpus[m, pool] = int(np.min(gpus[d.allowed]))
     rhs = data.net_cap_w
     idle = data.idle_gpu_power_w
     out = []
     for m, d in enumerate(data.deployments):
         g = grids[m]
         budget = rhs - (floors.sum() - floors[m])  # (T,) net power m may draw
-        pool = int(data.pool_of[m])
-        same = data.pool_of == pool
-        avail = int(data.pool_gpus[pool]) - int(min_gpus[same].sum() - min_gpus[m])
         k_all = np.arange(d.n_configs)[None, :]
         p_budget = budget[:, None] + idle * d.gpus[None, :]  # gross power m may draw
         fit = d.max_load_within(k_all, p_budget)
-        ok = (fit >= 0) & (d.gpus[None, :] <= avail) & d.period_allowed()
+        ok = (fit >= 0) & d.period_allowed()
+        for pool, gpus in data.pool_use(m):
+            avail = int(data.pool_gpus[pool]) - int(min_gpus[:, pool].sum() - min_gpus[m, pool])
+            ok &= gpus[None, :] <= avail
         s_hi = np.where(ok, np.minimum(g.smax, np.maximum(fit, 0.0)), 0.0)
         if ok.all() and np.array_equal(s_hi, g.smax):
             out.append(g)  # the site never limits this deployment on its own
@@ -188,8 +192,8 @@ class DualOracle:
         t0 = time.perf_counter()
         data = self.data
         M = len(data.deployments)
-        pools = [int(data.pool_of[m]) for m in range(M)]
-        parts = self._pool.map(_solve_in_worker, [(m, pi, sigma[pools[m]]) for m in range(M)])
+        prices = [data.gpu_price(m, sigma) for m in range(M)]
+        parts = self._pool.map(_solve_in_worker, [(m, pi, prices[m]) for m in range(M)])
         cfg = np.stack([p[1] for p in parts])
         served = np.stack([p[2] for p in parts])
         cap_load = np.zeros(data.n_periods)
@@ -197,7 +201,7 @@ class DualOracle:
         for m, d in enumerate(data.deployments):
             gpus = d.gpus[cfg[m]]
             cap_load += d.power_w(cfg[m], served[m]) - data.idle_gpu_power_w * gpus
-            gpu_load[pools[m]] += gpus
+            data.add_pool_use(gpu_load, m, cfg[m])
         value = dual_value(data, [p[0] for p in parts], pi, sigma)
         self.calls += 1
         self.seconds += time.perf_counter() - t0
@@ -355,7 +359,7 @@ def keep_choices(
     kept = total = 0
     for m, d in enumerate(data.deployments):
         g = grids[m]
-        stage, _ = stage_costs(data, d, g, point.pi_w, point.sigma_gpu[int(data.pool_of[m])])
+        stage, _ = stage_costs(data, d, g, point.pi_w, data.gpu_price(m, point.sigma_gpu))
         best, _, fwd = shortest_path(data, d, g, stage)
         through = fwd + backward_values(data, d, g, stage)
         ok = (lb - best + through) <= upper_usd + tol

@@ -211,9 +211,18 @@ def _site_constraints(m: pyo.ConcreteModel) -> None:
 
     def inventory(mm: pyo.ConcreteModel, g: int, t: int) -> pyo.Expression:
         members = [i for i in mm.deployments if data.pool_of[i] == g]
-        if not members:
+        # deployments whose prefill phase runs on another type than their decode phase
+        # draw each phase's GPUs from its own pool (docs/mixed-gpus.md)
+        parts = [(i, gpus) for i in mm.deployments for gg, gpus in data.pool_use(i) if gg == g]
+        if not parts:
             return pyo.Constraint.Skip
-        return sum(mm.gpus_used[i, t] for i in members) <= int(data.pool_gpus[g])
+        if len(parts) == len(members) and all(len(data.pool_use(i)) == 1 for i in members):
+            return sum(mm.gpus_used[i, t] for i in members) <= int(data.pool_gpus[g])
+        by_mt = mm._by_mt
+        used = sum(
+            int(gpus[k]) * mm.run_config[i, t, k] for i, gpus in parts for k in by_mt[i, t]
+        )
+        return used <= int(data.pool_gpus[g])
 
     m.site_power_within_cap = pyo.Constraint(m.periods, rule=cap)
     m.gpus_within_inventory = pyo.Constraint(m.pools, m.periods, rule=inventory)

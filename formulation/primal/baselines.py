@@ -66,8 +66,8 @@ def _served_fixed(data: ScheduleData, cfg: np.ndarray) -> np.ndarray:
             own[m] = smax if full else 0.0
             power += p1 if full else p0
         used = np.zeros(len(data.pools), dtype=np.int64)
-        for m, d in enumerate(data.deployments):
-            used[data.pool_of[m]] += d.gpus[ks[m]]
+        for m in range(len(data.deployments)):
+            data.add_pool_use(used, m, ks[m])
         idle = data.idle_gpu_power_w * float(np.maximum(data.pool_gpus - used, 0).sum())
         if power + idle <= float(data.it_cap_w[t]) or M > MAX_ENUMERATED:
             served[:, t] = own
@@ -310,20 +310,35 @@ def _fit_moves(
     gpus = np.concatenate([o[4] for o in options]).astype(np.int64)
     pool_of = np.asarray(data.pool_of, dtype=np.int64)
     opt_pool = pool_of[owner]
+    # (G, n) each option's GPUs of each pool, where a deployment's phases draw from two
+    # pools (docs/mixed-gpus.md); None: each option's GPUs are of its owner's one pool
+    use = None if data.prefill_pool_of is None else _option_pool_use(data, options, start)
     pick = pick.copy()
     for _ in range(int(sizes.sum())):  # each move strictly improves
         at = start + pick
-        used = np.bincount(pool_of, weights=gpus[at], minlength=len(data.pools))
+        if use is None:
+            used = np.bincount(pool_of, weights=gpus[at], minlength=len(data.pools))
+        else:
+            used = use[:, at].sum(axis=1)
         over_pool = used.astype(np.int64) - data.pool_gpus
         over_w = sum(net[at].tolist()) - budget
         if over_pool.max() <= 0 and over_w <= 1e-9 * max(abs(budget), 1.0):
             break
         dc = cost - cost[at][owner]  # added cost
-        added_gpus = gpus - gpus[at][owner]
-        if over_pool.max() > 0:  # free GPUs of an over-full pool first
+        if use is not None:  # GPUs freed in over-full pools; no pool filled past its own
+            added = use - use[:, at][:, owner]
+            if over_pool.max() > 0:
+                gain = -(added * (over_pool > 0)[:, None]).sum(axis=0).astype(float)
+                ok = gain > 0
+            else:
+                gain = net[at][owner] - net
+                ok = (gain > 0) & (added <= -over_pool[:, None]).all(axis=0)
+        elif over_pool.max() > 0:  # free GPUs of an over-full pool first
+            added_gpus = gpus - gpus[at][owner]
             gain = -added_gpus.astype(float)
             ok = (gain > 0) & (over_pool[opt_pool] > 0)
         else:  # then watts, without filling a pool past its inventory
+            added_gpus = gpus - gpus[at][owner]
             gain = net[at][owner] - net
             ok = (gain > 0) & (added_gpus <= -over_pool[opt_pool])
         if not ok.any():
@@ -332,6 +347,20 @@ def _fit_moves(
         j = int(np.argmin(ratio))
         pick[owner[j]] = j - start[owner[j]]
     return pick
+
+
+def _option_pool_use(
+    data: ScheduleData,
+    options: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    start: np.ndarray,
+) -> np.ndarray:
+    """(G, n) the GPUs each of :func:`_fit_moves`' flat options takes of each pool."""
+    n = int(sum(o[0].size for o in options))
+    use = np.zeros((len(data.pools), n), dtype=np.int64)
+    for m, o in enumerate(options):
+        for g, gpus in data.pool_use(m):
+            use[g, start[m] : start[m] + o[0].size] = gpus[o[0]]
+    return use
 
 
 def greedy_ramped(data: ScheduleData, grids: Sequence[DeploymentGrid] | None = None) -> Priced:

@@ -40,13 +40,11 @@ def reoptimise(
     others = np.zeros(T)
     pool_used = np.zeros((len(data.pools), T))
     for j, dj in enumerate(data.deployments):
-        pool_used[data.pool_of[j]] += dj.gpus[sched.config[j]]
+        data.add_pool_use(pool_used, j, sched.config[j])
         if j == m:
             continue
         others += dj.power_w(sched.config[j], sched.served_rps[j]) - idle * dj.gpus[sched.config[j]]
     budget = data.net_cap_w - others  # for m's net power
-    g = int(data.pool_of[m])
-    avail = data.pool_gpus[g] - (pool_used[g] - d.gpus[sched.config[m]])
     p_budget = budget[:, None] + idle * d.gpus[None, :]
     s_fit = d.max_load_within(np.arange(d.n_configs)[None, :], p_budget)
     s_hi = np.minimum(d.smax_rps, np.maximum(s_fit, 0.0))
@@ -62,7 +60,10 @@ def reoptimise(
     full = (c1 < c0) & (s_fit >= 0)
     stage = np.where(full, c1, c0)
     over = np.maximum(p0 - p_budget, 0.0)
-    gpu_over = np.maximum(d.gpus[None, :] - avail[:, None], 0.0)
+    gpu_over = np.zeros_like(over)
+    for g, gpus in data.pool_use(m):  # each pool m draws from (one per phase)
+        avail = data.pool_gpus[g] - (pool_used[g] - gpus[sched.config[m]])
+        gpu_over += np.maximum(gpus[None, :] - avail[:, None], 0.0)
     stage = stage + penalty_usd_per_w * (over + 1e3 * gpu_over)
     stage[:, ~d.allowed] = np.inf
     value, cfg, _ = shortest_path(data, d, grid, stage)

@@ -110,12 +110,14 @@ def stage_costs(
     pi_w: FloatArray,
     sigma_gpu: FloatArray,
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
-    """Stage cost (T, K) and whether the minimum serves smax, at prices ``pi``/``sigma``."""
+    """Stage cost (T, K) and whether the minimum serves smax, at prices ``pi``/``sigma``
+    (``sigma_gpu`` per period, (T,), or per period and candidate, (T, K), for a
+    deployment drawing from two pools: :meth:`~formulation.data.ScheduleData.gpu_price`)."""
     cost, full = endpoint_costs(
         data,
         d,
         (data.cost_usd_per_w + pi_w)[:, None],
-        sigma_gpu[:, None],
+        sigma_gpu[:, None] if sigma_gpu.ndim == 1 else sigma_gpu,
         d.unserved_usd_per_rps[:, None],
         d.demand_rps[:, None],
         g.p0_w,

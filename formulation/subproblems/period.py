@@ -377,16 +377,12 @@ def pool_can_bind(data: ScheduleData, t: int, offsets: list[FloatArray] | None =
     ``t``, each at its largest allowed configuration (one with an infinite
     ``offsets[m][k]`` left out: no choice runs it)."""
 
-    def most_gpus(m: int) -> int:
-        d = data.deployments[m]
+    most = np.zeros(len(data.pools), dtype=np.int64)
+    for m, d in enumerate(data.deployments):
         ok = d.allowed if offsets is None else d.allowed & np.isfinite(offsets[m])
-        return int(d.gpus[ok].max()) if ok.any() else 0
-
-    for g in range(len(data.pools)):
-        most = sum(most_gpus(m) for m in range(len(data.deployments)) if data.pool_of[m] == g)
-        if most > data.pool_gpus[g]:
-            return True
-    return False
+        for g, gpus in data.pool_use(m):  # each phase's pool
+            most[g] += int(gpus[ok].max()) if ok.any() else 0
+    return bool((most > data.pool_gpus).any())
 
 
 def deployment_cost(

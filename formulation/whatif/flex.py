@@ -95,7 +95,7 @@ def _evaluate(data: ScheduleData, t: int, ks: IntArray, served: FloatArray) -> d
     for m, d in enumerate(data.deployments):
         k = int(ks[m])
         it += float(d.power_w(k, float(served[m]))[0])
-        used[data.pool_of[m]] += int(d.gpus[k])
+        data.add_pool_use(used, m, k)
         u = float(d.unserved_usd_per_rps[t])
         unserved_usd += max(float(d.demand_rps[t]) - float(served[m]), 0.0) * u
         value += float(served[m]) * u

@@ -20,6 +20,7 @@ from model.capacity import (
 from model.catalog import load_gpu, load_override_file, parse_set_flags
 from model.engine import KERNEL_PACKAGE, NO_KERNEL_PACKAGE, gpu_folder, installed_kernels
 from model.errors import InputError
+from model.interconnect import INTERCONNECTS
 from model.operations import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -169,6 +170,24 @@ def add_spec_args(
         "--override still apply on top)",
     )
     p.add_argument("--dispatch", choices=["round_robin", "random"], help="router dispatch policy")
+    for phase, what in (("prefill", ""), ("decode", ", whose memory holds the KV pool")):
+        p.add_argument(
+            f"--{phase}-gpu",
+            metavar="GPU",
+            help=f"the {phase} instances' GPU type{what} (default: --gpu; docs/mixed-gpus.md)",
+        )
+    p.add_argument(
+        "--interconnect",
+        choices=list(INTERCONNECTS),
+        help="the link a request's KV crosses from prefill to decode, charged to TTFT and "
+        "capacity (default: infiniband for phases on two GPU types, not charged otherwise)",
+    )
+    p.add_argument(
+        "--interconnect-gb-per-s",
+        type=float,
+        metavar="GB_S",
+        help="the link's bandwidth per GPU and direction (GB/s), in place of the named link's",
+    )
     for phase in ("prefill", "decode"):
         p.add_argument(
             f"--{phase}-shape",
@@ -184,6 +203,13 @@ def add_spec_args(
 
 def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
     """The deployment the options describe, and whether any field was overridden."""
+    req, overridden = spec_request_from_args(a)
+    return resolve_spec(req), overridden
+
+
+def spec_request_from_args(a: argparse.Namespace) -> tuple[SpecRequest, bool]:
+    """The request of the deployment the options describe (names, overrides), and
+    whether any field was overridden."""
     overrides: dict[str, dict[str, Any]] = {}
     if a.override:
         for sec, vals in load_override_file(a.override).items():
@@ -214,8 +240,12 @@ def spec_from_args(a: argparse.Namespace) -> tuple[Any, bool]:
         framework=framework,
         kernels=folder,
         kernel_versions=versions,
+        prefill_gpu=getattr(a, "prefill_gpu", None),
+        decode_gpu=getattr(a, "decode_gpu", None),
+        interconnect=getattr(a, "interconnect", None),
+        interconnect_gb_per_s=getattr(a, "interconnect_gb_per_s", None),
     )
-    return resolve_spec(req), bool(overrides)
+    return req, bool(overrides)
 
 
 def fmt(v: Any, nd: int = 3) -> str:

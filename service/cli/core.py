@@ -7,9 +7,22 @@ import argparse
 from typing import Any
 
 from model.capacity import settings_record, with_settings, with_targets
-from model.operations import capacity_report, front_over_shapes
+from model.operations import (
+    capacity_report,
+    front_over_gpus,
+    front_over_shapes,
+    gpu_pair_specs,
+    resolve_spec,
+)
 from service.cli import simulate
-from service.cli.common import add_spec_args, calibration_line, fmt, spec_from_args, table
+from service.cli.common import (
+    add_spec_args,
+    calibration_line,
+    fmt,
+    spec_from_args,
+    spec_request_from_args,
+    table,
+)
 
 
 def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
@@ -54,6 +67,16 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
                         f"{fmt(rep[f'{phase}_draw_w'], 0)} W per GPU at capacity",
                     )
                 )
+        if "prefill_gpu" in rep:
+            items.append(("GPUs prefill / decode", f"{rep['prefill_gpu']} / {rep['decode_gpu']}"))
+        if "kv_transfer_s" in rep:
+            items.append(
+                (
+                    f"KV transfer ({rep['interconnect']}, {rep['interconnect_gb_per_s']:g} GB/s)",
+                    f"{fmt(rep['kv_transfer_s'] * 1e3, 2)} ms per request, links carry "
+                    f"{fmt(rep['kv_link_rps'])} req/s",
+                )
+            )
         if "latency_targets" in rep:
             items += _target_items(rep)
         w = max(len(k) for k, _ in items)
@@ -109,10 +132,15 @@ def _setting_list(text: str) -> list[str]:
 
 
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
-    spec, overridden = spec_from_args(a)
-    rep = front_over_shapes(
-        spec, a, overridden, lambda report, at: simulate.apply_slo(report, a, at)
-    )
+    req, overridden = spec_request_from_args(a)
+
+    def restrict(report: dict[str, Any], at: Any) -> dict[str, Any]:
+        return simulate.apply_slo(report, a, at)
+
+    if a.gpus is not None:  # every pair of the listed GPU types (docs/mixed-gpus.md)
+        rep = front_over_gpus(gpu_pair_specs(req, a.gpus), a, overridden, restrict)
+    else:
+        rep = front_over_shapes(resolve_spec(req), a, overridden, restrict)
     if a.plot:
         from service.charts.schedule import front_chart
 
@@ -126,12 +154,14 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         print(calibration_line(rep))
         named = "prefill_settings" in rep
         shaped = "prefill_shapes" in rep
+        typed = "gpu_pairs" in rep
         limited = "slo" in rep  # capacities under targets name their batch and limit
         rows = [
             [
                 f"{c['n_p']}P{c['n_d']}D",
                 *([f"{c['prefill_setting']}/{c['decode_setting']}"] if named else []),
                 *([f"{c['prefill_shape']} / {c['decode_shape']}"] if shaped else []),
+                *([f"{c['prefill_gpu']} / {c['decode_gpu']}"] if typed else []),
                 str(c["gpus"]),
                 fmt(c["capacity_rps"]),
                 fmt(c["power_w"], 0),
@@ -146,6 +176,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             "config",
             *(["settings P/D"] if named else []),
             *(["shapes P / D"] if shaped else []),
+            *(["GPUs P / D"] if typed else []),
             *["GPUs", "req/s", "W", "J/req"],
         ]
         more = ["batch", "capped by", "t_D ms", "limited by"] if limited else []
@@ -254,6 +285,13 @@ def register(sub: Any) -> None:
             "or auto (tp 1-8; for a mixture of experts also tp<G>,ep<G> and "
             "tp1,dp<G>,ep<G>); each point names its shapes (docs/shapes.md)",
         )
+    f.add_argument(
+        "--gpus",
+        type=_setting_list,
+        metavar="LIST",
+        help="search each phase on each of these GPU types, e.g. h100-sxm,h200 (every "
+        "pair); each point names its prefill and decode GPU (docs/mixed-gpus.md)",
+    )
     f.add_argument("--plot", metavar="FILE.png", help="draw the capacity-power plane")
     f.set_defaults(func=cmd_front)
     simulate.add_slo_args(f)

@@ -17,7 +17,9 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, 
 
 from formulation.request import (
     Framework,
+    Interconnect,
     LatencyTargetsIn,
+    LinkGbPerS,
     ModelVariant,
     Name,
     NonNeg,
@@ -133,6 +135,15 @@ class Moments(Strict):
 class SpecFields(Strict):
     model: Name = DEFAULT_MODEL
     gpu: Name = DEFAULT_GPU
+    prefill_gpu: Name | None = Field(
+        None, description="the prefill instances' GPU type (default: gpu; docs/mixed-gpus.md)"
+    )
+    decode_gpu: Name | None = Field(
+        None, description="the decode instances' GPU type, whose memory holds the KV pool "
+        "(default: gpu)"
+    )  # fmt: skip
+    interconnect: Interconnect | None = None
+    interconnect_gb_per_s: LinkGbPerS | None = None
     workload: WorkloadText = DEFAULT_WORKLOAD
     moments: Moments | None = None
     overrides: Overrides = Field(default_factory=dict)
@@ -229,6 +240,12 @@ class FrontRequest(SpecFields):
     decode_shapes: ShapeList | None = Field(
         None, description="the decode instance shapes to search, as prefill_shapes"
     )
+    gpus: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = Field(
+        None,
+        description="search each phase on each of these GPU types (every pair, e.g. "
+        "H100 prefill with H200 decode); each point names its prefill_gpu and decode_gpu "
+        "(docs/mixed-gpus.md). Default: the deployment's own",
+    )
 
 
 class ConfigRecord(BaseModel):
@@ -246,7 +263,7 @@ class ConfigRecord(BaseModel):
     ctx_tokens: float | None
     kv_pool_tokens: int
     rho_star: float | None
-    bottleneck: Literal["prefill", "decode"]
+    bottleneck: Literal["prefill", "decode", "kv_transfer"]
 
 
 class Calibration(BaseModel):

@@ -18,15 +18,22 @@ from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record, with_settings, with_targets
 from model.errors import InputError
-from model.operations import SpecRequest, capacity_report, front_over_shapes, resolve_spec
+from model.operations import (
+    SpecRequest,
+    capacity_report,
+    front_over_gpus,
+    front_over_shapes,
+    gpu_pair_specs,
+    resolve_spec,
+)
 from model.simulator import resolve_samples
 from model.slo import SloTargets, slo_restricted_front
 from service.requests.schemas import CapacityRequest, FrontRequest, SpecFields
 
 
-def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
+def _spec_request(req: SpecFields, kernels: str | None) -> SpecRequest:
     """``kernels``: the server's kernel database (its setting, never the request's)."""
-    spec = SpecRequest(
+    return SpecRequest(
         model=req.model,
         gpu=req.gpu,
         workload=req.workload,
@@ -36,8 +43,15 @@ def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
         performance=req.performance,
         framework=req.framework,
         kernels=kernels,
+        prefill_gpu=req.prefill_gpu,
+        decode_gpu=req.decode_gpu,
+        interconnect=req.interconnect,
+        interconnect_gb_per_s=req.interconnect_gb_per_s,
     )  # read_files stays False: no request reads a server file
-    return resolve_spec(spec), bool(req.overrides)
+
+
+def _spec(req: SpecFields, kernels: str | None) -> tuple[Any, bool]:
+    return resolve_spec(_spec_request(req, kernels)), bool(req.overrides)
 
 
 def capacity(req: CapacityRequest, kernels: str | None = None) -> dict[str, Any]:
@@ -55,17 +69,20 @@ def front(req: FrontRequest, kernels: str | None = None) -> dict[str, Any]:
     targets when it has them (by the analytic p99s alone: no simulation runs in a
     request)."""
     spec, ov = _spec(req, kernels)
-    if req.slo is None:
-        return front_over_shapes(spec, req, ov)
-    slo = req.slo
-    targets = SloTargets(slo.ttft_p99_s, slo.tpot_p99_s, slo.at_load, simulate_bound=False)
-    if not targets.given:
-        raise InputError("slo", "give ttft_p99_s and/or tpot_p99_s")
-    samples = resolve_samples(spec.workload)
+    restrict = None
+    if req.slo is not None:
+        slo = req.slo
+        targets = SloTargets(slo.ttft_p99_s, slo.tpot_p99_s, slo.at_load, simulate_bound=False)
+        if not targets.given:
+            raise InputError("slo", "give ttft_p99_s and/or tpot_p99_s")
+        samples = resolve_samples(spec.workload)
 
-    def restrict(report: dict[str, Any], at: Any) -> dict[str, Any]:
-        return slo_restricted_front(report, at, samples, targets)
+        def restrict(report: dict[str, Any], at: Any) -> dict[str, Any]:
+            return slo_restricted_front(report, at, samples, targets)
 
+    if req.gpus is not None:  # every pair of the listed types (docs/mixed-gpus.md)
+        pairs = gpu_pair_specs(_spec_request(req, kernels), req.gpus)
+        return front_over_gpus(pairs, req, ov, restrict)
     return front_over_shapes(spec, req, ov, restrict)
 
 
