@@ -131,7 +131,8 @@ def run_case(case: str, limit_s: float) -> dict[str, Any]:
     highs = {p for p, c in sampler.commands.items() if "highs_child" in c}
     parts = {
         "solver_mb": sampler.at_peak.get(proc.pid, 0.0),
-        "highs_mb": sum(sampler.at_peak[p] for p in highs),
+        # a HiGHS process started after the tree's peak has no share in it
+        "highs_mb": sum(sampler.at_peak.get(p, 0.0) for p in highs),
     }
     parts["workers_mb"] = sampler.peak_mb - parts["solver_mb"] - parts["highs_mb"]
     own = {

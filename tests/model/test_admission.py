@@ -733,7 +733,9 @@ def test_idle_gap_increases_so_its_root_is_unique(log_median, sigma, mean_out, r
     batch = np.geomspace(1e-3, 4.0 * pool / terms.active_tokens, 400)
     p = admission.idle_probability(terms, batch)
     assert np.all((p >= 0.0) & (p <= 1.0))
-    assert np.all(np.diff(p) >= -1e-12)
+    # non-decreasing up to rounding: sums of a few hundred terms in [0, 1] carry
+    # errors of order 1e-13 (a dip of 1.4e-12 was seen where p is flat)
+    assert np.all(np.diff(p) >= -1e-10)
     for b in (1.0, 3.0):
         gap = admission.idle_gap(terms, batch, np.full(batch.shape, b))
         assert np.all(np.diff(gap) > 0.0)
