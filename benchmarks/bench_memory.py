@@ -56,15 +56,18 @@ def request(n_dep: int, gpus: int, limit_s: float, spread: int = 0) -> dict[str,
     return body
 
 
-def child(n_dep: int, gpus: int, spread: int, limit_s: float, group: str) -> None:
+def child(
+    n_dep: int, gpus: int, spread: int, limit_s: float, group: str, budget_mb: float
+) -> None:
     from formulation.data import check_memory
-    from formulation.problem import problem_from_dict
+    from formulation.problem import Host, problem_from_dict
     from formulation.processes.footprint import join_cgroup
     from formulation.solve import solve
 
     if group:
         join_cgroup(Path(group))
-    problem = problem_from_dict(request(n_dep, gpus, limit_s, spread))
+    host = Host(memory_budget_mb=budget_mb or None)
+    problem = problem_from_dict(request(n_dep, gpus, limit_s, spread), host)
     est = check_memory(problem)
     started = time.time()
     o = solve(problem)
@@ -75,6 +78,7 @@ def child(n_dep: int, gpus: int, spread: int, limit_s: float, group: str) -> Non
                 "gpus": sum(d.max_gpus for d in problem.deployments),
                 "cells": est.cells,
                 "estimate_mb": round(est.total_mb, 1),
+                "milp_choices": est.milp_choices,
                 "status": o.status,
                 "gap_pct": round(100 * o.mip_gap, 3),
                 "objective_usd": o.priced.objective_usd,
@@ -114,9 +118,9 @@ def phase_peaks(
     return out
 
 
-def run_case(case: str, limit_s: float) -> dict[str, Any]:
+def run_case(case: str, limit_s: float, budget_mb: float) -> dict[str, Any]:
     n_dep, gpus, spread, own_limit = parse_case(case)
-    args = [str(n_dep), str(gpus), str(spread), str(own_limit or limit_s)]
+    args = [str(n_dep), str(gpus), str(spread), str(own_limit or limit_s), str(budget_mb)]
     with memory_cgroup(f"pdwatt-bench-{os.getpid()}") as group:
         cmd = [sys.executable, __file__, "--child", *args, "--group", str(group or "")]
         t0 = time.time()
@@ -166,18 +170,25 @@ def main() -> None:
     )
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--json", action="store_true", help="also print each case's JSON row")
-    ap.add_argument("--child", nargs=4, type=float, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--budget-mb",
+        type=float,
+        default=4096.0,
+        help="the solve's memory budget, which bounds its MILPs (default: the server's "
+        "4,096 MB; 0: none)",
+    )
+    ap.add_argument("--child", nargs=5, type=float, help=argparse.SUPPRESS)
     ap.add_argument("--group", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(int(a.child[0]), int(a.child[1]), int(a.child[2]), a.child[3], a.group)
+        child(int(a.child[0]), int(a.child[1]), int(a.child[2]), a.child[3], a.group, a.child[4])
         return
     print(
         f"{'case':>10} {'GPUs':>6} {'cells':>11} {'estimate MB':>12} {'tree peak':>10} "
         f"{'ratio':>6} {'solver':>7} {'workers':>8} {'HiGHS':>6}  peak phase, status"
     )
     for case in a.cases:
-        r = run_case(case, a.time_limit)
+        r = run_case(case, a.time_limit, a.budget_mb)
         if "error" in r:
             print(f"{case:>10} failed: {r['error']}")
             continue

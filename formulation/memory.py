@@ -22,18 +22,22 @@ its own. So:
 * a restricted MILP is held twice, as the Pyomo model in the solving process and in
   the HiGHS process; its size is bounded by the time limit (a MILP is built only when
   its build fits ``TimeBudget.BUILD_SHARE`` of the time left,
-  :func:`formulation.milp.compact.estimated_build_s`) and by the cells:
-  ``MILP_BYTES_PER_CHOICE`` per choice of the largest MILP the limit admits.
+  :func:`formulation.milp.compact.estimated_build_s`), by the cells and, under a
+  memory budget, by what the rest of the solve leaves of it: the MILP builder refuses
+  a larger one (:func:`formulation.milp.compact.solve_compact`, status ``memory``) and
+  the phases do not start it (``Run.fits``). ``MILP_BYTES_PER_CHOICE`` per choice of
+  the largest MILP so admitted, ``milp_choices``.
 
 Hence, with ``C`` the cells of all deployments, ``C_max`` those of the largest, ``N``
-the candidates of all deployments, and ``X = min(C, BUILD_SHARE * limit_s /
-BUILD_S_PER_CHOICE)``::
+the candidates of all deployments, ``B`` the budget (MB; none: unbounded) and::
 
-    MB ~= BASE_MB + w WORKER_MB + (BYTES_PER_CELL C + (1 + w) WORKING_BYTES_PER_CELL C_max
-                     + w min(ENUMERATION_BYTES_PER_CANDIDATE N, ENUMERATION_MAX_MB 2**20)
-                     + MILP_BYTES_PER_CHOICE X) / 2**20
+    REST ~= BASE_MB + w WORKER_MB + (BYTES_PER_CELL C + (1 + w) WORKING_BYTES_PER_CELL C_max
+                     + w min(ENUMERATION_BYTES_PER_CANDIDATE N, ENUMERATION_MAX_MB 2**20)) / 2**20
+    X = min(C, BUILD_SHARE * limit_s / BUILD_S_PER_CHOICE, (B - REST) 2**20 / MILP_BYTES_PER_CHOICE)
+    MB ~= REST + MILP_BYTES_PER_CHOICE X / 2**20
 
-The constants are measured upper envelopes of this code's whole-tree peak
+A solve is refused only when ``REST`` exceeds the budget: the budget bounds its MILPs,
+not its admission. The constants are measured upper envelopes of this code's whole-tree peak
 (``benchmarks/bench_memory.py``: the peak of the sum of the tree's proportional set
 sizes, from one deployment of 64 GPUs to 64 of 100 to 160, two workers): an
 engineering estimate of the implementation, not a model of the deployments. Measured
@@ -47,12 +51,15 @@ limit 1,456 MB. Each forked worker owns about 20 MB of the interpreter's heap
 deployments of 32 GPUs (``solver.method`` compact, 150 s) peaked at 1,526 MB, 735 MB in
 the solving process and 791 MB in HiGHS: about 16 KB per choice for both copies. It is
 an upper bound: the bench's solves under load built no MILP of that size, so on them
-the estimate is up to 3.6 times the measurement (6 times for the fleet at 300 s, where
-the limit admits a 450,000-choice MILP that the memory budget does not yet bound).
+the estimate is up to 3.7 times the measurement at a 10 s limit (one deployment of 64
+GPUs: 421 MB against 114); the fleet at 300 s, whose limit alone admits a 450,000-choice
+MILP (7 GB, which refused it under the default 4,096 MB budget), is admitted with its
+MILPs bounded by the 2,178 MB the rest leaves.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +103,11 @@ class MemoryEstimate:
     total_mb: float
     per_deployment_mb: tuple[float, ...]
     cells: int = 0  # (period, candidate) cells of all deployments
+    #: the largest MILP, in choices, the solve may build: what its time limit admits,
+    #: within the cells and, under a budget, within what the rest of the solve leaves
+    #: of it (the MILP builder refuses a larger one, :func:`formulation.milp.compact.
+    #: solve_compact`)
+    milp_choices: int = 0
 
 
 def estimate(
@@ -103,12 +115,14 @@ def estimate(
     candidates: Sequence[int],
     workers: int = 1,
     milp_build_s: float | None = None,
+    budget_mb: float | None = None,
 ) -> MemoryEstimate:
     """Estimated peak memory of a solve's process tree with these candidate counts per
     deployment and ``workers`` forked workers; ``milp_build_s``, the seconds its MILPs
     may take to build (the request's time limit: a size bound, not a deadline; None: no
-    bound on the MILPs but the cells); ``per_deployment_mb``: what each deployment
-    keeps."""
+    bound on the MILPs but the cells); ``budget_mb``, the memory the solve may take
+    (None: no budget): its MILPs are bounded by what the rest leaves of it;
+    ``per_deployment_mb``: what each deployment keeps."""
     per = tuple(BYTES_PER_CELL * n_periods * k / 2**20 for k in candidates)
     cells = n_periods * sum(candidates)
     working = (1 + workers) * WORKING_BYTES_PER_CELL * n_periods * max(candidates, default=0)
@@ -116,10 +130,15 @@ def estimate(
     if len(candidates) > 1:
         front = min(ENUMERATION_BYTES_PER_CANDIDATE * sum(candidates), ENUMERATION_MAX_MB * 2**20)
         enumeration = workers * front
-    choices = cells if milp_build_s is None else min(cells, MILP_CHOICES_PER_S * milp_build_s)
-    milp = MILP_BYTES_PER_CHOICE * choices
-    total = BASE_MB + workers * WORKER_MB + sum(per) + (working + enumeration + milp) / 2**20
-    return MemoryEstimate(total, per, cells)
+    rest = BASE_MB + workers * WORKER_MB + sum(per) + (working + enumeration) / 2**20
+    choices = float(cells)
+    if milp_build_s is not None:
+        choices = min(choices, MILP_CHOICES_PER_S * milp_build_s)
+    if budget_mb is not None:
+        choices = min(choices, max(0.0, (budget_mb - rest) * 2**20 / MILP_BYTES_PER_CHOICE))
+    milp_choices = math.floor(choices + 1e-6)  # 0.3 / 2e-4 s is 1500 to rounding
+    total = rest + MILP_BYTES_PER_CHOICE * milp_choices / 2**20
+    return MemoryEstimate(total, per, cells, milp_choices)
 
 
 def check(
@@ -132,11 +151,11 @@ def check(
     """The estimate; InputError when it exceeds ``budget_mb``, naming the deployment
     that needs the most (its ``max_gpus``), or ``deployments`` when that one alone would
     fit and it is their number that does not."""
-    est = estimate(n_periods, candidates, workers, milp_build_s)
+    est = estimate(n_periods, candidates, workers, milp_build_s, budget_mb)
     if budget_mb is None or est.total_mb <= budget_mb:
         return est
     i = max(range(len(candidates)), key=lambda j: candidates[j])
-    alone = estimate(n_periods, [candidates[i]], workers, milp_build_s).total_mb
+    alone = estimate(n_periods, [candidates[i]], workers, milp_build_s, budget_mb).total_mb
     need = f"this solve would need about {est.total_mb:,.0f} MB"
     over = f"above the memory budget of {budget_mb:,.0f} MB"
     raise_budget = "raise the budget (PDWATT_MAX_SOLVE_MEMORY_MB, --max-memory-mb)"

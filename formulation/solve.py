@@ -174,6 +174,8 @@ class Run:
         self.source = ""
         self.lower_bound = -np.inf
         self.greedy: GreedyReport | None = None
+        # the largest MILP the memory budget leaves room for (ScheduleData.milp_choices)
+        self.milp_choices: int | None = None
         # the limit this solve had: its own, or what the request's deadline left it
         self.stats: dict[str, Any] = {"time_limit_s": round(limit_s, 3), "phases": [], "trace": []}
 
@@ -273,7 +275,9 @@ class Run:
         """Whether a MILP over ``choices`` can be built and solved before ``until``: its
         build within ``TimeBudget.BUILD_SHARE`` of the time left and, with ``root``, its
         root node (which HiGHS does not interrupt for its time limit) within the time
-        left."""
+        left; and within what the memory budget leaves for a MILP."""
+        if self.milp_choices is not None and choices > self.milp_choices:
+            return False
         left = self.budget.left(until)
         if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * left:
             return False
@@ -299,6 +303,7 @@ def _phases(run: Run) -> Outcome:
     problem = run.problem
     with run.phase("tables"):
         data = build_data(problem)
+        run.milp_choices = data.milp_choices
         check_feasible_before(data)
         grids = [deployment_grid(data, d) for d in data.deployments]
     with run.phase("baselines"):

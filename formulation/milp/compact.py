@@ -335,7 +335,7 @@ def build_model(
 
 @dataclass
 class MilpResult:
-    status: str  # optimal | time_limit | infeasible | error
+    status: str  # optimal | time_limit | infeasible | error | memory (not built)
     schedule: Schedule | None
     objective_usd: float | None
     bound_usd: float | None
@@ -475,7 +475,19 @@ def solve_compact(
     """The compact MILP over ``allowed`` (default: every candidate), solved by
     ``deadline`` moved later by the model's build time: callers weigh the build before
     they start one (:func:`estimated_build_s`), and its time is not taken from the
-    solve's."""
+    solve's. A MILP over more choices than ``data.milp_choices`` (what the solve's
+    memory budget leaves for one, :mod:`formulation.memory`) is not built: status
+    ``memory``, no schedule and no bound, as a MILP that found nothing."""
+    cap = data.milp_choices
+    if cap is not None:
+        choices = (
+            sum(len(d.n_p) for d in data.deployments) * data.n_periods
+            if allowed is None
+            else sum(len(c) for per in allowed for c in per)
+        )
+        if choices > cap:
+            log.info("compact MILP over %d choices not built: memory for %d", choices, cap)
+            return MilpResult("memory", None, None, None, None, 0.0, 0.0, 0, "memory budget")
     t0 = time.perf_counter()
     m = build_model(data, allowed, entry_cost, exit_cost)
     build_s = time.perf_counter() - t0

@@ -5,6 +5,8 @@ process tree."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -115,7 +117,8 @@ def test_over_budget_is_refused_before_any_table_naming_the_largest_deployment()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert err.value.field == "deployments[1].max_gpus"
-    need = check_memory(problem_from_dict(body)).total_mb  # no budget: just the estimate
+    # what it needs without any MILP: the budget bounds the MILPs, not the rest
+    need = _without_milp(check_memory(problem_from_dict(body)))  # no budget
     assert need > 4096
     assert f"{need:,.0f} MB" in err.value.reason and "4,096 MB" in err.value.reason
     assert peak < 20 * 2**20  # no (period x configuration) table was built
@@ -134,10 +137,16 @@ def test_many_deployments_are_refused_by_the_estimate_naming_their_number() -> N
     check_memory(problem_from_dict(body, Host(memory_budget_mb=need + 1)))
 
 
+def _without_milp(est: memory.MemoryEstimate) -> float:
+    return est.total_mb - memory.MILP_BYTES_PER_CHOICE * est.milp_choices / 2**20
+
+
 def test_within_budget_builds_and_no_budget_means_no_limit() -> None:
     small = site([8, 16], periods=4)
-    need = check_memory(problem_from_dict(small)).total_mb
-    build_data(problem_from_dict(small, Host(memory_budget_mb=need + 1)))
+    need = _without_milp(check_memory(problem_from_dict(small)))
+    data = build_data(problem_from_dict(small, Host(memory_budget_mb=need + 1)))
+    # a megabyte left: MILPs of at most 64 choices (16 KB each)
+    assert data.milp_choices == 64
     with pytest.raises(InputError, match="memory budget"):
         build_data(problem_from_dict(small, Host(memory_budget_mb=need - 1)))
     big = site([512], periods=288)
@@ -157,6 +166,40 @@ def test_a_fleet_of_8320_gpus_is_within_the_default_budget() -> None:
     assert 4096 > est.total_mb > 1508
     with pytest.raises(InputError, match="memory budget"):
         check_memory(problem_from_dict(site([2 * g for g in gpus]), Host(memory_budget_mb=4096)))
+
+
+def test_the_budget_bounds_the_milps_not_the_admission() -> None:
+    """The same fleet with a 300 s limit, whose limit alone would admit a MILP of
+    450,000 choices (7 GB): admitted under the default 4,096 MB, its MILPs bounded by
+    what the rest leaves of the budget (measured whole-tree peak of this fleet at 300 s:
+    1,456 MB, formulation/memory.py). The estimate never exceeds the budget, and the
+    MILP bound is what fills it."""
+    gpus = [100 + round(60 * i / 63) for i in range(64)]
+    body = site(gpus)
+    body["solver"] = {"time_limit_s": 300}
+    free = check_memory(problem_from_dict(body))
+    assert free.total_mb > 4096 and free.milp_choices == 450_000
+    est = check_memory(problem_from_dict(body, Host(memory_budget_mb=4096)))
+    rest = _without_milp(est)
+    assert est.total_mb <= 4096 and est.milp_choices < free.milp_choices
+    assert est.milp_choices == int((4096 - rest) * 2**20 / memory.MILP_BYTES_PER_CHOICE)
+    assert rest == pytest.approx(_without_milp(free), rel=1e-12)
+
+
+def test_a_milp_beyond_the_memory_left_is_not_built() -> None:
+    """The MILP builder refuses a MILP over more choices than the budget leaves room
+    for (status ``memory``: no schedule, no bound), and builds it within."""
+    from formulation.milp.compact import solve_compact
+    from formulation.solve import Deadline
+
+    small = site([8, 16], periods=4)
+    data = build_data(problem_from_dict(small))
+    cells = sum(len(d.n_p) for d in data.deployments) * data.n_periods
+    assert data.milp_choices is not None and data.milp_choices >= cells
+    r = solve_compact(dataclasses.replace(data, milp_choices=cells - 1), Deadline.after(30.0), 1e-4)
+    assert r.status == "memory" and r.schedule is None and r.bound_usd is None
+    r = solve_compact(dataclasses.replace(data, milp_choices=cells), Deadline.after(30.0), 1e-4)
+    assert r.status == "optimal" and r.schedule is not None
 
 
 CHILD = """
