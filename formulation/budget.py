@@ -94,14 +94,14 @@ class TimeBudget:
     RESUMED_RELAXATION: ClassVar[float] = 0.15
     RESERVE: ClassVar[float] = 0.03
     #: the window is guided by one-period optima when one round of them takes at most
-    #: this share of the limit (formulation.solve._guided)
+    #: this share of the limit (``_guided`` in formulation/solve.py)
     GUIDED_ROUND: ClassVar[float] = 0.05
     #: and when the relaxation leaves a gap above this
     GUIDED_GAP: ClassVar[float] = 0.005
     #: the one-period bound taken before the relaxation ends by here
     ONE_PERIOD_BOUND: ClassVar[float] = 0.15
     #: at most this share of the limit for the integer program over column
-    #: generation's columns (formulation.solve._column_milp): on 256 deployments HiGHS
+    #: generation's columns (``_column_milp`` in formulation/solve.py): on 256 deployments HiGHS
     #: spent the 120 s of a neighbourhood's share on its 1,280 columns
     COLUMN_MILP: ClassVar[float] = 0.05
     #: a restricted MILP is built only if its estimated Pyomo build time

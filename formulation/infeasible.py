@@ -4,7 +4,7 @@
 A schedule problem is refused as infeasible before any phase when its cap lies below
 the least the site can draw, or a deployment that must run needs more GPUs than its
 pool has (:func:`check_feasible_before`); the LP relaxation names the periods of the
-others (:func:`infeasible_after`, from :func:`formulation.solve.diagnose_infeasible`).
+others (:func:`infeasible_after`, from :func:`formulation.diagnosis.diagnose_infeasible`).
 
 This module imports neither Pyomo nor HiGHS, so that what answers requests without
 solving (the HTTP API's process, its error handlers, the site checks) can name these

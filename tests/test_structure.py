@@ -121,7 +121,8 @@ def test_the_graph_sees_imports(name: str) -> None:
 # formulation's folders in pipeline order: a module may import its own folder, the
 # flat modules at the top (the problem, its data, pricing, time, infeasibility without a
 # solver) and folders before it;
-# solve.py runs the pipeline over them all and whatif/ asks questions of solve.
+# solve.py runs the pipeline over them all (its state is run.py; diagnosis.py names
+# the periods of a problem it found infeasible) and whatif/ asks questions of solve.
 FORMULATION_ORDER = ("processes", "subproblems", "milp", "bounds", "primal", "top", "whatif")
 FORMULATION_BASE = {
     "budget",
@@ -133,6 +134,38 @@ FORMULATION_BASE = {
     "request",
     "demo",
 }
+
+
+#: the modules that load a solver
+SOLVER_PACKAGES = ("pyomo", "highspy")
+
+
+def test_formulations_base_loads_no_solver() -> None:
+    """formulation's flat base and its phase list reach no module that imports Pyomo or
+    HiGHS, imports inside functions included: what answers requests without solving
+    (the API process, its error handlers) names ``InfeasibleError`` and the phases
+    without loading a solver; only the pipeline (solve, run, diagnosis) does."""
+    g = graph()
+    loads = {
+        m
+        for m, path in MODULES.items()
+        if any(t.split(".")[0] in SOLVER_PACKAGES for t, _ in imports(path))
+    }
+    assert "formulation.milp.compact" in loads  # the check sees a solver's importers
+
+    def reached(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for n in g[todo.pop()] - seen:
+                seen.add(n)
+                todo.append(n)
+        return seen
+
+    light = sorted(f"formulation.{m}" for m in (*FORMULATION_BASE, "phases"))
+    bad = {m: sorted(reached(m) & loads) for m in light if reached(m) & loads}
+    assert bad == {}, bad
+    assert reached("formulation.solve") & loads  # the pipeline does load one
 
 
 def formulation_folder(module: str) -> str:

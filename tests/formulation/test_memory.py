@@ -6,7 +6,6 @@ process tree."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import subprocess
@@ -189,8 +188,8 @@ def test_the_budget_bounds_the_milps_not_the_admission() -> None:
 def test_a_milp_beyond_the_memory_left_is_not_built() -> None:
     """The MILP builder refuses a MILP over more choices than the budget leaves room
     for (status ``memory``: no schedule, no bound), and builds it within."""
+    from formulation.budget import Deadline
     from formulation.milp.compact import solve_compact
-    from formulation.solve import Deadline
 
     small = site([8, 16], periods=4)
     data = build_data(problem_from_dict(small))

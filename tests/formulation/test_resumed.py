@@ -89,8 +89,8 @@ def test_a_solve_resumes_its_relaxation_with_the_time_left(
     least the relaxation's, at most the optimum."""
     monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
     monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
-    monkeypatch.setattr(solve_module, "_exact_window", lambda *args: None)
-    monkeypatch.setattr(solve_module, "_neighbourhoods", lambda *args: None)
+    monkeypatch.setattr(solve_module, "exact_window", lambda *args: None)
+    monkeypatch.setattr(solve_module, "search_corridors", lambda *args: None)
     resumed = 0
     for seed in SEEDS:
         out = solve(problem_from_dict(site(seed, "auto")))
@@ -129,7 +129,7 @@ def test_the_milps_go_on_after_a_resumed_relaxation_ends(
     (none: radius 1); the schedules they find are never better than the optimum."""
     monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
     monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
-    monkeypatch.setattr(solve_module, "_exact_window", lambda *args: None)
+    monkeypatch.setattr(solve_module, "exact_window", lambda *args: None)
     monkeypatch.setattr(solve_module, "_neighbourhoods_end", lambda _generation: 0.0)
     went_on = 0
     for seed in SEEDS:
