@@ -17,7 +17,8 @@ asked for (default: both, ``paper`` and ``admission``), each in a fresh process 
 peak RSS). Prints one JSON row per run (phases, bound history, MILPs, baselines) and
 a table: wall time, final gap, time to a proven 1%, 0.5% and 0.1% gap, peak RSS.
 ``--growth LIMIT_S`` runs the growth table instead (2 to 32 deployments of 32 GPUs;
-8 deployments of 16 to 128 GPUs).
+8 deployments of 16 to 128 GPUs); ``--fleet N`` fleets of N deployments, ``--mixed``
+with every other one prefilling on H100 and decoding on H200.
 
     python benchmarks/bench_schedule.py [--sites demo S64 A B C D] [--methods auto volume compact]
         [--model-variants paper admission]
@@ -64,9 +65,12 @@ def site_request(
     seed: int,
     limit_s: float,
     variant: str = DEFAULT_VARIANT,
+    mixed: bool = False,
 ) -> dict[str, Any]:
     """``n_dep`` deployments of ``gpus_each`` GPUs (or deployment ``i`` of
-    ``gpus_each[i]``) on a site of ``site_gpus``."""
+    ``gpus_each[i]``) on a site of ``site_gpus``; ``mixed``: every other deployment
+    prefills on H100 and decodes on H200 (docs/mixed-gpus.md), the site's GPUs split
+    between the two types as half those deployments' GPUs are H100s."""
     rng = np.random.default_rng(seed)
     each = [gpus_each] * n_dep if isinstance(gpus_each, int) else list(gpus_each)
     T = 96
@@ -88,9 +92,15 @@ def site_request(
                 "model_variant": variant,
             }
         )
+        if mixed and i % 2:
+            deps[-1]["prefill_gpu"] = "h100-sxm"
+    inventory = {"h200": site_gpus}
+    if mixed:
+        h100 = sum(each[i] for i in range(1, n_dep, 2)) // 2
+        inventory = {"h200": site_gpus - h100, "h100-sxm": h100}
     body: dict[str, Any] = {
         "period_minutes": 15,
-        "site": {"gpu_inventory": {"h200": site_gpus}, "pue": 1.25, "idle_gpu_power_w": 120},
+        "site": {"gpu_inventory": inventory, "pue": 1.25, "idle_gpu_power_w": 120},
         "deployments": deps,
         "grid": {"power_cap_w": 1e9, "price_usd_per_mwh": 50.0, "carbon_g_per_kwh": 300.0},
         "transitions": {"start_cost_usd": 0.02, "max_instance_changes_per_period": 4},
@@ -144,13 +154,13 @@ def fleet_gpus(n_dep: int) -> list[int]:
     return [lo + round(spread * i / max(n_dep - 1, 1)) for i in range(n_dep)]
 
 
-def fleet_run(args: tuple[str, int, int, float, str]) -> dict[str, Any]:
-    method, seed, n_dep, limit, variant = args
+def fleet_run(args: tuple[str, int, int, float, str, bool]) -> dict[str, Any]:
+    method, seed, n_dep, limit, variant, mixed = args
     gpus = fleet_gpus(n_dep)
     t0 = time.perf_counter()
-    body = site_request(n_dep, gpus, sum(gpus), seed, limit, variant)
+    body = site_request(n_dep, gpus, sum(gpus), seed, limit, variant, mixed)
     setup_s = time.perf_counter() - t0
-    row = run_body(f"{n_dep}x100-212", body, method)
+    row = run_body(f"{n_dep}x100-212{' mixed' if mixed else ''}", body, method)
     return row | {"model_variant": variant, "setup_s": round(setup_s, 1)}
 
 
@@ -279,13 +289,18 @@ def main() -> None:
         "39,936 GPUs), each with --fleet-limit",
     )
     ap.add_argument("--fleet-limit", type=float, default=600.0, help="seconds per fleet")
+    ap.add_argument(
+        "--mixed",
+        action="store_true",
+        help="fleets with every other deployment prefilling on H100, decoding on H200",
+    )
     a = ap.parse_args()
     rows = []
     if a.fleet:
         for n_dep in a.fleet:
             for m in a.methods:
                 for v in a.model_variants:
-                    row = in_fresh_process(fleet_run, (m, a.seed, n_dep, a.fleet_limit, v))
+                    row = in_fresh_process(fleet_run, (m, a.seed, n_dep, a.fleet_limit, v, a.mixed))
                     rows.append(row)
                     print(json.dumps(row, default=_nan_none), flush=True)
     elif a.growth:
