@@ -216,9 +216,8 @@ class ScheduleData:
     #: (M,) the pool of each deployment's prefill phase where it differs from its
     #: ``pool_of`` (then the decode phase's); None: every deployment in one pool
     prefill_pool_of: IntArray | None = None
-    #: the largest MILP, in choices, the solve may build (:attr:`memory.MemoryEstimate.
-    #: milp_choices`: within its time limit and what the memory budget leaves); None:
-    #: no bound
+    #: the largest MILP, in choices, the memory budget leaves room for
+    #: (:attr:`memory.MemoryEstimate.milp_budget_choices`); None: no budget
     milp_choices: int | None = None
 
     @property
@@ -778,7 +777,7 @@ def build_data(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) ->
         stop_cost_usd=float(p.transitions.stop_cost_usd),
         max_changes=p.transitions.max_instance_changes_per_period,
         prefill_pool_of=None if np.array_equal(prefill_pool_of, pool_of) else prefill_pool_of,
-        milp_choices=needs.milp_choices,
+        milp_choices=needs.milp_budget_choices,
     )
 
 

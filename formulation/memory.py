@@ -103,11 +103,13 @@ class MemoryEstimate:
     total_mb: float
     per_deployment_mb: tuple[float, ...]
     cells: int = 0  # (period, candidate) cells of all deployments
-    #: the largest MILP, in choices, the solve may build: what its time limit admits,
+    #: the largest MILP, in choices, the estimate counts: what the time limit admits,
     #: within the cells and, under a budget, within what the rest of the solve leaves
-    #: of it (the MILP builder refuses a larger one, :func:`formulation.milp.compact.
-    #: solve_compact`)
+    #: of it
     milp_choices: int = 0
+    #: the largest MILP the budget leaves room for (None: no budget); the MILP builder
+    #: refuses a larger one (:func:`formulation.milp.compact.solve_compact`)
+    milp_budget_choices: int | None = None
 
 
 def estimate(
@@ -134,11 +136,13 @@ def estimate(
     choices = float(cells)
     if milp_build_s is not None:
         choices = min(choices, MILP_CHOICES_PER_S * milp_build_s)
+    room = None
     if budget_mb is not None:
-        choices = min(choices, max(0.0, (budget_mb - rest) * 2**20 / MILP_BYTES_PER_CHOICE))
+        room = math.floor(max(0.0, (budget_mb - rest) * 2**20 / MILP_BYTES_PER_CHOICE))
+        choices = min(choices, room)
     milp_choices = math.floor(choices + 1e-6)  # 0.3 / 2e-4 s is 1500 to rounding
     total = rest + MILP_BYTES_PER_CHOICE * milp_choices / 2**20
-    return MemoryEstimate(total, per, cells, milp_choices)
+    return MemoryEstimate(total, per, cells, milp_choices, room)
 
 
 def check(

@@ -182,6 +182,7 @@ def test_the_budget_bounds_the_milps_not_the_admission() -> None:
     rest = _without_milp(est)
     assert est.total_mb <= 4096 and est.milp_choices < free.milp_choices
     assert est.milp_choices == int((4096 - rest) * 2**20 / memory.MILP_BYTES_PER_CHOICE)
+    assert est.milp_budget_choices == est.milp_choices and free.milp_budget_choices is None
     assert rest == pytest.approx(_without_milp(free), rel=1e-12)
 
 
@@ -194,7 +195,7 @@ def test_a_milp_beyond_the_memory_left_is_not_built() -> None:
     small = site([8, 16], periods=4)
     data = build_data(problem_from_dict(small))
     cells = sum(len(d.n_p) for d in data.deployments) * data.n_periods
-    assert data.milp_choices is not None and data.milp_choices >= cells
+    assert data.milp_choices is None  # no budget: no bound but the phases' time
     r = solve_compact(dataclasses.replace(data, milp_choices=cells - 1), Deadline.after(30.0), 1e-4)
     assert r.status == "memory" and r.schedule is None and r.bound_usd is None
     r = solve_compact(dataclasses.replace(data, milp_choices=cells), Deadline.after(30.0), 1e-4)
