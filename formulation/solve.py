@@ -92,7 +92,7 @@ from formulation.primal.window import (
     window_span,
 )
 from formulation.problem import Method, ScheduleProblem
-from formulation.processes.interrupt import interruptible, process_stopping
+from formulation.processes.interrupt import Interrupted, interruptible, process_stopping
 from formulation.subproblems.dp import DeploymentGrid, deployment_grid
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,9 @@ class Run:
         self.source = ""
         self.lower_bound = -np.inf
         self.greedy: GreedyReport | None = None
+        # the tables and baselines, once built (the end of a run cut short needs them)
+        self.data: ScheduleData | None = None
+        self.base: dict[str, Priced] = {}
         # the limit this solve had: its own, or what the request's deadline left it
         self.stats: dict[str, Any] = {"time_limit_s": round(limit_s, 3), "phases": [], "trace": []}
 
@@ -291,8 +294,18 @@ def solve(
     is the time left before it when that is less than ``solver.time_limit_s``: the
     deadline of a request that runs several solves (a demand-response what-if's two)."""
     run = Run(problem, progress or (lambda _msg: None), monitor, deadline)
-    with interruptible(run.should_stop):
-        return _phases(run)
+    with interruptible(run.should_stop, run.budget.deadline(TimeBudget.END)):
+        try:
+            return _phases(run)
+        except Interrupted as e:
+            # a round on other machines cut short by a stop or the limit: the run ends
+            # with what it has
+            if run.data is None:
+                raise
+            run.say(f"{run.current}: parallel round cut short ({e})")
+            for name, p in run.base.items():  # offered already, unless cut in baselines
+                run.offer(_undominated(run.data, p), f"baseline {name}")
+            return _finish(run, run.data, run.base)
 
 
 def _phases(run: Run) -> Outcome:
@@ -301,8 +314,9 @@ def _phases(run: Run) -> Outcome:
         data = build_data(problem)
         check_feasible_before(data)
         grids = [deployment_grid(data, d) for d in data.deployments]
+    run.data = data
     with run.phase("baselines"):
-        base = _baselines(run, data, grids)
+        base = run.base = _baselines(run, data, grids)
     if run.opts.method == Method.COMPACT:
         with run.phase("compact"):
             _compact(run, data, grids)
@@ -403,6 +417,7 @@ def _baselines(run: Run, data: ScheduleData, grids: list[DeploymentGrid]) -> dic
     # the two without a deadline first (seconds on hundreds of deployments), so that
     # the greedy's one-period searches, which end at the phase's deadline, end the phase
     peak, ramped = static_peak(data), greedy_ramped(data, grids)
+    run.base = {"static_peak": peak, "greedy_ramped": ramped}
     greedy_base, report = greedy_with_report(
         data, run.budget.deadline(TimeBudget.BASELINES), grids, _workers(run)
     )
