@@ -11,7 +11,6 @@ cluster is named. On a cluster, a round's tasks run on the cluster's CPUs whatev
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,9 +37,11 @@ _PRELOAD: list[str] = []  # modules the cluster's worker processes load when joi
 
 
 def ray_missing() -> str | None:
-    """Why Ray cannot be used in this Python (None: it can)."""
-    if importlib.util.find_spec("ray") is None:
-        return f"Ray is not installed in this Python: {RAY_EXTRA}"
+    """Why Ray cannot be used in this Python (None: it can); imports it."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:
+        return f"Ray is not installed in this Python ({e}): {RAY_EXTRA}"
     return None
 
 
@@ -72,9 +73,12 @@ def use_ray(
     _CLUSTER[:] = [address]
     _PRELOAD[:] = list(preload)
     _JOINED[0] = False
-    if connect and not _join():
-        _CLUSTER.clear()
-        raise InputError(source, f"no Ray cluster answered at {address!r}")
+    if connect:
+        try:
+            _join()
+        except (OSError, RuntimeError, ValueError) as e:
+            _CLUSTER.clear()
+            raise InputError(source, f"no Ray cluster answered at {address!r}: {e}") from None
 
 
 def ray_address() -> str | None:
@@ -82,24 +86,29 @@ def ray_address() -> str | None:
     return _CLUSTER[0] if _CLUSTER else None
 
 
-def _join() -> bool:
-    if _JOINED[0]:
-        return True
-    from formulation.processes.raypool import connect
+def _join() -> None:
+    """Join the named cluster unless joined; what Ray raises when it cannot."""
+    if not _JOINED[0]:
+        from formulation.processes.raypool import connect
 
-    try:
         connect(_CLUSTER[0], _PRELOAD)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+        _JOINED[0] = True
+
+
+def _joined() -> bool:
+    """Whether the named cluster is joined (joining it now if it answers)."""
+    try:
+        _join()
+    except (OSError, RuntimeError, ValueError) as e:
         log.warning("no Ray cluster at %r (%s): solving on this machine", _CLUSTER[0], e)
         return False
-    _JOINED[0] = True
     return True
 
 
 def open_pool(shared: S, workers: int) -> Pool[S]:
     """The pool a solve's parallel work runs on: the Ray cluster this process uses
     (:func:`use_ray`), else ``workers`` processes forked here."""
-    if _CLUSTER and _join():
+    if _CLUSTER and _joined():
         from formulation.processes.raypool import RayPool
 
         return RayPool(shared)
