@@ -15,7 +15,7 @@ monotonic clock) travels as a wall-clock instant and is read back on the node th
 it. While it waits, the pool asks the run whether it was asked to stop or its limit has
 ended (:mod:`formulation.processes.interrupt`); then the tasks not done are cancelled and
 :class:`formulation.processes.interrupt.Interrupted` is raised: the run ends with what
-it has.
+it has. A task running then ends with its worker process (Ray starts another).
 
 Failures. A task whose worker process or node is lost is run again by Ray, up to
 :data:`MAX_RETRIES` times; beyond that (the cluster lost, an object lost with its node)
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import socket
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ R = TypeVar("R")
 MAX_RETRIES = 3
 #: seconds between two looks at the run's stop and limit while tasks run
 WAIT_S = 0.1
+#: seconds a cluster's head has to answer when it is joined
+CONNECT_S = 5.0
 
 _WHOLE = ("whole",)  # the key of the whole shared state among a pool's objects
 
@@ -114,11 +117,31 @@ def connect(address: str, preload: Sequence[str] = ()) -> None:
 
     if ray.is_initialized():
         return
+    _probe(address)
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     if preload:
         cpus = int(ray.cluster_resources().get("CPU", 0))
         task = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(warm)
         ray.get([task.remote(tuple(preload)) for _ in range(cpus)])
+
+
+def _probe(address: str) -> None:
+    """ConnectionError unless something answers at the cluster's head within
+    :data:`CONNECT_S` (``ray.init`` would wait minutes for a head that is not there)."""
+    if address.startswith("ray://"):
+        head = address.removeprefix("ray://")
+    else:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+        except ImportError:  # another Ray: its own init says what is wrong
+            return
+        head = canonicalize_bootstrap_address(address) or address  # ConnectionError for auto
+    host, _, port = head.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConnectionError(f"nothing answers at {head}: {e}") from None
 
 
 def disconnect() -> None:
@@ -252,7 +275,9 @@ class RayPool(Generic[S]):
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_S)
             if pending and (stop_requested() or process_stopping() or past_end()):
                 for r in pending:
-                    ray.cancel(r)
+                    # a running task's worker process is ended (its DP or search would
+                    # not look at the stop); one not started never starts
+                    ray.cancel(r, force=True)
                 raise Interrupted(f"{len(pending)} of {len(refs)} tasks cancelled")
 
     def traffic(self) -> Traffic:
