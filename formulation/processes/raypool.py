@@ -168,6 +168,7 @@ class Traffic:
     object_bytes: int = 0  # put in the object store, once each
     objects: int = 0
     fetched_bytes: int = 0  # their copies on the other nodes that ran tasks naming them
+    submit_s: float = 0.0  # this process's time sending the tasks (the puts apart)
     nodes: dict[str, int] = field(default_factory=dict)  # tasks per node
 
 
@@ -241,10 +242,11 @@ class RayPool(Generic[S]):
         c.maps += 1
         c.tasks += len(items)
         refs = []
+        t0 = time.perf_counter()
         for _key, obj, args in items:
-            portable = _portable(args)
-            c.argument_bytes += _size(portable)
-            refs.append(remote.remote(fn, obj, *portable))
+            refs.append(remote.remote(fn, obj, *_portable(args)))
+        c.submit_s += time.perf_counter() - t0
+        c.argument_bytes += sum(_size(_portable(args)) for _k, _o, args in items)
         try:
             self._wait(refs)
             out = ray.get(refs)
