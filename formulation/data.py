@@ -812,6 +812,23 @@ def take_periods(data: ScheduleData, idx: NDArray[np.int64]) -> ScheduleData:
     )
 
 
+def one_deployment(data: ScheduleData, m: int) -> ScheduleData:
+    """Deployment ``m`` as a site of its own: the site's period arrays and settings, its
+    own tables and request, no other deployment's (what its DP needs, and all a task on
+    another machine is sent for it)."""
+    import dataclasses
+
+    problem = dataclasses.replace(data.problem, deployments=(data.problem.deployments[m],))
+    prefill = None if data.prefill_pool_of is None else data.prefill_pool_of[m : m + 1]
+    return dataclasses.replace(
+        data,
+        problem=problem,
+        deployments=(data.deployments[m],),
+        pool_of=data.pool_of[m : m + 1],
+        prefill_pool_of=prefill,
+    )
+
+
 def site_constant_usd(data: ScheduleData) -> float:
     """Energy cost of the whole site idle (every deployment's net cost adds to it)."""
     return float(np.sum(data.cost_usd_per_w) * data.idle_gpu_power_w * data.total_gpus)

@@ -79,7 +79,7 @@ from formulation.primal.search import (
 )
 from formulation.primal.window import GuidedStart, guided_start
 from formulation.problem import Method, ScheduleProblem
-from formulation.processes.interrupt import interruptible
+from formulation.processes.interrupt import Interrupted, interruptible
 from formulation.run import Monitor, Progress, Run
 from formulation.subproblems.dp import DeploymentGrid, deployment_grid
 
@@ -111,8 +111,22 @@ def solve(
     is the time left before it when that is less than ``solver.time_limit_s``: the
     deadline of a request that runs several solves (a demand-response what-if's two)."""
     run = Run(problem, progress or (lambda _msg: None), monitor, deadline)
-    with interruptible(run.should_stop):
-        return _phases(run)
+    s = Solving(run)
+    with interruptible(run.should_stop, run.budget.deadline(TimeBudget.END)):
+        try:
+            return _phases(s)
+        except Interrupted as e:
+            # a round on other machines cut short by a stop or the limit: the run ends
+            # with what it has
+            if not hasattr(s, "grids"):
+                raise
+            run.say(f"{run.current}: parallel round cut short ({e})")
+            if not hasattr(s, "base"):  # cut in the baselines: the two without a deadline
+                peak, ramped = static_peak(s.data), greedy_ramped(s.data, s.grids)
+                s.base = {"static_peak": peak, "greedy_ramped": ramped}
+            for name, p in s.base.items():  # offered already, unless cut in baselines
+                run.offer(_undominated(s.data, p), f"baseline {name}")
+            return _finish(s)
 
 
 # ------------------------------------------------------------------ the pipeline
@@ -299,8 +313,8 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def _phases(run: Run) -> Outcome:
-    s = Solving(run)
+def _phases(s: Solving) -> Outcome:
+    run = s.run
     for step in STEPS:
         if step.when(s):
             with run.phase(step.name):

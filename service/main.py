@@ -161,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
+    app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb, settings.ray_address)
     app.state.notifier = Notifier.of(settings)
     errors.install(app)
     for r in (

@@ -62,9 +62,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from formulation.budget import Deadline
-from formulation.data import ScheduleData, site_constant_usd
+from formulation.data import ScheduleData, one_deployment, site_constant_usd
 from formulation.evaluate import Schedule
-from formulation.processes.workers import ForkPool
+from formulation.processes.executor import open_pool
+from formulation.processes.workers import Pool
 from formulation.subproblems.dp import DeploymentGrid, backward_values, shortest_path, stage_costs
 
 FloatArray = NDArray[np.float64]
@@ -154,33 +155,42 @@ def solve_one(
     return value, cfg, served
 
 
-# the problems of the live oracles, inherited by their forked worker processes
-def _solve_in_worker(
-    shared: tuple[ScheduleData, Sequence[DeploymentGrid]],
-    m: int,
-    pi: FloatArray,
-    sigma_g: FloatArray,
-) -> tuple[float, IntArray, FloatArray]:
+def deployment_part(
+    shared: tuple[ScheduleData, Sequence[DeploymentGrid]], m: int
+) -> tuple[ScheduleData, DeploymentGrid]:
+    """What deployment ``m``'s DP needs of the oracle's state: the deployment as a site
+    of its own (:func:`formulation.data.one_deployment`) and its grid."""
     data, grids = shared
-    return solve_one(data, grids, m, pi, sigma_g)
+    return one_deployment(data, m), grids[m]
+
+
+# a task of the live oracles: one deployment's DP, on the part of the state it names
+def _solve_part(
+    part: tuple[ScheduleData, DeploymentGrid], pi: FloatArray, sigma_g: FloatArray
+) -> tuple[float, IntArray, FloatArray]:
+    data, grid = part
+    return solve_one(data, [grid], 0, pi, sigma_g)
 
 
 class DualOracle:
-    """Evaluates ``L(pi, sigma)``: one exact DP per deployment, on ``workers`` forked
-    processes when there are more than one (:class:`formulation.processes.workers.ForkPool`), so
-    each evaluation sends only the prices and receives the paths."""
+    """Evaluates ``L(pi, sigma)``: one exact DP per deployment, on the process's pool
+    (:func:`formulation.processes.executor.open_pool`: ``workers`` forked processes when
+    there are more than one, or a Ray cluster), each task naming its deployment's part
+    of the state, so each evaluation sends only the prices and receives the paths."""
 
     def __init__(
         self, data: ScheduleData, grids: Sequence[DeploymentGrid], workers: int = 1
     ) -> None:
         self.data = data
         self.grids = list(grids)
-        self._pool = ForkPool((data, self.grids), workers if len(data.deployments) > 1 else 1)
+        self.pool: Pool[tuple[ScheduleData, list[DeploymentGrid]]] = open_pool(
+            (data, self.grids), workers if len(data.deployments) > 1 else 1
+        )
         self.calls = 0
         self.seconds = 0.0
 
     def close(self) -> None:
-        self._pool.close()
+        self.pool.close()
 
     def __enter__(self) -> DualOracle:
         return self
@@ -192,8 +202,9 @@ class DualOracle:
         t0 = time.perf_counter()
         data = self.data
         M = len(data.deployments)
-        prices = [data.gpu_price(m, sigma) for m in range(M)]
-        parts = self._pool.map(_solve_in_worker, [(m, pi, prices[m]) for m in range(M)])
+        parts = self.pool.map_parts(
+            _solve_part, deployment_part, [(m, pi, data.gpu_price(m, sigma)) for m in range(M)]
+        )
         cfg = np.stack([p[1] for p in parts])
         served = np.stack([p[2] for p in parts])
         cap_load = np.zeros(data.n_periods)

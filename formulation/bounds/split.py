@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from formulation.budget import HINTS_AFTER, Deadline
 from formulation.data import ScheduleData
 from formulation.processes.interrupt import stop_requested
-from formulation.processes.workers import ForkPool
+from formulation.processes.workers import Pool
 from formulation.subproblems.dp import DeploymentGrid, reach, step_cost_to, transition_cost
 from formulation.subproblems.period import PeriodSolution, solve_period
 
@@ -105,7 +105,7 @@ def split_bound(
     | None = None,
     target_gap: float = 0.0,
     on_bound: Callable[[float], None] | None = None,
-    pool: ForkPool[ScheduleData] | None = None,
+    pool: Pool[ScheduleData] | None = None,
     restart_every: int | None = None,
 ) -> SplitBound:
     """Best ``L(mu)`` found by subgradient ascent by ``deadline``.

@@ -34,7 +34,7 @@ from formulation.budget import Deadline, TimeBudget
 from formulation.data import ScheduleData, take_periods
 from formulation.evaluate import Priced, Schedule, best_served, price_schedule
 from formulation.milp.compact import estimated_build_s, solve_compact
-from formulation.processes.workers import ForkPool
+from formulation.processes.executor import open_pool
 from formulation.subproblems.dp import (
     DeploymentGrid,
     deployment_grid,
@@ -243,7 +243,7 @@ def greedy_with_report(
         # the time limit keeps the best choice found, counted as not proven
         report.method = "one-period optimum by Lagrangian-bounded Pareto enumeration"
         t0 = time.perf_counter()
-        with ForkPool(data, workers) as pool:
+        with open_pool(data, workers) as pool:
             sols = pool.map(solve_period, [(int(t), None, None, deadline) for t in bad])
         report.cap_prices = np.zeros(T)
         for t, sol in zip(bad, sols, strict=True):

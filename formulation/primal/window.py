@@ -37,8 +37,9 @@ from formulation.data import ScheduleData, site_constant_usd, slice_periods
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.milp.compact import Allowed, solve_compact
 from formulation.primal.heuristics import coordinate_descent
+from formulation.processes.executor import open_pool
 from formulation.processes.interrupt import stop_requested
-from formulation.processes.workers import ForkPool
+from formulation.processes.workers import Pool
 from formulation.subproblems.dp import (
     DeploymentGrid,
     backward_values,
@@ -340,7 +341,7 @@ def _period_optima(
     """The one-period optima of periods ``a..b-1`` (on ``workers`` forked processes);
     the first period where none exists (or None); and whether every one is proven (a
     ``deadline`` may cut them short)."""
-    with ForkPool(data, workers) as pool:
+    with open_pool(data, workers) as pool:
         found = pool.map(solve_period, [(t, None, None, deadline) for t in range(a, b)])
     sols: list[PeriodSolution] = []
     for t, s in zip(range(a, b), found, strict=True):
@@ -407,7 +408,7 @@ def solve_guided(
 
     ``on_bound`` and ``on_schedule`` (optional) see every better bound and schedule as
     soon as it is found, before the result comes back. The decomposition's period
-    problems run on ``workers`` forked processes (:class:`formulation.processes.workers.ForkPool`).
+    problems run on the process's pool (:func:`formulation.processes.executor.open_pool`).
     """
     # each start's repair: a share of the window's whole time, and at least a floor
     repair_s = max(WINDOW_REPAIR_SHARE * deadline.remaining(), WINDOW_REPAIR_AT_LEAST_S)
@@ -415,7 +416,7 @@ def solve_guided(
     if init.first.violation_free:
         stats: dict[str, Any] = {"windows": [{"periods": 0}]}
         return WindowResult(init.first, init.first.objective_usd, True, stats)
-    with ForkPool(data, workers) as pool:
+    with open_pool(data, workers) as pool:
         g = _Guided(
             data,
             grids,
@@ -477,7 +478,7 @@ class _Guided:
         threads: int | None,
         incumbent: Priced | None,
         init: GuidedStart,
-        pool: ForkPool[ScheduleData],
+        pool: Pool[ScheduleData],
         say: Callable[[str], None],
         on_bound: Callable[[float], None] | None,
         on_schedule: Callable[[Priced], object] | None,

@@ -138,8 +138,8 @@ def _deployments(body: Any) -> list[dict[str, Any]]:
 
 
 def add_host_args(p: argparse.ArgumentParser) -> None:
-    """``--max-memory-mb``, ``--model-variant`` and the performance options: the flags of
-    every command that solves schedules."""
+    """``--max-memory-mb``, ``--ray``, ``--model-variant`` and the performance options:
+    the flags of every command that solves schedules."""
     add_variant_arg(p, per_deployment=True)
     add_performance_args(p, per_deployment=True)
     p.add_argument(
@@ -148,6 +148,26 @@ def add_host_args(p: argparse.ArgumentParser) -> None:
         help="refuse a solve estimated to need more memory (default: "
         "PDWATT_MAX_SOLVE_MEMORY_MB, 4096)",
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the solve's parallel work on the Ray cluster at ADDRESS ('auto': the "
+        "cluster this machine is part of; host:port; ray://host:10001); default: "
+        "PDWATT_RAY_ADDRESS, else processes on this machine. Needs pip install 'pdwatt[ray]'",
+    )
+
+
+def use_cluster(a: argparse.Namespace) -> None:
+    """Join the Ray cluster of ``--ray`` (else ``PDWATT_RAY_ADDRESS``) for this process's
+    solves; an InputError naming the option when Ray is not installed or no cluster
+    answers."""
+    from formulation.processes.executor import use_ray
+    from service.runtime.settings import get_settings
+
+    if a.ray is not None:
+        use_ray(a.ray, "--ray")
+    elif get_settings().ray_address is not None:
+        use_ray(get_settings().ray_address, "PDWATT_RAY_ADDRESS")
 
 
 def host_from_args(a: argparse.Namespace, body: Any) -> Host:
@@ -156,6 +176,7 @@ def host_from_args(a: argparse.Namespace, body: Any) -> Host:
     ``$PDWATT_KERNELS``) when a deployment of ``body`` uses kernels."""
     from service.runtime.settings import get_settings
 
+    use_cluster(a)
     budget = a.max_memory_mb
     if budget is None:
         budget = get_settings().max_solve_memory_mb

@@ -145,7 +145,7 @@ class JobWorker:
         self.settings = settings
         self.url = settings.database_url
         self.name = f"{socket.gethostname()}:{os.getpid()}"[:128]
-        self.pool = SolvePool(settings.workers, settings.max_solve_memory_mb)
+        self.pool = SolvePool(settings.workers, settings.max_solve_memory_mb, settings.ray_address)
         self.notifier = Notifier.of(settings)
         self.running: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []

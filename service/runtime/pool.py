@@ -60,11 +60,16 @@ class WorkerLost(Exception):
 
 class SolvePool:
     """``workers`` solver processes; each solve may use up to ``memory_budget_mb``
-    (estimated before its tables are built, see :mod:`formulation.memory`)."""
+    (estimated before its tables are built, see :mod:`formulation.memory`) and runs its
+    parallel work on the Ray cluster at ``ray_address`` when one is named
+    (``PDWATT_RAY_ADDRESS``), else on processes of its own."""
 
-    def __init__(self, workers: int, memory_budget_mb: float | None = None) -> None:
+    def __init__(
+        self, workers: int, memory_budget_mb: float | None = None, ray_address: str | None = None
+    ) -> None:
         self.workers = workers
         self.memory_budget_mb = memory_budget_mb
+        self.ray_address = ray_address
         self.replaced = 0  # workers replaced after they died
         self._busy = 0
         self._lock = threading.Lock()
@@ -123,7 +128,7 @@ class SolvePool:
             self._lost(d, "died while idle")
             d.close()
         if worker is None:
-            worker = Worker(self._ctx, self._stopping)
+            worker = Worker(self._ctx, self._stopping, self.ray_address)
         with self._lock:
             self._active.add(worker)
         return worker

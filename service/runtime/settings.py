@@ -88,6 +88,13 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(
         3, ge=1, description="runs of a job before a lost worker fails it instead of retrying"
     )
+    ray_address: str | None = Field(
+        None,
+        min_length=1,
+        description="Ray cluster the solves' parallel work runs on ('auto': the cluster "
+        "this machine is part of, host:port its head, ray://host:10001 through Ray "
+        "Client); unset: each solve's own processes. Needs Ray: pip install 'pdwatt[ray]'",
+    )
     kernels: str | None = Field(
         None,
         min_length=1,
@@ -106,6 +113,17 @@ class Settings(BaseSettings):
                 kernel_database(v)
             except InputError as e:
                 raise ValueError(e.reason) from None
+        return v
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_installed(cls, v: str | None) -> str | None:
+        if v is not None:
+            from formulation.processes.executor import ray_missing
+
+            missing = ray_missing()
+            if missing is not None:
+                raise ValueError(missing)
         return v
 
     @field_validator("api_key")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook is registered before ours
 import os
@@ -33,18 +34,22 @@ TAKEN = "taken"
 EXIT = b""
 
 
-def serve(conn: Any, parent_pid: int, stopping: Any) -> None:
+def serve(conn: Any, parent_pid: int, stopping: Any, ray_address: str | None = None) -> None:
     """A worker: run the calls ``conn`` sends, ``(fn, args)`` pickled, until it sends
     :data:`EXIT` or closes; answer each with ``(True, result)`` or ``(False, exception)``.
 
     The worker leads a process group (its solve's children join it), ends with the
     process that started it, and stops every solve, keeping its best schedule, once
-    ``stopping`` (a multiprocessing Event) is set."""
+    ``stopping`` (a multiprocessing Event) is set. With ``ray_address``, its solves run
+    their parallel work on that Ray cluster, joined now (or, when none answers now, at
+    each solve until one does; until then on processes of its own)."""
     from formulation.processes.interrupt import stop_process_on
 
     lead_process_group()
     die_with_parent(parent_pid)
     stop_process_on(stopping.is_set)
+    if ray_address is not None:
+        join_cluster(ray_address)
     while True:
         try:
             data = conn.recv_bytes()
@@ -62,6 +67,19 @@ def serve(conn: Any, parent_pid: int, stopping: Any) -> None:
             conn.send(reply)
         except Exception as exc:  # noqa: BLE001 - the result cannot be pickled
             conn.send((False, RuntimeError(f"the solver's answer could not be sent: {exc!r}")))
+
+
+def join_cluster(address: str) -> None:
+    """This solver process's solves run their parallel work on the Ray cluster at
+    ``address``: joined now, else (none answers) at each solve until one does."""
+    from formulation.processes.executor import use_ray
+    from model.errors import InputError
+
+    try:
+        use_ray(address, "PDWATT_RAY_ADDRESS")
+    except InputError as e:
+        logging.getLogger(__name__).warning("%s: solving on this machine until it answers", e)
+        use_ray(address, "PDWATT_RAY_ADDRESS", connect=False)
 
 
 def _portable(exc: Exception) -> Exception:
@@ -88,11 +106,11 @@ class Worker:
     readable when the process ends (where the system has them). Both descriptors are
     closed (:meth:`close`) once the worker is buried and no thread reads the pipe."""
 
-    def __init__(self, ctx: Any, stopping: Any) -> None:
+    def __init__(self, ctx: Any, stopping: Any, ray_address: str | None = None) -> None:
         self.conn, theirs = ctx.Pipe()
         self.process = ctx.Process(
             target=serve,
-            args=(theirs, os.getpid(), stopping),
+            args=(theirs, os.getpid(), stopping, ray_address),
             name="pdwatt-solver",
             daemon=False,  # a daemonic process may not have children: its solve forks
         )
