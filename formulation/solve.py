@@ -67,7 +67,7 @@ from formulation.data import ScheduleData, build_data, undominated
 from formulation.diagnosis import diagnose_infeasible, diagnosis_deadline
 from formulation.evaluate import Priced, Schedule, price_schedule
 from formulation.infeasible import check_feasible_before, infeasible_after
-from formulation.milp.compact import estimated_build_s, solve_compact
+from formulation.milp.compact import count_choices, estimated_build_s, solve_compact
 from formulation.primal.baselines import greedy_ramped, greedy_with_report, static_peak
 from formulation.primal.heuristics import coordinate_descent
 from formulation.primal.search import (
@@ -118,12 +118,9 @@ def solve(
         except Interrupted as e:
             # a round on other machines cut short by a stop or the limit: the run ends
             # with what it has
-            if not hasattr(s, "grids"):
+            if not hasattr(s, "base"):  # cut before the baselines: nothing to end with
                 raise
             run.say(f"{run.current}: parallel round cut short ({e})")
-            if not hasattr(s, "base"):  # cut in the baselines: the two without a deadline
-                peak, ramped = static_peak(s.data), greedy_ramped(s.data, s.grids)
-                s.base = {"static_peak": peak, "greedy_ramped": ramped}
             for name, p in s.base.items():  # offered already, unless cut in baselines
                 run.offer(_undominated(s.data, p), f"baseline {name}")
             return _finish(s)
@@ -193,7 +190,7 @@ def _tables(s: Solving, _until: float) -> None:
 
 
 def _baselines_step(s: Solving, until: float) -> None:
-    s.base = _baselines(s.run, s.data, s.grids, until)
+    s.base = _baselines(s, until)
 
 
 def _compact_step(s: Solving, until: float) -> None:
@@ -378,13 +375,14 @@ def _one_period_bound(
     return start
 
 
-def _baselines(
-    run: Run, data: ScheduleData, grids: list[DeploymentGrid], until: float
-) -> dict[str, Priced]:
+def _baselines(s: Solving, until: float) -> dict[str, Priced]:
+    run, data, grids = s.run, s.data, s.grids
     run.say("baselines: static peak, greedy and greedy within transition limits")
     # the two without a deadline first (seconds on hundreds of deployments), so that
-    # the greedy's one-period searches, which end at the phase's deadline, end the phase
+    # the greedy's one-period searches, which end at the phase's deadline, end the phase;
+    # kept at once, for a run whose greedy round is cut short (solve)
     peak, ramped = static_peak(data), greedy_ramped(data, grids)
+    s.base = {"static_peak": peak, "greedy_ramped": ramped}
     greedy_base, report = greedy_with_report(data, run.budget.deadline(until), grids, run.workers())
     run.greedy = report
     run.stats["greedy"] = report.as_stats()
@@ -405,7 +403,7 @@ def _undominated(data: ScheduleData, p: Priced) -> Priced:
 
 def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid], until: float) -> None:
     run.bound(uncoupled_bound(data, local_grids(data, grids)), UNCOUPLED_SOURCE)
-    choices = sum(int(d.period_allowed().sum()) for d in data.deployments)
+    choices = count_choices(data)
     # the compact MILP is the exact reference the caller asked for: only its build is
     # weighed against the time (its root may then run past the limit)
     if not run.fits(choices, until, root=False):

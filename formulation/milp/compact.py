@@ -69,6 +69,15 @@ def estimated_root_s(choices: int) -> float:
     return choices * ROOT_S_PER_CHOICE
 
 
+def count_choices(data: ScheduleData, allowed: Allowed | None = None) -> int:
+    """The (deployment, period, configuration) choices of the compact MILP over
+    ``allowed`` (default: :func:`all_allowed`'s, each deployment's allowed candidates
+    per period)."""
+    if allowed is None:
+        return sum(int(d.period_allowed().sum()) for d in data.deployments)
+    return sum(len(c) for per in allowed for c in per)
+
+
 def all_allowed(data: ScheduleData) -> list[list[list[int]]]:
     """Every candidate of every deployment in every period (less the setting pairs
     that others of their configuration dominate in the period)."""
@@ -480,11 +489,7 @@ def solve_compact(
     ``memory``, no schedule and no bound, as a MILP that found nothing."""
     cap = data.milp_choices
     if cap is not None:
-        choices = (
-            sum(len(d.n_p) for d in data.deployments) * data.n_periods
-            if allowed is None
-            else sum(len(c) for per in allowed for c in per)
-        )
+        choices = count_choices(data, allowed)
         if choices > cap:
             log.info("compact MILP over %d choices not built: memory for %d", choices, cap)
             return MilpResult("memory", None, None, None, None, 0.0, 0.0, 0, "memory budget")
