@@ -28,7 +28,7 @@ from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape
-from model.silicon import SiliconRow, published_config
+from model.silicon import SiliconRow, draft_of, published_config
 from model.targets import evaluate_targets
 
 #: configurations a group needs to be judged
@@ -59,10 +59,15 @@ class Config:
 def config_of(row: SiliconRow) -> Config | str:
     """The row's configuration, or why it is not one pdwatt can express. A row that
     gives no worker counts takes the configuration published for its run
-    (:func:`model.silicon.published_config`), as the validation does."""
+    (:func:`model.silicon.published_config`), as the validation does, except a run with
+    MTP speculative decoding (:func:`model.silicon.draft_of`), which the capacity model
+    the decisions rank by does not compose."""
     if row.mode != "disagg" or row.prefill is None or row.decode is None:
         return "not a disaggregated row"
     if row.prefill.workers is None or row.decode.workers is None:
+        if draft_of(row) is not None:
+            return ("the run used MTP speculative decoding, which the capacity model does "
+                    "not compose: not expressed")  # fmt: skip
         published = published_config(row)
         if isinstance(published, str):
             return published

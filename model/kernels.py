@@ -1929,6 +1929,39 @@ class KernelModel:
             b, b, lambda calls: self._gqa(calls, b, attention, linear), graph, decode=True
         )
 
+    def t_decode_speculative(self, batch: float, context: float, draft: int) -> float:
+        """Seconds of one decode iteration of `batch` requests under chained speculative
+        decoding with the model's next-token-prediction module (DeepSeek's MTP, one
+        module applied `draft` times; docs/kernels.md, "Speculative decoding"): the
+        model verifies each request's token and its `draft` drafted ones, a pass at
+        ``batch (1 + draft)`` tokens (AIConfigurator's reading, each verified token a
+        decode query); then the module drafts the next ones, first over the verified
+        positions, then `draft - 1` times over one token per request. A module pass is
+        one layer of the model's decode pass at those tokens (its mean layer), the
+        projection of the embedding and the hidden state (``2 h -> h``, bf16), and the
+        shared LM head with its gather. `draft` 0 is :meth:`t_decode`."""
+        if isinstance(draft, bool) or not isinstance(draft, int) or draft < 0:
+            raise InputError("draft", f"must be an integer >= 0, got {draft!r}")
+        if draft == 0:
+            return self.t_decode(batch, context)
+        verify = self.decode(_real_batch(batch) * (1 + draft), context)
+        one = self.decode(batch, context)
+        first = self._draft_pass(verify, batch * (1 + draft))
+        return verify.time_s + first + (draft - 1) * self._draft_pass(one, batch)
+
+    def _draft_pass(self, decode: PhaseTime, tokens: float) -> float:
+        """One pass of the next-token-prediction module over `tokens` tokens (all the
+        ranks'), from the decode pass at those tokens: its mean layer, the ``2 h -> h``
+        projection and the LM head with its collectives (:meth:`t_decode_speculative`)."""
+        ends = ("lm head", "logits all-gather", "embedding all-reduce")
+        head = sum(c.total_s for c in decode.calls if c.name in ends)
+        layer = (decode.time_s - head) / self.model.layers
+        per_rank = max(1, math.ceil(tokens / self.setup.attention_dp))
+        hidden = self.model.hidden_size
+        calls: list[KernelCall] = []
+        self._gemm(calls, "mtp projection", 1, per_rank, hidden, 2 * hidden, "bfloat16")
+        return layer + head + _phase(calls).time_s
+
     def t_prefill(self, prompt_tokens: int) -> float:
         """Seconds of one prefill of `prompt_tokens` tokens (kernels only)."""
         return self.prefill(prompt_tokens).time_s

@@ -151,6 +151,15 @@ KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
 #: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
 #: ``scripts/derive_silicon_disagg_workers.py``, docs/validation-silicon.md section 3)
 DISAGG_WORKERS_FILE = "silicon_disagg_workers.json"
+#: DeepSeek's multi-token prediction as speculative decoding (docs/validation-silicon.md,
+#: section 3, "Speculative decoding"): the chance that the first drafted token is
+#: accepted, the middle of the 85-90% DeepSeek-V3's technical report gives for the
+#: second token's prediction (arXiv 2412.19437, section 5.4.3), and that of each later
+#: one given the earlier were, 0.6156, from the 3.20 tokens per iteration its original
+#: module gives reused for 7 drafts at temperature 0 (nebius/MTP-DeepSeek-V3-0324's
+#: model card, "Original MTP": 1 + 0.875 (1 - q^7) / (1 - q) = 3.20)
+MTP_ACCEPT_FIRST = 0.875
+MTP_ACCEPT_NEXT = 0.6156
 #: the aggregated rows measured with speculative decoding, or with and without it, by
 #: the public configurations of the image they name (derived by
 #: ``scripts/derive_silicon_speculative.py``, docs/validation-silicon.md section 3)
@@ -450,7 +459,8 @@ class Case:
     between disaggregated workers. `model` is the model the row measures (a model's
     rows are left out together, whatever their precision); `release`, the catalog
     entry of its quantised release where the row ran one (empty: `model`'s own entry);
-    `expert_dtype`, the MoE tables' dtype of the routed experts (empty: dense)."""
+    `expert_dtype`, the MoE tables' dtype of the routed experts (empty: dense);
+    `draft_tokens`, the tokens MTP drafts per decode iteration (0: none)."""
 
     row: SiliconRow
     model: str
@@ -466,6 +476,7 @@ class Case:
     kv_transfer_s: float = 0.0
     release: str = ""
     expert_dtype: str = ""
+    draft_tokens: int = 0
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -669,10 +680,13 @@ def _instance(
     need_decode: bool,
     chunk_tokens: int,
     substitutions: list[str],
+    draft: int = 0,
 ) -> Instance | str:
     """One worker's composed times, or why it is not composed. ``chunk_tokens``: the
-    prompt tokens the engine prefills in one iteration (0: no prefill on the worker).
-    The MoE tables' dtype of the routed experts is added to ``experts`` (once)."""
+    prompt tokens the engine prefills in one iteration (0: no prefill on the worker);
+    ``draft``: the tokens MTP drafts per decode iteration (its iterations composed by
+    ``KernelModel.t_decode_speculative``). The MoE tables' dtype of the routed experts
+    is added to ``experts`` (once)."""
     if phase.pp > 1:
         return f"pipeline parallelism (pp {phase.pp}) is not expressed"
     ep = 1
@@ -712,7 +726,7 @@ def _instance(
         top = min(max(1.0, math.ceil(clients)), max(1.0, math.floor(cap)))
         batches = _batches(top) if need_decode else np.array([1.0])
         decode = (
-            np.array([km.t_decode(float(b), context) for b in batches])
+            np.array([km.t_decode_speculative(float(b), context, draft) for b in batches])
             if need_decode
             else np.array([0.0])
         )
@@ -779,9 +793,43 @@ def speculative_reason(row: SiliconRow) -> str | None:
     (or may have used), by :func:`published_speculative`; None when it is not listed
     (or is listed for another run of the same id)."""
     entry = published_speculative()["rows"].get(row.id)
-    if entry is None or entry["match"] != _match(row):
+    if entry is None or entry["match"] != _match(row) or "draft_tokens" in entry:
         return None
     return str(entry["reason"])
+
+
+def accepted_tokens(draft: int) -> float:
+    """Tokens a request gains per decode iteration of chained MTP drafting ``draft``
+    tokens: its own and the drafted prefix accepted, ``1 + p1 (1 - q^d) / (1 - q)``
+    (:data:`MTP_ACCEPT_FIRST`, :data:`MTP_ACCEPT_NEXT`); 1 without drafting."""
+    if draft <= 0:
+        return 1.0
+    q = MTP_ACCEPT_NEXT
+    return 1.0 + MTP_ACCEPT_FIRST * (1.0 - q**draft) / (1.0 - q)
+
+
+def draft_of(row: SiliconRow) -> tuple[int, str] | None:
+    """The MTP draft depth the row's published configuration states, with a note naming
+    where (``scripts/derive_silicon_draft_tokens.py``); None when it states none."""
+    if row.mode == "agg":
+        entry = published_speculative()["rows"].get(row.id)
+        if entry is None or entry["match"] != _match(row) or "draft_tokens" not in entry:
+            return None
+        depth, source = int(entry["draft_tokens"]), str(entry["draft_source"])
+    else:
+        table = published_workers()
+        ref = table["rows"].get(row.id)
+        if ref is None:
+            return None
+        rec = table["records"][ref["record"]]
+        if rec["match"] != _match(row) or "draft_tokens" not in rec:
+            return None
+        depth, source = int(rec["draft_tokens"]), str(rec["draft_source"])
+    return depth, (
+        f"MTP speculative decoding, {depth} drafted token(s) per decode iteration ({source}), "
+        f"{accepted_tokens(depth):.3f} tokens gained per iteration (docs/validation-silicon.md, "
+        "section 3)"
+    )
 
 
 def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
@@ -822,7 +870,7 @@ def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:
     source = f"InferenceX nvidia-master.yaml entry {rec['config']} at {runs}"
     if rec["recipe"]:
         source += f", srt-slurm recipe {rec['recipe']} ({', '.join(rec['recipe_commits'])})"
-    if rec["speculative"] != "none":
+    if rec["speculative"] != "none" and "draft_tokens" not in rec:
         return (
             f"the run used {rec['speculative'].upper()} speculative decoding ({source}): "
             "not expressed"
@@ -885,9 +933,10 @@ def records_by_run(rows: Iterable[SiliconRow]) -> dict[tuple[Any, ...], list[Sil
 
 
 def speculative_of(row: SiliconRow) -> str | None:
-    """Why the row's own record says it ran, or may have run, speculative decoding (the
-    published configurations: :func:`speculative_reason`, :func:`published_config`);
-    None where it does not."""
+    """Why the row's own record says it ran, or may have run, speculative decoding that
+    is not expressed (the published configurations: :func:`speculative_reason`,
+    :func:`published_config`); None where it does not, or states its draft depth
+    (:func:`draft_of`)."""
     if row.mode == "agg":
         return speculative_reason(row)
     if row.prefill is not None and row.prefill.workers is not None:
@@ -938,6 +987,18 @@ def resolve(
         dtype, notes = weights
     if recipe is not None:
         notes = [recipe[1], *notes]
+    draft = draft_of(row)
+    for twin in twins:
+        if draft is not None:
+            break
+        if (from_twin := draft_of(twin)) is not None:
+            draft = (from_twin[0], f"the same measurement as row {twin.id} (TTFT and TPOT to "
+                                   "the last digit: one run recorded twice), whose record "
+                                   f"says: {from_twin[1]}")  # fmt: skip
+    depth = 0
+    if draft is not None:
+        depth = draft[0]
+        notes.append(draft[1])
     version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
     if not version:
         return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
@@ -954,7 +1015,7 @@ def resolve(
         running = max(1, math.ceil(c / row.agg.dp))
         plan = schedule(row, running)
         chunk = min(plan.budget, row.isl * running) if plan.chunked else plan.budget
-        one = _instance(*args, row.agg, row, c, True, max(chunk, row.isl), subs)
+        one = _instance(*args, row.agg, row, c, True, max(chunk, row.isl), subs, depth)
         if isinstance(one, str):
             return Unpredicted(row, one)
         pre = dec = one
@@ -997,7 +1058,8 @@ def resolve(
         p = _instance(*args, row.prefill, row, c, False, per_batch * row.isl, subs)
         if isinstance(p, str):
             return Unpredicted(row, f"prefill workers: {p}")
-        d = _instance(*args, row.decode, row, c / (row.decode.workers or 1), True, 0, subs)
+        d = _instance(*args, row.decode, row, c / (row.decode.workers or 1), True, 0, subs,
+                      depth)  # fmt: skip
         if isinstance(d, str):
             return Unpredicted(row, f"decode workers: {d}")
         pre, dec = p, d
@@ -1010,7 +1072,7 @@ def resolve(
     return Case(
         row, measured, gpu, row.backend, version, dtype, model.layers, pre, dec,
         tuple(notes + subs), plan, kv_s, model.name if model.name != measured else "",
-        experts[0] if experts else "",
+        experts[0] if experts else "", depth,
     )  # fmt: skip
 
 
@@ -1122,6 +1184,7 @@ class _Arrays:
     decode_ranks: FloatArray
     decode_workers: FloatArray
     cap: FloatArray
+    gained: FloatArray  # tokens a request gains per decode iteration (MTP: above 1)
     b: FloatArray  # (cases, grid)
     k: FloatArray  # (cases, grid)
     wave: FloatArray  # (cases, 4): wave size per rank, mean k, mean tokens, iterations
@@ -1161,6 +1224,7 @@ class _Arrays:
             col(lambda c: c.decode.ranks),
             col(lambda c: c.decode.workers),
             col(lambda c: c.decode.batch_cap),
+            col(lambda c: accepted_tokens(c.draft_tokens)),
             np.vstack([pad(c.decode.batches) for c in cases]),
             np.vstack([pad(c.decode.decode_s) for c in cases]),
             np.array(waves),
@@ -1190,20 +1254,22 @@ def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ..
     decode step plus its share of prompt tokens, ``tau = step(B) / (1 - rho)``, and
     ``B = (r / W) (osl - 1) tau`` with ``rho = (r / R) P``, so ``r = B / ((osl - 1)
     step(B) / W + B P / R)``; disaggregated, ``tau = step(B)`` and ``r = B W / ((osl - 1)
-    step(B))``."""
+    step(B))``. Under MTP a request gains ``g`` tokens per iteration (``a.gained``): it
+    decodes for ``(osl - 1) / g`` iterations, and TPOT is the iteration over ``g``."""
     agg = a.disagg == 0
     step = _step(a, o, batch)
     tokens = a.osl - 1.0
-    per_worker = tokens * step / a.decode_workers
+    per_worker = tokens / a.gained * step / a.decode_workers
     prompts = np.where(agg, batch * a.prefill_s / a.prefill_ranks, 0.0)
     rate = batch / (per_worker + prompts)
     p_rate = rate / a.prefill_ranks
     rho = p_rate * a.prefill_s
     served = rho < 1.0
     free = np.where(served, 1.0 - rho, 1.0)
-    tpot = np.where(agg, step / free, step)
+    iteration = np.where(agg, step / free, step)
+    tpot = iteration / a.gained
     # the token budget: the prompt tokens an iteration takes on average
-    ok = served & (~agg | (p_rate * a.isl * tpot <= a.budget * (1.0 + 1e-9)))
+    ok = served & (~agg | (p_rate * a.isl * iteration <= a.budget * (1.0 + 1e-9)))
     chunks = np.ceil(a.isl / a.budget)
     # the prompts a bunched arrival waits for: a share of a synchronised wave's mean
     # wait, (C / ranks - 1) / 2 prompts ahead on each prefill rank
@@ -1211,7 +1277,9 @@ def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ..
     wait = o[:, 3] * ahead * a.prefill_s
     # aggregated: the iteration under way when it arrives, then its own chunks, each
     # riding with a decode step; disaggregated: its prefill alone and the KV transfer
-    ttft = o[:, 2] + wait + np.where(agg, tpot + chunks * step + a.prefill_s, a.alone_s + a.kv_s)
+    ttft = o[:, 2] + wait + np.where(
+        agg, iteration + chunks * step + a.prefill_s, a.alone_s + a.kv_s
+    )
     clients = rate * (ttft + tokens * tpot)
     clients = np.where(ok, clients, np.inf)
     return clients, rate, rho, ttft, tpot
@@ -1229,8 +1297,8 @@ def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
     step = _step(a, o, size * ranks)
     tokens = np.maximum(1.0, a.osl - 1.0)
     ttft = t_first + mean_f
-    tpot = step + (whole - mean_f) / tokens
-    cycle = t_first + whole + tokens * step
+    tpot = step / a.gained + (whole - mean_f) / tokens
+    cycle = t_first + whole + tokens / a.gained * step
     rate = size * ranks / np.maximum(cycle, 1e-30)
     capped = a.clients > size * ranks * (1.0 + 1e-9)
     with np.errstate(divide="ignore"):
@@ -1336,7 +1404,7 @@ def _training(
     e.g. the mode) takes without model ``left_out``: the group's, where they hold at
     least :data:`FIT_MODELS` models; else its framework's with the same rest on every
     GPU; else every row with the same rest; else every row."""
-    others = [c for c in cases if c.model != left_out]
+    others = [c for c in cases if c.model != left_out and not c.draft_tokens]
     same = [c for c in others if key(c) == group]
     if len({c.model for c in same}) >= FIT_MODELS:
         return same, "/".join(group)
@@ -1386,8 +1454,8 @@ def fit_groups(cases: Sequence[Case]) -> dict[tuple[str, str, str], Fit]:
     """Overheads fitted to every row of each (GPU, framework) (in-sample; reported, not
     used to judge)."""
     return {
-        g: fit_overheads([c for c in cases if c.group == g], "/".join(g))
-        for g in sorted({c.group for c in cases})
+        g: fit_overheads([c for c in cases if c.group == g and not c.draft_tokens], "/".join(g))
+        for g in sorted({c.group for c in cases if not c.draft_tokens})
     }
 
 
@@ -1435,6 +1503,9 @@ def report(
             "kernels": f"{c.framework} {c.version}",
             "weights": c.weight_dtype,
             **({"experts": c.expert_dtype} if c.expert_dtype else {}),
+            **({"speculative": {"method": "mtp", "draft_tokens": c.draft_tokens,
+                                "tokens_per_iteration": accepted_tokens(c.draft_tokens)}}
+               if c.draft_tokens else {}),  # fmt: skip
             "schedule": c.schedule.source,
             "steady_state": {
                 "decode_batch": float(lomo.batch[i]),

@@ -11,6 +11,8 @@ package's). The rows of the frameworks in :data:`FRAMEWORKS` are mapped to the c
 and composed from the tables (:func:`model.silicon.resolve_all`, every row not composed
 counted with its reason), and each (GPU, framework) with at least :data:`MIN_ROWS`
 composed rows of at least :data:`MIN_MODELS` models is fitted on every one of its rows
+without MTP speculative decoding (those are composed, counted, and not fitted: the
+engine model decodes one token per iteration)
 (:func:`model.silicon.fit_groups`, the closed loop of ``docs/validation-silicon.md``,
 section 4: the ``in_sample_overheads`` of ``pdwatt predict --silicon --json``). Of the
 four constants fitted, the decode iteration's ``t_iter`` and ``t_req`` are the engine
@@ -187,9 +189,14 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
     chosen = [r for r in rows if r.backend in FRAMEWORKS]
     progress(f"{len(rows)} rows in {name}, {len(chosen)} of {', '.join(FRAMEWORKS)}")
     cases, skipped = silicon.resolve_all(chosen, folder, progress)
+    # runs with MTP speculative decoding are composed but not fitted: the engine model
+    # the calibration is for decodes one token per iteration (docs/validation-silicon.md,
+    # section 3)
+    speculative = sum(1 for c in cases if c.draft_tokens)
     groups: dict[tuple[str, str], list[silicon.Case]] = {}
     for c in cases:
-        groups.setdefault(c.pair, []).append(c)
+        if not c.draft_tokens:
+            groups.setdefault(c.pair, []).append(c)
     fitted: list[silicon.Case] = []
     excluded = []
     for group, sel in sorted(groups.items()):
@@ -256,6 +263,7 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
             "file": len(rows),
             "frameworks": len(chosen),
             "composed": len(cases),
+            "speculative_not_fitted": speculative,
             "fitted": len(fitted),
             "not_composed": len(skipped),
         },

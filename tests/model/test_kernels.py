@@ -339,6 +339,37 @@ def test_decode_under_tp_equals_the_hand_summed_forward_pass(tmp_path: Path) -> 
     assert phase.by_name()["attention"] == pytest.approx(2 * gen_ms(B, c) * MS)
 
 
+def test_speculative_decode_equals_the_hand_summed_verify_and_draft_passes(
+    tmp_path: Path,
+) -> None:
+    """Chained MTP drafting 3 tokens for one request (docs/kernels.md, "Speculative
+    decoding"): the model verifies 4 tokens; the module's first pass runs over the 4
+    verified positions, its other 2 over one token; a module pass is the mean layer of
+    the decode pass at its tokens, the ``2 h -> h`` projection and the LM head with the
+    embedding all-reduce and the logits all-gather."""
+    km = KernelModel(make_db(tmp_path), toy(), KernelSetup(GPU, FW, VER, tp=2))
+    c = 16
+
+    def layer(b: int) -> float:  # one layer of the decode pass at b tokens, tp 2
+        return (gemm_ms(b, (2 + 2 * 1) * 16, 64) + gen_ms(b, c) + gemm_ms(b, 64, 32)
+                + ar_ms(b * 64, graph=True) + gemm_ms(b, 128, 64) + gemm_ms(b, 64, 64)
+                + ar_ms(b * 64, graph=True))  # fmt: skip
+
+    def ends(b: int) -> float:  # embedding all-reduce, LM head, logits all-gather
+        return ar_ms(b * 64, graph=True) + gemm_ms(b, 128, 64) + ag_ms(b * 256)
+
+    def module(b: int) -> float:
+        return layer(b) + ends(b) + gemm_ms(b, 64, 128)
+
+    hand = (2 * layer(4) + ends(4)) + module(4) + 2 * module(1)
+    assert km.t_decode_speculative(1, c, 3) == pytest.approx(hand * MS, rel=1e-12)
+    assert km.t_decode_speculative(1, c, 0) == km.t_decode(1, c)
+    times = [km.t_decode_speculative(1, c, d) for d in range(4)]
+    assert all(a < b for a, b in zip(times, times[1:], strict=False))  # each draft costs time
+    with pytest.raises(InputError, match="draft"):
+        km.t_decode_speculative(1, c, -1)
+
+
 def test_decode_beyond_the_cuda_graphs_takes_the_eager_all_reduce(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

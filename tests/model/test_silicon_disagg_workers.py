@@ -98,10 +98,6 @@ def test_row_resolves_with_the_tables_workers_and_note() -> None:
 def test_rows_without_a_configuration_stay_refused_with_the_reason() -> None:
     folder = str(installed_kernel_tables())
     rows = _rows()
-    r = silicon.resolve(rows[MTP], folder)
-    assert isinstance(r, silicon.Unpredicted)
-    assert r.reason.startswith("disaggregated row without prefill_num_workers; the run used MTP")
-    assert r.reason.endswith("not expressed")
     r = silicon.resolve(rows[AMBIGUOUS], folder)
     assert isinstance(r, silicon.Unpredicted)
     assert r.reason == (
@@ -115,3 +111,26 @@ def test_rows_without_a_configuration_stay_refused_with_the_reason() -> None:
         r = silicon.resolve(other, folder)
         assert isinstance(r, silicon.Unpredicted)
         assert r.reason == "disaggregated row without prefill_num_workers: not expressed"
+
+
+def test_an_mtp_row_runs_its_recipes_draft_depth() -> None:
+    """The decode worker of its recipe states ``num_nextn_predict_layers`` (srt-slurm,
+    at the commits the record names); the row is composed with it and says where."""
+    case = silicon.resolve(_rows()[MTP], str(installed_kernel_tables()))
+    assert isinstance(case, silicon.Case), case
+    table = silicon.published_workers()
+    rec = table["records"][table["rows"][MTP]["record"]]
+    assert rec["speculative"] == "mtp" and case.draft_tokens == rec["draft_tokens"] >= 1
+    note = next(n for n in case.notes if n.startswith("MTP speculative decoding"))
+    assert rec["recipe"] in note and "decode worker" in note
+    assert any(n.startswith("workers from") for n in case.notes)
+
+
+def test_every_mtp_record_states_its_depth_or_has_no_recipe() -> None:
+    for rec in silicon.published_workers()["records"]:
+        if rec["speculative"] == "none":
+            assert "draft_tokens" not in rec
+        elif rec["recipe"]:
+            assert rec["draft_tokens"] in (1, 2, 3) and rec["recipe"] in rec["draft_source"]
+        else:
+            assert "draft_tokens" not in rec

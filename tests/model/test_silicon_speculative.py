@@ -115,13 +115,106 @@ def test_an_mtp_row_measures_a_shorter_tpot_than_its_twin_without() -> None:
     assert twins and all(t.tpot_ms > 1.5 * mtp.tpot_ms for t in twins)
 
 
-def test_a_listed_row_is_not_expressed_and_another_run_of_its_id_is() -> None:
+def test_a_listed_row_runs_its_published_draft_depth_and_another_run_of_its_id_does_not() -> None:
+    """The row's script, dsr1_fp8_b200_trt_mtp.sh at its run, sets ``MTP=3`` without
+    data-parallel attention (InferenceX, benchmarks/single_node/)."""
     folder = str(installed_kernel_tables())
     row = _rows()[MTP]
+    assert silicon.speculative_reason(row) is None  # its depth is stated: expressed
     out = silicon.resolve(row, folder)
+    assert isinstance(out, silicon.Case), out
+    assert out.draft_tokens == 3
+    note = next(n for n in out.notes if n.startswith("MTP speculative decoding"))
+    assert "dsr1_fp8_b200_trt_mtp.sh" in note and "3 drafted token(s)" in note
+    other = dataclasses.replace(row, isl=8192)  # same id, another run: not listed
+    assert silicon.draft_of(other) is None
+    plain = silicon.resolve(other, folder)
+    assert isinstance(plain, silicon.Case) and plain.draft_tokens == 0
+
+
+def test_a_listed_row_without_a_stated_depth_stays_refused(monkeypatch) -> None:
+    table = silicon.published_speculative()
+    entry = {k: v for k, v in table["rows"][MTP].items() if not k.startswith("draft_")}
+    patched = {**table, "rows": {**table["rows"], MTP: entry}}
+    monkeypatch.setattr(silicon, "published_speculative", lambda: patched)
+    row = _rows()[MTP]
+    assert silicon.draft_of(row) is None
+    out = silicon.resolve(row, str(installed_kernel_tables()))
     assert isinstance(out, silicon.Unpredicted)
     assert out.reason.startswith("the run used MTP speculative decoding")
-    assert "dsr1-fp8-b200-trt-mtp" in out.reason
-    other = dataclasses.replace(row, isl=8192)  # same id, another run: not listed
-    assert silicon.speculative_reason(other) is None
-    assert isinstance(silicon.resolve(other, folder), silicon.Case)
+
+
+def test_every_row_that_ran_mtp_states_its_depth_and_where_it_was_read() -> None:
+    """Every listed MTP row of the file (115 in aiconfigurator-core 0.12.0) has a depth
+    of 1 to 3 read from its entry's launch script; the ambiguous rows have none."""
+    for entry in silicon.published_speculative()["rows"].values():
+        if entry["kind"] == "ambiguous":
+            assert "draft_tokens" not in entry
+            continue
+        assert entry["draft_tokens"] in (1, 2, 3)
+        assert entry["draft_source"].startswith("benchmarks/")
+        assert ".sh at " in entry["draft_source"]
+
+
+#: the two forms of InferenceX's TensorRT-LLM MTP launch scripts (benchmarks/single_node/
+#: dsr1_fp8_b200_trt_mtp.sh and dsr1_fp8_h200_trt_mtp.sh at 009f11de68e1), abridged
+TRT_DEFAULT_THEN_OVERRIDE = """MAX_BATCH_SIZE=$CONC
+MTP=3
+
+# DP ATTENTION requires different optimizations
+if [[ "$DP_ATTENTION" == "true" ]]; then
+    MOE_BACKEND="DEEPGEMM"
+    MTP=1
+fi
+echo "MOE_BACKEND='$MOE_BACKEND', MTP='$MTP'"
+"""
+TRT_IF_ELSE = """MOE_BACKEND="CUTLASS"
+
+if [[ "$DP_ATTENTION" == "true" ]]; then
+    MTP=1
+else
+    MTP=3
+fi
+"""
+#: InferenceX's SGLang MTP launch script (dsr1_fp8_b200_mtp.sh), abridged
+SGLANG = """SPECULATIVE_NUM_STEPS=2
+SPECULATIVE_DRAFT_TOKENS=3
+SPECULATIVE_EAGLE_TOPK=1
+"""
+
+
+def test_the_depth_is_read_from_the_scripts_branch_and_the_recipes_decode_worker() -> None:
+    mod = script("derive_silicon_draft_tokens")
+    for text in (TRT_DEFAULT_THEN_OVERRIDE, TRT_IF_ELSE):
+        assert mod.trt_depth(text, dp_attention=False) == 3
+        assert mod.trt_depth(text, dp_attention=True) == 1
+    assert mod.trt_depth("echo no speculative decoding\n", False) is None
+    assert mod.sglang_depth(SGLANG) == 2
+    assert mod.sglang_depth(SGLANG.replace("TOPK=1", "TOPK=4")) is None  # a tree, not a chain
+    assert mod.sglang_depth(SGLANG.replace("TOKENS=3", "TOKENS=4")) is None
+    trt = {"backend": {"trtllm_config": {
+        "prefill": {"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 2}},
+        "decode": {"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 2}},
+    }}}  # fmt: skip
+    assert mod.recipe_depth(trt) == 2
+    sgl = {"backend": {"sglang_config": {"decode": {
+        "speculative-algorithm": "EAGLE", "speculative-num-steps": 2,
+        "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 3}}}}  # fmt: skip
+    assert mod.recipe_depth(sgl) == 2
+    assert mod.recipe_depth({"backend": {"decode": {"tensor-parallel-size": 8}}}) is None
+    assert mod.script_paths("dsr1-fp8-b200-sglang-mtp")[4:6] == [
+        "benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "benchmarks/dsr1_fp8_b200_mtp.sh"]
+
+
+def test_the_report_says_a_row_ran_mtp_and_its_tokens_per_iteration() -> None:
+    case = silicon.resolve(_rows()[MTP], str(installed_kernel_tables()))
+    assert isinstance(case, silicon.Case)
+    plain = dataclasses.replace(case, draft_tokens=0)
+    solved = silicon.solve([case, plain], silicon.Overheads())
+    doc = silicon.report([case, plain], [], solved, solved, [None, None])
+    mtp, without = doc["rows"]
+    assert mtp["speculative"] == {"method": "mtp", "draft_tokens": 3,
+                                  "tokens_per_iteration": silicon.accepted_tokens(3)}  # fmt: skip
+    assert "speculative" not in without
+    # the same composed iterations, 2.745 tokens gained per iteration: a shorter TPOT
+    assert mtp["tpot_ms"]["kernels_alone"] < without["tpot_ms"]["kernels_alone"]
