@@ -704,6 +704,7 @@ def check_memory(
         p.host.memory_budget_mb,
         memory.workers(p.solver.threads),
         p.solver.time_limit_s,
+        memory.builds_milp(len(p.deployments), p.solver.method),
     )
 
 

@@ -36,8 +36,9 @@ the candidates of all deployments, ``B`` the budget (MB; none: unbounded) and::
     X = min(C, BUILD_SHARE * limit_s / BUILD_S_PER_CHOICE, (B - REST) 2**20 / MILP_BYTES_PER_CHOICE)
     MB ~= REST + MILP_BYTES_PER_CHOICE X / 2**20
 
-A solve is refused only when ``REST`` exceeds the budget: the budget bounds its MILPs,
-not its admission. The constants are measured upper envelopes of this code's whole-tree peak
+(``X`` = 0 for a solve of one deployment outside ``solver.method`` compact.) A solve is
+refused only when ``REST`` exceeds the budget: the budget bounds its MILPs, not its
+admission. The constants are measured upper envelopes of this code's whole-tree peak
 (``benchmarks/bench_memory.py``: the peak of the sum of the tree's proportional set
 sizes, from one deployment of 64 GPUs to 64 of 100 to 160, two workers): an
 engineering estimate of the implementation, not a model of the deployments. Measured
@@ -50,11 +51,13 @@ limit 1,456 MB. Each forked worker owns about 20 MB of the interpreter's heap
 (``WORKER_MB``). The MILP term: a compact MILP over all 95,000 choices of two
 deployments of 32 GPUs (``solver.method`` compact, 150 s) peaked at 1,526 MB, 735 MB in
 the solving process and 791 MB in HiGHS: about 16 KB per choice for both copies. It is
-an upper bound: the bench's solves under load built no MILP of that size, so on them
-the estimate is up to 3.7 times the measurement at a 10 s limit (one deployment of 64
-GPUs: 421 MB against 114); the fleet at 300 s, whose limit alone admits a 450,000-choice
-MILP (7 GB, which refused it under the default 4,096 MB budget), is admitted with its
-MILPs bounded by the 2,178 MB the rest leaves.
+an upper bound: the bench's solves under load built no MILP of that size. A solve of
+one deployment builds none (its relaxation is the exact optimum; :func:`builds_milp`),
+so none is counted for it and the phases are held to none: one deployment of 64 GPUs
+was estimated at 421 MB against a 149 MB tree peak with the 10 s limit's MILP term of
+15,000 choices counted, 187 MB against 153 without it; the fleet at 300 s, whose limit
+alone admits a 450,000-choice MILP (7 GB, which refused it under the default 4,096 MB
+budget), is admitted with its MILPs bounded by the 2,178 MB the rest leaves.
 """
 
 from __future__ import annotations
@@ -118,13 +121,16 @@ def estimate(
     workers: int = 1,
     milp_build_s: float | None = None,
     budget_mb: float | None = None,
+    milp: bool = True,
 ) -> MemoryEstimate:
     """Estimated peak memory of a solve's process tree with these candidate counts per
     deployment and ``workers`` forked workers; ``milp_build_s``, the seconds its MILPs
     may take to build (the request's time limit: a size bound, not a deadline; None: no
     bound on the MILPs but the cells); ``budget_mb``, the memory the solve may take
     (None: no budget): its MILPs are bounded by what the rest leaves of it;
-    ``per_deployment_mb``: what each deployment keeps."""
+    ``per_deployment_mb``: what each deployment keeps. ``milp`` False: the solve builds
+    no MILP (:func:`builds_milp`), so none is counted and ``milp_budget_choices`` is 0,
+    which the MILP builder and the phases hold it to."""
     per = tuple(BYTES_PER_CELL * n_periods * k / 2**20 for k in candidates)
     cells = n_periods * sum(candidates)
     working = (1 + workers) * WORKING_BYTES_PER_CELL * n_periods * max(candidates, default=0)
@@ -140,9 +146,19 @@ def estimate(
     if budget_mb is not None:
         room = math.floor(max(0.0, (budget_mb - rest) * 2**20 / MILP_BYTES_PER_CHOICE))
         choices = min(choices, room)
+    if not milp:
+        room = choices = 0
     milp_choices = math.floor(choices + 1e-6)  # 0.3 / 2e-4 s is 1500 to rounding
     total = rest + MILP_BYTES_PER_CHOICE * milp_choices / 2**20
     return MemoryEstimate(total, per, cells, milp_choices, room)
+
+
+def builds_milp(deployments: int, method: str) -> bool:
+    """Whether a solve may build a MILP: with ``solver.method`` compact always; else
+    only with several deployments, since with one the relaxation's bound is the exact
+    optimum (its DP restricted to what the site allows it, formulation/phases.py) and
+    the solve ends there."""
+    return method == "compact" or deployments > 1
 
 
 def check(
@@ -151,15 +167,16 @@ def check(
     budget_mb: float | None,
     workers: int = 1,
     milp_build_s: float | None = None,
+    milp: bool = True,
 ) -> MemoryEstimate:
     """The estimate; InputError when it exceeds ``budget_mb``, naming the deployment
     that needs the most (its ``max_gpus``), or ``deployments`` when that one alone would
     fit and it is their number that does not."""
-    est = estimate(n_periods, candidates, workers, milp_build_s, budget_mb)
+    est = estimate(n_periods, candidates, workers, milp_build_s, budget_mb, milp)
     if budget_mb is None or est.total_mb <= budget_mb:
         return est
     i = max(range(len(candidates)), key=lambda j: candidates[j])
-    alone = estimate(n_periods, [candidates[i]], workers, milp_build_s, budget_mb).total_mb
+    alone = estimate(n_periods, [candidates[i]], workers, milp_build_s, budget_mb, milp).total_mb
     need = f"this solve would need about {est.total_mb:,.0f} MB"
     over = f"above the memory budget of {budget_mb:,.0f} MB"
     raise_budget = "raise the budget (PDWATT_MAX_SOLVE_MEMORY_MB, --max-memory-mb)"

@@ -152,6 +152,32 @@ def test_within_budget_builds_and_no_budget_means_no_limit() -> None:
     assert check_memory(problem_from_dict(big)).total_mb > 4096  # estimated, not refused
 
 
+def test_one_deployment_counts_no_milp_unless_the_method_is_compact() -> None:
+    """With one deployment the relaxation's bound is the exact optimum and the solve
+    ends there (formulation/phases.py): the estimate counts no MILP and holds the solve
+    to none; under ``solver.method`` compact, its one MILP is counted as before."""
+    one = site([64])
+    est = check_memory(problem_from_dict(one))
+    assert est.milp_choices == 0 and est.milp_budget_choices == 0
+    assert est.total_mb == pytest.approx(_without_milp(est))
+    compact = dict(one, solver={"method": "compact", "time_limit_s": 10})
+    counted = check_memory(problem_from_dict(compact))
+    assert counted.milp_choices == 15_000 and counted.milp_budget_choices is None
+    assert counted.total_mb == pytest.approx(
+        est.total_mb + memory.MILP_BYTES_PER_CHOICE * 15_000 / 2**20
+    )
+    two = check_memory(problem_from_dict(site([32, 32])))
+    assert two.milp_choices > 0 and two.milp_budget_choices is None
+    # the solve itself: proven optimal by the relaxation, no MILP phase
+    from formulation.solve import solve
+
+    out = solve(problem_from_dict(site([16], periods=8)))
+    assert out.status == "optimal" and out.mip_gap == 0.0
+    ran = {p["name"] for p in out.stats["phases"]}
+    assert "relaxation" in ran
+    assert not {"compact", "lp_support", "repair", "neighbourhoods"} & ran
+
+
 def test_a_fleet_of_8320_gpus_is_within_the_default_budget() -> None:
     """64 deployments of 100 to 160 GPUs (8,320 GPUs, 52.5 million cells): its whole
     process tree measured at up to 1,508 MB (benchmarks/bench_memory.py,
