@@ -72,6 +72,7 @@ from model.interconnect import KvLink, kv_transfer_s
 from model.kernels import busiest_rank_experts
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape, check_shape
+from model.speculative import check_draft
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -179,6 +180,14 @@ class DeploymentSpec:
             if getattr(self.serving, name) is not None:
                 check_shape(shape, name, self.model.n_heads, self.model.experts)
         check_performance(self.performance)
+        draft = self.serving.mtp_draft_tokens
+        check_draft(self.model, draft)
+        if draft and self.performance != "kernels":
+            raise InputError(
+                "mtp_draft_tokens",
+                "speculative decoding is composed from measured kernels: it needs "
+                "performance 'kernels'",
+            )
         if self.performance == "kernels":
             if self.kernel_source is None:
                 raise InputError("kernels", "performance 'kernels' needs a kernel database")
@@ -736,7 +745,9 @@ def _times_key(spec: DeploymentSpec, shape: InstanceShape) -> tuple[Any, ...]:
             "(bf16: 2, fp8: 1)",
         )
     version = src.version(spec.gpu.name)
-    return (src.folder, src.framework, version, spec.gpu.name, m, shape, kv, eng.overheads)
+    draft = spec.serving.mtp_draft_tokens
+    return (src.folder, src.framework, version, spec.gpu.name, m, shape, kv, eng.overheads,
+            draft)  # fmt: skip
 
 
 def _times_of(key: tuple[Any, ...]) -> KernelTimes:
@@ -744,7 +755,7 @@ def _times_of(key: tuple[Any, ...]) -> KernelTimes:
     hit = _kernel_times.get(key)
     if hit is not None:
         return hit
-    folder, framework, version, gpu, model, shape, kv, overheads = key
+    folder, framework, version, gpu, model, shape, kv, overheads, draft = key
     source = KernelSource(folder, framework, ((gpu, version),))
     times = KernelTimes.of(
         source,
@@ -755,6 +766,7 @@ def _times_of(key: tuple[Any, ...]) -> KernelTimes:
         overheads=overheads,
         kv_dtype=kv,
         attention_dp=shape.dp,
+        draft_tokens=draft,
     )
     _kernel_times[key] = times  # the least recently used goes beyond the cache's size
     return times

@@ -196,6 +196,12 @@ class ModelArch:
     `attention_output_gate`: the full-attention layers' query projection also yields a
     sigmoid gate per head and element of the attention's output (twice the query
     width).
+
+    Speculative decoding with the model's own next-token-prediction modules (MTP,
+    :mod:`model.speculative`): `mtp_modules` the modules the checkpoint ships (its
+    ``num_nextn_predict_layers``), `mtp_accept_first` the published chance that the
+    first drafted token is accepted and `mtp_accept_next` that of each later one given
+    the earlier were (0: none published; a deployment may then not draft).
     """
 
     name: str
@@ -241,6 +247,9 @@ class ModelArch:
     linear_conv_kernel: int = 0
     linear_state_bytes_per_elem: float = 0.0
     attention_output_gate: bool = False
+    mtp_modules: int = 0
+    mtp_accept_first: float = 0.0
+    mtp_accept_next: float = 0.0
 
     def __post_init__(self) -> None:
         _check_str("name", self.name)
@@ -329,6 +338,19 @@ class ModelArch:
                 "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
             )
         self._check_four_bit()
+        self._check_mtp()
+
+    def _check_mtp(self) -> None:
+        """Next-token-prediction modules: a count, and acceptances in [0, 1] given
+        together with a module."""
+        _non_negative("mtp_modules", _integer("mtp_modules", self.mtp_modules))
+        _set_floats(self, ("mtp_accept_first", "mtp_accept_next"))
+        for name in ("mtp_accept_first", "mtp_accept_next"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise InputError(name, f"must be in [0, 1], got {value!r}")
+        if (self.mtp_accept_first or self.mtp_accept_next) and not self.mtp_modules:
+            raise InputError("mtp_accept_first", "an acceptance needs mtp_modules >= 1")
 
     def _check_linear(self) -> None:
         """Linear-attention layers come with all their shapes, leave some full-attention
@@ -760,6 +782,9 @@ class ServingStack:
     pool, docs/admission.md, section 8). `prefill_shape` and `decode_shape` give each
     phase's instance its own split, ``tp<T>[,dp<D>][,ep<E>]`` (:mod:`model.shapes`,
     docs/shapes.md); a phase without one runs ``tp<tensor_parallel>``.
+    `mtp_draft_tokens`: the tokens the decode instances draft per iteration with the
+    model's next-token-prediction module (speculative decoding, :mod:`model.speculative`;
+    composed from measured kernels only; 0: none).
     """
 
     mem_fraction: float = 0.90
@@ -771,9 +796,11 @@ class ServingStack:
     max_running_requests: int | None = None
     prefill_shape: str | None = None
     decode_shape: str | None = None
+    mtp_draft_tokens: int = 0
 
     def __post_init__(self) -> None:
         _set_floats(self, ("mem_fraction", "unused_fraction"))
+        _non_negative("mtp_draft_tokens", _integer("mtp_draft_tokens", self.mtp_draft_tokens))
         _fraction("mem_fraction", self.mem_fraction)
         _non_negative("reserved_tokens", _integer("reserved_tokens", self.reserved_tokens))
         if not 0 <= self.unused_fraction < 1:

@@ -35,6 +35,7 @@ import numpy as np
 from model.catalog import ModelArch, load_gpu
 from model.errors import InputError, OutsideTableError
 from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime, version_key
+from model.speculative import check_draft, model_accepted_tokens
 
 #: GPUs of the catalog and the folder names of AIConfigurator's tables
 GPU_FOLDERS = {
@@ -191,12 +192,20 @@ def weight_dtype(model: ModelArch) -> str:
 @dataclass
 class KernelTimes:
     """Composed kernel times of one (model, GPU, stack, TP, EP) with engine overheads,
-    memoised per shape (a composition costs a few hundred table lookups)."""
+    memoised per shape (a composition costs a few hundred table lookups). With
+    ``draft_tokens`` (speculative decoding with the model's MTP module,
+    :mod:`model.speculative`), a decode iteration drafts and verifies that many tokens
+    per request and gains :func:`model.speculative.model_accepted_tokens` of them:
+    :meth:`decode_s` is then the iteration per token gained, the time each request
+    waits per output token, so that every form built on it (throughput ``B / t_D``,
+    TPOT ``t_D``) reads as one token per iteration."""
 
     kernels: KernelModel
     overheads: EngineOverheads = field(default_factory=EngineOverheads)
+    draft_tokens: int = 0
     _decode: dict[tuple[float, float], PhaseTime] = field(default_factory=dict, repr=False)
     _prefill: dict[int, PhaseTime] = field(default_factory=dict, repr=False)
+    _speculative: dict[tuple[float, float, int], float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(
@@ -209,6 +218,7 @@ class KernelTimes:
         overheads: EngineOverheads | None = None,
         kv_dtype: str = "bfloat16",
         attention_dp: int = 1,
+        draft_tokens: int = 0,
     ) -> KernelTimes:
         setup = KernelSetup(
             gpu_folder(gpu),
@@ -222,7 +232,8 @@ class KernelTimes:
             fabric=load_gpu(gpu).fabric,
         )
         km = KernelModel(open_database(source.folder), model, setup)
-        return cls(km, overheads or EngineOverheads())
+        check_draft(model, draft_tokens)
+        return cls(km, overheads or EngineOverheads(), draft_tokens)
 
     @property
     def layers(self) -> int:
@@ -246,14 +257,20 @@ class KernelTimes:
         return self.decode_phase(batch, context).time_s
 
     def decode_s(self, batch: float, context: float) -> float:
-        """``t_D(B, c)``: kernels plus the engine's overheads."""
+        """``t_D(B, c)``: kernels plus the engine's overheads; with ``draft_tokens``, the
+        speculative iteration (:meth:`KernelModel.t_decode_speculative`) with its
+        overheads, over the tokens it gains per request."""
         o = self.overheads
-        return (
-            self.decode_kernels_s(batch, context)
-            + o.t_iter_s
-            + o.t_req_s * batch
-            + o.t_layer_s * self.layers
-        )
+        extra = o.t_iter_s + o.t_req_s * batch + o.t_layer_s * self.layers
+        if not self.draft_tokens:
+            return self.decode_kernels_s(batch, context) + extra
+        key = (float(batch), float(context), self.draft_tokens)
+        if key not in self._speculative:
+            self._speculative[key] = self.kernels.t_decode_speculative(
+                batch, context, self.draft_tokens
+            )
+        gained = model_accepted_tokens(self.kernels.model, self.draft_tokens)
+        return (self._speculative[key] + extra) / gained
 
     def prefill_s(self, tokens: int) -> float:
         """``t_P(l)`` of one prompt: kernels plus the engine's per-iteration overheads."""
@@ -266,9 +283,10 @@ class KernelTimes:
         are mostly the small per-layer kernels no table holds (norms, activation, rotary
         embedding, the KV-cache write), run between the measured ones, and the GPU keeps
         its clocks through them; counting them at idle power instead puts B200 decode
-        power 25% below the measured (``docs/calibration.md``, section 8). None where a
-        kernel's power is unmeasured."""
-        return self.decode_phase(batch, context).power_w
+        power 25% below the measured (``docs/calibration.md``, section 8). With
+        ``draft_tokens``, the verifying pass's (``B (1 + d)`` tokens), which takes most of
+        the iteration. None where a kernel's power is unmeasured."""
+        return self.decode_phase(batch * (1 + self.draft_tokens), context).power_w
 
 
 def _grid(lo: float, hi: float) -> np.ndarray:

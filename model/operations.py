@@ -51,6 +51,7 @@ from model.errors import DoesNotFitError, InputError, NotFoundError
 from model.interconnect import kv_link
 from model.pareto import front_indices, max_capacity_index, min_power_index
 from model.shapes import check_shape, parse_shape
+from model.speculative import model_accepted_tokens
 from model.targets import evaluate_spec
 from model.workload import Workload, parse_workload
 
@@ -310,6 +311,13 @@ def capacity_report(
     out = r.record(0)
     if spec.targets.given:
         out["latency_targets"] = spec.targets.record()
+    draft = spec.serving.mtp_draft_tokens
+    if draft:  # the decode times are per token gained (model.engine.KernelTimes)
+        out["speculative"] = {
+            "method": "mtp",
+            "draft_tokens": draft,
+            "tokens_per_iteration": model_accepted_tokens(spec.model, draft),
+        }
     out.update(_context(spec, overridden, r.coefficients))
     return out
 

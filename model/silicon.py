@@ -53,6 +53,7 @@ from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
 from model.interconnect import INTERCONNECTS, kv_transfer_s
 from model.kernels import MOE_A2A, KernelModel, KernelSetup
+from model.speculative import accepted_tokens, check_draft, model_accepted_tokens
 
 FloatArray = np.ndarray
 
@@ -151,15 +152,6 @@ KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
 #: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
 #: ``scripts/derive_silicon_disagg_workers.py``, docs/validation-silicon.md section 3)
 DISAGG_WORKERS_FILE = "silicon_disagg_workers.json"
-#: DeepSeek's multi-token prediction as speculative decoding (docs/validation-silicon.md,
-#: section 3, "Speculative decoding"): the chance that the first drafted token is
-#: accepted, the middle of the 85-90% DeepSeek-V3's technical report gives for the
-#: second token's prediction (arXiv 2412.19437, section 5.4.3), and that of each later
-#: one given the earlier were, 0.6156, from the 3.20 tokens per iteration its original
-#: module gives reused for 7 drafts at temperature 0 (nebius/MTP-DeepSeek-V3-0324's
-#: model card, "Original MTP": 1 + 0.875 (1 - q^7) / (1 - q) = 3.20)
-MTP_ACCEPT_FIRST = 0.875
-MTP_ACCEPT_NEXT = 0.6156
 #: the aggregated rows measured with speculative decoding, or with and without it, by
 #: the public configurations of the image they name (derived by
 #: ``scripts/derive_silicon_speculative.py``, docs/validation-silicon.md section 3)
@@ -460,7 +452,8 @@ class Case:
     rows are left out together, whatever their precision); `release`, the catalog
     entry of its quantised release where the row ran one (empty: `model`'s own entry);
     `expert_dtype`, the MoE tables' dtype of the routed experts (empty: dense);
-    `draft_tokens`, the tokens MTP drafts per decode iteration (0: none)."""
+    `draft_tokens`, the tokens MTP drafts per decode iteration (0: none), `accept` the
+    model's published MTP acceptance (first draft, later drafts)."""
 
     row: SiliconRow
     model: str
@@ -477,6 +470,14 @@ class Case:
     release: str = ""
     expert_dtype: str = ""
     draft_tokens: int = 0
+    accept: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def gained(self) -> float:
+        """Tokens a request gains per decode iteration: 1, or under MTP those of
+        ``draft_tokens`` drafts at the model's published acceptance ``accept`` (first,
+        later; :func:`model.speculative.accepted_tokens`)."""
+        return accepted_tokens(self.draft_tokens, *self.accept)
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -798,16 +799,6 @@ def speculative_reason(row: SiliconRow) -> str | None:
     return str(entry["reason"])
 
 
-def accepted_tokens(draft: int) -> float:
-    """Tokens a request gains per decode iteration of chained MTP drafting ``draft``
-    tokens: its own and the drafted prefix accepted, ``1 + p1 (1 - q^d) / (1 - q)``
-    (:data:`MTP_ACCEPT_FIRST`, :data:`MTP_ACCEPT_NEXT`); 1 without drafting."""
-    if draft <= 0:
-        return 1.0
-    q = MTP_ACCEPT_NEXT
-    return 1.0 + MTP_ACCEPT_FIRST * (1.0 - q**draft) / (1.0 - q)
-
-
 def draft_of(row: SiliconRow) -> tuple[int, str] | None:
     """The MTP draft depth the row's published configuration states, with a note naming
     where (``scripts/derive_silicon_draft_tokens.py``); None when it states none."""
@@ -826,9 +817,7 @@ def draft_of(row: SiliconRow) -> tuple[int, str] | None:
             return None
         depth, source = int(rec["draft_tokens"]), str(rec["draft_source"])
     return depth, (
-        f"MTP speculative decoding, {depth} drafted token(s) per decode iteration ({source}), "
-        f"{accepted_tokens(depth):.3f} tokens gained per iteration (docs/validation-silicon.md, "
-        "section 3)"
+        f"MTP speculative decoding, {depth} drafted token(s) per decode iteration ({source})"
     )
 
 
@@ -998,7 +987,15 @@ def resolve(
     depth = 0
     if draft is not None:
         depth = draft[0]
-        notes.append(draft[1])
+        try:
+            check_draft(model, depth, "draft_tokens")
+        except InputError as error:
+            return Unpredicted(row, f"{draft[1]}: {error}")
+        notes.append(
+            f"{draft[1]}; {model_accepted_tokens(model, depth):.3f} tokens gained per "
+            f"iteration at {model.name}'s published MTP acceptance (docs/validation-silicon.md, "
+            "section 3)"
+        )
     version, _ = choose_version(folder, gpu, row.backend, None, row.backend_version)
     if not version:
         return Unpredicted(row, f"no {row.backend} kernel tables for {row.system}")
@@ -1072,7 +1069,7 @@ def resolve(
     return Case(
         row, measured, gpu, row.backend, version, dtype, model.layers, pre, dec,
         tuple(notes + subs), plan, kv_s, model.name if model.name != measured else "",
-        experts[0] if experts else "", depth,
+        experts[0] if experts else "", depth, (model.mtp_accept_first, model.mtp_accept_next),
     )  # fmt: skip
 
 
@@ -1224,7 +1221,7 @@ class _Arrays:
             col(lambda c: c.decode.ranks),
             col(lambda c: c.decode.workers),
             col(lambda c: c.decode.batch_cap),
-            col(lambda c: accepted_tokens(c.draft_tokens)),
+            col(lambda c: c.gained),
             np.vstack([pad(c.decode.batches) for c in cases]),
             np.vstack([pad(c.decode.decode_s) for c in cases]),
             np.array(waves),
@@ -1504,7 +1501,7 @@ def report(
             "weights": c.weight_dtype,
             **({"experts": c.expert_dtype} if c.expert_dtype else {}),
             **({"speculative": {"method": "mtp", "draft_tokens": c.draft_tokens,
-                                "tokens_per_iteration": accepted_tokens(c.draft_tokens)}}
+                                "tokens_per_iteration": c.gained}}
                if c.draft_tokens else {}),  # fmt: skip
             "schedule": c.schedule.source,
             "steady_state": {

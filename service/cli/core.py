@@ -77,6 +77,16 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
                     f"{fmt(rep['kv_link_rps'])} req/s",
                 )
             )
+        if "speculative" in rep:
+            sp = rep["speculative"]
+            items.append(
+                (
+                    "speculative decoding",
+                    f"MTP, {sp['draft_tokens']} drafted token(s) per iteration, "
+                    f"{fmt(sp['tokens_per_iteration'], 3)} gained: decode times are per "
+                    "token gained",
+                )
+            )
         if "latency_targets" in rep:
             items += _target_items(rep)
         w = max(len(k) for k, _ in items)
@@ -100,7 +110,8 @@ def _target_items(rep: dict[str, Any]) -> list[tuple[str, str]]:
     out.append(("batch capped by", rep.get("batch_capped_by") or "nothing"))
     it = rep.get("decode_iteration_s")
     if it is not None:
-        out.append(("decode iteration at the batch", f"{fmt(1e3 * it, 2)} ms"))
+        what = "per token gained" if "speculative" in rep else "iteration"
+        out.append((f"decode {what} at the batch", f"{fmt(1e3 * it, 2)} ms"))
     out.append(("capacity decided by", rep.get("limited_by") or "-"))
     return out
 
