@@ -13,7 +13,9 @@ the most throughput per GPU in the group, so that the measured best meets it.
   within ``T`` (0 if none is).
 * **pdwatt** ranks the configurations by their capacity under the TPOT target
   (:func:`model.targets.evaluate_targets`, docs/admission.md, section 8) per GPU, each
-  at its own per-phase shapes (docs/shapes.md), and picks the first.
+  at its own per-phase shapes (docs/shapes.md) and, where its run drafted with MTP, its
+  draft depth (``serving.mtp_draft_tokens``, measured kernels only), and picks the
+  first.
 
 The pick is judged by its *measured* throughput per GPU within ``T`` against the
 group's measured best: the advice is right when it is within 10%.
@@ -28,7 +30,7 @@ from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape
-from model.silicon import SiliconRow, draft_of, published_config
+from model.silicon import SiliconRow, draft_of, published_config, records_by_run
 from model.targets import evaluate_targets
 
 #: configurations a group needs to be judged
@@ -40,12 +42,14 @@ TOLERANCE = 0.10
 @dataclass(frozen=True)
 class Config:
     """A disaggregated configuration: ``n_p`` prefill and ``n_d`` decode instances of
-    the given shapes."""
+    the given shapes, the decode instances drafting ``draft`` tokens per iteration with
+    the model's MTP module (0: none)."""
 
     n_p: int
     prefill: InstanceShape
     n_d: int
     decode: InstanceShape
+    draft: int = 0
 
     @property
     def gpus(self) -> int:
@@ -53,21 +57,19 @@ class Config:
 
     @property
     def text(self) -> str:
-        return f"{self.n_p}P{self.n_d}D ({self.prefill.text} / {self.decode.text})"
+        mtp = f", MTP {self.draft}" if self.draft else ""
+        return f"{self.n_p}P{self.n_d}D ({self.prefill.text} / {self.decode.text}{mtp})"
 
 
-def config_of(row: SiliconRow) -> Config | str:
+def config_of(row: SiliconRow, draft: int = 0) -> Config | str:
     """The row's configuration, or why it is not one pdwatt can express. A row that
     gives no worker counts takes the configuration published for its run
-    (:func:`model.silicon.published_config`), as the validation does, except a run with
-    MTP speculative decoding (:func:`model.silicon.draft_of`), which the capacity model
-    the decisions rank by does not compose."""
+    (:func:`model.silicon.published_config`), as the validation does. ``draft``: the
+    tokens its decode instances draft per iteration (MTP), where the run's record or its
+    twin's says so (:func:`drafts_of`)."""
     if row.mode != "disagg" or row.prefill is None or row.decode is None:
         return "not a disaggregated row"
     if row.prefill.workers is None or row.decode.workers is None:
-        if draft_of(row) is not None:
-            return ("the run used MTP speculative decoding, which the capacity model does "
-                    "not compose: not expressed")  # fmt: skip
         published = published_config(row)
         if isinstance(published, str):
             return published
@@ -81,7 +83,20 @@ def config_of(row: SiliconRow) -> Config | str:
         if p.pp != 1:
             return f"{name} pipeline parallelism {p.pp}: not expressed"
         shapes.append(InstanceShape(p.tp, p.dp, p.moe_ep))
-    return Config(row.prefill.workers or 0, shapes[0], row.decode.workers or 0, shapes[1])
+    return Config(row.prefill.workers or 0, shapes[0], row.decode.workers or 0, shapes[1], draft)
+
+
+def drafts_of(rows: Sequence[SiliconRow]) -> dict[str, int]:
+    """Row id -> the MTP draft depth its run used, by its own published record or by
+    that of a twin, the same run recorded twice (:func:`model.silicon.draft_of`, as
+    the validation reads it); rows of runs without MTP are not listed."""
+    out: dict[str, int] = {}
+    for run in records_by_run(rows).values():
+        depths = [d[0] for r in run if (d := draft_of(r)) is not None]
+        if depths:
+            for r in run:
+                out[r.id] = depths[0]
+    return out
 
 
 def measured_rps_per_gpu(row: SiliconRow, config: Config) -> float:
@@ -131,8 +146,9 @@ def groups_of(rows: Sequence[SiliconRow]) -> list[tuple[tuple, list[tuple[Silico
     with their configurations; groups of at least :data:`MIN_CONFIGS` configurations,
     largest first. Rows without a configuration or a concurrency are left out."""
     out: dict[tuple, list[tuple[SiliconRow, Config]]] = {}
+    drafts = drafts_of(rows)
     for r in rows:
-        cfg = config_of(r)
+        cfg = config_of(r, drafts.get(r.id, 0))
         if isinstance(cfg, str) or r.concurrency is None:
             continue
         key = (r.model_path, r.system, r.backend, r.precision, r.isl, r.osl)

@@ -82,7 +82,9 @@ def spec_maker(
         extra = {"performance": "kernels", "framework": backend, "engine": engine}
 
     def make(c: Config) -> DeploymentSpec:
-        serving = {"prefill_shape": c.prefill.text, "decode_shape": c.decode.text}
+        serving: dict[str, Any] = {"prefill_shape": c.prefill.text, "decode_shape": c.decode.text}
+        if c.draft:
+            serving["mtp_draft_tokens"] = c.draft
         return resolve_spec(
             SpecRequest(model.name, gpu, f"fixed:{isl}:{osl}", {"serving": serving}, **extra)
         )

@@ -116,3 +116,34 @@ def test_a_row_without_worker_counts_takes_the_published_configuration():
     assert c.prefill.gpus == rec["prefill"]["gpus"] and c.decode.gpus == rec["decode"]["gpus"]
     refused_id, reason = next(iter(sorted(table["refused"].items())))
     assert config_of(rows[refused_id]) == reason
+
+
+def test_a_run_that_drafted_is_a_configuration_of_its_own_with_its_depth():
+    """Rows of runs with MTP speculative decoding are configurations with their draft
+    depth (:func:`model.decisions.drafts_of`: their published record's, or their twin
+    record's, the same run recorded twice); the same instances without drafting are
+    another configuration, and the text says the depth."""
+    from model import silicon
+    from model.decisions import drafts_of
+    from tests.model.rows import installed_silicon_rows
+
+    rows = installed_silicon_rows()
+    drafts = drafts_of(list(rows.values()))
+    table = silicon.published_workers()
+    rid = next(k for k, e in sorted(table["rows"].items())
+               if "draft_tokens" in table["records"][e["record"]])  # fmt: skip
+    depth = table["records"][table["rows"][rid]["record"]]["draft_tokens"]
+    assert drafts[rid] == depth
+    c = config_of(rows[rid], drafts[rid])
+    assert isinstance(c, Config) and c.draft == depth
+    assert c.text.endswith(f", MTP {depth})")
+    assert c != config_of(rows[rid])  # the same instances without drafting
+    # a twin stating its workers takes the depth of the record of its run
+    runs = silicon.records_by_run(list(rows.values()))
+    twins = [t for t in runs[silicon.twin_key(rows[rid])] if t.id != rid]
+    for t in twins:
+        assert drafts[t.id] == depth
+    # a run without MTP is not listed
+    plain = next(k for k, e in sorted(table["rows"].items())
+                 if table["records"][e["record"]]["speculative"] == "none")  # fmt: skip
+    assert plain not in drafts
