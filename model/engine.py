@@ -6,11 +6,13 @@ sampler once per iteration, a per-request share of both (sampling, detokenising,
 bookkeeping) and, per layer, the small kernels no table holds (norms, activation,
 rotary embedding, the KV-cache write) with the gaps between kernels. So, per GPU,
 
-    t_D(B, c) = K_D(B, c) + t_iter + t_req B + t_layer n_layers
+    t_D(B, c) = K_D(B, c) + t_iter + t_req B / D + t_layer n_layers
     t_P(l)    = K_P(l)    + t_iter + t_layer n_layers
 
 with ``K`` the composed kernels' time and three overheads per (GPU, framework) fitted
-to whole-server measurements (:mod:`model.engine_fit`, ``docs/kernels.md``).
+to whole-server measurements (:mod:`model.engine_fit`, ``docs/kernels.md``). ``D`` is
+the instance's data-parallel attention ranks (1 without): each rank is a process of
+its own that schedules and samples its share ``B / D`` of the batch, all at once.
 
 The capacity model (SPEC 2.2-2.5) keeps its forms, ``t_D(B) = alpha + g B`` at the
 deployment's context and ``t_P(l) = a_P l + b_P l^2``: :func:`decode_line` and
@@ -261,7 +263,8 @@ class KernelTimes:
         speculative iteration (:meth:`KernelModel.t_decode_speculative`) with its
         overheads, over the tokens it gains per request."""
         o = self.overheads
-        extra = o.t_iter_s + o.t_req_s * batch + o.t_layer_s * self.layers
+        per_rank = batch / self.kernels.setup.attention_dp  # each rank its own share
+        extra = o.t_iter_s + o.t_req_s * per_rank + o.t_layer_s * self.layers
         if not self.draft_tokens:
             return self.decode_kernels_s(batch, context) + extra
         key = (float(batch), float(context), self.draft_tokens)

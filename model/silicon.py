@@ -1230,7 +1230,9 @@ class _Arrays:
 
 def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     """One decode iteration at ``batch`` (per case): the composed kernels, linear
-    between the composed batches (the batch-1 time below one), plus the overheads."""
+    between the composed batches (the batch-1 time below one), plus the overheads, the
+    per-request one on each data-parallel attention rank's share of the batch (each
+    rank schedules and samples its own requests, all at once; model/engine.py)."""
     b, kk = a.b, a.k
     x = np.clip(batch, b[:, 0], b[:, -1])
     last = b.shape[1] - 1
@@ -1240,7 +1242,7 @@ def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     lo, hi = b[rows, i], b[rows, j]
     w = np.divide(x - lo, hi - lo, out=np.zeros_like(x), where=hi > lo)
     k = kk[rows, i] * (1.0 - w) + kk[rows, j] * w
-    return k + o[:, 0] + o[:, 1] * batch
+    return k + o[:, 0] + o[:, 1] * batch / a.decode_ranks
 
 
 def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ...]:

@@ -22,21 +22,23 @@ from model.capacity import (
     evaluate,
     longest_prompt_tokens,
 )
-from model.catalog import ModelArch, ServingStack, load_calibration, load_gpu
+from model.catalog import ModelArch, ServingStack, load_calibration, load_gpu, load_model
 from model.engine import (
     PREFILL_CHUNK,
     EngineCalibration,
     EngineOverheads,
     KernelSource,
     KernelTimes,
+    choose_version,
     decode_line,
     prefill_curve,
 )
 from model.errors import InputError
+from model.kernels import KernelSetup
 from model.operations import SpecRequest, capacity_report, resolve_spec
 from model.tables import table_key
 from model.workload import parse_workload
-from tests.conftest import kernel_tables
+from tests.conftest import installed_kernel_tables, kernel_tables
 from tests.model.test_kernels import attn_row
 
 MS = 1e-3
@@ -193,6 +195,7 @@ def test_decode_line_bends_where_the_times_do() -> None:
 
     class Kernels:
         model = toy()
+        setup = KernelSetup("toy_gpu", "sglang", "0.5.14")  # no data-parallel attention
 
         def decode(self, batch: int, context: float) -> Phase:
             return Phase(1e-3 + 1e-6 * batch * batch)
@@ -440,3 +443,19 @@ def test_a_mixture_of_experts_line_starts_where_every_expert_is_read() -> None:
     assert line.worst_deviation < 0.1
     # the same fit from one request strays much further
     assert kt.decode_s(16, 1024.0) / kt.decode_s(1, 1024.0) > 1.5
+
+
+def test_the_per_request_overhead_is_on_each_data_parallel_ranks_share() -> None:
+    """``t_D = K_D + t_iter + t_req B / D`` (model/engine.py): each of the ``D``
+    data-parallel attention ranks schedules and samples its own share of the batch, all
+    at once; without data-parallel attention ``D`` is 1."""
+    folder = str(installed_kernel_tables())
+    version, _ = choose_version(folder, "b200", "sglang", None, None)
+    source = KernelSource(folder, "sglang", (("b200", version),))
+    o = EngineOverheads(t_iter_s=1e-3, t_req_s=20e-6)
+    m = load_model("deepseek-v3.1")
+    for tp, dp in ((8, 1), (1, 8)):
+        t = KernelTimes.of(source, m, "b200", tp, 8, overheads=o, attention_dp=dp)
+        for b in (8.0, 256.0):
+            extra = t.decode_s(b, 2048.0) - t.decode_kernels_s(b, 2048.0)
+            assert extra == pytest.approx(1e-3 + 20e-6 * b / dp, rel=1e-9)

@@ -91,3 +91,4 @@ def test_drafting_changes_the_decode_instances_only() -> None:
     assert drafting["mu_p_rps"] == without["mu_p_rps"]
     assert drafting["mu_d_rps"] > 1.05 * without["mu_d_rps"]
     assert drafting["power_saturated_w"] == without["power_saturated_w"]
+
