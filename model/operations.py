@@ -372,6 +372,8 @@ class FrontQuestion(Protocol):
     def prefill_shapes(self) -> Sequence[str] | None: ...
     @property
     def decode_shapes(self) -> Sequence[str] | None: ...
+    @property
+    def mtp_draft_tokens(self) -> Sequence[int] | None: ...
 
 
 def front_of(spec: DeploymentSpec, q: FrontQuestion, overridden: bool) -> dict[str, Any]:
@@ -543,6 +545,31 @@ def with_shapes(spec: DeploymentSpec, prefill: str, decode: str) -> DeploymentSp
     return replace(spec, serving=serving)
 
 
+def with_drafts(
+    spec: DeploymentSpec, draft: int, field: str = "mtp_draft_tokens"
+) -> DeploymentSpec:
+    """``spec`` with its decode instances drafting ``draft`` tokens per iteration (MTP,
+    :mod:`model.speculative`); an input error names ``field``."""
+    try:
+        return replace(spec, serving=replace(spec.serving, mtp_draft_tokens=draft))
+    except InputError as e:
+        raise InputError(field, e.reason) from None
+
+
+def draft_list(spec: DeploymentSpec, drafts: Sequence[int] | None) -> list[int] | None:
+    """The MTP draft depths a front searches, each checked (an input error names
+    ``mtp_draft_tokens[j]``; repeats dropped, order kept); None when none is given."""
+    if drafts is None:
+        return None
+    if len(drafts) == 0:
+        raise InputError("mtp_draft_tokens", "give at least one depth (or leave it out)")
+    found: dict[int, None] = {}
+    for j, d in enumerate(drafts):
+        with_drafts(spec, d, f"mtp_draft_tokens[{j}]")
+        found[d] = None
+    return list(found)
+
+
 def front_over_shapes(
     spec: DeploymentSpec,
     q: FrontQuestion,
@@ -564,34 +591,47 @@ def front_over_shapes(
         getattr(q, "decode_shapes", None),
         q.max_gpus,
     )
-    if lists is None:
+    drafts = draft_list(spec, getattr(q, "mtp_draft_tokens", None))
+    if lists is None and drafts is None:
         return done(front_of(spec, q, overridden), spec)
+    own = spec.serving.shapes()
+    pairs = [(a, b) for a in lists[0] for b in lists[1]] if lists else [(own[0].text, own[1].text)]
 
-    def at_shapes(ps: str, ds: str) -> dict[str, Any]:
-        at = with_shapes(spec, ps, ds)
+    def at_shapes(ps: str, ds: str, d: int | None) -> dict[str, Any]:
+        at = with_shapes(spec, ps, ds) if lists else spec
+        at = with_drafts(at, d) if d is not None else at
         return done(front_of(at, q, overridden), at)
 
+    def named(a: str, b: str, d: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"prefill_shape": a, "decode_shape": b} if lists else {}
+        return out | ({"mtp_draft_tokens": d} if d is not None else {})
+
     parts, skipped = _pair_fronts(
-        ({"prefill_shape": a, "decode_shape": b}, partial(at_shapes, a, b))
-        for a in lists[0]
-        for b in lists[1]
+        (named(a, b, d), partial(at_shapes, a, b, d))
+        for a, b in pairs
+        for d in (drafts if drafts is not None else [None])
     )
     if not parts:
+        what = "shape pair" if lists else "depth"
         raise InputError(
             "max_gpus",
-            f"no shape pair fits {q.max_gpus} GPUs: " + "; ".join(x["reason"] for x in skipped),
+            f"no {what} fits {q.max_gpus} GPUs: " + "; ".join(x["reason"] for x in skipped),
         )
-    return _merged(parts, lists, skipped, q)
+    return _merged(parts, lists, drafts, skipped, q)
 
 
 def _merged(
     parts: list[dict[str, Any]],
-    lists: tuple[list[str], list[str]],
-    skipped: list[dict[str, str]],
+    lists: tuple[list[str], list[str]] | None,
+    drafts: list[int] | None,
+    skipped: list[dict[str, Any]],
     q: FrontQuestion,
 ) -> dict[str, Any]:
     out = _union(parts, q)
-    out["prefill_shapes"], out["decode_shapes"] = lists
+    if lists is not None:
+        out["prefill_shapes"], out["decode_shapes"] = lists
+    if drafts is not None:
+        out["mtp_draft_tokens"] = drafts
     out["shapes_skipped"] = skipped
     return out
 
@@ -651,13 +691,13 @@ def front_over_gpus(
 
 
 def _pair_fronts(
-    pairs: Iterable[tuple[dict[str, str], Callable[[], dict[str, Any]]]],
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    pairs: Iterable[tuple[dict[str, Any], Callable[[], dict[str, Any]]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each pair's front report (``pairs``: the fields naming the pair and the call that
     reports its front), each configuration naming the pair; the pairs whose weights do
     not fit, or whose instances exceed ``max_gpus``, apart with the reason."""
     parts: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
+    skipped: list[dict[str, Any]] = []
     for named, run in pairs:
         try:
             rep = run()

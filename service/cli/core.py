@@ -142,6 +142,15 @@ def _setting_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",")]
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of integers, got {text!r}"
+        ) from None
+
+
 def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
     req, overridden = spec_request_from_args(a)
 
@@ -166,6 +175,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
         named = "prefill_settings" in rep
         shaped = "prefill_shapes" in rep
         typed = "gpu_pairs" in rep
+        drafted = "mtp_draft_tokens" in rep
         limited = "slo" in rep  # capacities under targets name their batch and limit
         rows = [
             [
@@ -173,6 +183,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
                 *([f"{c['prefill_setting']}/{c['decode_setting']}"] if named else []),
                 *([f"{c['prefill_shape']} / {c['decode_shape']}"] if shaped else []),
                 *([f"{c['prefill_gpu']} / {c['decode_gpu']}"] if typed else []),
+                *([str(c["mtp_draft_tokens"])] if drafted else []),
                 str(c["gpus"]),
                 fmt(c["capacity_rps"]),
                 fmt(c["power_w"], 0),
@@ -188,6 +199,7 @@ def cmd_front(a: argparse.Namespace) -> dict[str, Any]:
             *(["settings P/D"] if named else []),
             *(["shapes P / D"] if shaped else []),
             *(["GPUs P / D"] if typed else []),
+            *(["MTP"] if drafted else []),
             *["GPUs", "req/s", "W", "J/req"],
         ]
         more = ["batch", "capped by", "t_D ms", "limited by"] if limited else []
@@ -296,6 +308,14 @@ def register(sub: Any) -> None:
             "or auto (tp 1-8; for a mixture of experts also tp<G>,ep<G> and "
             "tp1,dp<G>,ep<G>); each point names its shapes (docs/shapes.md)",
         )
+    f.add_argument(
+        "--mtp-draft-tokens",
+        type=_int_list,
+        metavar="LIST",
+        help="search these MTP draft depths, e.g. 0,1,2,3 (speculative decoding with the "
+        "model's next-token-prediction module; --performance kernels); each point names "
+        "its depth (docs/kernels.md)",
+    )
     f.add_argument(
         "--gpus",
         type=_setting_list,

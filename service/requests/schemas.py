@@ -240,6 +240,15 @@ class FrontRequest(SpecFields):
     decode_shapes: ShapeList | None = Field(
         None, description="the decode instance shapes to search, as prefill_shapes"
     )
+    mtp_draft_tokens: (
+        Annotated[list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=1, max_length=8)]
+        | None
+    ) = Field(
+        None,
+        description="the MTP draft depths to search (speculative decoding with the model's "
+        "next-token-prediction module, under performance 'kernels'; 0: none); each point "
+        "names its depth (docs/kernels.md). Default: the deployment's own",
+    )
     gpus: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = Field(
         None,
         description="search each phase on each of these GPU types (every pair, e.g. "

@@ -92,3 +92,34 @@ def test_drafting_changes_the_decode_instances_only() -> None:
     assert drafting["mu_d_rps"] > 1.05 * without["mu_d_rps"]
     assert drafting["power_saturated_w"] == without["power_saturated_w"]
 
+
+
+def test_the_front_over_draft_depths_is_the_front_of_each_depths_front(capsys) -> None:
+    """``pdwatt front --mtp-draft-tokens 0,3`` (DeepSeek-V3.1 on B200, SGLang's tables,
+    8-GPU instances, up to 32 GPUs): every configuration names its depth, each depth's
+    configurations are that depth's own front's, and the front over both is the
+    capacity-power front of their union."""
+    from tests.service.test_cli_core import run, run_json
+
+    folder = str(installed_kernel_tables())
+    base = ["front", "--model", "deepseek-v3.1", "--gpu", "b200", "--performance", "kernels",
+            "--framework", "sglang", "--kernels", folder, "--set", "serving.tensor_parallel=8",
+            "--decode-shape", "tp8,ep8", "--max-gpus", "32", "--json"]  # fmt: skip
+    both = run_json(capsys, [*base, "--mtp-draft-tokens", "0,3,3"])
+    assert both["mtp_draft_tokens"] == [0, 3]  # repeats dropped, order kept
+    assert {c["mtp_draft_tokens"] for c in both["configs"]} == {0, 3}
+    for d in (0, 3):
+        alone = run_json(capsys, [*base, "--set", f"serving.mtp_draft_tokens={d}"])
+        mine = [c for c in both["configs"] if c["mtp_draft_tokens"] == d]
+        assert [(c["n_p"], c["n_d"], c["capacity_rps"]) for c in mine] == [
+            (c["n_p"], c["n_d"], c["capacity_rps"]) for c in alone["configs"]
+        ]
+    points = [(c["capacity_rps"], c["power_w"]) for c in both["configs"]]
+    front = {(c["capacity_rps"], c["power_w"]) for c in both["front"]}
+    for mu, w in points:  # a point is on the front exactly when no other dominates it
+        dominated = any(m2 >= mu and w2 <= w and (m2, w2) != (mu, w) for m2, w2 in points)
+        assert ((mu, w) in front) == (not dominated)
+    qwen = ["front", "--model", "qwen3-32b", "--gpu", "b200", "--performance", "kernels",
+            "--framework", "sglang", "--kernels", folder, "--mtp-draft-tokens", "0,2"]  # fmt: skip
+    code, _, err = run(capsys, qwen)
+    assert code == 2 and "mtp_draft_tokens[1]" in err and "qwen3-32b" in err
