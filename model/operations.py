@@ -577,13 +577,14 @@ def front_over_shapes(
     restrict: Callable[[dict[str, Any], DeploymentSpec], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """:func:`front_of`, or, when ``q`` lists shapes per phase (``prefill_shapes``,
-    ``decode_shapes``), the front over every pair of them: each pair's front (restricted
-    by ``restrict(report, spec_at_the_pair)``, e.g. to latency targets) with each
-    configuration naming its ``prefill_shape`` and ``decode_shape``, then the front and
-    the selections over all of them. The front of the union is the front of the pairs'
-    fronts (a point no other pair's front dominates). Pairs whose instances exceed
-    ``max_gpus`` together, or whose weights do not fit, are listed with the reason
-    (``shapes_skipped``)."""
+    ``decode_shapes``) or MTP draft depths (``mtp_draft_tokens``), the front over every
+    pair of shapes at every depth: each one's front (restricted by ``restrict(report,
+    spec_at_it)``, e.g. to latency targets) with each configuration naming its
+    ``prefill_shape`` and ``decode_shape`` and its ``mtp_draft_tokens`` where those are
+    searched, then the front and the selections over all of them. The front of the
+    union is the front of the parts' fronts (a point no other part's front dominates).
+    Parts whose instances exceed ``max_gpus`` together, or whose weights do not fit, are
+    listed with the reason (``shapes_skipped``)."""
     done = restrict or (lambda report, _at: report)
     lists = shape_lists(
         spec,
