@@ -4,6 +4,7 @@ once with the GPU settings to apply (see :mod:`service.sites.shed`)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
@@ -120,7 +121,10 @@ async def shed(
     answer["site_version"] = site.version
     jobs = job_store(settings.database_url)
     if answer["event"]["duplicate"]:  # already in force: planned for, or being re-planned
-        kept = await run_in_threadpool(site_shed.duplicate_replan, jobs, site, plan, answer)
+        reload = partial(store.latest_plan, site_id)  # a re-plan may end meanwhile
+        kept = await run_in_threadpool(
+            site_shed.duplicate_replan, jobs, site, plan, answer, reload
+        )
         if kept is not None:
             answer["replan"] = kept
             return JSONResponse(answer)

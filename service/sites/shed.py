@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -262,23 +263,36 @@ async def warm_forever(settings: Settings, every_s: float) -> None:
 
 
 def duplicate_replan(
-    jobs: JobStore, site: Site, latest: Plan | None, shed: dict[str, Any]
+    jobs: JobStore,
+    site: Site,
+    latest: Plan | None,
+    shed: dict[str, Any],
+    reload: Callable[[], Plan | None] | None = None,
 ) -> dict[str, Any] | None:
     """The answer's ``replan`` for a shed whose event was already in force (its merge
     wrote nothing, the site is as it was): none when the ``latest`` plan was made from
     the site as it is (with the event), else the site's re-plan queued or running (made
-    for the same event); None when neither holds and a re-plan is due."""
+    for the same event); None when neither holds and a re-plan is due. ``reload`` reads
+    the site's latest plan again: a re-plan that ended since ``latest`` was read has
+    stored its plan before it ended, so with no re-plan queued or running the plan read
+    afterwards is the one to judge by (else a repeat arriving as the re-plan ends would
+    start a second one)."""
     if not shed["event"]["duplicate"]:
         return None
-    if latest is not None and made_with(site, latest):
+
+    def in_force(plan: Plan) -> dict[str, Any]:
         return {
             "job_id": None,
             "site_version": site.version,
-            "reason": planned_with(shed["event"]["id"], latest, site.version),
+            "reason": planned_with(shed["event"]["id"], plan, site.version),
         }
+
+    if latest is not None and made_with(site, latest):
+        return in_force(latest)
     job = jobs.active(replan_scope(site.id))
     if job is None:
-        return None
+        fresh = reload() if reload is not None else None
+        return in_force(fresh) if fresh is not None and made_with(site, fresh) else None
     return {
         "job_id": job.id,
         "status": job.status,

@@ -76,3 +76,32 @@ def test_ten_identical_sheds_make_one_event_and_one_replan(client: TestClient) -
     store = job_store(client.app.state.settings.database_url)  # type: ignore[attr-defined]
     every = [store.get(j) for s in ("queued", "running", "succeeded") for j in store.with_status(s)]
     assert [j.id for j in every if j.kind == "site_plan"] == [first]
+
+
+def test_a_repeat_arriving_as_the_replan_ends_is_answered_by_its_plan(tmp_path: Path) -> None:
+    """The race a repeated shed met under load: it read the site's latest plan (made
+    before the event) while the re-plan ran, and found no re-plan queued or running
+    because that re-plan had ended meanwhile, having stored its plan: it then started a
+    second re-plan. The plan read again after the job store says none runs is the one
+    to judge by (``duplicate_replan``'s ``reload``): the repeat is answered by it."""
+    from datetime import UTC, datetime
+
+    from service.runtime.records import Plan, Site
+    from service.sites.shed import duplicate_replan
+
+    now = datetime.now(UTC)
+    site = Site("s1", "s1", {}, version=3, created=now, updated=now)
+    before = Plan(1, "s1", 2, now, "optimal", 0, {})  # made before the event (version 2)
+    after = Plan(2, "s1", 3, now, "optimal", 1, {})  # the re-plan's, with the event
+    store = job_store(f"sqlite:///{tmp_path / 'jobs.db'}")  # no re-plan queued or running
+    shed = {"event": {"duplicate": True, "id": 7}, "period": 0}
+    assert duplicate_replan(store, site, before, shed) is None  # without reload: re-plan
+    kept = duplicate_replan(store, site, before, shed, reload=lambda: after)
+    assert kept is not None and kept["job_id"] is None
+    assert "already in force" in kept["reason"] and "(2)" in kept["reason"]
+    # a plan read again that is still older than the site: a re-plan is due
+    assert duplicate_replan(store, site, before, shed, reload=lambda: before) is None
+    # a re-plan queued: the repeat joins it, whatever the plans
+    job, _ = store.create("site_plan", {"site_id": "s1"}, coalesce=replan_scope("s1"))
+    joined = duplicate_replan(store, site, before, shed, reload=lambda: before)
+    assert joined is not None and joined["job_id"] == job.id and joined["coalesced"]
