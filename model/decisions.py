@@ -30,7 +30,7 @@ from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
 from model.shapes import InstanceShape
-from model.silicon import SiliconRow, draft_of, published_config, records_by_run
+from model.silicon import SiliconRow, published_config, records_by_run, run_draft
 from model.targets import evaluate_targets
 
 #: configurations a group needs to be judged
@@ -88,14 +88,13 @@ def config_of(row: SiliconRow, draft: int = 0) -> Config | str:
 
 def drafts_of(rows: Sequence[SiliconRow]) -> dict[str, int]:
     """Row id -> the MTP draft depth its run used, by its own published record or by
-    that of a twin, the same run recorded twice (:func:`model.silicon.draft_of`, as
+    that of a twin, the same run recorded twice (:func:`model.silicon.run_draft`, as
     the validation reads it); rows of runs without MTP are not listed."""
     out: dict[str, int] = {}
     for run in records_by_run(rows).values():
-        depths = [d[0] for r in run if (d := draft_of(r)) is not None]
-        if depths:
-            for r in run:
-                out[r.id] = depths[0]
+        for r in run:
+            if (d := run_draft(r, [t for t in run if t is not r])) is not None:
+                out[r.id] = d[0]
     return out
 
 

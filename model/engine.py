@@ -207,7 +207,6 @@ class KernelTimes:
     draft_tokens: int = 0
     _decode: dict[tuple[float, float], PhaseTime] = field(default_factory=dict, repr=False)
     _prefill: dict[int, PhaseTime] = field(default_factory=dict, repr=False)
-    _speculative: dict[tuple[float, float, int], float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(
@@ -265,15 +264,12 @@ class KernelTimes:
         o = self.overheads
         per_rank = batch / self.kernels.setup.attention_dp  # each rank its own share
         extra = o.t_iter_s + o.t_req_s * per_rank + o.t_layer_s * self.layers
-        if not self.draft_tokens:
+        d = self.draft_tokens
+        if not d:
             return self.decode_kernels_s(batch, context) + extra
-        key = (float(batch), float(context), self.draft_tokens)
-        if key not in self._speculative:
-            self._speculative[key] = self.kernels.t_decode_speculative(
-                batch, context, self.draft_tokens
-            )
-        gained = model_accepted_tokens(self.kernels.model, self.draft_tokens)
-        return (self._speculative[key] + extra) / gained
+        verify = self.decode_phase(batch * (1 + d), context)  # kept, as decode_power_w reads it
+        k = self.kernels.speculative_s(verify, self.decode_phase(batch, context), batch, d)
+        return (k + extra) / model_accepted_tokens(self.kernels.model, d)
 
     def prefill_s(self, tokens: int) -> float:
         """``t_P(l)`` of one prompt: kernels plus the engine's per-iteration overheads."""

@@ -1945,7 +1945,11 @@ class KernelModel:
         if draft == 0:
             return self.t_decode(batch, context)
         verify = self.decode(_real_batch(batch) * (1 + draft), context)
-        one = self.decode(batch, context)
+        return self.speculative_s(verify, self.decode(batch, context), batch, draft)
+
+    def speculative_s(self, verify: PhaseTime, one: PhaseTime, batch: float, draft: int) -> float:
+        """:meth:`t_decode_speculative` from the decode passes it reads, at ``batch (1 +
+        draft)`` (``verify``) and at ``batch`` (``one``), for a caller that keeps them."""
         first = self._draft_pass(verify, batch * (1 + draft))
         return verify.time_s + first + (draft - 1) * self._draft_pass(one, batch)
 

@@ -51,7 +51,7 @@ from model.errors import DoesNotFitError, InputError, NotFoundError
 from model.interconnect import kv_link
 from model.pareto import front_indices, max_capacity_index, min_power_index
 from model.shapes import check_shape, parse_shape
-from model.speculative import model_accepted_tokens
+from model.speculative import model_accepted_tokens, speculative_record
 from model.targets import evaluate_spec
 from model.workload import Workload, parse_workload
 
@@ -313,11 +313,7 @@ def capacity_report(
         out["latency_targets"] = spec.targets.record()
     draft = spec.serving.mtp_draft_tokens
     if draft:  # the decode times are per token gained (model.engine.KernelTimes)
-        out["speculative"] = {
-            "method": "mtp",
-            "draft_tokens": draft,
-            "tokens_per_iteration": model_accepted_tokens(spec.model, draft),
-        }
+        out["speculative"] = speculative_record(draft, model_accepted_tokens(spec.model, draft))
     out.update(_context(spec, overridden, r.coefficients))
     return out
 

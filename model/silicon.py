@@ -53,7 +53,12 @@ from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
 from model.interconnect import INTERCONNECTS, kv_transfer_s
 from model.kernels import MOE_A2A, KernelModel, KernelSetup
-from model.speculative import accepted_tokens, check_draft, model_accepted_tokens
+from model.speculative import (
+    accepted_tokens,
+    check_draft,
+    model_accepted_tokens,
+    speculative_record,
+)
 
 FloatArray = np.ndarray
 
@@ -821,6 +826,21 @@ def draft_of(row: SiliconRow) -> tuple[int, str] | None:
     )
 
 
+def run_draft(row: SiliconRow, twins: Sequence[SiliconRow] = ()) -> tuple[int, str] | None:
+    """The MTP draft depth of the row's run, with its note: its own record's
+    (:func:`draft_of`), else that of the first of its ``twins`` (the same run recorded
+    twice, :func:`twin_key`) whose record states one; None when none does."""
+    own = draft_of(row)
+    if own is not None:
+        return own
+    for twin in twins:
+        if (told := draft_of(twin)) is not None:
+            return told[0], (f"the same measurement as row {twin.id} (TTFT and TPOT to the "
+                             f"last digit: one run recorded twice), whose record says: "
+                             f"{told[1]}")  # fmt: skip
+    return None
+
+
 def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
     """A published phase as the row's columns would state it: attention TP and DP of
     the worker's GPUs, MoE TP x EP over them, and the batch per attention rank (decode:
@@ -976,14 +996,7 @@ def resolve(
         dtype, notes = weights
     if recipe is not None:
         notes = [recipe[1], *notes]
-    draft = draft_of(row)
-    for twin in twins:
-        if draft is not None:
-            break
-        if (from_twin := draft_of(twin)) is not None:
-            draft = (from_twin[0], f"the same measurement as row {twin.id} (TTFT and TPOT to "
-                                   "the last digit: one run recorded twice), whose record "
-                                   f"says: {from_twin[1]}")  # fmt: skip
+    draft = run_draft(row, twins)
     depth = 0
     if draft is not None:
         depth = draft[0]
@@ -1502,8 +1515,7 @@ def report(
             "kernels": f"{c.framework} {c.version}",
             "weights": c.weight_dtype,
             **({"experts": c.expert_dtype} if c.expert_dtype else {}),
-            **({"speculative": {"method": "mtp", "draft_tokens": c.draft_tokens,
-                                "tokens_per_iteration": c.gained}}
+            **({"speculative": speculative_record(c.draft_tokens, c.gained)}
                if c.draft_tokens else {}),  # fmt: skip
             "schedule": c.schedule.source,
             "steady_state": {

@@ -15,6 +15,8 @@ fitted to a measured serving run.
 
 from __future__ import annotations
 
+from typing import Any
+
 from model.catalog import ModelArch
 from model.errors import InputError
 
@@ -51,3 +53,10 @@ def check_draft(model: ModelArch, draft: int, field: str = "mtp_draft_tokens") -
             field,
             f"{model.name}: no published MTP acceptance in the catalog (model.mtp_accept_first)",
         )
+
+
+def speculative_record(draft: int, gained: float) -> dict[str, Any]:
+    """What an output says of a deployment or a measured run drafting ``draft`` tokens
+    per iteration and gaining ``gained`` (``speculative`` in ``pdwatt capacity`` and
+    ``pdwatt predict`` JSON)."""
+    return {"method": "mtp", "draft_tokens": draft, "tokens_per_iteration": gained}
