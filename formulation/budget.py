@@ -101,8 +101,8 @@ class TimeBudget:
     #: the one-period bound taken before the relaxation ends by here
     ONE_PERIOD_BOUND: ClassVar[float] = 0.15
     #: at most this share of the limit for the integer program over column
-    #: generation's columns (``_column_milp`` in formulation/solve.py): on 256 deployments HiGHS
-    #: spent the 120 s of a neighbourhood's share on its 1,280 columns
+    #: generation's columns (``column_milp`` in formulation/primal/relaxed.py): on 256
+    #: deployments HiGHS spent the 120 s of a neighbourhood's share on its 1,280 columns
     COLUMN_MILP: ClassVar[float] = 0.05
     #: a restricted MILP is built only if its estimated Pyomo build time
     #: (:func:`formulation.milp.compact.estimated_build_s`) is at most this share of the time

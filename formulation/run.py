@@ -16,7 +16,10 @@ import numpy as np
 
 from formulation import memory
 from formulation.budget import Deadline, TimeBudget
+from formulation.data import ScheduleData
+from formulation.diagnosis import diagnose_infeasible, diagnosis_deadline
 from formulation.evaluate import Priced
+from formulation.infeasible import InfeasibleError
 from formulation.milp.compact import estimated_build_s, estimated_root_s
 from formulation.phases import PHASE_NAMES
 from formulation.primal.baselines import GreedyReport
@@ -164,6 +167,12 @@ class Run:
         if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * left:
             return False
         return not root or estimated_root_s(choices) <= left
+
+    def infeasible(self, data: ScheduleData, fallback: str) -> InfeasibleError:
+        """The error of a problem this run found infeasible: the periods and constraints
+        responsible, diagnosed in the time the budget leaves for it, else ``fallback``
+        (:func:`formulation.diagnosis.diagnose_infeasible`)."""
+        return diagnose_infeasible(data, fallback, diagnosis_deadline(self.budget))
 
     def workers(self) -> int:
         """Worker processes for the DPs: ``solver.threads``, at most the machine's cores."""

@@ -10,7 +10,10 @@ exactly its phases, in its order).
 
 The relaxation finds its multipliers by column generation with dual smoothing
 (``auto``, default) or by the volume algorithm (``volume``); on the benchmark sites
-column generation reaches the Lagrangian dual optimum sooner (``docs/schedule.md``). A
+column generation reaches the Lagrangian dual optimum sooner (``docs/schedule.md``).
+The relaxation's phases are :mod:`formulation.bounds.relaxation`, the schedules drawn
+from it :mod:`formulation.primal.relaxed` and the local search
+:mod:`formulation.primal.search`; the steps here hand them the solve's state. A
 caller's ``monitor`` sees the state as it changes and may stop the solve (jobs'
 cancellation; the state is :class:`formulation.run.Run`).
 
@@ -36,47 +39,23 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from formulation.bounds.decomposition import (
-    ColumnGeneration,
-    DecompositionResult,
-    decompose,
-    integer_columns,
-    make_column,
-    schedule_of_columns,
+from formulation.bounds.decomposition import ColumnGeneration
+from formulation.bounds.lagrange import Relaxation, local_grids, uncoupled_bound
+from formulation.bounds.relaxation import (
+    UNCOUPLED_SOURCE,
+    lagrangian_bound,
+    resume_relaxation,
+    support_of,
 )
-from formulation.bounds.lagrange import (
-    DualOracle,
-    Point,
-    Relaxation,
-    corridor,
-    cost_ceiling,
-    local_grids,
-    relax,
-    uncoupled_bound,
-)
-from formulation.budget import (
-    NEIGHBOURHOOD_AT_LEAST_S,
-    VOLUME_REPAIR_AT_MOST,
-    VOLUME_REPAIR_EVERY,
-    Deadline,
-    TimeBudget,
-)
+from formulation.budget import NEIGHBOURHOOD_AT_LEAST_S, Deadline, TimeBudget
 from formulation.data import ScheduleData, build_data, undominated
-from formulation.diagnosis import diagnose_infeasible, diagnosis_deadline
 from formulation.evaluate import Priced, Schedule, price_schedule
-from formulation.infeasible import check_feasible_before, infeasible_after
+from formulation.infeasible import check_feasible_before
 from formulation.milp.compact import count_choices, estimated_build_s, solve_compact
 from formulation.primal.baselines import greedy_ramped, greedy_with_report, static_peak
-from formulation.primal.heuristics import coordinate_descent
-from formulation.primal.search import (
-    GUIDED_SOURCE,
-    Corridors,
-    exact_window,
-    restricted_milp,
-    search_corridors,
-)
+from formulation.primal.relaxed import column_milp, lp_support, repair
+from formulation.primal.search import GUIDED_SOURCE, Corridors, exact_window, search_corridors
 from formulation.primal.window import GuidedStart, guided_start
 from formulation.problem import Method, ScheduleProblem
 from formulation.processes.interrupt import Interrupted, interruptible
@@ -84,8 +63,6 @@ from formulation.run import Monitor, Progress, Run
 from formulation.subproblems.dp import DeploymentGrid, deployment_grid
 
 log = logging.getLogger(__name__)
-
-UNCOUPLED_SOURCE = "sum of the deployments' optima within their local limits"
 
 
 @dataclass
@@ -202,12 +179,17 @@ def _one_period_bound_step(s: Solving, until: float) -> None:
 
 
 def _relaxation_step(s: Solving, until: float) -> None:
-    s.relaxation, s.lgrids, s.generation = _relaxation(s.run, s.data, s.grids, until)
+    def repair_points(starts: list[Schedule], deadline: Deadline) -> None:
+        repair(s.run, s.data, s.grids, starts, deadline)
+
+    s.relaxation, s.lgrids, s.generation = lagrangian_bound(
+        s.run, s.data, s.grids, until, repair_points
+    )
 
 
 def _lp_support_step(s: Solving, until: float) -> None:
-    _lp_support(s.run, s.data, s.lgrids, s.relaxation.support, until, "lp_support")
-    _column_milp(s.run, s.data, s.generation, until, "column_milp")
+    lp_support(s.run, s.data, s.lgrids, s.relaxation.support, until, "lp_support")
+    column_milp(s.run, s.data, s.generation, until, "column_milp")
 
 
 def _repair_step(s: Solving, until: float) -> None:
@@ -215,7 +197,7 @@ def _repair_step(s: Solving, until: float) -> None:
     starts = [*relaxation.hints, relaxation.best.schedule, relaxation.first.schedule]
     if run.best is not None:
         starts.insert(0, run.best.schedule)
-    _repair(run, s.data, s.grids, starts, run.budget.deadline(until, TimeBudget.REPAIR_AT_LEAST))
+    repair(run, s.data, s.grids, starts, run.budget.deadline(until, TimeBudget.REPAIR_AT_LEAST))
 
 
 def _exact_window_step(s: Solving, until: float) -> None:
@@ -230,14 +212,14 @@ def _neighbourhoods_step(s: Solving, until: float) -> None:
 def _relaxation_resumed_step(s: Solving, until: float) -> None:
     assert s.generation is not None
     s.resumed = True
-    _resume_relaxation(s.run, s.data, s.lgrids, s.generation, until)
+    resume_relaxation(s.run, s.data, s.lgrids, s.generation, until)
 
 
 def _lp_support_resumed_step(s: Solving, until: float) -> None:
     assert s.generation is not None
-    support = _support_of(s.generation.result())
-    _lp_support(s.run, s.data, s.lgrids, support, until, "lp_support_resumed")
-    _column_milp(s.run, s.data, s.generation, until, "column_milp_resumed")
+    support = support_of(s.generation.result())
+    lp_support(s.run, s.data, s.lgrids, support, until, "lp_support_resumed")
+    column_milp(s.run, s.data, s.generation, until, "column_milp_resumed")
 
 
 def _neighbourhoods_resumed_step(s: Solving, until: float) -> None:
@@ -321,7 +303,7 @@ def _phases(s: Solving) -> Outcome:
     return _finish(s)
 
 
-# ------------------------------------------------------------------ the phases
+# ------------------------------------------------------------------ when they run
 
 
 def _milps_left(run: Run) -> bool:
@@ -332,6 +314,28 @@ def _milps_left(run: Run) -> bool:
         not run.done()
         and run.best is not None
         and run.budget.left(TimeBudget.END) > NEIGHBOURHOOD_AT_LEAST_S
+    )
+
+
+def _neighbourhoods_end(generation: ColumnGeneration | None) -> float:
+    """Where the neighbourhoods end (a fraction of the limit): at the end, or
+    ``TimeBudget.RESUMED_RELAXATION`` before it when column generation stopped short of
+    convergence (its bound, not the schedule, is then what leaves the gap open on the
+    benchmark sites: docs/clocks.md section 8)."""
+    if generation is None or generation.converged:
+        return TimeBudget.END
+    return TimeBudget.END - TimeBudget.RESUMED_RELAXATION
+
+
+def _resumable(run: Run, generation: ColumnGeneration | None) -> bool:
+    """Whether column generation may go on once the schedules' phases are over: it
+    stopped short of convergence, the gap is open and a round as long as its longest
+    fits in the time left (``relaxation_resumed``)."""
+    return (
+        generation is not None
+        and not generation.converged
+        and not run.done()
+        and run.budget.left(TimeBudget.END) >= generation.round_s
     )
 
 
@@ -353,6 +357,9 @@ def _cheap_rounds(run: Run) -> bool:
     return report is not None and report.enumerated_all(
         TimeBudget.GUIDED_ROUND * run.budget.limit_s
     )
+
+
+# ------------------------------------------------------------------ the phases
 
 
 def _one_period_bound(
@@ -424,9 +431,7 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid], until: f
         start=run.best.schedule if run.best else None,
     )
     if r.status == "infeasible":
-        raise diagnose_infeasible(
-            data, "HiGHS proved the problem infeasible", diagnosis_deadline(run.budget)
-        )
+        raise run.infeasible(data, "HiGHS proved the problem infeasible")
     if r.schedule is not None:
         run.offer(price_schedule(data, r.schedule), "compact MILP")
     if r.bound_usd is not None:
@@ -434,313 +439,11 @@ def _compact(run: Run, data: ScheduleData, grids: list[DeploymentGrid], until: f
     run.stats.update(binaries=r.n_binaries, milp_build_s=r.build_s, milp_solve_s=r.solve_s)
 
 
-def _relaxation_source(how: str) -> str:
-    return (
-        f"Lagrangian relaxation of the site cap and GPU inventories ({how}), each "
-        "deployment's exact DP within its local limits as the subproblem"
-    )
-
-
-COLUMN_GENERATION = "column generation with dual smoothing"
-
-
-def _relaxation(
-    run: Run, data: ScheduleData, grids: list[DeploymentGrid], until: float
-) -> tuple[Relaxation, list[DeploymentGrid], ColumnGeneration | None]:
-    """The Lagrangian bound and its multipliers, by the method the problem names, and
-    column generation's state when it may go on later (``relaxation_resumed``)."""
-    lgrids = local_grids(data, grids)
-    oracle = DualOracle(data, lgrids, run.workers())
-    deadline = run.budget.deadline(until, TimeBudget.RELAXATION_AT_LEAST)
-    volume = run.opts.method == Method.VOLUME
-    how = "volume algorithm" if volume else COLUMN_GENERATION
-    source = _relaxation_source(how)
-    generation = None
-    try:
-        if volume:
-            r = _volume(run, data, grids, oracle, deadline, source)
-        else:
-            r, generation = _column_generation(run, data, lgrids, oracle, deadline, source)
-    finally:
-        oracle.close()
-    if r.best.value_usd > cost_ceiling(data, lgrids):
-        # some deployment has no path within what the site allows it, or the bound
-        # outgrew what any schedule can cost: no schedule is feasible
-        raise diagnose_infeasible(
-            data, "no deployment schedule fits the site's limits", diagnosis_deadline(run.budget)
-        )
-    run.stats["relaxation"] = {
-        "method": how,
-        "iterations": r.iterations,
-        "seconds": round(r.seconds, 3),
-        "first_bound_usd": r.first.value_usd,
-        "bound_usd": r.best.value_usd,
-        "stopped_below_bound": r.beaten,
-        "dual_evaluations_s": round(oracle.seconds, 3),
-        "history": [[round(t, 3), round(v, 6)] for t, v in r.history],
-    }
-    return r, lgrids, generation
-
-
-def _neighbourhoods_end(generation: ColumnGeneration | None) -> float:
-    """Where the neighbourhoods end (a fraction of the limit): at the end, or
-    ``TimeBudget.RESUMED_RELAXATION`` before it when column generation stopped short of
-    convergence (its bound, not the schedule, is then what leaves the gap open on the
-    benchmark sites: docs/clocks.md section 8)."""
-    if generation is None or generation.converged:
-        return TimeBudget.END
-    return TimeBudget.END - TimeBudget.RESUMED_RELAXATION
-
-
-def _resumable(run: Run, generation: ColumnGeneration | None) -> bool:
-    """Whether column generation may go on once the schedules' phases are over: it
-    stopped short of convergence, the gap is open and a round as long as its longest
-    fits in the time left (``relaxation_resumed``)."""
-    return (
-        generation is not None
-        and not generation.converged
-        and not run.done()
-        and run.budget.left(TimeBudget.END) >= generation.round_s
-    )
-
-
-def _resume_relaxation(
-    run: Run,
-    data: ScheduleData,
-    lgrids: list[DeploymentGrid],
-    generation: ColumnGeneration,
-    until: float,
-) -> None:
-    """Column generation again, from the columns, master LP and best multipliers it
-    stopped with, in the time the schedules' phases left unused: whole rounds until
-    the end of the limit, convergence, or the gap closed. Its bound is the best
-    Lagrangian value seen, so it never falls; each better one is reported as found."""
-    source = _relaxation_source(COLUMN_GENERATION)
-    before, rounds = generation.best_lb, generation.iterations
-    t0 = time.perf_counter()
-    run.say(f"relaxation resumed: column generation from round {rounds}")
-
-    def progress(msg: str) -> None:
-        run.bound(generation.best_lb, source)
-        run.say(msg)
-
-    oracle = DualOracle(data, lgrids, run.workers())
-    try:
-        generation.rounds(
-            oracle,
-            run.budget.deadline(until),
-            progress=progress,
-            stop=run.done,
-            bound_to_beat=lambda: run.lower_bound,
-            whole=True,
-        )
-    finally:
-        oracle.close()
-    run.bound(generation.best_lb, source)
-    run.stats["relaxation_resumed"] = {
-        "rounds": generation.iterations - rounds,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "bound_before_usd": before,
-        "bound_usd": generation.best_lb,
-        "converged": generation.converged,
-        "dual_evaluations_s": round(oracle.seconds, 3),
-    }
-
-
-def _volume(
-    run: Run,
-    data: ScheduleData,
-    grids: list[DeploymentGrid],
-    oracle: DualOracle,
-    deadline: Deadline,
-    source: str,
-) -> Relaxation:
-    run.say("Lagrangian relaxation (volume algorithm): one DP per deployment per step")
-    repairs = {"last": -np.inf, "spent": 0.0}
-    phase = run.budget.limit_s * (TimeBudget.RELAXATION - TimeBudget.BASELINES)
-
-    def on_point(p: Point) -> None:
-        run.bound(p.value_usd, source)
-        if run.offer(price_schedule(data, p.schedule), "Lagrangian relaxation"):
-            return
-        # Lagrangian heuristic: at most VOLUME_REPAIR_AT_MOST of the phase, once per
-        # VOLUME_REPAIR_EVERY of it
-        now = run.budget.elapsed()
-        every = VOLUME_REPAIR_EVERY * phase
-        if now - repairs["last"] < every or repairs["spent"] > VOLUME_REPAIR_AT_MOST * phase:
-            return
-        t0 = time.perf_counter()
-        _repair(run, data, grids, [p.schedule], deadline.within(every))  # never past the phase
-        repairs["last"] = now
-        repairs["spent"] += time.perf_counter() - t0
-
-    return relax(oracle, deadline, run.upper, run.opts.mip_gap, on_point, stop=lambda: run.stopped)
-
-
-def _zero_prices(run: Run, data: ScheduleData, oracle: DualOracle) -> Relaxation:
-    first = oracle(np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
-    run.bound(first.value_usd, UNCOUPLED_SOURCE)
-    run.offer(price_schedule(data, first.schedule), "Lagrangian relaxation")
-    return Relaxation(first, first, 0, 0.0, [(0.0, first.value_usd)])
-
-
-def _column_generation(
-    run: Run,
-    data: ScheduleData,
-    lgrids: list[DeploymentGrid],
-    oracle: DualOracle,
-    deadline: Deadline,
-    source: str,
-) -> tuple[Relaxation, ColumnGeneration | None]:
-    run.say("Lagrangian relaxation (column generation): one DP per deployment per round")
-    zero = _zero_prices(run, data, oracle)
-    if run.closed():
-        return zero, None
-    first = zero.first
-    warm = _warm_point(run, data, oracle)
-    extra = []
-    if run.best is not None:
-        for m in range(len(data.deployments)):
-            cfg, served = run.best.schedule.config[m], run.best.schedule.served_rps[m]
-            extra.append(make_column(data, m, cfg, served))
-    dec = decompose(
-        data,
-        deadline,
-        extra_columns=extra,
-        progress=run.say,
-        oracle=oracle,
-        stop=lambda: run.stopped,
-        first=first,
-        bound_to_beat=lambda: run.lower_bound,
-        warm=warm,
-    )
-    if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
-        raise infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
-    assert dec.prices_w is not None and dec.prices_gpu is not None
-    best = oracle(dec.prices_w, dec.prices_gpu)
-    run.bound(max(best.value_usd, dec.lower_bound_usd), source)
-    run.offer(price_schedule(data, best.schedule), "Lagrangian relaxation")
-    # the LP's heaviest column per deployment: a rounded Dantzig-Wolfe solution
-    rounded = []
-    for m in range(len(data.deployments)):
-        own = [i for i, c in enumerate(dec.columns) if c.deployment == m]
-        rounded.append(dec.columns[max(own, key=lambda i: dec.weights[i])])
-    hints = [schedule_of_columns(data, rounded)]
-    relaxation = Relaxation(
-        best, first, dec.iterations, dec.seconds, dec.history, hints, _support_of(dec), dec.beaten
-    )
-    return relaxation, dec.generation
-
-
-def _warm_point(run: Run, data: ScheduleData, oracle: DualOracle) -> Point | None:
-    """The dual function at the periods' own cap prices (the multipliers of each
-    over-cap period's one-period problem, transitions ignored, that the greedy
-    baseline found), when it found any: a bound and a stability centre for column
-    generation far closer than zero prices where the cap binds in many periods (its
-    first LP duals are those of a master with few columns)."""
-    prices = None if run.greedy is None else run.greedy.cap_prices
-    if prices is None or not np.any(prices > 0) or run.done():
-        return None
-    point = oracle(prices.astype(float), np.zeros((len(data.pools), data.n_periods)))
-    run.bound(point.value_usd, _relaxation_source(COLUMN_GENERATION))
-    run.offer(price_schedule(data, point.schedule), "Lagrangian relaxation")
-    run.stats["warm_start"] = {"bound_usd": point.value_usd}
-    return point
-
-
-def _repair(
-    run: Run,
-    data: ScheduleData,
-    grids: list[DeploymentGrid],
-    starts: list[Schedule],
-    deadline: Deadline,
-) -> None:
-    """Exact per-deployment re-optimisation from each start until none improves, by
-    ``deadline``."""
-    for st in starts:
-        if deadline.expired():
-            return
-        cand = coordinate_descent(data, grids, st, deadline)
-        run.offer(cand, "Lagrangian heuristic")
-
-
-def _column_milp(
-    run: Run, data: ScheduleData, generation: ColumnGeneration | None, until: float, key: str
-) -> None:
-    """One whole column per deployment from column generation's master, the best
-    within the site's constraints (:func:`integer_columns`), the incumbent's paths
-    among the columns and its first solution; until fraction ``until`` of the limit,
-    at most ``TimeBudget.COLUMN_MILP`` of it. Cheap at any size (a binary per
-    column), it gives a schedule wherever the columns combine into a better one than
-    the incumbent. Its figures in ``stats[key]``."""
-    if generation is None or run.best is None or run.done():
-        return
-    best = run.best.schedule
-    for m in range(len(data.deployments)):
-        generation.master.add(make_column(data, m, best.config[m], best.served_rps[m]))
-    deadline = run.budget.deadline(until).within(TimeBudget.COLUMN_MILP * run.budget.limit_s)
-    choice = integer_columns(generation, deadline, run.opts.mip_gap / 2, start=best)
-    improved = choice.schedule is not None and run.offer(
-        price_schedule(data, choice.schedule), "MILP over the master's columns"
-    )
-    run.stats[key] = {
-        "columns": choice.columns,
-        "seconds": round(choice.seconds, 3),
-        "status": choice.status,
-        "improved": improved,
-    }
-
-
-def _support_of(dec: DecompositionResult) -> list[tuple[int, NDArray[np.int64]]]:
-    """The master LP's support: (deployment, whole-horizon configurations) of each column
-    the LP uses."""
-    used = zip(dec.columns, dec.weights, strict=True)
-    return [(c.deployment, c.config) for c, w in used if w > 1e-9]
-
-
-def _lp_support(
-    run: Run,
-    data: ScheduleData,
-    lgrids: list[DeploymentGrid],
-    support: list[tuple[int, NDArray[np.int64]]],
-    until: float,
-    key: str,
-) -> None:
-    """The compact MILP restricted to the configurations of the master LP's columns
-    (``support``) and of the incumbent, in every period (price-and-branch on the LP's
-    support), until fraction ``until`` of the limit: a small MILP whose optimum is
-    usually close to the best schedule. Schedules only; its figures in ``stats[key]``."""
-    if run.best is None:
-        return
-    base = run.best.schedule.config
-    paths = [base]
-    for m, cfg in support:
-        path = base.copy()
-        path[m] = cfg
-        paths.append(path)
-    allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
-    choices = sum(len(r) for rows in allowed for r in rows)
-    if not run.fits(choices, until):
-        run.stats[key] = {"choices": choices, "status": "not built: no time"}
-        return
-    run.say(f"MILP over the master LP's support: {choices:,} choices")
-    r, improved = restricted_milp(run, data, allowed, until, "MILP over the master LP's support")
-    run.stats[key] = {
-        "choices": choices,
-        "build_s": round(r.build_s, 3),
-        "solve_s": round(r.solve_s, 3),
-        "status": r.status,
-        "improved": improved,
-    }
-
-
 def _finish(s: Solving) -> Outcome:
     run, data = s.run, s.data
     best = run.best
     if best is None:
-        raise diagnose_infeasible(
-            data, "no feasible schedule found within the time limit", diagnosis_deadline(run.budget)
-        )
+        raise run.infeasible(data, "no feasible schedule found within the time limit")
     if run.opts.method != Method.COMPACT:  # the corridors' log, whether they ran or not
         run.stats.setdefault("neighbourhoods", s.corridors.log)
     status = "optimal" if run.closed() else "stopped" if run.stopped else "time_limit"
