@@ -114,7 +114,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import binom
 
 from model.catalog import Fabric, ModelArch, load_model
 from model.errors import InputError, NotFoundError, OutsideTableError
@@ -769,6 +768,8 @@ def busiest_rank_experts(tokens: float, experts: int, top_k: int, ep: int = 1) -
     n = math.ceil(e / ep)
     if p >= 1.0:
         return float(n)
+    from scipy.stats import binom  # here: scipy.stats loads scipy.optimize (latency.py)
+
     cdf = binom.cdf(np.arange(n), n, p)
     return float(np.sum(1.0 - cdf**ep))
 

@@ -25,7 +25,10 @@ One configuration ``(n_P, n_D)`` at an arrival rate ``lambda`` below its capacit
 The decode admission queue (requests waiting for pool memory) is not modelled: it is
 empty while the pool does not bind, and ``docs/latency.md`` shows where that fails
 (heavy-tailed prompts near capacity, where a long head blocks the FIFO queue).
-Pure numerics on plain arrays; the simulator never imports it.
+Pure numerics on plain arrays; the simulator never imports it. ``scipy.optimize`` and
+``scipy.stats`` (which loads ``scipy.optimize`` and with it SciPy's HiGHS) are imported
+in the functions that use them, so that importing this module, as the API process
+does, loads neither.
 """
 
 from __future__ import annotations
@@ -39,9 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve, toeplitz
-from scipy.optimize import brentq
 from scipy.special import logsumexp, ndtr
-from scipy.stats import gamma as gamma_dist
 
 from model.capacity import Coefficients
 from model.errors import InputError
@@ -118,6 +119,8 @@ def _quantile(tail: Any, q: float, hi: float) -> float:
         lo, hi = hi, 2.0 * hi
     if tail(lo) <= target:
         return lo
+    from scipy.optimize import brentq  # here, not at the top (see the module docstring)
+
     x = float(brentq(lambda v: tail(v) - target, lo, hi, xtol=1e-12, rtol=1e-9))
     # a tail with jumps (TTFT's own prefill times) may leave x just below the jump
     step = 1e-9 * max(abs(x), 1e-12)
@@ -151,6 +154,8 @@ def lundberg_exponent(
     lo = hi
     while f(lo) >= 0.0:
         lo *= 0.5
+    from scipy.optimize import brentq
+
     return float(brentq(f, lo, hi, xtol=1e-14 * hi, rtol=1e-12))
 
 
@@ -217,6 +222,8 @@ def prefill_wait_distribution(
     rho = rate_rps * e_s
     if not rho < 1.0:
         raise InputError("rate_rps", "the prefill queue is unstable at this rate")
+    from scipy.stats import gamma as gamma_dist
+
     k = float(phases)
     scale = 1.0 / (k * rate_rps)
     eta = lundberg_exponent(service_s, rate_rps, phases, weights)

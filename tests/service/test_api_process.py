@@ -1,6 +1,7 @@
 """The API process answers without a solver: a fresh Python that imports the app
 (``service.main``) and answers ``/healthz``, its lifespan run, has loaded neither Pyomo
-nor HiGHS. Solves run in solver workers, which import them with
+nor HiGHS, nor ``scipy.optimize`` (which loads SciPy's own HiGHS; ``scipy.stats``
+imports it). Solves run in solver workers, which import them with
 :mod:`formulation.solve`; the check is shown not to be vacuous by importing that module
 in the same process afterwards."""
 
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SOLVER_MODULES = ("pyomo", "highspy")
+#: what the API process never imports: the solvers, and SciPy's optimizers with SciPy's HiGHS
+SOLVER_MODULES = ("pyomo", "highspy", "scipy.optimize")
 
 CHILD = f"""
 import json, sys
@@ -33,7 +35,7 @@ print(json.dumps({{"health": health, "loaded": loaded, "after_solve": after_solv
 pytestmark = pytest.mark.servers  # starts a Python process (and the app's solver pool)
 
 
-def test_the_api_process_answers_without_pyomo_or_highspy(tmp_path: Path) -> None:
+def test_the_api_process_answers_without_pyomo_highspy_or_scipy_optimize(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PDWATT_")}
     env |= {"PDWATT_DATABASE_URL": f"sqlite:///{tmp_path}/pdwatt.db", "PDWATT_WORKERS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
