@@ -73,6 +73,10 @@ PHASES: tuple[Phase, ...] = (
         "Column generation starts, where the greedy baseline solved over-cap periods, "
         "from those periods' own cap prices (their one-period problems' multipliers): "
         "a bound before its first round and the smoothing's stability centre. "
+        "Whenever `STALL_ROUNDS` (4) rounds in a row leave the bound where it was, the "
+        "volume algorithm goes on from the best multipliers towards the incumbent's "
+        "cost, its points handed back to column generation as columns and stability "
+        "centre (`formulation.bounds.decomposition.ascend`). "
         "Its best bound is the proven lower bound: never below the sum of the "
         "deployments' uncapped optima, and with one deployment the exact optimum.",
         brief="Lagrangian relaxation of the site cap and GPU inventories, each "
@@ -122,8 +126,10 @@ PHASES: tuple[Phase, ...] = (
         "when the phases before end ahead of the limit with column generation short of "
         "convergence and the gap open, column generation goes on from the columns, "
         "master LP and best multipliers `relaxation` stopped with, in whole rounds (a "
-        "round starts only when its longest one fits in the time left) until the limit; "
-        "the bound it reports is the best Lagrangian value seen, so it never falls.",
+        "round starts only when its longest one fits in the time left) until the limit, "
+        "handing over to the volume algorithm when its rounds stall, as in "
+        "`relaxation`; the bound it reports is the best Lagrangian value seen, so it "
+        "never falls.",
         brief="column generation resumed when the time allows",
     ),
     Phase(

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from formulation.bounds.decomposition import (
     ColumnGeneration,
     DecompositionResult,
+    ascend,
     decompose,
     make_column,
     schedule_of_columns,
@@ -136,6 +137,7 @@ def lagrangian_bound(
         "first_bound_usd": r.first.value_usd,
         "bound_usd": r.best.value_usd,
         "stopped_below_bound": r.beaten,
+        "volume_evaluations": 0 if generation is None else generation.volume_evaluations,
         "dual_evaluations_s": round(oracle.seconds, 3),
         "history": [[round(t, 3), round(v, 6)] for t, v in r.history],
     }
@@ -150,11 +152,13 @@ def resume_relaxation(
     until: float,
 ) -> None:
     """Column generation again, from the columns, master LP and best multipliers it
-    stopped with, in the time the schedules' phases left unused: whole rounds until
-    the end of the limit, convergence, or the gap closed. Its bound is the best
+    stopped with, in the time the schedules' phases left unused: whole rounds (and the
+    volume algorithm where they stall: :func:`ascend`) until the end of the limit,
+    convergence, or the gap closed. Its bound is the best
     Lagrangian value seen, so it never falls; each better one is reported as found."""
     source = relaxation_source(COLUMN_GENERATION)
     before, rounds = generation.best_lb, generation.iterations
+    evaluations = generation.volume_evaluations
     t0 = time.perf_counter()
     run.say(f"relaxation resumed: column generation from round {rounds}")
 
@@ -164,13 +168,17 @@ def resume_relaxation(
 
     oracle = DualOracle(data, lgrids, run.workers())
     try:
-        generation.rounds(
+        ascend(
+            generation,
             oracle,
             run.budget.deadline(until),
+            run.upper,
+            run.opts.mip_gap,
             progress=progress,
             stop=run.done,
             bound_to_beat=lambda: run.lower_bound,
             whole=True,
+            on_bound=lambda v: run.bound(v, source),
         )
     finally:
         oracle.close()
@@ -181,6 +189,7 @@ def resume_relaxation(
         "bound_before_usd": before,
         "bound_usd": generation.best_lb,
         "converged": generation.converged,
+        "volume_evaluations": generation.volume_evaluations - evaluations,
         "dual_evaluations_s": round(oracle.seconds, 3),
     }
 
@@ -250,6 +259,8 @@ def column_generation(
         first=first,
         bound_to_beat=lambda: run.lower_bound,
         warm=warm,
+        upper_usd=run.upper,
+        rel_gap=run.opts.mip_gap,
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)

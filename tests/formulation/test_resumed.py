@@ -4,13 +4,15 @@ compact MILP proves on small random sites with GPU settings (3 x 3 clocks)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
 import formulation.solve as solve_module
-from formulation.bounds.decomposition import decompose
+from formulation.bounds import decomposition
+from formulation.bounds.decomposition import ascend, decompose
 from formulation.bounds.lagrange import DualOracle, local_grids
 from formulation.budget import Deadline, TimeBudget
 from formulation.data import build_data
@@ -155,3 +157,68 @@ def test_the_milps_go_on_after_a_resumed_relaxation_ends(
         whole = [r["radius"] for r in rows if r["periods"] is None]
         assert whole == sorted(whole)  # one search, its radius growing
     assert went_on >= 2, went_on
+
+
+def handed_over(seed: int) -> tuple[Any, Any, float, list[float], int]:
+    """Column generation on ``seed``'s site, cut after one round, then :func:`ascend`:
+    (the uninterrupted result, the ascended one, the bound before, the bounds seen,
+    the volume algorithm's evaluations)."""
+    data = build_data(problem_from_dict(site(seed)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    with DualOracle(data, grids) as oracle:
+        whole = decompose(data, Deadline.after(60.0), oracle=oracle)
+        cut = decompose(data, Deadline.after(60.0), oracle=oracle, max_iter=1)
+        gen = cut.generation
+        assert gen is not None
+        before = gen.best_lb
+        bounds: list[float] = []
+        calls = ascend(
+            gen, oracle, Deadline.after(60.0), lambda: np.inf, 0.0, on_bound=bounds.append
+        )
+    return whole, gen.result(), before, bounds, calls
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_stalled_rounds_hand_over_to_the_volume_algorithm_and_back(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the switch after a single round that leaves the bound where it was, the
+    volume algorithm's points join the column generation, and the bound stays valid
+    (never above the compact MILP's optimum), never falls, and where the rounds
+    converge it is the Dantzig-Wolfe bound of column generation alone."""
+    monkeypatch.setattr(decomposition, "STALL_ROUNDS", 1)
+    whole, after, before, bounds, _ = handed_over(seed)
+    assert after.lower_bound_usd >= before
+    assert bounds == sorted(bounds)
+    if not (whole.lp_slack_periods or whole.lp_inventory_slack):  # feasible sites only
+        best = optimum(seed)
+        assert after.lower_bound_usd <= best + 1e-7 * max(abs(best), 1.0)
+    if after.converged and whole.converged:
+        assert after.lower_bound_usd == pytest.approx(whole.lower_bound_usd, rel=1e-6)
+
+
+def test_some_sites_stall_and_take_the_volume_algorithm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decomposition, "STALL_ROUNDS", 1)
+    calls = [handed_over(seed)[4] for seed in SEEDS]
+    assert sum(c > 0 for c in calls) >= 1, calls
+
+
+def test_an_adopted_point_joins_as_columns_and_centre_when_better() -> None:
+    data = build_data(problem_from_dict(site(0)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    T, G = data.n_periods, len(data.pools)
+    with DualOracle(data, grids) as oracle:
+        gen = decompose(data, Deadline.after(60.0), oracle=oracle, max_iter=1).generation
+        assert gen is not None
+        worse = oracle(np.zeros(T), np.zeros((G, T)))  # zero prices: the first bound
+        assert not gen.adopt(worse)
+        centre = gen.best_lb
+        assert gen.best_lb == centre
+        n = len(gen.master.columns)
+        high = oracle(np.full(T, 1e-3), np.zeros((G, T)))
+        better = replace(high, value_usd=centre + 1.0)  # as if its bound were the best
+        assert gen.adopt(better)
+    assert gen.best_lb == centre + 1.0
+    assert gen.best_point is better
+    assert np.array_equal(gen.best_pi, high.pi_w)
+    assert len(gen.master.columns) >= n
