@@ -289,9 +289,23 @@ class ColumnGeneration:
         self.volume_evaluations = 0
         #: the round that last raised the bound (0: none has)
         self.improved_at = 0
-        #: the last :meth:`rounds` ended because ``stall_rounds`` rounds in a row left
-        #: the bound where it was
+        #: the master LP's value (the site's constant included) after each round
+        self.lp_history: list[float] = []
+        #: the last :meth:`rounds` ended because it stalled (:meth:`stalling`)
         self.stalled = False
+
+    def stalling(self, rounds: int, since: int = 0) -> bool:
+        """Whether the last ``rounds`` rounds (all after round ``since``) left the bound
+        where it was while the master LP fell by less than ``STALL_SHARE`` of its gap
+        to the bound: at that pace the LP alone would take more than
+        ``rounds / STALL_SHARE`` rounds to meet the bound (tailing off)."""
+        if self.iterations - max(self.improved_at, since) < rounds:
+            return False
+        lp = self.lp_history
+        if len(lp) <= rounds:
+            return False
+        fell = lp[-rounds - 1] - lp[-1]
+        return fell < STALL_SHARE * (lp[-1] - self.best_lb)
 
     def adopt(self, point: Point) -> bool:
         """A point of the dual function evaluated otherwise (the volume algorithm's, on
@@ -326,8 +340,7 @@ class ColumnGeneration:
         self.beaten = self.stalled = False
         started_at = self.iterations
         while self.iterations < max_iter and not self.converged:
-            since = self.iterations - max(self.improved_at, started_at)
-            if stall_rounds is not None and since >= stall_rounds:
+            if stall_rounds is not None and self.stalling(stall_rounds, started_at):
                 self.stalled = True
                 break
             if whole and deadline.remaining() < max(self.round_s, 1e-9):
@@ -356,6 +369,7 @@ class ColumnGeneration:
                     break
             self.round_s = max(self.round_s, time.perf_counter() - started)
             lp_total = self.lp + site_constant_usd(data)
+            self.lp_history.append(lp_total)
             scale = max(abs(lp_total), 1.0)
             if progress is not None:
                 progress(
@@ -400,8 +414,11 @@ class ColumnGeneration:
 
 
 #: column generation hands over to the volume algorithm after this many rounds in a
-#: row that leave the bound where it was (:func:`ascend`)
+#: row that leave the bound where it was, while its master LP falls by less than
+#: ``STALL_SHARE`` of its gap to the bound over them (:meth:`ColumnGeneration.stalling`,
+#: :func:`ascend`)
 STALL_ROUNDS = 4
+STALL_SHARE = 0.05
 
 
 def ascend(
@@ -417,7 +434,8 @@ def ascend(
     on_bound: Callable[[float], None] | None = None,
 ) -> int:
     """Column generation's rounds (:meth:`ColumnGeneration.rounds`), and, whenever
-    ``STALL_ROUNDS`` of them in a row leave the bound where it was, the volume
+    they tail off (``STALL_ROUNDS`` of them in a row leave the bound where it was and
+    the master LP falls by less than ``STALL_SHARE`` of its gap to it), the volume
     algorithm (:func:`formulation.bounds.lagrange.relax`) from their best multipliers
     towards the incumbent's cost (``upper_usd``), its points handed back to the column
     generation (:meth:`ColumnGeneration.adopt`: columns, and the stability centre
@@ -452,8 +470,8 @@ def ascend(
         before = gen.best_lb
         if progress is not None:
             progress(
-                f"decomposition: bound unchanged for {STALL_ROUNDS} rounds at {before:.4f}: "
-                "volume algorithm from its multipliers"
+                f"decomposition: bound unchanged for {STALL_ROUNDS} rounds at {before:.4f}, "
+                "master LP tailing off: volume algorithm from its multipliers"
             )
 
         def seen(p: Point) -> None:

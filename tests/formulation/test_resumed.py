@@ -182,11 +182,13 @@ def handed_over(seed: int) -> tuple[Any, Any, float, list[float], int]:
 def test_stalled_rounds_hand_over_to_the_volume_algorithm_and_back(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the switch after a single round that leaves the bound where it was, the
+    """With the switch after a single round that leaves the bound where it was
+    (whatever the master LP does), the
     volume algorithm's points join the column generation, and the bound stays valid
     (never above the compact MILP's optimum), never falls, and where the rounds
     converge it is the Dantzig-Wolfe bound of column generation alone."""
     monkeypatch.setattr(decomposition, "STALL_ROUNDS", 1)
+    monkeypatch.setattr(decomposition, "STALL_SHARE", np.inf)
     whole, after, before, bounds, _ = handed_over(seed)
     assert after.lower_bound_usd >= before
     assert bounds == sorted(bounds)
@@ -199,6 +201,7 @@ def test_stalled_rounds_hand_over_to_the_volume_algorithm_and_back(
 
 def test_some_sites_stall_and_take_the_volume_algorithm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decomposition, "STALL_ROUNDS", 1)
+    monkeypatch.setattr(decomposition, "STALL_SHARE", np.inf)
     calls = [handed_over(seed)[4] for seed in SEEDS]
     assert sum(c > 0 for c in calls) >= 1, calls
 
@@ -222,3 +225,28 @@ def test_an_adopted_point_joins_as_columns_and_centre_when_better() -> None:
     assert gen.best_point is better
     assert np.array_equal(gen.best_pi, high.pi_w)
     assert len(gen.master.columns) >= n
+
+
+def test_column_generation_tails_off_only_when_the_bound_and_the_lp_both_stall() -> None:
+    """``stalling``: the bound unchanged for the rounds asked and the master LP falling
+    by less than ``STALL_SHARE`` of its gap to the bound over them."""
+    data = build_data(problem_from_dict(site(0)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    with DualOracle(data, grids) as oracle:
+        gen = decompose(data, Deadline.after(60.0), oracle=oracle, max_iter=1).generation
+    assert gen is not None
+    share = decomposition.STALL_SHARE
+    gen.best_lb, gen.improved_at, gen.iterations = 1000.0, 2, 10
+    gap = 100.0
+    slow = [1100.0 + share * gap * (1 - 0.01) * (4 - i) / 4 for i in range(5)]
+    fast = [1100.0 + share * gap * 1.01 * (4 - i) / 4 for i in range(5)]
+    gen.lp_history = slow
+    assert gen.stalling(4)
+    assert not gen.stalling(4, since=7)  # only three rounds since round 7
+    gen.lp_history = fast
+    assert not gen.stalling(4)
+    gen.lp_history = slow
+    gen.improved_at = 8  # the bound rose two rounds ago
+    assert not gen.stalling(4)
+    gen.improved_at, gen.lp_history = 2, slow[-3:]  # fewer rounds than asked
+    assert not gen.stalling(4)
