@@ -31,18 +31,15 @@ from scipy.optimize import brentq
 
 from model import admission
 from model.capacity import (
-    DEFAULT_VARIANT,
-    FRAMEWORKS,
-    MODEL_VARIANTS,
-    PERFORMANCE_SOURCES,
     Coefficients,
     candidate_configs,
     clear_kernel_cache,
     evaluate,
     solve_batch,
 )
-from model.engine import open_database
 from model.operations import SpecRequest, resolve_spec
+from model.performance.engine import open_database
+from model.spec import DEFAULT_VARIANT, FRAMEWORKS, MODEL_VARIANTS, PERFORMANCE_SOURCES
 
 
 def main() -> None:

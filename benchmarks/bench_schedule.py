@@ -44,7 +44,7 @@ from formulation.milp.highs import PROCESS
 from formulation.problem import fill_model_variant, problem_from_dict
 from formulation.solve import solve
 from formulation.subproblems.dp import deployment_grid
-from model.capacity import DEFAULT_VARIANT, MODEL_VARIANTS
+from model.spec import DEFAULT_VARIANT, MODEL_VARIANTS
 
 MIX = [
     ("qwen3-32b", "azure-conv-2023", 0.01),

@@ -21,12 +21,13 @@ from numpy.typing import NDArray
 
 from formulation import memory
 from formulation.problem import DeploymentInput, ScheduleProblem, validate
-from model.capacity import Coefficients, DeploymentSpec, with_settings, with_targets
+from model.capacity import Coefficients
 from model.clocks import named_settings
 from model.errors import InputError, PdwattError
 from model.latency_targets import LatencyTargets
-from model.operations import SpecRequest, instance_gpus, resolve_spec, setting_arg
+from model.operations import SpecRequest, instance_gpus, resolve_spec
 from model.simulator import resolve_samples
+from model.spec import DeploymentSpec, setting_arg, with_settings, with_targets
 from model.tables import ConfigTable, build_table, build_tables
 
 FloatArray = NDArray[np.float64]

@@ -32,7 +32,8 @@ from pydantic import (
 )
 
 from formulation.demo import demo_request
-from model.capacity import (
+from model.errors import InputError
+from model.spec import (
     DEFAULT_PERFORMANCE,
     DEFAULT_VARIANT,
     FRAMEWORKS,
@@ -42,7 +43,6 @@ from model.capacity import (
     check_performance,
     check_variant,
 )
-from model.errors import InputError
 from model.workload import check_no_file
 
 #: the least values a schedule accepts (the schema enforces and publishes them)
@@ -266,7 +266,7 @@ Framework = Annotated[
 ]
 
 
-#: the links of model.interconnect.INTERCONNECTS (a test holds the two lists equal)
+#: the links of model.performance.interconnect.INTERCONNECTS (a test holds the two lists equal)
 Interconnect = Annotated[
     Literal["nvlink", "infiniband", "ethernet"],
     Field(

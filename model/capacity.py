@@ -10,7 +10,8 @@ Choices this module makes where SPEC leaves room (also listed in README.md):
 * ``tensor_parallel`` (GPUs per instance, default 1) scales peak FLOP/s, bandwidth,
   memory and every power value of an instance linearly; a decode iteration also pays
   two all-reduces per layer, their bytes over the GPU's link bandwidth plus the
-  calibration's ``t_coll_s`` each (:class:`DecodeTerms`, ``docs/calibration.md``).
+  calibration's ``t_coll_s`` each (:class:`model.performance.roofline.DecodeTerms`,
+  ``docs/calibration.md``).
 * Decode weight traffic is ``weight_bytes`` (SPEC 2.3: "use weight_bytes in general");
   the prefill FLOP count is ``2 N l_in + c_a L d l_in^2`` with ``N`` the parameter count
   (the active parameters of a mixture of experts, whose decode reads every expert here:
@@ -21,12 +22,15 @@ Choices this module makes where SPEC leaves room (also listed in README.md):
 * The memory balance is solved in the batch variable ``B`` after clearing the two
   positive denominators (the paper's cubic, restricted to its bracket); see
   :func:`solve_batch`.
-* ``performance`` (:data:`PERFORMANCE_SOURCES`) says where ``a_P``, ``b_P``, ``alpha``
-  and ``g`` come from: ``spec``, SPEC 2.2-2.3's rooflines with the calibration (the
+* ``performance`` (:data:`model.spec.PERFORMANCE_SOURCES`) says where ``a_P``, ``b_P``,
+  ``alpha`` and ``g`` come from: ``spec``, SPEC 2.2-2.3's rooflines with the calibration (the
   default), or ``kernels``, measured kernel tables composed into forward passes plus
-  the serving engine's fitted overheads (:mod:`model.engine`), through the same two
-  forms (:class:`KernelForms`; ``docs/kernels.md``, "In the core"). Everything else (the
-  KV pool, the memory balance, the power ramps of the calibration) is the same.
+  the serving engine's fitted overheads (:mod:`model.performance.engine`), through the
+  same two forms (:class:`KernelForms`; ``docs/kernels.md``, "In the core"). Everything
+  else (the KV pool, the memory balance, the power ramps of the calibration) is the same.
+
+The deployment itself is :class:`model.spec.DeploymentSpec`; SPEC's rooflines are
+:mod:`model.performance.roofline`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +46,7 @@ from cachetools import LRUCache
 from numpy.typing import ArrayLike, NDArray
 
 from model import admission
-from model.catalog import Calibration, GpuSpec, ModelArch, ServingStack, load_gpu_clocks
+from model.catalog import GpuSpec, ModelArch
 from model.clocks import (
     GpuClocks,
     Setting,
@@ -52,27 +56,24 @@ from model.clocks import (
     default_clock,
     hbm_power_w,
     kernel_clock_bound,
-    parse_setting,
     power_factor,
     prefill_memory_bytes_per_token,
     scaled_power,
     solve_power_limit,
 )
-from model.engine import (
+from model.errors import DoesNotFitError, InputError, OutsideTableError
+from model.performance.engine import (
     PREFILL_CHUNK,
-    EngineCalibration,
     KernelSource,
     KernelTimes,
     LinearForm,
     decode_line,
     prefill_curve,
 )
-from model.errors import DoesNotFitError, InputError, OutsideTableError
-from model.interconnect import KvLink, kv_transfer_s
-from model.kernels import busiest_rank_experts
-from model.latency_targets import LatencyTargets
-from model.shapes import InstanceShape, check_shape
-from model.speculative import check_draft
+from model.performance.interconnect import kv_transfer_s
+from model.performance.roofline import DecodeTerms, expert_mbu, prefill_coefficients
+from model.shapes import InstanceShape
+from model.spec import DeploymentSpec, check_variant
 from model.workload import Workload
 
 FloatArray = NDArray[np.float64]
@@ -80,210 +81,6 @@ IntArray = NDArray[np.int64]
 
 #: Relative tolerance on the operating batch ``B*`` (SPEC 2.5 asks for 1e-9).
 ROOT_RTOL = 1e-9
-
-#: The analytical models of the memory balance: ``paper`` is SPEC 2.5 to the letter;
-#: ``admission`` charges the pool only for admitted requests (docs/admission.md).
-MODEL_VARIANTS = ("paper", "admission")
-#: The variant with the smaller worst-case error against the simulator over the six
-#: validation workloads (docs/validation.md).
-DEFAULT_VARIANT = "admission"
-
-
-def check_variant(variant: object, field: str = "model_variant") -> str:
-    """``variant`` if it names a memory balance; else an input error naming ``field``."""
-    if not isinstance(variant, str) or variant not in MODEL_VARIANTS:
-        raise InputError(field, f"must be one of {', '.join(MODEL_VARIANTS)}, got {variant!r}")
-    return variant
-
-
-#: Where the capacity model's times come from: ``spec``, SPEC 2.2-2.3's rooflines with
-#: the calibration; ``kernels``, measured kernel tables plus the engine's overheads.
-PERFORMANCE_SOURCES = ("spec", "kernels")
-DEFAULT_PERFORMANCE = "spec"
-#: the serving frameworks whose kernel tables a ``kernels`` deployment may read
-FRAMEWORKS = ("vllm", "sglang", "trtllm")
-DEFAULT_FRAMEWORK = "vllm"
-
-
-def check_performance(performance: object, field: str = "performance") -> str:
-    """``performance`` if it names a performance source; else an input error naming
-    ``field``."""
-    if not isinstance(performance, str) or performance not in PERFORMANCE_SOURCES:
-        raise InputError(
-            field, f"must be one of {', '.join(PERFORMANCE_SOURCES)}, got {performance!r}"
-        )
-    return performance
-
-
-def check_framework(framework: object, field: str = "framework") -> str:
-    """``framework`` if it names a serving framework of the kernel tables; else an input
-    error naming ``field``."""
-    if not isinstance(framework, str) or framework not in FRAMEWORKS:
-        raise InputError(field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    return framework
-
-
-@dataclass(frozen=True)
-class DeploymentSpec:
-    """One deployment's inputs: model, GPU, calibration, serving stack and workload."""
-
-    model: ModelArch
-    gpu: GpuSpec
-    calibration: Calibration
-    workload: Workload
-    serving: ServingStack = field(default_factory=ServingStack)
-    variant: str = DEFAULT_VARIANT  # the memory balance: one of MODEL_VARIANTS
-    #: where the times come from: one of PERFORMANCE_SOURCES
-    performance: str = DEFAULT_PERFORMANCE
-    #: ``kernels`` only: the kernel tables (folder, framework, version per GPU) and the
-    #: serving engine's overheads fitted on top of them (with the version they were
-    #: fitted against and their source)
-    kernel_source: KernelSource | None = None
-    engine: EngineCalibration | None = None
-    #: the phases' GPU settings, ``"<N>MHz"`` or ``"<N>W"`` (None: the full clock);
-    #: ``clocks`` overrides the catalog's clock data of the GPU (docs/clocks.md)
-    prefill_setting: str | None = None
-    decode_setting: str | None = None
-    clocks: GpuClocks | None = None
-    #: p99 TTFT/TPOT targets: tables (:mod:`model.tables`) then hold each
-    #: configuration's capacity under them (:mod:`model.targets`); none by default
-    targets: LatencyTargets = field(default_factory=LatencyTargets)
-    #: the prefill phase's GPU and its calibration where they differ from ``gpu`` and
-    #: ``calibration`` (then the decode phase's, which hold the KV pool; docs/mixed-gpus.md);
-    #: None: both phases on ``gpu``, as before
-    prefill_gpu: GpuSpec | None = None
-    prefill_calibration: Calibration | None = None
-    #: the link each request's KV crosses from prefill to decode (None: not charged, as
-    #: before; :func:`model.interconnect.kv_link`)
-    kv_link: KvLink | None = None
-
-    def __post_init__(self) -> None:
-        check_variant(self.variant)
-        if (self.prefill_gpu is None) != (self.prefill_calibration is None):
-            raise InputError("prefill_gpu", "a prefill GPU needs its calibration, and back")
-        if self.prefill_gpu == self.gpu and self.prefill_calibration == self.calibration:
-            # one GPU type after all: the spec of today's deployment, field for field
-            object.__setattr__(self, "prefill_gpu", None)
-            object.__setattr__(self, "prefill_calibration", None)
-        if self.mixed:
-            if self.prefill_setting is not None or self.decode_setting is not None:
-                raise InputError(
-                    "prefill_gpu", "GPU settings need both phases on one GPU type (for now)"
-                )
-            if self.performance == "kernels":
-                raise InputError(
-                    "prefill_gpu", "performance 'kernels' needs both phases on one GPU type"
-                )
-        self.settings()  # an input error naming the setting if it is not one
-        shapes = self.serving.shapes()
-        for name, shape in zip(("prefill_shape", "decode_shape"), shapes, strict=True):
-            if getattr(self.serving, name) is not None:
-                check_shape(shape, name, self.model.n_heads, self.model.experts)
-        check_performance(self.performance)
-        draft = self.serving.mtp_draft_tokens
-        check_draft(self.model, draft)
-        if draft and self.performance != "kernels":
-            raise InputError(
-                "mtp_draft_tokens",
-                "speculative decoding is composed from measured kernels: it needs "
-                "performance 'kernels'",
-            )
-        if self.performance == "kernels":
-            if self.kernel_source is None:
-                raise InputError("kernels", "performance 'kernels' needs a kernel database")
-            if self.engine is None:
-                raise InputError("performance", "performance 'kernels' needs engine overheads")
-            check_framework(self.kernel_source.framework)
-            self.kernel_source.version(self.gpu.name)  # an error naming the GPU if absent
-        elif self.kernel_source is not None or self.engine is not None:
-            raise InputError("performance", "kernel tables are only read with 'kernels'")
-
-    def coefficients(self) -> Coefficients:
-        return Coefficients.of(self)
-
-    @property
-    def mixed(self) -> bool:
-        """Whether the prefill phase runs on another GPU type than the decode phase."""
-        return self.prefill_gpu is not None
-
-    @property
-    def prefill_hw(self) -> GpuSpec:
-        """The prefill phase's GPU (``gpu`` unless ``prefill_gpu`` is given)."""
-        return self.gpu if self.prefill_gpu is None else self.prefill_gpu
-
-    @property
-    def prefill_cal(self) -> Calibration:
-        """The prefill phase's calibration (``calibration`` unless the prefill GPU's)."""
-        return self.calibration if self.prefill_calibration is None else self.prefill_calibration
-
-    def gpu_clocks(self) -> GpuClocks | None:
-        """The GPU's clock data: ``clocks`` if given, else the catalog's (None if it
-        has none)."""
-        return self.clocks if self.clocks is not None else load_gpu_clocks(self.gpu.name)
-
-    def settings(self) -> tuple[Setting | None, Setting | None]:
-        """The parsed ``(prefill, decode)`` settings (None: the full clock)."""
-        clocks = self.gpu_clocks()
-        return (
-            parse_setting(self.prefill_setting, clocks, "prefill_setting"),
-            parse_setting(self.decode_setting, clocks, "decode_setting"),
-        )
-
-    @property
-    def framework(self) -> str | None:
-        """The serving framework of the kernel tables (None under ``spec``)."""
-        return None if self.kernel_source is None else self.kernel_source.framework
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-able summary of the inputs (for outputs and cache keys)."""
-        out: dict[str, Any] = {
-            "model": asdict(self.model),
-            "gpu": asdict(self.gpu),
-            "calibration": asdict(self.calibration),
-            "workload": self.workload.to_dict(),
-            "serving": serving_record(self.serving),
-            "model_variant": self.variant,
-            "performance": self.performance,
-        }
-        if self.kernel_source is not None and self.engine is not None:
-            out["kernels"] = self.kernel_source.describe()
-            out["engine"] = asdict(self.engine)
-        texts = self.setting_texts()
-        if texts:  # at the default: as before
-            out |= texts
-            if self.clocks is not None:
-                out["clocks"] = asdict(self.clocks)
-        if self.targets.given:  # none: as before
-            out["targets"] = self.targets.record()
-        if self.prefill_gpu is not None and self.prefill_calibration is not None:
-            out["prefill_gpu"] = asdict(self.prefill_gpu)
-            out["prefill_calibration"] = asdict(self.prefill_calibration)
-        if self.kv_link is not None:
-            out |= self.kv_link.record()
-        return out
-
-    def setting_texts(self) -> dict[str, str]:
-        """``prefill_setting`` and ``decode_setting`` as text (the full clock for a
-        phase left at its default); empty at the default (both phases at full clock)."""
-        prefill, decode = self.settings()
-        if prefill is None and decode is None:
-            return {}
-        clocks = self.gpu_clocks()
-        assert clocks is not None  # a setting parses only with clock data
-        return {
-            "prefill_setting": clocks.full_clock if prefill is None else prefill.text,
-            "decode_setting": clocks.full_clock if decode is None else decode.text,
-        }
-
-
-def serving_record(serving: ServingStack) -> dict[str, Any]:
-    """The serving stack as JSON; ``max_running_requests`` and the phases' shapes only
-    when set (a document at the defaults is as before the fields existed)."""
-    out = asdict(serving)
-    for name in ("max_running_requests", "prefill_shape", "decode_shape"):
-        if out[name] is None:
-            del out[name]
-    return out
 
 
 def kv_memory_bytes(
@@ -305,10 +102,6 @@ def kv_replicas(model: ModelArch, shape: InstanceShape) -> float:
     return shape.tp / min(shape.tp, model.n_kv_heads)
 
 
-#: bytes per activation element that a tensor-parallel all-reduce carries (bf16)
-ACTIVATION_BYTES = 2.0
-
-
 def kv_bytes_per_pool_token(model: ModelArch, ctx_tokens: float) -> float:
     """KV bytes per token of context that the pool's token count is measured in:
     ``kappa`` (SPEC 2.1), or with sliding-window layers the bytes a request keeps at
@@ -319,156 +112,6 @@ def kv_bytes_per_pool_token(model: ModelArch, ctx_tokens: float) -> float:
     if not model.sliding_layers or not ctx_tokens > 0:
         return model.kv_bytes_per_token
     return model.kv_bytes_at(ctx_tokens) / ctx_tokens
-
-
-def prefill_coefficients(
-    model: ModelArch, cal: Calibration, flops: float, mean_in: float, e_in2: float
-) -> tuple[float, float]:
-    """``(a_P, b_P)`` of SPEC 2.2 (``t_P(l) = a_P l + b_P l^2``). With sliding-window
-    layers a prompt of ``l`` tokens costs those layers ``c_a d g(l)``, ``g(l) = l^2``
-    up to the window ``W`` and ``2 l W - W^2`` beyond it; both ``l^2`` and ``2 W l``
-    bound ``g`` from above at every ``l``, and the one with the smaller mean over the
-    workload's prompts is taken (``docs/sliding_window.md``), so that ``t_P`` stays a
-    quadratic in ``l`` and SPEC's prefill moments hold."""
-    a_p = 2.0 * model.active_params / flops
-    full = model.layers - model.sliding_layers
-    b_p = cal.c_attn * full * model.attn_width / flops
-    if model.sliding_layers:
-        per_token2 = cal.c_attn * model.sliding_layers * model.attn_width / flops
-        window = float(model.sliding_window)
-        if e_in2 <= 2.0 * window * mean_in:
-            b_p += per_token2
-        else:
-            a_p += per_token2 * 2.0 * window
-    return a_p, b_p
-
-
-def _expert_mbu(cal: Calibration, fp4: bool = False) -> float:
-    """Bandwidth fraction of the routed experts' reads: ``mbu_expert_fp4`` for 4-bit
-    experts, else ``mbu_expert``, else ``mbu``."""
-    return (cal.mbu_expert_fp4 if fp4 else 0.0) or cal.mbu_expert or cal.mbu
-
-
-@dataclass(frozen=True)
-class DecodeTerms:
-    """The parts of one decode iteration's time on one GPU of an instance, each at
-    full efficiency (``docs/calibration.md``); with a calibration they give the
-    iteration time :meth:`time_s` and its linear form ``t(B) = alpha + g B``
-    (:meth:`alpha_g`, what the capacity model uses).
-
-    An instance is ``tp x dp`` GPUs: attention and the dense weights are split ``tp``
-    ways and replicated ``dp`` times (each replica serving ``1/dp`` of the batch); the
-    routed experts of a mixture of experts are spread over all ``tp x dp`` GPUs."""
-
-    weight_read_s: float  # dense weight bytes per GPU / HBM bandwidth
-    expert_read_s: float  # every routed expert's bytes per GPU / HBM bandwidth (0: dense)
-    experts: int  # routed experts per MoE layer (0: dense)
-    experts_per_token: int
-    moe_layers: int
-    kv_read_s: float  # per request: KV bytes of its context per GPU / HBM bandwidth
-    flops_s: float  # per request: (2 N_active + 4 L d ctx) per GPU / peak FLOP/s
-    collectives: int  # per iteration: 2 all-reduces per layer (TP > 1), 2 all-to-alls
-    # per MoE layer (experts over several GPUs)
-    link_s: float  # per request: collective bytes per GPU / link bandwidth
-    # GPUs (or groups of GPUs) that each hold whole experts, E/ep of them (expert
-    # parallelism); 1: every GPU holds a slice of every expert
-    expert_groups: int = 1
-    fp8_layers: int = 0  # layers whose linear weights are FP8 (ModelArch.fp8_layers)
-    fp4_experts: bool = False  # experts in a 4-bit block format (ModelArch.fp4_experts)
-
-    @classmethod
-    def of(
-        cls,
-        model: ModelArch,
-        gpu: GpuSpec,
-        tp: int,
-        ctx_tokens: float,
-        dp: int = 1,
-        ep: int = 1,
-    ) -> DecodeTerms:
-        gpus = tp * dp
-        if ep < 1 or gpus % ep:
-            raise InputError("ep", f"must be >= 1 and divide the instance's {gpus} GPUs")
-        kv_split = min(tp, model.n_kv_heads)  # KV heads are split, never below one per GPU
-        attended = model.attended_layers(ctx_tokens)
-        flops = 2.0 * model.active_params + 4.0 * attended * model.attn_width * ctx_tokens
-        all_reduces = 2 * model.layers if tp > 1 else 0
-        # experts spread over several GPUs: each MoE layer sends its tokens to their
-        # experts and back (two all-to-all exchanges)
-        all_to_alls = 2 * model.moe_layers if gpus > 1 else 0
-        link = 0.0
-        if gpu.link_bw_bytes_per_s > 0:
-            size = model.residual_width * ACTIVATION_BYTES
-            if all_reduces:
-                ring = 2.0 * (tp - 1) / tp  # ring all-reduce: bytes each GPU sends per byte
-                link += all_reduces * ring * size / dp
-            if all_to_alls:  # k copies of each token, (G-1)/G of them to other GPUs
-                away = (gpus - 1) / gpus
-                link += all_to_alls * model.experts_per_token * away * size / dp
-            link /= gpu.link_bw_bytes_per_s
-        bw = gpu.mem_bw_bytes_per_s
-        return cls(
-            weight_read_s=model.dense_weight_bytes / tp / bw,
-            expert_read_s=model.expert_weight_bytes / gpus / bw,
-            experts=model.experts,
-            experts_per_token=model.experts_per_token,
-            moe_layers=model.moe_layers,
-            kv_read_s=model.kv_bytes_at(ctx_tokens) / kv_split / dp / bw,
-            flops_s=flops / gpus / gpu.peak_flops(model),
-            collectives=all_reduces + all_to_alls,
-            link_s=link,
-            expert_groups=ep if model.experts else 1,
-            fp8_layers=model.fp8_layers,
-            fp4_experts=model.fp4_experts,
-        )
-
-    def touched(self, batch: float) -> float:
-        """Expected share of a MoE layer's experts that ``batch`` tokens use, each
-        routed to ``k`` of ``E`` experts: ``1 - (1 - k/E)^B`` (1 for a dense model)."""
-        if not self.experts:
-            return 1.0
-        return 1.0 - (1.0 - self.experts_per_token / self.experts) ** batch
-
-    def slowest_share(self, batch: float) -> float:
-        """Share of its experts that the busiest GPU reads at ``batch``.
-
-        With the experts sliced over every GPU (``expert_groups`` 1) each GPU reads its
-        slice of the touched ones: :meth:`touched`. With expert parallelism, group
-        ``g`` holds ``n = E / ep`` whole experts and reads the ``X_g`` of them the batch
-        touched; the layer ends when the busiest group does, so the iteration reads
-        ``E[max_g X_g] / n`` of a group's experts. Each ``X_g`` is binomial
-        ``(n, p)`` with ``p`` = :meth:`touched` (the experts taken as independent, which
-        the routing of ``k`` distinct experts per token makes slightly pessimistic), so
-        ``E[max] = sum_{j=1..n} (1 - F(j - 1)^ep)`` with ``F`` their distribution
-        function (:func:`model.kernels.busiest_rank_experts`, which the kernel
-        composition reads the fused-MoE tables with; ``docs/calibration.md``, section 7)."""
-        p = self.touched(batch)
-        ep = self.expert_groups
-        if ep <= 1 or p >= 1.0:
-            return p
-        read = busiest_rank_experts(batch, self.experts, self.experts_per_token, ep)
-        return read / (self.experts / ep)
-
-    def alpha_g(self, cal: Calibration) -> tuple[float, float]:
-        """``(alpha, g)`` of ``t(B) = alpha + g B`` (s, s per request), every expert
-        read (the batch touches nearly all once ``B`` exceeds a few ``E/k``). With TP 1,
-        a dense model and ``mfu_decode`` 0 this is SPEC 2.3 exactly."""
-        alpha = self.weight_read_s / cal.mbu
-        alpha += self.expert_read_s / _expert_mbu(cal, self.fp4_experts)
-        alpha += cal.t_iter_s + self.collectives * cal.t_coll_s
-        alpha += self.moe_layers * cal.t_moe_layer_s + self.fp8_layers * cal.t_fp8_layer_s
-        g = self.kv_read_s / cal.mbu + cal.t_req_s + self.link_s
-        if cal.mfu_decode > 0:
-            g += self.flops_s / cal.mfu_decode
-        return alpha, g
-
-    def time_s(self, cal: Calibration, batch: float) -> float:
-        """The iteration time at ``batch``, with the experts the batch touches on the
-        busiest GPU (:meth:`slowest_share`)."""
-        alpha, g = self.alpha_g(cal)
-        unread = (1.0 - self.slowest_share(batch)) * self.expert_read_s
-        unread /= _expert_mbu(cal, self.fp4_experts)
-        return alpha - unread + g * batch
 
 
 @dataclass(frozen=True)
@@ -540,7 +183,7 @@ def prefill_clock_free_s_per_token(spec: DeploymentSpec) -> float:
     (docs/clocks.md section 2). With kernel tables: the kernels of a full prefill chunk
     that are not compute-bound at their shape (:func:`model.clocks.kernel_clock_bound`:
     collectives, memory-bound GEMMs) and the engine's overheads, per token, as
-    :func:`model.engine.prefill_curve` shares them out. Otherwise derived: the
+    :func:`model.performance.engine.prefill_curve` shares them out. Otherwise derived: the
     memory-bound kernels' bytes per token (:func:`model.clocks.
     prefill_memory_bytes_per_token`) at the calibration's bandwidth utilisation and the
     tensor-parallel all-reduces' bytes over the GPU's links (as decode's,
@@ -634,7 +277,7 @@ def _apply_settings(
     terms = DecodeTerms.of(m, hw, sd.tp, ctx if decode_work else 0.0, sd.dp, sd.ep)
     gemm = DecodeTerms.of(m, hw, sd.tp, 0.0, sd.dp, sd.ep)
     weight_s = terms.weight_read_s / cal.mbu
-    weight_s += terms.expert_read_s / _expert_mbu(cal, terms.fp4_experts)
+    weight_s += terms.expert_read_s / expert_mbu(cal, terms.fp4_experts)
     # the weight GEMMs' compute per request at the top clock; a calibration that charges
     # decode FLOPs already (mfu_decode > 0) scales that charge instead
     compute_s = gemm.flops_s / (cal.mfu_decode or cal.mfu)
@@ -699,7 +342,7 @@ def _apply_settings(
 @dataclass(frozen=True)
 class KernelForms:
     """The capacity model's two forms through a deployment's composed kernel times
-    (``performance: kernels``; :mod:`model.engine`), where they were taken, and how far
+    (``performance: kernels``; :mod:`model.performance.engine`), where they were taken, and how far
     each strays from the composed times (``worst_deviation``, relative).
 
     ``decode``: ``t_D(B) = alpha + g B`` at the deployment's active context over batches
@@ -716,7 +359,7 @@ class KernelForms:
     context_tokens: float
     batch_max: float
     longest_prompt_tokens: float
-    #: tables read from another framework's tables of the GPU (:class:`model.kernels.
+    #: tables read from another framework's tables of the GPU (:class:`model.performance.kernels.
     #: KernelModel`), each said
     substitutions: tuple[str, ...] = ()
     reference_context: float = 1.0
@@ -876,7 +519,7 @@ class Coefficients:
     decode_gpus: int
     variant: str = "paper"  # Coefficients.of sets the spec's variant
     # the part of g proportional to the request's context (KV read and attention
-    # FLOPs), per token: g = g(0) + g_context * ctx (analytic latency, model/latency.py)
+    # FLOPs), per token: g = g(0) + g_context * ctx (analytic latency, model/queueing/latency.py)
     g_context_s_per_token: float = 0.0
     # admission variant: uncommitted pool under FIFO admission (0 for paper)
     fragment_tokens: float = 0.0
@@ -1518,21 +1161,6 @@ def candidate_configs(
     return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
 
 
-def with_targets(
-    spec: DeploymentSpec, ttft_p99_s: float | None, tpot_p99_s: float | None
-) -> DeploymentSpec:
-    """``spec`` with p99 latency targets (None: none); an input error names the target."""
-    return replace(spec, targets=LatencyTargets(ttft_p99_s, tpot_p99_s))
-
-
-def with_settings(
-    spec: DeploymentSpec, prefill_setting: str | None, decode_setting: str | None
-) -> DeploymentSpec:
-    """``spec`` with the phases' GPU settings (``"<N>MHz"``, ``"<N>W"`` or None for the
-    full clock; docs/clocks.md); an input error names the setting that is not one."""
-    return replace(spec, prefill_setting=prefill_setting, decode_setting=decode_setting)
-
-
 def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     """The fields an output adds for the deployment's settings: none at the default
     when its numbers are the calibration's (the document is as before); else
@@ -1545,7 +1173,7 @@ def settings_record(spec: DeploymentSpec) -> dict[str, Any]:
     clocks = spec.gpu_clocks()
     if clocks is None:
         return out
-    phases = spec.coefficients().phase_clocks if out or _power_limited(spec, clocks) else None
+    phases = Coefficients.of(spec).phase_clocks if out or _power_limited(spec, clocks) else None
     if not out and phases is None:
         return out
     if phases is None:  # the settings change nothing: each phase at its calibrated clock

@@ -34,9 +34,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .clocks import GpuClocks
-from .errors import InputError, NotFoundError
-from .shapes import InstanceShape, parse_shape
+from model.clocks import GpuClocks
+from model.errors import InputError, NotFoundError
+from model.shapes import InstanceShape, parse_shape
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -145,7 +145,7 @@ class ModelArch:
     every layer attends to the whole context). ``docs/sliding_window.md`` derives how
     the KV pool, the decode reads and the attention FLOPs follow.
 
-    Shapes that only a kernel-level composition (``model/kernels.py``) needs, from the
+    Shapes that only a kernel-level composition (``model/performance/kernels.py``) needs, from the
     same ``config.json`` (0: unknown, and that composition refuses the model):
     `intermediate_size`, the dense MLP's intermediate width (Llama 4:
     ``intermediate_size_mlp``; in a model without dense layers, the config's value as
@@ -165,7 +165,7 @@ class ModelArch:
     plus it); `v_head_dim`, each head's value width.
 
     How the model's FP8 release stores its weights (the catalog entry may describe its
-    bf16 release; ``model/kernels.py`` reads these when composing FP8 weights):
+    bf16 release; ``model/performance/kernels.py`` reads these when composing FP8 weights):
     `fp8_block`, the side of the square weight blocks sharing one scale (128 for
     Qwen3's and DeepSeek's FP8 releases; 0: one scale per tensor or per output
     channel), `fp8_scope`, which weights are FP8 (``linear``: every linear layer but
@@ -198,7 +198,7 @@ class ModelArch:
     width).
 
     Speculative decoding with the model's own next-token-prediction modules (MTP,
-    :mod:`model.speculative`): `mtp_modules` the modules the checkpoint ships (its
+    :mod:`model.performance.speculative`): `mtp_modules` the modules the checkpoint ships (its
     ``num_nextn_predict_layers``), `mtp_accept_first` the published chance that the
     first drafted token is accepted and `mtp_accept_next` that of each later one given
     the earlier were (0: none published; a deployment may then not draft).
@@ -783,8 +783,8 @@ class ServingStack:
     phase's instance its own split, ``tp<T>[,dp<D>][,ep<E>]`` (:mod:`model.shapes`,
     docs/shapes.md); a phase without one runs ``tp<tensor_parallel>``.
     `mtp_draft_tokens`: the tokens the decode instances draft per iteration with the
-    model's next-token-prediction module (speculative decoding, :mod:`model.speculative`;
-    composed from measured kernels only; 0: none).
+    model's next-token-prediction module (speculative decoding,
+    :mod:`model.performance.speculative`; composed from measured kernels only; 0: none).
     """
 
     mem_fraction: float = 0.90

@@ -406,7 +406,7 @@ def roofline_clock_bound(flops: float, moved_bytes: float, peak_flops: float, bw
 
 
 def kernel_clock_bound(table: str, shape: dict[str, Any], peak_flops: float, bw: float) -> bool:
-    """Whether one kernel of a composed pass (``model.kernels.KernelCall``: its table's
+    """Whether one kernel of a composed pass (``model.performance.kernels.KernelCall``: its table's
     path and shape) is clock-bound: a GEMM by its roofline (``2 m n k`` FLOPs over its
     operands' bytes), a context attention by its roofline (causal: ``2 heads dim isl^2``
     FLOPs over its Q, K, V and output), a collective never (the links, not the SMs),

@@ -1,5 +1,5 @@
-"""A deployment's p99 latency targets, as a value: what :mod:`model.targets` computes
-capacities under and what :class:`model.capacity.DeploymentSpec` carries, so that the
+"""A deployment's p99 latency targets, as a value: what :mod:`model.queueing.targets` computes
+capacities under and what :class:`model.spec.DeploymentSpec` carries, so that the
 tables a schedule is built from are the capacities under the deployment's targets."""
 
 from __future__ import annotations

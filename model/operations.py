@@ -14,19 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-from model.capacity import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_PERFORMANCE,
-    DEFAULT_VARIANT,
-    Coefficients,
-    DeploymentSpec,
-    candidate_configs,
-    check_framework,
-    check_performance,
-    evaluate,
-    settings_record,
-    with_settings,
-)
+from model.capacity import Coefficients, candidate_configs, evaluate, settings_record
 from model.catalog import (
     Calibration,
     ServingStack,
@@ -36,7 +24,9 @@ from model.catalog import (
     load_model,
 )
 from model.clocks import named_settings
-from model.engine import (
+from model.errors import DoesNotFitError, InputError, NotFoundError
+from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.performance.engine import (
     NO_KERNEL_PACKAGE,
     EngineCalibration,
     KernelSource,
@@ -47,12 +37,20 @@ from model.engine import (
     open_database,
     shipped_calibration,
 )
-from model.errors import DoesNotFitError, InputError, NotFoundError
-from model.interconnect import kv_link
-from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.performance.interconnect import kv_link
+from model.performance.speculative import model_accepted_tokens, speculative_record
+from model.queueing.targets import evaluate_spec
 from model.shapes import check_shape, parse_shape
-from model.speculative import model_accepted_tokens, speculative_record
-from model.targets import evaluate_spec
+from model.spec import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_PERFORMANCE,
+    DEFAULT_VARIANT,
+    DeploymentSpec,
+    check_framework,
+    check_performance,
+    setting_arg,
+    with_settings,
+)
 from model.workload import Workload, parse_workload
 
 SECTIONS = ("model", "gpu", "calibration", "serving")
@@ -77,9 +75,9 @@ class SpecRequest:
     #: a calibration to start from instead of the catalog's (a fitted file's entry);
     #: the ``calibration`` overrides still apply on top
     calibration: Calibration | None = None
-    #: the memory balance (model.capacity.MODEL_VARIANTS)
+    #: the memory balance (model.spec.MODEL_VARIANTS)
     model_variant: str = DEFAULT_VARIANT
-    #: where the times come from (model.capacity.PERFORMANCE_SOURCES)
+    #: where the times come from (model.spec.PERFORMANCE_SOURCES)
     performance: str = DEFAULT_PERFORMANCE
     #: ``kernels``: the serving framework of the tables (default ``vllm``)
     framework: str | None = None
@@ -97,7 +95,7 @@ class SpecRequest:
     #: ``calibration`` overrides apply to both
     prefill_gpu: str | None = None
     decode_gpu: str | None = None
-    #: the link between the phases (model.interconnect.INTERCONNECTS) and its bandwidth
+    #: the link between the phases (model.performance.interconnect.INTERCONNECTS) and its bandwidth
     #: per GPU and direction (GB/s); neither: a mixed pair's default, none for one type
     interconnect: str | None = None
     interconnect_gb_per_s: float | None = None
@@ -312,7 +310,7 @@ def capacity_report(
     if spec.targets.given:
         out["latency_targets"] = spec.targets.record()
     draft = spec.serving.mtp_draft_tokens
-    if draft:  # the decode times are per token gained (model.engine.KernelTimes)
+    if draft:  # the decode times are per token gained (model.performance.engine.KernelTimes)
         out["speculative"] = speculative_record(draft, model_accepted_tokens(spec.model, draft))
     out.update(_context(spec, overridden, r.coefficients))
     return out
@@ -343,12 +341,6 @@ def front_settings(
     return lists[0], lists[1]
 
 
-def setting_arg(text: str, spec: DeploymentSpec) -> str | None:
-    """A setting as :func:`~model.capacity.with_settings` takes it (None: full clock)."""
-    clocks = spec.gpu_clocks()
-    return None if clocks is None or text == clocks.full_clock else text
-
-
 class FrontQuestion(Protocol):
     """What a front is asked for: ``pdwatt front``'s options, the HTTP front request."""
 
@@ -374,7 +366,7 @@ class FrontQuestion(Protocol):
 
 def front_of(spec: DeploymentSpec, q: FrontQuestion, overridden: bool) -> dict[str, Any]:
     """:func:`front_report` of ``q`` (latency targets, if it has them, restrict it
-    afterwards, each configuration at its own settings: :mod:`model.slo`)."""
+    afterwards, each configuration at its own settings: :mod:`model.queueing.slo`)."""
     return front_report(
         spec,
         q.max_gpus,
@@ -545,7 +537,7 @@ def with_drafts(
     spec: DeploymentSpec, draft: int, field: str = "mtp_draft_tokens"
 ) -> DeploymentSpec:
     """``spec`` with its decode instances drafting ``draft`` tokens per iteration (MTP,
-    :mod:`model.speculative`); an input error names ``field``."""
+    :mod:`model.performance.speculative`); an input error names ``field``."""
     try:
         return replace(spec, serving=replace(spec.serving, mtp_draft_tokens=draft))
     except InputError as e:

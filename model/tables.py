@@ -21,8 +21,9 @@ import numpy as np
 from cachetools import LRUCache
 from numpy.typing import ArrayLike, NDArray
 
-from model.capacity import CapacityResult, DeploymentSpec, phase_power_w
-from model.targets import evaluate_spec
+from model.capacity import CapacityResult, phase_power_w
+from model.queueing.targets import evaluate_spec
+from model.spec import DeploymentSpec
 
 #: Most tables kept in memory (least recently used are dropped first).
 CACHE_SIZE = 128

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from model.catalog import load_calibration  # noqa: E402
-from model.clock_validation import (  # noqa: E402
+from model.measured.clock_validation import (  # noqa: E402
     b200_kernel_check,
     evaluate_all,
     evaluate_dynamollm,

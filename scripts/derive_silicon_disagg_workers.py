@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from model.silicon import SiliconRow, installed_silicon, read_silicon
+from model.measured.silicon import SiliconRow, installed_silicon, read_silicon
 
 MASTER = ".github/configs/nvidia-master.yaml"
 #: the row's model_path -> InferenceX's model prefix

@@ -45,7 +45,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from model.silicon import installed_silicon, read_silicon, recipe_parallelism
+from model.measured.silicon import installed_silicon, read_silicon, recipe_parallelism
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from derive_silicon_disagg_workers import (  # noqa: E402

@@ -15,7 +15,7 @@ aggregated row that names an image:
    (``trt`` for trtllm), GPU (the runner's first word) and image, and a search-space
    point at the row's ISL and OSL whose ``tp`` is the row's attention TP x attention DP
    (the row as read: a single-node recipe's TP x EP recorded as its ``tp_size`` is read
-   as the recipe, ``model.silicon.recipe_parallelism``),
+   as the recipe, ``model.measured.silicon.recipe_parallelism``),
    whose ``ep`` (1 when absent) is the row's ``moe_ep_size``, whose ``dp-attn`` is the
    row's (attention DP above 1) and whose concurrencies (``conc-start``..``conc-end``
    or ``conc-list``) include the row's.
@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from model.silicon import SiliconRow, installed_silicon, read_silicon, recipe_parallelism
+from model.measured.silicon import SiliconRow, installed_silicon, read_silicon, recipe_parallelism
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from derive_silicon_disagg_workers import GPU, MASTER, PREFIX, Repo  # noqa: E402

@@ -7,9 +7,9 @@ Usage:
 
 DATA_DIR holds the ML.ENERGY per-model JSON files (``DATA_DIR/mlenergy/*.json``, see
 their README). The script fits the rows of every (GPU, stack) they cover with
-:func:`model.calibrate.fit` (the dense models' rows first, then the mixtures of
+:func:`model.measured.calibrate.fit` (the dense models' rows first, then the mixtures of
 experts' for the experts' own terms), without the rows the consistency screen keeps out
-(``model.screen``), and writes the calibration document, with the files read
+(``model.measured.screen``), and writes the calibration document, with the files read
 (name and sha256) and the source, to ``model/data/measured_calibrations.json``. Only
 the fitted numbers ship, never the measurements.
 
@@ -28,8 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
 
-from model.calibrate import fit, to_document  # noqa: E402
-from model.measurements import read_measurements  # noqa: E402
+from model.measured.calibrate import fit, to_document  # noqa: E402
+from model.measured.measurements import read_measurements  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "model" / "data" / "measured_calibrations.json"

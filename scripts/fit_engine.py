@@ -12,7 +12,7 @@ AIConfigurator's kernel tables (``DATA_DIR/aiconfigurator/``), see their READMEs
   vLLM tables of each GPU, the closest to the measurements' era), screened by the
   consistency screen of ``docs/calibration.md`` (section 9; a row screened for its power
   keeps its ITL), fitted with
-  :func:`model.engine_fit.fit_engine`;
+  :func:`model.measured.engine_fit.fit_engine`;
 * H200 under SGLang: the one measured pair, Qwen3-32B, through the paper's Tab. 3
   decode times (SPEC 2.3), taken as measurements at batches 1-256 and contexts of
   512-4,096 tokens;
@@ -26,7 +26,7 @@ It prints, per GPU and for dense models and mixtures of experts apart, the media
 on small models only (dense <= 14B, MoE <= 4B active) and predicting the larger ones,
 and leave-one-model-out; on B200 the kernels' measured power against the measured
 power; how well overheads carry from one pair to another where both are known
-(:func:`model.engine_fit.transfer_check`), what the tables' version costs such a
+(:func:`model.measured.engine_fit.transfer_check`), what the tables' version costs such a
 transfer, and the H200's decode kernels against the H100's. It writes the fitted
 numbers (never the measurements), with the files' sha256, to
 ``model/data/engine_calibrations.json`` and, with ``--chart``, a chart of predicted
@@ -49,13 +49,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
 
-from model import engine_fit  # noqa: E402
-from model.calibrate import Usable, screened_rows  # noqa: E402
-from model.capacity import DecodeTerms  # noqa: E402
 from model.catalog import load_calibration, load_gpu, load_model  # noqa: E402
-from model.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
-from model.measurements import Measurement, read_measurements  # noqa: E402
-from model.screen import Screened, counts  # noqa: E402
+from model.measured import engine_fit  # noqa: E402
+from model.measured.calibrate import Usable, screened_rows  # noqa: E402
+from model.measured.measurements import Measurement, read_measurements  # noqa: E402
+from model.measured.screen import Screened, counts  # noqa: E402
+from model.performance.engine import SHIPPED_FILE, KernelSource, KernelTimes  # noqa: E402
+from model.performance.roofline import DecodeTerms  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 #: the small models a new user has measured (dense <= 14B, MoE <= 4B active)
@@ -241,7 +241,7 @@ def transfer_figures(
     target: tuple[str, str],
     prompts: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """:func:`model.engine_fit.transfer_check` as figures: per kind, the median |error| of
+    """:func:`model.measured.engine_fit.transfer_check` as figures: per kind, the median |error| of
     the target's rows with the source's overheads, with the target's own fit and with its
     kernels alone; and both pairs' overheads."""
     t = engine_fit.transfer_check(rows, source, target, prompts)

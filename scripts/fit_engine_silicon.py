@@ -8,15 +8,15 @@ Usage:
 FILE is a silicon file (``silicon_sample.csv``; default: the one the installed
 aiconfigurator-core package ships), DIR the kernel tables (default: the installed
 package's). The rows of the frameworks in :data:`FRAMEWORKS` are mapped to the catalog
-and composed from the tables (:func:`model.silicon.resolve_all`, every row not composed
+and composed from the tables (:func:`model.measured.silicon.resolve_all`, every row not composed
 counted with its reason), and each (GPU, framework) with at least :data:`MIN_ROWS`
 composed rows of at least :data:`MIN_MODELS` models is fitted on every one of its rows
 without MTP speculative decoding (those are composed, counted, and not fitted: the
 engine model decodes one token per iteration)
-(:func:`model.silicon.fit_groups`, the closed loop of ``docs/validation-silicon.md``,
+(:func:`model.measured.silicon.fit_groups`, the closed loop of ``docs/validation-silicon.md``,
 section 4: the ``in_sample_overheads`` of ``pdwatt predict --silicon --json``). Of the
 four constants fitted, the decode iteration's ``t_iter`` and ``t_req`` are the engine
-model's (``model/engine.py``: ``t_D(B) = K_D(B) + t_iter + t_req B + t_layer
+model's (``model/performance/engine.py``: ``t_D(B) = K_D(B) + t_iter + t_req B + t_layer
 n_layers``) and are written with ``t_layer = 0`` (not fitted); ``t_first`` (latency
 outside the iterations) and the bunching (a property of the benchmark's closed loop)
 have no counterpart in the engine model and are not written. The standard errors of
@@ -26,9 +26,9 @@ robust loss's weights).
 
 The file written, ``model/data/engine_calibrations_silicon.json``, has the format of
 ``model/data/engine_calibrations.json`` (``scripts/fit_engine.py``), which wins for a
-pair both calibrate (``model.engine.shipped_document``). Its ``figures`` are the
+pair both calibrate (``model.performance.engine.shipped_document``). Its ``figures`` are the
 accuracy figures of the fitted pairs, leave one model out
-(:func:`model.silicon.leave_one_model_out`: each model's rows predicted with constants
+(:func:`model.measured.silicon.leave_one_model_out`: each model's rows predicted with constants
 fitted to the other models' rows of the pair), beside the in-sample fit and the kernels
 alone: median and 90th-percentile |error| of TTFT and TPOT. The fits are deterministic
 (the same file and tables give the same numbers); progress goes to stderr.
@@ -51,9 +51,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
 
-from model import silicon  # noqa: E402
-from model.calibrate import std_errors  # noqa: E402
-from model.engine import (  # noqa: E402
+from model.errors import InputError  # noqa: E402
+from model.measured import silicon  # noqa: E402
+from model.measured.calibrate import std_errors  # noqa: E402
+from model.performance.engine import (  # noqa: E402
     KERNEL_PACKAGE,
     SHIPPED_FORMAT,
     SHIPPED_SILICON_FILE,
@@ -61,8 +62,7 @@ from model.engine import (  # noqa: E402
     installed_kernels,
     open_database,
 )
-from model.errors import InputError  # noqa: E402
-from model.kernels import version_key  # noqa: E402
+from model.performance.kernels import version_key  # noqa: E402
 from model.workload import file_sha256  # noqa: E402
 
 #: the frameworks whose pairs this script calibrates: TensorRT-LLM, which no

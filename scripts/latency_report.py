@@ -1,4 +1,4 @@
-"""Validate the analytic latency (model/latency.py) against the discrete-event simulator.
+"""Validate the analytic latency (model/queueing/latency.py) against the discrete-event simulator.
 
 Usage:
 
@@ -28,8 +28,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checko
 import numpy as np  # noqa: E402
 
 from model.capacity import Coefficients, evaluate  # noqa: E402
-from model.latency import latency_at  # noqa: E402
 from model.operations import SpecRequest, resolve_spec  # noqa: E402
+from model.queueing.latency import latency_at  # noqa: E402
 from model.simulator.engine import simulate  # noqa: E402
 from model.simulator.samples import SimTiming, resolve_samples  # noqa: E402
 from scripts.validation_report import WORKLOADS  # noqa: E402

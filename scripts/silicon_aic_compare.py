@@ -23,7 +23,7 @@ the row's quantisation as written: a model whose configuration the package does 
 bundle is read with its base model's (:data:`MODEL_ALIASES`, the row's own
 quantisation given explicitly); gpt-oss, whose ``fp4`` rows are its MXFP4 release, is
 read with its checkpoint's quantisation rather than the rows' ``nvfp4``; and the row's
-parallelism is pdwatt's reading of it (:func:`model.silicon.read_silicon`: an empty or
+parallelism is pdwatt's reading of it (:func:`model.measured.silicon.read_silicon`: an empty or
 zero attention-DP or MoE width counts as 1). The CSV's ``aic_note`` says which applied.
 
 ``--output`` writes one line per row: its id, framework, system, mode and model, the
@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from model.errors import InputError
-from model.silicon import Phase, SiliconRow, installed_silicon, read_silicon
+from model.measured.silicon import Phase, SiliconRow, installed_silicon, read_silicon
 
 #: cli_estimate's single-point disaggregated corrections: prefill and decode latency
 #: scales (its DEFAULT_PREFILL/DECODE_LATENCY_CORRECTION_SCALE) and the TTFT factor of

@@ -1,6 +1,7 @@
 """The decisions table: pdwatt's pick among the measured disaggregated configurations of
 each group of aiconfigurator-core's measured serving results, judged by its measured
-throughput per GPU against the group's best (model/decisions.py, docs/decisions-silicon.md).
+throughput per GPU against the group's best (model/measured/decisions.py,
+docs/decisions-silicon.md).
 
     python scripts/silicon_decisions.py [FILE] [--markdown OUT.md] [--json OUT.json]
 
@@ -20,20 +21,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from model.capacity import DeploymentSpec
 from model.catalog import find_release, load_model
-from model.decisions import TOLERANCE, Config, Group, capacity_per_gpu, groups_of, judge
-from model.engine import (
+from model.errors import InputError, NotFoundError
+from model.latency_targets import LatencyTargets
+from model.measured.decisions import TOLERANCE, Config, Group, capacity_per_gpu, groups_of, judge
+from model.measured.silicon import SYSTEM_GPUS, installed_silicon, read_silicon
+from model.operations import SpecRequest, resolve_spec
+from model.performance.engine import (
     EngineCalibration,
     EngineOverheads,
     choose_version,
     installed_kernels,
     shipped_calibration,
 )
-from model.errors import InputError, NotFoundError
-from model.latency_targets import LatencyTargets
-from model.operations import SpecRequest, resolve_spec
-from model.silicon import SYSTEM_GPUS, installed_silicon, read_silicon
+from model.spec import DeploymentSpec
 
 
 def _say(msg: str) -> None:

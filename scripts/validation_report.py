@@ -41,18 +41,13 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script from a source checko
 
 import numpy as np  # noqa: E402
 
-from model.capacity import (  # noqa: E402
-    DEFAULT_VARIANT,
-    MODEL_VARIANTS,
-    Coefficients,
-    evaluate,
-    instance_power_w,
-)
+from model.capacity import Coefficients, evaluate, instance_power_w  # noqa: E402
 from model.operations import SpecRequest, resolve_spec  # noqa: E402
 from model.pareto import eps_pareto_agreement, front_indices  # noqa: E402
 from model.simulator.engine import simulate  # noqa: E402
 from model.simulator.samples import SimTiming, resolve_samples  # noqa: E402
 from model.simulator.search import default_requests, find_capacity  # noqa: E402
+from model.spec import DEFAULT_VARIANT, MODEL_VARIANTS  # noqa: E402
 
 WORKLOADS = (
     "fixed:1024:256",

@@ -46,7 +46,7 @@ def kernel_tables() -> Path:
 def installed_kernel_tables() -> Path:
     """The kernel tables the installed aiconfigurator-core package ships; skips the test
     when it is not installed (its wheels are for Linux on x86_64 and aarch64)."""
-    from model.engine import installed_kernels
+    from model.performance.engine import installed_kernels
 
     folder = installed_kernels()
     if folder is None:
@@ -61,7 +61,7 @@ def no_kernel_package(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ``importlib.util.find_spec`` answers None for it."""
     import sys
 
-    from model.engine import installed_kernels
+    from model.performance.engine import installed_kernels
 
     monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)
     installed_kernels.cache_clear()

@@ -196,6 +196,39 @@ def test_formulation_folders_follow_the_pipeline() -> None:
     assert bad == [], "\n".join(bad)
 
 
+# model's folders by role, from the bottom: the flat base (errors, the catalog and what
+# it is made of: GPU clocks, instance shapes; workloads, latency targets, the Pareto
+# front); the performance sources (SPEC's rooflines, kernel tables, the engine, the KV
+# link, speculative decoding); the capacity model, flat (the deployment spec, capacity,
+# the admission balance); the simulator, which draws requests for a deployment; queueing
+# and latency, whose targets the simulator may check; the flat top (the operations the
+# CLI and the service call, the scheduler's tables); and measured/, the measurements
+# and what is fitted or checked against them with all of the above. A module may
+# import its own folder and the folders before it.
+MODEL_ORDER = ("base", "performance", "capacity", "simulator", "queueing", "top", "measured")
+MODEL_FLAT = {
+    "base": {"errors", "catalog", "clocks", "shapes", "workload", "latency_targets", "pareto"},
+    "capacity": {"spec", "capacity", "admission"},
+    "top": {"operations", "tables"},
+}
+
+
+def model_folder(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 or MODULES[module].name == "__init__.py":
+        return parts[1]
+    return next(level for level, names in MODEL_FLAT.items() if parts[1] in names)
+
+
+def test_model_folders_follow_their_roles() -> None:
+    mods = [m for m in MODULES if m.startswith("model.")]
+    flat = {m.split(".")[1] for m in mods if MODULES[m].parent.name == "model"}
+    assert flat == set().union(*MODEL_FLAT.values())  # every flat module has its level
+    assert {model_folder(m) for m in mods} == set(MODEL_ORDER)
+    bad = upward_imports("model", model_folder, MODEL_ORDER)
+    assert bad == [], "\n".join(bad)
+
+
 # service's folders by role, from the bottom: what it runs on (settings, pool, database,
 # job store, webhooks, metrics) and the charts import nothing else of the service; then
 # what a request is and what this server accepts; the registered sites; the use-case

@@ -64,8 +64,8 @@ from formulation.infeasible import InfeasibleError
 from formulation.problem import ScheduleProblem, SolverOptions, validate
 from formulation.subproblems.dp import transition_cost
 from formulation.subproblems.period import pool_can_bind, solve_period
-from model.capacity import DeploymentSpec
 from model.errors import InputError
+from model.spec import DeploymentSpec
 
 
 @dataclass(frozen=True)

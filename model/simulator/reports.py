@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.pareto import CheckMap, SettingPair
 from model.simulator.engine import STABLE_SHARE, SimResult, percentiles, simulate
 from model.simulator.samples import Samples, SimTiming
 from model.simulator.search import default_requests, find_capacity, pooled_stable
+from model.spec import DeploymentSpec
 
 
 def _num(v: float | None) -> float | None:

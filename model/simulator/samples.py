@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.capacity import Coefficients, DeploymentSpec
+from model.capacity import Coefficients
 from model.catalog import ModelArch
 from model.errors import InputError
+from model.spec import DeploymentSpec
 from model.workload import Workload, load_trace, parse_workload, workload_kind
 
 #: Environment variable naming the directory of the public request traces.

@@ -144,8 +144,8 @@ def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) 
     """Predicted against measured, decode iteration time and power per GPU, one colour
     per GPU and one marker per kind of model (dense: circles, mixtures of experts:
     triangles), with the identity and +-10% lines; values the consistency screen keeps
-    out (``screened_rule``, ``model.screen``) as grey crosses."""
-    from model.screen import EXCLUDES
+    out (``screened_rule``, ``model.measured.screen``) as grey crosses."""
+    from model.measured.screen import EXCLUDES
 
     def out(r: Mapping[str, Any], key: str) -> bool:
         return key in EXCLUDES.get(str(r.get("screened_rule")), ())
@@ -211,7 +211,7 @@ def calibration_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) 
 
 def silicon_chart(rows: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
     """Predicted (leave one model out) against measured TTFT and TPOT of the silicon
-    rows (``model.silicon.report``), one colour per GPU and framework, with the
+    rows (``model.measured.silicon.report``), one colour per GPU and framework, with the
     identity and +-20% lines, both axes logarithmic."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 5), dpi=120)
     keys = sorted({(r["catalog"]["gpu"], r["config"]["backend"]) for r in rows})

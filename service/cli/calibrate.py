@@ -1,5 +1,5 @@
 """``pdwatt calibrate`` and ``pdwatt predict`` (a thin shell over
-:mod:`model.calibrate`)::
+:mod:`model.measured.calibrate`)::
 
     pdwatt calibrate FILE... [-o CAL.json] [--chart FIT.png] [--leave-one-model-out]
                              [--no-screen] [--json]
@@ -9,7 +9,7 @@
 ``FILE`` is an ML.ENERGY Leaderboard model file or a generic CSV (``docs/calibration.md``),
 or AIConfigurator's ``silicon_sample.csv`` of measured serving runs (by its header;
 ``--silicon``: the installed package's copy; ``docs/validation-silicon.md``).
-Rows the consistency screen keeps out (``model.screen``) are counted in every report;
+Rows the consistency screen keeps out (``model.measured.screen``) are counted in every report;
 ``--no-screen`` fits and judges every row.
 """
 
@@ -21,13 +21,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from model import engine_fit
-from model import screen as screening
-from model.calibrate import Fit, fit, from_document, leave_one_model_out, predict, to_document
 from model.catalog import Calibration, load_gpu
-from model.engine import shipped_document
 from model.errors import InputError
-from model.measurements import read_measurements
+from model.measured import engine_fit
+from model.measured import screen as screening
+from model.measured.calibrate import (
+    Fit,
+    fit,
+    from_document,
+    leave_one_model_out,
+    predict,
+    to_document,
+)
+from model.measured.measurements import read_measurements
+from model.performance.engine import shipped_document
 from service.cli.calibrate_kernels import cmd_calibrate_kernels, cmd_predict_kernels
 from service.cli.shared import fit_lines, summary_lines, write_fit
 from service.cli.silicon import cmd_predict_silicon, silicon_path

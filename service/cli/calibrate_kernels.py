@@ -1,6 +1,6 @@
 """``pdwatt calibrate --kernels DIR`` and ``pdwatt predict`` with an engine calibration:
 measured kernels plus fitted engine overheads (a thin shell over
-:mod:`model.engine_fit`)."""
+:mod:`model.measured.engine_fit`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from model import engine_fit
-from model import screen as screening
-from model.calibrate import screened_rows, summarise
 from model.errors import InputError
-from model.measurements import read_measurements
+from model.measured import engine_fit
+from model.measured import screen as screening
+from model.measured.calibrate import screened_rows, summarise
+from model.measured.measurements import read_measurements
 from service.cli.shared import fit_lines, parse_kernel_versions, summary_lines, write_fit
 
 

@@ -9,18 +9,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from model.capacity import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_PERFORMANCE,
-    DEFAULT_VARIANT,
-    FRAMEWORKS,
-    MODEL_VARIANTS,
-    PERFORMANCE_SOURCES,
-)
 from model.catalog import load_gpu, load_override_file, parse_set_flags
-from model.engine import KERNEL_PACKAGE, NO_KERNEL_PACKAGE, gpu_folder, installed_kernels
 from model.errors import InputError
-from model.interconnect import INTERCONNECTS
 from model.operations import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -29,6 +19,21 @@ from model.operations import (
     kernel_database,
     kernel_versions_of,
     resolve_spec,
+)
+from model.performance.engine import (
+    KERNEL_PACKAGE,
+    NO_KERNEL_PACKAGE,
+    gpu_folder,
+    installed_kernels,
+)
+from model.performance.interconnect import INTERCONNECTS
+from model.spec import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_PERFORMANCE,
+    DEFAULT_VARIANT,
+    FRAMEWORKS,
+    MODEL_VARIANTS,
+    PERFORMANCE_SOURCES,
 )
 from service.cli.calibrate import calibration_for_gpu
 from service.cli.shared import parse_kernel_versions

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from model.capacity import settings_record, with_settings, with_targets
+from model.capacity import settings_record
 from model.operations import (
     capacity_report,
     front_over_gpus,
@@ -14,6 +14,7 @@ from model.operations import (
     gpu_pair_specs,
     resolve_spec,
 )
+from model.spec import with_settings, with_targets
 from service.cli import simulate
 from service.cli.common import (
     add_spec_args,

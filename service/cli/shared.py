@@ -24,7 +24,7 @@ def parse_kernel_versions(pairs: list[str] | None) -> dict[str, str]:
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """A prediction summary (``model.calibrate.summarise``) as text lines: overall, per
+    """A prediction summary (``model.measured.calibrate.summarise``) as text lines: overall, per
     GPU and per GPU and kind, with the rows the screen kept out."""
     out = []
     per_kind = summary.get("per_gpu_and_kind", {})

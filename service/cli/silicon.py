@@ -1,5 +1,5 @@
 """``pdwatt predict`` on AIConfigurator's measured serving runs (a thin shell over
-:mod:`model.silicon`)::
+:mod:`model.measured.silicon`)::
 
     pdwatt predict --silicon [--kernels DIR] [--chart FILE.png] [--json]
     pdwatt predict silicon_sample.csv [...]
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from model import silicon
-from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
+from model.measured import silicon
+from model.performance.engine import NO_KERNEL_PACKAGE, installed_kernels
 
 
 def _say(msg: str) -> None:

@@ -11,7 +11,7 @@
 ``--at-load FRACTION`` to ``pdwatt front``; ``apply_slo(report, args)`` then keeps
 only the configurations whose p99 latencies meet the targets at that fraction of their
 capacity (and returns the report unchanged when no target is set): analytic
-(:mod:`model.latency`, simulating only where admission waits for pool memory make the
+(:mod:`model.queueing.latency`, simulating only where admission waits for pool memory make the
 analytic TTFT optimistic) or, with ``--slo-method simulate``, simulated. The checks of
 each round run side by side in ``--slo-jobs`` processes, each printing a progress line.
 
@@ -31,17 +31,18 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from types import TracebackType
 from typing import Any
 
-from model.capacity import Coefficients, DeploymentSpec
+from model.capacity import Coefficients
 from model.errors import InputError
-from model.latency import latency_at
 from model.operations import DEFAULT_WORKLOAD
+from model.queueing.latency import latency_at
+from model.queueing.slo import SloTargets, slo_restricted_front
 from model.simulator.reports import (
     capacity_search_report,
     simulate_report,
 )
 from model.simulator.samples import resolve_samples
 from model.simulator.search import default_requests
-from model.slo import SloTargets, slo_restricted_front
+from model.spec import DeploymentSpec
 from service.cli.common import add_spec_args, spec_from_args
 from service.cli.solving import Progress
 
@@ -321,7 +322,7 @@ def apply_slo(
     report: dict[str, Any], args: argparse.Namespace, spec: DeploymentSpec | None = None
 ) -> dict[str, Any]:
     """The front report restricted to configurations meeting the SLOs (``slo`` added;
-    :func:`model.slo.slo_restricted_front`).
+    :func:`model.queueing.slo.slo_restricted_front`).
 
     Returns `report` itself when neither ``--ttft-p99`` nor ``--tpot-p99`` is given.
     Progress goes to stderr unless ``--json`` is given.

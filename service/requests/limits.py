@@ -32,8 +32,8 @@ from typing import TypeVar
 from formulation.data import check_memory
 from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
-from model.engine import NO_KERNEL_PACKAGE, installed_kernels
 from model.errors import InputError
+from model.performance.engine import NO_KERNEL_PACKAGE, installed_kernels
 from service.requests.dr import DemandResponseRequest, FlexibilityRequest
 from service.requests.schemas import ScheduleRequest
 from service.runtime.settings import Settings

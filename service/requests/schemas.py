@@ -31,9 +31,9 @@ from formulation.request import (
     WorkloadText,
 )
 from formulation.results import ScheduleResponse
-from model.capacity import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 from model.operations import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
-from model.slo import SloTargets
+from model.queueing.slo import SloTargets
+from model.spec import DEFAULT_PERFORMANCE, DEFAULT_VARIANT
 
 __all__ = ["NonNeg", "ScheduleRequest", "ScheduleResponse", "Strict"]
 
@@ -187,7 +187,7 @@ class CapacityRequest(SpecFields):
 
 
 class SloIn(LatencyTargetsIn):
-    """Latency targets the front is restricted to (:func:`model.slo.slo_restricted_front`):
+    """Latency targets the front is restricted to (:func:`model.queueing.slo.slo_restricted_front`):
     the analytic p99s of docs/latency.md at ``at_load`` times each configuration's
     capacity, at its own GPU settings in a front over settings (docs/clocks.md); where
     admission waits for KV pool memory matter the analytic TTFT is optimistic and is

@@ -16,7 +16,7 @@ from typing import Any
 
 from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
-from model.capacity import settings_record, with_settings, with_targets
+from model.capacity import settings_record
 from model.errors import InputError
 from model.operations import (
     SpecRequest,
@@ -26,8 +26,9 @@ from model.operations import (
     gpu_pair_specs,
     resolve_spec,
 )
+from model.queueing.slo import SloTargets, slo_restricted_front
 from model.simulator import resolve_samples
-from model.slo import SloTargets, slo_restricted_front
+from model.spec import with_settings, with_targets
 from service.requests.schemas import CapacityRequest, FrontRequest, SpecFields
 
 

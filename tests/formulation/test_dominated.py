@@ -14,8 +14,8 @@ import pytest
 from formulation.data import build_data, deployment_candidates, dominated_options
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
-from model.capacity import with_settings
 from model.operations import instance_gpus
+from model.spec import with_settings
 from model.tables import build_table
 
 

@@ -16,8 +16,9 @@ from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
 from formulation.results import response, to_csv
 from formulation.solve import solve
-from model.capacity import DEFAULT_VARIANT, Coefficients, evaluate
+from model.capacity import Coefficients, evaluate
 from model.operations import SpecRequest, resolve_spec
+from model.spec import DEFAULT_VARIANT
 
 pytestmark = pytest.mark.slow
 

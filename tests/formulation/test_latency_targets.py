@@ -3,7 +3,7 @@ tables are each configuration's capacity under the deployment's p99 targets, so 
 plan serves no more than the rate at which those targets hold.
 
 Qwen3-32B on H200 with the fixed workload 1024:256, a 2-GPU site as in test_tiny.py.
-References come from :func:`model.targets.evaluate_targets` called directly on the
+References come from :func:`model.queueing.targets.evaluate_targets` called directly on the
 deployment's spec, not from the schedule's own tables."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from model.capacity import Coefficients, evaluate
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
 from model.operations import SpecRequest, resolve_spec
+from model.queueing.targets import evaluate_targets
 from model.simulator import DATA_DIR_ENV
-from model.targets import evaluate_targets
 from tests.formulation.test_tiny import plan, request, schedule
 
 SPEC = resolve_spec(SpecRequest("qwen3-32b", "h200", "fixed:1024:256", {}))

@@ -149,7 +149,7 @@ def test_the_response_names_each_phases_gpu_and_the_link():
 
 def test_the_schemas_links_are_the_models():
     from formulation.request import Interconnect
-    from model.interconnect import INTERCONNECTS
+    from model.performance.interconnect import INTERCONNECTS
 
     assert typing.get_args(typing.get_args(Interconnect)[0]) == tuple(INTERCONNECTS)
 

@@ -5,7 +5,7 @@ free and is not an instance change.
 Qwen3-32B on H200 with the fixed workload 1024:256, the settings of gpus.json's H200
 entry (1980, 1590, 1185 MHz) and power limits inside its 200-700 W range. The brute
 force prices every ``(n_P, n_D, s_P, s_D)`` of one period from the model's tables
-(``model.tables.build_table`` of ``model.capacity.with_settings``) with SPEC 5's
+(``model.tables.build_table`` of ``model.spec.with_settings``) with SPEC 5's
 cost, independently of the formulation's candidates and of the dominance pruning.
 """
 
@@ -23,9 +23,9 @@ from formulation.problem import problem_from_dict
 from formulation.request import parse_model
 from formulation.results import response, to_csv
 from formulation.solve import solve
-from model.capacity import with_settings
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
+from model.spec import with_settings
 from model.tables import build_table
 from service.sites.schemas import SiteRequest
 

@@ -15,11 +15,11 @@ import pytest
 
 from formulation.problem import problem_from_dict
 from formulation.whatif.shed import fast_response, next_boundary
-from model.capacity import with_settings
 from model.catalog import load_gpu_clocks
 from model.clocks import GpuClocks
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
+from model.spec import with_settings
 from model.tables import build_table
 
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from model import engine_fit
-from model.calibrate import Usable
 from model.catalog import load_gpu, load_model
-from model.measurements import Measurement
-from model.silicon import SiliconRow, installed_silicon, read_silicon
+from model.measured import engine_fit
+from model.measured.calibrate import Usable
+from model.measured.measurements import Measurement
+from model.measured.silicon import SiliconRow, installed_silicon, read_silicon
 
 #: a dense bf16 model on one H100 under vLLM; every test replaces the fields it needs
 PLAIN = Measurement(

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from model import admission
 from model.admission import fragmentation_tokens, population_for_throughput
-from model.capacity import DEFAULT_VARIANT, ROOT_RTOL, Coefficients, DeploymentSpec, evaluate
+from model.capacity import ROOT_RTOL, Coefficients, evaluate
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
 from model.simulator import Samples, SimTiming, find_capacity
+from model.spec import DEFAULT_VARIANT, DeploymentSpec
 from model.workload import Workload
 from tests.source import parse
 

@@ -583,7 +583,7 @@ def test_blackwell_peaks_per_precision():
 
 def _aiconfigurator_folder() -> Path:
     pytest.importorskip("aiconfigurator_core")
-    from model.engine import installed_kernels
+    from model.performance.engine import installed_kernels
 
     data = installed_kernels()
     if data is None:
@@ -779,7 +779,7 @@ def test_blackwell_gpus_agree_with_aiconfigurator_system_specs(name):
     """Dense BF16, FP8 and FP4 peaks and TDP as in AIConfigurator's system specs (which
     cite the same datasheets), bandwidth within 1%, and its kernel tables present."""
     yaml = pytest.importorskip("yaml")
-    from model.engine import GPU_FOLDERS
+    from model.performance.engine import GPU_FOLDERS
 
     path = _aiconfigurator_folder() / "systems" / f"{GPU_FOLDERS[name]}.yaml"
     spec = yaml.safe_load(path.read_text())["gpu"]
@@ -808,7 +808,7 @@ SILICON_LEFT_OUT = {
 def test_silicon_results_name_catalog_models_and_gpus():
     import csv
 
-    from model.engine import GPU_FOLDERS
+    from model.performance.engine import GPU_FOLDERS
 
     path = _aiconfigurator_folder() / "systems" / "silicon_sample.csv"
     if not path.exists():

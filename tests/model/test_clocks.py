@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.capacity import candidate_configs, evaluate
+from model.capacity import Coefficients, candidate_configs, evaluate
 from model.catalog import list_gpus, load_gpu_clocks
 from model.clocks import (
     GpuClocks,
@@ -196,7 +196,7 @@ def test_power_limit_solve_meets_the_limit_or_the_bound():
 
 def test_deployment_power_limit_resolves_to_its_draw():
     for prefill, decode in (("550W", "450W"), ("400W", "300W")):
-        c = _spec(prefill=prefill, decode=decode).coefficients()
+        c = Coefficients.of(_spec(prefill=prefill, decode=decode))
         pc = c.phase_clocks
         assert pc.prefill_draw_w == pytest.approx(float(prefill[:-1]), rel=1e-9)
         assert pc.decode_draw_w == pytest.approx(float(decode[:-1]), rel=1e-9)
@@ -216,8 +216,8 @@ def test_prefill_time_follows_the_clock():
     # the H200's default runs prefill at 1620 MHz (power-limited, docs/clocks.md section
     # 4; test_power_limited_prefill_default_by_brute_force), where its calibration was
     # taken: at 810 MHz the clock is halved
-    base = _spec().coefficients()
-    c = _spec(prefill="810MHz").coefficients()
+    base = Coefficients.of(_spec())
+    c = Coefficients.of(_spec(prefill="810MHz"))
     a = base.a_p_s_per_token
     # the clock-bound part of a_P doubles at half the clock, the rest stays; b_P doubles
     assert c.a_p_s_per_token == pytest.approx(QWEN_H200_FREE_S + (a - QWEN_H200_FREE_S) * 2.0)
@@ -273,9 +273,9 @@ def test_throughput_and_power_do_not_rise_as_the_limit_falls(w1, w2):
 
 
 def test_decode_is_nearly_flat_until_compute_meets_bandwidth():
-    base = _spec().coefficients()
-    mild = _spec(decode="1590MHz").coefficients()
-    low = _spec(decode="600MHz").coefficients()
+    base = Coefficients.of(_spec())
+    mild = Coefficients.of(_spec(decode="1590MHz"))
+    low = Coefficients.of(_spec(decode="600MHz"))
     b = base.batch_max
     t0 = base.alpha_s + base.g_s_per_request * b
     assert mild.alpha_s + mild.g_s_per_request * b <= t0 * 1.05
@@ -299,7 +299,7 @@ def _documented_rows() -> dict[str, tuple[float, float]]:
 
 
 def test_series_errors_are_the_documented_ones_and_throughput_within_target():
-    from model.clock_validation import evaluate_all
+    from model.measured.clock_validation import evaluate_all
 
     documented = _documented_rows()
     results = evaluate_all()
@@ -331,7 +331,7 @@ def test_compute_bound_series_by_hand():
 
 def test_b200_kernel_power_at_full_clock(shared_data_dir):
     from model.catalog import load_calibration
-    from model.clock_validation import b200_kernel_check
+    from model.measured.clock_validation import b200_kernel_check
 
     folder = shared_data_dir / "aiconfigurator"
     if not (folder / "b200_sxm" / "gemm" / "vllm" / "0.24.0").is_dir():
@@ -353,12 +353,12 @@ def test_decode_extra_time_by_hand_on_h200():
     # GEMMs compute 2 N = 65.6e9 FLOP per request at 989e12 FLOP/s x MFU 0.67
     weight_s = 65.6e9 / (4.8e12 * 0.77)
     compute_s = 65.6e9 / (989e12 * 0.67)
-    base = _spec().coefficients()
+    base = Coefficients.of(_spec())
     b_max = base.batch_max
     s = 600 / 1830  # the H200's sustained clock, where decode runs by default
     assert compute_s * b_max < weight_s < compute_s * b_max / s  # hidden at full clock only
     extra = (compute_s * b_max / s - weight_s) / b_max
-    low = _spec(decode="600MHz").coefficients()
+    low = Coefficients.of(_spec(decode="600MHz"))
     assert low.g_s_per_request - base.g_s_per_request == pytest.approx(extra, rel=1e-9)
     assert low.alpha_s == base.alpha_s
 
@@ -371,11 +371,11 @@ def test_default_below_the_limit_is_todays_numbers():
     spec = _spec()
     plain = dataclasses.replace(spec, clocks=dataclasses.replace(load_gpu_clocks("h200")))
     for s in (spec, plain):
-        c = s.coefficients()
+        c = Coefficients.of(s)
         assert c.phase_clocks is None
         assert (c.a_p_s_per_token, c.psat_prefill_w) == (
-            spec.coefficients().a_p_s_per_token,
-            spec.coefficients().psat_prefill_w,
+            Coefficients.of(spec).a_p_s_per_token,
+            Coefficients.of(spec).psat_prefill_w,
         )
 
 
@@ -406,28 +406,28 @@ def test_power_limited_default_is_the_highest_step_within_the_limit(limit_w):
     steps = [1980.0 - 15.0 * k for k in range(int((1980 - 345) / 15) + 1)]
     within = [f for f in steps if draw(f) <= limit_w]
     expected = max(within) if within else min(steps)
-    c = spec.coefficients()
+    c = Coefficients.of(spec)
     assert c.phase_clocks is not None
     assert c.phase_clocks.prefill_clock_mhz == expected
-    assert c.a_p_s_per_token > _spec().coefficients().a_p_s_per_token
+    assert c.a_p_s_per_token > Coefficients.of(_spec()).a_p_s_per_token
     record = settings_record(spec)
     assert record["prefill_setting"] == f"default (power-limited at {expected:,.0f} MHz)"
     # a clock locked above it runs at it, as the default does
-    locked = dataclasses.replace(spec, prefill_setting="1980MHz").coefficients()
+    locked = Coefficients.of(dataclasses.replace(spec, prefill_setting="1980MHz"))
     assert locked.a_p_s_per_token == c.a_p_s_per_token
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.floats(min_value=400.0, max_value=1980.0), st.floats(min_value=345.0, max_value=1980.0))
 def test_ttft_never_falls_as_the_clock_falls(f1, f2):
-    from model.latency import latency_at
+    from model.queueing.latency import latency_at
 
     hi, lo = max(f1, f2), min(f1, f2)
     spec = _spec(model="llama-3.1-70b", gpu="h100-sxm", tp=4)
     rate = 0.5
 
     def ttft(f):
-        c = dataclasses.replace(spec, prefill_setting=f"{f:.0f}MHz").coefficients()
+        c = Coefficients.of(dataclasses.replace(spec, prefill_setting=f"{f:.0f}MHz"))
         return latency_at(c, 1, 1, rate, [4050.0], [96.0]).ttft_mean_s
 
     assert ttft(lo) >= ttft(hi)
@@ -466,7 +466,7 @@ def test_power_limited_prefill_default_by_brute_force(gpu, expected):
     clocks = load_gpu_clocks(gpu)
     spec = _spec(model="llama-3.1-70b", gpu=gpu, tp=4)
     assert _unconstrained_step(clocks, spec.calibration.p_idle_w) == expected
-    base = spec.coefficients()
+    base = Coefficients.of(spec)
     # a decode setting makes the record name prefill's default and its clock
     top = clocks.sustained_clock_mhz or clocks.sm_clock_max_mhz
     record = settings_record(dataclasses.replace(spec, decode_setting=f"{top:g}MHz"))
@@ -475,13 +475,13 @@ def test_power_limited_prefill_default_by_brute_force(gpu, expected):
     assert record["prefill_draw_w"] == spec.calibration.psat_prefill_w  # measured there
     # a clock locked at or above it runs at it: today's numbers, bit for bit
     for f in (expected, expected + 15.0, clocks.sm_clock_max_mhz):
-        c = dataclasses.replace(spec, prefill_setting=f"{f:g}MHz").coefficients()
+        c = Coefficients.of(dataclasses.replace(spec, prefill_setting=f"{f:g}MHz"))
         assert (c.a_p_s_per_token, c.b_p_s_per_token2) == (
             base.a_p_s_per_token,
             base.b_p_s_per_token2,
         )
     # one step below it, slower and drawing less
-    below = dataclasses.replace(spec, prefill_setting=f"{expected - 15:g}MHz").coefficients()
+    below = Coefficients.of(dataclasses.replace(spec, prefill_setting=f"{expected - 15:g}MHz"))
     assert below.a_p_s_per_token > base.a_p_s_per_token
     assert below.psat_prefill_w < base.psat_prefill_w
 
@@ -492,16 +492,16 @@ def test_compute_draw_within_the_limit_keeps_the_default_at_the_top_clock():
     spec = _spec(model="llama-3.1-70b", gpu="h100-sxm", tp=4)
     clocks = dataclasses.replace(load_gpu_clocks("h100-sxm"), compute_draw_ratio=0.95)
     unlimited = dataclasses.replace(spec, clocks=clocks, decode_setting="1830MHz")
-    c = unlimited.coefficients()
+    c = Coefficients.of(unlimited)
     assert c.phase_clocks is None  # nothing changes: both phases at their calibrated clock
     from model.capacity import settings_record
 
     record = settings_record(unlimited)
     assert record["prefill_setting"] == "1980MHz"
     assert record["prefill_clock_mhz"] == record["decode_clock_mhz"] == 1830.0
-    assert c.a_p_s_per_token == spec.coefficients().a_p_s_per_token
+    assert c.a_p_s_per_token == Coefficients.of(spec).a_p_s_per_token
     # the prefill clock-bound time then follows 1830 / f
-    half = dataclasses.replace(unlimited, prefill_setting="915MHz").coefficients()
+    half = Coefficients.of(dataclasses.replace(unlimited, prefill_setting="915MHz"))
     assert half.b_p_s_per_token2 == pytest.approx(2.0 * c.b_p_s_per_token2, rel=1e-15)
 
 
@@ -516,7 +516,7 @@ def test_sustained_clock_outside_the_clocks_names_the_field():
 
 
 def test_dynamollm_h100_series_medians():
-    from model.clock_validation import evaluate_dynamollm
+    from model.measured.clock_validation import evaluate_dynamollm
     from tests.conftest import shared_data_file
 
     results = {
@@ -536,7 +536,7 @@ def test_dynamollm_h100_series_medians():
 
 
 def test_samsi_a100_power_caps():
-    from model.clock_validation import evaluate_samsi
+    from model.measured.clock_validation import evaluate_samsi
     from tests.conftest import shared_data_file
 
     results = evaluate_samsi(str(shared_data_file("clock-series/series.json")))

@@ -1,14 +1,14 @@
-"""The decisions check (model/decisions.py): measured throughput of a closed loop, the
+"""The decisions check (model/measured/decisions.py): measured throughput of a closed loop, the
 TPOT target a group is judged at, and the pick against the best, on rows made here."""
 
 from __future__ import annotations
 
 import pytest
 
-from model.decisions import Config, config_of, groups_of, judge, measured_rps_per_gpu
 from model.errors import InputError
+from model.measured.decisions import Config, config_of, groups_of, judge, measured_rps_per_gpu
+from model.measured.silicon import Phase, SiliconRow
 from model.shapes import InstanceShape
-from model.silicon import Phase, SiliconRow
 
 
 def row(i, n_p, n_d, conc, ttft_ms, tpot_ms, p_tp=8, d_tp=8, d_dp=1, pp=1):
@@ -78,10 +78,10 @@ def test_the_pick_is_judged_by_its_measured_throughput_within_the_best_rows_tpot
 
 def test_capacity_per_gpu_is_the_capacity_under_the_target_over_the_gpus():
     from model.capacity import evaluate
-    from model.decisions import capacity_per_gpu
     from model.latency_targets import LatencyTargets
+    from model.measured.decisions import capacity_per_gpu
     from model.operations import SpecRequest, resolve_spec
-    from model.targets import evaluate_targets
+    from model.queueing.targets import evaluate_targets
 
     c = Config(2, InstanceShape(2), 1, InstanceShape(4))
     over = {"serving": {"prefill_shape": "tp2", "decode_shape": "tp4"}}
@@ -97,7 +97,7 @@ def test_a_row_without_worker_counts_takes_the_published_configuration():
     """A disaggregated row of the installed file that states no worker counts is judged
     at the configuration its run published (model/data/silicon_disagg_workers.json), as
     the validation reads it; a row the table refuses carries the table's reason."""
-    from model import silicon
+    from model.measured import silicon
     from tests.model.rows import installed_silicon_rows
 
     rows = installed_silicon_rows()
@@ -120,11 +120,11 @@ def test_a_row_without_worker_counts_takes_the_published_configuration():
 
 def test_a_run_that_drafted_is_a_configuration_of_its_own_with_its_depth():
     """Rows of runs with MTP speculative decoding are configurations with their draft
-    depth (:func:`model.decisions.drafts_of`: their published record's, or their twin
+    depth (:func:`model.measured.decisions.drafts_of`: their published record's, or their twin
     record's, the same run recorded twice); the same instances without drafting are
     another configuration, and the text says the depth."""
-    from model import silicon
-    from model.decisions import drafts_of
+    from model.measured import silicon
+    from model.measured.decisions import drafts_of
     from tests.model.rows import installed_silicon_rows
 
     rows = installed_silicon_rows()

@@ -1,5 +1,5 @@
 """Measured kernels in the capacity model (``performance: kernels``): the decode line and
-the prefill curve through composed times (model.engine) on tables written here, whose
+the prefill curve through composed times (model.performance.engine) on tables written here, whose
 compositions are computed by hand; Coefficients built from them; the default ``spec``
 source unchanged; and the published tables (skipped when absent)."""
 
@@ -15,15 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from model.capacity import (
-    Coefficients,
-    DeploymentSpec,
-    clear_kernel_cache,
-    evaluate,
-    longest_prompt_tokens,
-)
+from model.capacity import Coefficients, clear_kernel_cache, evaluate, longest_prompt_tokens
 from model.catalog import ModelArch, ServingStack, load_calibration, load_gpu, load_model
-from model.engine import (
+from model.errors import InputError
+from model.operations import SpecRequest, capacity_report, resolve_spec
+from model.performance.engine import (
     PREFILL_CHUNK,
     EngineCalibration,
     EngineOverheads,
@@ -33,9 +29,8 @@ from model.engine import (
     decode_line,
     prefill_curve,
 )
-from model.errors import InputError
-from model.kernels import KernelSetup
-from model.operations import SpecRequest, capacity_report, resolve_spec
+from model.performance.kernels import KernelSetup
+from model.spec import DeploymentSpec
 from model.tables import table_key
 from model.workload import parse_workload
 from tests.conftest import installed_kernel_tables, kernel_tables
@@ -427,7 +422,7 @@ def test_a_mixture_of_experts_line_starts_where_every_expert_is_read() -> None:
     72..B_max follows the composed times far closer than one from a single request,
     where the batch leaves experts unread."""
     from model.catalog import load_model
-    from model.engine import KernelSource, KernelTimes, all_experts_batch
+    from model.performance.engine import KernelSource, KernelTimes, all_experts_batch
 
     folder = published()
     model = load_model("qwen3-30b-a3b")
@@ -446,7 +441,7 @@ def test_a_mixture_of_experts_line_starts_where_every_expert_is_read() -> None:
 
 
 def test_the_per_request_overhead_is_on_each_data_parallel_ranks_share() -> None:
-    """``t_D = K_D + t_iter + t_req B / D`` (model/engine.py): each of the ``D``
+    """``t_D = K_D + t_iter + t_req B / D`` (model/performance/engine.py): each of the ``D``
     data-parallel attention ranks schedules and samples its own share of the batch, all
     at once; without data-parallel attention ``D`` is 1."""
     folder = str(installed_kernel_tables())

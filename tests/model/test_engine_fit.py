@@ -1,4 +1,4 @@
-"""The engine-overhead fit (model/engine_fit.py) on rows whose kernel times are given."""
+"""The engine-overhead fit (model/measured/engine_fit.py) on rows whose kernel times are given."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from model import engine_fit
 from model.catalog import load_model
-from model.engine import EngineOverheads
 from model.errors import InputError
+from model.measured import engine_fit
+from model.performance.engine import EngineOverheads
 from tests.model.rows import composed, script
 
 TRUE = EngineOverheads(t_iter_s=0.8e-3, t_req_s=40e-6, t_layer_s=15e-6)
@@ -112,7 +112,7 @@ def test_a_start_beyond_the_prompt_bounds_is_refused_naming_the_task() -> None:
 def test_robust_cost_is_the_loss_least_squares_minimises() -> None:
     from scipy.optimize import least_squares
 
-    from model.calibrate import F_SCALE, LOSS, robust_cost
+    from model.measured.calibrate import F_SCALE, LOSS, robust_cost
 
     x = np.linspace(0.0, 1.0, 30)
     y = 2.0 * x + 1.0 + np.where(np.arange(30) % 7 == 0, 0.3, 0.01)  # a few outliers

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from model import engine
-from model.engine import (
+from model.errors import InputError
+from model.performance import engine
+from model.performance.engine import (
     SHIPPED_FORMAT,
     SHIPPED_SILICON_FILE,
     EngineOverheads,
     shipped_calibration,
     shipped_document,
 )
-from model.errors import InputError
 from tests.model.rows import script
 
 
@@ -171,7 +171,7 @@ def test_the_shipped_silicon_file_is_a_fresh_run_of_the_script(tmp_path: Path) -
     makes from the installed package's silicon file and kernel tables (to the
     optimiser's tolerance)."""
     pytest.importorskip("aiconfigurator_core")
-    from model.silicon import installed_silicon
+    from model.measured.silicon import installed_silicon
 
     path = installed_silicon()
     if path is None:

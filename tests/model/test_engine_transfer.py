@@ -2,7 +2,7 @@
 the overheads of a fitted pair carried over to another pair's own kernel tables
 (``docs/calibration.md``, section 8, "Pairs without measurements").
 
-The transfer check (:func:`model.engine_fit.transfer_check`) on rows written here with
+The transfer check (:func:`model.measured.engine_fit.transfer_check`) on rows written here with
 known overheads; the shipped file's six pairs; and, with the published kernel tables
 (skipped when absent), that each transferred pair reads its own GPU's tables and that a
 capacity report names the transferred calibration."""
@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model import engine_fit
 from model.catalog import load_gpu, load_model
-from model.engine import (
+from model.errors import InputError
+from model.measured import engine_fit
+from model.operations import SpecRequest, capacity_report, resolve_spec
+from model.performance.engine import (
     SHIPPED_FILE,
     SHIPPED_SILICON_FILE,
     EngineOverheads,
@@ -29,8 +31,6 @@ from model.engine import (
     shipped_calibration,
     shipped_document,
 )
-from model.errors import InputError
-from model.operations import SpecRequest, capacity_report, resolve_spec
 from tests.conftest import kernel_tables, shared_data_dir
 from tests.model.rows import composed, script
 

@@ -1,26 +1,21 @@
 """The capacity-power front searched over GPU settings (docs/clocks.md): a configuration
 is ``(n_P, n_D, setting_P, setting_D)``; without settings the report is the one of the
 full clock, number for number. Latency targets check each configuration at its own
-settings (model.slo)."""
+settings (model.queueing.slo)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.capacity import Coefficients, candidate_configs, evaluate, with_settings
+from model.capacity import Coefficients, candidate_configs, evaluate
 from model.errors import InputError
-from model.latency import latency_at
-from model.operations import (
-    SpecRequest,
-    capacity_report,
-    front_report,
-    resolve_spec,
-    setting_arg,
-)
+from model.operations import SpecRequest, capacity_report, front_report, resolve_spec
 from model.pareto import front_indices, max_capacity_index, min_power_index
+from model.queueing.latency import latency_at
+from model.queueing.slo import SloTargets, slo_restricted_front
 from model.simulator import Samples, SimTiming, simulated_slo
-from model.slo import SloTargets, slo_restricted_front
+from model.spec import setting_arg, with_settings
 
 PREFILL = ["1980MHz", "1500MHz", "550W"]
 DECODE = ["1980MHz", "1200MHz", "500W"]

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from model.capacity import clear_kernel_cache
-from model.engine import (
+from model.errors import InputError
+from model.operations import SpecRequest, capacity_report, resolve_spec
+from model.performance.engine import (
     KERNEL_PACKAGE,
     KernelTimes,
     choose_version,
@@ -19,10 +21,8 @@ from model.engine import (
     open_database,
     shipped_calibration,
 )
-from model.engine import KernelSource as Source
-from model.errors import InputError
-from model.kernels import version_key
-from model.operations import SpecRequest, capacity_report, resolve_spec
+from model.performance.engine import KernelSource as Source
+from model.performance.kernels import version_key
 from tests.conftest import installed_kernel_tables
 from tests.service.test_cli_core import CAPACITY_3P1D, run_json
 
@@ -138,8 +138,8 @@ def test_trtllm_all_reduce_is_read_from_its_own_table() -> None:
     """TensorRT-LLM's all-reduce files name the implementation column `implementation`
     where the others name it `backend`; it was refused and SGLang's table substituted."""
     from model.catalog import load_model
-    from model.engine import open_database
-    from model.kernels import KernelModel, KernelSetup
+    from model.performance.engine import open_database
+    from model.performance.kernels import KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     km = KernelModel(
@@ -157,7 +157,7 @@ def test_a_gemm_table_that_does_not_grow_with_its_rows_is_read_from_another_fram
     block-FP8 projections are read from SGLang's table of the GPU, and the composition
     says so; H200's vLLM table grows (about 4.6x) and is kept."""
     from model.catalog import load_model
-    from model.kernels import SCREEN_ROWS, SCREEN_WEIGHTS, KernelModel, KernelSetup
+    from model.performance.kernels import SCREEN_ROWS, SCREEN_WEIGHTS, KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     m = load_model("minimax-m2.5")
@@ -187,7 +187,7 @@ def test_mxfp4_experts_under_tensorrt_llm_on_blackwell_take_mxfp8_activations() 
     experts read ``w4a8_mxfp4_mxfp8`` under TensorRT-LLM on B200, ``w4a16_mxfp4`` under
     TensorRT-LLM on H200 and under vLLM on B200."""
     from model.catalog import load_model
-    from model.kernels import KernelModel, KernelSetup
+    from model.performance.kernels import KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     m = load_model("gpt-oss-120b")
@@ -212,7 +212,7 @@ def test_an_all_reduce_beyond_every_table_of_the_gpu_is_refused_naming_what_was_
     from elsewhere."""
     from model.catalog import load_model
     from model.errors import OutsideTableError
-    from model.kernels import KernelModel, KernelSetup
+    from model.performance.kernels import KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     trtllm = [v for f, v in db.versions("h200_sxm", "custom_allreduce") if f == "trtllm"]
@@ -239,7 +239,7 @@ def test_a_moe_shape_a_framework_lacks_is_read_from_another_frameworks_table() -
     activations) at MoE TP 1 only; at TP 4 the layer is read from SGLang's table of
     the GPU, which measures it, and the composition says so."""
     from model.catalog import load_model
-    from model.kernels import KernelModel, KernelSetup
+    from model.performance.kernels import KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     km = KernelModel(db, load_model("gpt-oss-120b"), KernelSetup("b200_sxm", "trtllm",
@@ -259,11 +259,11 @@ def test_a_moe_shape_a_framework_lacks_is_read_from_another_frameworks_table() -
 
 def test_tensorrt_llm_experts_on_blackwell_are_read_where_its_moe_backend_is_measured() -> None:
     """DeepSeek's block-FP8 experts under TensorRT-LLM on B200 (TRTLLM MoE backend,
-    TensorRT-LLM-gen kernels, without data-parallel attention; model.kernels.
+    TensorRT-LLM-gen kernels, without data-parallel attention; model.performance.kernels.
     TRTLLM_GEN_MOE) are read from SGLang's table of the GPU, which measures those kernels;
     with data-parallel attention (DeepGEMM) and on Hopper, from TensorRT-LLM's own."""
     from model.catalog import load_model
-    from model.kernels import KernelModel, KernelSetup
+    from model.performance.kernels import KernelModel, KernelSetup
 
     db = open_database(str(installed_kernel_tables()))
     ds = load_model("deepseek-v3.1")

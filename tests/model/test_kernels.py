@@ -1,4 +1,4 @@
-"""Kernel performance source (model.kernels): the reader of AIConfigurator's layout on
+"""Kernel performance source (model.performance.kernels): the reader of AIConfigurator's layout on
 small tables written here and on the published ones (skipped when absent), the
 interpolation between measured shapes, the refusal outside them, and the composition
 of one forward pass checked against a hand-summed one."""
@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from model import kernels
 from model.catalog import ModelArch, load_calibration, load_gpu, load_model
 from model.errors import InputError, OutsideTableError
-from model.kernels import (
+from model.performance import kernels
+from model.performance.kernels import (
     TABLE_SPECS,
     KernelCall,
     KernelDatabase,

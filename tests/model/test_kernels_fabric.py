@@ -1,6 +1,6 @@
 """Collectives over more GPUs than any table measures, scaled by the GPU's fabric, and
 DeepEP's low-latency all-to-all read from its table (docs/kernels.md, "Collectives
-over more GPUs than measured"; model.kernels.MOE_A2A)."""
+over more GPUs than measured"; model.performance.kernels.MOE_A2A)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from model.catalog import Fabric, load_gpu, load_model
-from model.engine import choose_version, open_database
 from model.errors import InputError, OutsideTableError
-from model.kernels import KernelModel, KernelSetup
+from model.performance.engine import choose_version, open_database
+from model.performance.kernels import KernelModel, KernelSetup
 from tests.conftest import installed_kernel_tables
 
 

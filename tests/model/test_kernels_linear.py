@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from model import silicon
 from model.catalog import CONV_STATE_BYTES, ModelArch, load_gpu, load_model
 from model.errors import InputError
-from model.kernels import KernelDatabase, KernelModel, KernelSetup, uniform_tokens
+from model.measured import silicon
+from model.performance.kernels import KernelDatabase, KernelModel, KernelSetup, uniform_tokens
 from tests.conftest import installed_kernel_tables
 
 NAME = "qwen3.5-397b-a17b"

@@ -15,7 +15,7 @@ import pytest
 
 from model.catalog import load_model
 from model.errors import InputError
-from model.kernels import KernelDatabase, KernelModel, KernelSetup
+from model.performance.kernels import KernelDatabase, KernelModel, KernelSetup
 from tests.conftest import installed_kernel_tables
 
 VERSIONS = {"sglang": "0.5.14", "trtllm": "1.3.0rc20", "vllm": "0.24.0"}

@@ -1,4 +1,4 @@
-"""Analytic latency (model/latency.py, docs/latency.md): closed forms where they exist,
+"""Analytic latency (model/queueing/latency.py, docs/latency.md): closed forms where they exist,
 limits, monotonicity, and agreement with the simulator where the pool does not bind."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model import latency
 from model.capacity import Coefficients, evaluate
 from model.errors import InputError
-from model.latency import (
+from model.operations import SpecRequest, resolve_spec
+from model.queueing import latency
+from model.queueing.latency import (
     latency_at,
     lundberg_exponent,
     peakedness,
     prefill_wait_distribution,
 )
-from model.operations import SpecRequest, resolve_spec
 from model.simulator import Samples, SimTiming, data_dir, resolve_samples, simulate
 from tests.source import parse
 
@@ -265,4 +265,4 @@ def test_simulator_stays_independent_of_the_analytic_latency() -> None:
         imported = {
             n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
         } | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert not imported & {"model.latency", "model.admission"}, path.name
+        assert not imported & {"model.queueing.latency", "model.admission"}, path.name

@@ -1,4 +1,4 @@
-"""Readers of serving measurements (model.measurements): the published ML.ENERGY files
+"""Readers of serving measurements (model.measured.measurements): the published ML.ENERGY files
 as they are, the generic CSV, and clear errors for bad files."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from model.errors import InputError
-from model.measurements import CSV_REQUIRED, read_measurements
+from model.measured.measurements import CSV_REQUIRED, read_measurements
 from tests.conftest import shared_data_file
 
 HEADER = "model,gpu,tp,batch,itl_ms,prompt_tokens,output_tokens,power_w,stack,task\n"

@@ -1,6 +1,6 @@
 """A deployment's phases on different GPU types (docs/mixed-gpus.md): each phase's
 quantities from its own GPU, today's numbers when both name one type, the KV transfer
-between the phases (model/interconnect.py) and the inputs refused."""
+between the phases (model/performance/interconnect.py) and the inputs refused."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 
 from model.capacity import Coefficients, candidate_configs, evaluate
 from model.errors import DoesNotFitError, InputError, NotFoundError
-from model.interconnect import INTERCONNECTS, kv_link
-from model.latency import latency_at
+from model.measured.silicon import KV_LINK_BYTES_PER_S
 from model.operations import SpecRequest, capacity_report, resolve_spec
-from model.silicon import KV_LINK_BYTES_PER_S
+from model.performance.interconnect import INTERCONNECTS, kv_link
+from model.queueing.latency import latency_at
 from model.tables import build_table
 
 

@@ -1,4 +1,4 @@
-"""The consistency screen (model.screen): it drops exactly the rows its two rules name,
+"""The consistency screen (model.measured.screen): it drops exactly the rows its two rules name,
 whatever the rows' order; fits ignore the rows it drops, predictions mark them and the
 error statistics leave them out; on the published ML.ENERGY rows it screens at most 5%
 of the usable rows per rule."""
@@ -13,10 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from model import screen as screening
-from model.calibrate import Usable, fit, leave_one_model_out, predict, to_document, usable_rows
 from model.catalog import load_gpu, load_model
-from model.measurements import Measurement, read_measurements
+from model.measured import screen as screening
+from model.measured.calibrate import (
+    Usable,
+    fit,
+    leave_one_model_out,
+    predict,
+    to_document,
+    usable_rows,
+)
+from model.measured.measurements import Measurement, read_measurements
 from service.cli.app import main
 from tests.model.rows import measurement
 from tests.model.test_calibrate import synthetic

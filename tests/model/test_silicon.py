@@ -1,4 +1,4 @@
-"""TTFT and TPOT of AIConfigurator's measured serving runs (``model/silicon.py``) on a
+"""TTFT and TPOT of AIConfigurator's measured serving runs (``model/measured/silicon.py``) on a
 50-row sample of the installed package's ``silicon_sample.csv``; skipped when
 aiconfigurator-core is not installed."""
 
@@ -10,11 +10,11 @@ from functools import cache
 import numpy as np
 import pytest
 
-from model import silicon
 from model.catalog import load_gpu, load_model
-from model.engine import GPU_FOLDERS, open_database
 from model.errors import InputError
-from model.kernels import KernelModel, KernelSetup
+from model.measured import silicon
+from model.performance.engine import GPU_FOLDERS, open_database
+from model.performance.kernels import KernelModel, KernelSetup
 from tests.conftest import installed_kernel_tables
 
 

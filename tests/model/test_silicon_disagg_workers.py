@@ -1,13 +1,13 @@
 """The published worker configurations of the disaggregated silicon rows that leave
 their worker counts empty (``model/data/silicon_disagg_workers.json``, read by
-``model.silicon.resolve``); the checks against the installed ``silicon_sample.csv``
+``model.measured.silicon.resolve``); the checks against the installed ``silicon_sample.csv``
 are skipped when aiconfigurator-core is not installed."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from model import silicon
+from model.measured import silicon
 from tests.conftest import installed_kernel_tables
 from tests.model.rows import installed_silicon_rows
 

@@ -1,6 +1,6 @@
 """The aggregated silicon rows measured with speculative decoding
 (``model/data/silicon_speculative.json``, derived by
-``scripts/derive_silicon_speculative.py``, read by ``model.silicon.resolve``); the
+``scripts/derive_silicon_speculative.py``, read by ``model.measured.silicon.resolve``); the
 checks against the installed ``silicon_sample.csv`` are skipped when aiconfigurator-core
 is not installed."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from model import silicon
+from model.measured import silicon
 from tests.conftest import installed_kernel_tables
 from tests.model.rows import installed_silicon_rows, script
 

@@ -9,18 +9,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from model.calibrate import usable_rows
-from model.capacity import (
-    Coefficients,
-    DecodeTerms,
-    DeploymentSpec,
-    kv_bytes_per_pool_token,
-    prefill_coefficients,
-)
+from model.capacity import Coefficients, kv_bytes_per_pool_token
 from model.catalog import PRECISION_BYTES, ServingStack, load_calibration, load_gpu, load_model
 from model.errors import InputError
-from model.measurements import Measurement
+from model.measured.calibrate import usable_rows
+from model.measured.measurements import Measurement
+from model.performance.roofline import DecodeTerms, prefill_coefficients
 from model.simulator import SimTiming
+from model.spec import DeploymentSpec
 from model.workload import Workload
 from tests.model.rows import measurement
 

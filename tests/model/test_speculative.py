@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from model.catalog import ServingStack, load_model
-from model.engine import KernelSource, KernelTimes, choose_version
 from model.errors import InputError
 from model.operations import SpecRequest, capacity_report, resolve_spec
-from model.speculative import accepted_tokens, check_draft, model_accepted_tokens
+from model.performance.engine import KernelSource, KernelTimes, choose_version
+from model.performance.speculative import accepted_tokens, check_draft, model_accepted_tokens
 from tests.conftest import installed_kernel_tables
 
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.capacity import evaluate, with_settings
+from model.capacity import evaluate
 from model.operations import SpecRequest, resolve_spec
+from model.spec import with_settings
 from model.tables import build_table, build_tables, clear_cache, table_key
 
 # SPEC 2.1: Qwen3-32B on H200 power ramps (paper Tab. 3), W.

@@ -1,4 +1,4 @@
-"""Capacity under latency targets and the engine's largest batch (model/targets.py,
+"""Capacity under latency targets and the engine's largest batch (model/queueing/targets.py,
 docs/admission.md section 8).
 
 Brute-force references search the decode batch over whole numbers and the prefill
@@ -19,12 +19,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import model.targets as targets_mod
+import model.queueing.targets as targets_mod
 from model.capacity import Coefficients, evaluate
 from model.catalog import ServingStack
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
-from model.targets import LatencyTargets, PrefillQueue, evaluate_targets, prefill_times, tpot_batch
+from model.queueing.targets import (
+    LatencyTargets,
+    PrefillQueue,
+    evaluate_targets,
+    prefill_times,
+    tpot_batch,
+)
 
 REFERENCE = json.loads((Path(__file__).parent / "targets_reference.json").read_text())
 
@@ -230,7 +236,7 @@ def test_a_ttft_target_needs_per_request_lengths() -> None:
 def test_a_tpot_target_far_beyond_any_batch_caps_nothing():
     """A target of 6.6e307 s (found by the API's fuzzing) overflowed B_T's division and
     answered 500; it caps no batch."""
-    from model.targets import NO_BATCH_CAP, tpot_batch
+    from model.queueing.targets import NO_BATCH_CAP, tpot_batch
 
     c = Coefficients.of(resolve_spec(SpecRequest("qwen3-8b", "h200", "fixed:1024:128", {})))
     assert tpot_batch(c, 6.557781748274768e307) == NO_BATCH_CAP

@@ -207,7 +207,7 @@ def test_calibrate_with_kernels_recovers_engine_overheads(
     """Rows made from the H100 vLLM 0.14.0 kernels plus known overheads: the fit over
     the same tables recovers the overheads, and predict with the file reproduces them."""
     from model.catalog import load_model
-    from model.engine import EngineOverheads, KernelSource, KernelTimes
+    from model.performance.engine import EngineOverheads, KernelSource, KernelTimes
 
     root = _kernel_db()
     true = EngineOverheads(t_iter_s=0.6e-3, t_req_s=35e-6, t_layer_s=12e-6)

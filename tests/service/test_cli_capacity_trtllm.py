@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.engine import shipped_calibration
+from model.performance.engine import shipped_calibration
 from tests.conftest import installed_kernel_tables
 from tests.service.test_cli_core import run, run_json
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from model.catalog import load_model
-from model.engine import SHIPPED_FILE, KernelSource, KernelTimes, shipped_calibration
+from model.performance.engine import SHIPPED_FILE, KernelSource, KernelTimes, shipped_calibration
 from service.cli.app import main
 from tests.service.test_cli_core import kernel_tables
 

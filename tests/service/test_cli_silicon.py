@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from model import silicon
+from model.measured import silicon
 from service.cli.app import main
 from tests.conftest import installed_kernel_tables
 

@@ -11,9 +11,10 @@ import pytest
 from formulation.data import build_data
 from formulation.demo import demo_request
 from formulation.problem import problem_from_dict
-from model.capacity import DEFAULT_VARIANT, evaluate
+from model.capacity import evaluate
 from model.errors import InputError
 from model.operations import SpecRequest, resolve_spec
+from model.spec import DEFAULT_VARIANT
 from service.cli.app import main
 
 

@@ -1,5 +1,5 @@
 """The front restricted to latency targets over HTTP (``POST /v1/front`` with ``slo``):
-the same function as ``pdwatt front --ttft-p99/--tpot-p99`` (model.slo), by the
+the same function as ``pdwatt front --ttft-p99/--tpot-p99`` (model.queueing.slo), by the
 analytic p99s alone, and refusals that name the field."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from model.targets import tpot_batch
+from model.queueing.targets import tpot_batch
 from tests.service.test_cli_core import run, run_json
 from tests.service.test_routes import assert_problem
 
@@ -126,7 +126,7 @@ def test_capacity_under_targets_is_model_targets_on_the_command_line_and_over_ht
     from model.capacity import evaluate
     from model.latency_targets import LatencyTargets
     from model.operations import SpecRequest, resolve_spec
-    from model.targets import evaluate_targets
+    from model.queueing.targets import evaluate_targets
 
     spec = resolve_spec(SpecRequest("qwen3-32b", "h200", "fixed:1024:256", {}))
     goals = LatencyTargets(ttft_p99_s=0.5, tpot_p99_s=0.02)

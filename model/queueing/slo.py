@@ -1,5 +1,5 @@
 """A capacity-power front under latency targets: each configuration's capacity is the
-highest rate at which its p99 TTFT and TPOT targets hold (:mod:`model.targets`: decode at
+highest rate at which its p99 TTFT and TPOT targets hold (:mod:`model.queueing.targets`: decode at
 the largest batch within the TPOT target, prefill up to the utilisation within the TTFT
 target), and the front keeps the configurations that meet the targets at a fraction of
 that capacity: the one function behind ``pdwatt front --ttft-p99/--tpot-p99`` and
@@ -8,7 +8,7 @@ utilisation meets its targets (capacity 0, its ``unmet`` says why) or when the c
 below fails.
 
 Two methods (docs/latency.md): ``analytic``, the queue model's p99s
-(:func:`model.latency.analytic_slo_front`), where admission waits for KV pool memory
+(:func:`model.queueing.latency.analytic_slo_front`), where admission waits for KV pool memory
 make its TTFT optimistic a simulation decides (when ``simulate_bound`` and the
 simulator describes the model); ``simulate``, every check simulated
 (:func:`model.simulator.slo_front`). The checks of a round go through ``map_checks``
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from model.capacity import Coefficients, DeploymentSpec, with_settings
+from model.capacity import Coefficients
 from model.errors import InputError
-from model.latency import analytic_slo_front
-from model.operations import setting_arg
 from model.pareto import CheckMap, SettingPair, check_slo_targets, setting_pair
+from model.queueing.latency import analytic_slo_front
+from model.queueing.targets import LatencyTargets, evaluate_targets
 from model.simulator import (
     Samples,
     SimTiming,
@@ -36,7 +36,7 @@ from model.simulator import (
     simulated_slo_check,
     slo_front,
 )
-from model.targets import LatencyTargets, evaluate_targets
+from model.spec import DeploymentSpec, setting_arg, with_settings
 
 METHODS = ("analytic", "simulate")
 
@@ -110,7 +110,7 @@ def under_targets(
     report: dict[str, Any], spec: DeploymentSpec, samples: Samples, targets: SloTargets
 ) -> dict[str, Any]:
     """``report`` (a front report of ``spec``) with each configuration's capacity, power,
-    batch and limits under ``targets`` (:func:`model.targets.evaluate_targets`), each at
+    batch and limits under ``targets`` (:func:`model.queueing.targets.evaluate_targets`), each at
     its own settings in a front over settings; the front and selections are left for
     :func:`model.pareto.restrict_front` to redo."""
     goals = LatencyTargets(targets.ttft_p99_s, targets.tpot_p99_s)

@@ -1,11 +1,11 @@
 """Fit the serving engine's overheads on top of measured kernels (``docs/kernels.md``).
 
 Each measurement row (a median inter-token latency at a mean running batch) is
-composed from the kernel tables of its GPU and framework (:mod:`model.kernels`), and
-the three overheads of :class:`model.engine.EngineOverheads` per (GPU, framework) are
+composed from the kernel tables of its GPU and framework (:mod:`model.performance.kernels`), and
+the three overheads of :class:`model.performance.engine.EngineOverheads` per (GPU, framework) are
 fitted with ``scipy.optimize.least_squares`` to the relative residuals
 ``(K_D(B, c) + t_iter + t_req B + t_layer n_layers) / measured - 1``, with the same
-robust loss as the roofline calibration (:mod:`model.calibrate`). Tasks whose prompt
+robust loss as the roofline calibration (:mod:`model.measured.calibrate`). Tasks whose prompt
 length the files do not give get one effective prompt length each, shared by every
 GPU, fitted with the overheads. Nothing else is fitted: the kernels are measured.
 
@@ -22,10 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from model.calibrate import Skipped, Usable, robust_cost, robust_fit
-from model.engine import EngineOverheads, KernelSource, KernelTimes, gpu_folder, open_database
 from model.errors import InputError
-from model.screen import EXCLUDES, Screened
+from model.measured.calibrate import Skipped, Usable, robust_cost, robust_fit
+from model.measured.screen import EXCLUDES, Screened
+from model.performance.engine import (
+    EngineOverheads,
+    KernelSource,
+    KernelTimes,
+    gpu_folder,
+    open_database,
+)
 
 FloatArray = np.ndarray
 #: prompt lengths (tokens) at which each row's kernels are composed; between them the
@@ -151,7 +157,7 @@ class EngineFit:
     models: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     #: pairs whose overheads are another pair's, carried (a file's ``transferred_from``)
     transferred: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
-    #: the robust loss at the fit (:func:`model.calibrate.robust_cost`); fits of the same
+    #: the robust loss at the fit (:func:`model.measured.calibrate.robust_cost`); fits of the same
     #: rows from different starts compare by it
     cost: float = float("nan")
 
@@ -337,13 +343,13 @@ def predict_rows(
     fit: EngineFit,
     verdicts: Mapping[str, Screened] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows in the shape of :func:`model.calibrate.predict`'s: the decode time from the
+    """Rows in the shape of :func:`model.measured.calibrate.predict`'s: the decode time from the
     kernels and the fitted overheads; the power from the shipped calibration's ramp
     (``power_model``), there being no kernel power on most GPUs. ``verdicts``: the
     consistency screen's, by row (``where``), marked on the rows it names."""
-    from model.calibrate import decode_load, prediction_row
     from model.capacity import instance_power_w
     from model.catalog import load_calibration
+    from model.measured.calibrate import decode_load, prediction_row
 
     out = []
     for c in rows:

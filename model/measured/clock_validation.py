@@ -197,8 +197,9 @@ def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
     H100's calibration taken at its full clock, 1980 MHz), for comparison."""
     from dataclasses import replace
 
+    from model.capacity import Coefficients
     from model.catalog import load_gpu_clocks
-    from model.latency import latency_at
+    from model.queueing.latency import latency_at
 
     with open(path) as fh:
         series = json.load(fh)
@@ -218,12 +219,12 @@ def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
         if entry["phase"] == "prefill":
 
             def value(setting: str | None) -> float:
-                c = replace(spec, prefill_setting=setting).coefficients()
+                c = Coefficients.of(replace(spec, prefill_setting=setting))
                 return latency_at(c, 1, 1, 0.5, [4050.0], [96.0]).ttft_mean_s
         else:
 
             def value(setting: str | None) -> float:
-                c = replace(spec, decode_setting=setting).coefficients()
+                c = Coefficients.of(replace(spec, decode_setting=setting))
                 return 1.0 / float(c.decode_rate_rps(c.batch_max))
 
         base = value(None)
@@ -249,6 +250,8 @@ def evaluate_samsi(path: str) -> list[tuple[TtftResult, TtftResult]]:
     is fitted."""
     from dataclasses import replace
 
+    from model.capacity import Coefficients
+
     with open(path) as fh:
         series = json.load(fh)
     out = []
@@ -260,7 +263,7 @@ def evaluate_samsi(path: str) -> list[tuple[TtftResult, TtftResult]]:
         points = sorted(entry["points"], key=lambda p: -float(p["knob"]))
 
         def at(limit_w: float, spec: Any = spec) -> tuple[float, float]:
-            c = replace(spec, decode_setting=f"{limit_w:g}W").coefficients()
+            c = Coefficients.of(replace(spec, decode_setting=f"{limit_w:g}W"))
             assert c.phase_clocks is not None
             return c.alpha_s + c.g_s_per_request * SAMSI_BATCH, c.phase_clocks.decode_draw_w
 

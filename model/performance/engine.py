@@ -1,6 +1,6 @@
 """Iteration times from measured kernels plus the serving engine's own overheads.
 
-A forward pass composed from kernel tables (:mod:`model.kernels`) holds only the
+A forward pass composed from kernel tables (:mod:`model.performance.kernels`) holds only the
 measured kernels; a serving engine adds what no table measures: its scheduler and
 sampler once per iteration, a per-request share of both (sampling, detokenising,
 bookkeeping) and, per layer, the small kernels no table holds (norms, activation,
@@ -10,7 +10,7 @@ rotary embedding, the KV-cache write) with the gaps between kernels. So, per GPU
     t_P(l)    = K_P(l)    + t_iter + t_layer n_layers
 
 with ``K`` the composed kernels' time and three overheads per (GPU, framework) fitted
-to whole-server measurements (:mod:`model.engine_fit`, ``docs/kernels.md``). ``D`` is
+to whole-server measurements (:mod:`model.measured.engine_fit`, ``docs/kernels.md``). ``D`` is
 the instance's data-parallel attention ranks (1 without): each rank is a process of
 its own that schedules and samples its share ``B / D`` of the batch, all at once.
 
@@ -36,8 +36,14 @@ import numpy as np
 
 from model.catalog import ModelArch, load_gpu
 from model.errors import InputError, OutsideTableError
-from model.kernels import KernelDatabase, KernelModel, KernelSetup, PhaseTime, version_key
-from model.speculative import check_draft, model_accepted_tokens
+from model.performance.kernels import (
+    KernelDatabase,
+    KernelModel,
+    KernelSetup,
+    PhaseTime,
+    version_key,
+)
+from model.performance.speculative import check_draft, model_accepted_tokens
 
 #: GPUs of the catalog and the folder names of AIConfigurator's tables
 GPU_FOLDERS = {
@@ -196,8 +202,8 @@ class KernelTimes:
     """Composed kernel times of one (model, GPU, stack, TP, EP) with engine overheads,
     memoised per shape (a composition costs a few hundred table lookups). With
     ``draft_tokens`` (speculative decoding with the model's MTP module,
-    :mod:`model.speculative`), a decode iteration drafts and verifies that many tokens
-    per request and gains :func:`model.speculative.model_accepted_tokens` of them:
+    :mod:`model.performance.speculative`), a decode iteration drafts and verifies that many tokens
+    per request and gains :func:`model.performance.speculative.model_accepted_tokens` of them:
     :meth:`decode_s` is then the iteration per token gained, the time each request
     waits per output token, so that every form built on it (throughput ``B / t_D``,
     TPOT ``t_D``) reads as one token per iteration."""
@@ -394,11 +400,11 @@ def prefill_curve(
 
 #: fitted engine overheads shipped with the product, from ML.ENERGY's whole-server
 #: measurements (``scripts/fit_engine.py``)
-SHIPPED_FILE = Path(__file__).parent / "data" / "engine_calibrations.json"
+SHIPPED_FILE = Path(__file__).parents[1] / "data" / "engine_calibrations.json"
 #: fitted engine overheads shipped with the product, from AIConfigurator's measured
 #: serving runs (``scripts/fit_engine_silicon.py``: TensorRT-LLM)
-SHIPPED_SILICON_FILE = Path(__file__).parent / "data" / "engine_calibrations_silicon.json"
-#: the shipped files' format (``model.engine_fit.FORMAT``)
+SHIPPED_SILICON_FILE = Path(__file__).parents[1] / "data" / "engine_calibrations_silicon.json"
+#: the shipped files' format (``model.measured.engine_fit.FORMAT``)
 SHIPPED_FORMAT = "pdwatt-engine-calibration/1"
 
 

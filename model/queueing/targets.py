@@ -11,7 +11,7 @@ instances at utilisation 1. With targets:
   batch, ``serving.max_running_requests``, which :func:`model.capacity.evaluate`
   applies): ``lambda_D(min(B*, B_T))``;
 * **prefill** runs at ``rho_T``, the largest utilisation at which the p99 TTFT of the
-  queue model of :mod:`model.latency` (an FCFS prefill queue with the workload's own
+  queue model of :mod:`model.queueing.latency` (an FCFS prefill queue with the workload's own
   prefill times, its arrivals every ``n_P``-th request, and the wait for the decode
   instance's iteration boundary at the decode batch above) is within the TTFT target:
   ``n_P mu_P rho_T``.
@@ -36,21 +36,21 @@ from numpy.typing import ArrayLike, NDArray
 from model.capacity import (
     CapacityResult,
     Coefficients,
-    DeploymentSpec,
     FloatArray,
     evaluate,
     no_limits,
     phase_power_w,
 )
 from model.errors import InputError
-from model.latency import (
+from model.latency_targets import LatencyTargets
+from model.queueing.latency import (
     boundary_mixture,
     prefill_wait_distribution,
     transfer_times,
     ttft_tail_at,
 )
-from model.latency_targets import LatencyTargets
 from model.simulator import resolve_samples
+from model.spec import DeploymentSpec
 
 #: ``B_T`` of a TPOT target that caps no batch (beyond any pool's: whole requests of
 #: at least one token each)
@@ -89,7 +89,7 @@ class PrefillQueue:
     t_u: FloatArray
     t_w: FloatArray
     phases: int
-    #: each prefill time's KV transfer (:func:`model.latency.transfer_times`; None: none)
+    #: each prefill time's KV transfer (:func:`model.queueing.latency.transfer_times`; None: none)
     t_x: FloatArray | None = None
 
     def __post_init__(self) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from model.catalog import load_gpu
 from model.errors import InputError
-from model.measurements import Measurement
+from model.measured.measurements import Measurement
 
 #: a larger batch's ITL more than this share below a smaller batch's violates the ITL rule
 ITL_DROP = 0.10
@@ -62,7 +62,7 @@ GPU_SLOWER = 0.10
 GPU_BATCH_SHARE = 0.95
 #: the rules, in the order they run
 RULES = ("itl", "gpu", "power")
-#: the quantities of a predicted row (``model.calibrate.predict``) each rule keeps out
+#: the quantities of a predicted row (``model.measured.calibrate.predict``) each rule keeps out
 #: of the error statistics
 EXCLUDES = {"itl": ("itl_ms", "power_w"), "gpu": ("itl_ms", "power_w"), "power": ("power_w",)}
 
@@ -320,7 +320,7 @@ def apply(rows: Sequence[T], given: Sequence[Screened | None]) -> list[T]:
 
 
 def screen_usable(rows: Sequence[T]) -> Screen[T]:
-    """:func:`screen` of rows that carry a measurement (``model.calibrate.Usable``)."""
+    """:func:`screen` of rows that carry a measurement (``model.measured.calibrate.Usable``)."""
     v = verdicts([u.m for u in rows])
     return Screen(apply(rows, v), ordered(v))
 

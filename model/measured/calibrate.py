@@ -6,8 +6,8 @@ One calibration is fitted per (GPU, serving stack) and shared by every model on 
 ``mbu``, ``t_iter_s``, ``t_req_s``, ``mfu_decode`` and ``t_coll_s`` from the decode
 iteration times, the decode power ramp ``(p0, gamma, psat)`` from power per GPU
 against decode load, and ``mfu`` where prefill rates are given. The decode time of a
-measurement is :class:`model.capacity.DecodeTerms` at its batch and mean context,
-the same function the capacity model uses.
+measurement is :class:`model.performance.roofline.DecodeTerms` at its batch and mean
+context, the same function the capacity model uses.
 
 Files that give no prompt lengths (ML.ENERGY) get one mean prompt length per task,
 fitted with the rest and shared by every model and GPU that ran the task (they all
@@ -19,7 +19,7 @@ Fits use :func:`scipy.optimize.least_squares` on relative residuals with bounds;
 parameter standard errors come from the Jacobian at the optimum. A fit that the rows
 cannot determine is refused with what is missing.
 
-Rows no iteration model can describe (:mod:`model.screen`) stay out of the fits and
+Rows no iteration model can describe (:mod:`model.measured.screen`) stay out of the fits and
 of the error statistics, unless the screen is turned off (``screen=False``); every
 report counts them and predictions mark them.
 """
@@ -36,13 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from model import screen as screening
-from model.capacity import (
-    DecodeTerms,
-    instance_power_w,
-    kv_memory_bytes,
-    prefill_coefficients,
-)
+from model.capacity import instance_power_w, kv_memory_bytes
 from model.catalog import (
     PRECISION_BYTES,
     Calibration,
@@ -55,8 +49,10 @@ from model.catalog import (
     shipped_prompt_tokens,
 )
 from model.errors import InputError, NotFoundError
-from model.measurements import Measurement
-from model.screen import Screened
+from model.measured import screen as screening
+from model.measured.measurements import Measurement
+from model.measured.screen import Screened
+from model.performance.roofline import DecodeTerms, prefill_coefficients
 
 FloatArray = NDArray[np.float64]
 
@@ -157,7 +153,7 @@ def screened_rows(
     rows: Sequence[Measurement], screen: bool = True
 ) -> tuple[list[Usable], list[Skipped], list[Screened | None]]:
     """:func:`usable_rows` and the consistency screen's verdict on each usable row
-    (:func:`model.screen.verdicts`; all None with ``screen`` off): the one place fits,
+    (:func:`model.measured.screen.verdicts`; all None with ``screen`` off): the one place fits,
     predictions and their reports take the screen from."""
     usable, skipped = usable_rows(rows)
     verdicts: list[Screened | None] = [None] * len(usable)
@@ -221,7 +217,7 @@ class Fit:
     prompts: dict[str, float]  # task -> fitted mean prompt length
     prompts_std: dict[str, float]
     skipped: list[Skipped] = field(default_factory=list)
-    #: rows the consistency screen kept out of the fit (:mod:`model.screen`)
+    #: rows the consistency screen kept out of the fit (:mod:`model.measured.screen`)
     screened: list[Screened] = field(default_factory=list)
     screen: bool = True  # whether the screen was applied
 

@@ -8,7 +8,7 @@ workers), at fixed prompt and output lengths (``isl``, ``osl``) and a number of
 concurrent clients, with the measured mean time to first token and time per output
 token. This module reads such a file (:func:`read_silicon`), maps each row to the
 catalog and the kernel tables (:func:`resolve`), and predicts each row's TTFT and TPOT
-from the composed kernel times (:class:`model.kernels.KernelModel`) and the
+from the composed kernel times (:class:`model.performance.kernels.KernelModel`) and the
 benchmark's closed loop (:func:`solve`: staggered requests under a mixed scheduler
 and disaggregated workers, synchronised waves under a prefill-first one), with the
 serving engine's overheads either left out ("kernels alone") or fitted per (GPU,
@@ -49,11 +49,11 @@ from typing import Any
 import numpy as np
 
 from model.catalog import ModelArch, find_release, load_gpu, load_model
-from model.engine import GPU_FOLDERS, choose_version, open_database
 from model.errors import InputError, NotFoundError
-from model.interconnect import INTERCONNECTS, kv_transfer_s
-from model.kernels import MOE_A2A, KernelModel, KernelSetup
-from model.speculative import (
+from model.performance.engine import GPU_FOLDERS, choose_version, open_database
+from model.performance.interconnect import INTERCONNECTS, kv_transfer_s
+from model.performance.kernels import MOE_A2A, KernelModel, KernelSetup
+from model.performance.speculative import (
     accepted_tokens,
     check_draft,
     model_accepted_tokens,
@@ -151,7 +151,7 @@ NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
 #: ``model/data/silicon_disagg_workers.json``), and none on B200 or H200 does (6 of 6)
 DEEPEP_DECODE_SYSTEMS = frozenset({"gb200", "gb300"})
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
-#: 400 Gb/s NIC per GPU: model.interconnect's InfiniBand)
+#: 400 Gb/s NIC per GPU: model.performance.interconnect's InfiniBand)
 KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
 #: the published worker configurations of the disaggregated rows that leave their worker
 #: counts empty (SemiAnalysis InferenceX runs; ``model/data/``, derived by
@@ -481,7 +481,7 @@ class Case:
     def gained(self) -> float:
         """Tokens a request gains per decode iteration: 1, or under MTP those of
         ``draft_tokens`` drafts at the model's published acceptance ``accept`` (first,
-        later; :func:`model.speculative.accepted_tokens`)."""
+        later; :func:`model.performance.speculative.accepted_tokens`)."""
         return accepted_tokens(self.draft_tokens, *self.accept)
 
     @property
@@ -773,8 +773,8 @@ def published_workers() -> dict[str, Any]:
 
 
 def _data_file(name: str) -> dict[str, Any]:
-    """A JSON file of the package's ``data`` folder."""
-    path = resources.files(__package__ or "model") / "data" / name
+    """A JSON file of the model package's ``data`` folder."""
+    path = resources.files("model") / "data" / name
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 
@@ -1245,7 +1245,7 @@ def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     """One decode iteration at ``batch`` (per case): the composed kernels, linear
     between the composed batches (the batch-1 time below one), plus the overheads, the
     per-request one on each data-parallel attention rank's share of the batch (each
-    rank schedules and samples its own requests, all at once; model/engine.py)."""
+    rank schedules and samples its own requests, all at once; model/performance/engine.py)."""
     b, kk = a.b, a.k
     x = np.clip(batch, b[:, 0], b[:, -1])
     last = b.shape[1] - 1

@@ -12,7 +12,7 @@ the most throughput per GPU in the group, so that the measured best meets it.
   A configuration's measured best within ``T`` is the most of its rows whose TPOT is
   within ``T`` (0 if none is).
 * **pdwatt** ranks the configurations by their capacity under the TPOT target
-  (:func:`model.targets.evaluate_targets`, docs/admission.md, section 8) per GPU, each
+  (:func:`model.queueing.targets.evaluate_targets`, docs/admission.md, section 8) per GPU, each
   at its own per-phase shapes (docs/shapes.md) and, where its run drafted with MTP, its
   draft depth (``serving.mtp_draft_tokens``, measured kernels only), and picks the
   first.
@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from model.capacity import DeploymentSpec
 from model.errors import InputError
 from model.latency_targets import LatencyTargets
+from model.measured.silicon import SiliconRow, published_config, records_by_run, run_draft
+from model.queueing.targets import evaluate_targets
 from model.shapes import InstanceShape
-from model.silicon import SiliconRow, published_config, records_by_run, run_draft
-from model.targets import evaluate_targets
+from model.spec import DeploymentSpec
 
 #: configurations a group needs to be judged
 MIN_CONFIGS = 5
@@ -64,7 +64,7 @@ class Config:
 def config_of(row: SiliconRow, draft: int = 0) -> Config | str:
     """The row's configuration, or why it is not one pdwatt can express. A row that
     gives no worker counts takes the configuration published for its run
-    (:func:`model.silicon.published_config`), as the validation does. ``draft``: the
+    (:func:`model.measured.silicon.published_config`), as the validation does. ``draft``: the
     tokens its decode instances draft per iteration (MTP), where the run's record or its
     twin's says so (:func:`drafts_of`)."""
     if row.mode != "disagg" or row.prefill is None or row.decode is None:
@@ -88,7 +88,7 @@ def config_of(row: SiliconRow, draft: int = 0) -> Config | str:
 
 def drafts_of(rows: Sequence[SiliconRow]) -> dict[str, int]:
     """Row id -> the MTP draft depth its run used, by its own published record or by
-    that of a twin, the same run recorded twice (:func:`model.silicon.run_draft`, as
+    that of a twin, the same run recorded twice (:func:`model.measured.silicon.run_draft`, as
     the validation reads it); rows of runs without MTP are not listed."""
     out: dict[str, int] = {}
     for run in records_by_run(rows).values():
