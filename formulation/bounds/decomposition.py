@@ -47,7 +47,7 @@ import highspy
 import numpy as np
 from numpy.typing import NDArray
 
-from formulation.bounds.lagrange import DualOracle, Point, relax
+from formulation.bounds.lagrange import DualOracle, Point, VolumeState, relax
 from formulation.budget import Deadline
 from formulation.data import ScheduleData, site_constant_usd
 from formulation.evaluate import Schedule, transitions
@@ -285,8 +285,10 @@ class ColumnGeneration:
         #: the longest round so far (s): a round that must end by a deadline starts
         #: only with this much time left
         self.round_s = 0.0
-        #: the volume algorithm's evaluations so far (:func:`ascend`)
+        #: the volume algorithm's evaluations so far and its state, to go on with
+        #: (:func:`ascend`)
         self.volume_evaluations = 0
+        self.volume = VolumeState()
         #: the round that last raised the bound (0: none has)
         self.improved_at = 0
         #: the master LP's value (the site's constant included) after each round
@@ -437,7 +439,8 @@ def ascend(
     they tail off (``STALL_ROUNDS`` of them in a row leave the bound where it was and
     the master LP falls by less than ``STALL_SHARE`` of its gap to it), the volume
     algorithm (:func:`formulation.bounds.lagrange.relax`) from their best multipliers
-    towards the incumbent's cost (``upper_usd``), its points handed back to the column
+    towards the incumbent's cost (``upper_usd``), going on with its step factor and
+    direction from where its last run stopped, its points handed back to the column
     generation (:meth:`ColumnGeneration.adopt`: columns, and the stability centre
     when better), until ``deadline``, convergence, ``stop``, the gap within
     ``rel_gap`` or the master LP at ``bound_to_beat()``. Once a volume run raises the
@@ -482,7 +485,10 @@ def ascend(
         # an evaluation starts only when one as long as the mean so far fits
         per_call = oracle.seconds / max(oracle.calls, 1)
         until = deadline.later(-per_call) if whole else deadline
-        r = relax(oracle, until, upper_usd, rel_gap, seen, start=gen.best_point, stop=stop)
+        r = relax(
+            oracle, until, upper_usd, rel_gap, seen, start=gen.best_point, stop=stop,
+            state=gen.volume,
+        )
         volume_calls += oracle.calls - calls
         gen.volume_evaluations += oracle.calls - calls
         gen.adopt(r.best)

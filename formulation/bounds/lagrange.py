@@ -263,6 +263,19 @@ def residual(data: ScheduleData, p: Point) -> tuple[FloatArray, FloatArray]:
     return cap, inv
 
 
+@dataclass
+class VolumeState:
+    """What the volume algorithm learns as it goes (step factor ``f``, steps since the
+    last that improved, the averaged residual ``v``), kept for a later run from
+    another start (:func:`relax`), so that run goes on where this one stopped instead
+    of starting its step factor over."""
+
+    f: float = 0.1
+    reds: int = 0
+    v_cap: FloatArray | None = None
+    v_inv: FloatArray | None = None
+
+
 def relax(
     oracle: DualOracle,
     deadline: Deadline,
@@ -274,13 +287,15 @@ def relax(
     stall_iter: int = 60,
     stall_rel: float = 1e-5,
     stop: Callable[[], bool] | None = None,
+    state: VolumeState | None = None,
 ) -> Relaxation:
     """The volume algorithm (module docstring) until ``deadline``, ``max_iter`` dual
     evaluations, or the bound within ``rel_gap`` of
     ``upper_usd()`` (the incumbent's cost, inf if none), or when ``stall_iter``
     evaluations have raised the bound by less than ``stall_rel`` of its value.
     ``on_point`` sees every evaluated point whose bound is the best so far (for
-    primal heuristics); ``stop`` is checked before every evaluation."""
+    primal heuristics); ``stop`` is checked before every evaluation. ``state``
+    (optional): where an earlier run stopped, taken up and left where this one stops."""
     data = oracle.data
     t0 = time.perf_counter()
     cap_scale, inv_scale = row_scales(data)
@@ -291,8 +306,12 @@ def relax(
     # multipliers in scaled units: pi = y_cap / cap_scale, sigma = y_inv / inv_scale
     y_cap = first.pi_w * cap_scale
     y_inv = first.sigma_gpu * inv_scale
-    v_cap, v_inv = residual(data, first)
-    f, a_max, reds = 0.1, 0.1, 0
+    state = state if state is not None else VolumeState()
+    if state.v_cap is None or state.v_inv is None:
+        v_cap, v_inv = residual(data, first)
+    else:
+        v_cap, v_inv = state.v_cap, state.v_inv
+    f, a_max, reds = state.f, 0.1, state.reds
     history = [(time.perf_counter() - t0, best.value_usd)]
     it = 0
     marks = [best.value_usd]  # best bound after each evaluation
@@ -346,6 +365,7 @@ def relax(
                 if f < 1e-6:
                     break
         marks.append(best.value_usd)
+    state.f, state.reds, state.v_cap, state.v_inv = f, reds, v_cap, v_inv
     return Relaxation(best, first, it, time.perf_counter() - t0, history)
 
 
