@@ -13,7 +13,7 @@ import pytest
 import formulation.solve as solve_module
 from formulation.bounds import decomposition
 from formulation.bounds.decomposition import ascend, decompose
-from formulation.bounds.lagrange import DualOracle, local_grids
+from formulation.bounds.lagrange import DualOracle, VolumeState, local_grids, relax
 from formulation.budget import Deadline, TimeBudget
 from formulation.data import build_data
 from formulation.problem import problem_from_dict
@@ -250,3 +250,29 @@ def test_column_generation_tails_off_only_when_the_bound_and_the_lp_both_stall()
     assert not gen.stalling(4)
     gen.improved_at, gen.lp_history = 2, slow[-3:]  # fewer rounds than asked
     assert not gen.stalling(4)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 4])  # sites whose cap binds at zero prices
+def test_the_volume_algorithm_resumed_from_its_state_is_the_uninterrupted_one(seed: int) -> None:
+    """Two runs of ten evaluations, the second from the first's best point and its
+    ``VolumeState``, evaluate the same multipliers as one run of twenty."""
+    data = build_data(problem_from_dict(site(seed)))
+    grids = local_grids(data, [deployment_grid(data, d) for d in data.deployments])
+    seen_whole: list[float] = []
+    seen_cut: list[float] = []
+    with DualOracle(data, grids) as oracle:
+        start = oracle(np.zeros(data.n_periods), np.zeros((len(data.pools), data.n_periods)))
+        args = (oracle, Deadline.never(), lambda: np.inf, 0.0)
+        whole = relax(*args, lambda p: seen_whole.append(p.value_usd), 20, start)
+        state = VolumeState()
+        first = relax(*args, lambda p: seen_cut.append(p.value_usd), 10, start, state=state)
+        assert state.f > 0 and state.v_cap is not None
+        second = relax(*args, lambda p: seen_cut.append(p.value_usd), 10, first.best, state=state)
+    assert whole.iterations == first.iterations + second.iterations == 20
+    # the same steps, up to rounding (the multipliers pass through the rows' scales)
+    assert second.best.value_usd == pytest.approx(whole.best.value_usd, rel=1e-9)
+    assert np.allclose(second.best.pi_w, whole.best.pi_w, rtol=1e-9, atol=1e-15)
+    # the same improving points, the second run reporting its start (the first's best)
+    # again before going on
+    cut = sorted({round(v, 6) for v in seen_cut})
+    assert cut == sorted({round(v, 6) for v in seen_whole})
