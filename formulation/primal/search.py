@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from formulation.bounds.lagrange import Relaxation, corridor, keep_choices
+from formulation.bounds.relaxation import Bounding
 from formulation.budget import GUIDED_AT_LEAST_S, NEIGHBOURHOOD_AT_LEAST_S, TimeBudget
 from formulation.data import ScheduleData
 from formulation.evaluate import Priced, price_schedule
@@ -28,7 +29,6 @@ from formulation.primal.window import (
     window_choices,
     window_span,
 )
-from formulation.problem import SolverOptions
 from formulation.subproblems.dp import DeploymentGrid
 
 GUIDED_SOURCE = (
@@ -38,34 +38,11 @@ GUIDED_SOURCE = (
 )
 
 
-class Search(Protocol):
-    """What the search needs of the solve's state (:class:`formulation.run.Run`)."""
-
-    @property
-    def best(self) -> Priced | None: ...
-
-    @property
-    def budget(self) -> TimeBudget: ...
-
-    @property
-    def opts(self) -> SolverOptions: ...
-
-    @property
-    def stats(self) -> dict[str, Any]: ...
-
-    def say(self, msg: str) -> None: ...
-
-    def offer(self, p: Priced | None, source: str) -> bool: ...
-
-    def bound(self, value: float, source: str | None = None) -> None: ...
-
-    def upper(self) -> float: ...
-
-    def done(self) -> bool: ...
+class Search(Bounding, Protocol):
+    """What the search needs of the solve's state (:class:`formulation.run.Run`): what
+    the relaxation reads of it, and whether a MILP fits."""
 
     def fits(self, choices: int, until: float, root: bool = True) -> bool: ...
-
-    def workers(self) -> int: ...
 
 
 def restricted_milp(
