@@ -434,7 +434,7 @@ def ascend(
     bound_to_beat: Callable[[], float] | None = None,
     whole: bool = False,
     on_bound: Callable[[float], None] | None = None,
-) -> int:
+) -> None:
     """Column generation's rounds (:meth:`ColumnGeneration.rounds`), and, whenever
     they tail off (``STALL_ROUNDS`` of them in a row leave the bound where it was and
     the master LP falls by less than ``STALL_SHARE`` of its gap to it), the volume
@@ -446,15 +446,14 @@ def ascend(
     ``rel_gap`` or the master LP at ``bound_to_beat()``. Once a volume run raises the
     bound no further, the rounds go on without the switch. Every evaluated point is a
     Lagrangian bound on the same grids, so the bound is the best seen whichever method
-    found it; ``on_bound`` sees each better one. Returns the volume algorithm's
-    evaluations.
+    found it; ``on_bound`` sees each better one. The volume algorithm's evaluations
+    are counted in ``gen.volume_evaluations``.
 
     Why: on 64 deployments of 100 to 160 GPUs (bench_memory's fleet, a 300 s limit)
     column generation from the periods' cap prices (29,418,160 USD) raised the bound
-    by nothing in 72 rounds, its master LP falling by about 20 USD a round from
+    by nothing in 72 rounds, its master LP falling by 20 to 600 USD a round from
     29,937,000, while the volume algorithm from the same multipliers reached
     29,696,223 USD in 72 evaluations (docs/performance.md)."""
-    volume_calls = 0
     switch = True
     while not gen.converged and not deadline.expired() and not (stop is not None and stop()):
         gen.rounds(
@@ -489,7 +488,6 @@ def ascend(
             oracle, until, upper_usd, rel_gap, seen, start=gen.best_point, stop=stop,
             state=gen.volume,
         )
-        volume_calls += oracle.calls - calls
         gen.volume_evaluations += oracle.calls - calls
         gen.adopt(r.best)
         if progress is not None:
@@ -497,7 +495,6 @@ def ascend(
                 f"volume algorithm: {r.iterations} evaluations, bound {gen.best_lb:.4f}"
             )
         switch = gen.best_lb > before
-    return volume_calls
 
 
 @dataclass

@@ -172,10 +172,8 @@ def handed_over(seed: int) -> tuple[Any, Any, float, list[float], int]:
         assert gen is not None
         before = gen.best_lb
         bounds: list[float] = []
-        calls = ascend(
-            gen, oracle, Deadline.after(60.0), lambda: np.inf, 0.0, on_bound=bounds.append
-        )
-    return whole, gen.result(), before, bounds, calls
+        ascend(gen, oracle, Deadline.after(60.0), lambda: np.inf, 0.0, on_bound=bounds.append)
+    return whole, gen.result(), before, bounds, gen.volume_evaluations
 
 
 @pytest.mark.parametrize("seed", SEEDS)
