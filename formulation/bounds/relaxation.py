@@ -264,9 +264,9 @@ def column_generation(
     )
     if dec.converged and (dec.lp_slack_periods or dec.lp_inventory_slack):
         raise infeasible_after(data, dec.lp_slack_periods, dec.lp_inventory_slack)
-    assert dec.prices_w is not None and dec.prices_gpu is not None
-    best = oracle(dec.prices_w, dec.prices_gpu)
-    run.bound(max(best.value_usd, dec.lower_bound_usd), source)
+    assert dec.generation is not None
+    best = dec.generation.best_point  # the dual function at the best multipliers
+    run.bound(best.value_usd, source)
     run.offer(price_schedule(data, best.schedule), "Lagrangian relaxation")
     # the LP's heaviest column per deployment: a rounded Dantzig-Wolfe solution
     rounded = []
