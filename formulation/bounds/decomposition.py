@@ -83,8 +83,6 @@ class DecompositionResult:
     converged: bool
     lp_slack_periods: list[int] = field(default_factory=list)  # cap needs slack in the LP
     lp_inventory_slack: list[tuple[int, int]] = field(default_factory=list)
-    prices_w: FloatArray | None = None  # pi of the best bound, per IT watt and period
-    prices_gpu: FloatArray | None = None  # sigma of the best bound, (G, T)
     history: list[tuple[float, float]] = field(default_factory=list)  # (s, best bound)
     # stopped because the master LP fell to a bound proven otherwise (``bound_to_beat``)
     beaten: bool = False
@@ -268,14 +266,11 @@ class ColumnGeneration:
             self.master.add(col)
         # at zero prices the bound is the sum of each deployment's uncapped optimum: the
         # bound never falls below it, whatever the LP duals do
-        self.best_lb = first.value_usd
-        self.best_pi, self.best_sigma = zero_pi, zero_sigma
-        #: the oracle's point at the best multipliers (the stability centre)
+        #: the oracle's point at the best multipliers: the best bound and the
+        #: smoothing's stability centre
         self.best_point = first
-        if warm is not None and warm.value_usd > self.best_lb:
-            # the smoothing's stability centre (the first LP duals are far off)
-            self.best_lb = warm.value_usd
-            self.best_pi, self.best_sigma = warm.pi_w, warm.sigma_gpu
+        if warm is not None and warm.value_usd > first.value_usd:
+            # the first LP duals are far off: the warm multipliers are the centre
             self.best_point = warm
         self.history = [(time.perf_counter() - self.t0, self.best_lb)]
         self.lp = np.inf
@@ -296,6 +291,27 @@ class ColumnGeneration:
         #: the last :meth:`rounds` ended because it stalled (:meth:`stalling`)
         self.stalled = False
 
+    @property
+    def best_lb(self) -> float:
+        """The best Lagrangian bound seen."""
+        return self.best_point.value_usd
+
+    @property
+    def best_pi(self) -> FloatArray:
+        return self.best_point.pi_w
+
+    @property
+    def best_sigma(self) -> FloatArray:
+        return self.best_point.sigma_gpu
+
+    def _centre(self, point: Point) -> bool:
+        """``point`` becomes the best point when its bound is higher; whether it did."""
+        if point.value_usd <= self.best_lb:
+            return False
+        self.best_point, self.improved_at = point, self.iterations
+        self.history.append((time.perf_counter() - self.t0, self.best_lb))
+        return True
+
     def stalling(self, rounds: int, since: int = 0) -> bool:
         """Whether the last ``rounds`` rounds (all after round ``since``) left the bound
         where it was while the master LP fell by less than ``STALL_SHARE`` of its gap
@@ -315,12 +331,7 @@ class ColumnGeneration:
         become the stability centre when its bound is the best. Whether it was."""
         for col in _columns(self.data, point):
             self.master.add(col)
-        if point.value_usd <= self.best_lb:
-            return False
-        self.best_lb, self.best_pi, self.best_sigma = point.value_usd, point.pi_w, point.sigma_gpu
-        self.best_point = point
-        self.history.append((time.perf_counter() - self.t0, self.best_lb))
-        return True
+        return self._centre(point)
 
     def rounds(
         self,
@@ -362,10 +373,7 @@ class ColumnGeneration:
                     pi, sigma = pi_lp, sigma_lp
                 point = oracle(pi, sigma)
                 new_cols = _columns(data, point)
-                if point.value_usd > self.best_lb:
-                    self.best_lb, self.best_pi, self.best_sigma = point.value_usd, pi, sigma
-                    self.best_point, self.improved_at = point, self.iterations
-                    self.history.append((time.perf_counter() - self.t0, self.best_lb))
+                self._centre(point)
                 added = sum(self.master.add(c) for c in new_cols)
                 if added:
                     break
@@ -407,8 +415,6 @@ class ColumnGeneration:
             converged=self.converged,
             lp_slack_periods=cap_slack,
             lp_inventory_slack=inv_slack,
-            prices_w=self.best_pi.copy(),
-            prices_gpu=self.best_sigma.copy(),
             history=list(self.history),
             beaten=self.beaten,
             generation=self,
@@ -484,12 +490,12 @@ def ascend(
         # an evaluation starts only when one as long as the mean so far fits
         per_call = oracle.seconds / max(oracle.calls, 1)
         until = deadline.later(-per_call) if whole else deadline
+        # every best point of the run, its last included, is adopted as ``seen``
         r = relax(
             oracle, until, upper_usd, rel_gap, seen, start=gen.best_point, stop=stop,
             state=gen.volume,
         )
         gen.volume_evaluations += oracle.calls - calls
-        gen.adopt(r.best)
         if progress is not None:
             progress(
                 f"volume algorithm: {r.iterations} evaluations, bound {gen.best_lb:.4f}"

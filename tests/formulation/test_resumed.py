@@ -234,7 +234,8 @@ def test_column_generation_tails_off_only_when_the_bound_and_the_lp_both_stall()
         gen = decompose(data, Deadline.after(60.0), oracle=oracle, max_iter=1).generation
     assert gen is not None
     share = decomposition.STALL_SHARE
-    gen.best_lb, gen.improved_at, gen.iterations = 1000.0, 2, 10
+    gen.best_point = replace(gen.best_point, value_usd=1000.0)  # the bound: 1000 USD
+    gen.improved_at, gen.iterations = 2, 10
     gap = 100.0
     slow = [1100.0 + share * gap * (1 - 0.01) * (4 - i) / 4 for i in range(5)]
     fast = [1100.0 + share * gap * 1.01 * (4 - i) / 4 for i in range(5)]
