@@ -15,12 +15,12 @@ without MTP speculative decoding (those are composed, counted, and not fitted: t
 engine model decodes one token per iteration)
 (:func:`model.measured.silicon.fit_groups`, the closed loop of ``docs/validation-silicon.md``,
 section 4: the ``in_sample_overheads`` of ``pdwatt predict --silicon --json``). Of the
-four constants fitted, the decode iteration's ``t_iter`` and ``t_req`` are the engine
+four constants fitted, the decode iteration's ``t_layer`` and ``t_req`` are the engine
 model's (``model/performance/engine.py``: ``t_D(B) = K_D(B) + t_iter + t_req B + t_layer
-n_layers``) and are written with ``t_layer = 0`` (not fitted); ``t_first`` (latency
+n_layers``) and are written with ``t_iter = 0`` (not fitted); ``t_first`` (latency
 outside the iterations) and the bunching (a property of the benchmark's closed loop)
 have no counterpart in the engine model and are not written. The standard errors of
-``t_iter`` and ``t_req`` are estimated from the Jacobian of the log errors at the fit
+``t_layer`` and ``t_req`` are estimated from the Jacobian of the log errors at the fit
 (forward differences, the four constants together; the residuals' variance, not the
 robust loss's weights).
 
@@ -86,8 +86,8 @@ MIN_MODELS = 2
 JACOBIAN_STEP = 1e-3
 #: the constants of the silicon fit that the engine model has, and the one it has that
 #: this fit does not fit (written as 0)
-CARRIED = ("t_iter_s", "t_req_s")
-NOT_FITTED = "t_layer_s"
+CARRIED = ("t_layer_s", "t_req_s")
+NOT_FITTED = "t_iter_s"
 
 
 def say(msg: str) -> None:
@@ -115,7 +115,7 @@ def constant_std(cases: Sequence[silicon.Case], fit: silicon.Fit) -> dict[str, f
     hi = np.array([silicon.OVERHEAD_BOUNDS[n][1] for n in names]) / scale
 
     def res(v: np.ndarray) -> np.ndarray:
-        r = silicon.residuals(cases, silicon.solve(cases, silicon.Overheads(*(v * scale))))
+        r = silicon.residuals(cases, silicon.solve(cases, silicon.overheads_of(v * scale)))
         return np.where(np.isfinite(r), r, 10.0)
 
     r0 = res(x)
@@ -233,14 +233,14 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
             "gpu": gpu,
             "framework": framework,
             "version": version,
-            "overheads": {"t_iter_s": o.t_iter_s, "t_req_s": o.t_req_s, NOT_FITTED: 0.0},
+            "overheads": {NOT_FITTED: 0.0, "t_req_s": o.t_req_s, "t_layer_s": o.t_layer_s},
             "std": std,
             "rows": fit.rows,
             "models": list(fit.models),
             "source": f"AIConfigurator {name} ({label}): {fit.rows} "
             f"{FRAMEWORK_NAMES.get(framework, framework)} rows of {', '.join(fit.models)} on "
             f"{gpu}, closed-loop fit in sample (docs/validation-silicon.md section 4); "
-            "t_layer not fitted (0)",
+            "t_iter not fitted (0)",
             "not_carried": {"t_first_s": o.t_first_s, "bunching": o.bunching},
         }
         if len(versions) > 1:
@@ -286,8 +286,8 @@ def lines(doc: dict[str, Any]) -> list[str]:
         o, s = e["overheads"], e["std"]
         out.append(
             f"{e['gpu']} / {e['framework']} {e['version']}: {e['rows']} rows of "
-            f"{', '.join(e['models'])}: t_iter {o['t_iter_s'] * 1e3:.3f} ± "
-            f"{s['t_iter_s'] * 1e3:.3f} ms, t_req {o['t_req_s'] * 1e6:.2f} ± "
+            f"{', '.join(e['models'])}: t_layer {o['t_layer_s'] * 1e6:.2f} ± "
+            f"{s['t_layer_s'] * 1e6:.2f} us, t_req {o['t_req_s'] * 1e6:.2f} ± "
             f"{s['t_req_s'] * 1e6:.2f} us"
         )
     for k, f in doc["figures"].items():

@@ -105,15 +105,20 @@ BISECTIONS = 80
 #: bytes per weight of the row's GEMM dtype (the table's name)
 WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0,
                 "nvfp4": 4.5 / 8}  # fmt: skip
-#: the fitted overheads, in order: per iteration (s), per running request per decode
-#: iteration (s), per request's first token (s: latency outside the engine's
-#: iterations, the request's reception, tokenising, scheduling, the answer's return),
-#: and the loop's bunching (the share of a synchronised wave's prompt wait a request
-#: of a staggered loop meets: 0 staggered, 1 one wave; docs/validation-silicon.md)
-OVERHEADS = ("t_iter_s", "t_req_s", "t_first_s", "bunching")
+#: the fitted overheads, in order: per layer per iteration (s: the kernels no table
+#: measures, norms, activations, rotary embedding, residual adds, which each layer runs
+#: once an iteration), per running request per decode iteration (s), per request's
+#: first token (s: latency outside the engine's iterations, the request's reception,
+#: tokenising, scheduling, the answer's return), and the loop's bunching (the share of
+#: a synchronised wave's prompt wait a request of a staggered loop meets: 0 staggered,
+#: 1 one wave; docs/validation-silicon.md, section 4)
+OVERHEADS = ("t_layer_s", "t_req_s", "t_first_s", "bunching")
+#: every field of :class:`Overheads`, in the order the loop reads them: the fits leave
+#: ``t_iter_s``, a fixed time per iteration whatever the layers, at 0 (section 4)
+FIELDS = ("t_iter_s", "t_req_s", "t_first_s", "bunching", "t_layer_s")
 #: bounds of each overhead in a fit
 OVERHEAD_BOUNDS = {
-    "t_iter_s": (0.0, 0.05),
+    "t_layer_s": (0.0, 1e-3),
     "t_req_s": (0.0, 1e-3),
     "t_first_s": (0.0, 2.0),
     "bunching": (0.0, 1.0),
@@ -124,8 +129,8 @@ OVERHEAD_BOUNDS = {
 FIT_MODELS = 2
 #: each overhead's scale in the fit (its parameters are the overheads over these) and
 #: the fit's starting point
-OVERHEAD_SCALE = (1e-3, 1e-5, 1e-2, 1.0)
-OVERHEAD_START = (0.5e-3, 1e-5, 2e-2, 0.3)
+OVERHEAD_SCALE = (1e-5, 1e-5, 1e-2, 1.0)
+OVERHEAD_START = (1e-5, 1e-5, 2e-2, 0.3)
 #: AIConfigurator's deployment generator sets each engine's token budget from the
 #: prompt length since its vLLM/SGLang rules (``generator/rule_plugin/*.rule``, first
 #: release); rows measured before it (or undated) run the engines' defaults
@@ -1112,15 +1117,17 @@ def resolve_all(
 class Overheads:
     """The serving engine's overheads over the composed kernels (s): per iteration, per
     running request per decode iteration, per request's first token (its reception,
-    tokenising, scheduling and the first token's return, outside the iterations); and
-    the closed loop's bunching, the share of a synchronised wave's prompt wait that a
+    tokenising, scheduling and the first token's return, outside the iterations); the
+    closed loop's bunching, the share of a synchronised wave's prompt wait that a
     request of a staggered loop meets (0: arrivals evenly staggered; 1: every client
-    arriving with one wave)."""
+    arriving with one wave); and per layer per iteration. The fits (:data:`OVERHEADS`)
+    leave ``t_iter_s`` at 0."""
 
     t_iter_s: float = 0.0
     t_req_s: float = 0.0
     t_first_s: float = 0.0
     bunching: float = 0.0
+    t_layer_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {n: getattr(self, n) for n in OVERHEADS}
@@ -1198,6 +1205,7 @@ class _Arrays:
     b: FloatArray  # (cases, grid)
     k: FloatArray  # (cases, grid)
     wave: FloatArray  # (cases, 4): wave size per rank, mean k, mean tokens, iterations
+    layers: FloatArray  # the model's layers, each run once per iteration
 
     @classmethod
     def of(cls, cases: Sequence[Case]) -> _Arrays:
@@ -1238,7 +1246,14 @@ class _Arrays:
             np.vstack([pad(c.decode.batches) for c in cases]),
             np.vstack([pad(c.decode.decode_s) for c in cases]),
             np.array(waves),
+            col(lambda c: c.layers),
         )
+
+
+def _per_iteration(a: _Arrays, o: FloatArray) -> FloatArray:
+    """The engine's fixed time per iteration (per case): ``t_iter`` plus ``t_layer`` per
+    layer."""
+    return o[:, 0] + o[:, 4] * a.layers
 
 
 def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
@@ -1255,7 +1270,7 @@ def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     lo, hi = b[rows, i], b[rows, j]
     w = np.divide(x - lo, hi - lo, out=np.zeros_like(x), where=hi > lo)
     k = kk[rows, i] * (1.0 - w) + kk[rows, j] * w
-    return k + o[:, 0] + o[:, 1] * batch / a.decode_ranks
+    return k + _per_iteration(a, o) + o[:, 1] * batch / a.decode_ranks
 
 
 def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ...]:
@@ -1303,7 +1318,7 @@ def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
     limit) run waves back to back, the rest waiting."""
     size, mean_k, mean_tokens, n = (a.wave[:, j] for j in range(4))
     ranks = a.prefill_ranks
-    t_iter, t_first = o[:, 0], o[:, 2]
+    t_iter, t_first = _per_iteration(a, o), o[:, 2]
     mean_f = t_iter * mean_k + a.token_s * mean_tokens
     whole = t_iter * n + a.token_s * size * a.isl
     step = _step(a, o, size * ranks)
@@ -1333,7 +1348,7 @@ def solve(cases: Sequence[Case], overheads: Sequence[Overheads] | Overheads) -> 
         return Solved(empty, empty, empty, empty, empty, empty)
     a = _Arrays.of(cases)
     each = [overheads] * len(cases) if isinstance(overheads, Overheads) else list(overheads)
-    o = np.array([[getattr(x, n) for n in OVERHEADS] for x in each])
+    o = np.array([[getattr(x, n) for n in FIELDS] for x in each])
     lo = np.zeros(len(cases))
     hi = np.minimum(a.cap, a.b[:, -1])
     for _ in range(BISECTIONS):
@@ -1381,6 +1396,11 @@ def residuals(cases: Sequence[Case], solved: Solved) -> FloatArray:
     return np.concatenate([np.log(solved.ttft / ttft), np.log(solved.tpot / tpot)])
 
 
+def overheads_of(values: Sequence[float]) -> Overheads:
+    """The overheads whose fitted ones (:data:`OVERHEADS`, in order) are `values`."""
+    return Overheads(**{n: float(v) for n, v in zip(OVERHEADS, values, strict=True)})
+
+
 def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
     """The overheads (:data:`OVERHEADS`) that best predict the cases' TTFT and TPOT
     (robust least squares of the log errors)."""
@@ -1393,13 +1413,13 @@ def fit_overheads(cases: Sequence[Case], scope: str = "") -> Fit:
     hi = np.array([OVERHEAD_BOUNDS[n][1] for n in OVERHEADS]) / scale
 
     def res(x: FloatArray) -> FloatArray:
-        r = residuals(cases, solve(cases, Overheads(*(x * scale))))
+        r = residuals(cases, solve(cases, overheads_of(x * scale)))
         return np.where(np.isfinite(r), r, 10.0)
 
     x0 = np.array(OVERHEAD_START) / scale
     sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3)
     return Fit(
-        Overheads(*(float(v) for v in sol.x * scale)),
+        overheads_of(sol.x * scale),
         scope,
         len(cases),
         tuple(sorted({c.model for c in cases})),

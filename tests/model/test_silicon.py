@@ -299,7 +299,7 @@ def test_closed_loop_fixed_point(draft: int) -> None:
     deepseek = load_model("deepseek-v3.1")  # the published MTP acceptance
     accept = (deepseek.mtp_accept_first, deepseek.mtp_accept_next)
     cases = [dataclasses.replace(c, draft_tokens=draft, accept=accept) for c in _dense()]
-    o = silicon.Overheads(1e-3, 1e-5, 0.05)
+    o = silicon.Overheads(1e-3, 1e-5, 0.05, t_layer_s=2e-5)
     s = silicon.solve(cases, o)
     c = np.array([float(x.row.concurrency or 0) for x in cases])
     osl = np.array([float(x.row.osl) for x in cases])
@@ -314,10 +314,29 @@ def test_closed_loop_fixed_point(draft: int) -> None:
     assert mixed.any()
     step = np.array([np.interp(b, x.decode.batches, x.decode.decode_s)
                      for b, x in zip(s.batch, cases, strict=True)])  # fmt: skip
-    step += o.t_iter_s + o.t_req_s * s.batch
+    layers = np.array([float(x.layers) for x in cases])
+    step += o.t_iter_s + o.t_layer_s * layers + o.t_req_s * s.batch
     g = cases[0].gained
     assert g == (1.0 if draft == 0 else pytest.approx(2.414, abs=1e-3))
     assert np.allclose((s.tpot * g * (1.0 - s.rho))[mixed], step[mixed], rtol=1e-6)
+
+
+def test_a_fit_is_its_four_overheads_with_no_fixed_time_per_iteration() -> None:
+    """The fits (:data:`model.measured.silicon.OVERHEADS`) take the engine's fixed time
+    per iteration per layer (docs/validation-silicon.md, section 4): ``overheads_of``
+    maps the fitted values by name and leaves ``t_iter_s`` at 0, and a time per layer
+    adds ``t_layer`` times the model's layers to every decode step."""
+    o = silicon.overheads_of([2e-5, 1e-5, 0.05, 0.2])
+    assert o == silicon.Overheads(0.0, 1e-5, 0.05, 0.2, 2e-5)
+    assert list(o.as_dict()) == list(silicon.OVERHEADS)
+    cases = [c for c in _dense() if c.schedule.mixed]
+    per_layer = silicon.solve(cases, o)
+    most = max(x.layers for x in cases)  # Qwen3-32B's 64 layers; Llama 3.1 8B has 32
+    fixed = silicon.solve(cases, dataclasses.replace(o, t_layer_s=0.0, t_iter_s=2e-5 * most))
+    same = np.array([x.layers == most for x in cases])  # the same time per iteration
+    assert same.any() and not same.all()
+    assert np.allclose(per_layer.tpot[same], fixed.tpot[same], rtol=1e-9)
+    assert np.all(per_layer.tpot[~same] < fixed.tpot[~same])
 
 
 def test_bunching_adds_a_share_of_the_waves_wait() -> None:

@@ -29,9 +29,9 @@ def test_trtllm_capacity_on_h100_uses_the_silicon_calibration(
     eng = perf["engine_calibration"]
     assert eng["source"] == cal.source
     assert eng["source"].startswith("AIConfigurator silicon_sample.csv (aiconfigurator-core ")
-    assert "TensorRT-LLM rows of" in eng["source"] and "t_layer not fitted (0)" in eng["source"]
+    assert "TensorRT-LLM rows of" in eng["source"] and "t_iter not fitted (0)" in eng["source"]
     assert eng["transferred_from"] is None and eng["fitted_version"] == cal.version
-    assert eng["t_layer_s"] == 0.0 and eng["t_iter_s"] == cal.overheads.t_iter_s
+    assert eng["t_iter_s"] == 0.0 and eng["t_layer_s"] == cal.overheads.t_layer_s
     # the text output names it too
     code, out, err = run(capsys, [*TRTLLM, "--gpu", "h100-sxm"])
     assert code == 0, err
