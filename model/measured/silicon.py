@@ -113,9 +113,6 @@ WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_tensor": 1.0, "fp8_block": 1.0
 #: a synchronised wave's prompt wait a request of a staggered loop meets: 0 staggered,
 #: 1 one wave; docs/validation-silicon.md, section 4)
 OVERHEADS = ("t_layer_s", "t_req_s", "t_first_s", "bunching")
-#: every field of :class:`Overheads`, in the order the loop reads them: the fits leave
-#: ``t_iter_s``, a fixed time per iteration whatever the layers, at 0 (section 4)
-FIELDS = ("t_iter_s", "t_req_s", "t_first_s", "bunching", "t_layer_s")
 #: bounds of each overhead in a fit
 OVERHEAD_BOUNDS = {
     "t_layer_s": (0.0, 1e-3),
@@ -1131,6 +1128,11 @@ class Overheads:
 
     def as_dict(self) -> dict[str, float]:
         return {n: getattr(self, n) for n in OVERHEADS}
+
+
+#: every field of :class:`Overheads`, in the order the loop's arrays hold them (the fits
+#: leave ``t_iter_s``, a fixed time per iteration whatever the layers, at 0: section 4)
+FIELDS = tuple(f.name for f in dataclasses.fields(Overheads))
 
 
 @dataclass
