@@ -386,13 +386,12 @@ class KernelTable:
 
     def _relative_of(self, key: Mapping[str, Any], other: Mapping[str, Any], axis: str,
                      hi: float, min_rest: float) -> tuple[float, int]:  # fmt: skip
-        one = self._grids.get(tuple(key[c] for c in self.spec.keys))
-        two = self._grids.get(tuple(other[c] for c in self.spec.keys))
-        if one is None or two is None or axis not in self.spec.axes:
+        grids = [self._grids.get(tuple(k[c] for c in self.spec.keys)) for k in (key, other)]
+        if grids[0] is None or grids[1] is None or axis not in self.spec.axes:
             return math.nan, 0
         d = self.spec.axes.index(axis)
         points: list[dict[tuple[float, ...], float]] = []
-        for grid in (one, two):
+        for grid in grids:
             found = {}
             for idx in np.argwhere(np.isfinite(grid.log_time)):
                 sizes = tuple(float(grid.axes[e][i]) for e, i in enumerate(idx))

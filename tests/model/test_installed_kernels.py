@@ -202,8 +202,10 @@ def test_a_narrow_gemm_slower_than_its_bf16_at_decode_rows_is_read_from_another_
         pytest.skip("this package's H200 vLLM fp8_block table passes the screen")
     assert points > 100
     assert screen_gemm(own, "fp8") is None and screen_gemm(own, "bfloat16") is None
-    setup = KernelSetup("h200_sxm", "vllm", "0.24.0", tp=8, weight_dtype="fp8")
-    km = KernelModel(db, load_model("minimax-m2.5"), setup)
+    km = KernelModel(
+        db, load_model("minimax-m2.5"), KernelSetup("h200_sxm", "vllm", "0.24.0", tp=8,
+                                                    weight_dtype="fp8")  # fmt: skip
+    )
     (said,) = [s for s in km.substitutions if s.startswith("gemm fp8_block")]
     assert "bfloat16" in said and "fixed cost" in said and "sglang" in said
     qkv = {c.name: c for c in km.decode(16, 1536).calls}["qkv projection"]
