@@ -331,7 +331,6 @@ class KernelTable:
             p = sum(e[1] for e in entries) / len(entries)
             groups[key].append((sizes, t, p))
         self._grids = {key: self._grid(rows) for key, rows in groups.items()}
-        self._relative: dict[tuple[Any, ...], tuple[float, int]] = {}
 
     def _grid(self, rows: list[tuple[tuple[float, ...], float, float]]) -> _Grid:
         sizes = np.array([r[0] for r in rows], dtype=float).reshape(len(rows), -1)
@@ -372,37 +371,6 @@ class KernelTable:
         if not keep.any():
             return math.nan, 0
         return float(np.median(ratio[keep])), int(keep.sum())
-
-    def relative(self, key: Mapping[str, Any], other: Mapping[str, Any], axis: str,
-                 hi: float, min_rest: float = 0.0) -> tuple[float, int]:  # fmt: skip
-        """The median, over the sizes both exact-key combinations measure with ``axis``
-        at most ``hi`` (and the product of the other sizes at least ``min_rest``), of
-        the time of ``key`` over the time of ``other``, and the number of points (NaN, 0
-        where they share none)."""
-        memo = (tuple(key.items()), tuple(other.items()), axis, hi, min_rest)
-        if memo not in self._relative:
-            self._relative[memo] = self._relative_of(key, other, axis, hi, min_rest)
-        return self._relative[memo]
-
-    def _relative_of(self, key: Mapping[str, Any], other: Mapping[str, Any], axis: str,
-                     hi: float, min_rest: float) -> tuple[float, int]:  # fmt: skip
-        grids = [self._grids.get(tuple(k[c] for c in self.spec.keys)) for k in (key, other)]
-        if grids[0] is None or grids[1] is None or axis not in self.spec.axes:
-            return math.nan, 0
-        d = self.spec.axes.index(axis)
-        points: list[dict[tuple[float, ...], float]] = []
-        for grid in grids:
-            found = {}
-            for idx in np.argwhere(np.isfinite(grid.log_time)):
-                sizes = tuple(float(grid.axes[e][i]) for e, i in enumerate(idx))
-                if sizes[d] <= hi and math.prod(sizes[:d] + sizes[d + 1 :]) >= min_rest:
-                    found[sizes] = float(grid.log_time[tuple(idx)])
-            points.append(found)
-        shared = points[0].keys() & points[1].keys()
-        if not shared:
-            return math.nan, 0
-        ratios = [math.exp(points[0][s] - points[1][s]) for s in shared]
-        return float(np.median(ratios)), len(ratios)
 
     def measured_keys(self) -> list[dict[str, Any]]:
         """The exact-key combinations the table measures."""
@@ -588,13 +556,6 @@ _FP8_WEIGHTS = ("fp8", "fp8_block", "fp8_tensor")
 #: row's), and the same dtype is read from another framework's table of the GPU
 SCREEN_ROWS = 4096
 SCREEN_WEIGHTS = 1 << 22
-#: the second rule of the screen: at up to :data:`SCREEN_DECODE_ROWS` rows a GEMM is
-#: bound by reading its weights, and a dtype narrower than bf16 (every other GEMM dtype
-#: of the tables stores 8- or 4-bit weights) reads half or less of bf16's bytes for the
-#: same shape; a dtype whose median time there is more than :data:`SCREEN_NARROW` times
-#: its own table's bf16 time for the same shapes measures a fixed cost, not the GEMM
-SCREEN_DECODE_ROWS = 16
-SCREEN_NARROW = 2.0
 #: the MoE tables' dtype of experts stored in a 4-bit block format (catalog precision):
 #: gpt-oss's MXFP4 experts run with bf16 activations (``w4a16_mxfp4``), INT4 experts with
 #: group scales too (weight-only, ``int4_wo``), NVFP4 experts with NVFP4 activations
@@ -813,33 +774,6 @@ def busiest_rank_experts(tokens: float, experts: int, top_k: int, ep: int = 1) -
     return float(np.sum(1.0 - cdf**ep))
 
 
-def screen_gemm(table: KernelTable, dtype: str) -> str | None:
-    """Why the screen of GEMM tables (docs/kernels.md, "Screened tables") rejects
-    `table`'s `dtype`, or None where it passes: its time at :data:`SCREEN_ROWS` rows
-    below its time at one row, or, for a dtype narrower than bf16, its time at up to
-    :data:`SCREEN_DECODE_ROWS` rows more than :data:`SCREEN_NARROW` times the table's
-    bf16 time for the same shapes (medians over the weight shapes of at least
-    :data:`SCREEN_WEIGHTS` elements)."""
-    key = {"gemm_dtype": dtype}
-    growth, points = table.growth(key, "m", 1, SCREEN_ROWS, SCREEN_WEIGHTS)
-    if growth < 1.0:
-        return (
-            f"takes less time at {SCREEN_ROWS} rows than at one (median ratio {growth:.2f} "
-            f"over {points} weight shapes): a fixed cost, not the kernel"
-        )
-    if dtype == "bfloat16":
-        return None
-    ratio, points = table.relative(key, {"gemm_dtype": "bfloat16"}, "m", SCREEN_DECODE_ROWS,
-                                   SCREEN_WEIGHTS)  # fmt: skip
-    if ratio > SCREEN_NARROW:
-        return (
-            f"takes {ratio:.2f}x its bfloat16 GEMMs' time at up to {SCREEN_DECODE_ROWS} rows "
-            f"(median over {points} points), where it reads at most half their bytes: a "
-            "fixed cost, not the kernel"
-        )
-    return None
-
-
 def uniform_tokens(tokens: float, experts: int, top_k: int, ep: int = 1) -> float:
     """The token count at which the tables' ``balanced`` load makes each rank read as
     many experts as the busiest of `ep` expert-parallel ranks reads when `tokens`
@@ -1007,7 +941,7 @@ class KernelModel:
 
     def _screen_gemms(self) -> None:
         """The GEMM dtypes this composition reads whose table the screen
-        (:func:`screen_gemm`) rejects, each read from the first other framework's table
+        (:data:`SCREEN_ROWS`) rejects, each read from the first other framework's table
         of the GPU (in name order, its newest version) that measures the dtype and
         passes, as ``gemm:<dtype>``, and said in :attr:`substitutions`; where none
         passes, the framework's own table is kept, and said."""
@@ -1016,18 +950,22 @@ class KernelModel:
         used = {d for g, parts in self._dtypes.items() if g != "experts" for _, d in parts}
         used.add("bfloat16")
         for dtype in sorted(used):
-            why = screen_gemm(own, dtype)
-            if why is None:
+            growth, points = own.growth({"gemm_dtype": dtype}, "m", 1, SCREEN_ROWS,
+                                        SCREEN_WEIGHTS)  # fmt: skip
+            if not growth < 1.0:
                 continue
-            why = f"gemm {dtype}: {own.name} {why}"
+            why = (
+                f"gemm {dtype}: {own.name} takes less time at {SCREEN_ROWS} rows than at one "
+                f"(median ratio {growth:.2f} over {points} weight shapes): a fixed cost, "
+                "not the kernel"
+            )
             others = sorted({f for f, _ in self.db.versions(s.gpu, "gemm")} - {s.framework})
             for framework in others:
                 version = max((v for f, v in self.db.versions(s.gpu, "gemm") if f == framework),
                               key=version_key)  # fmt: skip
                 table = self.db.table(s.gpu, "gemm", framework, version)
-                growth, _ = table.growth({"gemm_dtype": dtype}, "m", 1, SCREEN_ROWS,
-                                         SCREEN_WEIGHTS)  # fmt: skip
-                if growth >= 1.0 and screen_gemm(table, dtype) is None:
+                g, _ = table.growth({"gemm_dtype": dtype}, "m", 1, SCREEN_ROWS, SCREEN_WEIGHTS)
+                if g >= 1.0:
                     self._tables[f"gemm:{dtype}"] = table
                     self.substitutions.append(f"{why}; {framework} {version}'s is read")
                     break

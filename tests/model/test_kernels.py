@@ -1205,47 +1205,6 @@ def test_uniform_tokens_reads_as_many_experts_as_uniform_routing() -> None:
     assert uniform_tokens(4, 8, 8) == 4.0  # top-k of all experts: the load is balanced
 
 
-def test_relative_is_the_median_ratio_of_two_keys_at_the_sizes_both_measure(
-    tmp_path: Path,
-) -> None:
-    """:meth:`KernelTable.relative` on a table written here: at each (m, n, k) both
-    dtypes measure with m up to ``hi`` and n k at least ``min_rest``, the time of one
-    over the other, medianed; sizes only one measures do not count; and the screen's
-    second rule (:func:`screen_gemm`) rejects a narrow dtype more than twice bf16's
-    time there, and keeps one below."""
-    from model.performance.kernels import screen_gemm
-
-    shapes = [(1024, 1024), (2048, 2048), (4096, 2048)]
-
-    def bf16(m: int, n: int, k: int) -> float:
-        return 0.002 * n * k / 2**20 + 1e-9 * m * n * k
-
-    def slow(m: int, n: int, k: int) -> float:  # a fixed cost at every size
-        return 0.2 + 0.5e-9 * m * n * k
-
-    rows = [
-        {"kernel_source": "x", "gemm_dtype": d, "m": m, "n": n, "k": k, "latency": f(m, n, k)}
-        for d, f in (("bfloat16", bf16), ("fp8_block", slow),
-                     ("fp8", lambda m, n, k: 0.6 * bf16(m, n, k)))
-        for m in (1, 8, 64, 4096) for n, k in shapes
-    ]  # fmt: skip
-    rows.append({"kernel_source": "x", "gemm_dtype": "fp8_block", "m": 2, "n": 4096, "k": 2048,
-                 "latency": 1.0})  # fmt: skip  (bf16 does not measure m = 2: not counted)
-    write(tmp_path, "gemm", "gemm", rows)
-    table = KernelDatabase(tmp_path).table(GPU, "gemm", FW, VER)
-    b = {"gemm_dtype": "bfloat16"}
-    got, points = table.relative({"gemm_dtype": "fp8_block"}, b, "m", 16, 1 << 22)
-    expect = [slow(m, n, k) / bf16(m, n, k) for m in (1, 8) for n, k in shapes[1:]]
-    assert points == 4
-    assert got == pytest.approx(float(np.median(expect)), rel=1e-9)
-    assert table.relative({"gemm_dtype": "fp8"}, b, "m", 16)[0] == pytest.approx(0.6)
-    assert math.isnan(table.relative({"gemm_dtype": "nvfp4"}, b, "m", 16)[0])
-    assert table.growth({"gemm_dtype": "fp8_block"}, "m", 1, 4096, 1 << 22)[0] > 1.0
-    said = screen_gemm(table, "fp8_block")
-    assert said is not None and "its bfloat16 GEMMs' time" in said
-    assert screen_gemm(table, "fp8") is None and screen_gemm(table, "bfloat16") is None
-
-
 def test_growth_is_the_median_ratio_of_times_along_one_size(tmp_path: Path) -> None:
     """:meth:`KernelTable.growth` on a table written here: at each (n, k) the time at
     4,096 rows over the time at one row, medianed over the shapes of at least
