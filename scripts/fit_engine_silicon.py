@@ -233,7 +233,7 @@ def calibrate(path: str, folder: str, progress: Callable[[str], None] = say) -> 
             "gpu": gpu,
             "framework": framework,
             "version": version,
-            "overheads": {NOT_FITTED: 0.0, "t_req_s": o.t_req_s, "t_layer_s": o.t_layer_s},
+            "overheads": {NOT_FITTED: 0.0, **{n: getattr(o, n) for n in CARRIED}},
             "std": std,
             "rows": fit.rows,
             "models": list(fit.models),

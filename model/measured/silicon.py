@@ -50,7 +50,7 @@ import numpy as np
 
 from model.catalog import ModelArch, find_release, load_gpu, load_model
 from model.errors import InputError, NotFoundError
-from model.performance.engine import GPU_FOLDERS, choose_version, open_database
+from model.performance.engine import GPU_FOLDERS, choose_version, engine_overhead_s, open_database
 from model.performance.interconnect import INTERCONNECTS, kv_transfer_s
 from model.performance.kernels import MOE_A2A, KernelModel, KernelSetup
 from model.performance.speculative import (
@@ -1133,6 +1133,8 @@ class Overheads:
 #: every field of :class:`Overheads`, in the order the loop's arrays hold them (the fits
 #: leave ``t_iter_s``, a fixed time per iteration whatever the layers, at 0: section 4)
 FIELDS = tuple(f.name for f in dataclasses.fields(Overheads))
+#: each overhead's column in the loop's array of them
+_AT = {n: i for i, n in enumerate(FIELDS)}
 
 
 @dataclass
@@ -1252,10 +1254,9 @@ class _Arrays:
         )
 
 
-def _per_iteration(a: _Arrays, o: FloatArray) -> FloatArray:
-    """The engine's fixed time per iteration (per case): ``t_iter`` plus ``t_layer`` per
-    layer."""
-    return o[:, 0] + o[:, 4] * a.layers
+def _o(o: FloatArray, name: str) -> FloatArray:
+    """One overhead of every case, from the loop's array of them (:data:`FIELDS`)."""
+    return o[:, _AT[name]]
 
 
 def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
@@ -1272,7 +1273,9 @@ def _step(a: _Arrays, o: FloatArray, batch: FloatArray) -> FloatArray:
     lo, hi = b[rows, i], b[rows, j]
     w = np.divide(x - lo, hi - lo, out=np.zeros_like(x), where=hi > lo)
     k = kk[rows, i] * (1.0 - w) + kk[rows, j] * w
-    return k + _per_iteration(a, o) + o[:, 1] * batch / a.decode_ranks
+    per_rank = batch / a.decode_ranks
+    return k + engine_overhead_s(_o(o, "t_iter_s"), _o(o, "t_req_s"), _o(o, "t_layer_s"),
+                                 per_rank, a.layers)  # fmt: skip
 
 
 def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ...]:
@@ -1303,10 +1306,10 @@ def _state(a: _Arrays, o: FloatArray, batch: FloatArray) -> tuple[FloatArray, ..
     # the prompts a bunched arrival waits for: a share of a synchronised wave's mean
     # wait, (C / ranks - 1) / 2 prompts ahead on each prefill rank
     ahead = np.maximum(0.0, a.clients / a.prefill_ranks - 1.0) / 2.0
-    wait = o[:, 3] * ahead * a.prefill_s
+    wait = _o(o, "bunching") * ahead * a.prefill_s
     # aggregated: the iteration under way when it arrives, then its own chunks, each
     # riding with a decode step; disaggregated: its prefill alone and the KV transfer
-    ttft = o[:, 2] + wait + np.where(
+    ttft = _o(o, "t_first_s") + wait + np.where(
         agg, iteration + chunks * step + a.prefill_s, a.alone_s + a.kv_s
     )
     clients = rate * (ttft + tokens * tpot)
@@ -1320,7 +1323,9 @@ def _waves(a: _Arrays, o: FloatArray) -> tuple[FloatArray, ...]:
     limit) run waves back to back, the rest waiting."""
     size, mean_k, mean_tokens, n = (a.wave[:, j] for j in range(4))
     ranks = a.prefill_ranks
-    t_iter, t_first = _per_iteration(a, o), o[:, 2]
+    # a prefill iteration: the engine's time per iteration, no request decoding
+    t_iter = engine_overhead_s(_o(o, "t_iter_s"), 0.0, _o(o, "t_layer_s"), 0.0, a.layers)
+    t_first = _o(o, "t_first_s")
     mean_f = t_iter * mean_k + a.token_s * mean_tokens
     whole = t_iter * n + a.token_s * size * a.isl
     step = _step(a, o, size * ranks)

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -59,6 +59,31 @@ POINTS_PER_DECADE = 8
 #: tokens per prefill chunk (the engines' chunked-prefill size; SGLang and vLLM default
 #: to 8,192 on 80 GB-class GPUs)
 PREFILL_CHUNK = 8192
+
+
+#: an overhead's value for one case, or an array of them (one per case)
+Num = float | np.ndarray
+
+
+@overload
+def engine_overhead_s(
+    t_iter_s: float, t_req_s: float, t_layer_s: float, per_rank: float, layers: float
+) -> float: ...
+
+
+@overload
+def engine_overhead_s(
+    t_iter_s: Num, t_req_s: Num, t_layer_s: Num, per_rank: Num, layers: np.ndarray
+) -> np.ndarray: ...
+
+
+def engine_overhead_s(
+    t_iter_s: Num, t_req_s: Num, t_layer_s: Num, per_rank: Num, layers: Num
+) -> Num:
+    """What the engine adds to one iteration's kernels (module docstring): ``t_iter +
+    t_req B / D + t_layer n_layers``, with ``per_rank`` the requests of each data-parallel
+    rank (``B / D``; 0 for a prefill iteration). Floats, or arrays with one per case."""
+    return t_iter_s + t_req_s * per_rank + t_layer_s * layers
 
 
 @dataclass(frozen=True)
@@ -269,7 +294,7 @@ class KernelTimes:
         overheads, over the tokens it gains per request."""
         o = self.overheads
         per_rank = batch / self.kernels.setup.attention_dp  # each rank its own share
-        extra = o.t_iter_s + o.t_req_s * per_rank + o.t_layer_s * self.layers
+        extra = engine_overhead_s(o.t_iter_s, o.t_req_s, o.t_layer_s, per_rank, self.layers)
         d = self.draft_tokens
         if not d:
             return self.decode_kernels_s(batch, context) + extra
@@ -280,7 +305,9 @@ class KernelTimes:
     def prefill_s(self, tokens: int) -> float:
         """``t_P(l)`` of one prompt: kernels plus the engine's per-iteration overheads."""
         o = self.overheads
-        return self.prefill_phase(tokens).time_s + o.t_iter_s + o.t_layer_s * self.layers
+        return self.prefill_phase(tokens).time_s + engine_overhead_s(
+            o.t_iter_s, 0.0, o.t_layer_s, 0.0, self.layers
+        )
 
     def decode_power_w(self, batch: float, context: float) -> float | None:
         """Mean power of a decode iteration where the tables measure each kernel's power:
@@ -376,7 +403,7 @@ def prefill_curve(
     full = times.prefill_phase(chunk_tokens)
     o = times.overheads
     rest = full.time_s - full.by_name().get("attention", 0.0)
-    a0 = (rest + o.t_iter_s + o.t_layer_s * times.layers) / chunk_tokens
+    a0 = (rest + engine_overhead_s(o.t_iter_s, 0.0, o.t_layer_s, 0.0, times.layers)) / chunk_tokens
     top = max(1.0, longest)
     lengths = _grid(min(ATTENTION_FIT_FROM, top), top)
     attn: list[float] = []
