@@ -156,17 +156,18 @@ class Run:
         """Nothing more to do: the gap is closed or a stop was requested."""
         return self.should_stop() or self.closed()
 
-    def fits(self, choices: int, until: float, root: bool = True) -> bool:
+    def fits(self, choices: int, until: float, root: bool = True, free: int | None = None) -> bool:
         """Whether a MILP over ``choices`` can be built and solved before ``until``: its
         build within ``TimeBudget.BUILD_SHARE`` of the time left and, with ``root``, its
-        root node (which HiGHS does not interrupt for its time limit) within the time
-        left; and within what the memory budget leaves for a MILP."""
+        root node (which HiGHS does not interrupt for its time limit) over the ``free``
+        choices (default: all of them; :func:`~formulation.milp.compact.free_choices`)
+        within the time left; and within what the memory budget leaves for a MILP."""
         if self.milp_choices is not None and choices > self.milp_choices:
             return False
         left = self.budget.left(until)
         if estimated_build_s(choices) > TimeBudget.BUILD_SHARE * left:
             return False
-        return not root or estimated_root_s(choices) <= left
+        return not root or estimated_root_s(choices if free is None else free) <= left
 
     def infeasible(self, data: ScheduleData, fallback: str) -> InfeasibleError:
         """The error of a problem this run found infeasible: the periods and constraints

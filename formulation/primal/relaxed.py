@@ -19,6 +19,7 @@ from formulation.bounds.lagrange import corridor
 from formulation.budget import Deadline, TimeBudget
 from formulation.data import ScheduleData
 from formulation.evaluate import Schedule, price_schedule
+from formulation.milp.compact import free_choices
 from formulation.primal.heuristics import coordinate_descent
 from formulation.primal.search import Search, restricted_milp
 from formulation.subproblems.dp import DeploymentGrid
@@ -89,7 +90,7 @@ def lp_support(
         paths.append(path)
     allowed = corridor(data, paths, 0, range(data.n_periods), grids=lgrids)
     choices = sum(len(r) for rows in allowed for r in rows)
-    if not run.fits(choices, until):
+    if not run.fits(choices, until, free=free_choices(allowed)):
         run.stats[key] = {"choices": choices, "status": "not built: no time"}
         return
     run.say(f"MILP over the master LP's support: {choices:,} choices")

@@ -20,7 +20,7 @@ from formulation.budget import GUIDED_AT_LEAST_S, NEIGHBOURHOOD_AT_LEAST_S, Time
 from formulation.data import ScheduleData
 from formulation.evaluate import Priced, price_schedule
 from formulation.infeasible import infeasible_after
-from formulation.milp.compact import Allowed, MilpResult, solve_compact
+from formulation.milp.compact import Allowed, MilpResult, free_choices, solve_compact
 from formulation.primal.window import (
     GuidedStart,
     binding_periods,
@@ -42,7 +42,9 @@ class Search(Bounding, Protocol):
     """What the search needs of the solve's state (:class:`formulation.run.Run`): what
     the relaxation reads of it, and whether a MILP fits."""
 
-    def fits(self, choices: int, until: float, root: bool = True) -> bool: ...
+    def fits(
+        self, choices: int, until: float, root: bool = True, free: int | None = None
+    ) -> bool: ...
 
 
 def restricted_milp(
@@ -102,8 +104,11 @@ def search_corridors(
     ``TimeBudget.NEIGHBOURHOOD`` of the limit, until fraction ``until`` of it, from
     ``st`` on (and left in it). Over the whole horizon first, the radius growing
     while a corridor is solved without improvement; once one runs out of time without
-    improving, over time windows where the cap binds (the incumbent fixed outside), one
-    after another, the radius growing after a pass without improvement."""
+    improving, or is too large for the time left, over time windows where the cap binds
+    (the incumbent fixed outside), one after another, at the radius the whole horizon
+    stopped at, the radius growing after a pass without improvement. A window too
+    large for the time left is split in two halves, down to one period: on hundreds of
+    deployments a window of twelve periods is refused where its halves are not."""
     while (
         not run.done()
         and run.best is not None
@@ -124,9 +129,23 @@ def search_corridors(
             data, centres, st.radius, range(data.n_periods), grids=lgrids, focus=focus
         )
         choices = sum(len(r) for rows in allowed for r in rows)
-        if not run.fits(choices, until):
-            if st.windows is None:
-                st.windows = []  # too large over the whole horizon: windows instead
+        if not run.fits(choices, until, free=free_choices(allowed)):
+            where = "all periods" if focus is None else f"periods {min(focus)}..{max(focus)}"
+            st.log.append(
+                {
+                    "radius": st.radius,
+                    "periods": None if focus is None else [min(focus), max(focus)],
+                    "choices": choices,
+                    "status": "not built: no time",
+                }
+            )
+            run.say(f"corridor MILP not built: radius {st.radius}, {where}, {choices:,} choices")
+            if focus is None:
+                _to_windows(st)  # too large over the whole horizon: windows instead
+                continue
+            if len(focus) > 1:
+                assert st.windows is not None
+                st.windows[:0] = halves(focus)
                 continue
             break
         where = "all periods" if focus is None else f"periods {min(focus)}..{max(focus)}"
@@ -151,7 +170,21 @@ def search_corridors(
             if r.status == "optimal" and not improved:
                 st.radius += 1
             elif r.status != "optimal" and not improved:
-                st.windows = []  # the whole horizon is too hard: windows from here on
+                _to_windows(st)  # the whole horizon is too hard: windows from here on
+
+
+def _to_windows(st: Corridors) -> None:
+    """The search turns from the whole horizon to windows, their first pass at the
+    radius the whole horizon reached (no pass of windows has gone without gain yet)."""
+    st.windows = []
+    st.passed_without_gain = False
+
+
+def halves(window: set[int]) -> list[set[int]]:
+    """A window of consecutive periods split into its two halves, earlier first."""
+    ts = sorted(window)
+    mid = (len(ts) + 1) // 2
+    return [set(ts[:mid]), set(ts[mid:])]
 
 
 def exact_window(
