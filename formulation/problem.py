@@ -273,13 +273,25 @@ def validate(p: ScheduleProblem) -> None:
         _finite(f"grid.power_cap_w[{t}]", grid.power_cap_w[t], 0.0)
 
 
+def deployment_dicts(body: Any) -> list[dict[str, Any]]:
+    """The deployments of a request document: a site schedule's, or every site's of a
+    fleet's (``sites[i].deployments``); anything malformed is left out, for the
+    request's validation to name."""
+    if not isinstance(body, dict):
+        return []
+    groups = [body.get("deployments")]
+    sites = body.get("sites")
+    if isinstance(sites, list):
+        groups += [site.get("deployments") for site in sites if isinstance(site, dict)]
+    return [d for g in groups if isinstance(g, list) for d in g if isinstance(d, dict)]
+
+
 def _fill(body: Any, key: str, value: str) -> Any:
-    """``body`` (a schedule request) with ``key`` set to ``value`` on each deployment that
-    does not name its own; anything malformed is left for :func:`problem_from_dict`."""
-    if isinstance(body, dict):
-        for dep in body.get("deployments") or []:
-            if isinstance(dep, dict):
-                dep.setdefault(key, value)
+    """``body`` (a schedule or fleet request) with ``key`` set to ``value`` on each
+    deployment that does not name its own; anything malformed is left for the
+    request's validation."""
+    for dep in deployment_dicts(body):
+        dep.setdefault(key, value)
     return body
 
 

@@ -105,7 +105,8 @@ def _time_limit_schema(schema: dict[str, Any]) -> None:
     schema["maximum"] = limit.max_s
 
 
-def _solver_default_schema(schema: dict[str, Any]) -> None:
+def solver_default_schema(schema: dict[str, Any]) -> None:
+    """The solver field's published default, with the time limit this server gives."""
     default = schema.get("default")
     if isinstance(default, dict):
         default["time_limit_s"] = _PUBLISHED.get().default_s
@@ -433,7 +434,7 @@ class ScheduleRequest(Strict):
     deployments: list[DeploymentIn] = Field(min_length=1)
     grid: GridIn
     transitions: TransitionsIn = TransitionsIn()
-    solver: SolverIn = Field(SolverIn(), json_schema_extra=_solver_default_schema)
+    solver: SolverIn = Field(SolverIn(), json_schema_extra=solver_default_schema)
 
 
 _UNION_TAG = re.compile(

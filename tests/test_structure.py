@@ -122,8 +122,11 @@ def test_the_graph_sees_imports(name: str) -> None:
 # flat modules at the top (the problem, its data, pricing, time, infeasibility without a
 # solver) and folders before it;
 # solve.py runs the pipeline over them all (its state is run.py; diagnosis.py names
-# the periods of a problem it found infeasible) and whatif/ asks questions of solve.
-FORMULATION_ORDER = ("processes", "subproblems", "milp", "bounds", "primal", "top", "whatif")
+# the periods of a problem it found infeasible), whatif/ asks questions of solve and
+# fleet/ plans several sites with it.
+FORMULATION_ORDER = (
+    "processes", "subproblems", "milp", "bounds", "primal", "top", "whatif", "fleet"
+)  # fmt: skip
 FORMULATION_BASE = {
     "budget",
     "data",

@@ -135,7 +135,9 @@ def _sets_and_params(m: pyo.ConcreteModel, data: ScheduleData, allowed: Allowed)
     m.chained = pyo.Set(
         initialize=[s for s in seg_index if s[3] < last[s[:3]]], dimen=4, ordered=True
     )
-    m._data = data
+    # not ``_data``: Pyomo's scalar components keep theirs there, and a site's model is a
+    # block of a fleet's (formulation.fleet.compact)
+    m._schedule_data = data
     m._p0 = p0
     m._slope = slope
     m._length = length
@@ -154,7 +156,7 @@ def _variables(m: pyo.ConcreteModel) -> None:
 
 
 def _expressions(m: pyo.ConcreteModel) -> None:
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
     by_mt: dict[tuple[int, int], list[int]] = {}
     for i, t, k in m.configs:
         by_mt.setdefault((i, t), []).append(k)
@@ -221,7 +223,7 @@ def _segment_constraints(m: pyo.ConcreteModel) -> None:
 
 def _site_constraints(m: pyo.ConcreteModel) -> None:
     """Site power within the cap; GPUs within the inventory of each pool."""
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
     idle = data.idle_gpu_power_w
 
     def cap(mm: pyo.ConcreteModel, t: int) -> pyo.Expression:
@@ -238,9 +240,7 @@ def _site_constraints(m: pyo.ConcreteModel) -> None:
         if len(parts) == len(members) and all(len(data.pool_use(i)) == 1 for i in members):
             return sum(mm.gpus_used[i, t] for i in members) <= int(data.pool_gpus[g])
         by_mt = mm._by_mt
-        used = sum(
-            int(gpus[k]) * mm.run_config[i, t, k] for i, gpus in parts for k in by_mt[i, t]
-        )
+        used = sum(int(gpus[k]) * mm.run_config[i, t, k] for i, gpus in parts for k in by_mt[i, t])
         return used <= int(data.pool_gpus[g])
 
     m.site_power_within_cap = pyo.Constraint(m.periods, rule=cap)
@@ -249,7 +249,7 @@ def _site_constraints(m: pyo.ConcreteModel) -> None:
 
 def _transition_constraints(m: pyo.ConcreteModel) -> None:
     """``starts - stops = n_t - n_{t-1}`` per phase (``n_{-1}`` = initial); limits."""
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
 
     def balance(mm: pyo.ConcreteModel, i: int, t: int, ph: int) -> pyo.Expression:
         d = data.deployments[i]
@@ -276,7 +276,7 @@ def _transition_constraints(m: pyo.ConcreteModel) -> None:
 
 def _objective(m: pyo.ConcreteModel) -> None:
     """Energy + carbon cost of site power, unserved value, start and stop costs."""
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
     idle = data.idle_gpu_power_w
     const = site_constant_usd(data)
     unserved_const = 0.0
@@ -367,7 +367,7 @@ class MilpResult:
 
 def set_start(m: pyo.ConcreteModel, sched: Schedule) -> None:
     """Load a schedule into the model's variables as a MIP start."""
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
     for v in m.run_config.values():
         v.set_value(0)
     for v in m.seg_load.values():
@@ -399,7 +399,7 @@ def set_start(m: pyo.ConcreteModel, sched: Schedule) -> None:
 
 
 def extract(m: pyo.ConcreteModel) -> Schedule:
-    data: ScheduleData = m._data
+    data: ScheduleData = m._schedule_data
     M, T = len(data.deployments), data.n_periods
     cfg = np.zeros((M, T), dtype=np.int64)
     served = np.zeros((M, T))
@@ -414,24 +414,34 @@ def extract(m: pyo.ConcreteModel) -> Schedule:
     return Schedule(cfg, served)
 
 
-def solve_model(
+@dataclass
+class Solved:
+    """What HiGHS ended with on a Pyomo model (:func:`solve_pyomo`): its termination,
+    the incumbent's objective (its values loaded into the model's variables) and the
+    proven bound, both None when it has none."""
+
+    termination: str
+    objective: float | None
+    bound: float | None
+    n_binaries: int
+    solve_s: float
+
+
+def solve_pyomo(
     m: pyo.ConcreteModel,
     deadline: Deadline,
     mip_gap: float,
     threads: int | None = None,
-    start: Schedule | None = None,
-    build_s: float = 0.0,
-) -> MilpResult:
-    """Solve with HiGHS, optionally from a MIP start, by ``deadline``: loading the
-    model into HiGHS counts against it. Pyomo's appsi interface builds HiGHS's model;
-    HiGHS runs in a process of its own (:class:`formulation.milp.highs.HighsProcess`), ended
-    with the best schedule it sent if it runs past the deadline (plus a grace) or the
-    run is asked to stop."""
+    warm: bool = False,
+) -> Solved:
+    """Solve ``m`` (one active objective) with HiGHS by ``deadline``, with the
+    variables' values as a MIP start when ``warm``: loading the model into HiGHS counts
+    against it. Pyomo's appsi interface builds HiGHS's model; HiGHS runs in a process of
+    its own (:class:`formulation.milp.highs.HighsProcess`), ended with the best solution
+    it sent if it runs past the deadline (plus a grace) or the run is asked to stop."""
     from pyomo.contrib.appsi.solvers.highs import Highs
 
     opt = Highs()  # builds HiGHS's model from Pyomo's; HiGHS then runs in its process
-    if start is not None:
-        set_start(m, start)
     t0 = time.perf_counter()
     with stdout_discarded():  # HiGHS's banner (its log is off) never reaches the user
         opt.set_instance(m)
@@ -440,7 +450,7 @@ def solve_model(
     variables = [v for v in m.component_data_objects(pyo.Var) if id(v) in col_of]
     n_bin = sum(1 for v in variables if v.is_binary())
     payload = lp_arrays(highs)
-    if start is not None:
+    if warm:
         values = np.zeros(payload["num_col"])
         for v in variables:
             if v.value is not None:
@@ -457,28 +467,47 @@ def solve_model(
     payload["options"] = options
     out = PROCESS.solve(payload, deadline.at_least(HIGHS_AT_LEAST_S), STOP.get())
     solve_s = time.perf_counter() - t0
-    term = out.status
     if out.status == "infeasible":
-        return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
-    has_sol = out.best is not None
+        return Solved("infeasible", None, None, n_bin, solve_s)
     best: float | None = None
     bound: float | None = None
     if out.best is not None:
         x = out.best[1]
         for v in variables:
             v.set_value(float(x[col_of[id(v)]]), skip_validation=True)
-        best = float(pyo.value(m.total_cost_usd))
+        objective = next(m.component_data_objects(pyo.Objective, active=True))
+        best = float(pyo.value(objective))
         if out.bound is not None and math.isfinite(out.bound):
             bound = out.bound + (best - out.best[0])
-    if term in ("killed", "stopped", "lost"):
-        found = "with" if has_sol else "without"
-        log.info("HiGHS ended after %.1f s (%s), %s a schedule", solve_s, term, found)
+    if out.status in ("killed", "stopped", "lost"):
+        found = "with" if best is not None else "without"
+        log.info("HiGHS ended after %.1f s (%s), %s a solution", solve_s, out.status, found)
+    return Solved(out.status, best, bound, n_bin, solve_s)
+
+
+def solve_model(
+    m: pyo.ConcreteModel,
+    deadline: Deadline,
+    mip_gap: float,
+    threads: int | None = None,
+    start: Schedule | None = None,
+    build_s: float = 0.0,
+) -> MilpResult:
+    """The compact model ``m`` solved (:func:`solve_pyomo`), optionally from a MIP
+    start, by ``deadline``; its schedule read back."""
+    if start is not None:
+        set_start(m, start)
+    r = solve_pyomo(m, deadline, mip_gap, threads, warm=start is not None)
+    term, n_bin, solve_s = r.termination, r.n_binaries, r.solve_s
+    if term == "infeasible":
+        return MilpResult("infeasible", None, None, None, None, build_s, solve_s, n_bin, term)
+    has_sol = r.objective is not None
     sched = extract(m) if has_sol else None
     gap = None
-    if best is not None and bound is not None:
-        gap = max(0.0, (best - bound) / max(abs(best), 1e-9))
+    if r.objective is not None and r.bound is not None:
+        gap = max(0.0, (r.objective - r.bound) / max(abs(r.objective), 1e-9))
     status = "optimal" if term == "optimal" else "time_limit" if has_sol else "error"
-    return MilpResult(status, sched, best, bound, gap, build_s, solve_s, n_bin, term)
+    return MilpResult(status, sched, r.objective, r.bound, gap, build_s, solve_s, n_bin, term)
 
 
 def solve_compact(

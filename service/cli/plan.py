@@ -7,7 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from formulation.fleet.request import is_fleet
 from formulation.problem import ScheduleProblem, problem_from_dict
+from model.errors import InputError
 from service.cli.calibrate import calibration_for_gpu, read_calibration_file
 from service.cli.solving import (
     Progress,
@@ -193,6 +195,8 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
     check_output(plot, "--plot", chart=True)  # would otherwise lose the solve's result
     body = load_body(a)
+    if is_fleet(body):
+        return plan_fleet(a, body)
     if a.calibration:
         body = with_calibration_file(body, a.calibration)
     problem = problem_from_dict(body, host_from_args(a, body))
@@ -209,6 +213,61 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
         title = "pdwatt demo site" if a.demo else "pdwatt schedule"
         write_output(a, "--plot", lambda: schedule_chart(resp, plot, title), "chart", plot)
     return resp
+
+
+def plan_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """``pdwatt plan fleet.json``: several sites and the regions they share
+    (docs/fleet.md), as ``POST /v1/fleet/schedule`` answers it."""
+    from formulation.fleet.problem import fleet_from_dict
+    from service.usecases.rows import Checked, Context
+    from service.usecases.table import run
+
+    for flag, given in (("--csv", a.csv), ("--plot", a.plot)):
+        if given:
+            raise InputError(
+                flag,
+                "a fleet's plan has no table or chart of its own yet; use --json, whose sites "
+                "each hold a site schedule's document",
+            )
+    if a.calibration:
+        for site in body.get("sites") or []:
+            if isinstance(site, dict):
+                site.update(with_calibration_file(site, a.calibration))
+    problem = fleet_from_dict(body, host_from_args(a, body))
+    with Progress(quiet=a.json and not a.progress) as prog:
+        ctx = Context(host=problem.host, progress=prog)
+        resp = run("fleet_schedule", Checked(body, problem), ctx)
+    if not a.json:
+        print_fleet_summary(resp)
+    return resp
+
+
+def print_fleet_summary(resp: dict[str, Any]) -> None:
+    """The text report of a fleet's plan: the status and objective, each site's cost and
+    peak draw against its cap, and each region's shares over the horizon."""
+    print(
+        f"fleet of {len(resp['sites'])} site{'' if len(resp['sites']) == 1 else 's'} "
+        f"({resp['method']}), status {resp['status']}: objective ${resp['objective_usd']:.2f}, "
+        f"proven gap {100 * resp['mip_gap']:.3f}% (lower bound ${resp['lower_bound_usd']:.2f}), "
+        f"solved in {resp['solve_time_s']:.1f} s"
+    )
+    for site in resp["sites"]:
+        peak = max(site["periods"], key=lambda p: p["power_w"])
+        print(
+            f"  site {site['name']}: ${site['objective_usd']:.2f}, peak "
+            f"{peak['power_w'] / 1e3:,.1f} kW against a cap of {peak['power_cap_w'] / 1e3:,.1f} "
+            f"kW (period {peak['index']}), {site['totals']['unserved_requests']:,.0f} own "
+            "requests unserved"
+        )
+    for reg in resp["regions"]:
+        demand = sum(reg["demand_rps"])
+        parts = []
+        for sh in reg["shares"]:
+            mean = sum(sh["served_rps"]) / demand if demand > 0 else 0.0
+            parts.append(f"{sh['site']}/{sh['deployment']} {100 * mean:.1f}%")
+        lost = sum(reg["unserved_rps"]) / demand if demand > 0 else 0.0
+        print(f"  region {reg['name']} ({reg['model']}): " + ", ".join(parts)
+              + f", unserved {100 * lost:.1f}%")  # fmt: skip
 
 
 def _write_text(path: str, text: str) -> None:
@@ -241,7 +300,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "plan", help="schedule (n_P, n_D) per deployment and period under a site cap"
     )
-    p.add_argument("file", nargs="?", help="schedule request (the body of POST /v1/schedule)")
+    p.add_argument(
+        "file",
+        nargs="?",
+        help="schedule request (the body of POST /v1/schedule), or a fleet's (POST "
+        "/v1/fleet/schedule: several sites, docs/fleet.md)",
+    )
     p.add_argument("--demo", action="store_true", help="the built-in example site and day")
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
     p.add_argument("--csv", metavar="OUT.csv", help="write the per-period table")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from formulation.demo import demo_request
-from formulation.problem import Host, fill_model_variant, fill_performance
+from formulation.problem import Host, deployment_dicts, fill_model_variant, fill_performance
 from model.errors import InputError
 from service.cli.common import add_performance_args, add_variant_arg, kernel_options
 
@@ -121,7 +121,7 @@ def with_defaults(body: Any, a: argparse.Namespace) -> Any:
     if getattr(a, "performance", None) is not None:
         body = fill_performance(body, a.performance)
     if getattr(a, "framework", None) is not None:
-        for dep in _deployments(body):
+        for dep in deployment_dicts(body):
             if dep.get("performance") == "kernels":
                 dep.setdefault("framework", a.framework)
     return body
@@ -130,11 +130,6 @@ def with_defaults(body: Any, a: argparse.Namespace) -> Any:
 def with_model_variant(body: Any, variant: str | None) -> Any:
     """``body`` with ``--model-variant`` on each deployment that does not name its own."""
     return body if variant is None else fill_model_variant(body, variant)
-
-
-def _deployments(body: Any) -> list[dict[str, Any]]:
-    deps = body.get("deployments") if isinstance(body, dict) else None
-    return [d for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
 
 
 def add_host_args(p: argparse.ArgumentParser) -> None:
@@ -182,7 +177,7 @@ def host_from_args(a: argparse.Namespace, body: Any) -> Host:
         budget = get_settings().max_solve_memory_mb
     if budget <= 0:
         raise InputError("--max-memory-mb", f"must be > 0, got {budget:g}")
-    uses = any(d.get("performance") == "kernels" for d in _deployments(body))
+    uses = any(d.get("performance") == "kernels" for d in deployment_dicts(body))
     folder, versions = kernel_options(a, uses)
     return Host(
         read_files=True,

@@ -7,7 +7,9 @@ its synchronous route refuses.
   inside every other kind): the limits (:func:`check_schedule_limits`), the rules
   across fields and the memory budget its solver worker applies;
 * :func:`check_demand_response`, :func:`check_flexibility`: ``POST
-  /v1/demand-response`` and ``POST /v1/flexibility``.
+  /v1/demand-response`` and ``POST /v1/flexibility``;
+* :func:`check_fleet`: a fleet request (``POST /v1/fleet/schedule``), each of its sites
+  held to a site schedule's limits.
 
 The use-case table (:mod:`service.usecases.table`) gives each kind its check, for its route
 and its jobs alike.
@@ -30,6 +32,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from formulation.data import check_memory
+from formulation.fleet.problem import FleetProblem, fleet_from_request
+from formulation.fleet.request import FleetRequest
 from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
 from model.errors import InputError
@@ -178,3 +182,44 @@ def check_flexibility(
             "one-period solves; ask for one period or fewer points",
         )
     return req, check_memory_budget(req.request, s, f"{prefix}request.")
+
+
+def check_fleet(
+    req: FleetRequest, s: Settings, prefix: str = ""
+) -> tuple[FleetRequest, FleetProblem]:
+    """Everything a fleet request is checked for before any solve: each site held to a
+    site schedule's limits (deployments, GPUs, periods, kernels; named under
+    ``sites[i].``), the time limit, the rules across sites and regions, and each site's
+    memory budget (its sites solved alone run one after another). The request with this
+    server's defaults, and its problem."""
+    if "time_limit_s" not in req.solver.model_fields_set:
+        solver = req.solver.model_copy(update={"time_limit_s": time_limit(s).default_s})
+        solver.model_fields_set.discard("time_limit_s")  # still the server's choice
+        req = req.model_copy(update={"solver": solver})
+    for i, site in enumerate(req.sites):
+        at = f"{prefix}sites[{i}]."
+        for j, d in enumerate(site.deployments):
+            check_performance(d.performance, s, f"{at}deployments[{j}].performance")
+        if s.max_deployments is not None and len(site.deployments) > s.max_deployments:
+            raise InputError(
+                f"{at}deployments", f"at most {s.max_deployments} deployments on this server"
+            )
+        if len(site.deployments[0].demand_rps) > s.max_periods:
+            raise InputError(
+                f"{at}deployments[0].demand_rps", f"at most {s.max_periods} periods on this server"
+            )
+        if sum(site.site.gpu_inventory.values()) > s.max_site_gpus:
+            raise InputError(f"{at}site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
+    most = time_limit(s).max_s
+    if req.solver.time_limit_s > most:
+        raise InputError(f"{prefix}solver.time_limit_s", f"must be <= {most:g} on this server")
+    try:
+        problem = fleet_from_request(req, solve_host(s))
+        for i, site_problem in enumerate(problem.sites):
+            try:
+                check_memory(site_problem)
+            except InputError as exc:
+                raise InputError(f"sites[{i}].{exc.field}", exc.reason) from None
+    except InputError as exc:
+        raise InputError(prefix + exc.field, exc.reason) from None
+    return req, problem

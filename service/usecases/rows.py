@@ -10,6 +10,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel
 
+from formulation.fleet.problem import FleetProblem
 from formulation.problem import Host, ScheduleProblem
 from service.runtime.records import Origin
 from service.runtime.settings import Settings
@@ -49,12 +50,13 @@ class Context:
 class Checked:
     """A request as its row's check leaves it: ``request``, with this server's defaults
     (a new object: the client's is never changed), and ``problem``, the schedule
-    problem the check parsed from it (kinds that solve one), which the run takes as it
-    is instead of parsing the request again. A job's stored request, parsed in the
-    worker, has no problem yet: the run makes it there, once."""
+    problem the check parsed from it (kinds that solve one; the fleet's problem for a
+    fleet), which the run takes as it is instead of parsing the request again. A job's
+    stored request, parsed in the worker, has no problem yet: the run makes it there,
+    once."""
 
     request: Any
-    problem: ScheduleProblem | None = None
+    problem: ScheduleProblem | FleetProblem | None = None
 
 
 @dataclass(frozen=True)

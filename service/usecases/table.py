@@ -5,7 +5,8 @@ its request schema, its check, its run and its outputs.
 Everything that wires a kind is made from this table, so a kind is registered once:
 
 * the synchronous routes (:mod:`service.routers.solves`: ``POST /v1/capacity``,
-  ``/v1/front``, ``/v1/schedule``, ``/v1/demand-response``, ``/v1/flexibility``; a site
+  ``/v1/front``, ``/v1/schedule``, ``/v1/fleet/schedule``, ``/v1/demand-response``,
+  ``/v1/flexibility``; a site
   plan's route is ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`), their
   request and response schemas, and whether they run in the solver pool;
 * the jobs API: its kinds (the rows with ``job``) and its request union
@@ -34,6 +35,9 @@ from __future__ import annotations
 import time
 from typing import IO, Any
 
+from formulation.fleet.problem import FleetProblem
+from formulation.fleet.request import FleetRequest
+from formulation.fleet.results import FleetScheduleResponse
 from model.errors import InputError
 from service.requests.dr import (
     DemandResponseRequest,
@@ -43,6 +47,7 @@ from service.requests.dr import (
 )
 from service.requests.limits import (
     check_demand_response,
+    check_fleet,
     check_flexibility,
     check_front,
     check_performance,
@@ -86,6 +91,10 @@ def _check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> Chec
     return Checked(*check_schedule(req, s, prefix))
 
 
+def _check_fleet(req: FleetRequest, s: Settings, prefix: str = "") -> Checked:
+    return Checked(*check_fleet(req, s, prefix))
+
+
 def _check_demand_response(req: DemandResponseRequest, s: Settings, prefix: str = "") -> Checked:
     return Checked(*check_demand_response(req, s, prefix))
 
@@ -104,7 +113,20 @@ def _front(c: Checked, ctx: Context) -> dict[str, Any]:
 
 def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
     body = c.request if c.problem is None else c.problem
+    assert not isinstance(body, FleetProblem)
     return runs.schedule(body, ctx.solve_host(), ctx.monitor, ctx.progress)
+
+
+def _fleet(c: Checked, ctx: Context) -> dict[str, Any]:
+    from formulation.fleet.problem import fleet_from_request
+    from formulation.fleet.results import fleet_response
+    from formulation.fleet.solve import solve_fleet
+
+    problem = c.problem
+    if problem is None:  # a job's request, parsed in its worker
+        problem = fleet_from_request(c.request, ctx.solve_host())
+    assert isinstance(problem, FleetProblem)
+    return fleet_response(solve_fleet(problem, ctx.progress, ctx.monitor))
 
 
 def _schedule_of(c: Checked) -> Any:
@@ -235,6 +257,23 @@ USE_CASES: dict[str, UseCase] = {
             counted=True,
             chart=_schedule_chart,
             csv=_csv,
+        ),
+        UseCase(
+            "fleet_schedule",
+            FleetRequest,
+            _check_fleet,
+            _fleet,
+            Route(
+                "/fleet/schedule",
+                "schedule",
+                "fleet_schedule",
+                FleetScheduleResponse,
+                "Several sites over one horizon: (n_P, n_D) per deployment, site and period, "
+                "and the\nshare of each region's demand each site serves (docs/fleet.md). "
+                "Sites that share no\ndemand are solved each alone, sites that share demand "
+                "as one MILP.",
+            ),
+            counted=True,
         ),
         UseCase(
             "demand_response",

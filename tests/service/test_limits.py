@@ -36,18 +36,34 @@ def long_horizon(n: int) -> dict[str, Any]:
     return body
 
 
-# kind -> (synchronous route, its body around a schedule request, where that request is)
-KINDS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], str]] = {
-    "schedule": ("/v1/schedule", lambda req: req, ""),
+def one_site_fleet(req: dict[str, Any]) -> dict[str, Any]:
+    """A schedule request as a fleet of its one site."""
+    site = {k: req[k] for k in ("site", "deployments", "grid", "transitions") if k in req}
+    return {
+        "period_minutes": req["period_minutes"],
+        "sites": [{"name": "only", **site}],
+        "solver": req.get("solver", {}),
+    }
+
+
+# kind -> (synchronous route, its body around a schedule request, where the request's
+# field is named in the kind's body)
+KINDS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], Callable[[str], str]]] = {
+    "schedule": ("/v1/schedule", lambda req: req, lambda f: f),
+    "fleet_schedule": (
+        "/v1/fleet/schedule",
+        one_site_fleet,
+        lambda f: f if f.startswith("solver.") else "sites[0]." + f,
+    ),
     "demand_response": (
         "/v1/demand-response",
         lambda req: {"request": req, "event": EVENT},
-        "request.",
+        lambda f: "request." + f,
     ),
     "flexibility": (
         "/v1/flexibility",
         lambda req: {"request": req, "period": 0, "points": 5},
-        "request.",
+        lambda f: "request." + f,
     ),
 }
 
@@ -88,9 +104,9 @@ def test_a_job_refuses_what_its_route_refuses(make_client: Any, limit: str) -> N
     settings, past, field = SCHEDULE_LIMITS[limit]
     client = make_client(workers=1, **settings)
     for kind, (route, wrap, inner) in KINDS.items():
-        sync = assert_problem(client.post(route, json=wrap(past())), 422, inner + field)
+        sync = assert_problem(client.post(route, json=wrap(past())), 422, inner(field))
         job = client.post("/v1/jobs", json={"kind": kind, "request": wrap(past())})
-        body = assert_problem(job, 422, "request." + inner + field)
+        body = assert_problem(job, 422, "request." + inner(field))
         assert body["errors"][0]["reason"] == sync["errors"][0]["reason"], kind
     assert client.get("/openapi.json").json()["info"]["x-pdwatt-limits"][limit] == next(
         iter(settings.values())

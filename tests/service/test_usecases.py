@@ -24,7 +24,9 @@ def test_every_job_kind_is_a_row_of_the_table(client: TestClient) -> None:
     comps = doc["components"]["schemas"]
     body = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
     mapping = body["schema"]["discriminator"]["mapping"]
-    assert JOB_KINDS == ("schedule", "demand_response", "flexibility", "site_plan")
+    assert JOB_KINDS == (
+        "schedule", "fleet_schedule", "demand_response", "flexibility", "site_plan"
+    )  # fmt: skip
     assert set(mapping) == set(JOB_KINDS)
     for kind in JOB_KINDS:
         job = comps[mapping[kind].rsplit("/", 1)[-1]]
@@ -43,7 +45,9 @@ def test_a_kind_that_is_no_job_is_refused_as_one(client: TestClient) -> None:
 def test_every_use_case_with_a_route_has_it(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     routes = {uc.route.path: uc for uc in USE_CASES.values() if uc.route is not None}
-    assert set(routes) == {"/capacity", "/front", "/schedule", "/demand-response", "/flexibility"}
+    assert set(routes) == {
+        "/capacity", "/front", "/schedule", "/fleet/schedule", "/demand-response", "/flexibility"
+    }  # fmt: skip
     for path, uc in routes.items():
         assert uc.route is not None
         post = paths[f"/v1{path}"]["post"]

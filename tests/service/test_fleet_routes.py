@@ -1,0 +1,106 @@
+"""Several sites over HTTP and on the command line (docs/fleet.md): ``POST
+/v1/fleet/schedule`` answers the solve's document, a job of kind ``fleet_schedule``
+answers the same, ``pdwatt plan fleet.json`` prints it, and bad input is an RFC 9457
+problem naming the field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from formulation.fleet.problem import fleet_from_dict
+from formulation.fleet.results import fleet_response
+from formulation.fleet.solve import solve_fleet
+from tests.formulation.test_fleet import larger_fleet, random_fleet
+from tests.service.test_jobs import wait_final
+from tests.service.test_routes import assert_problem
+
+
+def test_the_route_answers_the_solves_document(client: TestClient) -> None:
+    body = random_fleet(1)
+    r = client.post("/v1/fleet/schedule", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    want = fleet_response(solve_fleet(fleet_from_dict(body)))
+    assert got["status"] == want["status"] == "optimal"
+    assert got["objective_usd"] == pytest.approx(want["objective_usd"], rel=1e-9)
+    assert [s["name"] for s in got["sites"]] == ["east", "west"]
+    assert got["regions"][0]["shares"] == pytest.approx(want["regions"][0]["shares"])
+    # a site's document is a site schedule's, less the fleet's own fields
+    assert "periods" in got["sites"][0] and "status" not in got["sites"][0]
+
+
+def test_a_fleet_job_answers_what_the_route_answers(client: TestClient) -> None:
+    body = larger_fleet(1)
+    r = client.post("/v1/jobs", json={"kind": "fleet_schedule", "request": body})
+    assert r.status_code == 202, r.text
+    doc = wait_final(client, r.json()["id"])
+    assert doc["status"] == "succeeded", doc
+    sync = client.post("/v1/fleet/schedule", json=body).json()
+    assert doc["result"]["objective_usd"] == pytest.approx(sync["objective_usd"], rel=1e-9)
+    assert doc["result"]["method"] == sync["method"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b["regions"][0].update(served_by=[]), "regions[0].served_by"),
+        (
+            lambda b: b["regions"][0]["served_by"][1].update(site="north"),
+            "regions[0].served_by[1].site",
+        ),
+        (
+            lambda b: b["sites"][1]["deployments"][0].update(gpu="h900"),
+            "sites[1].deployments[0].gpu",
+        ),
+        (lambda b: b["regions"][0].update(demand_rps=[1.0] * 7), "regions[0].demand_rps"),
+        (lambda b: b["solver"].update(time_limit_s=1e9), "solver.time_limit_s"),
+    ],
+)
+def test_bad_fleet_requests_are_problems_naming_the_field(
+    client: TestClient, mutate: Any, field: str
+) -> None:
+    body = random_fleet(0)
+    mutate(body)
+    assert_problem(client.post("/v1/fleet/schedule", json=body), 422, field)
+    job = assert_problem(
+        client.post("/v1/jobs", json={"kind": "fleet_schedule", "request": body}), 422
+    )
+    # a schema error of a job names the field under its kind's tag, as every kind's does
+    assert job["errors"][0]["field"].endswith(f"request.{field}"), job
+
+
+def test_pdwatt_plan_reads_a_fleet_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(random_fleet(2)))
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    want = fleet_response(solve_fleet(fleet_from_dict(random_fleet(2))))
+    assert doc["objective_usd"] == pytest.approx(want["objective_usd"], rel=1e-9)
+    text = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "region r0 (qwen3-32b): east/d" in text.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(path), "--csv", str(tmp_path / "x.csv")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "--csv" in bad.stderr
