@@ -8,11 +8,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from formulation.fleet.request import is_fleet
 from model.errors import InputError
 from service.cli.solving import (
     Progress,
     add_host_args,
     check_output,
+    fleet_demo_body,
     host_from_args,
     load_body,
     write_output,
@@ -156,7 +158,9 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
     from formulation.whatif.dr import DEMO_EVENT, demand_response
 
     check_output(_plot(a, DR_DEMO_PNG), "--plot")  # before the solves
-    body = load_body(a)
+    body = fleet_demo_body(a) if a.fleet_demo else load_body(a)
+    if is_fleet(body):
+        return dr_fleet(a, body)
     if a.event:
         event = _load_json(a.event, "--event")
     elif a.demo:
@@ -175,6 +179,63 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
 
     result = answer("demand_response", result)  # what POST /v1/demand-response answers
     return _report(a, result, "demand response", DR_DEMO_PNG, dr_chart, print_dr)
+
+
+def dr_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """``pdwatt dr fleet.json --event EVENT.json`` (the event names its ``site``), or
+    ``--fleet-demo``: the local and the re-routed responses, as ``POST
+    /v1/fleet/demand-response`` answers them."""
+    from formulation.fleet.demo import DEMO_FLEET_EVENT
+    from formulation.fleet.dr import fleet_demand_response
+    from service.usecases.table import answer
+
+    if a.plot:
+        raise InputError("--plot", "a fleet's what-if has no chart yet; use --json")
+    if a.event:
+        event = _load_json(a.event, "--event")
+    elif a.fleet_demo:
+        event = dict(DEMO_FLEET_EVENT)
+    else:
+        raise InputError("--event", "give the event file (JSON, with the site's name) with --event")
+    with Progress(quiet=a.json and not a.progress) as prog:
+        result = fleet_demand_response(body, event, prog, host=host_from_args(a, body))
+    result = answer("fleet_demand_response", result)
+    if not a.json:
+        print_fleet_dr(result)
+    return result
+
+
+def print_fleet_dr(r: dict[str, Any]) -> None:
+    ev = r["event"]
+    name = f" '{ev['name']}'" if ev.get("name") else ""
+    print(
+        f"event{name} at {ev['site']}: periods {ev['start_period']}..{ev['end_period'] - 1}, "
+        f"cap {min(ev['cap_w']) / 1e3:.1f} kW ({ev['kind']} {ev['value']:g})"
+    )
+    for label in ("baseline", "local", "rerouted"):
+        s = r[label]
+        print(
+            f"{label:9} status {s['status']}: objective ${s['objective_usd']:,.2f}, proven gap "
+            f"{100 * s['mip_gap']:.2f}%, solved in {s['solve_time_s']:.1f} s"
+        )
+    print(
+        f"cost of responding: ${r['local_cost_usd']:+,.2f} at the site alone, "
+        f"${r['rerouted_cost_usd']:+,.2f} with the fleet re-routing; saving "
+        f"${r['saving_usd']:,.2f} (at least ${r['saving_at_least_usd']:,.2f} by the bounds), "
+        f"{r['moved_requests']:,.0f} requests served elsewhere"
+    )
+    start, end = ev["start_period"], ev["end_period"]
+    for label in ("local", "rerouted"):
+        print(f"{label}: shares in the window (mean over its periods)")
+        for reg in r[label]["regions"]:
+            parts = [
+                f"{sh['site']} {100 * sum(sh['share'][start:end]) / (end - start):.0f}%"
+                for sh in reg["shares"]
+            ]
+            lost = sum(reg["unserved_rps"][start:end]) / max(
+                sum(reg["demand_rps"][start:end]), 1e-9
+            )
+            print(f"  {reg['name']}: " + ", ".join(parts) + f", unserved {100 * lost:.1f}%")
 
 
 def _report(
@@ -282,6 +343,12 @@ def register(sub: Any) -> None:
         "--demo",
         action="store_true",
         help="the built-in example site with a 20%% cut 12:00-14:00 (unless --event)",
+    )
+    p.add_argument(
+        "--fleet-demo",
+        action="store_true",
+        help="the built-in example fleet with a 30%% cut at its eastern site over its "
+        "evening peak (unless --event): the local response against re-routing",
     )
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
     p.add_argument(

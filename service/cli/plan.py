@@ -15,6 +15,7 @@ from service.cli.solving import (
     Progress,
     add_host_args,
     check_output,
+    fleet_demo_body,
     host_from_args,
     load_body,
     write_output,
@@ -194,7 +195,7 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
     check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
     check_output(plot, "--plot", chart=True)  # would otherwise lose the solve's result
-    body = load_body(a)
+    body = fleet_demo_body(a) if a.fleet_demo else load_body(a)
     if is_fleet(body):
         return plan_fleet(a, body)
     if a.calibration:
@@ -307,6 +308,12 @@ def register(sub: Any) -> None:
         "/v1/fleet/schedule: several sites, docs/fleet.md)",
     )
     p.add_argument("--demo", action="store_true", help="the built-in example site and day")
+    p.add_argument(
+        "--fleet-demo",
+        action="store_true",
+        help="the built-in example fleet: three sites in three time zones sharing three "
+        "regions' demand (docs/fleet.md)",
+    )
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
     p.add_argument("--csv", metavar="OUT.csv", help="write the per-period table")
     p.add_argument(

@@ -114,6 +114,19 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
     return with_defaults(body, a)
 
 
+def fleet_demo_body(a: argparse.Namespace) -> dict[str, Any]:
+    """The built-in example fleet (``--fleet-demo``), with ``--time-limit`` and the
+    deployments' defaults applied."""
+    from formulation.fleet.demo import fleet_demo_request
+
+    if a.file or a.demo:
+        raise InputError("--fleet-demo", "give a request file, --demo or --fleet-demo, not both")
+    body = fleet_demo_request()
+    if a.time_limit is not None:
+        body["solver"]["time_limit_s"] = a.time_limit
+    return dict(with_defaults(body, a))
+
+
 def with_defaults(body: Any, a: argparse.Namespace) -> Any:
     """``body`` with ``--model-variant`` and ``--performance`` on each deployment that
     does not name its own, and ``--framework`` on each one using kernels that names none."""

@@ -1,4 +1,5 @@
-"""Request and response schemas of POST /v1/demand-response and POST /v1/flexibility.
+"""Request and response schemas of POST /v1/demand-response, POST /v1/flexibility and
+POST /v1/fleet/demand-response.
 
 The authoritative checks of the event (window inside the horizon, exactly one cap
 form) are those of :func:`formulation.whatif.dr.parse_event`, shared with ``pdwatt dr``.
@@ -12,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from formulation.demo import demo_request
-from formulation.request import examples
+from formulation.fleet.demo import DEMO_FLEET_EVENT, fleet_demo_request
+from formulation.fleet.request import FleetRequest
+from formulation.fleet.results import FleetScheduleResponse
+from formulation.request import Name, examples
 from formulation.whatif.dr import DEMO_EVENT
 from service.requests.schemas import NonNeg, ScheduleRequest, ScheduleResponse, Strict
 
@@ -155,4 +159,69 @@ class FlexibilityResponse(BaseModel):
     periods: list[FlexPeriod]
     unevaluated_periods: list[int] | SkipJsonSchema[None] = Field(
         None, description="periods not evaluated before the time limit (only when some were not)"
+    )
+
+
+# ---------------------------------------------------------------- several sites
+
+#: the OpenAPI descriptions of the fleet's routes (service.usecases.table)
+FLEET_SCHEDULE_DOC = (
+    "Several sites over one horizon: (n_P, n_D) per deployment, site and period, and the\n"
+    "share of each region's demand each site serves (docs/fleet.md). Sites that share no\n"
+    "demand are solved each alone, sites that share demand as one MILP."
+)
+FLEET_DR_DOC = (
+    "A demand-response event at one site of a fleet: the baseline plan, the local\n"
+    "response (the event site's cap cut, no region's demand moved) and the re-routed one\n"
+    "(the regions' demand free to move between the sites), what each costs and what\n"
+    "re-routing saves (docs/fleet.md). Three solves within one `solver.time_limit_s`."
+)
+
+
+class FleetDemandResponseEvent(DemandResponseEvent):
+    """A site schedule's event at one site of the fleet (``site``, its name)."""
+
+    site: Name
+
+
+class FleetDemandResponseRequest(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=examples({"request": fleet_demo_request(), "event": DEMO_FLEET_EVENT}),
+    )
+    request: FleetRequest
+    event: FleetDemandResponseEvent
+
+
+class FleetEventOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    site: str
+    start_period: int
+    end_period: int
+    kind: str
+    value: float
+    request_cap_w: list[float]
+    cap_w: list[float]
+
+
+class FleetDemandResponseResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    event: FleetEventOut
+    baseline: FleetScheduleResponse
+    local: FleetScheduleResponse = Field(
+        description="the event site's cap cut, no region's demand moved to another site"
+    )
+    rerouted: FleetScheduleResponse = Field(
+        description="the same cut, the regions' demand free to move between the sites"
+    )
+    local_cost_usd: float
+    rerouted_cost_usd: float
+    saving_usd: float = Field(description="local_cost_usd less rerouted_cost_usd")
+    saving_at_least_usd: float = Field(
+        description="what the bounds prove of the saving: the local response's lower bound "
+        "less the re-routed cost (0 when they prove none)"
+    )
+    moved_requests: float = Field(
+        description="requests of the event site's regions served at other sites in the "
+        "window, above the baseline's"
     )

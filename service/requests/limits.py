@@ -38,7 +38,11 @@ from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
 from model.errors import InputError
 from model.performance.engine import NO_KERNEL_PACKAGE, installed_kernels
-from service.requests.dr import DemandResponseRequest, FlexibilityRequest
+from service.requests.dr import (
+    DemandResponseRequest,
+    FleetDemandResponseRequest,
+    FlexibilityRequest,
+)
 from service.requests.schemas import ScheduleRequest
 from service.runtime.settings import Settings
 
@@ -223,3 +227,27 @@ def check_fleet(
     except InputError as exc:
         raise InputError(prefix + exc.field, exc.reason) from None
     return req, problem
+
+
+def check_fleet_demand_response(
+    req: FleetDemandResponseRequest, s: Settings, prefix: str = ""
+) -> tuple[FleetDemandResponseRequest, FleetProblem]:
+    """Everything ``POST /v1/fleet/demand-response`` refuses before any solve: its fleet
+    request's (:func:`check_fleet`, under ``request.``) and the event's site and window
+    (under ``event.``). The request with this server's defaults, and its fleet's
+    problem."""
+    from formulation.whatif.dr import parse_event
+
+    inner, problem = check_fleet(req.request, s, f"{prefix}request.")
+    ev = req.event
+    if ev.site not in problem.site_names:
+        raise InputError(
+            f"{prefix}event.site",
+            f"must name a site of the fleet ({', '.join(problem.site_names)}), got {ev.site!r}",
+        )
+    site = problem.sites[problem.site_names.index(ev.site)]
+    try:
+        parse_event(ev.model_dump(mode="json", exclude={"site"}), site)
+    except InputError as exc:
+        raise InputError(prefix + exc.field, exc.reason) from None
+    return req.model_copy(update={"request": inner}), problem

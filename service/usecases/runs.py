@@ -1,6 +1,7 @@
 """The work of the use cases that are the service's own, as plain functions of validated
-requests: a configuration's capacity, a front and a schedule (a demand-response what-if
-and a flexibility curve are :mod:`formulation.whatif`'s, called by their rows).
+requests: a configuration's capacity, a front, a schedule and a fleet's plan and
+what-if (a demand-response what-if and a flexibility curve are
+:mod:`formulation.whatif`'s, called by their rows).
 
 Run in worker processes for solves (CPU-bound, seconds) and in threads for a
 configuration's capacity (milliseconds), as the runs of the use-case table's rows
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from formulation.fleet.problem import FleetProblem, fleet_from_request
+from formulation.fleet.request import FleetRequest
 from formulation.problem import Host, ScheduleProblem, problem_from_dict
 from formulation.request import ScheduleRequest
 from model.capacity import settings_record
@@ -103,3 +106,34 @@ def schedule(
     from formulation.solve import solve
 
     return response(solve(problem_from_dict(body, host), progress, monitor=monitor))
+
+
+def fleet(
+    problem: FleetProblem | FleetRequest,
+    host: Host,
+    monitor: Callable[[dict[str, Any]], bool] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """A fleet's plan (docs/fleet.md): its problem as the check parsed it, or a job's
+    request, parsed here on ``host``."""
+    from formulation.fleet.results import fleet_response
+    from formulation.fleet.solve import solve_fleet
+
+    if not isinstance(problem, FleetProblem):
+        problem = fleet_from_request(problem, host)
+    return fleet_response(solve_fleet(problem, progress, monitor))
+
+
+def fleet_demand_response(
+    problem: FleetProblem | FleetRequest,
+    event: dict[str, Any],
+    host: Host,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """A demand-response event at one site of a fleet: the local and re-routed
+    responses (:func:`formulation.fleet.dr.fleet_demand_response`)."""
+    from formulation.fleet.dr import fleet_demand_response as what_if
+
+    if not isinstance(problem, FleetProblem):
+        problem = fleet_from_request(problem, host)
+    return what_if(problem, event, progress, host)

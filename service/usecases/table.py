@@ -33,21 +33,28 @@ the pool itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from formulation.fleet.problem import FleetProblem
 from formulation.fleet.request import FleetRequest
 from formulation.fleet.results import FleetScheduleResponse
+from formulation.problem import ScheduleProblem
 from model.errors import InputError
 from service.requests.dr import (
+    FLEET_DR_DOC,
+    FLEET_SCHEDULE_DOC,
     DemandResponseRequest,
     DemandResponseResponse,
+    FleetDemandResponseRequest,
+    FleetDemandResponseResponse,
     FlexibilityRequest,
     FlexibilityResponse,
 )
 from service.requests.limits import (
     check_demand_response,
     check_fleet,
+    check_fleet_demand_response,
     check_flexibility,
     check_front,
     check_performance,
@@ -91,8 +98,10 @@ def _check_schedule(req: ScheduleRequest, s: Settings, prefix: str = "") -> Chec
     return Checked(*check_schedule(req, s, prefix))
 
 
-def _check_fleet(req: FleetRequest, s: Settings, prefix: str = "") -> Checked:
-    return Checked(*check_fleet(req, s, prefix))
+def _checked(check: Callable[[Any, Settings, str], tuple[Any, Any]]) -> Callable[..., Checked]:
+    """A check of service.requests.limits that returns the request and its problem, as a
+    row's check."""
+    return lambda req, s, prefix="": Checked(*check(req, s, prefix))
 
 
 def _check_demand_response(req: DemandResponseRequest, s: Settings, prefix: str = "") -> Checked:
@@ -118,15 +127,17 @@ def _schedule(c: Checked, ctx: Context) -> dict[str, Any]:
 
 
 def _fleet(c: Checked, ctx: Context) -> dict[str, Any]:
-    from formulation.fleet.problem import fleet_from_request
-    from formulation.fleet.results import fleet_response
-    from formulation.fleet.solve import solve_fleet
+    problem = c.problem if c.problem is not None else c.request  # a job's: its request
+    assert not isinstance(problem, ScheduleProblem)
+    return runs.fleet(problem, ctx.solve_host(), ctx.monitor, ctx.progress)
 
-    problem = c.problem
-    if problem is None:  # a job's request, parsed in its worker
-        problem = fleet_from_request(c.request, ctx.solve_host())
-    assert isinstance(problem, FleetProblem)
-    return fleet_response(solve_fleet(problem, ctx.progress, ctx.monitor))
+
+def _fleet_demand_response(c: Checked, ctx: Context) -> dict[str, Any]:
+    req: FleetDemandResponseRequest = c.request
+    problem = c.problem if c.problem is not None else req.request
+    assert not isinstance(problem, ScheduleProblem)
+    event = req.event.model_dump(mode="json")
+    return runs.fleet_demand_response(problem, event, ctx.solve_host(), ctx.progress)
 
 
 def _schedule_of(c: Checked) -> Any:
@@ -261,17 +272,14 @@ USE_CASES: dict[str, UseCase] = {
         UseCase(
             "fleet_schedule",
             FleetRequest,
-            _check_fleet,
+            _checked(check_fleet),
             _fleet,
             Route(
                 "/fleet/schedule",
                 "schedule",
                 "fleet_schedule",
                 FleetScheduleResponse,
-                "Several sites over one horizon: (n_P, n_D) per deployment, site and period, "
-                "and the\nshare of each region's demand each site serves (docs/fleet.md). "
-                "Sites that share no\ndemand are solved each alone, sites that share demand "
-                "as one MILP.",
+                FLEET_SCHEDULE_DOC,
             ),
             counted=True,
         ),
@@ -294,6 +302,19 @@ USE_CASES: dict[str, UseCase] = {
                 "feasible cap per period.",
             ),
             chart=_dr_chart,
+        ),
+        UseCase(
+            "fleet_demand_response",
+            FleetDemandResponseRequest,
+            _checked(check_fleet_demand_response),
+            _fleet_demand_response,
+            Route(
+                "/fleet/demand-response",
+                "demand response",
+                "fleet_demand_response",
+                FleetDemandResponseResponse,
+                FLEET_DR_DOC,
+            ),
         ),
         UseCase(
             "flexibility",

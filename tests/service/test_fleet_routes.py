@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from formulation.fleet.dr import fleet_demand_response
 from formulation.fleet.problem import fleet_from_dict
 from formulation.fleet.results import fleet_response
 from formulation.fleet.solve import solve_fleet
 from tests.formulation.test_fleet import larger_fleet, random_fleet
+from tests.formulation.test_fleet_dr import EVENT
 from tests.service.test_jobs import wait_final
 from tests.service.test_routes import assert_problem
 
@@ -76,6 +78,21 @@ def test_bad_fleet_requests_are_problems_naming_the_field(
     assert job["errors"][0]["field"].endswith(f"request.{field}"), job
 
 
+def test_the_fleet_what_if_route_answers_the_three_plans(client: TestClient) -> None:
+    body = {"request": random_fleet(3), "event": dict(EVENT)}
+    r = client.post("/v1/fleet/demand-response", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    want = fleet_demand_response(random_fleet(3), EVENT)
+    for label in ("baseline", "local", "rerouted"):
+        assert got[label]["objective_usd"] == pytest.approx(want[label]["objective_usd"], rel=1e-9)
+    assert got["saving_usd"] == pytest.approx(want["saving_usd"], rel=1e-9, abs=1e-9)
+    bad = {"request": random_fleet(3), "event": {**EVENT, "site": "north"}}
+    assert_problem(client.post("/v1/fleet/demand-response", json=bad), 422, "event.site")
+    late = {"request": random_fleet(3), "event": {**EVENT, "end_period": 9}}
+    assert_problem(client.post("/v1/fleet/demand-response", json=late), 422, "event.end_period")
+
+
 def test_pdwatt_plan_reads_a_fleet_file(tmp_path: Path) -> None:
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps(random_fleet(2)))
@@ -104,3 +121,25 @@ def test_pdwatt_plan_reads_a_fleet_file(tmp_path: Path) -> None:
         timeout=300,
     )
     assert bad.returncode == 2 and "--csv" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_fleet_demo_runs_from_the_command_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", "--fleet-demo", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [s["name"] for s in doc["sites"]] == ["virginia", "texas", "oregon"]
+    assert doc["method"] == "compact MILP over the fleet"
+    assert doc["lower_bound_usd"] <= doc["objective_usd"]
+    both = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", "--fleet-demo", "--demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert both.returncode == 2 and "--fleet-demo" in both.stderr

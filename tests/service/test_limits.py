@@ -55,6 +55,11 @@ KINDS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], Callable
         one_site_fleet,
         lambda f: f if f.startswith("solver.") else "sites[0]." + f,
     ),
+    "fleet_demand_response": (
+        "/v1/fleet/demand-response",
+        lambda req: {"request": one_site_fleet(req), "event": {**EVENT, "site": "only"}},
+        lambda f: "request." + (f if f.startswith("solver.") else "sites[0]." + f),
+    ),
     "demand_response": (
         "/v1/demand-response",
         lambda req: {"request": req, "event": EVENT},

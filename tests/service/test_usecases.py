@@ -25,7 +25,8 @@ def test_every_job_kind_is_a_row_of_the_table(client: TestClient) -> None:
     body = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
     mapping = body["schema"]["discriminator"]["mapping"]
     assert JOB_KINDS == (
-        "schedule", "fleet_schedule", "demand_response", "flexibility", "site_plan"
+        "schedule", "fleet_schedule", "demand_response", "fleet_demand_response",
+        "flexibility", "site_plan"
     )  # fmt: skip
     assert set(mapping) == set(JOB_KINDS)
     for kind in JOB_KINDS:
@@ -46,7 +47,8 @@ def test_every_use_case_with_a_route_has_it(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     routes = {uc.route.path: uc for uc in USE_CASES.values() if uc.route is not None}
     assert set(routes) == {
-        "/capacity", "/front", "/schedule", "/fleet/schedule", "/demand-response", "/flexibility"
+        "/capacity", "/front", "/schedule", "/fleet/schedule", "/fleet/demand-response",
+        "/demand-response", "/flexibility"
     }  # fmt: skip
     for path, uc in routes.items():
         assert uc.route is not None
