@@ -88,7 +88,10 @@ def _each_site(fp: FleetProblem, say: Progress, monitor: Monitor | None, t0: flo
         if n > 1:
             say(f"site {fp.site_names[i]} ({i + 1} of {n}): its own schedule")
             p = dataclasses.replace(p, solver=dataclasses.replace(p.solver, time_limit_s=share))
-        outs.append(solve(p, progress=say, monitor=monitor))
+        try:
+            outs.append(solve(p, progress=say, monitor=monitor))
+        except InfeasibleError as e:
+            raise _at_site(fp, i, e) from e
     objective = sum(o.priced.objective_usd for o in outs)
     bound = sum(o.lower_bound_usd for o in outs)
     statuses = {o.status for o in outs}
@@ -223,8 +226,7 @@ def _home_start(
         try:
             o = solve(alone)
         except InfeasibleError as e:
-            conflicts = [{"site": fp.site_names[i], **c} for c in e.conflicts]
-            raise InfeasibleError(f"sites[{i}] ({fp.site_names[i]}): {e}", conflicts) from e
+            raise _at_site(fp, i, e) from e
         sched = o.priced.schedule
         served = np.minimum(sched.served_rps, _smax(fm.datas[i], sched.config))
         configs.append(sched.config)
@@ -346,14 +348,20 @@ def _gap(objective: float, bound: float) -> float:
     return max(0.0, (objective - bound) / max(abs(objective), 1e-9))
 
 
+def _at_site(fp: FleetProblem, i: int, e: InfeasibleError) -> InfeasibleError:
+    """Site ``i``'s infeasibility as the fleet's: its message and conflicts under the
+    site's name."""
+    conflicts = [{"site": fp.site_names[i], **c} for c in e.conflicts]
+    return InfeasibleError(f"sites[{i}] ({fp.site_names[i]}): {e}", conflicts)
+
+
 def _infeasible(fp: FleetProblem, datas: list[Any], deadline: Deadline) -> InfeasibleError:
     """A fleet is infeasible only where a site is (any demand may go unserved): the
     first site whose LP relaxation names periods at fault, under its name."""
     for i, data in enumerate(datas):
         err = diagnose_infeasible(data, "infeasible", deadline)
         if any(c.get("constraint") != "integrality" for c in err.conflicts):
-            conflicts = [{"site": fp.site_names[i], **c} for c in err.conflicts]
-            return InfeasibleError(f"sites[{i}] ({fp.site_names[i]}): {err}", conflicts)
+            return _at_site(fp, i, err)
     return InfeasibleError(
         "HiGHS proved the fleet infeasible",
         [{"constraint": "integrality", "reason": "no site's relaxation names a period"}],

@@ -20,6 +20,7 @@ from formulation.data import ScheduleData, build_data
 from formulation.fleet.problem import fleet_from_dict
 from formulation.fleet.results import fleet_response
 from formulation.fleet.solve import JOINT, solve_fleet
+from formulation.infeasible import InfeasibleError
 from formulation.problem import problem_from_dict
 from formulation.results import response
 from formulation.solve import solve
@@ -435,3 +436,17 @@ def test_bad_fleet_input_names_the_field(mutate: Any, field: str, words: str) ->
     err = _bad(mutate)
     assert err.field.startswith(field), (err.field, err.reason)
     assert words in str(err), str(err)
+
+
+@pytest.mark.parametrize("coupled", [True, False])
+def test_an_infeasible_site_is_named(coupled: bool) -> None:
+    """A cap below the west site's idle draw in one period: no plan, and the error names
+    the site, whether the sites share demand or not."""
+    body = random_fleet(0)
+    body["sites"][1]["grid"]["power_cap_w"][1] = 10.0
+    if not coupled:
+        body["regions"] = []
+    with pytest.raises(InfeasibleError) as e:
+        solve_fleet(fleet_from_dict(body))
+    assert str(e.value).startswith("sites[1] (west): ")
+    assert e.value.conflicts and all(c["site"] == "west" for c in e.value.conflicts)
