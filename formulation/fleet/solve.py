@@ -178,11 +178,13 @@ def _home_start(
     flow_caps: FloatArray | None,
     say: Progress,
 ) -> None:
-    """The joint MILP's start, loaded into its variables: each region's demand sent to its
-    server of least penalty (within ``flow_caps``), then each site planned alone by its
-    own pipeline (:func:`formulation.solve.solve`) for that demand, in
-    ``START_SHARE`` of the time left. Without it, HiGHS found no schedule but serving
-    nothing in 30 s on the three-site demo (8,712 choices)."""
+    """The joint MILP's start, loaded into its variables: the routing of its LP relaxation
+    (:func:`_lp_flows`; else each region's demand at its server of least penalty, within
+    ``flow_caps``), then each site planned alone by its own pipeline
+    (:func:`formulation.solve.solve`) for the demand that routing sends it, in
+    ``START_SHARE`` of the time left, and the flows lowered within the ramp. Without a
+    start, HiGHS found no schedule but serving nothing in 30 s on the three-site demo
+    (8,712 choices)."""
     T = fp.n_periods
     flows = _lp_flows(fp, fm, deadline)
     if flows is None:  # each region at its nearest server
@@ -222,7 +224,7 @@ def _home_start(
             deployments=tuple(deps),
             solver=dataclasses.replace(p.solver, time_limit_s=max(share, 0.05)),
         )
-        say(f"start: site {fp.site_names[i]} alone, each region at its nearest site")
+        say(f"start: site {fp.site_names[i]} alone, for the relaxation's routing")
         try:
             o = solve(alone)
         except InfeasibleError as e:
