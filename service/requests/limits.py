@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from formulation.data import check_memory
 from formulation.fleet.problem import FleetProblem, fleet_from_request
-from formulation.fleet.request import FleetRequest
+from formulation.fleet.request import FleetRequest, FleetSiteIn
 from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
 from model.errors import InputError
@@ -111,22 +111,33 @@ def check_schedule_limits(req: R, s: Settings, prefix: str = "") -> R:
     database); InputError naming the field (under ``prefix``, e.g. ``request.``)
     otherwise."""
     req = with_server_defaults(req, s)
-    for i, d in enumerate(req.deployments):
+    check_site_limits(req, s, prefix)
+    check_time_limit(req.solver.time_limit_s, s, prefix)
+    return req
+
+
+def check_site_limits(site: ScheduleRequest | FleetSiteIn, s: Settings, prefix: str) -> None:
+    """One site's deployments, periods and GPUs within this server's limits, and the
+    kernel database its deployments ask for (a site schedule's, or a fleet's site)."""
+    for i, d in enumerate(site.deployments):
         check_performance(d.performance, s, f"{prefix}deployments[{i}].performance")
-    if s.max_deployments is not None and len(req.deployments) > s.max_deployments:
+    if s.max_deployments is not None and len(site.deployments) > s.max_deployments:
         raise InputError(
             f"{prefix}deployments", f"at most {s.max_deployments} deployments on this server"
         )
-    if len(req.deployments[0].demand_rps) > s.max_periods:
+    if len(site.deployments[0].demand_rps) > s.max_periods:
         raise InputError(
             f"{prefix}deployments[0].demand_rps", f"at most {s.max_periods} periods on this server"
         )
-    if sum(req.site.gpu_inventory.values()) > s.max_site_gpus:
+    if sum(site.site.gpu_inventory.values()) > s.max_site_gpus:
         raise InputError(f"{prefix}site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
+
+
+def check_time_limit(limit_s: float, s: Settings, prefix: str) -> None:
+    """A request's ``solver.time_limit_s`` within this server's maximum."""
     most = time_limit(s).max_s
-    if req.solver.time_limit_s > most:
+    if limit_s > most:
         raise InputError(f"{prefix}solver.time_limit_s", f"must be <= {most:g} on this server")
-    return req
 
 
 def solve_host(s: Settings) -> Host:
@@ -201,22 +212,8 @@ def check_fleet(
         solver.model_fields_set.discard("time_limit_s")  # still the server's choice
         req = req.model_copy(update={"solver": solver})
     for i, site in enumerate(req.sites):
-        at = f"{prefix}sites[{i}]."
-        for j, d in enumerate(site.deployments):
-            check_performance(d.performance, s, f"{at}deployments[{j}].performance")
-        if s.max_deployments is not None and len(site.deployments) > s.max_deployments:
-            raise InputError(
-                f"{at}deployments", f"at most {s.max_deployments} deployments on this server"
-            )
-        if len(site.deployments[0].demand_rps) > s.max_periods:
-            raise InputError(
-                f"{at}deployments[0].demand_rps", f"at most {s.max_periods} periods on this server"
-            )
-        if sum(site.site.gpu_inventory.values()) > s.max_site_gpus:
-            raise InputError(f"{at}site.gpu_inventory", f"at most {s.max_site_gpus} GPUs per site")
-    most = time_limit(s).max_s
-    if req.solver.time_limit_s > most:
-        raise InputError(f"{prefix}solver.time_limit_s", f"must be <= {most:g} on this server")
+        check_site_limits(site, s, f"{prefix}sites[{i}].")
+    check_time_limit(req.solver.time_limit_s, s, prefix)
     try:
         problem = fleet_from_request(req, solve_host(s))
         for i, site_problem in enumerate(problem.sites):
