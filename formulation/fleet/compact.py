@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from formulation.data import ScheduleData, build_data
 from formulation.fleet.problem import FleetProblem
-from formulation.milp.compact import build_model, count_choices
+from formulation.milp.compact import build_model
 
 FloatArray = NDArray[np.float64]
 
@@ -67,10 +67,6 @@ class FleetModel:
     datas: list[ScheduleData]
     #: (region, server index within the region) of each flow, in the model's order
     flows: list[tuple[int, int]]
-
-    @property
-    def choices(self) -> int:
-        return sum(count_choices(d) for d in self.datas)
 
 
 def build_fleet_model(
@@ -116,8 +112,7 @@ def build_fleet_model(
         sent = sum(mm.flow[f, t] for f in into.get((i, k), []))
         return blocks[i].served_rps[k, t] == mm.own[i, k, t] + sent
 
-    # as an equality, HiGHS found the demo's optimum in 7.5 s; as ">=" (serving more
-    # than is sent), no schedule in 20 s
+    # what is served is what is sent (serving more would only cost power)
     m.served_is_sent = pyo.Constraint(m.own_index, rule=balance)
     m.region_periods = pyo.Set(
         initialize=[(r, t) for r in range(len(fp.regions)) for t in periods], dimen=2
