@@ -5,9 +5,9 @@ its request schema, its check, its run and its outputs.
 Everything that wires a kind is made from this table, so a kind is registered once:
 
 * the synchronous routes (:mod:`service.routers.solves`: ``POST /v1/capacity``,
-  ``/v1/front``, ``/v1/schedule``, ``/v1/fleet/schedule``, ``/v1/demand-response``,
-  ``/v1/flexibility``; a site
-  plan's route is ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`), their
+  ``/v1/front``, ``/v1/schedule``, ``/v1/demand-response``, ``/v1/flexibility``,
+  ``/v1/fleet/schedule``, ``/v1/fleet/demand-response``; a site plan's route is
+  ``POST /v1/sites/{id}/plan``, :mod:`service.routers.sites`), their
   request and response schemas, and whether they run in the solver pool;
 * the jobs API: its kinds (the rows with ``job``) and its request union
   (:mod:`service.jobs.schemas`), the checks at submission (:mod:`service.routers.jobs`)
