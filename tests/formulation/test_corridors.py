@@ -21,6 +21,17 @@ from tests.formulation.test_resumed import optimum, site
 SEEDS = range(8)
 
 
+def neighbourhoods_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A solve whose relaxation stops after one round and whose only MILPs are the
+    corridors, until the limit."""
+    monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
+    monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
+    monkeypatch.setattr(solve_module, "exact_window", lambda *args: None)
+    monkeypatch.setattr(solve_module, "lp_support", lambda *args: None)
+    monkeypatch.setattr(solve_module, "column_milp", lambda *args: None)
+    monkeypatch.setattr(solve_module, "_neighbourhoods_end", lambda _generation: TimeBudget.END)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 14])
 def test_halves_split_a_window_into_consecutive_halves(n: int) -> None:
     window = set(range(5, 5 + n))
@@ -44,13 +55,8 @@ def test_windows_too_large_are_split_and_keep_the_radius(
     runs at radius 1, as the whole horizon stopped at, and a window refused is followed
     by its halves; the schedules found are never better than the optimum."""
     optima = {seed: optimum(seed) for seed in SEEDS}  # the compact MILP, unrestricted
-    monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
-    monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
+    neighbourhoods_only(monkeypatch)
     monkeypatch.setattr(TimeBudget, "WINDOW_PERIODS", 6)
-    monkeypatch.setattr(solve_module, "exact_window", lambda *args: None)
-    monkeypatch.setattr(solve_module, "lp_support", lambda *args: None)
-    monkeypatch.setattr(solve_module, "column_milp", lambda *args: None)
-    monkeypatch.setattr(solve_module, "_neighbourhoods_end", lambda _generation: TimeBudget.END)
     limit = {"choices": 0}
     fits = Run.fits
 
@@ -93,12 +99,7 @@ def test_windows_too_large_are_split_and_keep_the_radius(
 def test_a_refused_one_period_window_ends_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """No MILP fits at all: every refused row is logged, windows are split down to one
     period and the search ends there, with the relaxation's incumbent kept."""
-    monkeypatch.setattr(TimeBudget, "RELAXATION", 0.0)
-    monkeypatch.setattr(TimeBudget, "RELAXATION_AT_LEAST", 0.0)
-    monkeypatch.setattr(solve_module, "exact_window", lambda *args: None)
-    monkeypatch.setattr(solve_module, "lp_support", lambda *args: None)
-    monkeypatch.setattr(solve_module, "column_milp", lambda *args: None)
-    monkeypatch.setattr(solve_module, "_neighbourhoods_end", lambda _generation: TimeBudget.END)
+    neighbourhoods_only(monkeypatch)
     monkeypatch.setattr(Run, "fits", lambda self, choices, until, root=True, free=None: False)
     ran = 0
     for seed in SEEDS:
