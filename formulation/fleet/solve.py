@@ -131,17 +131,13 @@ def _joint(
             "sites together",
         )
     fm = build_fleet_model(fp, datas, flow_caps)
-    _home_start(fp, fm, deadline, flow_caps, say)
+    lp_bound = _home_start(fp, fm, deadline, flow_caps, say)
     _complete_start(fp, fm, deadline)
     say(f"MILP over the fleet: {len(datas)} sites, {choices:,} choices")
     r = solve_pyomo(fm.model, deadline, fp.solver.mip_gap, fp.solver.threads, warm=True)
     if r.termination == "infeasible":
         raise _infeasible(fp, datas, deadline)
-    if r.objective is None:
-        raise InfeasibleError(
-            "no fleet schedule found within the time limit",
-            [{"constraint": "time", "reason": "raise solver.time_limit_s"}],
-        )
+    # without a schedule from HiGHS, the start is the plan (checked below)
     flows = flow_values(fm, fp)
     sites = []
     elapsed = time.perf_counter() - t0
@@ -153,11 +149,21 @@ def _joint(
         report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
         served = np.minimum(sched.served_rps, _smax(report, sched.config))
         priced = price_schedule(report, Schedule(sched.config, served))
+        if r.objective is None and not (
+            priced.violation_free
+            and np.allclose(sched.served_rps, _own_values(fm, i) + sent, rtol=1e-7, atol=1e-6)
+        ):
+            raise InfeasibleError(
+                "no fleet schedule found within the time limit",
+                [{"constraint": "time", "reason": "raise solver.time_limit_s"}],
+            )
         sites.append(Outcome(status, report, priced, float("nan"), float("nan"), elapsed, {}, {}))
     objective = sum(o.priced.objective_usd for o in sites) + region_cost(fp, flows)
-    # without a bound from HiGHS, the sites idle: every other term of the cost is >= 0
+    # the best of HiGHS's bound, the LP relaxation's and the idle sites' (every other
+    # term of the cost is >= 0)
     floor = sum(site_constant_usd(data) for data in datas)
-    bound = min(max(r.bound if r.bound is not None else floor, floor), objective)
+    bounds = [b for b in (r.bound, lp_bound) if b is not None]
+    bound = min(max([floor, *bounds]), objective)
     return FleetOutcome(
         status=status,
         problem=fp,
@@ -177,8 +183,9 @@ def _home_start(
     deadline: Deadline,
     flow_caps: FloatArray | None,
     say: Progress,
-) -> None:
-    """The joint MILP's start, loaded into its variables: the routing of its LP relaxation
+) -> float | None:
+    """The joint MILP's start, loaded into its variables (returns the LP relaxation's
+    value, a lower bound, when it was solved): the routing of its LP relaxation
     (:func:`_lp_flows`; else each region's demand at its server of least penalty, within
     ``flow_caps``), then each site planned alone by its own pipeline
     (:func:`formulation.solve.solve`) for the demand that routing sends it, in
@@ -186,7 +193,7 @@ def _home_start(
     start, HiGHS found no schedule but serving nothing in 30 s on the three-site demo
     (8,712 choices)."""
     T = fp.n_periods
-    flows = _lp_flows(fp, fm, deadline)
+    flows, lp_bound = _lp_flows(fp, fm, deadline)
     if flows is None:  # each region at its nearest server
         flows = np.zeros((len(fm.flows), T))
         best: dict[int, tuple[float, int]] = {}
@@ -254,6 +261,7 @@ def _home_start(
             [[float(m.own[i, k, t].value) for t in range(T)] for k in range(config.shape[0])]
         ) + _sent(fp, i, started)
         set_start(getattr(m, f"site{i}"), Schedule(config, load))
+    return lp_bound
 
 
 def _complete_start(fp: FleetProblem, fm: FleetModel, deadline: Deadline) -> None:
@@ -278,19 +286,22 @@ def _complete_start(fp: FleetProblem, fm: FleetModel, deadline: Deadline) -> Non
             v.unfix()
 
 
-def _lp_flows(fp: FleetProblem, fm: FleetModel, deadline: Deadline) -> FloatArray | None:
+def _lp_flows(
+    fp: FleetProblem, fm: FleetModel, deadline: Deadline
+) -> tuple[FloatArray | None, float | None]:
     """The flows of the joint MILP's LP relaxation (a copy of the model with its integer
-    variables relaxed), or None when HiGHS gives none in the time left."""
+    variables relaxed) and its value when optimal (a lower bound), or None when HiGHS
+    gives none in the time left."""
     import pyomo.environ as pyo
 
     lp = pyo.TransformationFactory("core.relax_integer_vars").create_using(fm.model)
     r = solve_pyomo(lp, deadline.fraction(LP_SHARE), 1e-9, fp.solver.threads)
     if r.objective is None:
-        return None
+        return None, None
     out = np.zeros((len(fm.flows), fp.n_periods))
     for (f, t), v in lp.flow.items():
         out[f, t] = max(float(v.value or 0.0), 0.0)
-    return out
+    return out, r.objective if r.termination == "optimal" else None
 
 
 def _within_ramp(fp: FleetProblem, fm: FleetModel, flows: FloatArray) -> FloatArray:
@@ -308,6 +319,13 @@ def _within_ramp(fp: FleetProblem, fm: FleetModel, flows: FloatArray) -> FloatAr
         share = np.min(share[None, :] + ramp * np.abs(idx[:, None] - idx[None, :]), axis=1)
         out[f] = np.minimum(flows[f], share * demand)
     return out
+
+
+def _own_values(fm: FleetModel, i: int) -> FloatArray:
+    """(K_i, T) site ``i``'s own demand served, as the model's variables hold it."""
+    m = fm.model
+    n_dep, T = len(fm.datas[i].deployments), fm.datas[i].n_periods
+    return np.array([[float(m.own[i, k, t].value or 0.0) for t in range(T)] for k in range(n_dep)])
 
 
 def _sent(fp: FleetProblem, i: int, flows: FloatArray) -> FloatArray:
