@@ -151,7 +151,10 @@ def busy_workers(cluster: Any) -> list[int]:
 
 
 def test_a_worker_killed_mid_relaxation_is_replaced_and_the_solve_answers(cluster: Any) -> None:
-    body = fleet(8, 32, 15)
+    # 40 s: the relaxation's quarter of it outlasts a replaced worker's start on two
+    # loaded cores (with 15 s, a run beside the other server tests ended its relaxation
+    # before any round came back)
+    body = fleet(8, 32, 40)
     in_relaxation = threading.Event()
     killed: list[int] = []
     done = threading.Event()
