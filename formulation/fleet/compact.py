@@ -104,9 +104,11 @@ def build_fleet_model(
 
     m.flow = pyo.Var(m.flow_index, bounds=flow_bounds)
     into: dict[tuple[int, int], list[int]] = {}
+    of_region: dict[int, list[int]] = {}
     for f, (r, q) in enumerate(flows):
         s = fp.regions[r].servers[q]
         into.setdefault((s.site, s.deployment), []).append(f)
+        of_region.setdefault(r, []).append(f)
 
     def balance(mm: pyo.ConcreteModel, i: int, k: int, t: int) -> pyo.Expression:
         sent = sum(mm.flow[f, t] for f in into.get((i, k), []))
@@ -119,8 +121,7 @@ def build_fleet_model(
     )
 
     def within_demand(mm: pyo.ConcreteModel, r: int, t: int) -> pyo.Expression:
-        fs = [f for f, (rr, _q) in enumerate(flows) if rr == r]
-        return sum(mm.flow[f, t] for f in fs) <= fp.regions[r].demand_rps[t]
+        return sum(mm.flow[f, t] for f in of_region[r]) <= fp.regions[r].demand_rps[t]
 
     m.sent_within_demand = pyo.Constraint(m.region_periods, rule=within_demand)
     if fp.max_share_change is not None:
@@ -146,7 +147,7 @@ def build_fleet_model(
     region_unserved = sum(
         sec
         * reg.unserved_penalty_usd_per_request
-        * (reg.demand_rps[t] - sum(m.flow[f, t] for f, (rr, _q) in enumerate(flows) if rr == r))
+        * (reg.demand_rps[t] - sum(m.flow[f, t] for f in of_region[r]))
         for r, reg in enumerate(fp.regions)
         for t in periods
     )

@@ -32,7 +32,13 @@ from formulation.fleet.compact import (
 )
 from formulation.fleet.problem import FleetProblem
 from formulation.infeasible import InfeasibleError
-from formulation.milp.compact import estimated_build_s, extract, set_start, solve_pyomo
+from formulation.milp.compact import (
+    count_choices,
+    estimated_build_s,
+    extract,
+    set_start,
+    solve_pyomo,
+)
 from formulation.solve import Monitor, Outcome, solve
 from model.errors import InputError
 
@@ -58,9 +64,13 @@ class FleetOutcome:
     flows: FloatArray
     objective_usd: float
     lower_bound_usd: float
-    mip_gap: float
     solve_time_s: float
     method: str
+
+    @property
+    def mip_gap(self) -> float:
+        """The proven gap, relative to the objective."""
+        return _gap(self.objective_usd, self.lower_bound_usd)
 
 
 def solve_fleet(
@@ -105,7 +115,6 @@ def _each_site(fp: FleetProblem, say: Progress, monitor: Monitor | None, t0: flo
         flows=np.zeros((0, fp.n_periods)),
         objective_usd=objective,
         lower_bound_usd=bound,
-        mip_gap=_gap(objective, bound),
         solve_time_s=time.perf_counter() - t0,
         method=EACH_SITE,
     )
@@ -120,7 +129,7 @@ def _joint(
         site_data(fp, i, own_demand(fp, i) + routable(fp, i), penalties=False)
         for i in range(len(fp.sites))
     ]
-    choices = sum(int(d.period_allowed().sum()) for data in datas for d in data.deployments)
+    choices = sum(count_choices(data) for data in datas)
     need = estimated_build_s(choices)
     if need > TimeBudget.BUILD_SHARE * deadline.remaining():
         raise InputError(
@@ -171,7 +180,6 @@ def _joint(
         flows=flows,
         objective_usd=objective,
         lower_bound_usd=bound,
-        mip_gap=_gap(objective, bound),
         solve_time_s=time.perf_counter() - t0,
         method=JOINT,
     )

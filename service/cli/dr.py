@@ -161,12 +161,7 @@ def cmd_dr(a: argparse.Namespace) -> dict[str, Any] | None:
     body = fleet_demo_body(a) if a.fleet_demo else load_body(a)
     if is_fleet(body):
         return dr_fleet(a, body)
-    if a.event:
-        event = _load_json(a.event, "--event")
-    elif a.demo:
-        event = dict(DEMO_EVENT)
-    else:
-        raise InputError("--event", "give the event file (JSON) with --event")
+    event = _event(a, a.demo, DEMO_EVENT, "")
     try:
         with Progress(quiet=a.json and not a.progress) as prog:
             result = demand_response(body, event, prog, host=host_from_args(a, body))
@@ -191,12 +186,7 @@ def dr_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
 
     if a.plot:
         raise InputError("--plot", "a fleet's what-if has no chart yet; use --json")
-    if a.event:
-        event = _load_json(a.event, "--event")
-    elif a.fleet_demo:
-        event = dict(DEMO_FLEET_EVENT)
-    else:
-        raise InputError("--event", "give the event file (JSON, with the site's name) with --event")
+    event = _event(a, a.fleet_demo, DEMO_FLEET_EVENT, ", with the site's name")
     with Progress(quiet=a.json and not a.progress) as prog:
         result = fleet_demand_response(body, event, prog, host=host_from_args(a, body))
     result = answer("fleet_demand_response", result)
@@ -236,6 +226,16 @@ def print_fleet_dr(r: dict[str, Any]) -> None:
                 sum(reg["demand_rps"][start:end]), 1e-9
             )
             print(f"  {reg['name']}: " + ", ".join(parts) + f", unserved {100 * lost:.1f}%")
+
+
+def _event(a: argparse.Namespace, demo: bool, default: dict[str, Any], what: str) -> Any:
+    """The event of ``--event``, else ``default`` for a demo; an InputError naming
+    ``--event`` otherwise (``what``: what the file must hold besides the window)."""
+    if a.event:
+        return _load_json(a.event, "--event")
+    if demo:
+        return dict(default)
+    raise InputError("--event", f"give the event file (JSON{what}) with --event")
 
 
 def _report(
