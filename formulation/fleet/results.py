@@ -4,12 +4,14 @@ every answer against)."""
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from formulation.results import response
+from formulation.results import response, to_csv
 
 if TYPE_CHECKING:  # the solve loads Pyomo and HiGHS: the API's schemas need only this name
     from formulation.fleet.solve import FleetOutcome
@@ -111,3 +113,42 @@ def fleet_response(o: FleetOutcome) -> dict[str, Any]:
         "sites": sites,
         "regions": regions,
     }
+
+
+def fleet_csv(resp: dict[str, Any]) -> str:
+    """The fleet's plan as one table: a site schedule's rows (:func:`formulation.results.to_csv`,
+    one per period and deployment, the deployment's demand being its own and what the
+    regions send it) behind the site's name, and a column ``region_<name>_rps`` per region:
+    the rate of that region's demand the row's deployment serves (empty where the region
+    does not send it requests). A region's unserved rate is its demand less the sum of its
+    column; the JSON document states both."""
+    regions = resp["regions"]
+    sent: dict[tuple[str, str], list[list[float] | None]] = {}
+    for j, reg in enumerate(regions):
+        for sh in reg["shares"]:
+            cols = sent.setdefault((sh["site"], sh["deployment"]), [None] * len(regions))
+            prior = cols[j]
+            cols[j] = (
+                list(sh["served_rps"])
+                if prior is None
+                else [a + b for a, b in zip(prior, sh["served_rps"], strict=True)]
+            )
+    names = [f"region_{reg['name']}_rps" for reg in regions]
+    fields = ["site"]
+    out: list[dict[str, str]] = []
+    for site in resp["sites"]:
+        reader = csv.DictReader(io.StringIO(to_csv(site)))
+        fields += [f for f in reader.fieldnames or () if f not in fields]
+        for row in reader:
+            cols = sent.get((site["name"], row["deployment"]), [None] * len(regions))
+            t = int(row["period"])
+            regional = {
+                n: "" if c is None else f"{c[t]:.6f}" for n, c in zip(names, cols, strict=True)
+            }
+            out.append({"site": site["name"], **row, **regional})
+    buf = io.StringIO()
+    # a column one site's table has and another's has not (the settings) is left empty
+    w = csv.DictWriter(buf, fieldnames=[*fields, *names], restval="", lineterminator="\r\n")
+    w.writeheader()
+    w.writerows(out)
+    return buf.getvalue()

@@ -9,7 +9,6 @@ from typing import Any
 
 from formulation.fleet.request import is_fleet
 from formulation.problem import ScheduleProblem, problem_from_dict
-from model.errors import InputError
 from service.cli.calibrate import calibration_for_gpu, read_calibration_file
 from service.cli.solving import (
     Progress,
@@ -192,12 +191,13 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     from service.usecases.rows import Checked, Context
     from service.usecases.table import run
 
-    plot = a.plot or ("pdwatt-demo.png" if a.demo and not a.json else None)
+    demo = "pdwatt-fleet-demo.png" if a.fleet_demo else "pdwatt-demo.png"
+    plot = a.plot or (demo if (a.demo or a.fleet_demo) and not a.json else None)
     check_output(a.csv, "--csv")  # before the solve: a path that cannot be written
     check_output(plot, "--plot", chart=True)  # would otherwise lose the solve's result
     body = fleet_demo_body(a) if a.fleet_demo else load_body(a)
     if is_fleet(body):
-        return plan_fleet(a, body)
+        return plan_fleet(a, body, plot)
     if a.calibration:
         body = with_calibration_file(body, a.calibration)
     problem = problem_from_dict(body, host_from_args(a, body))
@@ -216,20 +216,13 @@ def cmd_plan(a: argparse.Namespace) -> dict[str, Any] | None:
     return resp
 
 
-def plan_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+def plan_fleet(a: argparse.Namespace, body: dict[str, Any], plot: str | None) -> dict[str, Any]:
     """``pdwatt plan fleet.json``: several sites and the regions they share
     (docs/fleet.md), as ``POST /v1/fleet/schedule`` answers it."""
     from formulation.fleet.problem import fleet_from_dict
     from service.usecases.rows import Checked, Context
     from service.usecases.table import run
 
-    for flag, given in (("--csv", a.csv), ("--plot", a.plot)):
-        if given:
-            raise InputError(
-                flag,
-                "a fleet's plan has no table or chart of its own yet; use --json, whose sites "
-                "each hold a site schedule's document",
-            )
     if a.calibration:
         for site in body.get("sites") or []:
             if isinstance(site, dict):
@@ -240,6 +233,15 @@ def plan_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
         resp = run("fleet_schedule", Checked(body, problem), ctx)
     if not a.json:
         print_fleet_summary(resp)
+    if a.csv:
+        from formulation.fleet.results import fleet_csv
+
+        write_output(a, "--csv", lambda: _write_text(a.csv, fleet_csv(resp)), "per-period table")
+    if plot:
+        from service.charts.fleet import fleet_chart
+
+        title = "pdwatt demo fleet" if a.fleet_demo else "pdwatt fleet plan"
+        write_output(a, "--plot", lambda: fleet_chart(resp, plot, title), "chart", plot)
     return resp
 
 
@@ -315,9 +317,17 @@ def register(sub: Any) -> None:
         "regions' demand (docs/fleet.md)",
     )
     p.add_argument("--json", action="store_true", help="machine output (same as the HTTP API)")
-    p.add_argument("--csv", metavar="OUT.csv", help="write the per-period table")
     p.add_argument(
-        "--plot", metavar="OUT.png", help="draw the schedule (default for --demo: pdwatt-demo.png)"
+        "--csv",
+        metavar="OUT.csv",
+        help="write the per-period table (a fleet's: a row per site, period and deployment, "
+        "with the rate it serves of each region)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw the schedule (default for --demo: pdwatt-demo.png, for --fleet-demo: "
+        "pdwatt-fleet-demo.png)",
     )
     p.add_argument("--time-limit", type=float, help="override solver.time_limit_s")
     p.add_argument("--progress", action="store_true", help="show progress also with --json")

@@ -5,6 +5,7 @@ problem naming the field."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from formulation.fleet.dr import fleet_demand_response
 from formulation.fleet.problem import fleet_from_dict
 from formulation.fleet.results import fleet_response
 from formulation.fleet.solve import solve_fleet
-from tests.formulation.test_fleet import larger_fleet, random_fleet
+from tests.formulation.test_fleet import PERIODS, larger_fleet, random_fleet
 from tests.formulation.test_fleet_dr import EVENT
 from tests.service.test_jobs import wait_final
 from tests.service.test_routes import assert_problem
@@ -126,13 +127,33 @@ def test_pdwatt_plan_reads_a_fleet_file(tmp_path: Path) -> None:
     )
     assert text.returncode == 0, text.stderr
     assert "region r0 (qwen3-32b): east/d" in text.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "service.cli", "plan", str(path), "--csv", str(tmp_path / "x.csv")],
+    table, chart = tmp_path / "fleet.csv", tmp_path / "fleet.png"
+    files = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(path)]
+        + ["--csv", str(table), "--plot", str(chart)],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert bad.returncode == 2 and "--csv" in bad.stderr
+    assert files.returncode == 0, files.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader(table.open()))
+    # a row per site, period and deployment, each site's in its own schedule's order
+    assert [(r["site"], r["deployment"], int(r["period"])) for r in rows] == [
+        (s["name"], n, t) for s in doc["sites"] for t in range(PERIODS) for n in ("d",)
+    ]
+    region = doc["regions"][0]
+    for t in range(PERIODS):
+        # the region's column: what each site's deployment serves of the region's demand
+        sent = {r["site"]: float(r["region_r0_rps"]) for r in rows if int(r["period"]) == t}
+        assert sent["east"] + sent["west"] + region["unserved_rps"][t] == pytest.approx(
+            region["demand_rps"][t], rel=1e-6, abs=1e-6
+        )
+        for r in rows:
+            if int(r["period"]) == t:
+                # a deployment serves its own demand and what the region sends it
+                assert float(r["served_rps"]) <= float(r["demand_rps"]) + 1e-6
+                assert float(r["region_r0_rps"]) <= float(r["demand_rps"]) + 1e-6
 
 
 @pytest.mark.slow
