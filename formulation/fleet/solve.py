@@ -30,6 +30,7 @@ from formulation.fleet.compact import (
     routable,
     site_data,
 )
+from formulation.fleet.decompose import flow_list, relax_fleet
 from formulation.fleet.problem import FleetProblem
 from formulation.infeasible import InfeasibleError
 from formulation.milp.compact import (
@@ -40,7 +41,6 @@ from formulation.milp.compact import (
     solve_pyomo,
 )
 from formulation.solve import Monitor, Outcome, solve
-from model.errors import InputError
 
 FloatArray = NDArray[np.float64]
 Progress = Callable[[str], None]
@@ -52,6 +52,9 @@ START_SHARE = 0.3
 #: the method of a fleet's solve, as its response names it
 EACH_SITE = "each site alone"
 JOINT = "compact MILP over the fleet"
+DECOMPOSED = "price-directed decomposition over the fleet"
+#: the share of a decomposed solve's time its relaxation takes (:func:`_decomposed`)
+RELAX_SHARE = 0.4
 
 
 @dataclass
@@ -132,13 +135,11 @@ def _joint(
     choices = sum(count_choices(data) for data in datas)
     need = estimated_build_s(choices)
     if need > TimeBudget.BUILD_SHARE * deadline.remaining():
-        raise InputError(
-            "solver.time_limit_s",
-            f"the fleet's MILP over {choices:,} choices needs about {need:,.0f} s to build, "
-            f"more than {TimeBudget.BUILD_SHARE:.0%} of the time left; sites that share "
-            "demand are solved as one MILP at this version: raise the limit, or plan fewer "
-            "sites together",
+        say(
+            f"the fleet's MILP over {choices:,} choices would take about {need:,.0f} s to "
+            "build: the fleet is decomposed by prices"
         )
+        return _decomposed(fp, datas, deadline, say, t0, flow_caps)
     fm = build_fleet_model(fp, datas, flow_caps)
     lp_bound = _home_start(fp, fm, deadline, flow_caps, say)
     _complete_start(fp, fm, deadline)
@@ -185,6 +186,63 @@ def _joint(
     )
 
 
+def _decomposed(
+    fp: FleetProblem,
+    datas: list[Any],
+    deadline: Deadline,
+    say: Progress,
+    t0: float,
+    flow_caps: FloatArray | None,
+) -> FleetOutcome:
+    """Price-directed routing (docs/fleet.md, section 5): the fleet's relaxation by
+    column generation (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE``
+    of the time) proves the bound and routes the regions' demand; each site is then
+    planned alone by its own pipeline for what that routing sends it, in an even share
+    of the time left, its served requests split into its own demand first and then the
+    flows, the flows lowered within the ramp."""
+    T = fp.n_periods
+    sec = 3600.0 * fp.period_hours
+    own_value = [
+        sec * np.array([[d.unserved_penalty_usd_per_request] * T for d in p.deployments])
+        for p in fp.sites
+    ]
+    rel = relax_fleet(fp, datas, own_value, deadline.fraction(RELAX_SHARE), say, flow_caps)
+    say(
+        f"relaxation over the fleet: bound {rel.lower_bound_usd:,.2f} USD after "
+        f"{rel.rounds} rounds ({rel.columns:,} columns, {rel.seconds:.1f} s"
+        f"{', converged' if rel.converged else ''})"
+    )
+    share = deadline.remaining() / len(fp.sites)
+    configs, owns, started = _plan_sites(fp, rel.flows, share, say, datas)
+    if fp.max_share_change is not None:
+        started = _within_ramp(fp, started)
+    elapsed = time.perf_counter() - t0
+    sites = []
+    for i, config in enumerate(configs):
+        sent = _sent(fp, i, started)
+        report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
+        load = np.minimum(owns[i] + sent, _smax(report, config))
+        priced = price_schedule(report, Schedule(config, load))
+        sites.append(Outcome("time_limit", report, priced, float("nan"), float("nan"),
+                             elapsed, {}, {}))  # fmt: skip
+    objective = sum(o.priced.objective_usd for o in sites) + region_cost(fp, started)
+    floor = sum(site_constant_usd(data) for data in datas)
+    bound = min(max(floor, rel.lower_bound_usd), objective)
+    status = "optimal" if _gap(objective, bound) <= fp.solver.mip_gap else "time_limit"
+    for o in sites:
+        o.status = status
+    return FleetOutcome(
+        status=status,
+        problem=fp,
+        sites=sites,
+        flows=started,
+        objective_usd=objective,
+        lower_bound_usd=bound,
+        solve_time_s=time.perf_counter() - t0,
+        method=DECOMPOSED,
+    )
+
+
 def _home_start(
     fp: FleetProblem,
     fm: FleetModel,
@@ -215,15 +273,44 @@ def _home_start(
                 flows[f] = np.minimum(flows[f], flow_caps[f])
     share = START_SHARE * deadline.remaining() / len(fp.sites)
     m = fm.model
+    configs, owns, started = _plan_sites(fp, flows, share, say, fm.datas)
+    for i, own in enumerate(owns):
+        for (k, t), v in np.ndenumerate(own):
+            m.own[i, k, t].set_value(float(v))
+    if fp.max_share_change is not None:
+        started = _within_ramp(fp, started)
+    for (f, t), v in m.flow.items():
+        v.set_value(float(started[f, t]))
+    # each site serves what it is sent (its own demand first, then the flows)
+    for i, config in enumerate(configs):
+        load = np.array(
+            [[float(m.own[i, k, t].value) for t in range(T)] for k in range(config.shape[0])]
+        ) + _sent(fp, i, started)
+        set_start(getattr(m, f"site{i}"), Schedule(config, load))
+    return lp_bound
+
+
+def _plan_sites(
+    fp: FleetProblem, flows: FloatArray, share: float, say: Progress, datas: list[Any]
+) -> tuple[list[NDArray[np.int64]], list[FloatArray], FloatArray]:
+    """Each site planned alone by its own pipeline (:func:`formulation.solve.solve`, in
+    ``share`` seconds) for its own demand and what ``flows`` send it, its unserved
+    requests valued at the most any of them is worth; then what it serves split into
+    its own demand first and the flows in order. Returns each site's configurations
+    (K_i, T), own load (K_i, T) and the flows as served (flows, T). ``datas``: the
+    sites' data at the most demand they may be sent (for the loads each choice can
+    take)."""
+    fl = flow_list(fp)
     started = np.zeros_like(flows)
     configs: list[NDArray[np.int64]] = []
+    owns: list[FloatArray] = []
     for i, p in enumerate(fp.sites):
         sent = _sent(fp, i, flows)
         deps = []
         for k, d in enumerate(p.deployments):
             pens = [d.unserved_penalty_usd_per_request] + [
                 fp.regions[r].unserved_penalty_usd_per_request
-                for f, (r, q) in enumerate(fm.flows)
+                for f, (r, q) in enumerate(fl)
                 if fp.regions[r].servers[q].site == i
                 and fp.regions[r].servers[q].deployment == k
                 and flows[f].any()
@@ -245,31 +332,19 @@ def _home_start(
         except InfeasibleError as e:
             raise _at_site(fp, i, e) from e
         sched = o.priced.schedule
-        served = np.minimum(sched.served_rps, _smax(fm.datas[i], sched.config))
+        served = np.minimum(sched.served_rps, _smax(datas[i], sched.config))
         configs.append(sched.config)
         own = own_demand(fp, i)
-        for k in range(len(p.deployments)):
-            for t in range(T):
-                took = min(float(own[k, t]), float(served[k, t]))
-                m.own[i, k, t].set_value(took)
-                rest = float(served[k, t]) - took
-                for f, (r, q) in enumerate(fm.flows):
-                    s = fp.regions[r].servers[q]
-                    if s.site == i and s.deployment == k:
-                        give = min(rest, float(flows[f, t]))
-                        started[f, t] = give
-                        rest -= give
-    if fp.max_share_change is not None:
-        started = _within_ramp(fp, fm, started)
-    for (f, t), v in m.flow.items():
-        v.set_value(float(started[f, t]))
-    # each site serves what it is sent (its own demand first, then the flows)
-    for i, config in enumerate(configs):
-        load = np.array(
-            [[float(m.own[i, k, t].value) for t in range(T)] for k in range(config.shape[0])]
-        ) + _sent(fp, i, started)
-        set_start(getattr(m, f"site{i}"), Schedule(config, load))
-    return lp_bound
+        took = np.minimum(own, served)
+        owns.append(took)
+        rest = served - took
+        for f, (r, q) in enumerate(fl):
+            s = fp.regions[r].servers[q]
+            if s.site == i:
+                give = np.minimum(rest[s.deployment], flows[f])
+                started[f] = give
+                rest[s.deployment] -= give
+    return configs, owns, started
 
 
 def _complete_start(fp: FleetProblem, fm: FleetModel, deadline: Deadline) -> None:
@@ -312,7 +387,7 @@ def _lp_flows(
     return out, r.objective if r.termination == "optimal" else None
 
 
-def _within_ramp(fp: FleetProblem, fm: FleetModel, flows: FloatArray) -> FloatArray:
+def _within_ramp(fp: FleetProblem, flows: FloatArray) -> FloatArray:
     """``flows`` lowered until each one's share of its region's demand changes by at
     most the ramp between any two periods: per flow, the largest share below the given
     one that moves at most ``ramp`` per period (``min_u share_u + ramp |t - u|``), taken
@@ -321,7 +396,7 @@ def _within_ramp(fp: FleetProblem, fm: FleetModel, flows: FloatArray) -> FloatAr
     ramp = float(fp.max_share_change or 0.0)
     out = flows.copy()
     idx = np.arange(fp.n_periods)
-    for f, (r, _q) in enumerate(fm.flows):
+    for f, (r, _q) in enumerate(flow_list(fp)):
         demand = np.asarray(fp.regions[r].demand_rps)
         share = np.where(demand > 0, flows[f] / np.where(demand > 0, demand, 1.0), 0.0)
         share = np.min(share[None, :] + ramp * np.abs(idx[:, None] - idx[None, :]), axis=1)
