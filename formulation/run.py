@@ -61,6 +61,8 @@ class Run:
         self.greedy: GreedyReport | None = None
         # the largest MILP the memory budget leaves room for (ScheduleData.milp_choices)
         self.milp_choices: int | None = None
+        # the problem's data when the caller built it (formulation.solve.solve)
+        self.tables: ScheduleData | None = None
         # the limit this solve had: its own, or what the request's deadline left it
         self.stats: dict[str, Any] = {"time_limit_s": round(limit_s, 3), "phases": [], "trace": []}
 

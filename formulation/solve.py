@@ -82,12 +82,17 @@ def solve(
     progress: Progress | None = None,
     monitor: Monitor | None = None,
     deadline: Deadline | None = None,
+    tables: ScheduleData | None = None,
 ) -> Outcome:
     """The schedule with the least cost found within the time limit, and a proven
     lower bound (see the module docstring for the phases). With ``deadline``, the limit
     is the time left before it when that is less than ``solver.time_limit_s``: the
-    deadline of a request that runs several solves (a demand-response what-if's two)."""
+    deadline of a request that runs several solves (a demand-response what-if's two).
+    ``tables``: the problem's data built already, or changed beyond what a request can
+    say (a fleet's site whose requests are valued per period at the routing's prices,
+    formulation.fleet.solve); by default built from ``problem``."""
     run = Run(problem, progress or (lambda _msg: None), monitor, deadline)
+    run.tables = tables
     s = Solving(run)
     with interruptible(run.should_stop, run.budget.deadline(TimeBudget.END)):
         try:
@@ -160,7 +165,7 @@ def _open(s: Solving) -> bool:
 
 
 def _tables(s: Solving, _until: float) -> None:
-    s.data = build_data(s.run.problem)
+    s.data = s.run.tables if s.run.tables is not None else build_data(s.run.problem)
     s.run.milp_choices = s.data.milp_choices
     check_feasible_before(s.data)
     s.grids = [deployment_grid(s.data, d) for d in s.data.deployments]

@@ -49,6 +49,8 @@ Progress = Callable[[str], None]
 #: the relative distance between the master LP and the best bound at which the
 #: relaxation is taken as converged
 REL_TOL = 1e-6
+#: the weight of the best bound's prices in the smoothed prices
+SMOOTHING = 0.5
 
 
 def flow_list(fp: FleetProblem) -> list[tuple[int, int]]:
@@ -66,6 +68,11 @@ class FleetRelaxation:
     columns: int
     seconds: float
     converged: bool
+    #: the prices of the best bound, and the part of the Lagrangian there that is not
+    #: the sites' (:meth:`FleetPricing.outside`): with each site's own proven bound at
+    #: these prices in place of its dual function, still a bound
+    prices: Prices | None = None
+    outside_usd: float = float("nan")
     history: list[tuple[float, float, float]] = field(default_factory=list)  # (s, LP, bound)
 
 
@@ -110,13 +117,6 @@ class FleetMaster:
         demand = np.array([r.demand_rps for r in regions], dtype=float).reshape(-1)
         self.region = rows(-inf, demand, len(regions) * T)
         self.flows = flow_list(fp)
-        steps: list[tuple[int, int]] = []
-        if fp.max_share_change is not None:
-            for f, (r, _q) in enumerate(self.flows):
-                d = regions[r].demand_rps
-                steps += [(f, t) for t in range(1, T) if d[t] > 0 and d[t - 1] > 0]
-        ramp = float(fp.max_share_change or 0.0)
-        self.ramp = rows(-ramp, ramp, len(steps))
         self.h.addRows(
             len(lower),
             np.array(lower),
@@ -151,39 +151,115 @@ class FleetMaster:
                         )  # fmt: skip
                     )
         # flows: (c_j - u_r) per req/s-period, in the server's routing row, the region's
-        # row and the ramp rows of its share
-        ramp_rows: dict[tuple[int, int], list[tuple[int, float]]] = {}
-        terms: list[tuple[int, int, int, float]] = []  # (ramp row, flow, period, coefficient)
-        for n, (f, t) in enumerate(steps):
-            d = regions[self.flows[f][0]].demand_rps
-            ramp_rows.setdefault((f, t), []).append((self.ramp + n, 1.0 / d[t]))
-            ramp_rows.setdefault((f, t - 1), []).append((self.ramp + n, -1.0 / d[t - 1]))
-            terms += [(n, f, t, 1.0 / d[t]), (n, f, t - 1, -1.0 / d[t - 1])]
-        self.n_ramp = len(steps)
-        self.ramp_terms = np.array(terms, dtype=float).reshape(-1, 4)
-        self.flow_ub = np.zeros((len(self.flows), T))
-        self.flow_col = np.zeros((len(self.flows), T), dtype=np.int64)
+        # row and the ramp rows of its share; a flow enters the LP when it prices out
+        # (:meth:`price_flows`), from the servers of least penalty
+        F = len(self.flows)
+        self.flow_cost = np.zeros(F)
+        self.flow_ub = np.zeros((F, T))
+        self.flow_col = np.full((F, T), -1, dtype=np.int64)
+        self.ramp_limit = float(fp.max_share_change or 0.0)
+        self.ramp_keys: list[tuple[int, int]] = []  # (flow, t): its share from t - 1 to t
+        self.ramp_row: dict[tuple[int, int], int] = {}
         for reg in regions:
             self.constant += (
                 sec * reg.unserved_penalty_usd_per_request * float(np.sum(reg.demand_rps))
             )
+        least: dict[int, float] = {}
         for f, (r, q) in enumerate(self.flows):
             reg = regions[r]
-            s = reg.servers[q]
-            cost = sec * (s.penalty_usd_per_request - reg.unserved_penalty_usd_per_request)
-            for t in range(T):
-                most = float(reg.demand_rps[t])
-                if flow_caps is not None:
-                    most = min(most, max(float(flow_caps[f, t]), 0.0))
-                self.flow_ub[f, t] = most
-                idx = [self.route[s.site] + s.deployment * T + t, self.region + r * T + t]
-                val = [1.0, 1.0]
-                for row, v in ramp_rows.get((f, t), []):
-                    idx.append(row)
-                    val.append(v)
-                self.flow_col[f, t] = self._col(cost, 0.0, most, idx, val)
+            pen = reg.servers[q].penalty_usd_per_request
+            least[r] = min(least.get(r, pen), pen)
+            self.flow_cost[f] = sec * (pen - reg.unserved_penalty_usd_per_request)
+            self.flow_ub[f] = np.asarray(reg.demand_rps, dtype=float)
+            if flow_caps is not None:
+                self.flow_ub[f] = np.minimum(self.flow_ub[f], np.maximum(flow_caps[f], 0.0))
+        self.add_flows(
+            [
+                (f, t)
+                for f, (r, q) in enumerate(self.flows)
+                if regions[r].servers[q].penalty_usd_per_request == least[r]
+                for t in range(T)
+            ]
+        )
         self.keys: set[tuple[int, int, bytes, bytes]] = set()
         self.columns: list[tuple[int, Column]] = []
+
+    def _ramp_coefficients(self, f: int, t: int) -> list[tuple[tuple[int, int], float]]:
+        """The ramp rows flow ``f`` at period ``t`` is in (keyed by flow and later
+        period) and its coefficient in each: its share at ``t`` against ``t - 1`` and
+        ``t + 1``, where both demands are positive."""
+        if self.fp.max_share_change is None:
+            return []
+        d = self.fp.regions[self.flows[f][0]].demand_rps
+        out = []
+        if t >= 1 and d[t] > 0 and d[t - 1] > 0:
+            out.append(((f, t), 1.0 / d[t]))
+        if t + 1 < self.T and d[t] > 0 and d[t + 1] > 0:
+            out.append(((f, t + 1), -1.0 / d[t]))
+        return out
+
+    def add_flows(self, pairs: list[tuple[int, int]]) -> None:
+        """Add the flows ``(f, t)`` (those in the LP already are skipped), with the ramp
+        rows they are the first to enter."""
+        T = self.T
+        for f, t in pairs:
+            if self.flow_col[f, t] >= 0:
+                continue
+            r, q = self.flows[f]
+            s = self.fp.regions[r].servers[q]
+            idx = [self.route[s.site] + s.deployment * T + t, self.region + r * T + t]
+            val = [1.0, 1.0]
+            for key, a in self._ramp_coefficients(f, t):
+                row = self.ramp_row.get(key)
+                if row is None:
+                    row = int(self.h.getNumRow())
+                    self.h.addRow(
+                        -self.ramp_limit,
+                        self.ramp_limit,
+                        0,
+                        np.array([], dtype=np.int32),
+                        np.array([]),
+                    )
+                    self.ramp_row[key] = row
+                    self.ramp_keys.append(key)
+                    # the other flow of the row, if in the LP already
+                    g, u = key
+                    other = u - 1 if u == t else u
+                    if self.flow_col[g, other] >= 0:
+                        d = self.fp.regions[r].demand_rps
+                        b = -1.0 / d[other] if other == u - 1 else 1.0 / d[other]
+                        self.h.changeCoeff(row, int(self.flow_col[g, other]), b)
+                idx.append(row)
+                val.append(a)
+            self.flow_col[f, t] = self._col(
+                float(self.flow_cost[f]), 0.0, float(self.flow_ub[f, t]), idx, val
+            )
+
+    def flow_reduced_costs(self, y: Prices) -> FloatArray:
+        """(flows, T) every flow's reduced cost at the prices ``y``, in the LP or not."""
+        T = self.T
+        out = np.repeat(self.flow_cost[:, None], T, axis=1)
+        for f, (r, q) in enumerate(self.flows):
+            s = self.fp.regions[r].servers[q]
+            out[f] += y.lams[s.site][s.deployment] + y.region[r]
+        for n, (f, t) in enumerate(self.ramp_keys[: y.ramp.shape[0]]):
+            d = self.fp.regions[self.flows[f][0]].demand_rps
+            out[f, t] -= y.ramp[n] / d[t]
+            out[f, t - 1] += y.ramp[n] / d[t - 1]
+        return out
+
+    def price_flows(self, y: Prices, most: int = 5_000) -> int:
+        """Add the flows not in the LP whose reduced cost at ``y`` is negative, the
+        ``most`` most negative; how many."""
+        red = self.flow_reduced_costs(y)
+        scale = max(float(np.max(np.abs(self.flow_cost))) if self.flow_cost.size else 0.0, 1.0)
+        cand = (self.flow_col < 0) & (red < -1e-9 * scale) & (self.flow_ub > 0)
+        f, t = np.nonzero(cand)
+        if f.size > most:
+            keep = np.argsort(red[f, t], kind="stable")[:most]
+            f, t = f[keep], t[keep]
+        self.add_flows(list(zip(f.tolist(), t.tolist(), strict=True)))
+        return int(f.size)
 
     def _col(self, cost: float, lo: float, hi: float, idx: list[int], val: list[float]) -> int:
         n = int(self.h.getNumCol())
@@ -232,8 +308,10 @@ class FleetMaster:
             lams.append(np.maximum(-route, 0.0).reshape(K, T))
         R = len(self.fp.regions)
         region = np.maximum(-duals[self.region : self.region + R * T], 0.0).reshape(R, T)
-        ramp = duals[self.ramp : self.ramp + self.n_ramp].copy()
-        flows = np.maximum(x[self.flow_col], 0.0) if self.flows else np.zeros((0, T))
+        ramp = np.array([duals[self.ramp_row[key]] for key in self.ramp_keys])
+        flows = np.zeros(self.flow_col.shape)
+        present = self.flow_col >= 0
+        flows[present] = np.maximum(x[self.flow_col[present]], 0.0)
         value = float(self.h.getInfo().objective_function_value) + self.constant
         return value, Prices(pis, sigmas, lams, region, ramp), flows
 
@@ -249,6 +327,27 @@ class Prices:
     lams: list[FloatArray]
     region: FloatArray
     ramp: FloatArray
+
+    def towards(self, other: Prices, alpha: float) -> Prices:
+        """``alpha * self + (1 - alpha) * other``, every price."""
+
+        def mix(a: FloatArray, b: FloatArray) -> FloatArray:
+            return alpha * a + (1.0 - alpha) * b
+
+        return Prices(
+            [mix(a, b) for a, b in zip(self.pis, other.pis, strict=True)],
+            [mix(a, b) for a, b in zip(self.sigmas, other.sigmas, strict=True)],
+            [mix(a, b) for a, b in zip(self.lams, other.lams, strict=True)],
+            mix(self.region, other.region),
+            mix(*_padded(self.ramp, other.ramp)),
+        )
+
+
+def _padded(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``a`` and ``b`` at the length of the longer, zeros after their ends (the ramp
+    rows the LP has gained since)."""
+    n = max(a.shape[0], b.shape[0])
+    return np.pad(a, (0, n - a.shape[0])), np.pad(b, (0, n - b.shape[0]))
 
 
 def priced_data(data: ScheduleData, lam: FloatArray) -> ScheduleData:
@@ -284,13 +383,20 @@ class FleetPricing:
         value = 0.0
         points = []
         for i, data in enumerate(self.datas):
-            lam = y.lams[i]
-            with DualOracle(priced_data(data, lam), self.grids[i]) as oracle:
+            with DualOracle(priced_data(data, y.lams[i]), self.grids[i]) as oracle:
                 p = oracle(y.pis[i], y.sigmas[i])
             points.append(p)
-            value += p.value_usd - float(np.sum(lam * self.dmax[i]))
+            value += p.value_usd
+        return value + self.outside(y), points
+
+    def outside(self, y: Prices) -> float:
+        """The Lagrangian's terms other than the sites' dual functions: the sites'
+        requests valued at ``lambda`` given back, the own loads and the flows."""
+        value = 0.0
+        for i, lam in enumerate(y.lams):
+            value -= float(np.sum(lam * self.dmax[i]))
             value += float(np.sum(np.minimum(self.own_value[i], lam) * self.own[i]))
-        return value + self._flows(y), points
+        return value + self._flows(y)
 
     def _flows(self, y: Prices) -> float:
         """The flows' part: each flow in [0, its bound] at its reduced cost (its
@@ -301,18 +407,7 @@ class FleetPricing:
         fp = self.fp
         sec = 3600.0 * fp.period_hours
         total = 0.0
-        reduced = np.zeros_like(m.flow_ub)
-        for f, (r, q) in enumerate(m.flows):
-            reg = fp.regions[r]
-            s = reg.servers[q]
-            reduced[f] = (
-                sec * (s.penalty_usd_per_request - reg.unserved_penalty_usd_per_request)
-                + y.lams[s.site][s.deployment]
-                + y.region[r]
-            )
-        if m.n_ramp:
-            rows, fl, per, a = m.ramp_terms.T
-            np.add.at(reduced, (fl.astype(int), per.astype(int)), -y.ramp[rows.astype(int)] * a)
+        reduced = m.flow_reduced_costs(y)
         total += float(np.sum(m.flow_ub * np.minimum(reduced, 0.0)))
         for r, reg in enumerate(fp.regions):
             demand = np.asarray(reg.demand_rps)
@@ -347,12 +442,13 @@ def relax_fleet(
         for s in reg.servers:
             most = worth[s.site][s.deployment]
             np.maximum(most, sec * reg.unserved_penalty_usd_per_request, out=most)
-    best = -np.inf
+    best, centre = -np.inf, None
     R = len(fp.regions)
     for lams in ([np.zeros_like(w) for w in worth], worth):
-        y0 = Prices(zero_pi, zero_sigma, lams, np.zeros((R, T)), np.zeros(master.n_ramp))
+        y0 = Prices(zero_pi, zero_sigma, lams, np.zeros((R, T)), np.zeros(len(master.ramp_keys)))
         value, points = pricing(y0)
-        best = max(best, value)
+        if value > best:
+            best, centre = value, y0
         _add_columns(master, datas, points)
     history: list[tuple[float, float, float]] = []
     lp = np.inf
@@ -362,22 +458,35 @@ def relax_fleet(
     while rounds < max_rounds and not deadline.expired():
         lp, y, flows = master.solve()
         rounds += 1
-        value, points = pricing(y)
-        best = max(best, value)
+        if (lp - best) / max(abs(lp), 1.0) <= REL_TOL:
+            converged = True
+            break
+        # Wentges smoothing, as a site's column generation (formulation.bounds.
+        # decomposition): priced between the best bound's prices and the LP's; where
+        # that finds no new column, at the LP's
+        added = master.price_flows(y)  # flows that price out at the LP's prices
+        for at in (centre.towards(y, SMOOTHING), y) if centre is not None else (y,):
+            value, points = pricing(at)
+            if value > best:
+                best, centre = value, at
+            if _add_columns(master, datas, points):
+                added += 1
+                break
         history.append((time.perf_counter() - t0, lp, best))
-        added = _add_columns(master, datas, points)
-        gap = (lp - best) / max(abs(lp), 1.0)
-        if rounds == 1 or rounds % 5 == 0:
+        if rounds == 1 or rounds % 10 == 0:
             say(
                 f"relaxation over the fleet: round {rounds}, LP {lp:,.2f} USD, bound "
-                f"{best:,.2f} USD, {len(master.columns):,} columns"
+                f"{best:,.2f} USD, {len(master.columns):,} columns, "
+                f"{int(np.sum(master.flow_col >= 0)):,} flows"
             )
-        if gap <= REL_TOL or not added:
+        if not added:  # nothing prices out at the LP's prices: the LP is the bound
             converged = True
             break
     if not np.isfinite(lp):  # no round ran: the LP over the first columns
         lp, _y, flows = master.solve()
     return FleetRelaxation(
+        prices=centre,
+        outside_usd=pricing.outside(centre) if centre is not None else float("nan"),
         lower_bound_usd=float(min(best, lp)),
         lp_value_usd=float(lp),
         flows=flows,
@@ -398,3 +507,149 @@ def _add_columns(master: FleetMaster, datas: list[ScheduleData], points: list[Po
             col = make_column(data, k, p.schedule.config[k], p.schedule.served_rps[k])
             n += master.add(i, col)
     return n
+
+
+@dataclass
+class SitePower:
+    """A site's draw against its cap as a linear row per period, for fixed
+    configurations: ``sum_k slope[k, t] load[k, t] <= room[t]``. Each deployment's power
+    is concave in its load, so its tangent at any load lies above it: a routing that
+    keeps the row keeps the cap (:func:`tangent_power`)."""
+
+    slope: FloatArray  # (K, T) W per req/s
+    room: FloatArray  # (T,) W
+
+
+def tangent_power(data: ScheduleData, config: NDArray[np.int64], load: FloatArray) -> SitePower:
+    """The site's cap row around the loads ``load`` (K, T) of the configurations
+    ``config`` (K, T): each deployment's power replaced by its tangent there (the slope
+    of the segment the load opens, or of the last one at capacity), so the row holds at
+    ``load`` exactly when the cap does."""
+    K, T = config.shape
+    slope = np.zeros((K, T))
+    fixed = np.zeros(T)
+    for k, d in enumerate(data.deployments):
+        c = config[k]
+        s0 = load[k]
+        p0 = d.power_w(c, s0)
+        top = d.smax_rps[np.arange(T), c]
+        h = np.maximum(1e-6 * np.maximum(top, 1.0), 1e-9)
+        up = s0 + h <= top
+        ahead = (d.power_w(c, s0 + h) - p0) / h
+        behind = (p0 - d.power_w(c, np.maximum(s0 - h, 0.0))) / h
+        slope[k] = np.where(up, ahead, behind)
+        fixed += p0 - slope[k] * s0 - data.idle_gpu_power_w * d.gpus[c]
+    return SitePower(slope, data.net_cap_w - fixed)
+
+
+def route_within(
+    fp: FleetProblem,
+    capacity: list[FloatArray],
+    own_value: list[FloatArray],
+    flow_caps: FloatArray | None = None,
+    power: list[SitePower] | None = None,
+) -> tuple[list[FloatArray], FloatArray]:
+    """The best routing for deployments that serve at most ``capacity`` (each site's
+    (K_i, T) req/s): the LP of each deployment's own load and the regions' flows, with
+    the regions' demand rows and the ramp, and each site's cap row (``power``, its
+    tangent form around a plan's loads), at the values of unserved requests and the
+    flows' penalties (the power a lighter load saves is not counted: the plan is priced
+    after). Returns each site's own load (K_i, T) and the flows (flows, T)."""
+    T = fp.n_periods
+    sec = 3600.0 * fp.period_hours
+    inf = highspy.kHighsInf
+    h = quiet_highs()
+    flows = flow_list(fp)
+    K = [c.shape[0] for c in capacity]
+    route0 = np.cumsum([0, *[k * T for k in K]])  # each site's first routing row
+    n_route = int(route0[-1])
+    region0 = n_route
+    R = len(fp.regions)
+    ramp = fp.max_share_change
+    steps = []
+    if ramp is not None:
+        for f, (r, _q) in enumerate(flows):
+            d = fp.regions[r].demand_rps
+            steps += [(f, t) for t in range(1, T) if d[t] > 0 and d[t - 1] > 0]
+    ramp0 = region0 + R * T
+    step_row = {key: ramp0 + n for n, key in enumerate(steps)}
+    lower = np.concatenate(
+        [np.full(n_route + R * T, -inf), np.full(len(steps), -float(ramp or 0.0))]
+    )
+    upper = np.concatenate(
+        [
+            np.concatenate([c.reshape(-1) for c in capacity]) if K else np.zeros(0),
+            np.array([r.demand_rps for r in fp.regions], dtype=float).reshape(-1),
+            np.full(len(steps), float(ramp or 0.0)),
+        ]
+    )
+    cap0 = ramp0 + len(steps)
+    if power is not None:
+        lower = np.concatenate([lower, np.full(len(power) * T, -inf)])
+        upper = np.concatenate([upper, *[np.maximum(p.room, 0.0) for p in power]])
+    none = np.array([], dtype=np.int32)
+    h.addRows(len(lower), lower, upper, 0, np.array([0]), none, np.array([]))
+    costs: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+
+    def col(c: float, top: float, idx: list[int], val: list[float]) -> None:
+        costs.append(c)
+        lo.append(0.0)
+        hi.append(top)
+        starts.append(len(index))
+        index.extend(idx)
+        value.extend(val)
+
+    for i, cap in enumerate(capacity):
+        own = own_demand(fp, i)
+        for k in range(K[i]):
+            for t in range(T):
+                top = max(min(float(own[k, t]), float(cap[k, t])), 0.0)
+                idx, val = [int(route0[i]) + k * T + t], [1.0]
+                if power is not None:
+                    idx.append(cap0 + i * T + t)
+                    val.append(float(power[i].slope[k, t]))
+                col(-float(own_value[i][k, t]), top, idx, val)
+    for f, (r, q) in enumerate(flows):
+        reg = fp.regions[r]
+        s = reg.servers[q]
+        c = sec * (s.penalty_usd_per_request - reg.unserved_penalty_usd_per_request)
+        d = reg.demand_rps
+        for t in range(T):
+            top = float(d[t])
+            if flow_caps is not None:
+                top = min(top, max(float(flow_caps[f, t]), 0.0))
+            idx = [int(route0[s.site]) + s.deployment * T + t, region0 + r * T + t]
+            val = [1.0, 1.0]
+            if (f, t) in step_row:
+                idx.append(step_row[(f, t)])
+                val.append(1.0 / d[t])
+            if (f, t + 1) in step_row:
+                idx.append(step_row[(f, t + 1)])
+                val.append(-1.0 / d[t])
+            if power is not None:
+                idx.append(cap0 + s.site * T + t)
+                val.append(float(power[s.site].slope[s.deployment, t]))
+            col(c, top, idx, val)
+    h.addCols(
+        len(costs),
+        np.array(costs),
+        np.array(lo),
+        np.array(hi),
+        len(index),
+        np.array(starts, dtype=np.int32),
+        np.array(index, dtype=np.int32),
+        np.array(value),
+    )
+    h.run()
+    x = np.maximum(np.asarray(h.getSolution().col_value), 0.0)
+    owns = []
+    at = 0
+    for i in range(len(capacity)):
+        owns.append(x[at : at + K[i] * T].reshape(K[i], T))
+        at += K[i] * T
+    return owns, x[at:].reshape(len(flows), T)

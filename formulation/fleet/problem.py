@@ -56,6 +56,8 @@ class FleetProblem:
     sites: tuple[ScheduleProblem, ...]
     regions: tuple[Region, ...] = ()
     max_share_change: float | None = None
+    #: auto | joint | decomposition (formulation.fleet.solve)
+    routing_method: str = "auto"
     solver: SolverOptions = dataclasses.field(default_factory=SolverOptions)
     host: Host = dataclasses.field(default_factory=lambda: Host())
 
@@ -128,6 +130,7 @@ def fleet_from_request(req: FleetRequest, host: Host | None = None) -> FleetProb
         sites=tuple(sites),
         regions=regions,
         max_share_change=req.routing.max_share_change_per_period,
+        routing_method=req.routing.method,
         solver=SolverOptions(
             time_limit_s=so.time_limit_s,
             mip_gap=so.mip_gap,

@@ -5,7 +5,7 @@ the site schedule's own parts (:mod:`formulation.request`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -70,6 +70,13 @@ class RoutingIn(Strict):
         description="the most a region's share served by one deployment may change from "
         "one period to the next (routers and caches do not move at once); default: no "
         "limit",
+    )
+    method: Literal["auto", "joint", "decomposition"] = Field(
+        "auto",
+        description="how sites that share demand are solved: joint, one MILP over the "
+        "fleet (small fleets); decomposition, the fleet's relaxation prices each "
+        "deployment's requests and each site is planned by its own pipeline; auto, the "
+        "joint MILP where it can be built in the time, else the decomposition",
     )
 
 

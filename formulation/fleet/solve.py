@@ -30,7 +30,13 @@ from formulation.fleet.compact import (
     routable,
     site_data,
 )
-from formulation.fleet.decompose import flow_list, relax_fleet
+from formulation.fleet.decompose import (
+    flow_list,
+    priced_data,
+    relax_fleet,
+    route_within,
+    tangent_power,
+)
 from formulation.fleet.problem import FleetProblem
 from formulation.infeasible import InfeasibleError
 from formulation.milp.compact import (
@@ -41,6 +47,7 @@ from formulation.milp.compact import (
     solve_pyomo,
 )
 from formulation.solve import Monitor, Outcome, solve
+from model.errors import InputError
 
 FloatArray = NDArray[np.float64]
 Progress = Callable[[str], None]
@@ -55,6 +62,8 @@ JOINT = "compact MILP over the fleet"
 DECOMPOSED = "price-directed decomposition over the fleet"
 #: the share of a decomposed solve's time its relaxation takes (:func:`_decomposed`)
 RELAX_SHARE = 0.4
+#: the share of the time left after it that the sites take at the relaxation's prices
+PRICED_SHARE = 0.5
 
 
 @dataclass
@@ -132,9 +141,18 @@ def _joint(
         site_data(fp, i, own_demand(fp, i) + routable(fp, i), penalties=False)
         for i in range(len(fp.sites))
     ]
+    if fp.routing_method == "decomposition":
+        return _decomposed(fp, datas, deadline, say, t0, flow_caps)
     choices = sum(count_choices(data) for data in datas)
     need = estimated_build_s(choices)
     if need > TimeBudget.BUILD_SHARE * deadline.remaining():
+        if fp.routing_method == "joint":
+            raise InputError(
+                "routing.method",
+                f"the fleet's MILP over {choices:,} choices needs about {need:,.0f} s to "
+                f"build, more than {TimeBudget.BUILD_SHARE:.0%} of the time left: raise "
+                "solver.time_limit_s, or take method auto or decomposition",
+            )
         say(
             f"the fleet's MILP over {choices:,} choices would take about {need:,.0f} s to "
             "build: the fleet is decomposed by prices"
@@ -194,12 +212,18 @@ def _decomposed(
     t0: float,
     flow_caps: FloatArray | None,
 ) -> FleetOutcome:
-    """Price-directed routing (docs/fleet.md, section 5): the fleet's relaxation by
+    """Price-directed routing (docs/fleet.md, section 5). The fleet's relaxation by
     column generation (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE``
-    of the time) proves the bound and routes the regions' demand; each site is then
-    planned alone by its own pipeline for what that routing sends it, in an even share
-    of the time left, its served requests split into its own demand first and then the
-    flows, the flows lowered within the ramp."""
+    of the time) prices each deployment's requests; each site is planned alone by its
+    own pipeline at those prices (its requests valued at them, in ``PRICED_SHARE`` of
+    the time left), which both bounds the fleet (each site's proven bound in place of
+    its dual function) and sets what each deployment serves; the regions' demand is
+    routed within what those plans can serve
+    (:func:`formulation.fleet.decompose.route_within`). Then each site is planned again
+    for the demand so routed, and the cheapest plan is kept. Where the relaxation did
+    not converge in its time, its prices route poorly: the sites are first planned for
+    each region's demand at home, and that demand is routed within what those plans
+    can serve."""
     T = fp.n_periods
     sec = 3600.0 * fp.period_hours
     own_value = [
@@ -212,22 +236,44 @@ def _decomposed(
         f"{rel.rounds} rounds ({rel.columns:,} columns, {rel.seconds:.1f} s"
         f"{', converged' if rel.converged else ''})"
     )
+    bound = rel.lower_bound_usd
+    candidates = []
+    if rel.converged and rel.prices is not None:
+        share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
+        configs, loads, sites_bound = _priced_sites(fp, datas, rel.prices.lams, share, say)
+        if np.isfinite(sites_bound):
+            bound = max(bound, sites_bound + rel.outside_usd)
+            say(f"the sites at the relaxation's prices prove {bound:,.2f} USD")
+    else:  # prices not settled: each region at home first
+        share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
+        home = _home_flows(fp, flow_caps)
+        configs, owns, started = _plan_sites(
+            fp, home, share, say, datas, "for each region's demand at home"
+        )
+        candidates.append(_priced_plan(fp, configs, owns, started, t0))
+        loads = [owns[i] + _sent(fp, i, started) for i in range(len(fp.sites))]
+    # the regions' demand routed within what those plans can serve, each site's draw
+    # within its cap (its tangent around the plan's loads)
+    capacity = [_smax(data, c) for data, c in zip(datas, configs, strict=True)]
+    power = [tangent_power(d, c, x) for d, c, x in zip(datas, configs, loads, strict=True)]
+    owns, flows = route_within(fp, capacity, own_value, flow_caps, power)
+    candidates.append(_priced_plan(fp, configs, owns, flows, t0))
+    say(f"routed within the sites' plans: {candidates[-1][1]:,.2f} USD")
+    # each site planned again for the demand so routed (the relaxation's routing where
+    # it converged)
     share = deadline.remaining() / len(fp.sites)
-    configs, owns, started = _plan_sites(fp, rel.flows, share, say, datas)
+    routing = rel.flows if rel.converged else flows
+    why = "for the relaxation's routing" if rel.converged else "for the routing within the plans"
+    configs, owns, started = _plan_sites(fp, routing, share, say, datas, why)
     if fp.max_share_change is not None:
         started = _within_ramp(fp, started)
-    elapsed = time.perf_counter() - t0
-    sites = []
-    for i, config in enumerate(configs):
-        sent = _sent(fp, i, started)
-        report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
-        load = np.minimum(owns[i] + sent, _smax(report, config))
-        priced = price_schedule(report, Schedule(config, load))
-        sites.append(Outcome("time_limit", report, priced, float("nan"), float("nan"),
-                             elapsed, {}, {}))  # fmt: skip
-    objective = sum(o.priced.objective_usd for o in sites) + region_cost(fp, started)
+    candidates.append(_priced_plan(fp, configs, owns, started, t0))
+    # a plan whose routing would overdraw a site is not one (the tangent rows prevent
+    # it; the check stays)
+    feasible = [c for c in candidates if all(o.priced.violation_free for o in c[0])]
+    sites, objective, flows = min(feasible, key=lambda c: c[1])
     floor = sum(site_constant_usd(data) for data in datas)
-    bound = min(max(floor, rel.lower_bound_usd), objective)
+    bound = min(max(floor, bound), objective)
     status = "optimal" if _gap(objective, bound) <= fp.solver.mip_gap else "time_limit"
     for o in sites:
         o.status = status
@@ -235,12 +281,60 @@ def _decomposed(
         status=status,
         problem=fp,
         sites=sites,
-        flows=started,
+        flows=flows,
         objective_usd=objective,
         lower_bound_usd=bound,
         solve_time_s=time.perf_counter() - t0,
         method=DECOMPOSED,
     )
+
+
+def _priced_sites(
+    fp: FleetProblem, datas: list[Any], lams: list[FloatArray], share: float, say: Progress
+) -> tuple[list[NDArray[np.int64]], list[FloatArray], float]:
+    """Each site planned alone by its pipeline, in ``share`` seconds, with every
+    request it may be sent valued at the prices ``lams`` (K_i, T) per req/s through a
+    period (:func:`formulation.fleet.decompose.priced_data`): each site's
+    configurations, what it serves there (K_i, T), and the sum of the sites' proven
+    bounds."""
+    configs, served, total = [], [], 0.0
+    for i, p in enumerate(fp.sites):
+        alone = dataclasses.replace(
+            p, solver=dataclasses.replace(p.solver, time_limit_s=max(share, 0.05))
+        )
+        say(f"site {fp.site_names[i]} alone at the relaxation's prices")
+        try:
+            o = solve(alone, tables=priced_data(datas[i], lams[i]))
+        except InfeasibleError as e:
+            raise _at_site(fp, i, e) from e
+        sched = o.priced.schedule
+        configs.append(sched.config)
+        served.append(np.minimum(sched.served_rps, _smax(datas[i], sched.config)))
+        total += o.lower_bound_usd
+    return configs, served, total
+
+
+def _priced_plan(
+    fp: FleetProblem,
+    configs: list[NDArray[np.int64]],
+    owns: list[FloatArray],
+    flows: FloatArray,
+    t0: float,
+) -> tuple[list[Outcome], float, FloatArray]:
+    """The fleet's plan of these configurations, own loads and flows: each site's
+    schedule priced for its own demand and what the flows send it (serving both), and
+    the fleet's cost."""
+    elapsed = time.perf_counter() - t0
+    sites = []
+    for i, config in enumerate(configs):
+        sent = _sent(fp, i, flows)
+        report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
+        load = np.minimum(owns[i] + sent, _smax(report, config))
+        priced = price_schedule(report, Schedule(config, load))
+        sites.append(Outcome("time_limit", report, priced, float("nan"), float("nan"),
+                             elapsed, {}, {}))  # fmt: skip
+    objective = sum(o.priced.objective_usd for o in sites) + region_cost(fp, flows)
+    return sites, objective, flows
 
 
 def _home_start(
@@ -260,17 +354,8 @@ def _home_start(
     (8,712 choices)."""
     T = fp.n_periods
     flows, lp_bound = _lp_flows(fp, fm, deadline)
-    if flows is None:  # each region at its nearest server
-        flows = np.zeros((len(fm.flows), T))
-        best: dict[int, tuple[float, int]] = {}
-        for f, (r, q) in enumerate(fm.flows):
-            pen = fp.regions[r].servers[q].penalty_usd_per_request
-            if r not in best or pen < best[r][0]:
-                best[r] = (pen, f)
-        for r, (_pen, f) in best.items():
-            flows[f] = np.asarray(fp.regions[r].demand_rps)
-            if flow_caps is not None:
-                flows[f] = np.minimum(flows[f], flow_caps[f])
+    if flows is None:
+        flows = _home_flows(fp, flow_caps)
     share = START_SHARE * deadline.remaining() / len(fp.sites)
     m = fm.model
     configs, owns, started = _plan_sites(fp, flows, share, say, fm.datas)
@@ -290,8 +375,30 @@ def _home_start(
     return lp_bound
 
 
+def _home_flows(fp: FleetProblem, flow_caps: FloatArray | None) -> FloatArray:
+    """(flows, T) each region's demand at its server of least penalty (the first of
+    several), within ``flow_caps``."""
+    fl = flow_list(fp)
+    flows = np.zeros((len(fl), fp.n_periods))
+    best: dict[int, tuple[float, int]] = {}
+    for f, (r, q) in enumerate(fl):
+        pen = fp.regions[r].servers[q].penalty_usd_per_request
+        if r not in best or pen < best[r][0]:
+            best[r] = (pen, f)
+    for r, (_pen, f) in best.items():
+        flows[f] = np.asarray(fp.regions[r].demand_rps)
+        if flow_caps is not None:
+            flows[f] = np.minimum(flows[f], flow_caps[f])
+    return flows
+
+
 def _plan_sites(
-    fp: FleetProblem, flows: FloatArray, share: float, say: Progress, datas: list[Any]
+    fp: FleetProblem,
+    flows: FloatArray,
+    share: float,
+    say: Progress,
+    datas: list[Any],
+    why: str = "for the relaxation's routing",
 ) -> tuple[list[NDArray[np.int64]], list[FloatArray], FloatArray]:
     """Each site planned alone by its own pipeline (:func:`formulation.solve.solve`, in
     ``share`` seconds) for its own demand and what ``flows`` send it, its unserved
@@ -326,11 +433,15 @@ def _plan_sites(
             deployments=tuple(deps),
             solver=dataclasses.replace(p.solver, time_limit_s=max(share, 0.05)),
         )
-        say(f"start: site {fp.site_names[i]} alone, for the relaxation's routing")
+        say(f"site {fp.site_names[i]} alone, {why}")
         try:
             o = solve(alone)
         except InfeasibleError as e:
             raise _at_site(fp, i, e) from e
+        say(
+            f"site {fp.site_names[i]}: {o.priced.objective_usd:,.2f} USD for what it is "
+            f"sent, proven within {100 * o.mip_gap:.2f}%"
+        )
         sched = o.priced.schedule
         served = np.minimum(sched.served_rps, _smax(datas[i], sched.config))
         configs.append(sched.config)
