@@ -48,7 +48,8 @@ class FleetScheduleResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Literal["optimal", "time_limit", "stopped"]
     method: str = Field(
-        description="each site alone (no demand shared) or the compact MILP over the fleet"
+        description="each site alone (no demand shared), the compact MILP over the fleet, "
+        "or the price-directed decomposition over the fleet (routing.method)"
     )
     objective_usd: float
     lower_bound_usd: float
