@@ -62,6 +62,9 @@ JOINT = "compact MILP over the fleet"
 DECOMPOSED = "price-directed decomposition over the fleet"
 #: the share of a decomposed solve's time its relaxation takes (:func:`_decomposed`)
 RELAX_SHARE = 0.4
+#: the share of a decomposed solve's time the sites take for each region's demand at
+#: home, before the relaxation
+HOME_SHARE = 0.25
 #: the share of the time left after it that the sites take at the relaxation's prices
 PRICED_SHARE = 0.5
 
@@ -230,28 +233,34 @@ def _decomposed(
         sec * np.array([[d.unserved_penalty_usd_per_request] * T for d in p.deployments])
         for p in fp.sites
     ]
-    rel = relax_fleet(fp, datas, own_value, deadline.fraction(RELAX_SHARE), say, flow_caps)
+    # each region's demand at home first: a plan, and the relaxation's first columns
+    share = HOME_SHARE * deadline.remaining() / len(fp.sites)
+    home = _home_flows(fp, flow_caps)
+    configs, owns, started = _plan_sites(
+        fp, home, share, say, datas, "for each region's demand at home"
+    )
+    candidates = [_priced_plan(fp, configs, owns, started, t0)]
+    loads = [owns[i] + _sent(fp, i, started) for i in range(len(fp.sites))]
+    seeds = [
+        (i, k, configs[i][k], loads[i][k])
+        for i in range(len(fp.sites))
+        for k in range(configs[i].shape[0])
+    ]
+    rel = relax_fleet(
+        fp, datas, own_value, deadline.fraction(RELAX_SHARE), say, flow_caps, seeds=seeds
+    )
     say(
         f"relaxation over the fleet: bound {rel.lower_bound_usd:,.2f} USD after "
         f"{rel.rounds} rounds ({rel.columns:,} columns, {rel.seconds:.1f} s"
         f"{', converged' if rel.converged else ''})"
     )
     bound = rel.lower_bound_usd
-    candidates = []
     if rel.converged and rel.prices is not None:
         share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
         configs, loads, sites_bound = _priced_sites(fp, datas, rel.prices.lams, share, say)
         if np.isfinite(sites_bound):
             bound = max(bound, sites_bound + rel.outside_usd)
             say(f"the sites at the relaxation's prices prove {bound:,.2f} USD")
-    else:  # prices not settled: each region at home first
-        share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
-        home = _home_flows(fp, flow_caps)
-        configs, owns, started = _plan_sites(
-            fp, home, share, say, datas, "for each region's demand at home"
-        )
-        candidates.append(_priced_plan(fp, configs, owns, started, t0))
-        loads = [owns[i] + _sent(fp, i, started) for i in range(len(fp.sites))]
     # the regions' demand routed within what those plans can serve, each site's draw
     # within its cap (its tangent around the plan's loads)
     capacity = [_smax(data, c) for data, c in zip(datas, configs, strict=True)]
