@@ -176,7 +176,7 @@ def _joint(
     for i in range(len(datas)):
         block = getattr(fm.model, f"site{i}")
         sched = extract(block)
-        sent = _sent(fp, i, flows)
+        sent = sent_to(fp, i, flows)
         report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
         served = np.minimum(sched.served_rps, _smax(report, sched.config))
         priced = price_schedule(report, Schedule(sched.config, served))
@@ -190,21 +190,9 @@ def _joint(
             )
         sites.append(Outcome(status, report, priced, float("nan"), float("nan"), elapsed, {}, {}))
     objective = sum(o.priced.objective_usd for o in sites) + region_cost(fp, flows)
-    # the best of HiGHS's bound, the LP relaxation's and the idle sites' (every other
-    # term of the cost is >= 0)
-    floor = sum(site_constant_usd(data) for data in datas)
+    # the best of HiGHS's bound and the LP relaxation's (and the idle sites')
     bounds = [b for b in (r.bound, lp_bound) if b is not None]
-    bound = min(max([floor, *bounds]), objective)
-    return FleetOutcome(
-        status=status,
-        problem=fp,
-        sites=sites,
-        flows=flows,
-        objective_usd=objective,
-        lower_bound_usd=bound,
-        solve_time_s=time.perf_counter() - t0,
-        method=JOINT,
-    )
+    return _finish(fp, datas, sites, flows, objective, bounds, t0, JOINT, status)
 
 
 def _decomposed(
@@ -240,7 +228,7 @@ def _decomposed(
         fp, home, share, say, datas, "for each region's demand at home"
     )
     candidates = [_priced_plan(fp, configs, owns, started, t0)]
-    loads = [owns[i] + _sent(fp, i, started) for i in range(len(fp.sites))]
+    loads = [owns[i] + sent_to(fp, i, started) for i in range(len(fp.sites))]
     seeds = [
         (i, k, configs[i][k], loads[i][k])
         for i in range(len(fp.sites))
@@ -281,11 +269,29 @@ def _decomposed(
     # it; the check stays)
     feasible = [c for c in candidates if all(o.priced.violation_free for o in c[0])]
     sites, objective, flows = min(feasible, key=lambda c: c[1])
+    return _finish(fp, datas, sites, flows, objective, [bound], t0, DECOMPOSED, None)
+
+
+def _finish(
+    fp: FleetProblem,
+    datas: list[Any],
+    sites: list[Outcome],
+    flows: FloatArray,
+    objective: float,
+    bounds: list[float],
+    t0: float,
+    method: str,
+    status: str | None,
+) -> FleetOutcome:
+    """The fleet's outcome: its bound the best of ``bounds`` and the idle sites' cost
+    (every other term of the cost is >= 0), at most the objective; ``status`` as given,
+    else optimal when the gap is within ``solver.mip_gap`` (and each site's with it)."""
     floor = sum(site_constant_usd(data) for data in datas)
-    bound = min(max(floor, bound), objective)
-    status = "optimal" if _gap(objective, bound) <= fp.solver.mip_gap else "time_limit"
-    for o in sites:
-        o.status = status
+    bound = min(max([floor, *bounds]), objective)
+    if status is None:
+        status = "optimal" if _gap(objective, bound) <= fp.solver.mip_gap else "time_limit"
+        for o in sites:
+            o.status = status
     return FleetOutcome(
         status=status,
         problem=fp,
@@ -294,7 +300,7 @@ def _decomposed(
         objective_usd=objective,
         lower_bound_usd=bound,
         solve_time_s=time.perf_counter() - t0,
-        method=DECOMPOSED,
+        method=method,
     )
 
 
@@ -336,7 +342,7 @@ def _priced_plan(
     elapsed = time.perf_counter() - t0
     sites = []
     for i, config in enumerate(configs):
-        sent = _sent(fp, i, flows)
+        sent = sent_to(fp, i, flows)
         report = site_data(fp, i, own_demand(fp, i) + sent, penalties=True)
         load = np.minimum(owns[i] + sent, _smax(report, config))
         priced = price_schedule(report, Schedule(config, load))
@@ -379,7 +385,7 @@ def _home_start(
     for i, config in enumerate(configs):
         load = np.array(
             [[float(m.own[i, k, t].value) for t in range(T)] for k in range(config.shape[0])]
-        ) + _sent(fp, i, started)
+        ) + sent_to(fp, i, started)
         set_start(getattr(m, f"site{i}"), Schedule(config, load))
     return lp_bound
 
@@ -421,7 +427,7 @@ def _plan_sites(
     configs: list[NDArray[np.int64]] = []
     owns: list[FloatArray] = []
     for i, p in enumerate(fp.sites):
-        sent = _sent(fp, i, flows)
+        sent = sent_to(fp, i, flows)
         deps = []
         for k, d in enumerate(p.deployments):
             pens = [d.unserved_penalty_usd_per_request] + [
@@ -531,7 +537,7 @@ def _own_values(fm: FleetModel, i: int) -> FloatArray:
     return np.array([[float(m.own[i, k, t].value or 0.0) for t in range(T)] for k in range(n_dep)])
 
 
-def _sent(fp: FleetProblem, i: int, flows: FloatArray) -> FloatArray:
+def sent_to(fp: FleetProblem, i: int, flows: FloatArray) -> FloatArray:
     """(K_i, T) what the regions send each deployment of site ``i``."""
     out = np.zeros((len(fp.sites[i].deployments), fp.n_periods))
     f = 0

@@ -17,7 +17,7 @@ from formulation.budget import Deadline
 from formulation.fleet.compact import build_fleet_model, own_demand, routable, site_data
 from formulation.fleet.decompose import relax_fleet, route_within, tangent_power
 from formulation.fleet.problem import FleetProblem, fleet_from_dict
-from formulation.fleet.solve import DECOMPOSED, JOINT, solve_fleet
+from formulation.fleet.solve import DECOMPOSED, JOINT, sent_to, solve_fleet
 from formulation.milp.compact import solve_pyomo
 from tests.formulation.test_fleet import PERIODS, fleet, larger_fleet, random_fleet, site
 
@@ -122,15 +122,8 @@ def test_routing_within_capacities_keeps_the_ramp() -> None:
             share = flows[f + q] / d
             assert np.all(np.abs(np.diff(share)) <= 0.1 + 1e-7)
         f += len(reg.servers)
-    for i, p in enumerate(fp.sites):
-        sent = np.zeros((len(p.deployments), fp.n_periods))
-        f = 0
-        for reg in fp.regions:
-            for s in reg.servers:
-                if s.site == i:
-                    sent[s.deployment] += flows[f]
-                f += 1
-        assert np.all(owns[i] + sent <= cap[i] + 1e-7)
+    for i in range(len(fp.sites)):
+        assert np.all(owns[i] + sent_to(fp, i, flows) <= cap[i] + 1e-7)
         assert np.all(owns[i] <= own_demand(fp, i) + 1e-9)
 
 
