@@ -203,18 +203,18 @@ def _decomposed(
     t0: float,
     flow_caps: FloatArray | None,
 ) -> FleetOutcome:
-    """Price-directed routing (docs/fleet.md, section 5). The fleet's relaxation by
-    column generation (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE``
-    of the time) prices each deployment's requests; each site is planned alone by its
-    own pipeline at those prices (its requests valued at them, in ``PRICED_SHARE`` of
-    the time left), which both bounds the fleet (each site's proven bound in place of
-    its dual function) and sets what each deployment serves; the regions' demand is
-    routed within what those plans can serve
-    (:func:`formulation.fleet.decompose.route_within`). Then each site is planned again
-    for the demand so routed, and the cheapest plan is kept. Where the relaxation did
-    not converge in its time, its prices route poorly: the sites are first planned for
-    each region's demand at home, and that demand is routed within what those plans
-    can serve."""
+    """Price-directed routing (docs/fleet.md, sections 3 and 5). Each site is first
+    planned alone for its own demand and each region's at home (``HOME_SHARE`` of the
+    time): a plan, and the relaxation's first columns. The fleet's relaxation by column
+    generation (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE`` of the
+    time left) then prices each deployment's requests. Where it converges, each site is
+    planned alone at those prices (its requests valued at them, ``PRICED_SHARE`` of the
+    time left), which bounds the fleet (each site's proven bound in place of its dual
+    function); the regions' demand is routed within what the sites' plans (those, or
+    the home plans where the prices did not settle) can serve
+    (:func:`formulation.fleet.decompose.route_within`); each site is planned again for
+    the relaxation's routing where it converged, else for that routing; the cheapest
+    plan within every cap is kept."""
     T = fp.n_periods
     sec = 3600.0 * fp.period_hours
     own_value = [
@@ -227,6 +227,8 @@ def _decomposed(
     configs, owns, started = _plan_sites(
         fp, home, share, say, datas, "for each region's demand at home"
     )
+    if fp.max_share_change is not None:  # a site that serves less moves the shares
+        started = _within_ramp(fp, started)
     candidates = [_priced_plan(fp, configs, owns, started, t0)]
     loads = [owns[i] + sent_to(fp, i, started) for i in range(len(fp.sites))]
     seeds = [
