@@ -425,17 +425,11 @@ def relax_fleet(
     say: Progress,
     flow_caps: FloatArray | None = None,
     max_rounds: int = 1000,
-    seeds: list[tuple[int, int, NDArray[np.int64], FloatArray]] | None = None,
 ) -> FleetRelaxation:
     """Column generation over the fleet (module docstring) until the master LP meets
-    the best bound or ``deadline``: the proven bound and the master's flows. ``seeds``:
-    schedules to start the master from, each ``(site, deployment, configuration per
-    period, load per period)`` (a plan's: with them the master has a schedule within
-    the caps from its first round, and its prices are the plan's, not the slack's)."""
+    the best bound or ``deadline``: the proven bound and the master's flows."""
     t0 = time.perf_counter()
     master = FleetMaster(fp, datas, own_value, flow_caps)
-    for i, k, config, load in seeds or []:
-        master.add(i, make_column(datas[i], k, config, load))
     pricing = FleetPricing(fp, datas, own_value, master)
     T = fp.n_periods
     zero_pi = [np.zeros(T) for _ in datas]
