@@ -1,27 +1,30 @@
 """Price-directed routing: the fleet's relaxation by column generation over every
-site's deployments at once (docs/fleet.md, section 5).
+site's deployments at once (docs/fleet.md, sections 3 and 5).
 
 The master LP holds each deployment's columns (whole-horizon schedules, as a site's
 column generation does: :class:`formulation.bounds.decomposition.Column`), each site's
 cap and inventory rows, and, as continuous variables, each deployment's own load
-``o[i,k,t]`` and the regions' flows ``f[r,j,t]``, with the routing rows
+``o[i,k,t]`` and the regions' flows ``f[r,j,t]`` (a flow enters when its reduced cost
+is negative), with the routing rows
 
     o[i,k,t] + sum_r f[r,(i,k),t] - sum_c served_c[t] w_c <= 0              (lambda >= 0)
     sum_j f[r,j,t] <= D[r,t],   0 <= o <= own,   the ramp on the shares.
 
-Its duals price the next columns: deployment ``(i,k)``'s DP is a site's DP
+Its prices price the next columns: deployment ``(i,k)``'s DP is a site's DP
 (:class:`formulation.bounds.lagrange.DualOracle`) over the site's data with its demand
 at the most it may be sent (``Dmax``) and a value ``lambda[i,k,t]`` on each request it
-leaves unserved. For any ``lambda, pi, sigma >= 0`` the Lagrangian
+leaves unserved. Relaxing every row with its price (``pi, sigma, lambda``, the region
+rows' ``rho >= 0`` and the ramp rows' ``mu``), for any such prices
 
     L = sum_i (L_i(pi_i, sigma_i; lambda_i) - sum_{k,t} lambda Dmax)
         + sum_{i,k,t} min(u_own, lambda) own
-        + sum_{r,t} min over the flows of (u_r (D - sum_j f) + sum_j (c_j + lambda_j) f)
+        + sum_{f,t} D min(0, reduced cost of f) - sum_{r,t} rho D - ramp sum |mu| + sum u_r D
 
 is a lower bound on the fleet's optimum (weak duality; ``L_i`` is the site's dual
-function, the region's term taken without the ramp, which only lowers it), so the best
-one seen is the fleet's proven bound. The master's flows are the routing the plan
-starts from (:mod:`formulation.fleet.solve`)."""
+function), so the best one seen is the fleet's proven bound; at the LP's optimum it is
+the LP's value. Its prices also value each site's requests when the site is planned
+by its own pipeline (:func:`priced_data`), and :func:`route_within` routes the demand
+within what plans can serve (:mod:`formulation.fleet.solve`)."""
 
 from __future__ import annotations
 
