@@ -22,6 +22,7 @@ from service.cli.solving import (
 
 DEMO_FLEX_PERIOD = 72  # 18:00, the demo's evening peak
 DR_DEMO_PNG = "pdwatt-dr-demo.png"
+FLEET_DR_DEMO_PNG = "pdwatt-fleet-dr-demo.png"
 FLEX_DEMO_PNG = "pdwatt-flex-demo.png"
 
 
@@ -184,14 +185,19 @@ def dr_fleet(a: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
     from formulation.fleet.dr import fleet_demand_response
     from service.usecases.table import answer
 
-    if a.plot:
-        raise InputError("--plot", "a fleet's what-if has no chart yet; use --json")
+    plot = a.plot or (FLEET_DR_DEMO_PNG if a.fleet_demo and not a.json else None)
+    check_output(plot, "--plot", chart=True)  # before the solves
     event = _event(a, a.fleet_demo, DEMO_FLEET_EVENT, ", with the site's name")
     with Progress(quiet=a.json and not a.progress) as prog:
         result = fleet_demand_response(body, event, prog, host=host_from_args(a, body))
     result = answer("fleet_demand_response", result)
     if not a.json:
         print_fleet_dr(result)
+    if plot:
+        from service.charts.fleet import fleet_dr_chart
+
+        title = "pdwatt demo fleet" if a.fleet_demo else "fleet what-if"
+        write_output(a, "--plot", lambda: fleet_dr_chart(result, plot, title), "chart", plot)
     return result
 
 

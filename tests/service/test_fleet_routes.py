@@ -156,6 +156,32 @@ def test_pdwatt_plan_reads_a_fleet_file(tmp_path: Path) -> None:
                 assert float(r["region_r0_rps"]) <= float(r["demand_rps"]) + 1e-6
 
 
+def test_pdwatt_dr_reads_a_fleet_file_and_draws_its_chart(tmp_path: Path) -> None:
+    fleet, event = tmp_path / "fleet.json", tmp_path / "event.json"
+    fleet.write_text(json.dumps(random_fleet(3)))
+    event.write_text(json.dumps(EVENT))
+    chart = tmp_path / "dr.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "dr", str(fleet), "--event", str(event)]
+        + ["--plot", str(chart)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "saving" in out.stdout and f"chart written to {chart}" in out.stdout
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a chart that cannot be drawn is refused before the solves, naming the option
+    bad = subprocess.run(
+        [sys.executable, "-m", "service.cli", "dr", str(fleet), "--event", str(event)]
+        + ["--plot", str(tmp_path / "dr.txt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "--plot" in bad.stderr
+
+
 @pytest.mark.slow
 def test_the_fleet_demo_runs_from_the_command_line() -> None:
     out = subprocess.run(
