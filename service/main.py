@@ -17,7 +17,17 @@ from service.jobs.queue import RedisJobs
 from service.jobs.runner import JobRunner
 from service.requests.limits import MAX_FLEX_EVALUATIONS, time_limit
 from service.requests.schemas import MAX_JSON_DEPTH
-from service.routers import catalog, errors, health, jobs, shed, site_updates, sites, solves
+from service.routers import (
+    catalog,
+    errors,
+    fleets,
+    health,
+    jobs,
+    shed,
+    site_updates,
+    sites,
+    solves,
+)
 from service.runtime import database
 from service.runtime.metrics import method_label, request_seconds, requests_total
 from service.runtime.pool import SolvePool
@@ -171,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sites.router,
         site_updates.router,
         shed.router,
+        fleets.router,
         jobs.router,
     ):
         app.include_router(r)

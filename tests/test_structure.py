@@ -243,6 +243,7 @@ SERVICE_ORDER = (
     "charts",
     "requests",
     "sites",
+    "fleets",
     "usecases",
     "jobs",
     "routers",

@@ -8,7 +8,9 @@ gathered from the store with the same calls the ``/v1`` routes make.
   now (``now``: draw against cap, headroom, price, carbon, each deployment's counts and
   settings) and its events, each dated on the site's periods with its cap, with the
   next one (a posted event or a run of periods whose cap the site's own grid signals
-  lower below the horizon's highest).
+  lower below the horizon's highest); and the fleets it is a member of, each with its
+  latest plan in brief and the site's shares of the regions now
+  (:func:`service.fleets.registry.memberships`).
 * ``GET /ui/api/sites/{id}``: the same for one site.
 * ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, each
   event with its effect (:mod:`service.console.summary`: the power and energy it shed and what it
@@ -32,8 +34,10 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
 from service.console.summary import summary
+from service.fleets.registry import memberships
 from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import problem_responses
+from service.runtime.fleetstore import fleet_store_for
 from service.runtime.job import FINAL, Job, JobNotFound
 from service.runtime.jobstore import job_store
 from service.runtime.records import Plan, PlanHead, Site, SiteNotFound
@@ -53,18 +57,27 @@ def config(settings: SettingsDep) -> dict[str, Any]:
 
 
 def _read(
-    url: str, site_id: str, effects: bool = False
+    url: str,
+    site_id: str,
+    effects: bool = False,
+    fleets: dict[str, list[dict[str, Any]]] | None = None,
 ) -> tuple[Site, Plan | None, dict[str, Any]]:
-    """The site, its latest plan, and the site in brief (its events' effects too)."""
+    """The site, its latest plan, and the site in brief (its events' effects too) with
+    its fleets (``fleets``: every site's, when the caller read them already)."""
     store = store_for(url)
     site = store.get_site(site_id)
     plan = store.latest_plan(site_id)
     rows = store.list_events(site_id)
-    return site, plan, summary(site, plan, rows, store if effects else None)
+    if fleets is None:
+        fleets = memberships(fleet_store_for(url), store, datetime.now(UTC))
+    brief = summary(site, plan, rows, store if effects else None)
+    return site, plan, brief | {"fleets": fleets.get(site_id, [])}
 
 
-def _site_summary(url: str, site_id: str) -> dict[str, Any]:
-    return _read(url, site_id)[2]
+def _site_summary(
+    url: str, site_id: str, fleets: dict[str, list[dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    return _read(url, site_id, fleets=fleets)[2]
 
 
 @router.get("/sites", dependencies=[ApiKey], responses=problem_responses(401))
@@ -72,10 +85,13 @@ async def sites(settings: SettingsDep) -> dict[str, Any]:
     """Every site in brief (see the module's doc), oldest first."""
 
     def gather() -> list[dict[str, Any]]:
+        url = settings.database_url
+        store = store_for(url)
+        fleets = memberships(fleet_store_for(url), store, datetime.now(UTC))
         out = []
-        for s in store_for(settings.database_url).list_sites():
+        for s in store.list_sites():
             try:
-                out.append(_site_summary(settings.database_url, s["id"]))
+                out.append(_site_summary(url, s["id"], fleets))
             except SiteNotFound:  # deleted meanwhile
                 continue
         return out

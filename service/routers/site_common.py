@@ -32,6 +32,7 @@ from service.runtime.records import (
     Origin,
     Plan,
     Site,
+    SiteInFleet,
     SiteNotFound,
     VersionConflict,
 )
@@ -131,6 +132,14 @@ async def store_call(
         ) from None
     except VersionConflict as e:
         raise HTTPException(412, f"{e}; GET the site and retry") from None
+    except SiteInFleet as e:
+        raise Problem(
+            409,
+            "Conflict",
+            str(e),
+            "/problems/site-in-fleet",
+            fleets=[{"id": fid, "name": name} for fid, name in e.fleets],
+        ) from None
     except (Contention, sites.RegisteredGridUnknown) as e:
         raise HTTPException(409, str(e)) from None
 

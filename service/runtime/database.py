@@ -27,6 +27,12 @@ Tables:
   (the version its merge produced), ``event`` (the OpenADR event as received), and
   once retracted ``retracted`` (when) and ``retracted_version`` (the version the
   retraction produced);
+* ``fleets``: ``id``, ``name``, ``body`` (the fleet's regions, routing and solver;
+  docs/fleet.md, section 6), ``version``, timestamps; ``fleet_sites`` its member sites
+  (``fleet_id``, ``site_id``, ``position``: a site in a fleet is not deleted);
+  ``fleet_plans``: ``fleet_id``, ``fleet_version``, ``site_versions`` (each member's
+  version it was computed from), ``plan_start`` (the members' clock), ``created``,
+  ``status``, ``duration_s``, ``response`` (the fleet's schedule document);
 * ``jobs``: solves run in the background (:mod:`service.runtime.jobstore`): ``kind``, ``request``,
   its ``digest``, an optional unique ``idempotency_key``, ``status``, ``progress``,
   ``result`` or ``error``, ``cancel_requested``, ``attempts``, the ``worker`` running it,
@@ -119,6 +125,42 @@ events = Table(
 )
 
 
+fleets = Table(
+    "fleets",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("body", JSON, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("updated", DateTime(timezone=True), nullable=False),
+)
+
+
+fleet_sites = Table(
+    "fleet_sites",
+    metadata,
+    Column("fleet_id", String(32), ForeignKey("fleets.id"), primary_key=True),
+    Column("site_id", String(32), ForeignKey("sites.id"), primary_key=True, index=True),
+    Column("position", Integer, nullable=False),
+)
+
+
+fleet_plans = Table(
+    "fleet_plans",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fleet_id", String(32), ForeignKey("fleets.id"), nullable=False, index=True),
+    Column("fleet_version", Integer, nullable=False),
+    Column("site_versions", JSON, nullable=False),
+    Column("plan_start", DateTime(timezone=True), nullable=False),  # the members' clock
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("duration_s", Float, nullable=True),
+    Column("response", JSON, nullable=False),
+)
+
+
 jobs = Table(
     "jobs",
     metadata,
@@ -193,7 +235,7 @@ def make_engine(url: str) -> Engine:
 
 
 #: the schema revision that :data:`metadata` describes (the newest migration)
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 
 #: the Alembic scripts (service/migrations)

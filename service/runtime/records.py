@@ -1,6 +1,7 @@
-"""The records of the store (:mod:`service.runtime.store`): a site, a plan and its head,
-an event's record, an update of a site and what asked for a plan or a job, with the
-store's errors."""
+"""The records of the stores (:mod:`service.runtime.store`,
+:mod:`service.runtime.fleetstore`): a site, a plan and its head, an event's record, an
+update of a site and what asked for a plan or a job, a fleet and its plan, with the
+stores' errors."""
 
 from __future__ import annotations
 
@@ -17,6 +18,24 @@ class SiteNotFound(LookupError):
     def __init__(self, site_id: str) -> None:
         self.site_id = site_id
         super().__init__(f"no site {site_id!r}")
+
+
+class FleetNotFound(LookupError):
+    def __init__(self, fleet_id: str) -> None:
+        self.fleet_id = fleet_id
+        super().__init__(f"no fleet {fleet_id!r}")
+
+
+class SiteInFleet(Exception):
+    """A site a fleet plans with is not deleted while the fleet is."""
+
+    def __init__(self, site_id: str, fleets: list[tuple[str, str]]) -> None:
+        self.site_id = site_id
+        self.fleets = fleets
+        named = ", ".join(f"{name!r} ({fid})" for fid, name in fleets)
+        super().__init__(
+            f"site {site_id!r} belongs to fleet {named}: delete the fleet first"
+        )
 
 
 class VersionConflict(Exception):
@@ -123,3 +142,33 @@ class Update:
     body: dict[str, Any]
     event: dict[str, Any] | None = None
     registers: bool = False
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Registered sites planned together: their ids in order (``site_ids``) and the
+    fleet's ``body`` (regions, routing, solver; docs/fleet.md, section 6)."""
+
+    id: str
+    name: str
+    body: dict[str, Any]
+    version: int
+    created: datetime
+    updated: datetime
+    site_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """A fleet's plan, with the fleet's and each member site's version it was computed
+    from (``site_versions``: site id -> version)."""
+
+    id: int
+    fleet_id: str
+    fleet_version: int
+    site_versions: dict[str, int]
+    plan_start: datetime
+    created: datetime
+    status: str
+    duration_s: float | None
+    response: dict[str, Any]

@@ -36,6 +36,7 @@ from service.runtime.database import (
     sites,
     utc_now,
 )
+from service.runtime.fleetstore import member_of
 from service.runtime.records import (
     Contention,
     EventNotFound,
@@ -45,6 +46,7 @@ from service.runtime.records import (
     Plan,
     PlanHead,
     Site,
+    SiteInFleet,
     SiteNotFound,
     Update,
     VersionConflict,
@@ -224,7 +226,12 @@ class Store:
         raise Contention(f"site {site_id!r} changed {MAX_ATTEMPTS} times while retracting")
 
     def delete_site(self, site_id: str) -> None:
+        """Delete the site, its plans and its events; :class:`SiteInFleet` while a fleet
+        plans with it."""
         with self.engine.begin() as conn:
+            owners = member_of(conn, site_id)
+            if owners:
+                raise SiteInFleet(site_id, owners)
             conn.execute(delete(plans).where(plans.c.site_id == site_id))
             conn.execute(delete(events).where(events.c.site_id == site_id))
             res = conn.execute(delete(sites).where(sites.c.id == site_id))

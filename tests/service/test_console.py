@@ -32,6 +32,8 @@ import pytest
 
 from formulation.demo import demo_request
 from tests.demo_sites import demo_three_times
+from tests.service.conftest import small_schedule
+from tests.service.test_fleets_persist import REGION
 
 pytestmark = [pytest.mark.servers, pytest.mark.browser]
 
@@ -534,6 +536,37 @@ def test_console_sites_site_event_jobs(
 
 def periods_by_index(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {p["index"]: p for p in plan["schedule"]["periods"]}
+
+
+def test_console_sites_list_shows_fleet_shares(
+    live_server: Callable[..., str], browser: Any
+) -> None:
+    """Two registered sites planned as one fleet: each site's row gives its share of the
+    fleet's region in the plan's period now, as the plan has it."""
+    base = live_server(workers=1)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    start = (hour - timedelta(hours=1)).isoformat()
+    ids = []
+    for name in ("east", "west"):
+        body = small_schedule(time_limit_s=10) | {"name": name, "plan_start": start}
+        r = httpx.post(f"{base}/v1/sites", json=body, timeout=30)
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    fleet = {"name": "two", "sites": ids, "regions": [REGION], "solver": {"time_limit_s": 20}}
+    r = httpx.post(f"{base}/v1/fleets", json=fleet, timeout=30)
+    assert r.status_code == 201, r.text
+    plan = httpx.post(f"{base}/v1/fleets/{r.json()['id']}/plan", timeout=120).json()
+    console = Console(browser, base)
+    page = console.open("/", "sites")
+    t = (datetime.now(UTC) - hour) // timedelta(hours=1) + 1  # the period now
+    served = {s["site"]: s["share"] for s in plan["plan"]["regions"][0]["shares"]}
+    for name in ("east", "west"):
+        link = page.get_by_role("link", name=name, exact=True)
+        cell = page.locator("tr", has=link).locator(".fleets").inner_text()
+        share = served[name][t]
+        assert cell == f"two: r1 {100 * share:.2f}%"
+    console.clean(page)
+    page.close()
 
 
 def test_console_asks_for_the_key_first(live_server: Callable[..., str], browser: Any) -> None:

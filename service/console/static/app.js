@@ -68,6 +68,20 @@ function eventText(ev, withDate = true) {
   return `${name}${cap}, ${span} (${lead})`;
 }
 
+// a site's fleets with its shares of their regions in the latest fleet plan's period now
+function fleetText(fleets) {
+  if (!fleets || !fleets.length) return "–";
+  return fleets.map((f) => {
+    const p = f.plan;
+    if (!p) return `${f.name}: no plan`;
+    const stale = p.stale ? " (stale)" : "";
+    if (!p.shares) return `${f.name}${stale}: plan does not cover now`;
+    const regions = Object.entries(p.shares);
+    const text = regions.length ? regions.map(([r, x]) => `${r} ${pct(x)}`).join(", ") : "serves no region";
+    return `${f.name}${stale}: ${text}`;
+  }).join("; ");
+}
+
 function table(head, rows, numeric = []) {
   return h("div", { class: "scroll" }, h("table", {},
     h("thead", {}, h("tr", {}, head.map((c, i) => h("th", { scope: "col", class: numeric.includes(i) ? "num" : null }, c)))),
@@ -144,6 +158,7 @@ async function sitesPage(t0) {
       p ? usd(p.unserved_value_usd) : "–",
       p ? `${kwText(p.peak_power_w)} / ${kwText(p.cap_at_peak_w)}` : "–",
       eventText(s.next_event),
+      h("span", { class: "fleets" }, fleetText(s.fleets)),
     ];
   });
   const status = h("p", { role: "status" });
@@ -174,7 +189,8 @@ async function sitesPage(t0) {
   main.replaceChildren(
     h("h1", {}, "Sites"),
     rows.length ? table(["Site", "GPUs", "Deployments", "Latest plan", "Draw now / cap", "Headroom now",
-      "Energy cost", "Carbon cost", "Value of unserved demand", "Peak / cap there", "Next event"], rows, [4, 5, 6, 7, 8, 9])
+      "Energy cost", "Carbon cost", "Value of unserved demand", "Peak / cap there", "Next event",
+      "Fleets: shares of regions now"], rows, [4, 5, 6, 7, 8, 9])
       : h("p", {}, "No site registered yet."),
     rows.length ? h("p", { class: "muted note" }, "Costs are those of the latest plan over its horizon; the plan "
       + "minimises their sum (with instance starts and stops), its objective.") : null,
