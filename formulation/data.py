@@ -686,19 +686,26 @@ def _pair_count(d: DeploymentInput) -> int:
     return len(d.prefill_settings or ("",)) * len(d.decode_settings or ("",))
 
 
+def candidate_counts(p: ScheduleProblem, specs: list[DeploymentSpec] | None = None) -> list[int]:
+    """Each deployment's configurations (its candidates times its setting pairs, and the
+    off state), what its tables hold per period; InputError naming the setting a GPU
+    does not take (``deployments[i].settings.prefill[j]``). Builds no table."""
+    specs = deployment_specs(p) if specs is None else specs
+    for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True)):
+        setting_lists(i, d, s)
+    return [
+        1 + (candidate_count(d, *instance_gpus(s)) - 1) * _pair_count(d)
+        for d, s in zip(p.deployments, specs, strict=True)
+    ]
+
+
 def check_memory(
     p: ScheduleProblem, specs: list[DeploymentSpec] | None = None
 ) -> memory.MemoryEstimate:
     """The estimated memory of solving ``p``; InputError naming the deployment's
     ``max_gpus`` when it exceeds ``p.host.memory_budget_mb``, or the setting a GPU does
     not take (``deployments[i].settings.prefill[j]``). Builds no table."""
-    specs = deployment_specs(p) if specs is None else specs
-    for i, (d, s) in enumerate(zip(p.deployments, specs, strict=True)):
-        setting_lists(i, d, s)
-    counts = [
-        1 + (candidate_count(d, *instance_gpus(s)) - 1) * _pair_count(d)
-        for d, s in zip(p.deployments, specs, strict=True)
-    ]
+    counts = candidate_counts(p, specs)
     return memory.check(
         p.n_periods,
         counts,

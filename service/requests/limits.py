@@ -29,15 +29,19 @@ runs without parsing the request again.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import TypeVar
 
-from formulation.data import check_memory
+from formulation import memory
+from formulation.data import candidate_counts, check_memory
 from formulation.fleet.problem import FleetProblem, fleet_from_request
 from formulation.fleet.request import FleetRequest, FleetSiteIn
 from formulation.problem import Host, ScheduleProblem, problem_from_request
 from formulation.request import TIME_LIMIT, TimeLimit
 from model.errors import InputError
 from model.performance.engine import NO_KERNEL_PACKAGE, installed_kernels
+from model.shapes import parse_shape
 from service.requests.dr import (
     DemandResponseRequest,
     FleetDemandResponseRequest,
@@ -84,24 +88,65 @@ def check_performance(performance: str, s: Settings, field: str = "performance")
         )
 
 
-def check_front(max_gpus: int, pairs: int, s: Settings) -> None:
-    """InputError naming ``max_gpus`` when a front of ``max_gpus`` GPUs over ``pairs``
-    setting pairs evaluates more configurations than the largest front this server
-    answers, the one of ``max_front_gpus`` GPUs at one setting (every ``(n_P, n_D)``
-    with ``n_P + n_D <= G``: ``G (G - 1) / 2`` of them, one GPU per instance)."""
+#: the GPUs of each shape ``auto`` may search for a phase (model.operations.auto_shapes:
+#: tp1, and for G = 2, 4 and 8 tp<G>, tp<G>,ep<G> and tp1,dp<G>,ep<G>)
+AUTO_SHAPE_GPUS = (1, 2, 2, 2, 4, 4, 4, 8, 8, 8)
+
+
+def _instance_pairs(g: int, a: int, b: int) -> int:
+    """The configurations ``(n_P, n_D)``, each at least 1, of prefill instances of ``a``
+    GPUs and decode instances of ``b`` within ``g`` GPUs: ``n_P a + n_D b <= g``."""
+    return sum((g - n * a) // b for n in range(1, (g - b) // a + 1)) if g >= a + b else 0
+
+
+def _shape_gpus(shapes: Sequence[str] | None, field: str) -> list[int]:
+    """The GPUs of each shape a front searches for a phase: the listed ones (repeats
+    once), every shape ``auto`` may give, or one GPU for the deployment's own (at most the
+    configurations of any shape)."""
+    if shapes is None:
+        return [1]
+    if list(shapes) == ["auto"]:
+        return list(AUTO_SHAPE_GPUS)
+    return [parse_shape(t, f"{field}[{j}]").gpus for j, t in enumerate(dict.fromkeys(shapes))]
+
+
+def check_front(
+    max_gpus: int,
+    pairs: int,
+    s: Settings,
+    prefill_shapes: Sequence[str] | None = None,
+    decode_shapes: Sequence[str] | None = None,
+    variants: int = 1,
+) -> None:
+    """InputError naming ``max_gpus`` when a front of ``max_gpus`` GPUs evaluates more
+    configurations than the largest front this server answers, the one of
+    ``max_front_gpus`` GPUs at one setting (every ``(n_P, n_D)`` with ``n_P + n_D <= G``:
+    ``G (G - 1) / 2`` of them, one GPU per instance). A front multiplies its
+    configurations by its ``pairs`` of settings, by every pair of the shapes it searches
+    (each pair's configurations within ``max_gpus``) and by its other ``variants`` (GPU
+    type pairs, draft depths)."""
     if max_gpus > s.max_front_gpus:
         raise InputError("max_gpus", f"must be <= {s.max_front_gpus} on this server")
+    shapes_p = _shape_gpus(prefill_shapes, "prefill_shapes")
+    shapes_d = _shape_gpus(decode_shapes, "decode_shapes")
 
     def count(g: int) -> int:
-        return g * (g - 1) // 2
+        return pairs * variants * sum(_instance_pairs(g, a, b) for a in shapes_p for b in shapes_d)
 
-    budget = count(s.max_front_gpus)
-    if pairs * count(max_gpus) > budget:
-        most = max(g for g in range(2, s.max_front_gpus + 1) if pairs * count(g) <= budget)
+    budget = _instance_pairs(s.max_front_gpus, 1, 1)
+    if count(max_gpus) > budget:
+        lo, hi = 1, max_gpus  # the most GPUs within the budget: count rises with them
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if count(mid) <= budget else (lo, mid - 1)
+        many = len(shapes_p) * len(shapes_d)
+        parts = [f"{pairs} setting pair{'s' * (pairs > 1)}"]
+        parts += [f"{many} shape pairs"] if many > 1 else []
+        parts += [f"{variants} GPU-type pairs times draft depths"] if variants > 1 else []
         raise InputError(
             "max_gpus",
-            f"must be <= {most} on this server with {pairs} setting pairs (a front "
-            f"evaluates at most the configurations of {s.max_front_gpus} GPUs at one setting)",
+            f"must be <= {lo} on this server with {', '.join(parts)} (a front evaluates at "
+            f"most the configurations of {s.max_front_gpus} GPUs at one setting)",
         )
 
 
@@ -221,9 +266,38 @@ def check_fleet(
                 check_memory(site_problem)
             except InputError as exc:
                 raise InputError(f"sites[{i}].{exc.field}", exc.reason) from None
+        if problem.coupled:
+            check_fleet_memory(problem)
     except InputError as exc:
         raise InputError(prefix + exc.field, exc.reason) from None
     return req, problem
+
+
+def check_fleet_memory(problem: FleetProblem) -> memory.MemoryEstimate:
+    """Sites that share demand are solved together, their tables held at once: the
+    memory of all their deployments (the estimate, returned) within the budget;
+    InputError naming the
+    deployment that needs the most (``sites[i].deployments[j].max_gpus``), or ``sites``
+    when it is their number that does not fit."""
+    where = [(i, j) for i, sp in enumerate(problem.sites) for j in range(len(sp.deployments))]
+    counts = [c for sp in problem.sites for c in candidate_counts(sp)]
+    solver = problem.sites[0].solver
+    try:
+        return memory.check(
+            problem.n_periods,
+            counts,
+            problem.host.memory_budget_mb,
+            memory.workers(solver.threads),
+            solver.time_limit_s,
+            memory.builds_milp(len(counts), solver.method),
+        )
+    except InputError as exc:
+        m = re.fullmatch(r"deployments\[(\d+)\](.*)", exc.field)
+        if m is None:  # their number: plan fewer sites or deployments together
+            sites = f"deployments of {len(problem.sites)} sites sharing demand ("
+            raise InputError("sites", exc.reason.replace("deployments (", sites, 1)) from None
+        i, j = where[int(m.group(1))]
+        raise InputError(f"sites[{i}].deployments[{j}]{m.group(2)}", exc.reason) from None
 
 
 def check_fleet_demand_response(

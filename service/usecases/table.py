@@ -88,8 +88,9 @@ def _check_capacity(req: CapacityRequest, s: Settings, prefix: str = "") -> Chec
 
 
 def _check_front(req: FrontRequest, s: Settings, prefix: str = "") -> Checked:
-    pairs = len(req.prefill_settings or [""]) * len(req.decode_settings or [""])
-    check_front(req.max_gpus, pairs, s)
+    pairs = len(set(req.prefill_settings or [""])) * len(set(req.decode_settings or [""]))
+    variants = len(set(req.gpus or [""])) ** 2 * len(set(req.mtp_draft_tokens or [0]))
+    check_front(req.max_gpus, pairs, s, req.prefill_shapes, req.decode_shapes, variants)
     check_performance(req.performance, s, f"{prefix}performance")
     return Checked(req)
 

@@ -183,3 +183,42 @@ def test_api_front_runs_in_the_solver_pool_429_when_full(client):
         pool._busy = 0
     assert client.post("/v1/front", json=BODY).status_code == 200
     assert pool.busy == 0
+
+
+def test_api_front_over_gpu_types_and_shapes_stays_within_the_servers_largest_front(
+    make_client,
+):
+    """GPU-type pairs and shape pairs multiply a front's configurations as setting pairs
+    do: a 150-byte request over 7 GPU types (49 pairs) at 512 GPUs ran a solver worker
+    to 24 GB before it was counted, and 4 x 4 shapes at 512 GPUs answered 198 MB."""
+    client = make_client(workers=1, max_front_gpus=16)
+    # 16 GPUs at one setting: 120 configurations; 2 GPU types make 4 pairs, so 8 GPUs
+    # (4 x 28 = 112), not 9 (4 x 36 = 144)
+    body = {**BODY, "gpus": ["h200", "h100-sxm"]}
+    assert client.post("/v1/front", json={**body, "max_gpus": 8}).status_code == 200
+    r = client.post("/v1/front", json={**body, "max_gpus": 9})
+    (error,) = r.json()["errors"]
+    assert r.status_code == 422 and error["field"] == "max_gpus" and "<= 8" in error["reason"]
+    assert "4 GPU-type pairs" in error["reason"]
+    # shapes: tp1 and tp2 per phase, each pair's (n_P, n_D) within the GPUs, counted
+    # by brute force against the server's 120
+    shapes = {**BODY, "prefill_shapes": ["tp1", "tp2"], "decode_shapes": ["tp1", "tp2"]}
+
+    def configs(g: int) -> int:
+        return sum(
+            1
+            for a in (1, 2)
+            for b in (1, 2)
+            for n in range(1, g + 1)
+            for m in range(1, g + 1)
+            if n * a + m * b <= g
+        )
+
+    most = max(g for g in range(2, 17) if configs(g) <= 120)
+    assert client.post("/v1/front", json={**shapes, "max_gpus": most}).status_code == 200
+    r = client.post("/v1/front", json={**shapes, "max_gpus": most + 1})
+    (error,) = r.json()["errors"]
+    assert r.status_code == 422 and error["field"] == "max_gpus" and f"<= {most}" in error["reason"]
+    # a shape the server cannot read is named by its field, before any work
+    r = client.post("/v1/front", json={**BODY, "prefill_shapes": ["tp0"]})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "prefill_shapes[0]"
