@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from model import jsondoc
 from model.clocks import GpuClocks
 from model.errors import InputError, NotFoundError
 from model.shapes import InstanceShape, parse_shape
@@ -1331,13 +1332,17 @@ def load_override_file(path: str) -> dict[str, dict[str, object]]:
     suffix = file.suffix.lower()
     if suffix not in (".json", ".toml"):
         raise InputError("override_file", f"must end in .json or .toml, got {file.name!r}")
+    if suffix == ".json":
+        return _check_sections(jsondoc.read(file, "override_file"), "override_file")
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
         raise InputError("override_file", f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise InputError("override_file", f"{path} is not UTF-8 text: {error.reason}") from None
     try:
-        raw = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raw = tomllib.loads(text)  # a key given twice is a TOML error
+    except tomllib.TOMLDecodeError as error:
         raise InputError("override_file", f"cannot parse {file.name}: {error}") from None
     return _check_sections(raw, "override_file")
 

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from model import jsondoc
 from model.errors import InputError, NotFoundError
 
 __all__ = [
@@ -754,16 +755,9 @@ def _workload_from_moments(path_text: str) -> Workload:
     if not path_text:
         raise InputError("workload", "moments: needs a JSON file path, e.g. moments:w.json")
     path = Path(path_text)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:  # the path as given: the folder may be what is wrong
-        raise InputError("workload", f"moments file {path} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("workload", f"cannot read moments file {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            "workload", f"moments file {path.name} is not valid JSON: {exc.msg} (line {exc.lineno})"
-        ) from None
+    if not path.exists():  # the path as given: the folder may be what is wrong
+        raise InputError("workload", f"moments file {path} not found")
+    data = jsondoc.read(path, "workload")
     if isinstance(data, dict) and "name" not in data:
         data = {**data, "name": f"moments:{path.name}"}
     return Workload.from_dict(data)

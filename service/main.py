@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
 from formulation.request import publishing
+from model.jsondoc import repeated_key, repeated_reason
 from service import console
 from service.jobs.queue import RedisJobs
 from service.jobs.runner import JobRunner
@@ -53,7 +54,9 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class BodyLimit:
-    """Refuses bodies larger than ``limit`` bytes (413), declared or streamed."""
+    """Refuses bodies larger than ``limit`` bytes (413), declared or streamed, and JSON
+    bodies that give a key twice in one object (422 naming the object: the parser would
+    keep the last value and drop the other silently)."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -82,6 +85,14 @@ class BodyLimit:
             if not msg.get("more_body", False):
                 break
 
+        headers = dict(scope.get("headers") or [])
+        if b"json" in headers.get(b"content-type", b""):
+            body = b"".join(m.get("body", b"") for m in chunks if m["type"] == "http.request")
+            found = repeated_key(body) if body else None
+            if found is not None:  # Python's parser would keep the last value: refuse
+                await _repeated(send, *found)
+                return
+
         async def replay() -> Message:
             if chunks:
                 return chunks.pop(0)
@@ -90,21 +101,15 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _too_large(send: Send, limit: int) -> None:
+async def _send_problem(send: Send, doc: dict[str, Any]) -> None:
+    """An RFC 9457 problem answered from the middleware, before any route."""
     import json
 
-    body = json.dumps(
-        {
-            "type": "about:blank",
-            "title": "Content Too Large",
-            "status": 413,
-            "detail": f"request body larger than {limit} bytes",
-        }
-    ).encode()
+    body = json.dumps(doc).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": doc["status"],
             "headers": [
                 (b"content-type", b"application/problem+json"),
                 (b"content-length", str(len(body)).encode()),
@@ -112,6 +117,32 @@ async def _too_large(send: Send, limit: int) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def _repeated(send: Send, at: str, key: str) -> None:
+    reason, field = repeated_reason(key), at or "body"
+    await _send_problem(
+        send,
+        {
+            "type": "/problems/validation",
+            "title": "Invalid request",
+            "status": 422,
+            "detail": f"{field}: {reason}",
+            "errors": [{"field": field, "reason": reason}],
+        },
+    )
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    await _send_problem(
+        send,
+        {
+            "type": "about:blank",
+            "title": "Content Too Large",
+            "status": 413,
+            "detail": f"request body larger than {limit} bytes",
+        },
+    )
 
 
 def begin_shutdown(app: FastAPI) -> None:

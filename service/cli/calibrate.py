@@ -16,11 +16,11 @@ Rows the consistency screen keeps out (``model.measured.screen``) are counted in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from model import jsondoc
 from model.catalog import Calibration, load_gpu
 from model.errors import InputError
 from model.measured import engine_fit
@@ -138,24 +138,11 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
 
 
 def _read_json(path: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError("calibration", f"cannot read {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError("calibration", f"{Path(path).name} is not valid JSON: {e}") from None
+    return jsondoc.read(path, "calibration")
 
 
 def read_calibration_file(path: str) -> Fit:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError("calibration", f"cannot read {path}: {e.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError("calibration", f"{Path(path).name} is not valid JSON: {e}") from None
-    return from_document(doc, Path(path).name)
+    return from_document(jsondoc.read(path, "calibration"), Path(path).name)
 
 
 def calibration_for_gpu(path: str, gpu: str, f: Fit | None = None) -> Calibration:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from formulation.fleet.request import is_fleet
+from model import jsondoc
 from model.errors import InputError
 from service.cli.solving import (
     Progress,
@@ -32,13 +32,7 @@ def _hhmm(minute: float) -> str:
 
 
 def _load_json(path: str, field: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except OSError as e:
-        raise InputError(field, f"cannot read {path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise InputError(field, f"{path} is not valid JSON: line {e.lineno}: {e.msg}") from e
+    return jsondoc.read(path, field)
 
 
 # --------------------------------------------------------------------------- dr

@@ -6,7 +6,6 @@ defaults; the host options (memory budget, kernel database); and the progress li
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Any
 
 from formulation.demo import demo_request
 from formulation.problem import Host, deployment_dicts, fill_model_variant, fill_performance
+from model import jsondoc
 from model.errors import InputError
 from service.cli.common import add_performance_args, add_variant_arg, kernel_options
 
@@ -102,13 +102,7 @@ def load_body(a: argparse.Namespace) -> dict[str, Any]:
         return with_defaults(body, a)
     if not a.file:
         raise InputError("FILE", "give a schedule request file (JSON) or --demo")
-    try:
-        with open(a.file, encoding="utf-8") as fh:
-            body = json.load(fh)
-    except OSError as e:
-        raise InputError("FILE", f"cannot read {a.file}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise InputError("FILE", f"{a.file} is not valid JSON: line {e.lineno}: {e.msg}") from e
+    body = jsondoc.read(a.file, "FILE")
     if a.time_limit is not None and isinstance(body, dict):
         body.setdefault("solver", {})["time_limit_s"] = a.time_limit
     return with_defaults(body, a)

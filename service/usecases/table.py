@@ -182,7 +182,16 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
 def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked:
     """The site must exist (its request was checked when it was registered; raises
     :class:`service.runtime.records.SiteNotFound`), and ``current`` fit it
-    (:func:`service.sites.plans.check_current`, the field named under ``prefix``)."""
+    (:func:`service.sites.plans.check_current`, the field named under ``prefix``). A
+    client does not state ``applied``: what the site ran in a period is recorded by a
+    shed (``POST /v1/sites/{id}/shed``, which queues its re-plan itself), never taken
+    from a request, where it would stand in the plan and its replica targets as given."""
+    if req.applied is not None:
+        raise InputError(
+            prefix + "applied",
+            "is recorded by a shed (POST /v1/sites/{id}/shed), not taken from a request: "
+            "leave it out",
+        )
     site = store_for(s.database_url).get_site(req.site_id)
     try:
         check_current(site.body, req.current, solve_host(s))

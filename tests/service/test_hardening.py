@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from formulation.demo import demo_request
 from model.errors import InputError
 from model.workload import parse_workload, workload_kind
 from service.runtime.metrics import HTTP_METHODS, OTHER_METHOD
@@ -289,3 +290,49 @@ def test_metrics_labels_do_not_grow_with_what_clients_send(make_client: Any) -> 
     series = [line.rsplit(" ", 1)[0] for line in after.splitlines()]
     assert series == [line.rsplit(" ", 1)[0] for line in before.splitlines()]
     assert len(after) < len(before) + 200
+
+
+def test_a_key_given_twice_is_refused_not_overwritten(client: Any, tmp_path: Path) -> None:
+    """Python's JSON parser keeps the last of a key given twice in one object, so
+    ``{"n_p": 3, ..., "n_p": 5}`` was computed at 5 without a word. Over HTTP and in the
+    command line's files the request is refused, naming the object and the key."""
+    body = (
+        '{"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256", '
+        '"n_p": 3, "n_d": 1, "n_p": 5}'
+    )
+    r = client.post("/v1/capacity", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    (error,) = r.json()["errors"]
+    assert error["field"] == "body" and "'n_p' is given more than once" in error["reason"]
+    nested = json.dumps(demo_request()).replace(
+        '"initial": {', '"initial": {"n_p": 9, ', 1
+    )
+    r = client.post("/v1/schedule", content=nested, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "deployments[0].initial"
+    # the same body without the repeat is answered
+    r = client.post("/v1/capacity", json=json.loads(body))
+    assert r.status_code == 200 and r.json()["n_p"] == 5
+
+    # the command line: a request file with a key twice, and one that is not UTF-8
+    twice = tmp_path / "twice.json"
+    twice.write_text(nested)
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(twice)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "deployments[0].initial: the key 'n_p' is given more than once" in out.stderr
+    assert "Traceback" not in out.stderr
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe")
+    for args in (["plan", str(binary)], ["capacity", "--np", "2", "--nd", "1", "--override",
+                                         str(binary)]):  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 2, (args, out.stderr)
+        assert "is not UTF-8 text" in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

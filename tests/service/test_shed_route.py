@@ -339,3 +339,31 @@ def test_a_shed_below_the_least_draw_keeps_its_period_at_the_limit_recorded(
     kept = client.get(f"/v1/sites/{site_id}/plan").json()["schedule"]["periods"][0]
     assert kept["index"] == 1 and kept["applied"] == "shed"
     assert kept["power_cap_w"] == pytest.approx(first)
+
+
+def test_a_client_cannot_state_what_a_site_ran(client: TestClient) -> None:
+    """``applied`` (what the site ran in the period before a re-plan) is recorded by a
+    shed only: a site_plan job that states it is refused at submission, before anything
+    is queued. (A forged one made a plan whose period drew 1 W against a 1 W cap, and
+    replica targets with a negative GPU power limit.)"""
+    site_id = register(client)
+    state = {name: {"n_p": 1, "n_d": 1} for name in ("a", "b")}
+    forged = {
+        "period": 0,
+        "power_w": 1,
+        "power_cap_w": 1,
+        "deployments": {
+            "zzz": {
+                "prefill_setting": "x",
+                "decode_setting": "y",
+                "served_rps": 5,
+                "capacity_rps": 1e300,
+                "power_w": 1,
+            }
+        },
+    }
+    request = {"site_id": site_id, "current": {"period": 1, "state": state}, "applied": forged}
+    r = client.post("/v1/jobs", json={"kind": "site_plan", "request": request})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "request.applied"
+    assert client.get("/ui/api/jobs").json()["jobs"] == []  # nothing queued
