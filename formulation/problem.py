@@ -42,6 +42,7 @@ from formulation.request import (
     TransitionsIn,
     parse_request,
 )
+from model.catalog import list_gpus
 from model.errors import InputError
 from model.workload import check_no_file
 
@@ -226,14 +227,22 @@ def horizon(req: ScheduleRequest) -> int:
 
 
 def validate(p: ScheduleProblem) -> None:
-    """The rules the request schema cannot state, checked before the catalog is read:
-    across fields (series lengths, names, inventories, bounds, initial states) and the
+    """The rules the request schema cannot state, checked before the catalog's models and
+    calibrations are read: the inventory's GPU types (the catalog's list), across fields
+    (series lengths, names, inventories, bounds, initial states) and the
     formulation's own limits; ranges of single fields are the schema's
     (:mod:`formulation.request`). Raises InputError naming the field."""
     n = len(p.deployments[0].demand_rps)
     if n > MAX_PERIODS:
         raise InputError("deployments[0].demand_rps", f"at most {MAX_PERIODS} periods")
     s = p.site
+    known = list_gpus()
+    for gpu in s.gpu_inventory:  # an unknown type would stand idle, costed without a word
+        if gpu not in known:
+            raise InputError(
+                f"site.gpu_inventory.{gpu}",
+                f"unknown GPU type {gpu!r}; the catalog has {', '.join(known)}",
+            )
     names: set[str] = set()
     for i, d in enumerate(p.deployments):
         at = f"deployments[{i}]"

@@ -29,6 +29,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from formulation.demo import demo_request
@@ -324,7 +325,23 @@ SettingText = Annotated[
         "or 'default' (the full clock); docs/clocks.md",
     ),
 ]
-SettingList = Annotated[list[SettingText], Field(min_length=1, max_length=MAX_SETTINGS_PER_PHASE)]
+def _distinct(items: list[Any]) -> list[Any]:
+    """A list whose items are each given once: a repeat would be searched once, the
+    other dropped without a word."""
+    seen = []
+    for item in items:
+        if item in seen:
+            raise ValueError(f"{item!r} is listed more than once")
+        seen.append(item)
+    return items
+
+
+#: a list whose items are each given once (:func:`_distinct`)
+Distinct = AfterValidator(_distinct)
+
+SettingList = Annotated[
+    list[SettingText], Field(min_length=1, max_length=MAX_SETTINGS_PER_PHASE), Distinct
+]
 
 
 class SettingsIn(Strict):
@@ -344,6 +361,12 @@ class LatencyTargetsIn(Strict):
 
     ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
     tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
+
+    @model_validator(mode="after")
+    def _some(self) -> LatencyTargetsIn:
+        if self.ttft_p99_s is None and self.tpot_p99_s is None:  # else it would do nothing
+            raise ValueError("give ttft_p99_s and/or tpot_p99_s (or leave the targets out)")
+        return self
 
 
 class DeploymentIn(Strict):

@@ -45,6 +45,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -723,12 +724,14 @@ def _parse_fixed(text: str, rest: str) -> Workload:
         raise InputError("workload", f"{text!r}: expected fixed:IN:OUT, e.g. fixed:4096:256")
     values = []
     for label, part in zip(("IN", "OUT"), parts, strict=True):
-        try:
-            value = int(part.strip())
-        except ValueError:
+        # ASCII digits only: int() would also read " 4096 ", "4_096" and other scripts'
+        # digits, and the workload's name would not be what was sent
+        if re.fullmatch(r"[0-9]{1,18}", part) is None:
             raise InputError(
-                "workload", f"{text!r}: {label} = {part!r} is not an integer"
-            ) from None
+                "workload",
+                f"{text!r}: {label} = {part!r} is not a whole number in digits 0-9 (at most 18)",
+            )
+        value = int(part)
         if value < 1:
             raise InputError("workload", f"{text!r}: {label} = {value} must be >= 1 (SPEC 2.5)")
         values.append(value)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from formulation.request import (
+    Distinct,
     Framework,
     Interconnect,
     LatencyTargetsIn,
@@ -206,6 +207,7 @@ MAX_SHAPES_PER_PHASE = 16
 ShapeList = Annotated[
     list[Annotated[str, Field(max_length=32)]],
     Field(min_length=1, max_length=MAX_SHAPES_PER_PHASE),
+    Distinct,
 ]
 
 
@@ -241,7 +243,9 @@ class FrontRequest(SpecFields):
         None, description="the decode instance shapes to search, as prefill_shapes"
     )
     mtp_draft_tokens: (
-        Annotated[list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=1, max_length=8)]
+        Annotated[
+            list[Annotated[int, Field(ge=0, le=16)]], Field(min_length=1, max_length=8), Distinct
+        ]
         | None
     ) = Field(
         None,
@@ -249,7 +253,7 @@ class FrontRequest(SpecFields):
         "next-token-prediction module, under performance 'kernels'; 0: none); each point "
         "names its depth (docs/kernels.md). Default: the deployment's own",
     )
-    gpus: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = Field(
+    gpus: Annotated[list[Name], Field(min_length=1, max_length=8), Distinct] | None = Field(
         None,
         description="search each phase on each of these GPU types (every pair, e.g. "
         "H100 prefill with H200 decode); each point names its prefill_gpu and decode_gpu "

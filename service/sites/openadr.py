@@ -27,10 +27,11 @@ from pydantic import (
     Field,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 
 from model.errors import InputError
-from service.requests.schemas import SHALLOW, DateTimeText
+from service.requests.schemas import NUL, SHALLOW, DateTimeText
 
 CAP = "IMPORT_CAPACITY_LIMIT"
 PRICE = "PRICE"
@@ -108,8 +109,36 @@ class EventPayloadDescriptor(_Strict):
     currency: str | None = None
 
 
+def _nul_at(doc: Any, at: str = "") -> str | None:
+    """The path of the first text (key or value) of ``doc`` holding the NUL character."""
+    stack: list[tuple[Any, str]] = [(doc, at)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str) and NUL in node:
+            return where or "event"
+        if isinstance(node, dict):
+            for k, v in node.items():
+                path = f"{where}.{k}" if where else str(k)
+                if isinstance(k, str) and NUL in k:
+                    return path
+                stack.append((v, path))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+    return None
+
+
 class OadrEvent(_Strict):
-    """An OpenADR 3.1.0 event object (the fields a VTN sends; provisioned ones optional)."""
+    """An OpenADR 3.1.0 event object (the fields a VTN sends; provisioned ones optional).
+    No text of it may hold the NUL character: the event is stored as sent, and
+    PostgreSQL's text cannot hold it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, v: Any) -> Any:
+        where = _nul_at(v)
+        if where is not None:
+            raise ValueError(f"{where} holds the NUL character (U+0000), which is not stored")
+        return v
 
     model_config = ConfigDict(
         extra="forbid",

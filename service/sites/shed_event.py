@@ -46,6 +46,7 @@ class ShedBody(Strict):
     )
     dry_run: bool = Field(
         False,
+        strict=True,  # "yes" and 1 are not true: only JSON's own true and false
         description="answer what the shed would do now and what it would record, "
         "recording nothing: no event, no re-plan",
     )

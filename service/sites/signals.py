@@ -197,6 +197,10 @@ def _segments(ev: OadrEvent) -> tuple[list[_Segment], list[tuple[int, datetime, 
             seen[p.type] = j
             if not p.values:
                 raise InputError(f"{at}.values", "needs at least one value")
+            if len(segs) + len(p.values) > MAX_SEGMENTS:
+                raise InputError(
+                    f"{at}.values", f"the event holds more than {MAX_SEGMENTS} values in all"
+                )
             scale = _scale(p.type, descs, at)
             n = len(p.values)
             step = (end - start) / n

@@ -163,7 +163,10 @@ def test_the_schemas_links_are_the_models():
          "deployments[1].decode_gpu", "not in site.gpu_inventory"),
         (lambda b: (b["site"]["gpu_inventory"].update({"h900": 4}),
                     b["deployments"][0].update(prefill_gpu="h900")),
-         "deployments[0].prefill_gpu", "unknown prefill_gpu"),
+         "site.gpu_inventory.h900", "unknown GPU type 'h900'"),
+        # a type no deployment runs stood idle, costed at idle power without a word
+        (lambda b: b["site"]["gpu_inventory"].update({"zz9": 8}),
+         "site.gpu_inventory.zz9", "unknown GPU type 'zz9'"),
         (lambda b: b["site"].update(interconnect="nvlink"), "site.interconnect", "one board"),
         (lambda b: b["site"].update(interconnect="token-ring"), "site.interconnect",
          "'nvlink', 'infiniband' or 'ethernet'"),

@@ -201,6 +201,19 @@ def test_fixed_rejects_non_positive(l_in: int, l_out: int) -> None:
         Workload.fixed(l_in, l_out)
 
 
+@pytest.mark.parametrize(
+    "text", ["fixed:\u0664\u0660\u0669\u0666:256", "fixed: 4096 : 256", "fixed:4_096:256",
+             "fixed:+4096:256", "fixed:4096:9" * 1 + "9" * 20],
+)  # fmt: skip
+def test_fixed_reads_ascii_digits_only(text: str) -> None:
+    """int() reads other scripts' digits, spaces and underscores: "fixed:\u0664..." was
+    answered as fixed:4096:256, a name other than the one sent."""
+    with pytest.raises(InputError, match="digits 0-9") as err:
+        parse_workload(text)
+    assert err.value.field == "workload"
+    assert parse_workload("fixed:4096:256").name == "fixed:4096:256"
+
+
 # ---- explicit moments -----------------------------------------------------------------
 
 

@@ -336,3 +336,27 @@ def test_a_key_given_twice_is_refused_not_overwritten(client: Any, tmp_path: Pat
         assert out.returncode == 2, (args, out.stderr)
         assert "is not UTF-8 text" in out.stderr and "Traceback" not in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        # empty targets did nothing: refused as the front's empty slo is
+        ("/v1/capacity", {"latency_targets": {}}, "latency_targets"),
+        ("/v1/front", {"slo": {}}, "slo"),
+        # a repeat in a list was searched once, the other dropped without a word
+        ("/v1/front", {"gpus": ["h200", "h200"]}, "gpus"),
+        ("/v1/front", {"prefill_settings": ["1980MHz", "1980MHz"]}, "prefill_settings"),
+        ("/v1/front", {"decode_shapes": ["tp1", "tp2", "tp1"]}, "decode_shapes"),
+        ("/v1/front", {"mtp_draft_tokens": [1, 1]}, "mtp_draft_tokens"),
+    ],
+)
+def test_requests_that_would_be_read_otherwise_than_sent_are_refused(
+    client: Any, route: str, body: dict[str, Any], field: str
+) -> None:
+    base = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256"}
+    if route == "/v1/capacity":
+        base |= {"n_p": 2, "n_d": 1}
+    r = client.post(route, json=base | body)
+    assert_problem(r, 422, field)
+    assert r.json()["errors"][0]["field"] == field

@@ -4,6 +4,7 @@ problems a malformed event gets over HTTP."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -473,3 +474,27 @@ def test_an_event_stored_deeper_than_the_limit_is_still_listed(
     assert r.status_code == 200, r.text[:300]
     (listed,) = r.json()["events"]
     assert listed["event"]["eventName"] == "deep"
+
+
+def test_an_event_holds_no_nul_and_a_bounded_number_of_values() -> None:
+    """An event is stored as sent: a NUL character in any of its texts (PostgreSQL's
+    text cannot hold one) is refused naming where it is; and an event whose payloads
+    hold more values than the service maps (450,000 in one payload took 4.7 s and
+    stalled the server's health check) is refused naming the payload."""
+    from pydantic import ValidationError
+
+    from service.sites.openadr import MAX_SEGMENTS, OadrEvent
+
+    for where, change in (
+        ("eventName", lambda e: e.update(eventName="after\x00noon")),
+        ("targets[0]", lambda e: e.update(targets=["site\x00"])),
+        ("intervals[1].payloads[0].type", lambda e: e["intervals"][1]["payloads"][0].update(
+            type="IMPORT_CAPACITY_LIMIT\x00")),
+    ):  # fmt: skip
+        ev = oadr_event()
+        change(ev)
+        with pytest.raises(ValidationError, match=rf"{re.escape(where)} holds the NUL"):
+            OadrEvent.model_validate(ev)
+    ev = oadr_event()
+    ev["intervals"][0]["payloads"][0]["values"] = [2.6] * (MAX_SEGMENTS + 1)
+    assert field_of(ev) == "event.intervals[0].payloads[0].values"

@@ -367,3 +367,15 @@ def test_a_client_cannot_state_what_a_site_ran(client: TestClient) -> None:
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["field"] == "request.applied"
     assert client.get("/ui/api/jobs").json()["jobs"] == []  # nothing queued
+
+
+@pytest.mark.parametrize("flag", ["yes", 1, "true"])
+def test_dry_run_is_json_true_or_false_only(client: TestClient, flag: Any) -> None:
+    """``"dry_run": "yes"`` and ``1`` were read as true: a shed a client meant as
+    something else previewed, or one meant as a preview applied. Only JSON's true and
+    false are read."""
+    site_id = register(client)
+    r = client.post(f"/v1/sites/{site_id}/shed", json={"target_kw": 5.0, "dry_run": flag})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "dry_run"
+    assert client.get(f"/v1/sites/{site_id}/events").json()["events"] == []
