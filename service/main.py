@@ -54,7 +54,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class BodyLimit:
-    """Refuses bodies larger than ``limit`` bytes (413), declared or streamed, and JSON
+    """Refuses bodies larger than ``limit`` bytes (413), declared or streamed; a body
+    sent to ``/v1/`` as anything but JSON (415: every route there reads JSON); and JSON
     bodies that give a key twice in one object (422 naming the object: the parser would
     keep the last value and drop the other silently)."""
 
@@ -86,9 +87,13 @@ class BodyLimit:
                 break
 
         headers = dict(scope.get("headers") or [])
-        if b"json" in headers.get(b"content-type", b""):
-            body = b"".join(m.get("body", b"") for m in chunks if m["type"] == "http.request")
-            found = repeated_key(body) if body else None
+        body = b"".join(m.get("body", b"") for m in chunks if m["type"] == "http.request")
+        ctype = headers.get(b"content-type", b"")
+        if body and scope.get("path", "").startswith("/v1/") and b"json" not in ctype:
+            await _unsupported(send, ctype.decode("latin-1"))  # every /v1 body is JSON
+            return
+        if body and b"json" in ctype:
+            found = repeated_key(body)
             if found is not None:  # Python's parser would keep the last value: refuse
                 await _repeated(send, *found)
                 return
@@ -129,6 +134,21 @@ async def _repeated(send: Send, at: str, key: str) -> None:
             "status": 422,
             "detail": f"{field}: {reason}",
             "errors": [{"field": field, "reason": reason}],
+        },
+    )
+
+
+async def _unsupported(send: Send, ctype: str) -> None:
+    given = f"{ctype!r}" if ctype else "none"
+    await _send_problem(
+        send,
+        {
+            "type": "about:blank",
+            "title": "Unsupported Media Type",
+            "status": 415,
+            "detail": f"the body must be JSON (content-type: application/json); content-type "
+            f"given: {given}",
+            "errors": [{"field": "content-type", "reason": "must be application/json"}],
         },
     )
 

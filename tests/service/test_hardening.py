@@ -360,3 +360,15 @@ def test_requests_that_would_be_read_otherwise_than_sent_are_refused(
     r = client.post(route, json=base | body)
     assert_problem(r, 422, field)
     assert r.json()["errors"][0]["field"] == field
+
+
+def test_a_body_that_is_not_json_is_415(client: Any) -> None:
+    """Every /v1 route reads JSON: a body sent as text/plain (or with no content-type)
+    was answered "body: Input should be a valid dictionary"; it is 415 naming the
+    content-type."""
+    body = json.dumps({"model": "qwen3-32b", "gpu": "h200", "n_p": 2, "n_d": 1})
+    for headers in ({"content-type": "text/plain"}, {}):
+        r = client.post("/v1/capacity", content=body.encode(), headers=headers)
+        assert_problem(r, 415, "content-type")
+    r = client.post("/v1/capacity", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
