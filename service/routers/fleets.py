@@ -7,7 +7,9 @@ grid signals, OpenADR events and forecasts (``POST /v1/sites/{id}/events``: the 
 of one site), and ``POST /v1/fleets/{id}/plan`` plans the members as they are then,
 through the same check and solve as ``POST /v1/fleet/schedule``. A plan says which
 members changed since it was made (``stale``, ``changed_sites``). A member site is not
-deleted while a fleet plans with it (409).
+deleted while a fleet plans with it (409). ``POST /v1/fleets/{id}/sites/{site}/events``
+merges an OpenADR event into one member, as the site's own route does, and plans the
+fleet in the same request.
 """
 
 from __future__ import annotations
@@ -22,17 +24,22 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from formulation.fleet.request import parse_fleet
+from formulation.infeasible import InfeasibleError
+from formulation.request import Strict
 from model.errors import InputError
 from service.fleets import registry
 from service.fleets.schemas import FleetRegistration
 from service.routers.busy import run_or_429
 from service.routers.deps import ApiKey, PoolDep, SettingsDep
-from service.routers.errors import problem_responses
-from service.routers.site_common import StoreDep
+from service.routers.errors import Problem, problem_responses
+from service.routers.site_common import SiteId, StoreDep, store_call
 from service.runtime.fleetstore import FleetStore, fleet_store_for
+from service.runtime.pool import SolvePool
 from service.runtime.records import Fleet, FleetNotFound, Site, SiteNotFound
 from service.runtime.settings import Settings
 from service.runtime.store import Store
+from service.sites import registry as site_registry
+from service.sites.openadr import OadrEvent
 from service.sites.plans import plan_start
 from service.usecases.rows import Checked, Context
 from service.usecases.table import USE_CASES, observed, run
@@ -134,17 +141,10 @@ async def delete_fleet(fleet_id: FleetId, fleets: FleetsDep) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{fleet_id}/plan", responses=problem_responses(404, 413, 422, 429))
-async def plan_fleet(
-    fleet_id: FleetId,
-    settings: SettingsDep,
-    pool: PoolDep,
-    store: StoreDep,
-    fleets: FleetsDep,
+async def _plan_now(
+    fleet: Fleet, settings: Settings, pool: SolvePool, store: Store, fleets: FleetStore
 ) -> dict[str, Any]:
-    """Plan the fleet's members as they are now (their events and forecasts merged), as
-    ``POST /v1/fleet/schedule`` plans a fleet request, and keep the plan."""
-    fleet = await run_in_threadpool(_fleet, fleets, fleet_id)
+    """Plan the fleet's members as they are now and keep the plan (as answered)."""
     members = await run_in_threadpool(_members, store, fleet.site_ids)
     checked = await run_in_threadpool(_checked, settings, fleet.body, members)
     uc = USE_CASES["fleet_schedule"]
@@ -159,8 +159,74 @@ async def plan_fleet(
             fleets.add_plan, fleet, versions, start, doc["status"], doc, time.perf_counter() - t0
         )
     except FleetNotFound:  # deleted while it was being planned
-        raise HTTPException(404, f"no fleet {fleet_id!r}") from None
+        raise HTTPException(404, f"no fleet {fleet.id!r}") from None
     return registry.plan_doc(fleet, plan, members)
+
+
+@router.post("/{fleet_id}/plan", responses=problem_responses(404, 413, 422, 429))
+async def plan_fleet(
+    fleet_id: FleetId,
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+    fleets: FleetsDep,
+) -> dict[str, Any]:
+    """Plan the fleet's members as they are now (their events and forecasts merged), as
+    ``POST /v1/fleet/schedule`` plans a fleet request, and keep the plan."""
+    fleet = await run_in_threadpool(_fleet, fleets, fleet_id)
+    return await _plan_now(fleet, settings, pool, store, fleets)
+
+
+class FleetEventBody(Strict):
+    event: OadrEvent
+
+
+@router.post(
+    "/{fleet_id}/sites/{site_id}/events", responses=problem_responses(404, 409, 413, 422, 429)
+)
+async def post_site_event(
+    fleet_id: FleetId,
+    site_id: SiteId,
+    body: FleetEventBody,
+    settings: SettingsDep,
+    pool: PoolDep,
+    store: StoreDep,
+    fleets: FleetsDep,
+) -> Any:
+    """Merge an OpenADR 3.1.0 event into one member site's grid signals (as ``POST
+    /v1/sites/{id}/events`` merges it: the same event posted twice is merged once), then
+    plan the fleet: the regions' demand moves to the other sites where the event makes
+    that cheaper. Answers the event as merged and the fleet's new plan."""
+    fleet = await run_in_threadpool(_fleet, fleets, fleet_id)
+    if site_id not in fleet.site_ids:
+        raise HTTPException(404, f"site {site_id!r} is not a member of fleet {fleet_id!r}")
+    _site, event = await store_call(
+        site_registry.merge_event, store, site_id, body.event, event_field="event"
+    )
+    try:
+        return {"event": event, **await _plan_now(fleet, settings, pool, store, fleets)}
+    except HTTPException as e:  # every worker busy, or the worker died: the event stands
+        if e.status_code not in (429, 503):
+            raise
+        why = "every solver worker is busy" if e.status_code == 429 else "the solver worker died"
+        return JSONResponse(
+            {
+                "event": event,
+                "plan": None,
+                "detail": f"event stored; {why}: POST /v1/fleets/{fleet_id}/plan later",
+            },
+            status_code=202,
+        )
+    except InfeasibleError as e:
+        raise Problem(
+            422,
+            "Infeasible schedule problem",
+            f"the event was stored but no schedule meets the fleet: {e}",
+            "/problems/infeasible",
+            conflicts=e.conflicts,
+            stored=True,
+            event=event,
+        ) from None
 
 
 @router.get("/{fleet_id}/plan", responses=problem_responses(404, 422))

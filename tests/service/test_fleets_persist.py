@@ -188,3 +188,29 @@ def test_the_console_lists_each_sites_shares_now(client: TestClient) -> None:
         t = brief["period"]
         assert t in {hour, later}
         assert brief["shares"] == {"r1": pytest.approx(shares(plan["plan"], name)[t])}
+
+
+def test_an_event_posted_to_a_fleets_site_replans_the_fleet(client: TestClient) -> None:
+    """``POST /v1/fleets/{id}/sites/{site}/events``: the event merged into that member
+    (as the site's own route merges it) and the fleet planned again in one answer; the
+    same event again is merged once; a site outside the fleet is 404."""
+    fid, (east, west) = make_fleet(client)
+    event = cap_event("2026-07-01T13:00:00Z", [[3.0], [3.0]])
+    r = client.post(f"/v1/fleets/{fid}/sites/{east}/events", json={"event": event})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["event"]["duplicate"] is False and answer["event"]["periods"] == [1, 2]
+    assert answer["stale"] is False and answer["site_versions"] == {east: 2, west: 1}
+    assert max(shares(answer["plan"], "west")[1:3]) > 0.0  # demand moved to west
+    assert [e["id"] for e in client.get(f"/v1/sites/{east}/events").json()["events"]] == [
+        answer["event"]["id"]
+    ]
+    again = client.post(f"/v1/fleets/{fid}/sites/{east}/events", json={"event": event}).json()
+    assert again["event"]["duplicate"] is True and again["site_versions"] == {east: 2, west: 1}
+    assert again["plan"]["objective_usd"] == pytest.approx(answer["plan"]["objective_usd"])
+    other = register(client, "north")
+    r = client.post(f"/v1/fleets/{fid}/sites/{other}/events", json={"event": event})
+    assert r.status_code == 404 and "not a member" in r.json()["detail"]
+    assert client.get(f"/v1/sites/{other}/events").json()["events"] == []
+    r = client.post(f"/v1/fleets/{fid}/sites/{east}/events", json={"event": {"programID": 1}})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("event")
