@@ -29,7 +29,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from formulation.demo import demo_request
@@ -361,12 +360,6 @@ class LatencyTargetsIn(Strict):
 
     ttft_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TTFT (s)")
     tpot_p99_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="p99 TPOT (s)")
-
-    @model_validator(mode="after")
-    def _some(self) -> LatencyTargetsIn:
-        if self.ttft_p99_s is None and self.tpot_p99_s is None:  # else it would do nothing
-            raise ValueError("give ttft_p99_s and/or tpot_p99_s (or leave the targets out)")
-        return self
 
 
 class DeploymentIn(Strict):

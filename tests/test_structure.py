@@ -199,18 +199,22 @@ def test_formulation_folders_follow_the_pipeline() -> None:
     assert bad == [], "\n".join(bad)
 
 
-# model's folders by role, from the bottom: the flat base (errors, the catalog and what
-# it is made of: GPU clocks, instance shapes; workloads, latency targets, the Pareto
-# front); the performance sources (SPEC's rooflines, kernel tables, the engine, the KV
-# link, speculative decoding); the capacity model, flat (the deployment spec, capacity,
-# the admission balance); the simulator, which draws requests for a deployment; queueing
-# and latency, whose targets the simulator may check; the flat top (the operations the
-# CLI and the service call, the scheduler's tables); and measured/, the measurements
-# and what is fitted or checked against them with all of the above. A module may
-# import its own folder and the folders before it.
+# model's folders by role, from the bottom: the flat base (errors, JSON documents as
+# users send them, the catalog and what it is made of: GPU clocks, instance shapes;
+# workloads, latency targets, the Pareto front); the performance sources (SPEC's
+# rooflines, kernel tables, the engine, the KV link, speculative decoding); the capacity
+# model, flat (the deployment spec, capacity, the admission balance); the simulator,
+# which draws requests for a deployment; queueing and latency, whose targets the
+# simulator may check; the flat top (the operations the CLI and the service call, the
+# scheduler's tables); and measured/, the measurements and what is fitted or checked
+# against them with all of the above. A module may import its own folder and the
+# folders before it.
 MODEL_ORDER = ("base", "performance", "capacity", "simulator", "queueing", "top", "measured")
 MODEL_FLAT = {
-    "base": {"errors", "catalog", "clocks", "shapes", "workload", "latency_targets", "pareto"},
+    "base": {
+        "errors", "jsondoc", "catalog", "clocks", "shapes", "workload", "latency_targets",
+        "pareto",
+    },
     "capacity": {"spec", "capacity", "admission"},
     "top": {"operations", "tables"},
 }
@@ -234,7 +238,8 @@ def test_model_folders_follow_their_roles() -> None:
 
 # service's folders by role, from the bottom: what it runs on (settings, pool, database,
 # job store, webhooks, metrics) and the charts import nothing else of the service; then
-# what a request is and what this server accepts; the registered sites; the use-case
+# what a request is and what this server accepts; the registered sites; the fleets of
+# them; the use-case
 # table and its runs; the jobs that run them; the HTTP routers; the console; the app
 # (service.main); the command line, which may start the app. A module may import its
 # own folder and the folders before it.

@@ -1,5 +1,6 @@
-"""The fleets API's request: the member sites by id, and the fleet request's regions,
-routing and solver (:mod:`formulation.fleet.request`, the single source of their fields)."""
+"""The fleets API's requests: a registration (the member sites by id, and the fleet
+request's regions, routing and solver: :mod:`formulation.fleet.request`, the single
+source of their fields) and a member's OpenADR event."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import ConfigDict, Field, field_validator
 from formulation.fleet.request import MAX_REGIONS, MAX_SITES, RegionIn, RoutingIn
 from formulation.request import SolverIn, Strict, solver_default_schema
 from service.requests.schemas import StorableText
+from service.sites.openadr import OadrEvent
 
 SiteRef = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
@@ -55,3 +57,9 @@ class FleetRegistration(Strict):
                 raise ValueError(f"site {sid!r} is listed twice")
             seen.add(sid)
         return v
+
+
+class FleetEventBody(Strict):
+    """What ``POST /v1/fleets/{id}/sites/{site}/events`` takes: the member's event."""
+
+    event: OadrEvent

@@ -47,7 +47,7 @@ from service.requests.dr import (
     FleetDemandResponseRequest,
     FlexibilityRequest,
 )
-from service.requests.schemas import ScheduleRequest
+from service.requests.schemas import FrontRequest, ScheduleRequest
 from service.runtime.settings import Settings
 
 #: a schedule request, or one that extends it (a site's registration)
@@ -110,25 +110,20 @@ def _shape_gpus(shapes: Sequence[str] | None, field: str) -> list[int]:
     return [parse_shape(t, f"{field}[{j}]").gpus for j, t in enumerate(dict.fromkeys(shapes))]
 
 
-def check_front(
-    max_gpus: int,
-    pairs: int,
-    s: Settings,
-    prefill_shapes: Sequence[str] | None = None,
-    decode_shapes: Sequence[str] | None = None,
-    variants: int = 1,
-) -> None:
-    """InputError naming ``max_gpus`` when a front of ``max_gpus`` GPUs evaluates more
-    configurations than the largest front this server answers, the one of
-    ``max_front_gpus`` GPUs at one setting (every ``(n_P, n_D)`` with ``n_P + n_D <= G``:
-    ``G (G - 1) / 2`` of them, one GPU per instance). A front multiplies its
-    configurations by its ``pairs`` of settings, by every pair of the shapes it searches
-    (each pair's configurations within ``max_gpus``) and by its other ``variants`` (GPU
-    type pairs, draft depths)."""
+def check_front(req: FrontRequest, s: Settings) -> None:
+    """InputError naming ``max_gpus`` when the front evaluates more configurations than
+    the largest front this server answers, the one of ``max_front_gpus`` GPUs at one
+    setting (every ``(n_P, n_D)`` with ``n_P + n_D <= G``: ``G (G - 1) / 2`` of them,
+    one GPU per instance). A front multiplies its configurations by its pairs of
+    settings, by every pair of the shapes it searches (each pair's configurations within
+    ``max_gpus``) and by its other variants (GPU-type pairs, draft depths)."""
+    max_gpus = req.max_gpus
     if max_gpus > s.max_front_gpus:
         raise InputError("max_gpus", f"must be <= {s.max_front_gpus} on this server")
-    shapes_p = _shape_gpus(prefill_shapes, "prefill_shapes")
-    shapes_d = _shape_gpus(decode_shapes, "decode_shapes")
+    pairs = len(req.prefill_settings or [""]) * len(req.decode_settings or [""])
+    variants = len(req.gpus or [""]) ** 2 * len(req.mtp_draft_tokens or [0])
+    shapes_p = _shape_gpus(req.prefill_shapes, "prefill_shapes")
+    shapes_d = _shape_gpus(req.decode_shapes, "decode_shapes")
 
     def count(g: int) -> int:
         return pairs * variants * sum(_instance_pairs(g, a, b) for a in shapes_p for b in shapes_d)

@@ -25,10 +25,9 @@ from fastapi.responses import JSONResponse
 
 from formulation.fleet.request import parse_fleet
 from formulation.infeasible import InfeasibleError
-from formulation.request import Strict
 from model.errors import InputError
 from service.fleets import registry
-from service.fleets.schemas import FleetRegistration
+from service.fleets.schemas import FleetEventBody, FleetRegistration
 from service.routers.busy import run_or_429
 from service.routers.deps import ApiKey, PoolDep, SettingsDep
 from service.routers.errors import Problem, problem_responses
@@ -39,7 +38,6 @@ from service.runtime.records import Fleet, FleetNotFound, Site, SiteNotFound
 from service.runtime.settings import Settings
 from service.runtime.store import Store
 from service.sites import registry as site_registry
-from service.sites.openadr import OadrEvent
 from service.sites.plans import plan_start
 from service.usecases.rows import Checked, Context
 from service.usecases.table import USE_CASES, observed, run
@@ -175,10 +173,6 @@ async def plan_fleet(
     ``POST /v1/fleet/schedule`` plans a fleet request, and keep the plan."""
     fleet = await run_in_threadpool(_fleet, fleets, fleet_id)
     return await _plan_now(fleet, settings, pool, store, fleets)
-
-
-class FleetEventBody(Strict):
-    event: OadrEvent
 
 
 @router.post(

@@ -88,9 +88,7 @@ def _check_capacity(req: CapacityRequest, s: Settings, prefix: str = "") -> Chec
 
 
 def _check_front(req: FrontRequest, s: Settings, prefix: str = "") -> Checked:
-    pairs = len(set(req.prefill_settings or [""])) * len(set(req.decode_settings or [""]))
-    variants = len(set(req.gpus or [""])) ** 2 * len(set(req.mtp_draft_tokens or [0]))
-    check_front(req.max_gpus, pairs, s, req.prefill_shapes, req.decode_shapes, variants)
+    check_front(req, s)
     check_performance(req.performance, s, f"{prefix}performance")
     return Checked(req)
 
@@ -180,18 +178,11 @@ def _site_plan(c: Checked, ctx: Context) -> dict[str, Any]:
 
 
 def _site_exists(req: SitePlanRequest, s: Settings, prefix: str = "") -> Checked:
-    """The site must exist (its request was checked when it was registered; raises
-    :class:`service.runtime.records.SiteNotFound`), and ``current`` fit it
-    (:func:`service.sites.plans.check_current`, the field named under ``prefix``). A
-    client does not state ``applied``: what the site ran in a period is recorded by a
-    shed (``POST /v1/sites/{id}/shed``, which queues its re-plan itself), never taken
-    from a request, where it would stand in the plan and its replica targets as given."""
+    """The site must exist (raises :class:`service.runtime.records.SiteNotFound`), and
+    ``current`` fit it (:func:`service.sites.plans.check_current`, the field named under
+    ``prefix``); ``applied`` is a shed's record, never a client's."""
     if req.applied is not None:
-        raise InputError(
-            prefix + "applied",
-            "is recorded by a shed (POST /v1/sites/{id}/shed), not taken from a request: "
-            "leave it out",
-        )
+        raise InputError(prefix + "applied", "is recorded by a shed, not taken from a request")
     site = store_for(s.database_url).get_site(req.site_id)
     try:
         check_current(site.body, req.current, solve_host(s))

@@ -83,9 +83,9 @@ def test_gpu_not_in_inventory() -> None:
 
 def test_gpu_unknown_to_the_catalog() -> None:
     body = request()
-    body["site"]["gpu_inventory"] = {"h100": 8}
+    body["site"]["gpu_inventory"] = {"h100": 8}  # the catalog's is "h100-sxm"
     body["deployments"][0]["gpu"] = "h100"
-    assert field_of(body) == "deployments[0].gpu"
+    assert field_of(body) == "site.gpu_inventory.h100"
 
 
 def test_negative_demand_names_the_period() -> None:
