@@ -242,8 +242,9 @@ SAMSI_PROMPT_TOKENS = 200
 def evaluate_samsi(path: str) -> list[tuple[TtftResult, TtftResult]]:
     """Samsi et al.'s A100 power-cap series of ``path`` (``clock-series/series.json``):
     LLaMA-65B on 4 A100 80GB, a static batch of 64 generating 256 to 1,024 tokens, under
-    a per-GPU power limit of 250, 175 and 150 W. Modelled as Llama-3.1-70B decode at
-    TP4 on ``a100-80gb`` with the power limit as the decode setting: the time of an
+    a per-GPU power limit of 250, 175 and 150 W, on boards of a 300 W TDP (the A100 80GB
+    PCIe; the SXM board's is 400 W). Modelled as Llama-3.1-70B decode at TP4 on
+    ``a100-pcie-80gb`` with the power limit as the decode setting: the time of an
     iteration at batch 64 (``alpha + g 64``) against the measured time and the decode's
     draw per GPU at the limit's clock against the measured mean power (energy over
     time), both relative to the 250 W point. Returns (time, power) per series. Nothing
@@ -259,7 +260,7 @@ def evaluate_samsi(path: str) -> list[tuple[TtftResult, TtftResult]]:
         if not entry["id"].startswith("samsi-a100"):
             continue
         gen = int(entry["id"].rsplit("out", 1)[1])
-        spec = _llama70b("a100-80gb", 4, f"fixed:{SAMSI_PROMPT_TOKENS}:{gen}")
+        spec = _llama70b("a100-pcie-80gb", 4, f"fixed:{SAMSI_PROMPT_TOKENS}:{gen}")
         points = sorted(entry["points"], key=lambda p: -float(p["knob"]))
 
         def at(limit_w: float, spec: Any = spec) -> tuple[float, float]:

@@ -175,7 +175,9 @@ def test_unknown_gpu_lists_known_names():
     with pytest.raises(NotFoundError) as info:
         load_gpu("tpu-v5")
     assert info.value.field == "gpu"
-    assert info.value.known == ["a100-80gb", "b200", "b300", "gb200", "gb300", "h100-sxm", "h200"]
+    assert info.value.known == [
+        "a100-80gb", "a100-pcie-80gb", "b200", "b300", "gb200", "gb300", "h100-sxm", "h200"
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -194,8 +196,9 @@ def test_h200_in_si_units():
 @pytest.mark.parametrize(
     ("name", "flops", "bandwidth", "memory", "tdp"),
     [
-        # NVIDIA datasheets: A100 80GB SXM, H100 SXM, HGX B200 (per GPU, 1,000 W).
+        # NVIDIA datasheets: A100 80GB SXM and PCIe, H100 SXM, HGX B200 (per GPU, 1,000 W).
         ("a100-80gb", 312e12, 2.039e12, 80e9, 400.0),
+        ("a100-pcie-80gb", 312e12, 1.935e12, 80e9, 300.0),  # A100 80GB PCIe
         ("h100-sxm", 989e12, 3.35e12, 80e9, 700.0),
         ("b200", 2250e12, 8e12, 180e9, 1000.0),
         # Blackwell Ultra datasheet per-GPU table: HGX B300 2,250 TFLOPS BF16 dense,

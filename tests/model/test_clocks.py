@@ -143,6 +143,7 @@ def test_catalog_clock_data_and_default_settings_parse():
         assert clocks.power_limit_max_w == pytest.approx(
             {
                 "a100-80gb": 400,
+                "a100-pcie-80gb": 300,
                 "h100-sxm": 700,
                 "h200": 700,
                 "b200": 1000,
@@ -546,6 +547,7 @@ def test_samsi_a100_power_caps():
         # the limit binds at 250, 175 and 150 W: the draw is the limit
         assert power.predicted == pytest.approx([0.70, 0.60], rel=1e-9)
         assert power.median_error < 0.10  # 3.9%, 6.9%, 6.4%
-        # the time is too sensitive: +20% and +34% against +6-7% and +15-22% measured
-        assert all(p > m for p, m in zip(time.predicted, time.measured, strict=True))
-        assert 0.10 < time.median_error < 0.16
+        # on the 300 W board the runs used: +14% and +22% against +6-7% and +15-22%
+        # measured (on the catalog's 400 W SXM board +20% and +34%: 14.7%, 11.5%, 11.0%)
+        assert time.predicted == pytest.approx([1.136, 1.222], abs=0.002)
+        assert time.median_error < 0.07  # 6.5%, 3.5%, 3.1%
