@@ -176,9 +176,10 @@ def _has(value: Any, kind: type | tuple[type, ...]) -> bool:
 class Strict(BaseModel):
     """Unknown fields are refused, and so are ``true``/``false`` and strings where a
     number is expected: JSON booleans and strings are not numbers, though pydantic
-    would take ``true`` as 1 and ``"60"`` as 60."""
+    would take ``true`` as 1 and ``"60"`` as 60; and NaN and infinities (which Python's
+    JSON reads) are not numbers either, whatever bounds a field has."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod

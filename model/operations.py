@@ -173,7 +173,10 @@ def resolve_spec(req: SpecRequest) -> DeploymentSpec:
     link = kv_link(req.interconnect, req.interconnect_gb_per_s, prefill_name != decode_name)
     serving = apply_overrides(ServingStack(), ov.get("serving", {}), "serving")
     if req.moments is not None:
-        workload = Workload.from_dict(req.moments)
+        try:
+            workload = Workload.from_dict(req.moments)
+        except InputError as e:  # a field of the request's moments
+            raise InputError(f"moments.{e.field}", e.reason) from None
     else:
         workload = parse_workload(req.workload, read_files=req.read_files)
     source, engine = _kernel_inputs(req, gpu.name)

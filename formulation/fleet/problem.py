@@ -25,6 +25,7 @@ from formulation.problem import (
     problem_from_request,
 )
 from formulation.request import ScheduleRequest
+from model.catalog import list_models
 from model.errors import InputError
 
 
@@ -143,6 +144,10 @@ def fleet_from_request(req: FleetRequest, host: Host | None = None) -> FleetProb
 
 def _region(j: int, r: Any, names: dict[str, int], sites: list[ScheduleProblem], n: int) -> Region:
     at = f"regions[{j}]"
+    known = list_models()
+    if r.model not in known:
+        raise InputError(f"{at}.model", f"unknown model {r.model!r}; the catalog has: "
+                         f"{', '.join(known)}")  # fmt: skip
     if len(r.demand_rps) != n:
         raise InputError(
             f"{at}.demand_rps", f"has {len(r.demand_rps)} values but the horizon has {n} periods"

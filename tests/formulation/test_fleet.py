@@ -403,6 +403,8 @@ def _bad(mutate: Any) -> InputError:
             "regions[0].served_by[0].deployment",
             "not the region's 'llama-3.1-8b'",
         ),
+        # a model the catalog does not know is named as such, not as a mismatch
+        (lambda b: b["regions"][0].update(model="zzz"), "regions[0].model", "unknown model"),
         (
             lambda b: b["sites"][1]["deployments"][0].update(gpu="h900"),
             "sites[1].deployments[0].gpu",

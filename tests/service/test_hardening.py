@@ -342,6 +342,12 @@ def test_a_key_given_twice_is_refused_not_overwritten(client: Any, tmp_path: Pat
     ("route", "body", "field"),
     [
         ("/v1/front", {"slo": {}}, "slo"),  # a restriction to no target
+        # NaN (which Python's JSON reads) named as not a number, whatever the bounds
+        ("/v1/front", {"headroom": "NaN"}, "headroom"),
+        # a rule across the moments' fields, named under moments (it named e_in2 alone)
+        ("/v1/capacity", {"moments": {
+            "mean_in": 100, "e_in2": 50, "e_in3": 1e6, "e_in4": 1e8, "mean_out": 10,
+            "e_out2": 200, "e_in_out": 1000, "max_tokens": 4096}}, "moments.e_in2"),
         # a repeat in a list was searched once, the other dropped without a word
         ("/v1/front", {"gpus": ["h200", "h200"]}, "gpus"),
         ("/v1/front", {"prefill_settings": ["1980MHz", "1980MHz"]}, "prefill_settings"),
@@ -355,7 +361,8 @@ def test_requests_that_would_be_read_otherwise_than_sent_are_refused(
     base = {"model": "qwen3-32b", "gpu": "h200", "workload": "fixed:4096:256"}
     if route == "/v1/capacity":
         base |= {"n_p": 2, "n_d": 1}
-    r = client.post(route, json=base | body)
+    text = json.dumps(base | body).replace('"NaN"', "NaN")  # the bare token, as sent
+    r = client.post(route, content=text, headers={"content-type": "application/json"})
     assert_problem(r, 422, field)
     assert r.json()["errors"][0]["field"] == field
 

@@ -254,7 +254,8 @@ def test_moments_with_and_without_the_third_moments(client):
     # one prefill server: the loop's balance without them, section 6 with them
     assert r2.json()["capacity_rps"] < r.json()["capacity_rps"]
     partial = {**bare, "e_out3": full["e_out3"]}
-    assert_problem(client.post("/v1/capacity", json={**body, "moments": partial}), 422, "e_in2_out")
+    r = client.post("/v1/capacity", json={**body, "moments": partial})
+    assert_problem(r, 422, "moments.e_in2_out")
 
 
 def test_front_max_gpus_above_server_limit(make_client):
