@@ -310,6 +310,9 @@ def capacity_report(
         raise InputError("load", "must be finite and >= 0")
     r = evaluate_spec(spec, [n_p], [n_d], None if load_rps is None else [load_rps])
     out = r.record(0)
+    if load_rps is not None and load_rps > out["load_rps"]:  # served at most at capacity
+        out["requested_load_rps"] = float(load_rps)  # (SPEC 2.6): what was asked, and
+        out["unserved_rps"] = float(load_rps) - out["load_rps"]  # what is not served
     if spec.targets.given:
         out["latency_targets"] = spec.targets.record()
     draft = spec.serving.mtp_draft_tokens

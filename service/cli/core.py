@@ -41,6 +41,11 @@ def cmd_capacity(a: argparse.Namespace) -> dict[str, Any]:
         at = f"at served load {fmt(rep['load_rps'])} req/s" if a.load is not None else "at capacity"
         items = [
             ("capacity", f"{fmt(rep['capacity_rps'])} req/s"),
+            *(
+                [("load asked", f"{fmt(rep['requested_load_rps'])} req/s ("
+                                f"{fmt(rep['unserved_rps'])} req/s above capacity: not served)")]
+                if "requested_load_rps" in rep else []
+            ),  # fmt: skip
             (f"power {at}", f"{fmt(rep['power_w'], 1)} W"),
             ("prefill capacity / instance", f"{fmt(rep['mu_p_rps'])} req/s"),
             ("decode capacity / instance", f"{fmt(rep['mu_d_rps'])} req/s (coupled)"),

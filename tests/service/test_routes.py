@@ -73,6 +73,19 @@ def test_capacity_power_at_load(client):
     want = capacity_report(spec, 3, 1, 0.5)
     assert close(r.json()["power_w"], want["power_w"])
     assert r.json()["power_w"] < capacity_report(spec, 3, 1)["power_w"]
+    assert "requested_load_rps" not in r.json()  # served whole
+
+
+def test_capacity_says_what_of_a_load_it_does_not_serve(client):
+    """A load above the capacity is served at the capacity (SPEC 2.6): the answer says
+    what was asked and how much of it is not served (it answered load_rps 5.14 for 100
+    without a word)."""
+    r = client.post("/v1/capacity", json={**CAPACITY_BODY, "load_rps": 100.0})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["load_rps"] == pytest.approx(got["capacity_rps"], rel=1e-12)
+    assert got["requested_load_rps"] == 100.0
+    assert got["unserved_rps"] == pytest.approx(100.0 - got["capacity_rps"], rel=1e-12)
 
 
 def test_front_sorted_by_capacity(client):
