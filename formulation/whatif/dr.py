@@ -107,6 +107,26 @@ class Event:
     kind: str  # cap_w | reduction_w | reduction_pct
     value: float
     name: str | None = None
+    #: the window in minutes as asked, when it was given in minutes (it is planned over
+    #: the whole periods it touches)
+    asked_minutes: tuple[float, float] | None = None
+
+    def record(self, period_minutes: float) -> dict[str, Any]:
+        """The window as planned, and as asked where that was not on period boundaries."""
+        out: dict[str, Any] = {
+            "start_period": self.start,
+            "end_period": self.end,
+            "start_minute": self.start * period_minutes,
+            "end_minute": self.end * period_minutes,
+        }
+        planned = (out["start_minute"], out["end_minute"])
+        if self.asked_minutes is not None and self.asked_minutes != planned:
+            out["asked_minutes"] = list(self.asked_minutes)
+            out["window_note"] = (
+                f"minutes {self.asked_minutes[0]:g}-{self.asked_minutes[1]:g} widened to the "
+                f"whole periods they touch, {planned[0]:g}-{planned[1]:g}"
+            )
+        return out
 
 
 @contextlib.contextmanager
@@ -190,6 +210,7 @@ def parse_event(event: Any, problem: ScheduleProblem) -> Event:
             )
         start = int(math.floor(s_min / pm + 1e-9))
         end = min(n, max(start + 1, int(math.ceil(e_min / pm - 1e-9))))
+        asked = (s_min, e_min)
     else:
         raise InputError(
             "event.start_period",
@@ -208,7 +229,7 @@ def parse_event(event: Any, problem: ScheduleProblem) -> Event:
     name = event.get("name")
     if name is not None and not isinstance(name, str):
         raise InputError("event.name", "must be a string")
-    return Event(start, end, kind, value, name)
+    return Event(start, end, kind, value, name, asked if by_minute else None)
 
 
 def event_caps(ev: Event, request_cap_w: FloatArray, baseline_power_w: FloatArray) -> FloatArray:
@@ -527,10 +548,7 @@ def report(
     return {
         "event": {
             "name": ev.name,
-            "start_period": ev.start,
-            "end_period": ev.end,
-            "start_minute": ev.start * pm,
-            "end_minute": ev.end * pm,
+            **ev.record(pm),
             "kind": ev.kind,
             "value": ev.value,
             "reference": {

@@ -52,6 +52,8 @@ def print_dr(r: dict[str, Any]) -> None:
         f"({_hhmm(ev['start_minute'])}-{_hhmm(ev['end_minute'])}), cap {cap_txt} "
         f"({ev['kind']} {ev['value']:g}: {ev['reference']})"
     )
+    if ev.get("window_note"):
+        print(f"  window: {ev['window_note']}")
     for label, s in (("baseline", r["baseline"]), ("response", r["response"])):
         print(
             f"{label:9} status {s['status']}: objective ${s['objective_usd']:.2f}, "

@@ -312,8 +312,14 @@ def test_a_window_in_minutes_covers_every_overlapping_period() -> None:
     problem = problem_from_dict(body)
     ev = parse_event({"start_minute": 20, "end_minute": 50, "cap_w": 1.0}, problem)
     assert (ev.start, ev.end) == (1, 4)
+    # the answer says the window was widened to whole periods, and what was asked
+    record = ev.record(15)
+    assert (record["start_minute"], record["end_minute"]) == (15, 60)
+    assert record["asked_minutes"] == [20, 50]
+    assert "minutes 20-50 widened to the whole periods they touch, 15-60" in record["window_note"]
     ev = parse_event({"start_minute": 15, "end_minute": 30, "reduction_pct": 5}, problem)
     assert (ev.start, ev.end, ev.kind, ev.value) == (1, 2, "reduction_pct", 5.0)
+    assert "window_note" not in ev.record(15)  # on period boundaries: as asked
     ev = parse_event(
         {"start_minute": 0, "end_minute": 60, "cap_w": None, "reduction_w": 2}, problem
     )
