@@ -132,6 +132,14 @@ class OadrEvent(_Strict):
     No text of it may hold the NUL character: the event is stored as sent, and
     PostgreSQL's text cannot hold it."""
 
+    def unapplied(self) -> list[str]:
+        """What of the event is not applied, as the answer's notes say it."""
+        ip = self.intervalPeriod
+        if ip is None or ip.randomizeStart in (None, "PT0S"):
+            return []
+        return [f"randomizeStart {ip.randomizeStart} is not applied: the site is planned as "
+                "one resource from the nominal start"]  # fmt: skip
+
     @model_validator(mode="before")
     @classmethod
     def _storable(cls, v: Any) -> Any:

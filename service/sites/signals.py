@@ -24,8 +24,8 @@ Choices where OpenADR 3.1.0 leaves room (or where the plan's periods force one):
 * ``event.duration`` (3.1.0), when given, bounds the event: intervals are cut at
   ``start + duration``, and a sequence of consecutive intervals shorter than that
   repeats (``P9999Y`` repeats indefinitely, i.e. to the end of the horizon).
-* ``randomizeStart`` is not applied: the site is planned as one resource on the
-  nominal start.
+* ``randomizeStart`` is not applied (the site is planned as one resource on the nominal
+  start), and ``notes`` says so, as it says which values ``event.duration`` cut off.
 * A period partly covered by a capacity limit takes the most restrictive limit seen
   in it (site power is constant within a period, so the limit must hold throughout).
   A period partly covered by prices or GHG values takes their time-weighted mean over
@@ -269,10 +269,6 @@ def _bound_by_event_duration(
     ]
 
 
-def _fmt(t: datetime) -> str:
-    return t.isoformat()
-
-
 def event_to_signals(
     event: OadrEvent | Mapping[str, Any],
     plan_start: datetime,
@@ -307,27 +303,30 @@ def _signals(
     period = timedelta(minutes=period_minutes)
     h0 = plan_start
     h1 = plan_start + period * n_periods
+    horizon = f"[{h0.isoformat()}, {h1.isoformat()})"
     segs, spans = _segments(ev)
-    notes: list[str] = []
+    notes = ev.unapplied()
     if ev.duration is not None:
-        segs = _bound_by_event_duration(ev, segs, spans, h1)
+        given, segs = len(segs), _bound_by_event_duration(ev, segs, spans, h1)
+        if len(segs) < given:  # the event's duration ends before some of its values
+            notes.append(f"event.duration {ev.duration}: {given - len(segs)} values not planned")
         if not any(s.t1 > h0 and s.t0 < h1 for s in segs):
             raise InputError(
                 "event.intervalPeriod.start",
-                f"the event lies wholly outside the plan horizon [{_fmt(h0)}, {_fmt(h1)})",
+                f"the event lies wholly outside the plan horizon {horizon}",
             )
     else:
         for i, t0, t1 in spans:
             if t1 <= h0 or t0 >= h1:
                 raise InputError(
                     f"event.intervals[{i}]",
-                    f"spans [{_fmt(t0)}, {_fmt(t1)}), wholly outside the plan horizon "
-                    f"[{_fmt(h0)}, {_fmt(h1)})",
+                    f"spans [{t0.isoformat()}, {t1.isoformat()}), wholly outside the plan horizon "
+                    f"{horizon}",
                 )
             if t0 < h0 or t1 > h1:
                 notes.append(
-                    f"event.intervals[{i}] spans [{_fmt(t0)}, {_fmt(t1)}); only its part in "
-                    f"the plan horizon [{_fmt(h0)}, {_fmt(h1)}) is planned"
+                    f"event.intervals[{i}] spans [{t0.isoformat()}, {t1.isoformat()}); only "
+                    f"its part in the plan horizon {horizon} is planned"
                 )
     _check_overlaps(segs)
     out: dict[str, Any] = {}

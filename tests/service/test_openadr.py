@@ -174,6 +174,24 @@ def test_event_duration_repeats_and_cuts_intervals() -> None:
     s = signals(ev, n=6)
     assert s["power_cap_w"]["values"] == [2000.0, 3000.0, None, None, None, None]
     assert s["power_cap_w"]["coverage"][1] == pytest.approx(0.5)
+    assert s["notes"] == []  # cut, not dropped
+    ev["duration"] = "PT30M"  # the second interval's value begins after the event ends
+    s = signals(ev, n=6)
+    assert s["power_cap_w"]["values"] == [2000.0, None, None, None, None, None]
+    assert s["notes"] == ["event.duration PT30M: 1 values not planned"]
+
+
+def test_an_event_says_what_of_it_is_not_applied() -> None:
+    """randomizeStart is not applied (the site is one resource): the answer's notes say
+    so instead of dropping it without a word."""
+    ev = oadr_event()
+    ev["intervalPeriod"]["randomizeStart"] = "PT5M"
+    assert signals(ev)["notes"] == [
+        "randomizeStart PT5M is not applied: the site is planned as one resource from the "
+        "nominal start"
+    ]
+    ev["intervalPeriod"]["randomizeStart"] = "PT0S"
+    assert signals(ev)["notes"] == []
 
 
 def test_durations() -> None:
