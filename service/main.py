@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
 from formulation.request import publishing
@@ -29,6 +29,7 @@ from service.routers import (
     sites,
     solves,
 )
+from service.routers.deps import known_query
 from service.runtime import database
 from service.runtime.metrics import method_label, request_seconds, requests_total
 from service.runtime.pool import SolvePool
@@ -220,6 +221,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # served offline by service.console
         redoc_url=None,
+        dependencies=[Depends(known_query)],
     )
     app.state.settings = settings
     app.state.pool = SolvePool(settings.workers, settings.max_solve_memory_mb, settings.ray_address)

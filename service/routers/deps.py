@@ -6,6 +6,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 
 from service.runtime.pool import SolvePool
 from service.runtime.settings import Settings
@@ -42,3 +43,26 @@ def require_api_key(
 
 
 ApiKey = Depends(require_api_key)
+
+
+def known_query(request: Request) -> None:
+    """A ``/v1`` route's query names only its own parameters: an unknown one (a typo such
+    as ``?replan_=job``) is refused naming it, not ignored."""
+    route = request.scope.get("route")
+    if route is None or not request.url.path.startswith("/v1/"):
+        return
+    known: set[str] = set()
+    todo = [getattr(route, "dependant", None)]
+    while todo:  # the route's query parameters and its dependencies'
+        d = todo.pop()
+        if d is not None:
+            known.update(p.alias for p in d.query_params)
+            todo.extend(d.dependencies)
+    for key in request.query_params:
+        if key not in known:
+            accepted = ", ".join(sorted(known)) or "none"
+            raise RequestValidationError(
+                [{"type": "extra_forbidden", "loc": ("query", key),
+                  "msg": f"unknown query parameter; this route takes: {accepted}",
+                  "input": request.query_params[key]}]
+            )  # fmt: skip

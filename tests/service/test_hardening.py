@@ -377,3 +377,16 @@ def test_a_body_that_is_not_json_is_415(client: Any) -> None:
         assert_problem(r, 415, "content-type")
     r = client.post("/v1/capacity", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
+
+
+def test_an_unknown_query_parameter_is_refused(client: Any) -> None:
+    """A /v1 route's query names only its own parameters: ``?replan_=job`` (a typo) was
+    ignored and the route ran as if it were not there."""
+    body = {"model": "qwen3-32b", "gpu": "h200", "n_p": 2, "n_d": 1}
+    r = client.post("/v1/capacity?bogus=1", json=body)
+    assert_problem(r, 422, "bogus")
+    assert "unknown query parameter" in r.json()["errors"][0]["reason"]
+    r = client.post("/v1/schedule?formt=csv", json=demo_request())
+    assert_problem(r, 422, "formt")
+    assert "format" in r.json()["errors"][0]["reason"]  # what the route takes
+    assert client.get("/healthz?probe=1").status_code == 200  # outside /v1: not checked
