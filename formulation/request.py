@@ -139,7 +139,9 @@ def examples(*docs: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     return extra
 
 
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:\-]+$")]
+#: what a name (of a deployment, site, region, model or GPU) may be
+NAME_PATTERN = r"^[A-Za-z0-9._:\-]{1,64}$"
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_PATTERN)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Scalar = float | int | str | bool
 Overrides = dict[Literal["model", "gpu", "calibration", "serving"], dict[str, Scalar]]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from formulation.request import NAME_PATTERN
 from model.errors import InputError
 from service.fleets.schemas import FleetRegistration
 from service.runtime.fleetstore import FleetStore
@@ -18,8 +19,8 @@ from service.runtime.records import Fleet, FleetPlan, Site, SiteNotFound
 from service.runtime.store import Store
 from service.sites.plans import n_periods, plan_start
 
-#: what can name a site of a fleet request (formulation.request.Name)
-SITE_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+#: what can name a site of a fleet request
+SITE_NAME = re.compile(NAME_PATTERN)
 
 #: what a member site gives the fleet request; its own solver is not used (the fleet's is)
 MEMBER_FIELDS = ("site", "deployments", "grid", "transitions")
