@@ -46,7 +46,12 @@ def version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    a = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0].startswith("-") and args[0] not in ("-h", "--help", "--version"):
+        # argparse would say only that a command is required
+        parser.error(f"unrecognized argument {args[0]!r}: the command comes first, e.g. "
+                     "pdwatt plan --demo")  # fmt: skip
+    a = parser.parse_args(args)
     try:
         out = a.func(a)
     except InputError as e:

@@ -45,3 +45,13 @@ def test_a_configuration_without_instances_is_refused(
         assert main(["capacity", "--np", str(n_p), "--nd", str(n_d), "--json"]) == 0
         rep = json.loads(capsys.readouterr().out)
         assert rep["capacity_rps"] == 0.0 and rep["bottleneck"] == bottleneck
+
+
+def test_an_option_before_the_command_is_named(capsys) -> None:
+    """``pdwatt --bogus`` said only that a command is required."""
+    from service.cli.app import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--bogus"])
+    assert e.value.code == 2
+    assert "unrecognized argument '--bogus': the command comes first" in capsys.readouterr().err
