@@ -12,6 +12,8 @@ gathered from the store with the same calls the ``/v1`` routes make.
   latest plan in brief and the site's shares of the regions now
   (:func:`service.fleets.registry.memberships`).
 * ``GET /ui/api/sites/{id}``: the same for one site.
+* ``GET /ui/api/fleets``: every fleet with its member sites and its latest plan in brief
+  (status, gap, objective, stale and the members changed since).
 * ``GET /ui/api/sites/{id}/page``: a site's page in one answer: the same brief, each
   event with its effect (:mod:`service.console.summary`: the power and energy it shed and what it
   cost, between the plan before it and the plan its re-plan made), the site, its
@@ -34,7 +36,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
 from service.console.summary import summary
-from service.fleets.registry import memberships
+from service.fleets.registry import fleets_brief, memberships
 from service.routers.deps import ApiKey, SettingsDep
 from service.routers.errors import problem_responses
 from service.runtime.fleetstore import fleet_store_for
@@ -97,6 +99,13 @@ async def sites(settings: SettingsDep) -> dict[str, Any]:
         return out
 
     return {"sites": await run_in_threadpool(gather)}
+
+
+@router.get("/fleets", dependencies=[ApiKey], responses=problem_responses(401))
+async def fleets(settings: SettingsDep) -> dict[str, Any]:
+    """Every fleet in brief (:func:`service.fleets.registry.fleets_brief`), oldest first."""
+    url = settings.database_url
+    return {"fleets": await run_in_threadpool(fleets_brief, fleet_store_for(url), store_for(url))}
 
 
 @router.get("/sites/{site_id}", dependencies=[ApiKey], responses=problem_responses(401, 404, 422))

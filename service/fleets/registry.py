@@ -161,3 +161,26 @@ def memberships(fleets: FleetStore, store: Store, now: datetime) -> dict[str, li
                 entry["plan"] = brief | {"shares": None if shares is None else shares[m.name]}
             out.setdefault(m.id, []).append(entry)
     return out
+
+
+def fleets_brief(fleets: FleetStore, store: Store) -> list[dict[str, Any]]:
+    """Every fleet in brief: its member sites (id and name) and its latest plan (status,
+    gap, objective, ``stale`` and the members changed since; null before the first)."""
+    out = []
+    for fleet in fleets.list_fleets():
+        try:
+            members = [store.get_site(sid) for sid in fleet.site_ids]
+        except SiteNotFound:  # deleted meanwhile (with the fleet)
+            continue
+        plan = fleets.latest_plan(fleet.id)
+        brief = None
+        if plan is not None:
+            changed = changed_sites(plan, members)
+            doc = plan.response
+            brief = {"plan_id": plan.id, "created": plan.created.isoformat(),
+                     "status": plan.status, "mip_gap": doc["mip_gap"],
+                     "objective_usd": doc["objective_usd"], "stale": bool(changed),
+                     "changed_sites": changed}  # fmt: skip
+        sites = [{"id": m.id, "name": m.name} for m in members]
+        out.append({"id": fleet.id, "name": fleet.name, "sites": sites, "plan": brief})
+    return out

@@ -565,6 +565,17 @@ def test_console_sites_list_shows_fleet_shares(
         cell = page.locator("tr", has=link).locator(".fleets").inner_text()
         share = served[name][t]
         assert cell == f"two: r1 {100 * share:.2f}%"
+    # the fleets table: its sites and plan; "Plan now" plans it again and redraws
+    row = page.locator("#fleets tbody tr").first
+    text = row.inner_text()
+    assert "two" in text and "east, west" in text and "current" in text, text
+    assert f"{plan['plan']['status']}, gap" in text
+    fleet_id = plan["fleet_id"]
+    row.get_by_role("button", name="Plan fleet two now").click()
+    page.wait_for_function(
+        f"fetch('/v1/fleets/{fleet_id}/plan').then(r => r.json()).then(p => p.plan_id === 2)"
+    )
+    console.wait(page, "sites")
     console.clean(page)
     page.close()
 

@@ -177,6 +177,9 @@ def test_the_console_lists_each_sites_shares_now(client: TestClient) -> None:
     fid, (east, west) = make_fleet(client, start)
     before = {s["id"]: s["fleets"] for s in client.get("/ui/api/sites").json()["sites"]}
     assert before[east] == [{"id": fid, "name": "two", "plan": None}]
+    (listed,) = client.get("/ui/api/fleets").json()["fleets"]
+    assert listed["plan"] is None
+    assert listed["sites"] == [{"id": east, "name": "east"}, {"id": west, "name": "west"}]
     plan = client.post(f"/v1/fleets/{fid}/plan").json()
     hour = (datetime.now(UTC) - now) // timedelta(hours=1) + 1  # the period now
     sites = {s["id"]: s for s in client.get("/ui/api/sites").json()["sites"]}
@@ -188,6 +191,9 @@ def test_the_console_lists_each_sites_shares_now(client: TestClient) -> None:
         t = brief["period"]
         assert t in {hour, later}
         assert brief["shares"] == {"r1": pytest.approx(shares(plan["plan"], name)[t])}
+    (listed,) = client.get("/ui/api/fleets").json()["fleets"]
+    assert listed["plan"]["plan_id"] == plan["plan_id"] and listed["plan"]["stale"] is False
+    assert listed["plan"]["objective_usd"] == plan["plan"]["objective_usd"]
 
 
 def test_an_event_posted_to_a_fleets_site_replans_the_fleet(client: TestClient) -> None:

@@ -140,8 +140,33 @@ document.getElementById("forget-key").addEventListener("click", () => { key.clea
 
 // ------------------------------------------------------------------ sites
 
+// the fleets: their sites and latest plan, and a button that plans each now
+function fleetsPanel(fleets) {
+  if (!fleets.length) return null;
+  const status = h("p", { role: "status" });
+  const rows = fleets.map((f) => {
+    const p = f.plan;
+    const plan = h("button", { type: "button", class: "secondary", "aria-label": `Plan fleet ${f.name} now`, onclick: async () => {
+      plan.disabled = true;
+      status.replaceChildren(h("progress", { "aria-label": "planning" }), ` planning ${f.name}…`);
+      try { await api(`v1/fleets/${f.id}/plan`, { method: "POST" }); route(); } catch (e) { status.replaceChildren(errorBox(e)); plan.disabled = false; }
+    } }, "Plan now");
+    return [
+      f.name,
+      f.sites.map((s) => s.name).join(", "),
+      p ? `${p.status}, gap ${pct(p.mip_gap)}` : "no plan",
+      p ? (p.stale ? `stale: ${p.changed_sites.length} site(s) changed` : "current") : "–",
+      p ? usd(p.objective_usd) : "–",
+      plan,
+    ];
+  });
+  return h("section", { class: "panel", "aria-labelledby": "fleets-title", id: "fleets" },
+    h("h2", { id: "fleets-title" }, "Fleets"),
+    table(["Fleet", "Sites", "Latest plan", "Since", "Objective", ""], rows, [4]), status);
+}
+
 async function sitesPage(t0) {
-  const { doc } = await api("ui/api/sites");
+  const [{ doc }, { doc: fleetDoc }] = await Promise.all([api("ui/api/sites"), api("ui/api/fleets")]);
   const rows = doc.sites.map((s) => {
     const p = s.plan;
     const gpus = Object.entries(s.gpu_inventory).map(([g, n]) => `${n} × ${g}`).join(", ");
@@ -194,6 +219,7 @@ async function sitesPage(t0) {
       : h("p", {}, "No site registered yet."),
     rows.length ? h("p", { class: "muted note" }, "Costs are those of the latest plan over its horizon; the plan "
       + "minimises their sum (with instance starts and stops), its objective.") : null,
+    fleetsPanel(fleetDoc.fleets),
     form);
   done("sites", t0);
 }
