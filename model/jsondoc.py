@@ -18,14 +18,26 @@ class _Repeated(dict[str, Any]):
     repeated: str = ""
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out and not isinstance(out, _Repeated):
+def _parse(text: str | bytes) -> tuple[Any, bool]:
+    """``text`` as JSON, and whether an object in it gave a key twice (only then is the
+    document walked to say where)."""
+    seen = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal seen
+        out = dict(items)
+        if len(out) < len(items):
+            seen = True
             out = _Repeated(out)
-            out.repeated = k
-        out[k] = v
-    return out
+            keys: set[str] = set()
+            for k, _ in items:  # the first key given again
+                if k in keys:
+                    out.repeated = k
+                    break
+                keys.add(k)
+        return out
+
+    return json.loads(text, object_pairs_hook=pairs), seen
 
 
 def _find(doc: Any, path: str) -> tuple[str, str] | None:
@@ -51,10 +63,10 @@ def repeated_key(text: str | bytes) -> tuple[str, str] | None:
     for the top level, else e.g. ``deployments[0].initial``) and the key; None when no
     object does (or when ``text`` is not JSON: its parser says why)."""
     try:
-        doc = json.loads(text, object_pairs_hook=_pairs)
+        doc, seen = _parse(text)
     except (ValueError, RecursionError):
         return None
-    return _find(doc, "")
+    return _find(doc, "") if seen else None
 
 
 def repeated_reason(key: str) -> str:
@@ -66,13 +78,13 @@ def loads(text: str, field: str, source: str = "") -> Any:
     """``text`` as JSON; :class:`InputError` naming ``field`` when it is not JSON, and
     naming the object's path under ``field`` when an object gives a key twice."""
     try:
-        doc = json.loads(text, object_pairs_hook=_pairs)
+        doc, seen = _parse(text)
     except json.JSONDecodeError as e:
         where = f"{source} " if source else ""
         raise InputError(field, f"{where}is not valid JSON: line {e.lineno}: {e.msg}") from None
     except RecursionError:
         raise InputError(field, "nests too deeply to be read") from None
-    found = _find(doc, "")
+    found = _find(doc, "") if seen else None
     if found is not None:
         at, key = found
         where = f"{source}: " if source else ""

@@ -70,8 +70,8 @@ def _read(
     site = store.get_site(site_id)
     plan = store.latest_plan(site_id)
     rows = store.list_events(site_id)
-    if fleets is None:
-        fleets = memberships(fleet_store_for(url), store, datetime.now(UTC))
+    if fleets is None:  # this site's fleets only
+        fleets = memberships(fleet_store_for(url), store, datetime.now(UTC), site_id)
     brief = summary(site, plan, rows, store if effects else None)
     return site, plan, brief | {"fleets": fleets.get(site_id, [])}
 

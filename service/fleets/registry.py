@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -132,45 +133,29 @@ def shares_at(plan: FleetPlan, when: datetime, period_minutes: float) -> dict[st
     return {"period": t, "sites": out}
 
 
-def memberships(fleets: FleetStore, store: Store, now: datetime) -> dict[str, list[dict[str, Any]]]:
-    """Per member site (id), each fleet it is in with its latest plan in brief: status,
-    gap, ``stale``, and the site's shares of the regions in the plan's period ``now``
-    (``shares`` null when the plan does not cover it; ``plan`` null before the first)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+@dataclass(frozen=True)
+class _State:
+    """A fleet as it now is: its members and its latest plan with its brief."""
+
+    fleet: Fleet
+    members: list[Site]
+    plan: FleetPlan | None
+    brief: dict[str, Any] | None
+
+
+def _states(
+    fleets: FleetStore, store: Store, site_id: str | None = None
+) -> Iterator[_State]:
+    """Every fleet (or, with ``site_id``, every fleet that site is in), its members and
+    its latest plan in brief (status, gap, objective, ``stale`` and the members changed
+    since; None before the first)."""
+    ids = None if site_id is None else {fid for fid, _ in fleets.fleets_of(site_id)}
     for fleet in fleets.list_fleets():
-        plan = fleets.latest_plan(fleet.id)
+        if ids is not None and fleet.id not in ids:
+            continue
         try:
             members = [store.get_site(sid) for sid in fleet.site_ids]
         except SiteNotFound:  # a member deleted meanwhile (with the fleet)
-            continue
-        brief = None
-        if plan is not None:
-            at = shares_at(plan, now, members[0].body["period_minutes"])
-            brief = {
-                "plan_id": plan.id,
-                "status": plan.status,
-                "mip_gap": plan.response["mip_gap"],
-                "stale": bool(changed_sites(plan, members)),
-                "period": None if at is None else at["period"],
-                "shares": None if at is None else at["sites"],
-            }
-        for m in members:
-            entry: dict[str, Any] = {"id": fleet.id, "name": fleet.name, "plan": None}
-            if brief is not None:
-                shares = brief["shares"]
-                entry["plan"] = brief | {"shares": None if shares is None else shares[m.name]}
-            out.setdefault(m.id, []).append(entry)
-    return out
-
-
-def fleets_brief(fleets: FleetStore, store: Store) -> list[dict[str, Any]]:
-    """Every fleet in brief: its member sites (id and name) and its latest plan (status,
-    gap, objective, ``stale`` and the members changed since; null before the first)."""
-    out = []
-    for fleet in fleets.list_fleets():
-        try:
-            members = [store.get_site(sid) for sid in fleet.site_ids]
-        except SiteNotFound:  # deleted meanwhile (with the fleet)
             continue
         plan = fleets.latest_plan(fleet.id)
         brief = None
@@ -181,6 +166,36 @@ def fleets_brief(fleets: FleetStore, store: Store) -> list[dict[str, Any]]:
                      "status": plan.status, "mip_gap": doc["mip_gap"],
                      "objective_usd": doc["objective_usd"], "stale": bool(changed),
                      "changed_sites": changed}  # fmt: skip
-        sites = [{"id": m.id, "name": m.name} for m in members]
-        out.append({"id": fleet.id, "name": fleet.name, "sites": sites, "plan": brief})
+        yield _State(fleet, members, plan, brief)
+
+
+def memberships(
+    fleets: FleetStore, store: Store, now: datetime, site_id: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Per member site (id; with ``site_id``, that site only), each fleet it is in with
+    its latest plan in brief and the site's shares of the regions in the plan's period
+    ``now`` (``shares`` null when the plan does not cover it; ``plan`` null before the
+    first)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for st in _states(fleets, store, site_id):
+        at = None
+        if st.plan is not None:
+            at = shares_at(st.plan, now, st.members[0].body["period_minutes"])
+        for m in st.members:
+            entry: dict[str, Any] = {"id": st.fleet.id, "name": st.fleet.name, "plan": None}
+            if st.brief is not None:
+                entry["plan"] = st.brief | {
+                    "period": None if at is None else at["period"],
+                    "shares": None if at is None else at["sites"][m.name],
+                }
+            out.setdefault(m.id, []).append(entry)
     return out
+
+
+def fleets_brief(fleets: FleetStore, store: Store) -> list[dict[str, Any]]:
+    """Every fleet in brief: its member sites (id and name) and its latest plan."""
+    return [
+        {"id": st.fleet.id, "name": st.fleet.name, "plan": st.brief,
+         "sites": [{"id": m.id, "name": m.name} for m in st.members]}
+        for st in _states(fleets, store)
+    ]  # fmt: skip

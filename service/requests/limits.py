@@ -100,14 +100,14 @@ def _instance_pairs(g: int, a: int, b: int) -> int:
 
 
 def _shape_gpus(shapes: Sequence[str] | None, field: str) -> list[int]:
-    """The GPUs of each shape a front searches for a phase: the listed ones (repeats
-    once), every shape ``auto`` may give, or one GPU for the deployment's own (at most the
-    configurations of any shape)."""
+    """The GPUs of each shape a front searches for a phase: the listed ones (the schema
+    refuses a repeat), every shape ``auto`` may give, or one GPU for the deployment's
+    own (at most the configurations of any shape)."""
     if shapes is None:
         return [1]
     if list(shapes) == ["auto"]:
         return list(AUTO_SHAPE_GPUS)
-    return [parse_shape(t, f"{field}[{j}]").gpus for j, t in enumerate(dict.fromkeys(shapes))]
+    return [parse_shape(t, f"{field}[{j}]").gpus for j, t in enumerate(shapes)]
 
 
 def check_front(req: FrontRequest, s: Settings) -> None:

@@ -70,35 +70,30 @@ class FleetStore:
         return fleet
 
     def get_fleet(self, fleet_id: str) -> Fleet:
-        with self.engine.connect() as conn:
-            row = conn.execute(select(fleets).where(fleets.c.id == fleet_id)).mappings().first()
-            if row is None:
-                raise FleetNotFound(fleet_id)
-            members = conn.execute(
-                select(fleet_sites.c.site_id)
-                .where(fleet_sites.c.fleet_id == fleet_id)
-                .order_by(fleet_sites.c.position)
-            ).scalars()
-            return Fleet(
-                row["id"],
-                row["name"],
-                row["body"],
-                row["version"],
-                as_utc(row["created"]),
-                as_utc(row["updated"]),
-                tuple(members),
-            )
+        found = self._read(fleets.c.id == fleet_id)
+        if not found:
+            raise FleetNotFound(fleet_id)
+        return found[0]
 
     def list_fleets(self) -> list[Fleet]:
+        return self._read()
+
+    def _read(self, where: Any = None) -> list[Fleet]:
+        """The fleets ``where`` selects (every one: None), oldest first, with their
+        members in order: two queries on one connection."""
+        q = select(fleets).order_by(fleets.c.created)
         with self.engine.connect() as conn:
-            ids = conn.execute(select(fleets.c.id).order_by(fleets.c.created)).scalars().all()
-        out = []
-        for fid in ids:
-            try:
-                out.append(self.get_fleet(fid))
-            except FleetNotFound:  # deleted meanwhile
-                continue
-        return out
+            rows = conn.execute(q if where is None else q.where(where)).mappings().all()
+            m = select(fleet_sites).order_by(fleet_sites.c.position)
+            m = m.where(fleet_sites.c.fleet_id.in_([r["id"] for r in rows]))
+            members: dict[str, list[str]] = {}
+            for r in conn.execute(m).mappings():
+                members.setdefault(r["fleet_id"], []).append(r["site_id"])
+        return [
+            Fleet(r["id"], r["name"], r["body"], r["version"], as_utc(r["created"]),
+                  as_utc(r["updated"]), tuple(members.get(r["id"], ())))
+            for r in rows
+        ]  # fmt: skip
 
     def fleets_of(self, site_id: str) -> list[tuple[str, str]]:
         """The fleets (id, name) site ``site_id`` is a member of."""
