@@ -152,6 +152,10 @@ NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
 #: ``deepep-mode: low_latency`` (15 of 15 published configurations,
 #: ``model/data/silicon_disagg_workers.json``), and none on B200 or H200 does (6 of 6)
 DEEPEP_DECODE_SYSTEMS = frozenset({"gb200", "gb300"})
+#: the same for prefill workers with data-parallel attention in FP8: every published
+#: Dynamo SGLang entry of one on GB200 or GB300 states ``deepep-mode: normal`` (8 of
+#: 8; the NVFP4 ones state no all-to-all backend, 4 of 4)
+DEEPEP_PREFILL_SYSTEMS = DEEPEP_DECODE_SYSTEMS
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
 #: 400 Gb/s NIC per GPU: model.performance.interconnect's InfiniBand)
 KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
@@ -1063,6 +1067,17 @@ def resolve(
             notes.append(
                 "decode: DeepEP's low-latency all-to-all, as every published SGLang recipe "
                 f"of decode workers with data-parallel attention on {row.system} states "
+                "(docs/validation-silicon.md, section 3)"
+            )
+        prefill = row.prefill
+        if (prefill is not None and row.backend == "sglang" and prefill.dp > 1
+                and row.system in DEEPEP_PREFILL_SYSTEMS and row.precision == "fp8"
+                and not prefill.moe_a2a):  # fmt: skip
+            row = dataclasses.replace(row, prefill=dataclasses.replace(prefill,
+                                                                       moe_a2a="deepep_normal"))
+            notes.append(
+                "prefill: DeepEP's normal all-to-all, as every published SGLang recipe of "
+                f"FP8 prefill workers with data-parallel attention on {row.system} states "
                 "(docs/validation-silicon.md, section 3)"
             )
         assert row.prefill is not None and row.decode is not None

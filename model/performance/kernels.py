@@ -216,6 +216,30 @@ TABLE_SPECS: dict[str, TableSpec] = {
             latency_from=("dispatch_avg_t_us", "combine_avg_t_us"),
             latency_unit_ms=1e-3,
         ),
+        # DeepEP's normal all-to-all (``deepep-mode: normal``): one MoE layer's
+        # dispatch and combine, per rank's tokens, at the SMs DeepEP gives them
+        TableSpec(
+            "wideep_deepep_normal",
+            "comm",
+            ("kernel_source", "node_num", "hidden_size", "num_topk", "num_experts",
+             "dispatch_sms"),
+            ("num_token",),
+            latency_from=("dispatch_transmit_us", "dispatch_notify_us",
+                          "combine_transmit_us", "combine_notify_us"),
+            latency_unit_ms=1e-3,
+        ),  # fmt: skip
+        # SGLang's experts behind DeepEP (its ``DeepEPMoE`` runner: DeepGEMM's grouped
+        # GEMMs), per phase, at the tokens of every rank
+        *(
+            TableSpec(
+                kind,
+                "moe",
+                ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts",
+                 "moe_tp_size", "moe_ep_size", "distribution"),
+                ("num_tokens",),
+            )  # fmt: skip
+            for kind in ("wideep_context_moe", "wideep_generation_moe")
+        ),
         # multi-head latent attention: the attention kernel alone (its heads per GPU)...
         TableSpec(
             "context_mla",
@@ -579,11 +603,17 @@ MXFP8_ACTIVATION_GPUS = {"trtllm": frozenset({"b200_sxm", "b300_sxm", "gb200", "
 #: SGLang 0.5.14's tables of the same GPUs measure the TensorRT-LLM-gen kernels
 #: (through FlashInfer, ``sglang_flashinfer_trtllm_moe``), and are read for them.
 MOE_KERNELS = ("deployed", "own")
-#: how decode iterations under data-parallel attention move tokens to their experts:
-#: ``""`` the framework's collectives (:meth:`KernelModel._dispatch`), ``deepep_ll``
-#: DeepEP's low-latency dispatch and combine (SGLang's ``moe-a2a-backend: deepep`` with
-#: ``deepep-mode: low_latency``), read from the GPU's ``wideep_deepep_ll`` table
-MOE_A2A = ("", "deepep_ll")
+#: how passes under data-parallel attention move tokens to their experts: ``""`` the
+#: framework's collectives (:meth:`KernelModel._dispatch`); SGLang's ``moe-a2a-backend:
+#: deepep`` in ``deepep-mode: low_latency`` (``deepep_ll``: decode iterations read the
+#: GPU's ``wideep_deepep_ll`` table) or ``normal`` (``deepep_normal``: every pass reads
+#: ``wideep_deepep_normal``). Behind DeepEP SGLang runs its experts with DeepGEMM
+#: (``DeepEPMoE``), read from the ``wideep_context_moe`` and ``wideep_generation_moe``
+#: tables (:meth:`KernelModel._deepep_moe`)
+MOE_A2A = ("", "deepep_ll", "deepep_normal")
+#: the SMs DeepEP's normal kernels run on (its ``Buffer.num_sms`` default, as
+#: AIConfigurator reads its table)
+DEEPEP_NORMAL_SMS = 20
 TRTLLM_GEN_MOE: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("trtllm", dtype): (frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), "sglang")
     for dtype in ("fp8_block", "nvfp4")
@@ -883,8 +913,8 @@ class KernelModel:
         #: where each collective the setup's table does not measure is read from
         #: (:meth:`_collective_source`), by kind, graph and key
         self._sources: dict[tuple[Any, ...], tuple[KernelTable, dict[str, Any], float]] = {}
-        #: the DeepEP low-latency table, once found (:meth:`_deepep_ll`)
-        self._deepep: KernelTable | None = None
+        #: the DeepEP tables, by kind, once found (:meth:`_deepep`)
+        self._deepep_tables: dict[str, KernelTable] = {}
         #: MLA composed from the framework's whole-module tables (True) or from the
         #: attention kernel, the absorbed BMMs and the projection GEMMs (False)
         self.mla_module = False
@@ -1525,7 +1555,7 @@ class KernelModel:
         if m.experts:
             self._gemm(calls, "router", m.moe_layers, tokens, m.experts, hidden, "bfloat16")
             for count, dtype in self._dtypes["experts"]:
-                self._moe(calls, count, dtype, tokens * dp)
+                self._moe(calls, count, dtype, tokens * dp, decode)
             if m.shared_intermediate_size:
                 inter = m.shared_intermediate_size // tp
                 self._gemms(calls, "shared expert gate-up", "shared", tokens, 2 * inter, hidden)
@@ -1551,13 +1581,20 @@ class KernelModel:
             )
         return _phase(calls)
 
-    def _moe(self, out: list[KernelCall], count: int, dtype: str, tokens: int) -> None:
+    def _moe(
+        self, out: list[KernelCall], count: int, dtype: str, tokens: int, decode: bool = False
+    ) -> None:
         """The fused routed experts of `count` layers over `tokens` tokens (all the
         attention ranks' under data-parallel attention), at ``moe_tp`` and ``ep``. More
         tokens than the table's largest measured count are equal pieces no larger (the
         kernel's work is per token; a piece re-reads the experts' weights, which at
-        thousands of tokens per expert is a small share), as the engines chunk them."""
+        thousands of tokens per expert is a small share), as the engines chunk them.
+        SGLang behind DeepEP: :meth:`_deepep_moe` where its tables measure the experts."""
         m, s = self.model, self.setup
+        if s.framework == "sglang" and s.moe_a2a and self._deepep_moe(
+            out, count, dtype, tokens, decode
+        ):
+            return
         key = {
             "moe_dtype": dtype,
             "hidden_size": m.hidden_size,
@@ -1582,6 +1619,75 @@ class KernelModel:
                 else part
             )
             self._read(out, "moe", table, count * n, {**key, "num_tokens": at})
+
+    def _deepep_moe(
+        self, out: list[KernelCall], count: int, dtype: str, tokens: int, decode: bool
+    ) -> bool:
+        """SGLang's experts behind DeepEP (``DeepEPMoE``, DeepGEMM's grouped GEMMs) for
+        `count` layers over `tokens` tokens of every rank, from the newest
+        ``wideep_generation_moe`` (decode) or ``wideep_context_moe`` (prefill) table of
+        SGLang for the GPU, at the load the tables name (``uniform``: random routing,
+        as measured); False, said in :attr:`substitutions`, where none measures the
+        dtype, shape, EP or tokens (the fused table is read). An EP between two
+        measured ones is read at equal expert rows per rank (``tokens x k / ep``): the
+        time at each neighbour ``e`` at ``tokens e / ep`` tokens, interpolated in
+        ``log ep`` (what differs between them is the experts a rank holds,
+        ``E / ep``, whose weights it reads; docs/kernels.md, "SGLang's experts behind
+        DeepEP")."""
+        m, s = self.model, self.setup
+        kind = "wideep_generation_moe" if decode else "wideep_context_moe"
+        versions = [v for f, v in self.db.versions(s.gpu, kind) if f == "sglang"]
+        key = {
+            "moe_dtype": dtype,
+            "hidden_size": m.hidden_size,
+            "inter_size": self.expert_inter,
+            "topk": m.experts_per_token,
+            "num_experts": m.experts,
+            "moe_tp_size": 1,
+            "distribution": s.distribution,
+        }
+        why = f"no SGLang {kind} table of {s.gpu}"
+        table = None
+        eps: list[int] = []
+        if versions:
+            table = self.db.table(s.gpu, kind, "sglang", max(versions, key=version_key))
+            eps = sorted(
+                int(k["moe_ep_size"]) for k in table.measured_keys()
+                if all(k[c] == v for c, v in key.items())
+            )  # fmt: skip
+            why = f"{table.name} measures no {dtype} experts of this shape at ep {s.ep}"
+        if table is not None and eps and s.moe_tp == 1 and eps[0] <= s.ep <= eps[-1]:
+            assert table is not None
+
+            def layer(ep: int, n: float) -> float:
+                at = {**key, "moe_ep_size": ep}
+                sizes = table.axis_values(**at).get("num_tokens", [])
+                pieces = max(1, math.ceil(n / sizes[-1])) if sizes else 1
+                return pieces * table.lookup(**at, num_tokens=n / pieces).time_s
+
+            try:
+                if s.ep in eps:
+                    t = layer(s.ep, float(tokens))
+                else:
+                    lo = max(e for e in eps if e < s.ep)
+                    hi = min(e for e in eps if e > s.ep)
+                    w = math.log(s.ep / lo) / math.log(hi / lo)
+                    t = math.exp((1.0 - w) * math.log(layer(lo, tokens * lo / s.ep))
+                                 + w * math.log(layer(hi, tokens * hi / s.ep)))  # fmt: skip
+            except OutsideTableError as error:
+                why = str(error)
+            else:
+                shape = (*key.items(), ("moe_ep_size", s.ep), ("num_tokens", tokens))
+                out.append(KernelCall("moe", table.name, shape, count, t, None))
+                read = table.name.split("/")[3]
+                note = f"{kind}: {s.gpu} sglang {s.version} has no such table; {read}'s is read"
+                if read != s.version and note not in self.substitutions:
+                    self.substitutions.append(note)
+                return True
+        note = f"moe behind DeepEP ({kind}): {why}; the fused MoE table is read"
+        if note not in self.substitutions:
+            self.substitutions.append(note)
+        return False
 
     def _moe_source(self, key: dict[str, Any]) -> KernelTable:
         """The fused-MoE table a layer is read from: the setup's where it measures the
@@ -1645,9 +1751,9 @@ class KernelModel:
         first (and all-gathers over it last); vLLM adds its attention all-reduce; TRT-LLM
         with ``tp > 1`` all-reduces instead."""
         m, s = self.model, self.setup
-        if decode and s.moe_a2a == "deepep_ll":
+        if (decode and s.moe_a2a == "deepep_ll") or s.moe_a2a == "deepep_normal":
             if pre:
-                self._deepep_ll(out, tokens)
+                self._deepep(out, tokens, s.moe_a2a)
             return
         n, hidden, gpus, tp = m.moe_layers, m.hidden_size, s.gpus, s.tp
         gathered = tokens * s.attention_dp
@@ -1676,16 +1782,18 @@ class KernelModel:
         else:
             nccl(wide, gpus, gathered)
 
-    def _deepep_ll(self, out: list[KernelCall], tokens: int) -> None:
-        """DeepEP's low-latency dispatch and combine around each MoE layer, of `tokens`
-        tokens per rank, from the newest ``wideep_deepep_ll`` table of the setup's
+    def _deepep(self, out: list[KernelCall], tokens: int, mode: str) -> None:
+        """DeepEP's dispatch and combine around each MoE layer (`mode` ``deepep_ll``:
+        low-latency, ``deepep_normal``: normal, at :data:`DEEPEP_NORMAL_SMS` SMs), of
+        `tokens` tokens per rank, from the newest ``wideep_<mode>`` table of the setup's
         framework for the GPU (each rank sends its tokens' ``topk`` copies to the
         experts' ranks and receives their outputs: the work per rank does not depend on
         the EP size). The instance's GPUs span one node of the table where they are
         within the fabric's NVLink domain (DeepEP runs over NVLink there), else
         ``ceil(gpus / domain)`` nodes, which the tables do not measure (refused)."""
         m, s = self.model, self.setup
-        table = self._deepep or self._deepep_table()
+        kind = f"wideep_{mode}"
+        table = self._deepep_tables.get(kind) or self._deepep_table(kind)
         domain = s.fabric.domain_gpus if s.fabric is not None else 8
         key = {
             "kernel_source": "deepep",
@@ -1695,26 +1803,31 @@ class KernelModel:
             "num_experts": m.experts,
             "num_token": tokens,
         }
-        self._read(out, "moe all-to-all (deepep low latency)", table, m.moe_layers, key)
+        name = "moe all-to-all (deepep low latency)"
+        if mode == "deepep_normal":
+            key["dispatch_sms"] = DEEPEP_NORMAL_SMS
+            name = "moe all-to-all (deepep normal)"
+        self._read(out, name, table, m.moe_layers, key)
 
-    def _deepep_table(self) -> KernelTable:
-        """The newest ``wideep_deepep_ll`` table of the setup's framework for the GPU
-        (another version than the setup's said in :attr:`substitutions`), kept."""
+    def _deepep_table(self, kind: str) -> KernelTable:
+        """The newest `kind` table (``wideep_deepep_ll`` or ``wideep_deepep_normal``) of
+        the setup's framework for the GPU (another version than the setup's said in
+        :attr:`substitutions`), kept."""
         s = self.setup
-        versions = [v for f, v in self.db.versions(s.gpu, "wideep_deepep_ll") if f == s.framework]
+        versions = [v for f, v in self.db.versions(s.gpu, kind) if f == s.framework]
         if not versions:
             raise InputError(
                 "moe_a2a",
-                f"deepep_ll: no wideep_deepep_ll table of {s.framework} for {s.gpu}",
+                f"{kind.removeprefix('wideep_')}: no {kind} table of {s.framework} for {s.gpu}",
             )
         version = max(versions, key=version_key)
-        self._deepep = self.db.table(s.gpu, "wideep_deepep_ll", s.framework, version)
+        self._deepep_tables[kind] = self.db.table(s.gpu, kind, s.framework, version)
         if version != s.version:
             self.substitutions.append(
-                f"wideep_deepep_ll: {s.gpu} {s.framework} {s.version} has no such table; "
+                f"{kind}: {s.gpu} {s.framework} {s.version} has no such table; "
                 f"{version}'s is read"
             )
-        return self._deepep
+        return self._deepep_tables[kind]
 
     def _gqa(
         self, out: list[KernelCall], tokens: int, attention: Any, linear: Any = None

@@ -101,3 +101,83 @@ def test_deepep_low_latency_reads_dispatch_and_combine_from_its_table() -> None:
 def test_an_unknown_all_to_all_is_refused_naming_the_field() -> None:
     with pytest.raises(InputError, match="moe_a2a"):
         KernelSetup("gb200", "sglang", "0.5.14", moe_a2a="deepep_fast")
+
+
+def _dsr1_gb200(ep: int, a2a: str, dtype: str = "fp8") -> KernelModel:
+    folder = str(installed_kernel_tables())
+    model = load_model("deepseek-v3.1" if dtype == "fp8" else "deepseek-v3.1-nvfp4")
+    setup = KernelSetup("gb200", "sglang", "0.5.14", tp=1, ep=ep, attention_dp=ep,
+                        weight_dtype=dtype, kv_dtype="fp8", fabric=load_gpu("gb200").fabric,
+                        moe_a2a=a2a)  # fmt: skip
+    return KernelModel(open_database(folder), model, setup)
+
+
+def _wideep(kind: str, ep: int, tokens: int) -> float:
+    """The SGLang DeepEP experts' time of DeepSeek's block-FP8 MoE layer at `ep` and
+    `tokens` (a measured point), read from the file itself (seconds)."""
+    folder = installed_kernel_tables()
+    rows = pq.read_table(folder / f"gb200/moe/sglang/0.5.10/{kind}_perf.parquet").to_pylist()
+    want = [r["latency"] * 1e-3 for r in rows
+            if (r["moe_dtype"], r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"],
+                r["moe_ep_size"], r["distribution"], r["num_tokens"])
+            == ("fp8_block", 7168, 2048, 8, 256, ep, "uniform", tokens)]  # fmt: skip
+    assert len(want) == 1
+    return want[0]
+
+
+def test_sglang_behind_deepep_reads_its_deepgemm_experts_per_phase() -> None:
+    """DeepSeek FP8 on GB200 under SGLang at attention DP 16, EP 16 with DeepEP's normal
+    all-to-all: the experts of a prefill are the ``wideep_context_moe`` table's (SGLang's
+    ``DeepEPMoE`` runner) at every rank's tokens, those of a decode the
+    ``wideep_generation_moe`` table's, each a measured point read from the file; the
+    dispatch and combine are DeepEP normal's, at 20 SMs, and no gather or scatter
+    collective is left. Without DeepEP the fused table is read, as before."""
+    folder = installed_kernel_tables()
+    km = _dsr1_gb200(16, "deepep_normal")
+    model = km.model
+    prefill = km.prefill(1024)  # 1,024 tokens on each of 16 ranks: 16,384 at the experts
+    moe = [c for c in prefill.calls if c.name == "moe"]
+    assert [c.table for c in moe] == ["gb200/moe/sglang/0.5.10/wideep_context_moe_perf.parquet"]
+    assert moe[0].count == model.moe_layers
+    assert moe[0].time_s == pytest.approx(_wideep("wideep_context_moe", 16, 16384), rel=1e-9)
+    decode = km.decode(16 * 32, 2048)  # 32 requests on each rank: 512 tokens
+    moe = [c for c in decode.calls if c.name == "moe"]
+    assert moe[0].time_s == pytest.approx(_wideep("wideep_generation_moe", 16, 512), rel=1e-9)
+    a2a = [c for c in prefill.calls if c.name.startswith("moe all-to-all")]
+    assert [c.name for c in a2a] == ["moe all-to-all (deepep normal)"]
+    rows = pq.read_table(folder / "gb200/comm/sglang/0.5.12/wideep_deepep_normal_perf.parquet")
+    want = [
+        (r["dispatch_transmit_us"] + r["dispatch_notify_us"] + r["combine_transmit_us"]
+         + r["combine_notify_us"]) * 1e-6
+        for r in rows.to_pylist()
+        if (r["hidden_size"], r["num_token"], r["num_topk"], r["num_experts"], r["node_num"],
+            r["dispatch_sms"]) == (7168, 1024, 8, 256, 1, 20)
+    ]  # fmt: skip
+    assert len(want) == 1
+    assert a2a[0].time_s == pytest.approx(want[0], rel=1e-9)
+    assert not [c for c in prefill.calls if c.name in ("moe dispatch", "moe combine")]
+    said = "wideep_context_moe: gb200 sglang 0.5.14 has no such table; 0.5.10's is read"
+    assert said in km.substitutions
+    fused = [c for c in _dsr1_gb200(16, "").prefill(1024).calls if c.name == "moe"]
+    assert fused[0].table == "gb200/moe/sglang/0.5.14/moe_perf.parquet"
+
+
+def test_an_ep_between_the_measured_ones_is_read_at_equal_rows_per_rank() -> None:
+    """EP 8, which the DeepEP expert tables do not measure, between EP 4 and EP 16: the
+    time at each neighbour ``e`` at ``tokens e / 8`` tokens (the same ``tokens k / ep``
+    expert rows per rank), interpolated in ``log ep``: halfway, the geometric mean.
+    Prefill of 8,192 tokens on each of 8 ranks: EP 4 at 32,768 and EP 16 at 131,072."""
+    km = _dsr1_gb200(8, "deepep_normal")
+    moe = [c for c in km.prefill(8192).calls if c.name == "moe"]
+    lo, hi = _wideep("wideep_context_moe", 4, 32768), _wideep("wideep_context_moe", 16, 131072)
+    assert moe[0].time_s == pytest.approx((lo * hi) ** 0.5, rel=1e-9)
+
+
+def test_experts_no_deepep_table_measures_are_read_from_the_fused_table_and_said() -> None:
+    """NVFP4 experts: the DeepEP expert tables measure block-FP8 only, so the fused
+    table is read, and the output says why."""
+    km = _dsr1_gb200(32, "deepep_ll", "nvfp4")
+    moe = [c for c in km.decode(32 * 16, 1536).calls if c.name == "moe"]
+    assert moe and all(c.table.endswith("sglang/0.5.14/moe_perf.parquet") for c in moe)
+    assert any(s.startswith("moe behind DeepEP (wideep_generation_moe)") and "nvfp4" in s
+               and "the fused MoE table is read" in s for s in km.substitutions)  # fmt: skip

@@ -134,3 +134,30 @@ def test_every_mtp_record_states_its_depth_or_has_no_recipe() -> None:
             assert rec["draft_tokens"] in (1, 2, 3) and rec["recipe"] in rec["draft_source"]
         else:
             assert "draft_tokens" not in rec
+
+
+#: a GB200 SGLang FP8 row whose prefill workers run attention DP 8 and EP 8 and state no
+#: all-to-all backend
+DEP_PREFILL = "dsr1_gb200_sglang_fp8_disagg_8192x1024_c1024_cfg533"
+
+
+def test_an_fp8_dep_prefill_on_gb200_runs_deepep_normal_as_every_recipe_states() -> None:
+    """Every published SGLang recipe of an FP8 prefill worker with data-parallel
+    attention on GB200 or GB300 states DeepEP's normal mode (and every NVFP4 one none):
+    the table says so, and such a row without a backend is read that way, with a note;
+    its prefill's experts are then DeepEP's (SGLang's ``wideep_context_moe``)."""
+    table = silicon.published_workers()
+    stated = {(r["match"]["precision"], r["prefill"]["moe_a2a"])
+              for r in table["records"]
+              if r["match"]["backend"] == "sglang" and r["match"]["system"] in ("gb200", "gb300")
+              and r["prefill"]["attention_dp"] > 1}  # fmt: skip
+    assert stated == {("fp8", "deepep_normal"), ("fp4", "")}
+    row = _rows()[DEP_PREFILL]
+    assert row.prefill is not None and row.prefill.dp == 8 and not row.prefill.moe_a2a
+    case = silicon.resolve(row, str(installed_kernel_tables()))
+    assert isinstance(case, silicon.Case), case
+    assert case.row.prefill is not None and case.row.prefill.moe_a2a == "deepep_normal"
+    assert any(n.startswith("prefill: DeepEP's normal all-to-all") for n in case.notes)
+    assert "wideep_context_moe: gb200 sglang 0.5.14 has no such table; 0.5.10's is read" in (
+        case.notes
+    )
