@@ -216,6 +216,15 @@ TABLE_SPECS: dict[str, TableSpec] = {
             latency_from=("dispatch_avg_t_us", "combine_avg_t_us"),
             latency_unit_ms=1e-3,
         ),
+        # TensorRT-LLM's all-to-all over a multi-node NVLink domain (MNNVL): one MoE
+        # layer's prepare, dispatch and combine, each its own row, per rank's tokens
+        TableSpec(
+            "trtllm_alltoall",
+            "comm",
+            ("op_name", "kernel_source", "moe_dtype", "hidden_size", "topk", "num_experts",
+             "moe_ep_size", "distribution"),
+            ("num_tokens",),
+        ),  # fmt: skip
         # DeepEP's normal all-to-all (``deepep-mode: normal``): one MoE layer's
         # dispatch and combine, per rank's tokens, at the SMs DeepEP gives them
         TableSpec(
@@ -614,6 +623,15 @@ MOE_A2A = ("", "deepep_ll", "deepep_normal")
 #: the SMs DeepEP's normal kernels run on (its ``Buffer.num_sms`` default, as
 #: AIConfigurator reads its table)
 DEEPEP_NORMAL_SMS = 20
+#: the GPUs of the largest NVLink domain within one node (an HGX board): a fabric whose
+#: domain is larger joins nodes by NVLink (multi-node NVLink, GB200 and GB300 NVL72),
+#: where TensorRT-LLM moves tokens to their experts by its all-to-all
+#: (:meth:`KernelModel._mnnvl_alltoall`)
+NODE_NVLINK_GPUS = 8
+#: the GPU whose ``trtllm_alltoall`` table stands for another's, by the other's table
+#: folder: the GB300 NVL72 rack has the GB200 NVL72's NVLink 5 switch fabric (1.8 TB/s
+#: per GPU, 72 GPUs per domain; the catalog's fabrics), which the all-to-all runs over
+ALLTOALL_FABRIC_TWIN = {"gb300": "gb200"}
 TRTLLM_GEN_MOE: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("trtllm", dtype): (frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), "sglang")
     for dtype in ("fp8_block", "nvfp4")
@@ -1755,6 +1773,14 @@ class KernelModel:
             if pre:
                 self._deepep(out, tokens, s.moe_a2a)
             return
+        alltoall = self._mnnvl_alltoall(tokens)
+        if alltoall is not None:
+            if pre:
+                table, shapes = alltoall
+                for shape in shapes:
+                    name = f"{shape['kernel_source']} {shape['op_name'].removeprefix('alltoall_')}"
+                    self._read(out, f"moe all-to-all ({name})", table, m.moe_layers, shape)
+            return
         n, hidden, gpus, tp = m.moe_layers, m.hidden_size, s.gpus, s.tp
         gathered = tokens * s.attention_dp
         name = "moe dispatch" if pre else "moe combine"
@@ -1781,6 +1807,63 @@ class KernelModel:
                 nccl("all_gather", tp, tokens)
         else:
             nccl(wide, gpus, gathered)
+
+    def _mnnvl_alltoall(self, tokens: int) -> tuple[KernelTable, list[dict[str, Any]]] | None:
+        """TensorRT-LLM's all-to-all around each MoE layer, where it runs one: attention
+        data-parallel ranks (``tp`` 1), an EP larger than the experts per token, and a
+        multi-node NVLink domain holding the instance (its ``select_alltoall_method_type``:
+        ``moe_ep_size > top_k`` and ``MnnvlMemory.supports_mnnvl()``; elsewhere it gathers
+        the ranks' tokens, :meth:`_dispatch`). The GPU's ``trtllm_alltoall`` table
+        (:data:`ALLTOALL_FABRIC_TWIN`'s for a GPU without one) and its rows' shapes at
+        `tokens` per rank: NVLinkOneSided's dispatch and combine (the CUTLASS MoE's) where
+        it measures the experts' dtype, else NVLinkTwoSided's prepare, dispatch and
+        combine (the wide EP's); FP8 experts move FP8. None where TensorRT-LLM runs no
+        all-to-all, or, said in :attr:`substitutions`, where the table does not measure
+        it (the gather is composed)."""
+        m, s = self.model, self.setup
+        fabric = s.fabric
+        if (s.framework != "trtllm" or s.tp != 1 or s.attention_dp < 2
+                or s.ep <= m.experts_per_token or fabric is None
+                or fabric.domain_gpus <= NODE_NVLINK_GPUS or s.gpus > fabric.domain_gpus):
+            return None  # fmt: skip
+        gpu = s.gpu if self.db.versions(s.gpu, "trtllm_alltoall") else (
+            ALLTOALL_FABRIC_TWIN.get(s.gpu, s.gpu))  # fmt: skip
+        versions = [v for f, v in self.db.versions(gpu, "trtllm_alltoall") if f == "trtllm"]
+        dtype = self._dtypes["experts"][0][1] if self._dtypes["experts"] else ""
+        moved = {"fp8_block": "fp8"}.get(dtype, dtype)
+        key = {
+            "moe_dtype": moved,
+            "hidden_size": m.hidden_size,
+            "topk": m.experts_per_token,
+            "num_experts": m.experts,
+            "moe_ep_size": s.ep,
+            "distribution": "balanced",
+        }
+        why = f"no trtllm_alltoall table of {s.gpu}"
+        if versions:
+            table = self.db.table(gpu, "trtllm_alltoall", "trtllm", max(versions, key=version_key))
+            why = f"{table.name} measures no {moved} all-to-all of this shape at ep {s.ep}"
+            sides = (("NVLinkOneSided", ("alltoall_dispatch", "alltoall_combine")),
+                     ("NVLinkTwoSided", ("alltoall_prepare", "alltoall_dispatch",
+                                         "alltoall_combine")))  # fmt: skip
+            for kernel, ops in sides:
+                shapes = [{**key, "op_name": op, "kernel_source": kernel} for op in ops]
+                sizes = [table.axis_values(**sh).get("num_tokens", []) for sh in shapes]
+                if not all(sizes):
+                    continue
+                if not all(z[0] <= tokens <= z[-1] for z in sizes):
+                    why = f"{table.name} measures {tokens} tokens per rank for no {kernel} op"
+                    break
+                if gpu != s.gpu:
+                    note = (f"trtllm_alltoall: no table of {s.gpu}; {gpu}'s is read (the same "
+                            "NVLink 5 switch fabric of 72 GPUs)")  # fmt: skip
+                    if note not in self.substitutions:
+                        self.substitutions.append(note)
+                return table, [{**sh, "num_tokens": tokens} for sh in shapes]
+        note = f"moe all-to-all over multi-node NVLink: {why}; the ranks' tokens are gathered"
+        if note not in self.substitutions:
+            self.substitutions.append(note)
+        return None
 
     def _deepep(self, out: list[KernelCall], tokens: int, mode: str) -> None:
         """DeepEP's dispatch and combine around each MoE layer (`mode` ``deepep_ll``:

@@ -181,3 +181,68 @@ def test_experts_no_deepep_table_measures_are_read_from_the_fused_table_and_said
     assert moe and all(c.table.endswith("sglang/0.5.14/moe_perf.parquet") for c in moe)
     assert any(s.startswith("moe behind DeepEP (wideep_generation_moe)") and "nvfp4" in s
                and "the fused MoE table is read" in s for s in km.substitutions)  # fmt: skip
+
+
+def _trtllm_dep(gpu: str, ep: int, dtype: str = "nvfp4") -> KernelModel:
+    folder = str(installed_kernel_tables())
+    model = load_model("deepseek-v3.1" if dtype == "fp8" else "deepseek-v3.1-nvfp4")
+    setup = KernelSetup(gpu, "trtllm", "1.3.0rc20", tp=1, ep=ep, attention_dp=ep,
+                        weight_dtype=dtype, kv_dtype="fp8", fabric=load_gpu(gpu.removesuffix(
+                            "_sxm")).fabric)  # fmt: skip
+    return KernelModel(open_database(folder), model, setup)
+
+
+def _alltoall_ms(kernel: str, op: str, dtype: str, ep: int, tokens: int) -> float:
+    """TensorRT-LLM's all-to-all of one DeepSeek MoE layer on GB200 (a measured point),
+    read from the file itself (ms)."""
+    folder = installed_kernel_tables()
+    rows = pq.read_table(folder / "gb200/comm/trtllm/1.3.0rc10/trtllm_alltoall_perf.parquet")
+    want = [r["latency"] for r in rows.to_pylist()
+            if (r["kernel_source"], r["op_name"], r["moe_dtype"], r["moe_ep_size"],
+                r["num_tokens"], r["hidden_size"], r["topk"], r["num_experts"])
+            == (kernel, op, dtype, ep, tokens, 7168, 8, 256)]  # fmt: skip
+    assert len(want) == 1
+    return float(want[0])
+
+
+def test_trtllm_moves_tokens_by_its_all_to_all_over_multi_node_nvlink() -> None:
+    """TensorRT-LLM selects its all-to-all where attention is data-parallel, the EP
+    exceeds the experts per token and the NVLink domain spans nodes
+    (``select_alltoall_method_type``): DeepSeek NVFP4 at DEP 16 on GB200 (NVL72) moves
+    each rank's tokens by NVLinkOneSided's dispatch and combine, one call each per MoE
+    layer, each a measured point of the file at the rank's tokens; no gather or scatter
+    is left. Block-FP8 experts move FP8 by NVLinkTwoSided's prepare, dispatch and
+    combine (the one-sided kernel is measured in NVFP4 only)."""
+    km = _trtllm_dep("gb200", 16)
+    phase = km.decode(16 * 64, 2048)  # 64 requests on each rank
+    a2a = [c for c in phase.calls if c.name.startswith("moe all-to-all")]
+    assert [c.name for c in a2a] == ["moe all-to-all (NVLinkOneSided dispatch)",
+                                     "moe all-to-all (NVLinkOneSided combine)"]  # fmt: skip
+    assert all(c.count == km.model.moe_layers for c in a2a)
+    for c, op in zip(a2a, ("alltoall_dispatch", "alltoall_combine"), strict=True):
+        want = _alltoall_ms("NVLinkOneSided", op, "nvfp4", 16, 64) * 1e-3
+        assert c.time_s == pytest.approx(want, rel=1e-9)
+    assert not [c for c in phase.calls if c.name in ("moe dispatch", "moe combine")]
+    fp8 = [c for c in _trtllm_dep("gb200", 32, "fp8").decode(32 * 16, 2048).calls
+           if c.name.startswith("moe all-to-all")]  # fmt: skip
+    assert [c.name for c in fp8] == [f"moe all-to-all (NVLinkTwoSided {op})"
+                                     for op in ("prepare", "dispatch", "combine")]  # fmt: skip
+    assert fp8[1].time_s == pytest.approx(
+        _alltoall_ms("NVLinkTwoSided", "alltoall_dispatch", "fp8", 32, 16) * 1e-3, rel=1e-9
+    )
+
+
+def test_trtllm_gathers_where_it_runs_no_all_to_all() -> None:
+    """An EP no larger than the experts per token (DEP 8, top-8) on GB200, and an 8-GPU
+    NVLink domain (B200's HGX board) at any EP: the ranks' tokens are gathered and
+    scattered as before. GB300, whose rack has GB200's NVLink fabric and no table of
+    its own, reads GB200's, and says so."""
+    for km in (_trtllm_dep("gb200", 8), _trtllm_dep("b200_sxm", 8)):
+        calls = km.decode(8 * 64, 2048).calls
+        assert not [c for c in calls if c.name.startswith("moe all-to-all")]
+        assert [c for c in calls if c.name == "moe dispatch"]
+    gb300 = _trtllm_dep("gb300", 16)
+    a2a = [c for c in gb300.decode(16 * 64, 2048).calls if c.name.startswith("moe all-to-all")]
+    assert a2a and all(c.table.startswith("gb200/comm/trtllm/") for c in a2a)
+    assert any(s.startswith("trtllm_alltoall: no table of gb300; gb200's is read")
+               for s in gb300.substitutions)  # fmt: skip
