@@ -187,12 +187,15 @@ def _llama70b(gpu: str, tp: int, workload: str) -> Any:
     )
 
 
-def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
+def evaluate_dynamollm(
+    path: str, line_model: bool = False, mean: bool = False
+) -> list[TtftResult]:
     """The H100 series of ``path`` (``clock-series/series.json``) that the catalog can
     express, as Llama-3.1-70B (Llama-2-70B's shape) on ``h100-sxm`` with vLLM's measured
-    calibration: TP4 prefill by the latency model's mean TTFT of a 4,050-token prompt at
-    the series' 0.5 req/s, TP4 decode by decode capacity at ``B_max`` against the
-    measured TBT; each relative to the default (unlocked) point. Nothing is fitted.
+    calibration: TP4 prefill by the latency model's median TTFT of a 4,050-token prompt
+    at the series' 0.5 req/s (the series gives the TTFT's P50), TP4 decode by decode
+    capacity at ``B_max`` against the measured TBT; each relative to the default
+    (unlocked) point. Nothing is fitted. ``mean``: the mean TTFT instead, for comparison.
     ``line_model``: the model before the sustained clock and the compute draw (the
     H100's calibration taken at its full clock, 1980 MHz), for comparison."""
     from dataclasses import replace
@@ -220,7 +223,8 @@ def evaluate_dynamollm(path: str, line_model: bool = False) -> list[TtftResult]:
 
             def value(setting: str | None) -> float:
                 c = Coefficients.of(replace(spec, prefill_setting=setting))
-                return latency_at(c, 1, 1, 0.5, [4050.0], [96.0]).ttft_mean_s
+                lat = latency_at(c, 1, 1, 0.5, [4050.0], [96.0], quantile=0.5)
+                return lat.ttft_mean_s if mean else lat.ttft_quantile_s
         else:
 
             def value(setting: str | None) -> float:

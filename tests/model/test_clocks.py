@@ -529,7 +529,12 @@ def test_dynamollm_h100_series_medians():
     # lock at 1600 MHz costs it 1% (it cost 19% when the default ran at 1980 MHz)
     assert prefill.measured[0] == 1.6748 and prefill.measured[4] == 0.9959
     assert prefill.predicted[4] < 1.02
-    assert prefill.median_error < 0.11  # 10.2% (31.2% before)
+    # the model's median TTFT against the measured P50: 6.9% (the mean's, 10.2%; before
+    # the sustained clock and compute draw, 26.9% and 31.2%)
+    assert prefill.median_error < 0.10
+    mean = {r.id: r for r in evaluate_dynamollm(str(shared_data_file("clock-series/series.json")),
+                                                 mean=True)}  # fmt: skip
+    assert mean["dynamollm-h100-tp4-LS-0.5rps-prefill"].median_error > prefill.median_error
     for name in ("dynamollm-h100-tp4-SL-0.5rps-decode", "dynamollm-h100-tp4-SL-2.0rps-decode"):
         assert results[name].median_error < 0.05
     # TTFT never falls as the clock falls
