@@ -236,6 +236,68 @@ def evaluate_dynamollm(
     return out
 
 
+#: the prompt and output lengths (tokens) read for DynamoLLM's request classes, whose
+#: series name them only by letter (prompt, then output: ``LS`` long prompts and short
+#: outputs): the long prompt is the TP4 prefill series' 4,050 tokens and the short
+#: output the 96 its TTFT is evaluated with; the others are assumed, and the medians
+#: move by at most 1.4 points with every length halved or doubled (docs/clocks.md)
+DYNAMOLLM_PROMPT = {"S": 256, "M": 1024, "L": 4050}
+DYNAMOLLM_OUTPUT = {"S": 96, "L": 1024}
+
+
+def aggregated_power_w(c: Any, rate_rps: float) -> float:
+    """The mean draw (W) of one instance serving both phases on the same GPUs at
+    ``rate_rps`` (the engines' aggregated serving the DynamoLLM runs used): it prefills
+    a share ``rho = lambda / mu_P`` of the time at the prefill's saturated draw and
+    decodes the rest, at the decode draw of its load ``lambda / mu_D(B_max)`` (the
+    capped ramp of SPEC 2.6); each draw at the instance's settings (docs/clocks.md,
+    section 6). ``c``: the deployment's :class:`model.capacity.Coefficients`."""
+    from model.capacity import phase_power_w
+
+    mu_p = float(c.mu_prefill_rps)
+    mu_d = float(c.decode_rate_rps(c.batch_max))
+    lam = min(rate_rps, mu_p, mu_d)
+    _, decode = phase_power_w(c, 1, 1, mu_p, mu_d, lam)
+    rho = lam / mu_p
+    return float(rho * c.psat_prefill_w + (1.0 - rho) * float(decode))
+
+
+def evaluate_dynamollm_power(path: str) -> list[TtftResult]:
+    """DynamoLLM's TP8 power series of ``path`` (``clock-series/series.json``: the mean
+    board power per GPU of vLLM serving Llama-2-70B on all eight H100s at a Poisson
+    load, every SM clock locked to each setting): Llama-3.1-70B at TP8 on ``h100-sxm``
+    with vLLM's calibration, fixed request lengths by class (:data:`DYNAMOLLM_PROMPT`,
+    :data:`DYNAMOLLM_OUTPUT`), both phases at the clock, the instance's draw by
+    :func:`aggregated_power_w` at the series' rate, relative to the default (unlocked)
+    point. Nothing is fitted."""
+    from dataclasses import replace
+
+    from model.capacity import Coefficients
+
+    with open(path) as fh:
+        series = json.load(fh)
+    out = []
+    for entry in series:
+        sid = entry["id"]
+        if not (sid.startswith("dynamollm-h100-tp8-") and sid.endswith("-power-only")):
+            continue
+        _, _, _, kind, load, *_ = sid.split("-")
+        rate = float(load.removesuffix("rps"))
+        workload = f"fixed:{DYNAMOLLM_PROMPT[kind[0]]}:{DYNAMOLLM_OUTPUT[kind[1]]}"
+        spec = _llama70b("h100-sxm", 8, workload)
+        points = [p for p in entry["points"] if p["power_rel"] is not None]
+        f = [float(p["knob"]) for p in points if p["knob"] != 1980]
+        meas = [float(p["power_rel"]) for p in points if p["knob"] != 1980]
+
+        def power(setting: str | None, spec: Any = spec, rate: float = rate) -> float:
+            c = Coefficients.of(replace(spec, prefill_setting=setting, decode_setting=setting))
+            return aggregated_power_w(c, rate)
+
+        base = power(None)
+        out.append(_compared(sid, f, meas, [power(f"{x:g}MHz") / base for x in f]))
+    return out
+
+
 #: Samsi et al.'s runs (HPEC 2023, section IV-E): a static batch of 64 GSM8K prompts
 SAMSI_BATCH = 64
 #: tokens of a GSM8K question with its prompt, taken as 200 (the paper gives no length;

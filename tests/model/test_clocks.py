@@ -556,3 +556,38 @@ def test_samsi_a100_power_caps():
         # measured (on the catalog's 400 W SXM board +20% and +34%: 14.7%, 11.5%, 11.0%)
         assert time.predicted == pytest.approx([1.136, 1.222], abs=0.002)
         assert time.median_error < 0.07  # 6.5%, 3.5%, 3.1%
+
+
+def test_dynamollm_tp8_power_series_medians():
+    """DynamoLLM's TP8 power columns (mean board power per GPU of aggregated vLLM serving
+    at each locked clock, relative to the unlocked point): every series within 10% in the
+    median (docs/clocks.md section 6: 6.9%, 6.9%, 5.6%, 5.0%, 4.8%), and the modelled
+    draw falls with the clock."""
+    from model.measured.clock_validation import evaluate_dynamollm_power
+    from tests.conftest import shared_data_file
+
+    results = evaluate_dynamollm_power(str(shared_data_file("clock-series/series.json")))
+    assert [r.id.split("-")[3:5] for r in results] == [
+        ["LS", "0.5rps"], ["MS", "0.5rps"], ["SL", "0.5rps"], ["SL", "2.0rps"], ["SL", "4.0rps"]
+    ]
+    for r in results:
+        assert r.clocks_mhz == [800.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0]
+        assert r.median_error < 0.10
+        assert all(a < b for a, b in zip(r.predicted, r.predicted[1:], strict=False))
+
+
+def test_an_aggregated_instance_draws_the_time_shares_of_its_phases():
+    """By hand: prefilling a share ``lambda / mu_P`` of the time at the prefill's
+    saturated draw and decoding the rest at the decode instance's draw at its load."""
+    from model.capacity import phase_power_w
+    from model.measured.clock_validation import aggregated_power_w
+
+    c = Coefficients.of(_spec(model="llama-3.1-70b", gpu="h100-sxm", tp=8))
+    mu_p, mu_d = c.mu_prefill_rps, float(c.decode_rate_rps(c.batch_max))
+    for rate in (0.1, 0.5, 0.5 * min(mu_p, mu_d)):
+        _, pd = phase_power_w(c, 1, 1, mu_p, mu_d, rate)
+        want = rate / mu_p * c.psat_prefill_w + (1 - rate / mu_p) * float(pd)
+        assert aggregated_power_w(c, rate) == pytest.approx(want, rel=1e-12)
+    # above either phase's capacity the instance serves what it can
+    top = min(mu_p, mu_d)
+    assert aggregated_power_w(c, 10 * top) == pytest.approx(aggregated_power_w(c, top), rel=1e-12)
