@@ -591,3 +591,22 @@ def test_an_aggregated_instance_draws_the_time_shares_of_its_phases():
     # above either phase's capacity the instance serves what it can
     top = min(mu_p, mu_d)
     assert aggregated_power_w(c, 10 * top) == pytest.approx(aggregated_power_w(c, top), rel=1e-12)
+
+
+def test_a_deep_power_cap_costs_small_decode_batches_almost_nothing():
+    """Splitwise (ISCA 2024, section III-F): a 350 W cap on a 700 W H100 leaves the token
+    phase of Llama 2 70B almost unchanged. The model solves the cap on decode's saturated
+    draw, yet a decode iteration of a few requests is bound by HBM: within 2% at 8
+    requests, and the cost grows with the batch, largest at ``B_max``."""
+    spec = _spec(model="llama-3.1-70b", gpu="h100-sxm", tp=8)
+    base = Coefficients.of(spec)
+    capped = Coefficients.of(dataclasses.replace(spec, decode_setting="350W"))
+    assert capped.psat_decode_w == pytest.approx(8 * 350.0, rel=1e-9)
+
+    def ratio(b: float) -> float:
+        return float(base.decode_rate_rps(b)) / float(capped.decode_rate_rps(b))
+
+    ratios = [ratio(b) for b in (1, 8, 32, 128, base.batch_max)]
+    assert ratios[1] < 1.02
+    assert all(a <= b for a, b in zip(ratios, ratios[1:], strict=False))
+    assert ratios[-1] > 1.10
