@@ -1614,12 +1614,7 @@ class KernelModel:
         ):
             return
         key = {
-            "moe_dtype": dtype,
-            "hidden_size": m.hidden_size,
-            "inter_size": self.expert_inter,
-            "topk": m.experts_per_token,
-            "num_experts": m.experts,
-            "moe_tp_size": s.moe_tp,
+            **self._moe_key(dtype, s.moe_tp),
             "moe_ep_size": s.ep,
             "distribution": "balanced" if s.distribution == UNIFORM else s.distribution,
         }
@@ -1638,6 +1633,19 @@ class KernelModel:
             )
             self._read(out, "moe", table, count * n, {**key, "num_tokens": at})
 
+    def _moe_key(self, dtype: str, moe_tp: int) -> dict[str, Any]:
+        """The MoE tables' key columns of this model's experts in `dtype` at `moe_tp`
+        (the EP size and the load added by the caller)."""
+        m = self.model
+        return {
+            "moe_dtype": dtype,
+            "hidden_size": m.hidden_size,
+            "inter_size": self.expert_inter,
+            "topk": m.experts_per_token,
+            "num_experts": m.experts,
+            "moe_tp_size": moe_tp,
+        }
+
     def _deepep_moe(
         self, out: list[KernelCall], count: int, dtype: str, tokens: int, decode: bool
     ) -> bool:
@@ -1652,18 +1660,10 @@ class KernelModel:
         ``log ep`` (what differs between them is the experts a rank holds,
         ``E / ep``, whose weights it reads; docs/kernels.md, "SGLang's experts behind
         DeepEP")."""
-        m, s = self.model, self.setup
+        s = self.setup
         kind = "wideep_generation_moe" if decode else "wideep_context_moe"
         versions = [v for f, v in self.db.versions(s.gpu, kind) if f == "sglang"]
-        key = {
-            "moe_dtype": dtype,
-            "hidden_size": m.hidden_size,
-            "inter_size": self.expert_inter,
-            "topk": m.experts_per_token,
-            "num_experts": m.experts,
-            "moe_tp_size": 1,
-            "distribution": s.distribution,
-        }
+        key = {**self._moe_key(dtype, 1), "distribution": s.distribution}
         why = f"no SGLang {kind} table of {s.gpu}"
         table = None
         eps: list[int] = []
