@@ -658,9 +658,11 @@ class KernelSetup:
     split ``moe_tp x ep`` over all of them). `moe_kernels`: ``deployed`` (the MoE kernels
     the framework's deployments run, :data:`TRTLLM_GEN_MOE`) or ``own`` (the
     framework's own MoE tables, as AIConfigurator's estimator reads them). `moe_a2a`:
-    how decode iterations under data-parallel attention move tokens to the experts and
-    back (:data:`MOE_A2A`: ``""`` the framework's gather and scatter collectives,
-    ``deepep_ll`` DeepEP's low-latency all-to-all). `fabric`: the
+    how passes under data-parallel attention move tokens to the experts and back
+    (:data:`MOE_A2A`: ``""`` the framework's gather and scatter collectives, or
+    TensorRT-LLM's all-to-all where it runs one; ``deepep_ll`` DeepEP's low-latency
+    all-to-all in decode, ``deepep_normal`` its normal one, each with SGLang's DeepEP
+    experts). `fabric`: the
     GPU's NVLink domain and network (:attr:`model.catalog.GpuSpec.fabric`), by which a
     collective over more GPUs than any table measures is scaled from the largest count
     measured (:meth:`KernelModel._collective_scaled`); None: such a collective is
