@@ -152,10 +152,15 @@ NODE_GPUS = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
 #: ``deepep-mode: low_latency`` (15 of 15 published configurations,
 #: ``model/data/silicon_disagg_workers.json``), and none on B200 or H200 does (6 of 6)
 DEEPEP_DECODE_SYSTEMS = frozenset({"gb200", "gb300"})
-#: the same for prefill workers with data-parallel attention in FP8: every published
-#: Dynamo SGLang entry of one on GB200 or GB300 states ``deepep-mode: normal`` (8 of
-#: 8; the NVFP4 ones state no all-to-all backend, 4 of 4)
-DEEPEP_PREFILL_SYSTEMS = DEEPEP_DECODE_SYSTEMS
+#: the DeepEP mode every published recipe states for SGLang workers of a phase with
+#: data-parallel attention on those systems, by phase: (mode, the precisions it holds
+#: for (None: every one), what the note calls it and the workers). Decode: low-latency
+#: (15 of 15); prefill in FP8: normal (8 of 8; the NVFP4 ones state no all-to-all
+#: backend, 4 of 4)
+DEEPEP_RECIPES = {
+    "decode": ("deepep_ll", None, "low-latency", "decode workers"),
+    "prefill": ("deepep_normal", "fp8", "normal", "FP8 prefill workers"),
+}
 #: bytes per second per GPU the KV cache crosses between disaggregated workers (one
 #: 400 Gb/s NIC per GPU: model.performance.interconnect's InfiniBand)
 KV_LINK_BYTES_PER_S = INTERCONNECTS["infiniband"][0]
@@ -907,6 +912,28 @@ def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:
     return dataclasses.replace(row, prefill=prefill, decode=decode), note
 
 
+def recipe_deepep(row: SiliconRow) -> tuple[SiliconRow, list[str]]:
+    """A disaggregated SGLang row on :data:`DEEPEP_DECODE_SYSTEMS` whose workers of a
+    phase run data-parallel attention and state no all-to-all backend, read with the
+    DeepEP mode every published recipe of such workers states
+    (:data:`DEEPEP_RECIPES`), and the notes saying so (docs/validation-silicon.md,
+    section 3)."""
+    notes: list[str] = []
+    if row.backend != "sglang" or row.system not in DEEPEP_DECODE_SYSTEMS:
+        return row, notes
+    for phase, (mode, precision, name, workers) in DEEPEP_RECIPES.items():
+        p = getattr(row, phase)
+        if p is None or p.dp <= 1 or p.moe_a2a or precision not in (None, row.precision):
+            continue
+        row = dataclasses.replace(row, **{phase: dataclasses.replace(p, moe_a2a=mode)})
+        notes.append(
+            f"{phase}: DeepEP's {name} all-to-all, as every published SGLang recipe of "
+            f"{workers} with data-parallel attention on {row.system} states "
+            "(docs/validation-silicon.md, section 3)"
+        )
+    return row, notes
+
+
 def recipe_parallelism(row: SiliconRow) -> tuple[SiliconRow, str] | None:
     """An aggregated row of a single-node system (:data:`NODE_GPUS`) whose ``tp_size``
     is its MoE ``moe_tp_size x moe_ep_size`` and more than the node's GPUs records a
@@ -1059,27 +1086,8 @@ def resolve(
                 notes.append(note)
                 break
         assert row.prefill is not None and row.decode is not None
-        decode = row.decode
-        if (row.backend == "sglang" and row.system in DEEPEP_DECODE_SYSTEMS and decode.dp > 1
-                and not decode.moe_a2a):  # fmt: skip
-            deepep = dataclasses.replace(decode, moe_a2a="deepep_ll")
-            row = dataclasses.replace(row, decode=deepep)
-            notes.append(
-                "decode: DeepEP's low-latency all-to-all, as every published SGLang recipe "
-                f"of decode workers with data-parallel attention on {row.system} states "
-                "(docs/validation-silicon.md, section 3)"
-            )
-        prefill = row.prefill
-        if (prefill is not None and row.backend == "sglang" and prefill.dp > 1
-                and row.system in DEEPEP_PREFILL_SYSTEMS and row.precision == "fp8"
-                and not prefill.moe_a2a):  # fmt: skip
-            row = dataclasses.replace(row, prefill=dataclasses.replace(prefill,
-                                                                       moe_a2a="deepep_normal"))
-            notes.append(
-                "prefill: DeepEP's normal all-to-all, as every published SGLang recipe of "
-                f"FP8 prefill workers with data-parallel attention on {row.system} states "
-                "(docs/validation-silicon.md, section 3)"
-            )
+        row, deepep = recipe_deepep(row)
+        notes.extend(deepep)
         assert row.prefill is not None and row.decode is not None
         per_batch = max(1, row.prefill.batch or 1)
         p = _instance(*args, row.prefill, row, c, False, per_batch * row.isl, subs)

@@ -935,6 +935,12 @@ class KernelModel:
         self._sources: dict[tuple[Any, ...], tuple[KernelTable, dict[str, Any], float]] = {}
         #: the DeepEP tables, by kind, once found (:meth:`_deepep`)
         self._deepep_tables: dict[str, KernelTable] = {}
+        #: SGLang's DeepEP expert table and its measured EP sizes, by kind and dtype,
+        #: once chosen (:meth:`_deepep_experts`)
+        self._deepep_experts_of: dict[tuple[str, str], tuple[KernelTable | None, list[int]]] = {}
+        #: TensorRT-LLM's all-to-all as chosen once (:meth:`_alltoall_choice`; None
+        #: before, ``()`` where it runs none)
+        self._alltoall: tuple[KernelTable, list[dict[str, Any]]] | tuple[()] | None = None
         #: MLA composed from the framework's whole-module tables (True) or from the
         #: attention kernel, the absorbed BMMs and the projection GEMMs (False)
         self.mla_module = False
@@ -1664,18 +1670,12 @@ class KernelModel:
         DeepEP")."""
         s = self.setup
         kind = "wideep_generation_moe" if decode else "wideep_context_moe"
-        versions = [v for f, v in self.db.versions(s.gpu, kind) if f == "sglang"]
         key = {**self._moe_key(dtype, 1), "distribution": s.distribution}
-        why = f"no SGLang {kind} table of {s.gpu}"
-        table = None
-        eps: list[int] = []
-        if versions:
-            table = self.db.table(s.gpu, kind, "sglang", max(versions, key=version_key))
-            eps = sorted(
-                int(k["moe_ep_size"]) for k in table.measured_keys()
-                if all(k[c] == v for c, v in key.items())
-            )  # fmt: skip
-            why = f"{table.name} measures no {dtype} experts of this shape at ep {s.ep}"
+        if (kind, dtype) not in self._deepep_experts_of:
+            self._deepep_experts_of[kind, dtype] = self._deepep_experts(kind, key)
+        table, eps = self._deepep_experts_of[kind, dtype]
+        why = (f"no SGLang {kind} table of {s.gpu}" if table is None else
+               f"{table.name} measures no {dtype} experts of this shape at ep {s.ep}")  # fmt: skip
         if table is not None and eps and s.moe_tp == 1 and eps[0] <= s.ep <= eps[-1]:
             assert table is not None
 
@@ -1708,6 +1708,21 @@ class KernelModel:
         if note not in self.substitutions:
             self.substitutions.append(note)
         return False
+
+    def _deepep_experts(
+        self, kind: str, key: dict[str, Any]
+    ) -> tuple[KernelTable | None, list[int]]:
+        """The newest SGLang `kind` table of the GPU (None: none) and the EP sizes at
+        which it measures `key`."""
+        versions = [v for f, v in self.db.versions(self.setup.gpu, kind) if f == "sglang"]
+        if not versions:
+            return None, []
+        table = self.db.table(self.setup.gpu, kind, "sglang", max(versions, key=version_key))
+        eps = sorted(
+            int(k["moe_ep_size"]) for k in table.measured_keys()
+            if all(k[c] == v for c, v in key.items())
+        )  # fmt: skip
+        return table, eps
 
     def _moe_source(self, key: dict[str, Any]) -> KernelTable:
         """The fused-MoE table a layer is read from: the setup's where it measures the
@@ -1811,23 +1826,44 @@ class KernelModel:
             nccl(wide, gpus, gathered)
 
     def _mnnvl_alltoall(self, tokens: int) -> tuple[KernelTable, list[dict[str, Any]]] | None:
-        """TensorRT-LLM's all-to-all around each MoE layer, where it runs one: attention
+        """TensorRT-LLM's all-to-all around each MoE layer at `tokens` per rank, where it
+        runs one (:meth:`_alltoall_choice`): its table and the rows' shapes; None where
+        TensorRT-LLM gathers instead, or, said in :attr:`substitutions`, where the table
+        does not measure the tokens (the gather is composed)."""
+        if self._alltoall is None:
+            self._alltoall = self._alltoall_choice()
+        choice = self._alltoall
+        if not choice:
+            return None
+        table, shapes = choice
+        for sh in shapes:
+            sizes = table.axis_values(**sh)["num_tokens"]
+            if not sizes[0] <= tokens <= sizes[-1]:
+                note = (f"moe all-to-all over multi-node NVLink: {table.name} measures "
+                        f"{tokens} tokens per rank for no {sh['kernel_source']} op; the ranks' "
+                        "tokens are gathered")  # fmt: skip
+                if note not in self.substitutions:
+                    self.substitutions.append(note)
+                return None
+        return table, [{**sh, "num_tokens": tokens} for sh in shapes]
+
+    def _alltoall_choice(self) -> tuple[KernelTable, list[dict[str, Any]]] | tuple[()]:
+        """Whether TensorRT-LLM runs its all-to-all, once per model: attention
         data-parallel ranks (``tp`` 1), an EP larger than the experts per token, and a
         multi-node NVLink domain holding the instance (its ``select_alltoall_method_type``:
         ``moe_ep_size > top_k`` and ``MnnvlMemory.supports_mnnvl()``; elsewhere it gathers
         the ranks' tokens, :meth:`_dispatch`). The GPU's ``trtllm_alltoall`` table
-        (:data:`ALLTOALL_FABRIC_TWIN`'s for a GPU without one) and its rows' shapes at
-        `tokens` per rank: NVLinkOneSided's dispatch and combine (the CUTLASS MoE's) where
-        it measures the experts' dtype, else NVLinkTwoSided's prepare, dispatch and
-        combine (the wide EP's); FP8 experts move FP8. None where TensorRT-LLM runs no
-        all-to-all, or, said in :attr:`substitutions`, where the table does not measure
-        it (the gather is composed)."""
+        (:data:`ALLTOALL_FABRIC_TWIN`'s for a GPU without one) and its rows' keys:
+        NVLinkOneSided's dispatch and combine (the CUTLASS MoE's) where it measures the
+        experts' dtype, else NVLinkTwoSided's prepare, dispatch and combine (the wide
+        EP's); FP8 experts move FP8. ``()`` where TensorRT-LLM runs none, or, said in
+        :attr:`substitutions`, where the table does not measure it."""
         m, s = self.model, self.setup
         fabric = s.fabric
         if (s.framework != "trtllm" or s.tp != 1 or s.attention_dp < 2
                 or s.ep <= m.experts_per_token or fabric is None
                 or fabric.domain_gpus <= NODE_NVLINK_GPUS or s.gpus > fabric.domain_gpus):
-            return None  # fmt: skip
+            return ()  # fmt: skip
         gpu = s.gpu if self.db.versions(s.gpu, "trtllm_alltoall") else (
             ALLTOALL_FABRIC_TWIN.get(s.gpu, s.gpu))  # fmt: skip
         versions = [v for f, v in self.db.versions(gpu, "trtllm_alltoall") if f == "trtllm"]
@@ -1850,22 +1886,18 @@ class KernelModel:
                                          "alltoall_combine")))  # fmt: skip
             for kernel, ops in sides:
                 shapes = [{**key, "op_name": op, "kernel_source": kernel} for op in ops]
-                sizes = [table.axis_values(**sh).get("num_tokens", []) for sh in shapes]
-                if not all(sizes):
+                if not all(table.axis_values(**sh) for sh in shapes):
                     continue
-                if not all(z[0] <= tokens <= z[-1] for z in sizes):
-                    why = f"{table.name} measures {tokens} tokens per rank for no {kernel} op"
-                    break
                 if gpu != s.gpu:
-                    note = (f"trtllm_alltoall: no table of {s.gpu}; {gpu}'s is read (the same "
-                            "NVLink 5 switch fabric of 72 GPUs)")  # fmt: skip
-                    if note not in self.substitutions:
-                        self.substitutions.append(note)
-                return table, [{**sh, "num_tokens": tokens} for sh in shapes]
-        note = f"moe all-to-all over multi-node NVLink: {why}; the ranks' tokens are gathered"
-        if note not in self.substitutions:
-            self.substitutions.append(note)
-        return None
+                    self.substitutions.append(
+                        f"trtllm_alltoall: no table of {s.gpu}; {gpu}'s is read (the same "
+                        "NVLink 5 switch fabric of 72 GPUs)"
+                    )
+                return table, shapes
+        self.substitutions.append(
+            f"moe all-to-all over multi-node NVLink: {why}; the ranks' tokens are gathered"
+        )
+        return ()
 
     def _deepep(self, out: list[KernelCall], tokens: int, mode: str) -> None:
         """DeepEP's dispatch and combine around each MoE layer (`mode` ``deepep_ll``:

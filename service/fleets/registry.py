@@ -149,10 +149,7 @@ def _states(
     """Every fleet (or, with ``site_id``, every fleet that site is in), its members and
     its latest plan in brief (status, gap, objective, ``stale`` and the members changed
     since; None before the first)."""
-    ids = None if site_id is None else {fid for fid, _ in fleets.fleets_of(site_id)}
-    for fleet in fleets.list_fleets():
-        if ids is not None and fleet.id not in ids:
-            continue
+    for fleet in fleets.list_fleets(site_id):
         try:
             members = [store.get_site(sid) for sid in fleet.site_ids]
         except SiteNotFound:  # a member deleted meanwhile (with the fleet)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,19 +45,31 @@ def require_api_key(
 ApiKey = Depends(require_api_key)
 
 
+def _query_names(route: Any) -> frozenset[str]:
+    """The query parameters a route takes, its own and its dependencies', found once per
+    route (they are fixed when it is declared) and kept on it (routes are not
+    hashable)."""
+    kept = getattr(route, "query_names", None)
+    if isinstance(kept, frozenset):
+        return kept
+    known: set[str] = set()
+    todo = [getattr(route, "dependant", None)]
+    while todo:
+        d = todo.pop()
+        if d is not None:
+            known.update(p.alias for p in d.query_params)
+            todo.extend(d.dependencies)
+    route.query_names = frozenset(known)
+    return route.query_names
+
+
 def known_query(request: Request) -> None:
     """A ``/v1`` route's query names only its own parameters: an unknown one (a typo such
     as ``?replan_=job``) is refused naming it, not ignored."""
     route = request.scope.get("route")
     if route is None or not request.url.path.startswith("/v1/"):
         return
-    known: set[str] = set()
-    todo = [getattr(route, "dependant", None)]
-    while todo:  # the route's query parameters and its dependencies'
-        d = todo.pop()
-        if d is not None:
-            known.update(p.alias for p in d.query_params)
-            todo.extend(d.dependencies)
+    known = _query_names(route)
     for key in request.query_params:
         if key not in known:
             accepted = ", ".join(sorted(known)) or "none"

@@ -75,8 +75,12 @@ class FleetStore:
             raise FleetNotFound(fleet_id)
         return found[0]
 
-    def list_fleets(self) -> list[Fleet]:
-        return self._read()
+    def list_fleets(self, member: str | None = None) -> list[Fleet]:
+        """Every fleet, oldest first; with ``member``, those that site is in."""
+        if member is None:
+            return self._read()
+        of = select(fleet_sites.c.fleet_id).where(fleet_sites.c.site_id == member)
+        return self._read(fleets.c.id.in_(of))
 
     def _read(self, where: Any = None) -> list[Fleet]:
         """The fleets ``where`` selects (every one: None), oldest first, with their
