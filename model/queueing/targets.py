@@ -198,9 +198,11 @@ def evaluate_targets(
                 f"tpot_p99_s {targets.tpot_p99_s:g} s is below one request's decode "
                 f"iteration, alpha + g = {one:.4g} s"
             )
-        capped = both & (batch > b_t)
+        # a batch whose own iteration is within the target stays (the pool's mean batch
+        # may lie between B_T and B_T + 1); a longer one runs at B_T
+        capped = both & (c.alpha_s + c.g_s_per_request * batch > targets.tpot_p99_s)
         limits.capped_by[capped] = "tpot_p99"
-        batch = np.where(both, np.minimum(batch, b_t), batch)
+        batch = np.where(capped, np.minimum(batch, b_t), batch)
         with np.errstate(invalid="ignore", divide="ignore"):
             decode_total = np.where(both, ndf * c.decode_rate_rps(batch), decode_total)
     mu_d = np.where(base.n_d > 0, decode_total / np.maximum(ndf, 1.0), base.mu_d_rps)
