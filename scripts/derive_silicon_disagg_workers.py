@@ -170,6 +170,11 @@ def moe_a2a(engine: dict[str, Any]) -> str:
     return {"low_latency": "deepep_ll", "normal": "deepep_normal"}.get(mode, "deepep_auto")
 
 
+def _whole(value: Any) -> int | None:
+    """A recipe's whole number, None where it states none (or a list, a sweep's)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
     """What a recipe states of a run: benchmark, workers and each phase's engine."""
     bench = doc.get("benchmark") or {}
@@ -193,6 +198,9 @@ def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
                 "max_num_tokens": e.get("max_num_tokens"),
                 "speculative": bool(e.get("speculative_config")),
                 "moe_a2a": "",
+                "expert_slots": _whole(
+                    ((e.get("moe_config") or {}).get("load_balancer") or {}).get("num_slots")
+                ),
             }
     elif "sglang_config" in be and "prefill" in be["sglang_config"]:
         out["engine"] = "sglang"
@@ -209,6 +217,7 @@ def recipe_facts(doc: dict[str, Any]) -> dict[str, Any]:
                 "max_num_tokens": None,
                 "speculative": bool(e.get("speculative-algorithm")),
                 "moe_a2a": moe_a2a(e),
+                "redundant_experts": _whole(e.get("ep-num-redundant-experts")),
             }
     else:
         out["engine"] = "aggregated" if "sglang_config" in be else "unknown"
@@ -297,9 +306,11 @@ def entry_config(sr: Repo, e: dict[str, Any], at: dt.datetime) -> dict[str, Any]
         if len({tuple(f[k] for k in PHASE_KEYS) for f in stated}) > 1:
             return {"conc": conc, "reason": f"{path} changed its {ph} parallelism"}
         one = {k: stated[0][k] for k in PHASE_KEYS}
-        for k in ("max_batch_size", "max_num_tokens"):
-            values = {f[k] for f in stated}
+        for k in ("max_batch_size", "max_num_tokens", "expert_slots", "redundant_experts"):
+            values = {f.get(k) for f in stated}
             one[k] = values.pop() if len(values) == 1 else None
+            if one[k] is None and k not in ("max_batch_size", "max_num_tokens"):
+                del one[k]  # not stated: the engine's default, none
         phases[ph] = one
     recipe_spec = {f["decode"]["speculative"] for _, f in versions}
     if recipe_spec != {spec != "none"}:
@@ -514,7 +525,8 @@ def main() -> None:
                 "concurrencies",
                 "recipe (the entry's CONFIG_FILE): its last stored version before the run "
                 "and first after; values both state are taken, a batch limit they disagree "
-                "on is left out; its workers and speculative decoding must be the entry's",
+                "on is left out (as are redundant experts or expert slots they disagree "
+                "on); its workers and speculative decoding must be the entry's",
                 "a row matches when all matching entries give one configuration; else it is "
                 "refused with the reason",
             ],
@@ -528,6 +540,11 @@ def main() -> None:
                 "moe_a2a": "SGLang's MoE all-to-all (moe-a2a-backend deepep: deepep_ll, "
                 "deepep_normal or deepep_auto by deepep-mode; empty: the engine's "
                 "collectives)",
+                "redundant_experts": "SGLang ep-num-redundant-experts: replicas of busy "
+                "experts its expert-parallel load balancer adds (absent: none stated)",
+                "expert_slots": "TensorRT-LLM moe_config.load_balancer.num_slots: the "
+                "expert slots its load balancer holds, routed experts and replicas "
+                "(absent: none stated)",
             },
         },
         **derived,

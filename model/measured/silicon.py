@@ -183,7 +183,7 @@ class Phase:
     """One kind of worker of a row: its count (None: not stated), its batch (None: not
     stated), its parallelism and, where a published configuration states it, its MoE
     all-to-all (``moe_a2a``: SGLang's DeepEP mode, ``deepep_ll`` or ``deepep_normal``;
-    ``""``: the engine's collectives)."""
+    ``""``: the engine's collectives) and its redundant experts."""
 
     workers: int | None
     batch: int | None
@@ -193,6 +193,10 @@ class Phase:
     moe_tp: int
     moe_ep: int
     moe_a2a: str = ""
+    #: replicas of busy experts the recipe's expert-parallel load balancer adds
+    #: (SGLang), or the slots it holds for experts and replicas (TensorRT-LLM)
+    redundant: int = 0
+    expert_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -683,6 +687,14 @@ def _weight_bytes(model: ModelArch, dtype: str) -> float:
     return model.params * WEIGHT_BYTES[dtype]
 
 
+def _expert_bytes(model: ModelArch, dtype: str) -> float:
+    """Bytes of one routed expert over all the MoE layers (a redundant replica's), as
+    :func:`_weight_bytes` counts them."""
+    if model.fp4_experts:
+        return model.expert_weight_bytes / model.experts
+    return model.expert_total_params / model.experts * WEIGHT_BYTES[dtype]
+
+
 def _instance(
     folder: str,
     model: ModelArch,
@@ -726,14 +738,20 @@ def _instance(
             attention_dp=phase.dp,
             fabric=load_gpu(gpu).fabric,
             moe_a2a=phase.moe_a2a if phase.moe_a2a in MOE_A2A else "",
+            redundant_experts=(
+                max(phase.redundant, phase.expert_slots - model.experts) if model.experts else 0
+            ),
         )
         km = KernelModel(open_database(folder), model, setup)
         context = row.isl + row.osl / 2.0
+        weights = _weight_bytes(model, dtype)
+        if setup.redundant_experts:  # each replica's weights, as its expert's
+            weights += setup.redundant_experts * _expert_bytes(model, dtype)
         kv = phase.dp * _kv_batch(
             model,
             gpu,
             phase.tp,
-            _weight_bytes(model, dtype) / phase.dp,
+            weights / phase.dp,
             context,
             1.0 if setup.kv_dtype == "fp8" else 2.0,
         )
@@ -862,14 +880,17 @@ def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
     if prefill:
         batch = max(1, min(int(batch), int(tokens) // isl)) if batch and tokens else None
     return Phase(int(p["workers"]), int(batch) if batch else None, gpus // adp, 1, adp,
-                 gpus // ep, ep, str(p.get("moe_a2a") or ""))  # fmt: skip
+                 gpus // ep, ep, str(p.get("moe_a2a") or ""),
+                 int(p.get("redundant_experts") or 0),
+                 int(p.get("expert_slots") or 0))  # fmt: skip
 
 
 def _phase_text(name: str, p: Phase) -> str:
     shape = f"attention dp {p.dp}" if p.dp > 1 else f"tp {p.tp}"
     batch = f", batch {p.batch} per rank" if p.batch else ""
+    spare = f" + {p.redundant} redundant experts" if p.redundant else ""
     return (f"{name} {p.workers} x ({p.tp * p.dp} GPUs, {shape}, MoE tp {p.moe_tp} x ep "
-            f"{p.moe_ep}{batch})")  # fmt: skip
+            f"{p.moe_ep}{spare}{batch})")  # fmt: skip
 
 
 def published_config(row: SiliconRow) -> tuple[SiliconRow, str] | str | None:

@@ -662,7 +662,9 @@ class KernelSetup:
     (:data:`MOE_A2A`: ``""`` the framework's gather and scatter collectives, or
     TensorRT-LLM's all-to-all where it runs one; ``deepep_ll`` DeepEP's low-latency
     all-to-all in decode, ``deepep_normal`` its normal one, each with SGLang's DeepEP
-    experts). `fabric`: the
+    experts). `redundant_experts`: replicas of the busiest experts that expert-parallel
+    load balancing (EPLB) adds, ``E + redundant_experts`` expert slots split over the
+    ``ep`` ranks (docs/kernels.md, "Redundant experts"). `fabric`: the
     GPU's NVLink domain and network (:attr:`model.catalog.GpuSpec.fabric`), by which a
     collective over more GPUs than any table measures is scaled from the largest count
     measured (:meth:`KernelModel._collective_scaled`); None: such a collective is
@@ -682,6 +684,7 @@ class KernelSetup:
     moe_kernels: str = "deployed"
     fabric: Fabric | None = None
     moe_a2a: str = ""
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         if self.moe_a2a not in MOE_A2A:
@@ -694,6 +697,9 @@ class KernelSetup:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
+        r = self.redundant_experts
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise InputError("redundant_experts", f"must be a whole number >= 0, got {r!r}")
         if self.gpus % self.ep:
             if self.attention_dp == 1:
                 raise InputError("ep", f"must divide tp ({self.tp}), got {self.ep}")
@@ -912,8 +918,14 @@ class KernelModel:
             )
         if setup.ep > 1 and not m.experts:
             raise InputError("ep", f"{m.name} is dense: expert parallelism needs experts")
-        if m.experts and m.experts % setup.ep:
-            raise InputError("ep", f"{setup.ep} does not divide {m.name}'s {m.experts} experts")
+        if setup.redundant_experts and not m.experts:
+            raise InputError("redundant_experts", f"{m.name} is dense: it has no experts")
+        slots = m.experts + setup.redundant_experts
+        if m.experts and slots % setup.ep:
+            plus = f" + {setup.redundant_experts} redundant" if setup.redundant_experts else ""
+            raise InputError(
+                "ep", f"{setup.ep} does not divide {m.name}'s {m.experts}{plus} experts"
+            )
         for name in ("linear_key_heads", "linear_value_heads"):
             heads = getattr(m, name)
             if heads and heads % tp:
@@ -1627,6 +1639,12 @@ class KernelModel:
             "distribution": "balanced" if s.distribution == UNIFORM else s.distribution,
         }
         table = self._moe_source(key)
+        if s.redundant_experts:
+            note = (f"moe: the fused table measures no redundant experts; each rank's "
+                    f"{m.experts // s.ep} of the {m.experts} is read, not its "
+                    f"{(m.experts + s.redundant_experts) // s.ep} slots")  # fmt: skip
+            if note not in self.substitutions:
+                self.substitutions.append(note)
         sizes = table.axis_values(**key).get("num_tokens", [])
         largest = int(sizes[-1]) if sizes else 0
         pieces = -(-tokens // largest) if largest and tokens > largest else 1
@@ -1667,7 +1685,9 @@ class KernelModel:
         time at each neighbour ``e`` at ``tokens e / ep`` tokens, interpolated in
         ``log ep`` (what differs between them is the experts a rank holds,
         ``E / ep``, whose weights it reads; docs/kernels.md, "SGLang's experts behind
-        DeepEP")."""
+        DeepEP"). With ``R`` redundant experts a rank holds ``(E + R) / ep`` experts and
+        ``tokens x k / ep`` rows: read as above at the EP ``E ep / (E + R)`` of that many
+        experts per rank, each neighbour at the same rows per rank."""
         s = self.setup
         kind = "wideep_generation_moe" if decode else "wideep_context_moe"
         key = {**self._moe_key(dtype, 1), "distribution": s.distribution}
@@ -1676,7 +1696,9 @@ class KernelModel:
         table, eps = self._deepep_experts_of[kind, dtype]
         why = (f"no SGLang {kind} table of {s.gpu}" if table is None else
                f"{table.name} measures no {dtype} experts of this shape at ep {s.ep}")  # fmt: skip
-        if table is not None and eps and s.moe_tp == 1 and eps[0] <= s.ep <= eps[-1]:
+        # the EP at which a rank holds as many experts as here: E / ep_x = (E + R) / ep
+        ep_x = self.model.experts * s.ep / (self.model.experts + s.redundant_experts)
+        if table is not None and eps and s.moe_tp == 1 and eps[0] <= ep_x <= eps[-1]:
             assert table is not None
 
             def layer(ep: int, n: float) -> float:
@@ -1686,12 +1708,12 @@ class KernelModel:
                 return pieces * table.lookup(**at, num_tokens=n / pieces).time_s
 
             try:
-                if s.ep in eps:
-                    t = layer(s.ep, float(tokens))
+                if ep_x in eps:
+                    t = layer(int(ep_x), tokens * ep_x / s.ep)
                 else:
-                    lo = max(e for e in eps if e < s.ep)
-                    hi = min(e for e in eps if e > s.ep)
-                    w = math.log(s.ep / lo) / math.log(hi / lo)
+                    lo = max(e for e in eps if e < ep_x)
+                    hi = min(e for e in eps if e > ep_x)
+                    w = math.log(ep_x / lo) / math.log(hi / lo)
                     t = math.exp((1.0 - w) * math.log(layer(lo, tokens * lo / s.ep))
                                  + w * math.log(layer(hi, tokens * hi / s.ep)))  # fmt: skip
             except OutsideTableError as error:

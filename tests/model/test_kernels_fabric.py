@@ -4,6 +4,8 @@ over more GPUs than measured"; model.performance.kernels.MOE_A2A)."""
 
 from __future__ import annotations
 
+import math
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -103,12 +105,12 @@ def test_an_unknown_all_to_all_is_refused_naming_the_field() -> None:
         KernelSetup("gb200", "sglang", "0.5.14", moe_a2a="deepep_fast")
 
 
-def _dsr1_gb200(ep: int, a2a: str, dtype: str = "fp8") -> KernelModel:
+def _dsr1_gb200(ep: int, a2a: str, dtype: str = "fp8", redundant: int = 0) -> KernelModel:
     folder = str(installed_kernel_tables())
     model = load_model("deepseek-v3.1" if dtype == "fp8" else "deepseek-v3.1-nvfp4")
     setup = KernelSetup("gb200", "sglang", "0.5.14", tp=1, ep=ep, attention_dp=ep,
                         weight_dtype=dtype, kv_dtype="fp8", fabric=load_gpu("gb200").fabric,
-                        moe_a2a=a2a)  # fmt: skip
+                        moe_a2a=a2a, redundant_experts=redundant)  # fmt: skip
     return KernelModel(open_database(folder), model, setup)
 
 
@@ -171,6 +173,46 @@ def test_an_ep_between_the_measured_ones_is_read_at_equal_rows_per_rank() -> Non
     moe = [c for c in km.prefill(8192).calls if c.name == "moe"]
     lo, hi = _wideep("wideep_context_moe", 4, 32768), _wideep("wideep_context_moe", 16, 131072)
     assert moe[0].time_s == pytest.approx((lo * hi) ** 0.5, rel=1e-9)
+
+
+def test_redundant_experts_are_read_at_the_ep_of_as_many_experts_per_rank() -> None:
+    """EP 36 with 32 redundant experts (EPLB): each rank holds 288 / 36 = 8 experts, as
+    at EP 32 without, and ``tokens x 8 / 36`` expert rows. A decode of 16 requests on
+    each rank: 576 tokens at the experts, read at EP 32 at 576 x 32 / 36 = 512 tokens,
+    the measured point (the same rows per rank, the same experts per rank)."""
+    km = _dsr1_gb200(36, "deepep_ll", redundant=32)
+    moe = [c for c in km.decode(36 * 16, 2048).calls if c.name == "moe"]
+    assert moe[0].time_s == pytest.approx(_wideep("wideep_generation_moe", 32, 512), rel=1e-9)
+    # without the replicas, 256 experts do not split over 36 ranks
+    with pytest.raises(InputError, match="ep") as err:
+        _dsr1_gb200(36, "deepep_ll")
+    assert "does not divide" in str(err.value)
+    # EP 48 with 32 redundant: 6 experts per rank, between EP 32 (8) and EP 64 (4)
+    km = _dsr1_gb200(48, "deepep_ll", redundant=32)
+    moe = [c for c in km.decode(48 * 16, 2048).calls if c.name == "moe"]
+    ep_x = 256 * 48 / 288
+    w = math.log(ep_x / 32) / math.log(64 / 32)
+    lo = _wideep_at("wideep_generation_moe", 32, 768 * 32 / 48)
+    hi = _wideep_at("wideep_generation_moe", 64, 768 * 64 / 48)
+    assert moe[0].time_s == pytest.approx(lo ** (1 - w) * hi**w, rel=1e-9)
+
+
+def _wideep_at(kind: str, ep: int, tokens: float) -> float:
+    """The DeepEP experts' time at `ep` and any `tokens`, as the table reads it."""
+    folder = str(installed_kernel_tables())
+    table = open_database(folder).table("gb200", kind, "sglang", "0.5.10")
+    key = {"moe_dtype": "fp8_block", "hidden_size": 7168, "inter_size": 2048, "topk": 8,
+           "num_experts": 256, "moe_tp_size": 1, "moe_ep_size": ep, "distribution": "uniform"}
+    return table.lookup(**key, num_tokens=tokens).time_s
+
+
+def test_redundant_experts_are_a_whole_number_and_need_experts() -> None:
+    with pytest.raises(InputError, match="redundant_experts"):
+        KernelSetup("gb200", "sglang", "0.5.14", redundant_experts=-1)
+    folder = str(installed_kernel_tables())
+    setup = KernelSetup("gb200", "sglang", "0.5.14", redundant_experts=8)
+    with pytest.raises(InputError, match="redundant_experts"):
+        KernelModel(open_database(folder), load_model("qwen3-32b"), setup)
 
 
 def test_experts_no_deepep_table_measures_are_read_from_the_fused_table_and_said() -> None:

@@ -161,3 +161,27 @@ def test_an_fp8_dep_prefill_on_gb200_runs_deepep_normal_as_every_recipe_states()
     assert "wideep_context_moe: gb200 sglang 0.5.14 has no such table; 0.5.10's is read" in (
         case.notes
     )
+
+
+#: a row InferenceX ran on recipes/gb200-fp8/8k1k/max_tpt.yaml: decode workers of 24
+#: GPUs at EP 24, with 32 redundant experts (ep-num-redundant-experts: 32)
+EPLB = "2026_03_25_deepseek_r1_gb200_sglang_fp8_disagg_8192x1024_c2048_tp8_0_ep8_0_"
+
+
+def test_redundant_experts_the_recipes_state_are_composed() -> None:
+    """The table carries each phase's redundant experts as its recipe states them
+    (SGLang's ``ep-num-redundant-experts``, TensorRT-LLM's load balancer ``num_slots``);
+    a decode worker of EP 24 with 32 of them, whose 256 experts alone do not split over
+    24 ranks, is composed with 288 slots, and its notes say so."""
+    table = silicon.published_workers()
+    stated = {(r["match"]["backend"], r["decode"].get("redundant_experts"),
+               r["decode"].get("expert_slots")) for r in table["records"]}  # fmt: skip
+    assert ("sglang", 32, None) in stated and ("trtllm", None, 288) in stated
+    rows = _rows()
+    eplb = [rid for rid in rows if rid.startswith(EPLB)]
+    assert eplb
+    case = silicon.resolve(rows[eplb[0]], str(installed_kernel_tables()))
+    assert isinstance(case, silicon.Case), case
+    assert case.row.decode is not None and case.row.decode.moe_ep == 24
+    assert case.row.decode.redundant == 32
+    assert any("ep 24 + 32 redundant experts" in n for n in case.notes), case.notes
