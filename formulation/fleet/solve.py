@@ -207,11 +207,12 @@ def _decomposed(
     planned alone for its own demand and each region's at home (``HOME_SHARE`` of the
     time), a plan of its own. The fleet's relaxation by column
     generation (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE`` of the
-    time left) then prices each deployment's requests. Where it converges, each site is
-    planned alone at those prices (its requests valued at them, ``PRICED_SHARE`` of the
-    time left), which bounds the fleet (each site's proven bound in place of its dual
-    function); the regions' demand is routed within what the sites' plans (those, or
-    the home plans where the prices did not settle) can serve
+    time left) then prices each deployment's requests. Each site is then planned alone
+    at the best bound's prices (its requests valued at them, ``PRICED_SHARE`` of the
+    time left), which bounds the fleet whether or not the prices settled (each site's
+    proven bound in place of its dual function); the regions' demand is routed within
+    what the sites' plans (those where the relaxation converged, else the home plans)
+    can serve
     (:func:`formulation.fleet.decompose.route_within`); each site is planned again for
     the relaxation's routing where it converged, else for that routing; the cheapest
     plan within every cap is kept."""
@@ -230,6 +231,7 @@ def _decomposed(
     if fp.max_share_change is not None:  # a site that serves less moves the shares
         started = _within_ramp(fp, started)
     candidates = [_priced_plan(fp, configs, owns, started, t0)]
+    say(f"each region's demand at home: {candidates[0][1]:,.2f} USD")
     loads = [owns[i] + sent_to(fp, i, started) for i in range(len(fp.sites))]
     # (seeding the master with the home plans' schedules left the eight-site fleet's
     # bound at 62 USD against 2,396 without, in the same time: not done)
@@ -240,12 +242,18 @@ def _decomposed(
         f"{', converged' if rel.converged else ''})"
     )
     bound = rel.lower_bound_usd
-    if rel.converged and rel.prices is not None:
+    if rel.prices is not None and (rel.converged or bound > -candidates[0][1]):
+        # a bound at any prices (weak duality, docs/fleet.md section 5): each site's own
+        # relaxation then prices its cap and pools, which the fleet's did not settle;
+        # skipped where the relaxation's own bound is below minus the home plans' cost
+        # (prices that far off proved nothing, and the time goes to the plan)
         share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
-        configs, loads, sites_bound = _priced_sites(fp, datas, rel.prices.lams, share, say)
-        if np.isfinite(sites_bound):
-            bound = max(bound, sites_bound + rel.outside_usd)
+        at_prices = sites_at_prices(fp, datas, rel.prices.lams, share, say)
+        if np.isfinite(at_prices[2]):
+            bound = max(bound, at_prices[2] + rel.outside_usd)
             say(f"the sites at the relaxation's prices prove {bound:,.2f} USD")
+        if rel.converged:
+            configs, loads = at_prices[0], at_prices[1]
     # the regions' demand routed within what those plans can serve, each site's draw
     # within its cap (its tangent around the plan's loads)
     capacity = [_smax(data, c) for data, c in zip(datas, configs, strict=True)]
@@ -301,7 +309,7 @@ def _finish(
     )
 
 
-def _priced_sites(
+def sites_at_prices(
     fp: FleetProblem, datas: list[Any], lams: list[FloatArray], share: float, say: Progress
 ) -> tuple[list[NDArray[np.int64]], list[FloatArray], float]:
     """Each site planned alone by its pipeline, in ``share`` seconds, with every
