@@ -1627,7 +1627,9 @@ class KernelModel:
         tokens than the table's largest measured count are equal pieces no larger (the
         kernel's work is per token; a piece re-reads the experts' weights, which at
         thousands of tokens per expert is a small share), as the engines chunk them.
-        SGLang behind DeepEP: :meth:`_deepep_moe` where its tables measure the experts."""
+        SGLang behind DeepEP: :meth:`_deepep_moe` where its tables measure the experts.
+        With redundant experts, the rule of :meth:`_deepep_moe`: the EP of as many
+        experts per rank, each neighbour at the same rows per rank."""
         m, s = self.model, self.setup
         if s.framework == "sglang" and s.moe_a2a and self._deepep_moe(
             out, count, dtype, tokens, decode
@@ -1639,21 +1641,63 @@ class KernelModel:
             "distribution": "balanced" if s.distribution == UNIFORM else s.distribution,
         }
         table = self._moe_source(key)
-        if s.redundant_experts:
-            note = (f"moe: the fused table measures no redundant experts; each rank's "
-                    f"{m.experts // s.ep} of the {m.experts} is read, not its "
-                    f"{(m.experts + s.redundant_experts) // s.ep} slots")  # fmt: skip
-            if note not in self.substitutions:
-                self.substitutions.append(note)
+        if not s.redundant_experts:
+            self._fused(out, table, key, count, tokens)
+            return
+        # redundant experts: read at the EP of as many experts per rank, each neighbour
+        # at the same rows per rank (docs/kernels.md, "Redundant experts")
+        ep_x = m.experts * s.ep / (m.experts + s.redundant_experts)
+        at = {c: v for c, v in key.items() if c != "moe_ep_size"}
+        eps = sorted(int(k["moe_ep_size"]) for k in table.measured_keys()
+                     if all(k[c] == v for c, v in at.items()))  # fmt: skip
+        if not eps or not eps[0] <= ep_x <= eps[-1]:
+            raise OutsideTableError(
+                table.name,
+                key,
+                f"no EP measured on both sides of {ep_x:.4g}, the EP of as many experts "
+                f"per rank as ep {s.ep} with {s.redundant_experts} redundant experts",
+            )
+
+        def layer(ep: int) -> float:
+            calls: list[KernelCall] = []
+            self._fused(calls, table, {**key, "moe_ep_size": ep}, count, tokens * ep / s.ep)
+            return sum(c.count * c.time_s for c in calls) / count
+
+        if ep_x in eps:
+            t = layer(int(ep_x))
+        else:
+            lo, hi = max(e for e in eps if e < ep_x), min(e for e in eps if e > ep_x)
+            w = math.log(ep_x / lo) / math.log(hi / lo)
+            t = math.exp((1.0 - w) * math.log(layer(lo)) + w * math.log(layer(hi)))
+        shape = (*key.items(), ("num_tokens", tokens))
+        out.append(KernelCall("moe", table.name, shape, count, t, None))
+
+    def _fused(
+        self,
+        out: list[KernelCall],
+        table: KernelTable,
+        key: dict[str, Any],
+        count: int,
+        tokens: float,
+    ) -> None:
+        """The fused experts of `count` layers over `tokens` tokens at `key`'s EP, in
+        pieces no larger than the table's largest measured count (:meth:`_moe`)."""
+        m, s = self.model, self.setup
+        ep = int(key["moe_ep_size"])
         sizes = table.axis_values(**key).get("num_tokens", [])
         largest = int(sizes[-1]) if sizes else 0
-        pieces = -(-tokens // largest) if largest and tokens > largest else 1
-        size, bigger = divmod(tokens, pieces)
-        for n, part in ((pieces - bigger, size), (bigger, size + 1)):
+        whole = int(round(tokens)) if float(tokens).is_integer() else tokens
+        pieces = math.ceil(tokens / largest) if largest and tokens > largest else 1
+        if isinstance(whole, int):
+            size, bigger = divmod(whole, pieces)
+            parts: list[tuple[int, float]] = [(pieces - bigger, size), (bigger, size + 1)]
+        else:
+            parts = [(pieces, tokens / pieces)]
+        for n, part in parts:
             if not n:
                 continue
             at = (
-                uniform_tokens(part, m.experts, m.experts_per_token, s.ep)
+                uniform_tokens(part, m.experts, m.experts_per_token, ep)
                 if s.distribution == UNIFORM
                 else part
             )

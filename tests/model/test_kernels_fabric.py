@@ -206,6 +206,25 @@ def _wideep_at(kind: str, ep: int, tokens: float) -> float:
     return table.lookup(**key, num_tokens=tokens).time_s
 
 
+def test_redundant_experts_in_the_fused_table_are_read_by_the_same_rule() -> None:
+    """NVFP4 experts (no DeepEP table measures them) at EP 48 with 32 redundant: the
+    fused table, which measures EP 32 and 64, read at the EP of 6 experts a rank,
+    each neighbour as the composition reads it without replicas at the same rows per
+    rank (32- and 64-rank instances at this one's 24 requests a rank)."""
+    km = _dsr1_gb200(48, "deepep_ll", "nvfp4", redundant=32)
+    moe = [c for c in km.decode(48 * 24, 1536).calls if c.name == "moe"]
+    assert moe and moe[0].table.endswith("sglang/0.5.14/moe_perf.parquet")
+
+    def alone(ep: int, per_rank: int) -> float:
+        calls = _dsr1_gb200(ep, "deepep_ll", "nvfp4").decode(ep * per_rank, 1536).calls
+        return sum(c.count * c.time_s for c in calls if c.name == "moe")
+
+    ep_x = 256 * 48 / 288
+    w = math.log(ep_x / 32) / math.log(2)
+    want = alone(32, 24) ** (1 - w) * alone(64, 24) ** w
+    assert sum(c.count * c.time_s for c in moe) == pytest.approx(want, rel=1e-9)
+
+
 def test_redundant_experts_are_a_whole_number_and_need_experts() -> None:
     with pytest.raises(InputError, match="redundant_experts"):
         KernelSetup("gb200", "sglang", "0.5.14", redundant_experts=-1)
