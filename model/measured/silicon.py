@@ -888,7 +888,8 @@ def _published_phase(p: Mapping[str, Any], isl: int, prefill: bool) -> Phase:
 def _phase_text(name: str, p: Phase) -> str:
     shape = f"attention dp {p.dp}" if p.dp > 1 else f"tp {p.tp}"
     batch = f", batch {p.batch} per rank" if p.batch else ""
-    spare = f" + {p.redundant} redundant experts" if p.redundant else ""
+    spare = (f" + {p.redundant} redundant experts" if p.redundant
+             else f", {p.expert_slots} expert slots" if p.expert_slots else "")  # fmt: skip
     return (f"{name} {p.workers} x ({p.tp * p.dp} GPUs, {shape}, MoE tp {p.moe_tp} x ep "
             f"{p.moe_ep}{spare}{batch})")  # fmt: skip
 

@@ -108,7 +108,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -828,6 +828,19 @@ def busiest_rank_experts(tokens: float, experts: int, top_k: int, ep: int = 1) -
 
     cdf = binom.cdf(np.arange(n), n, p)
     return float(np.sum(1.0 - cdf**ep))
+
+
+def at_experts_per_rank(eps: list[int], ep_x: float, layer: Callable[[int], float]) -> float:
+    """A MoE layer's time at the EP ``ep_x`` of as many experts per rank as the instance
+    holds, from `layer` (its time at a measured EP, each at the instance's rows per
+    rank): `layer` at ``ep_x`` where `eps` (sorted) measure it, else interpolated in
+    ``log ep`` between the measured neighbours (docs/kernels.md, "SGLang's experts
+    behind DeepEP" and "Redundant experts")."""
+    if ep_x in eps:
+        return layer(int(ep_x))
+    lo, hi = max(e for e in eps if e < ep_x), min(e for e in eps if e > ep_x)
+    w = math.log(ep_x / lo) / math.log(hi / lo)
+    return math.exp((1.0 - w) * math.log(layer(lo)) + w * math.log(layer(hi)))
 
 
 def uniform_tokens(tokens: float, experts: int, top_k: int, ep: int = 1) -> float:
@@ -1663,12 +1676,7 @@ class KernelModel:
             self._fused(calls, table, {**key, "moe_ep_size": ep}, count, tokens * ep / s.ep)
             return sum(c.count * c.time_s for c in calls) / count
 
-        if ep_x in eps:
-            t = layer(int(ep_x))
-        else:
-            lo, hi = max(e for e in eps if e < ep_x), min(e for e in eps if e > ep_x)
-            w = math.log(ep_x / lo) / math.log(hi / lo)
-            t = math.exp((1.0 - w) * math.log(layer(lo)) + w * math.log(layer(hi)))
+        t = at_experts_per_rank(eps, ep_x, layer)
         shape = (*key.items(), ("num_tokens", tokens))
         out.append(KernelCall("moe", table.name, shape, count, t, None))
 
@@ -1745,21 +1753,15 @@ class KernelModel:
         if table is not None and eps and s.moe_tp == 1 and eps[0] <= ep_x <= eps[-1]:
             assert table is not None
 
-            def layer(ep: int, n: float) -> float:
+            def layer(ep: int) -> float:
                 at = {**key, "moe_ep_size": ep}
+                n = tokens * ep / s.ep  # the same rows per rank
                 sizes = table.axis_values(**at).get("num_tokens", [])
                 pieces = max(1, math.ceil(n / sizes[-1])) if sizes else 1
                 return pieces * table.lookup(**at, num_tokens=n / pieces).time_s
 
             try:
-                if ep_x in eps:
-                    t = layer(int(ep_x), tokens * ep_x / s.ep)
-                else:
-                    lo = max(e for e in eps if e < ep_x)
-                    hi = min(e for e in eps if e > ep_x)
-                    w = math.log(ep_x / lo) / math.log(hi / lo)
-                    t = math.exp((1.0 - w) * math.log(layer(lo, tokens * lo / s.ep))
-                                 + w * math.log(layer(hi, tokens * hi / s.ep)))  # fmt: skip
+                t = at_experts_per_rank(eps, ep_x, layer)
             except OutsideTableError as error:
                 why = str(error)
             else:
