@@ -306,11 +306,13 @@ def entry_config(sr: Repo, e: dict[str, Any], at: dt.datetime) -> dict[str, Any]
         if len({tuple(f[k] for k in PHASE_KEYS) for f in stated}) > 1:
             return {"conc": conc, "reason": f"{path} changed its {ph} parallelism"}
         one = {k: stated[0][k] for k in PHASE_KEYS}
-        for k in ("max_batch_size", "max_num_tokens", "expert_slots", "redundant_experts"):
-            values = {f.get(k) for f in stated}
+        for k in ("max_batch_size", "max_num_tokens"):
+            values = {f[k] for f in stated}
             one[k] = values.pop() if len(values) == 1 else None
-            if one[k] is None and k not in ("max_batch_size", "max_num_tokens"):
-                del one[k]  # not stated: the engine's default, none
+        for k in ("expert_slots", "redundant_experts"):  # kept only where stated alike
+            values = {f.get(k) for f in stated}
+            if len(values) == 1 and (value := values.pop()) is not None:
+                one[k] = value
         phases[ph] = one
     recipe_spec = {f["decode"]["speculative"] for _, f in versions}
     if recipe_spec != {spec != "none"}:

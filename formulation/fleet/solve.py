@@ -248,12 +248,14 @@ def _decomposed(
         # skipped where the relaxation's own bound is below minus the home plans' cost
         # (prices that far off proved nothing, and the time goes to the plan)
         share = PRICED_SHARE * deadline.remaining() / len(fp.sites)
-        at_prices = sites_at_prices(fp, datas, rel.prices.lams, share, say)
-        if np.isfinite(at_prices[2]):
-            bound = max(bound, at_prices[2] + rel.outside_usd)
+        priced_configs, priced_loads, sites_bound = sites_at_prices(
+            fp, datas, rel.prices.lams, share, say
+        )
+        if np.isfinite(sites_bound):
+            bound = max(bound, sites_bound + rel.outside_usd)
             say(f"the sites at the relaxation's prices prove {bound:,.2f} USD")
         if rel.converged:
-            configs, loads = at_prices[0], at_prices[1]
+            configs, loads = priced_configs, priced_loads
     # the regions' demand routed within what those plans can serve, each site's draw
     # within its cap (its tangent around the plan's loads)
     capacity = [_smax(data, c) for data, c in zip(datas, configs, strict=True)]

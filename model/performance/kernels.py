@@ -963,6 +963,14 @@ class KernelModel:
         #: SGLang's DeepEP expert table and its measured EP sizes, by kind and dtype,
         #: once chosen (:meth:`_deepep_experts`)
         self._deepep_experts_of: dict[tuple[str, str], tuple[KernelTable | None, list[int]]] = {}
+        #: the EP sizes a MoE table measures, by table and key (:meth:`_measured_eps`)
+        self._eps_of: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = {}
+        #: the EP at which a rank holds as many experts as here, ``E / ep_x = (E + R) /
+        #: ep`` (docs/kernels.md, "Redundant experts"); ``ep`` without replicas
+        self.ep_x = (
+            m.experts * setup.ep / (m.experts + setup.redundant_experts) if m.experts
+            else float(setup.ep)
+        )
         #: TensorRT-LLM's all-to-all as chosen once (:meth:`_alltoall_choice`; None
         #: before, ``()`` where it runs none)
         self._alltoall: tuple[KernelTable, list[dict[str, Any]]] | tuple[()] | None = None
@@ -1643,7 +1651,7 @@ class KernelModel:
         SGLang behind DeepEP: :meth:`_deepep_moe` where its tables measure the experts.
         With redundant experts, the rule of :meth:`_deepep_moe`: the EP of as many
         experts per rank, each neighbour at the same rows per rank."""
-        m, s = self.model, self.setup
+        s = self.setup
         if s.framework == "sglang" and s.moe_a2a and self._deepep_moe(
             out, count, dtype, tokens, decode
         ):
@@ -1659,10 +1667,8 @@ class KernelModel:
             return
         # redundant experts: read at the EP of as many experts per rank, each neighbour
         # at the same rows per rank (docs/kernels.md, "Redundant experts")
-        ep_x = m.experts * s.ep / (m.experts + s.redundant_experts)
-        at = {c: v for c, v in key.items() if c != "moe_ep_size"}
-        eps = sorted(int(k["moe_ep_size"]) for k in table.measured_keys()
-                     if all(k[c] == v for c, v in at.items()))  # fmt: skip
+        ep_x = self.ep_x
+        eps = self._measured_eps(table, {c: v for c, v in key.items() if c != "moe_ep_size"})
         if not eps or not eps[0] <= ep_x <= eps[-1]:
             raise OutsideTableError(
                 table.name,
@@ -1694,13 +1700,11 @@ class KernelModel:
         ep = int(key["moe_ep_size"])
         sizes = table.axis_values(**key).get("num_tokens", [])
         largest = int(sizes[-1]) if sizes else 0
-        whole = int(round(tokens)) if float(tokens).is_integer() else tokens
         pieces = math.ceil(tokens / largest) if largest and tokens > largest else 1
-        if isinstance(whole, int):
-            size, bigger = divmod(whole, pieces)
-            parts: list[tuple[int, float]] = [(pieces - bigger, size), (bigger, size + 1)]
-        else:
-            parts = [(pieces, tokens / pieces)]
+        parts: list[tuple[int, float]] = [(pieces, tokens / pieces)]
+        if float(tokens).is_integer():  # whole tokens: pieces of n and n + 1
+            size, bigger = divmod(int(tokens), pieces)
+            parts = [(pieces - bigger, size), (bigger, size + 1)]
         for n, part in parts:
             if not n:
                 continue
@@ -1748,8 +1752,7 @@ class KernelModel:
         table, eps = self._deepep_experts_of[kind, dtype]
         why = (f"no SGLang {kind} table of {s.gpu}" if table is None else
                f"{table.name} measures no {dtype} experts of this shape at ep {s.ep}")  # fmt: skip
-        # the EP at which a rank holds as many experts as here: E / ep_x = (E + R) / ep
-        ep_x = self.model.experts * s.ep / (self.model.experts + s.redundant_experts)
+        ep_x = self.ep_x
         if table is not None and eps and s.moe_tp == 1 and eps[0] <= ep_x <= eps[-1]:
             assert table is not None
 
@@ -1786,11 +1789,18 @@ class KernelModel:
         if not versions:
             return None, []
         table = self.db.table(self.setup.gpu, kind, "sglang", max(versions, key=version_key))
-        eps = sorted(
-            int(k["moe_ep_size"]) for k in table.measured_keys()
-            if all(k[c] == v for c, v in key.items())
-        )  # fmt: skip
-        return table, eps
+        return table, self._measured_eps(table, key)
+
+    def _measured_eps(self, table: KernelTable, key: dict[str, Any]) -> list[int]:
+        """The EP sizes at which `table` measures `key` (every MoE column but the EP),
+        sorted; found once per table and key."""
+        at = (table.name, tuple(sorted(key.items())))
+        if at not in self._eps_of:
+            self._eps_of[at] = sorted(
+                int(k["moe_ep_size"]) for k in table.measured_keys()
+                if all(k[c] == v for c, v in key.items())
+            )  # fmt: skip
+        return self._eps_of[at]
 
     def _moe_source(self, key: dict[str, Any]) -> KernelTable:
         """The fused-MoE table a layer is read from: the setup's where it measures the
