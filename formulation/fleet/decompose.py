@@ -56,6 +56,21 @@ REL_TOL = 1e-6
 SMOOTHING = 0.5
 
 
+def fleet_constant(
+    fp: FleetProblem, datas: list[ScheduleData], own_value: list[FloatArray]
+) -> float:
+    """The constant of the fleet's master LP: every site idle, every site's own demand
+    and every region's demand unserved at their values (the columns, own loads and
+    flows then pay what they save as negative costs)."""
+    sec = 3600.0 * fp.period_hours
+    out = sum(site_constant_usd(d) for d in datas)
+    for i in range(len(datas)):
+        out += float(np.sum(own_value[i] * own_demand(fp, i)))
+    for reg in fp.regions:
+        out += sec * reg.unserved_penalty_usd_per_request * float(np.sum(reg.demand_rps))
+    return out
+
+
 def flow_list(fp: FleetProblem) -> list[tuple[int, int]]:
     """(region, server index within the region) of each flow, regions in order."""
     return [(r, q) for r, reg in enumerate(fp.regions) for q in range(len(reg.servers))]
@@ -137,11 +152,10 @@ class FleetMaster:
             for r in range(G[i] * T):
                 self._col(big * 1e3, 0.0, inf, [self.inv[i] + r], [-1.0])
         # own loads: o in [0, own], paying -u_own (the constant adds u_own own back)
-        self.constant = sum(site_constant_usd(d) for d in datas)
+        self.constant = fleet_constant(fp, datas, own_value)
         self.own_col: list[int] = []
         for i in range(len(datas)):
             own = own_demand(fp, i)
-            self.constant += float(np.sum(own_value[i] * own))
             for k in range(K[i]):
                 for t in range(T):
                     self.own_col.append(
@@ -163,10 +177,6 @@ class FleetMaster:
         self.ramp_limit = float(fp.max_share_change or 0.0)
         self.ramp_keys: list[tuple[int, int]] = []  # (flow, t): its share from t - 1 to t
         self.ramp_row: dict[tuple[int, int], int] = {}
-        for reg in regions:
-            self.constant += (
-                sec * reg.unserved_penalty_usd_per_request * float(np.sum(reg.demand_rps))
-            )
         least: dict[int, float] = {}
         for f, (r, q) in enumerate(self.flows):
             reg = regions[r]
@@ -428,9 +438,14 @@ def relax_fleet(
     say: Progress,
     flow_caps: FloatArray | None = None,
     max_rounds: int = 1000,
+    start: Prices | None = None,
+    schedules: list[list[tuple[NDArray[np.int64], FloatArray]]] | None = None,
 ) -> FleetRelaxation:
     """Column generation over the fleet (module docstring) until the master LP meets
-    the best bound or ``deadline``: the proven bound and the master's flows."""
+    the best bound or ``deadline``: the proven bound and the master's flows.
+    ``start``: prices to price first (the relaxation by period's,
+    :mod:`formulation.fleet.periods`), the smoothing's first centre when their bound
+    is the best."""
     t0 = time.perf_counter()
     master = FleetMaster(fp, datas, own_value, flow_caps)
     pricing = FleetPricing(fp, datas, own_value, master)
@@ -447,12 +462,21 @@ def relax_fleet(
             np.maximum(most, sec * reg.unserved_penalty_usd_per_request, out=most)
     best, centre = -np.inf, None
     R = len(fp.regions)
-    for lams in ([np.zeros_like(w) for w in worth], worth):
-        y0 = Prices(zero_pi, zero_sigma, lams, np.zeros((R, T)), np.zeros(len(master.ramp_keys)))
+    firsts = [
+        Prices(zero_pi, zero_sigma, lams, np.zeros((R, T)), np.zeros(len(master.ramp_keys)))
+        for lams in ([np.zeros_like(w) for w in worth], worth)
+    ]
+    if start is not None:
+        firsts.append(start)
+    for y0 in firsts:
         value, points = pricing(y0)
         if value > best:
             best, centre = value, y0
         _add_columns(master, datas, points)
+    for plan in schedules or []:  # each site's (configurations, loads) of a plan
+        for i, (config, load) in enumerate(plan):
+            for k in range(config.shape[0]):
+                master.add(i, make_column(datas[i], k, config[k], load[k]))
     history: list[tuple[float, float, float]] = []
     lp = np.inf
     flows = np.zeros((len(master.flows), T))

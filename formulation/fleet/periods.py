@@ -1,0 +1,402 @@
+"""The fleet's relaxation period by period: a lower bound, prices and a routing in
+one linear program per period, with every choice written out (docs/fleet.md,
+section 5).
+
+Dropping what ties a period to the next (the transitions' costs, which are >= 0, the
+limit on instance changes, and the ramp on the routing shares) can only lower the
+optimum, and what is left separates by period. Each period's problem is then relaxed to
+its linear program over the convex hull of each deployment's choices: a configuration
+``c`` serving a load ``s`` in ``[0, smax]`` at net power ``pnet_c(s)``, concave in ``s``.
+The hull of a concave curve's graph lies between the curve and its chord from ``s = 0``
+to ``s = smax``; energy prices and carbon are >= 0 (the request's schema), so at a given
+load a point above the chord costs more and draws more, and the chord's two ends span
+every point an optimum needs. Each period's LP is
+
+    min  sum_x cost_x x + sum_o (-u_own) o + sum_f (c_f - u_r) f
+    s.t. sum_{x of (i,k)} x = 1                         (each deployment one choice)
+         sum_{x of i} pnet_x x <= net cap_i[t]           (pi_i[t])
+         sum_{x of i in pool g} gpus_x x <= G_g           (sigma_g[t])
+         o[i,k] + sum_r f[r,(i,k)] - sum_x served_x x <= 0   (lambda[i,k,t])
+         sum_j f[r,j] <= D[r,t]                          (rho[r,t])
+
+with the fleet master's columns, rows and constant (:class:`formulation.fleet.decompose.
+FleetMaster`), so the sum of the periods' values is a lower bound on the fleet's
+optimum, and their duals are prices of the whole fleet's Lagrangian (at which its dual
+function, with the transitions back, is at least this bound)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+from numpy.typing import NDArray
+
+from formulation.budget import Deadline
+from formulation.data import ScheduleData
+from formulation.fleet.compact import own_demand
+from formulation.fleet.decompose import Prices, Progress, fleet_constant, flow_list
+from formulation.fleet.problem import FleetProblem
+from formulation.milp.highs import quiet_highs
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass
+class PeriodRelaxation:
+    #: the sum of the periods' LP values and the fleet's constant (None: the deadline
+    #: came before every period was solved)
+    lower_bound_usd: float | None
+    #: the periods' duals as the fleet's prices (no ramp rows)
+    prices: Prices
+    #: (flows, T) each period's LP flows (req/s)
+    flows: FloatArray
+    #: each site's (K_i, T) own load in each period's LP (req/s)
+    owns: list[FloatArray]
+    periods: int
+    columns: int
+    seconds: float
+    #: each period's choices rounded (:func:`round_period`) where asked and in time:
+    #: each site's configurations (K_i, T), own loads (K_i, T) and the flows (flows, T)
+    rounded: Rounded | None = None
+
+
+@dataclass
+class Rounded:
+    configs: list[NDArray[np.int64]]
+    owns: list[FloatArray]
+    flows: FloatArray
+    periods: int
+
+
+class _Layout:
+    """The rows of every period's problem (module docstring) and what does not change
+    between periods."""
+
+    def __init__(
+        self,
+        fp: FleetProblem,
+        datas: list[ScheduleData],
+        own_value: list[FloatArray],
+        flow_caps: FloatArray | None,
+    ) -> None:
+        self.fp, self.datas, self.own_value, self.flow_caps = fp, datas, own_value, flow_caps
+        sec = 3600.0 * fp.period_hours
+        K = [len(d.deployments) for d in datas]
+        G = [len(d.pools) for d in datas]
+        self.K, self.G, self.S = K, G, len(datas)
+        self.R = len(fp.regions)
+        self.flows = flow_list(fp)
+        S = self.S
+        # row offsets: convexity, caps, pools, routing, regions
+        self.conv0 = np.cumsum([0, *K])[:-1]
+        self.cap0 = sum(K)
+        self.inv0 = self.cap0 + S + np.cumsum([0, *G])[:-1]
+        self.route0 = self.cap0 + S + sum(G) + self.conv0
+        self.region0 = self.cap0 + S + sum(G) + sum(K)
+        self.n_rows = self.region0 + self.R
+        self.owns = [own_demand(fp, i) for i in range(S)]
+        self.server = np.array(
+            [
+                self.route0[fp.regions[r].servers[q].site] + fp.regions[r].servers[q].deployment
+                for r, q in self.flows
+            ],
+            dtype=np.int64,
+        )
+        self.flow_region = np.array([r for r, _q in self.flows], dtype=np.int64)
+        self.flow_cost = np.array(
+            [
+                sec
+                * (
+                    fp.regions[r].servers[q].penalty_usd_per_request
+                    - fp.regions[r].unserved_penalty_usd_per_request
+                )
+                for r, q in self.flows
+            ]
+        )
+        self.demand = np.array([reg.demand_rps for reg in fp.regions], dtype=float).reshape(
+            self.R, fp.n_periods
+        )
+        self.big = 1e3 * (max(float(np.max(np.abs(d.cost_usd_per_w))) for d in datas) + 1.0)
+        self.slack_rows = np.concatenate(
+            [self.cap0 + np.arange(S), *[self.inv0[i] + np.arange(G[i]) for i in range(S)]]
+        ).astype(np.int64)
+
+
+@dataclass
+class _Problem:
+    """One period's LP (or its rounding's MILP): the model, and where each site's
+    choices, own loads and the flows sit among its columns."""
+
+    lp: highspy.HighsLp
+    #: per site and deployment: the first column of its block, and the configurations
+    #: of its columns (the LP: each at no load, then each at its most; the MILP: each
+    #: one's choice, then its share of its most)
+    blocks: list[list[tuple[int, NDArray[np.int64]]]]
+    own_at: list[int]
+    flow_at: int
+    integrality: NDArray[np.int32] | None = None
+
+
+def _problem(lay: _Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = None) -> _Problem:
+    """Period ``t``'s LP, or (``keep``: each deployment's configurations to choose
+    from) its MILP: a binary choice ``z`` per configuration and its share ``y <= z`` of
+    the configuration's most, whose LP relaxation is the LP's over those choices."""
+    inf = highspy.kHighsInf
+    datas, K = lay.datas, lay.K
+    costs: list[FloatArray] = []
+    upper: list[FloatArray] = []
+    index: list[NDArray[np.int64]] = []
+    value: list[FloatArray] = []
+    counts: list[NDArray[np.int64]] = []
+    blocks: list[list[tuple[int, NDArray[np.int64]]]] = []
+    own_at: list[int] = []
+    links: list[tuple[int, int]] = []  # (z, y) column pairs of the MILP
+
+    def ncol() -> int:
+        return int(sum(c.size for c in counts))
+
+    for i, data in enumerate(datas):
+        site_blocks = []
+        for k in range(K[i]):
+            d = data.deployments[k]
+            ok = np.flatnonzero(d.period_allowed()[t]) if keep is None else keep[i][k]
+            smax = d.smax_rps[t, ok]
+            idle = data.idle_gpu_power_w * d.gpus[ok]
+            p0 = d.power_w(ok, np.zeros(ok.size)) - idle
+            p1 = d.power_w(ok, smax) - idle
+            cw = float(data.cost_usd_per_w[t])
+            first = ncol()
+            if keep is None:  # x0 (no load), x1 (the most)
+                n = 2 * ok.size
+                pnet = np.concatenate([p0, p1])
+                served = np.concatenate([np.zeros(ok.size), smax])
+                gpus_of = np.concatenate([ok, ok])
+                conv = np.ones(n)
+            else:  # z (the choice), y (its share of the most)
+                n = 2 * ok.size
+                pnet = np.concatenate([p0, p1 - p0])
+                served = np.concatenate([np.zeros(ok.size), smax])
+                gpus_of = np.concatenate([ok, ok])
+                conv = np.concatenate([np.ones(ok.size), np.zeros(ok.size)])
+                links += [(first + j, first + ok.size + j) for j in range(ok.size)]
+            rows = [np.full(n, lay.conv0[i] + k), np.full(n, lay.cap0 + i)]
+            vals = [conv, pnet]
+            for g, pool_gpus in data.pool_use(k):
+                rows.append(np.full(n, lay.inv0[i] + g))
+                gp = pool_gpus[gpus_of].astype(float)
+                if keep is not None:
+                    gp[ok.size :] = 0.0
+                vals.append(gp)
+            rows.append(np.full(n, lay.route0[i] + k))
+            vals.append(-served)
+            costs.append(cw * pnet)
+            upper.append(np.full(n, inf if keep is None else 1.0))
+            # column-major: each column's entries together
+            index.append(np.stack(rows, axis=1).reshape(-1))
+            value.append(np.stack(vals, axis=1).reshape(-1))
+            counts.append(np.full(n, len(rows), dtype=np.int64))
+            site_blocks.append((first, ok))
+        blocks.append(site_blocks)
+        # the own loads, paying -u_own
+        own_at.append(ncol())
+        costs.append(-lay.own_value[i][:, t])
+        upper.append(lay.owns[i][:, t].astype(float))
+        index.append(lay.route0[i] + np.arange(K[i], dtype=np.int64))
+        value.append(np.ones(K[i]))
+        counts.append(np.ones(K[i], dtype=np.int64))
+    # the flows, into their server's routing row and their region's row
+    flow_at = ncol()
+    F = len(lay.flows)
+    top = lay.demand[lay.flow_region, t]
+    if lay.flow_caps is not None:
+        top = np.minimum(top, np.maximum(lay.flow_caps[:, t], 0.0))
+    costs.append(lay.flow_cost)
+    upper.append(top)
+    index.append(np.stack([lay.server, lay.region0 + lay.flow_region], axis=1).reshape(-1))
+    value.append(np.ones(2 * F))
+    counts.append(np.full(F, 2, dtype=np.int64))
+    # slacks on the caps and pools at a large price keep every period feasible
+    S, G = lay.S, lay.G
+    costs.append(np.concatenate([np.full(S, lay.big), np.full(sum(G), lay.big * 1e3)]))
+    upper.append(np.full(lay.slack_rows.size, inf))
+    index.append(lay.slack_rows)
+    value.append(np.full(lay.slack_rows.size, -1.0))
+    counts.append(np.ones(lay.slack_rows.size, dtype=np.int64))
+    cnt = np.concatenate(counts)
+    idx = np.concatenate(index)
+    val = np.concatenate(value)
+    n_rows = lay.n_rows + len(links)
+    if links:  # y - z <= 0, one row per link: appended to the two columns' entries
+        z = np.array([a for a, _b in links])
+        y = np.array([b for _a, b in links])
+        link_row = lay.n_rows + np.arange(len(links))
+        starts = np.concatenate([[0], np.cumsum(cnt)])
+        pieces_i, pieces_v = [], []
+        extra_i = {int(c): int(r) for c, r in zip(z, link_row, strict=True)}
+        extra_i |= {int(c): int(r) for c, r in zip(y, link_row, strict=True)}
+        sign = {int(c): -1.0 for c in z} | {int(c): 1.0 for c in y}
+        new_cnt = cnt.copy()
+        for c in range(cnt.size):
+            pieces_i.append(idx[starts[c] : starts[c + 1]])
+            pieces_v.append(val[starts[c] : starts[c + 1]])
+            if c in extra_i:
+                pieces_i.append(np.array([extra_i[c]]))
+                pieces_v.append(np.array([sign[c]]))
+                new_cnt[c] += 1
+        idx, val, cnt = np.concatenate(pieces_i), np.concatenate(pieces_v), new_cnt
+    row_lower = np.full(n_rows, -inf)
+    row_upper = np.zeros(n_rows)
+    row_lower[: lay.cap0] = 1.0
+    row_upper[: lay.cap0] = 1.0
+    for i, site in enumerate(datas):
+        row_upper[lay.cap0 + i] = site.net_cap_w[t]
+        row_upper[lay.inv0[i] : lay.inv0[i] + G[i]] = site.pool_gpus
+    row_upper[lay.region0 : lay.n_rows] = lay.demand[:, t]
+    lp = highspy.HighsLp()
+    lp.num_col_ = int(cnt.size)
+    lp.num_row_ = int(n_rows)
+    lp.col_cost_ = np.concatenate(costs)
+    lp.col_lower_ = np.zeros(cnt.size)
+    lp.col_upper_ = np.concatenate(upper)
+    lp.row_lower_ = row_lower
+    lp.row_upper_ = row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.append(np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt.sum()).astype(
+        np.int32
+    )
+    lp.a_matrix_.index_ = idx.astype(np.int32)
+    lp.a_matrix_.value_ = val
+    integrality = None
+    if keep is not None:
+        integrality = np.zeros(cnt.size, dtype=np.int32)
+        integrality[[a for a, _b in links]] = 1
+    return _Problem(lp, blocks, own_at, flow_at, integrality)
+
+
+def relax_by_period(
+    fp: FleetProblem,
+    datas: list[ScheduleData],
+    own_value: list[FloatArray],
+    deadline: Deadline,
+    say: Progress,
+    flow_caps: FloatArray | None = None,
+    round_within: Deadline | None = None,
+) -> PeriodRelaxation:
+    """Each period's LP (module docstring), in order, until ``deadline``: the bound (if
+    every period was solved), the prices and the flows; with ``round_within``, each
+    period's choices then rounded (:func:`round_period`) until that deadline."""
+    t0 = time.perf_counter()
+    lay = _Layout(fp, datas, own_value, flow_caps)
+    T, S, K, G = fp.n_periods, lay.S, lay.K, lay.G
+    F = len(lay.flows)
+    pis = [np.zeros(T) for _ in range(S)]
+    sigmas = [np.zeros((G[i], T)) for i in range(S)]
+    lams = [np.zeros((K[i], T)) for i in range(S)]
+    region = np.zeros((lay.R, T))
+    out_flows = np.zeros((F, T))
+    out_owns = [np.zeros((K[i], T)) for i in range(S)]
+    total = fleet_constant(fp, datas, own_value)
+    columns = 0
+    solved = 0
+    kept: list[list[list[NDArray[np.int64]]]] = []
+    for t in range(T):
+        if deadline.expired():
+            break
+        prob = _problem(lay, t)
+        h = quiet_highs()
+        h.passModel(prob.lp)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            status = h.modelStatusToString(h.getModelStatus())
+            raise RuntimeError(f"period {t}: the LP ended {status}")
+        sol = h.getSolution()
+        duals = np.asarray(sol.row_dual)
+        x = np.asarray(sol.col_value)
+        total += float(h.getInfo().objective_function_value)
+        for i in range(S):
+            pis[i][t] = max(-duals[lay.cap0 + i], 0.0)
+            sigmas[i][:, t] = np.maximum(-duals[lay.inv0[i] : lay.inv0[i] + G[i]], 0.0)
+            lams[i][:, t] = np.maximum(-duals[lay.route0[i] : lay.route0[i] + K[i]], 0.0)
+            out_owns[i][:, t] = np.maximum(x[prob.own_at[i] : prob.own_at[i] + K[i]], 0.0)
+        region[:, t] = np.maximum(-duals[lay.region0 :], 0.0)
+        out_flows[:, t] = np.maximum(x[prob.flow_at : prob.flow_at + F], 0.0)
+        if round_within is not None:
+            kept.append(_kept(prob, x, np.asarray(sol.col_dual)))
+        columns += int(prob.lp.num_col_)
+        solved += 1
+        if (t + 1) % 24 == 0 or t + 1 == T:
+            say(f"relaxation by period: {t + 1} of {T} periods ({time.perf_counter() - t0:.1f} s)")
+    rounded = None
+    if round_within is not None and solved == T:
+        rounded = _round(lay, kept, round_within, say)
+    return PeriodRelaxation(
+        lower_bound_usd=total if solved == T else None,
+        prices=Prices(pis, sigmas, lams, region, np.zeros(0)),
+        flows=out_flows,
+        owns=out_owns,
+        periods=solved,
+        columns=columns,
+        seconds=time.perf_counter() - t0,
+        rounded=rounded,
+    )
+
+
+#: the configurations of least reduced cost each deployment keeps for the rounding,
+#: besides those the LP uses
+KEEP = 4
+
+
+def _kept(prob: _Problem, x: FloatArray, reduced: FloatArray) -> list[list[NDArray[np.int64]]]:
+    """Each deployment's configurations for its period's rounding: those the LP uses,
+    and the ``KEEP`` of least reduced cost (at no load or at the most)."""
+    out = []
+    for site_blocks in prob.blocks:
+        site = []
+        for first, ok in site_blocks:
+            n = ok.size
+            w = x[first : first + n] + x[first + n : first + 2 * n]
+            rc = np.minimum(reduced[first : first + n], reduced[first + n : first + 2 * n])
+            best = np.argsort(rc, kind="stable")[:KEEP]
+            site.append(np.unique(np.concatenate([ok[w > 1e-9], ok[best]])))
+        out.append(site)
+    return out
+
+
+def _round(
+    lay: _Layout, kept: list[list[list[NDArray[np.int64]]]], deadline: Deadline, say: Progress
+) -> Rounded | None:
+    """Each period's MILP over its kept configurations (:func:`_problem`), each given
+    an even share of the time left; None where one found no solution in time."""
+    t0 = time.perf_counter()
+    T = len(kept)
+    configs = [np.zeros((k, T), dtype=np.int64) for k in lay.K]
+    owns = [np.zeros((k, T)) for k in lay.K]
+    flows = np.zeros((len(lay.flows), T))
+    for t in range(T):
+        if deadline.expired():
+            return None
+        prob = _problem(lay, t, keep=kept[t])
+        h = quiet_highs()
+        h.passModel(prob.lp)
+        assert prob.integrality is not None
+        h.changeColsIntegrality(
+            int(prob.integrality.size),
+            np.arange(prob.integrality.size, dtype=np.int32),
+            prob.integrality.astype(np.uint8),
+        )
+        h.setOptionValue("time_limit", max(deadline.remaining() / (T - t), 0.05))
+        h.setOptionValue("mip_rel_gap", 1e-4)
+        h.run()
+        x = np.asarray(h.getSolution().col_value)
+        if x.size != prob.lp.num_col_ or not h.getInfo().primal_solution_status:
+            return None
+        for i, site_blocks in enumerate(prob.blocks):
+            for k, (first, ok) in enumerate(site_blocks):
+                configs[i][k, t] = int(ok[int(np.argmax(x[first : first + ok.size]))])
+            owns[i][:, t] = np.maximum(x[prob.own_at[i] : prob.own_at[i] + lay.K[i]], 0.0)
+        flows[:, t] = np.maximum(x[prob.flow_at : prob.flow_at + len(lay.flows)], 0.0)
+        if (t + 1) % 24 == 0 or t + 1 == T:
+            say(f"each period rounded: {t + 1} of {T} ({time.perf_counter() - t0:.1f} s)")
+    return Rounded(configs, owns, flows, T)
