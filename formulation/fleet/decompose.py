@@ -445,7 +445,8 @@ def relax_fleet(
     the best bound or ``deadline``: the proven bound and the master's flows.
     ``start``: prices to price first (the relaxation by period's,
     :mod:`formulation.fleet.periods`), the smoothing's first centre when their bound
-    is the best."""
+    is the best; ``schedules``: plans (each site's configurations and loads, (K_i, T)
+    each) whose deployments' schedules start the master as columns."""
     t0 = time.perf_counter()
     master = FleetMaster(fp, datas, own_value, flow_caps)
     pricing = FleetPricing(fp, datas, own_value, master)

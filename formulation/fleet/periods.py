@@ -57,7 +57,7 @@ class PeriodRelaxation:
     periods: int
     columns: int
     seconds: float
-    #: each period's choices rounded (:func:`round_period`) where asked and in time:
+    #: each period's choices rounded (:func:`_round`) where asked and in time:
     #: each site's configurations (K_i, T), own loads (K_i, T) and the flows (flows, T)
     rounded: Rounded | None = None
 
@@ -286,7 +286,7 @@ def relax_by_period(
 ) -> PeriodRelaxation:
     """Each period's LP (module docstring), in order, until ``deadline``: the bound (if
     every period was solved), the prices and the flows; with ``round_within``, each
-    period's choices then rounded (:func:`round_period`) until that deadline."""
+    period's choices then rounded (:func:`_round`) until that deadline."""
     t0 = time.perf_counter()
     lay = _Layout(fp, datas, own_value, flow_caps)
     T, S, K, G = fp.n_periods, lay.S, lay.K, lay.G

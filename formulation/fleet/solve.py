@@ -260,9 +260,11 @@ def _decomposed(
     if per.rounded is not None:
         share = ROUNDED_SHARE * deadline.remaining() / len(datas)
         plan_for(per.rounded.flows, share, "for the periods' rounded routing")
-    # 4. column generation from the periods' prices, with the transitions
-    # (seeding the master with the home plans' schedules left the eight-site fleet's
-    # bound at 62 USD against 2,396 without, in the same time: not done)
+    # 4. column generation from the periods' prices, with the transitions, the plans'
+    # schedules as its first columns (from zero prices, seeding the master with the
+    # home plans' left the eight-site fleet's bound at 62 USD against 2,396 without;
+    # from the periods' prices the bound is the same either way, 8,390.25 USD, and
+    # the master's LP at round 10 is 10,617.53 USD with them against 17,565.29)
     rel = relax_fleet(
         fp,
         datas,
