@@ -45,8 +45,9 @@ FloatArray = NDArray[np.float64]
 
 @dataclass
 class PeriodRelaxation:
-    #: the sum of the periods' LP values and the fleet's constant (None: the deadline
-    #: came before every period was solved)
+    #: the sum of the periods' bounds (their LPs', or their MILPs' where solved as
+    #: such) and the fleet's constant (None: the deadline came before every period was
+    #: solved)
     lower_bound_usd: float | None
     #: the periods' duals as the fleet's prices (no ramp rows)
     prices: Prices
@@ -60,6 +61,13 @@ class PeriodRelaxation:
     #: each period's choices rounded (:func:`_round`) where asked and in time:
     #: each site's configurations (K_i, T), own loads (K_i, T) and the flows (flows, T)
     rounded: Rounded | None = None
+    #: the bound of the periods' LPs alone
+    lp_bound_usd: float | None = None
+    #: how many periods were solved as MILPs
+    tightened: int = 0
+    #: (T,) each period's bound (its LP's value, or its MILP's bound), before the
+    #: constant
+    period_bounds: FloatArray | None = None
 
 
 @dataclass
@@ -68,9 +76,11 @@ class Rounded:
     owns: list[FloatArray]
     flows: FloatArray
     periods: int
+    #: (T,) each period's rounded value (its MILP's objective)
+    values: FloatArray
 
 
-class _Layout:
+class Layout:
     """The rows of every period's problem (module docstring) and what does not change
     between periods."""
 
@@ -139,7 +149,7 @@ class _Problem:
     integrality: NDArray[np.int32] | None = None
 
 
-def _problem(lay: _Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = None) -> _Problem:
+def _problem(lay: Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = None) -> _Problem:
     """Period ``t``'s LP, or (``keep``: each deployment's configurations to choose
     from) its MILP: a binary choice ``z`` per configuration and its share ``y <= z`` of
     the configuration's most, whose LP relaxation is the LP's over those choices."""
@@ -283,12 +293,15 @@ def relax_by_period(
     say: Progress,
     flow_caps: FloatArray | None = None,
     round_within: Deadline | None = None,
+    bound_within: Deadline | None = None,
 ) -> PeriodRelaxation:
     """Each period's LP (module docstring), in order, until ``deadline``: the bound (if
     every period was solved), the prices and the flows; with ``round_within``, each
-    period's choices then rounded (:func:`_round`) until that deadline."""
+    period's choices then rounded (:func:`_round`) until that deadline; with
+    ``bound_within`` too, the periods of largest rounding gap then solved as MILPs
+    (:func:`_tighten`) until that one."""
     t0 = time.perf_counter()
-    lay = _Layout(fp, datas, own_value, flow_caps)
+    lay = Layout(fp, datas, own_value, flow_caps)
     T, S, K, G = fp.n_periods, lay.S, lay.K, lay.G
     F = len(lay.flows)
     pis = [np.zeros(T) for _ in range(S)]
@@ -301,6 +314,8 @@ def relax_by_period(
     columns = 0
     solved = 0
     kept: list[list[list[NDArray[np.int64]]]] = []
+    lp_values = np.zeros(T)
+    least_rc: list[list[list[tuple[NDArray[np.int64], FloatArray]]]] = []
     for t in range(T):
         if deadline.expired():
             break
@@ -314,7 +329,7 @@ def relax_by_period(
         sol = h.getSolution()
         duals = np.asarray(sol.row_dual)
         x = np.asarray(sol.col_value)
-        total += float(h.getInfo().objective_function_value)
+        lp_values[t] = float(h.getInfo().objective_function_value)
         for i in range(S):
             pis[i][t] = max(-duals[lay.cap0 + i], 0.0)
             sigmas[i][:, t] = np.maximum(-duals[lay.inv0[i] : lay.inv0[i] + G[i]], 0.0)
@@ -323,16 +338,22 @@ def relax_by_period(
         region[:, t] = np.maximum(-duals[lay.region0 :], 0.0)
         out_flows[:, t] = np.maximum(x[prob.flow_at : prob.flow_at + F], 0.0)
         if round_within is not None:
-            kept.append(_kept(prob, x, np.asarray(sol.col_dual)))
+            least_rc.append(_least_reduced(prob, np.asarray(sol.col_dual)))
+            kept.append(_kept(prob, x, least_rc[-1]))
         columns += int(prob.lp.num_col_)
         solved += 1
         if (t + 1) % 24 == 0 or t + 1 == T:
             say(f"relaxation by period: {t + 1} of {T} periods ({time.perf_counter() - t0:.1f} s)")
     rounded = None
+    tightened = 0
+    bounds = lp_values.copy()
     if round_within is not None and solved == T:
         rounded = _round(lay, kept, round_within, say)
+        if rounded is not None and bound_within is not None:
+            tightened = _tighten(lay, lp_values, least_rc, kept, rounded, bounds, bound_within, say)
     return PeriodRelaxation(
-        lower_bound_usd=total if solved == T else None,
+        lower_bound_usd=total + float(bounds.sum()) if solved == T else None,
+        lp_bound_usd=total + float(lp_values.sum()) if solved == T else None,
         prices=Prices(pis, sigmas, lams, region, np.zeros(0)),
         flows=out_flows,
         owns=out_owns,
@@ -340,6 +361,8 @@ def relax_by_period(
         columns=columns,
         seconds=time.perf_counter() - t0,
         rounded=rounded,
+        tightened=tightened,
+        period_bounds=bounds if solved == T else None,
     )
 
 
@@ -348,16 +371,16 @@ def relax_by_period(
 KEEP = 4
 
 
-def _kept(prob: _Problem, x: FloatArray, reduced: FloatArray) -> list[list[NDArray[np.int64]]]:
+def _kept(
+    prob: _Problem, x: FloatArray, least: list[list[tuple[NDArray[np.int64], FloatArray]]]
+) -> list[list[NDArray[np.int64]]]:
     """Each deployment's configurations for its period's rounding: those the LP uses,
-    and the ``KEEP`` of least reduced cost (at no load or at the most)."""
+    and the ``KEEP`` of least reduced cost (``least``: :func:`_least_reduced`)."""
     out = []
-    for site_blocks in prob.blocks:
+    for site_blocks, site_least in zip(prob.blocks, least, strict=True):
         site = []
-        for first, ok in site_blocks:
-            n = ok.size
-            w = x[first : first + n] + x[first + n : first + 2 * n]
-            rc = np.minimum(reduced[first : first + n], reduced[first + n : first + 2 * n])
+        for (first, ok), (_ok, rc) in zip(site_blocks, site_least, strict=True):
+            w = x[first : first + ok.size] + x[first + ok.size : first + 2 * ok.size]
             best = np.argsort(rc, kind="stable")[:KEEP]
             site.append(np.unique(np.concatenate([ok[w > 1e-9], ok[best]])))
         out.append(site)
@@ -365,7 +388,7 @@ def _kept(prob: _Problem, x: FloatArray, reduced: FloatArray) -> list[list[NDArr
 
 
 def _round(
-    lay: _Layout, kept: list[list[list[NDArray[np.int64]]]], deadline: Deadline, say: Progress
+    lay: Layout, kept: list[list[list[NDArray[np.int64]]]], deadline: Deadline, say: Progress
 ) -> Rounded | None:
     """Each period's MILP over its kept configurations (:func:`_problem`), each given
     an even share of the time left; None where one found no solution in time."""
@@ -374,29 +397,112 @@ def _round(
     configs = [np.zeros((k, T), dtype=np.int64) for k in lay.K]
     owns = [np.zeros((k, T)) for k in lay.K]
     flows = np.zeros((len(lay.flows), T))
+    out = Rounded(configs, owns, flows, T, np.zeros(T))
     for t in range(T):
         if deadline.expired():
             return None
         prob = _problem(lay, t, keep=kept[t])
-        h = quiet_highs()
-        h.passModel(prob.lp)
-        assert prob.integrality is not None
-        h.changeColsIntegrality(
-            int(prob.integrality.size),
-            np.arange(prob.integrality.size, dtype=np.int32),
-            prob.integrality.astype(np.uint8),
-        )
-        h.setOptionValue("time_limit", max(deadline.remaining() / (T - t), 0.05))
-        h.setOptionValue("mip_rel_gap", 1e-4)
-        h.run()
-        x = np.asarray(h.getSolution().col_value)
-        if x.size != prob.lp.num_col_ or not h.getInfo().primal_solution_status:
+        h = _milp(prob, max(deadline.remaining() / (T - t), 0.05))
+        if not _take(lay, prob, h, t, out):
             return None
-        for i, site_blocks in enumerate(prob.blocks):
-            for k, (first, ok) in enumerate(site_blocks):
-                configs[i][k, t] = int(ok[int(np.argmax(x[first : first + ok.size]))])
-            owns[i][:, t] = np.maximum(x[prob.own_at[i] : prob.own_at[i] + lay.K[i]], 0.0)
-        flows[:, t] = np.maximum(x[prob.flow_at : prob.flow_at + len(lay.flows)], 0.0)
         if (t + 1) % 24 == 0 or t + 1 == T:
             say(f"each period rounded: {t + 1} of {T} ({time.perf_counter() - t0:.1f} s)")
-    return Rounded(configs, owns, flows, T)
+    return out
+
+
+def _milp(prob: _Problem, seconds: float, cutoff: float | None = None) -> highspy.Highs:
+    """HiGHS run on ``prob``'s MILP for at most ``seconds`` (``cutoff``: no solution
+    of that value or more is sought)."""
+    h = quiet_highs()
+    h.passModel(prob.lp)
+    assert prob.integrality is not None
+    h.changeColsIntegrality(
+        int(prob.integrality.size),
+        np.arange(prob.integrality.size, dtype=np.int32),
+        prob.integrality.astype(np.uint8),
+    )
+    h.setOptionValue("time_limit", seconds)
+    h.setOptionValue("mip_rel_gap", 1e-4)
+    if cutoff is not None:
+        h.setOptionValue("objective_bound", cutoff)
+    h.run()
+    return h
+
+
+def _take(lay: Layout, prob: _Problem, h: highspy.Highs, t: int, out: Rounded) -> bool:
+    """The MILP's solution as period ``t``'s rounded choices, own loads and flows in
+    ``out`` (False: HiGHS has none)."""
+    x = np.asarray(h.getSolution().col_value)
+    if x.size != prob.lp.num_col_ or not h.getInfo().primal_solution_status:
+        return False
+    for i, site_blocks in enumerate(prob.blocks):
+        for k, (first, ok) in enumerate(site_blocks):
+            out.configs[i][k, t] = int(ok[int(np.argmax(x[first : first + ok.size]))])
+        out.owns[i][:, t] = np.maximum(x[prob.own_at[i] : prob.own_at[i] + lay.K[i]], 0.0)
+    out.flows[:, t] = np.maximum(x[prob.flow_at : prob.flow_at + len(lay.flows)], 0.0)
+    out.values[t] = float(h.getInfo().objective_function_value)
+    return True
+
+
+def _least_reduced(
+    prob: _Problem, reduced: FloatArray
+) -> list[list[tuple[NDArray[np.int64], FloatArray]]]:
+    """Each deployment's allowed configurations and the least reduced cost of their
+    two ends at the period's LP."""
+    out = []
+    for site_blocks in prob.blocks:
+        site = []
+        for first, ok in site_blocks:
+            n = ok.size
+            site.append(
+                (ok, np.minimum(reduced[first : first + n], reduced[first + n : first + 2 * n]))
+            )
+        out.append(site)
+    return out
+
+
+def _tighten(
+    lay: Layout,
+    lp_values: FloatArray,
+    least_rc: list[list[list[tuple[NDArray[np.int64], FloatArray]]]],
+    kept: list[list[list[NDArray[np.int64]]]],
+    rounded: Rounded,
+    bounds: FloatArray,
+    deadline: Deadline,
+    say: Progress,
+) -> int:
+    """The periods in order of their rounding's gap (its value less the LP's), largest
+    first, each solved as a MILP until ``deadline``, in ``bounds`` (T,): a period's
+    bound is then the least of its rounded value and its MILP's proven bound, and at
+    least its LP's. Reduced-cost fixing keeps the MILP small and the bound valid: a
+    choice whose least reduced cost at the LP exceeds the gap is in no solution below
+    the rounded value (any solution costs at least the LP's value plus the reduced
+    costs of what it uses), so only the others are offered. A better solution found
+    replaces the period's rounding. Returns how many periods were so solved."""
+    t0 = time.perf_counter()
+    gaps = rounded.values - lp_values
+    order = [int(t) for t in np.argsort(-gaps, kind="stable") if gaps[t] > 0]
+    done = 0
+    for n, t in enumerate(order):
+        left = deadline.remaining()
+        if left <= 0:
+            break
+        tol = 1e-9 * max(abs(rounded.values[t]), 1.0)
+        keep = [
+            [np.union1d(ok[rc <= gaps[t] + tol], kept[t][i][k]) for k, (ok, rc) in enumerate(site)]
+            for i, site in enumerate(least_rc[t])
+        ]
+        prob = _problem(lay, t, keep=keep)
+        h = _milp(prob, left / min(len(order) - n, 8), cutoff=float(rounded.values[t]))
+        proven = float(h.getInfo().mip_dual_bound)
+        bounds[t] = max(lp_values[t], min(float(rounded.values[t]), proven))
+        if h.getInfo().objective_function_value < rounded.values[t] - tol:
+            _take(lay, prob, h, t, rounded)
+        done += 1
+    if done:
+        say(
+            f"each period's MILP: {done} of {len(order)} periods with a rounding gap, "
+            f"the bound raised by {float(bounds.sum() - lp_values.sum()):,.2f} USD "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
+    return done

@@ -63,10 +63,11 @@ JOINT = "compact MILP over the fleet"
 DECOMPOSED = "price-directed decomposition over the fleet"
 #: the shares of the time left that the steps of a decomposed solve take
 #: (:func:`_decomposed`): the sites for each region's demand at home; the relaxation by
-#: period and its rounding; the sites for the rounded routing; the relaxation by column
-#: generation; the sites at its prices
+#: period and its rounding, then its periods solved as MILPs; the sites for the rounded
+#: routing; the relaxation by column generation; the sites at its prices
 HOME_SHARE = 0.15
 PERIOD_SHARE = 0.2
+BOUND_SHARE = 0.15
 ROUNDED_SHARE = 0.4
 RELAX_SHARE = 0.3
 PRICED_SHARE = 0.5
@@ -212,7 +213,9 @@ def _decomposed(
     1. each site planned alone for its own demand and each region's at home
        (``HOME_SHARE``), a plan of its own;
     2. the relaxation by period (:mod:`formulation.fleet.periods`, ``PERIOD_SHARE``): a
-       bound, prices, and each period's choices rounded to a routing;
+       bound, prices, and each period's choices rounded to a routing; then the periods
+       of largest rounding gap solved as MILPs (``BOUND_SHARE``), which raise the
+       bound and may better the rounding;
     3. each site planned alone for the rounded routing (``ROUNDED_SHARE``);
     4. the fleet's relaxation by column generation from the periods' prices
        (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE``), which keeps
@@ -248,13 +251,22 @@ def _decomposed(
     plan_for(home, share, "for each region's demand at home")
     # 2. the relaxation by period, its choices rounded
     step = deadline.fraction(PERIOD_SHARE)
-    per = relax_by_period(fp, datas, own_value, step, say, flow_caps, round_within=step)
+    per = relax_by_period(
+        fp,
+        datas,
+        own_value,
+        step,
+        say,
+        flow_caps,
+        round_within=step,
+        bound_within=deadline.fraction(PERIOD_SHARE + BOUND_SHARE),
+    )
     bound = -np.inf
     if per.lower_bound_usd is not None:
         bound = per.lower_bound_usd
         say(
             f"relaxation by period: bound {bound:,.2f} USD ({per.columns:,} columns, "
-            f"{per.seconds:.1f} s)"
+            f"{per.tightened} periods as MILPs, {per.seconds:.1f} s)"
         )
     # 3. the sites planned for the rounded routing
     if per.rounded is not None:
