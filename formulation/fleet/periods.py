@@ -22,7 +22,13 @@ every point an optimum needs. Each period's LP is
 with the fleet master's columns, rows and constant (:class:`formulation.fleet.decompose.
 FleetMaster`), so the sum of the periods' values is a lower bound on the fleet's
 optimum, and their duals are prices of the whole fleet's Lagrangian (at which its dual
-function, with the transitions back, is at least this bound)."""
+function, with the transitions back, is at least this bound).
+
+Each period's choices are then rounded by a MILP over the configurations its LP uses
+and a few of least reduced cost (:func:`_round`): a routing integer configurations can
+serve. The periods whose rounding lies furthest above their LP are then solved as
+MILPs over the choices reduced-cost fixing leaves (:func:`_tighten`), which raises
+their bounds towards their integer optima."""
 
 from __future__ import annotations
 
