@@ -61,14 +61,19 @@ START_SHARE = 0.3
 EACH_SITE = "each site alone"
 JOINT = "compact MILP over the fleet"
 DECOMPOSED = "price-directed decomposition over the fleet"
+#: with ``routing.method`` auto, the most choices a fleet's joint MILP is taken for:
+#: at 60 s the decomposition proved two and three sites of two 16-GPU deployments over
+#: 96 periods (about 46,000 and 70,000 choices) within 7.9% and 11.8%, the joint
+#: MILP within 13.7-17.7% and 33.2%; the three-site demo (8,712 choices) is proven
+#: within 0.06% either way
+JOINT_MOST_CHOICES = 20_000
 #: the shares of the time left that the steps of a decomposed solve take
-#: (:func:`_decomposed`): the sites for each region's demand at home; the relaxation by
-#: period and its rounding, then its periods solved as MILPs; the sites for the rounded
-#: routing; the relaxation by column generation; the sites at its prices
-HOME_SHARE = 0.15
+#: (:func:`_decomposed`): the relaxation by period and its rounding, then its periods
+#: solved as MILPs; the sites for the rounded routing; the relaxation by column
+#: generation; the sites at its prices
 PERIOD_SHARE = 0.2
-BOUND_SHARE = 0.15
-ROUNDED_SHARE = 0.4
+BOUND_SHARE = 0.2
+PLAN_SHARE = 0.5
 RELAX_SHARE = 0.3
 PRICED_SHARE = 0.5
 
@@ -152,6 +157,12 @@ def _joint(
         return _decomposed(fp, datas, deadline, say, t0, flow_caps)
     choices = sum(count_choices(data) for data in datas)
     need = estimated_build_s(choices)
+    if fp.routing_method == "auto" and choices > JOINT_MOST_CHOICES:
+        say(
+            f"the fleet's MILP would have {choices:,} choices, more than "
+            f"{JOINT_MOST_CHOICES:,}: the fleet is decomposed by prices"
+        )
+        return _decomposed(fp, datas, deadline, say, t0, flow_caps)
     if need > TimeBudget.BUILD_SHARE * deadline.remaining():
         if fp.routing_method == "joint":
             raise InputError(
@@ -210,18 +221,18 @@ def _decomposed(
     """Price-directed routing (docs/fleet.md, sections 3 and 5), in these steps, each
     taking its share of the time left:
 
-    1. each site planned alone for its own demand and each region's at home
-       (``HOME_SHARE``), a plan of its own;
-    2. the relaxation by period (:mod:`formulation.fleet.periods`, ``PERIOD_SHARE``): a
+    1. the relaxation by period (:mod:`formulation.fleet.periods`, ``PERIOD_SHARE``): a
        bound, prices, and each period's choices rounded to a routing; then the periods
        of largest rounding gap solved as MILPs (``BOUND_SHARE``), which raise the
        bound and may better the rounding;
-    3. each site planned alone for the rounded routing (``ROUNDED_SHARE``);
-    4. the fleet's relaxation by column generation from the periods' prices
+    2. each site planned alone for the rounded routing (``PLAN_SHARE``), or, where the
+       periods were not all rounded in time, for its own demand and each region's at
+       home;
+    3. the fleet's relaxation by column generation from the periods' prices
        (:func:`formulation.fleet.decompose.relax_fleet`, ``RELAX_SHARE``), which keeps
        the transitions; where it raised the bound or converged, each site planned
        alone at its best prices (``PRICED_SHARE``), a bound at any prices;
-    5. the regions' demand routed within what each plan can serve
+    4. the regions' demand routed within what each plan can serve
        (:func:`formulation.fleet.decompose.route_within`), and each site planned again
        for the best such routing (the relaxation's, where it converged).
 
@@ -245,11 +256,8 @@ def _decomposed(
         plans.append((configs, [owns[i] + sent_to(fp, i, started) for i in range(len(datas))]))
         say(f"the sites planned {why}: {candidates[-1][1]:,.2f} USD")
 
-    # 1. each region's demand at home first: a plan of its own
-    home = _home_flows(fp, flow_caps)
-    share = HOME_SHARE * deadline.remaining() / len(datas)
-    plan_for(home, share, "for each region's demand at home")
-    # 2. the relaxation by period, its choices rounded
+    # 1. the relaxation by period, its choices rounded, its periods of largest
+    # rounding gap solved as MILPs
     step = deadline.fraction(PERIOD_SHARE)
     per = relax_by_period(
         fp,
@@ -268,11 +276,14 @@ def _decomposed(
             f"relaxation by period: bound {bound:,.2f} USD ({per.columns:,} columns, "
             f"{per.tightened} periods as MILPs, {per.seconds:.1f} s)"
         )
-    # 3. the sites planned for the rounded routing
+    # 2. the sites planned for the rounded routing; without one (out of time), for
+    # each region's demand at home
+    share = PLAN_SHARE * deadline.remaining() / len(datas)
     if per.rounded is not None:
-        share = ROUNDED_SHARE * deadline.remaining() / len(datas)
         plan_for(per.rounded.flows, share, "for the periods' rounded routing")
-    # 4. column generation from the periods' prices, with the transitions, the plans'
+    else:
+        plan_for(_home_flows(fp, flow_caps), share, "for each region's demand at home")
+    # 3. column generation from the periods' prices, with the transitions, the plans'
     # schedules as its first columns (from zero prices, seeding the master with the
     # home plans' left the eight-site fleet's bound at 62 USD against 2,396 without;
     # from the periods' prices the bound is the same either way, 8,390.25 USD, and
@@ -310,7 +321,7 @@ def _decomposed(
             say(f"the sites at the relaxation's prices prove {bound:,.2f} USD")
         if rel.converged:
             plans.append((priced_configs, priced_loads))
-    # 5. the regions' demand routed within what each plan can serve, each site's draw
+    # 4. the regions' demand routed within what each plan can serve, each site's draw
     # within its cap (its tangent around the plan's loads); then the sites planned
     # again for the best such routing, or the relaxation's where it converged
     routed = []

@@ -14,6 +14,7 @@ import pytest
 
 from formulation.bounds.decomposition import decompose
 from formulation.budget import Deadline
+from formulation.fleet import solve as fleet_solve
 from formulation.fleet.compact import build_fleet_model, own_demand, routable, site_data
 from formulation.fleet.decompose import relax_fleet, route_within, tangent_power
 from formulation.fleet.problem import FleetProblem, fleet_from_dict
@@ -191,15 +192,20 @@ def test_the_tangent_rows_keep_the_cap_wherever_they_hold() -> None:
 
 
 @pytest.mark.parametrize("body", CASES[2:])
-def test_without_settled_prices_the_plan_starts_at_home(body: dict) -> None:
-    # a time limit too short for the relaxation to converge: the sites are planned
-    # for each region's demand at home, and the demand is routed within their plans
+def test_without_settled_prices_the_plan_starts_at_home(
+    body: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a time limit too short for the relaxation to converge, and no time for the
+    # relaxation by period (its share 0): the sites are planned for each region's
+    # demand at home, and the demand is routed within their plans
     joint = solve_fleet(fleet_from_dict(body))
     short = copy.deepcopy(body)
     short["routing"]["method"] = "decomposition"
     short["solver"]["time_limit_s"] = 0.05
+    monkeypatch.setattr(fleet_solve, "PERIOD_SHARE", 0.0)
     messages: list[str] = []
     o = solve_fleet(fleet_from_dict(short), progress=messages.append)
+    assert not any("rounded routing" in m for m in messages)
     assert any("for each region's demand at home" in m for m in messages)
     assert any("routed within the sites' plans" in m for m in messages)
     assert all(out.priced.violation_free for out in o.sites)
