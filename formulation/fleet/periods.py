@@ -411,7 +411,7 @@ def _round(
         if deadline.expired():
             return None
         prob = _problem(lay, t, keep=kept[t])
-        h = _milp(prob, max(deadline.remaining() / (T - t), 0.05))
+        h = _milp(prob, deadline.fraction(1.0 / (T - t)))
         if not _take(lay, prob, h, t, out):
             return None
         if (t + 1) % 24 == 0 or t + 1 == T:
@@ -419,9 +419,9 @@ def _round(
     return out
 
 
-def _milp(prob: _Problem, seconds: float, cutoff: float | None = None) -> highspy.Highs:
-    """HiGHS run on ``prob``'s MILP for at most ``seconds`` (``cutoff``: no solution
-    of that value or more is sought)."""
+def _milp(prob: _Problem, deadline: Deadline, cutoff: float | None = None) -> highspy.Highs:
+    """HiGHS run on ``prob``'s MILP until ``deadline`` (at least 0.05 s; ``cutoff``: no
+    solution of that value or more is sought)."""
     h = quiet_highs()
     h.passModel(prob.lp)
     assert prob.integrality is not None
@@ -430,7 +430,7 @@ def _milp(prob: _Problem, seconds: float, cutoff: float | None = None) -> highsp
         np.arange(prob.integrality.size, dtype=np.int32),
         prob.integrality.astype(np.uint8),
     )
-    h.setOptionValue("time_limit", seconds)
+    h.setOptionValue("time_limit", max(deadline.remaining(), 0.05))
     h.setOptionValue("mip_rel_gap", 1e-4)
     if cutoff is not None:
         h.setOptionValue("objective_bound", cutoff)
@@ -493,8 +493,7 @@ def _tighten(
     order = [int(t) for t in np.argsort(-gaps, kind="stable") if gaps[t] > 0]
     done = 0
     for n, t in enumerate(order):
-        left = deadline.remaining()
-        if left <= 0:
+        if deadline.expired():
             break
         tol = 1e-9 * max(abs(rounded.values[t]), 1.0)
         keep = [
@@ -502,7 +501,7 @@ def _tighten(
             for i, site in enumerate(least_rc[t])
         ]
         prob = _problem(lay, t, keep=keep)
-        h = _milp(prob, left / min(len(order) - n, 8), cutoff=float(rounded.values[t]))
+        h = _milp(prob, deadline.fraction(1.0 / min(len(order) - n, 8)), float(rounded.values[t]))
         proven = float(h.getInfo().mip_dual_bound)
         bounds[t] = max(lp_values[t], min(float(rounded.values[t]), proven))
         if h.getInfo().objective_function_value < rounded.values[t] - tol:
