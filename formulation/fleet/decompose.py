@@ -76,6 +76,29 @@ def flow_list(fp: FleetProblem) -> list[tuple[int, int]]:
     return [(r, q) for r, reg in enumerate(fp.regions) for q in range(len(reg.servers))]
 
 
+def flow_costs(fp: FleetProblem) -> FloatArray:
+    """(flows,) each flow's cost per req/s through a period against leaving it unserved:
+    its server's penalty less its region's value on an unserved request."""
+    sec = 3600.0 * fp.period_hours
+    return np.array(
+        [
+            sec
+            * (
+                fp.regions[r].servers[q].penalty_usd_per_request
+                - fp.regions[r].unserved_penalty_usd_per_request
+            )
+            for r, q in flow_list(fp)
+        ],
+        dtype=float,
+    )
+
+
+def slack_price(datas: list[ScheduleData]) -> float:
+    """The price per W of a cap's slack that keeps a fleet's LP feasible (a pool's is
+    1e3 times it): far above any energy price."""
+    return 1e3 * (max(float(np.max(d.cost_usd_per_w)) for d in datas) + 1.0)
+
+
 @dataclass
 class FleetRelaxation:
     lower_bound_usd: float
@@ -111,7 +134,6 @@ class FleetMaster:
         self.fp, self.datas = fp, datas
         T = fp.n_periods
         self.T = T
-        sec = 3600.0 * fp.period_hours
         inf = highspy.kHighsInf
         self.h = quiet_highs()
         self.h.setOptionValue("presolve", "off")
@@ -145,7 +167,7 @@ class FleetMaster:
             np.array([]),
         )
         # slack columns with a large price keep the LP feasible (as a site's master)
-        big = 1e3 * (max(float(np.max(d.cost_usd_per_w)) for d in datas) + 1.0)
+        big = slack_price(datas)
         for i in range(len(datas)):
             for t in range(T):
                 self._col(big, 0.0, inf, [self.cap[i] + t], [-1.0])
@@ -171,7 +193,7 @@ class FleetMaster:
         # row and the ramp rows of its share; a flow enters the LP when it prices out
         # (:meth:`price_flows`), from the servers of least penalty
         F = len(self.flows)
-        self.flow_cost = np.zeros(F)
+        self.flow_cost = flow_costs(fp)
         self.flow_ub = np.zeros((F, T))
         self.flow_col = np.full((F, T), -1, dtype=np.int64)
         self.ramp_limit = float(fp.max_share_change or 0.0)
@@ -182,7 +204,6 @@ class FleetMaster:
             reg = regions[r]
             pen = reg.servers[q].penalty_usd_per_request
             least[r] = min(least.get(r, pen), pen)
-            self.flow_cost[f] = sec * (pen - reg.unserved_penalty_usd_per_request)
             self.flow_ub[f] = np.asarray(reg.demand_rps, dtype=float)
             if flow_caps is not None:
                 self.flow_ub[f] = np.minimum(self.flow_ub[f], np.maximum(flow_caps[f], 0.0))
@@ -584,7 +605,6 @@ def route_within(
     flows' penalties (the power a lighter load saves is not counted: the plan is priced
     after). Returns each site's own load (K_i, T) and the flows (flows, T)."""
     T = fp.n_periods
-    sec = 3600.0 * fp.period_hours
     inf = highspy.kHighsInf
     h = quiet_highs()
     flows = flow_list(fp)
@@ -642,10 +662,9 @@ def route_within(
                     idx.append(cap0 + i * T + t)
                     val.append(float(power[i].slope[k, t]))
                 col(-float(own_value[i][k, t]), top, idx, val)
-    for f, (r, q) in enumerate(flows):
+    for f, ((r, q), c) in enumerate(zip(flows, flow_costs(fp), strict=True)):
         reg = fp.regions[r]
         s = reg.servers[q]
-        c = sec * (s.penalty_usd_per_request - reg.unserved_penalty_usd_per_request)
         d = reg.demand_rps
         for t in range(T):
             top = float(d[t])

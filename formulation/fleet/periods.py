@@ -42,7 +42,14 @@ from numpy.typing import NDArray
 from formulation.budget import Deadline
 from formulation.data import ScheduleData
 from formulation.fleet.compact import own_demand
-from formulation.fleet.decompose import Prices, Progress, fleet_constant, flow_list
+from formulation.fleet.decompose import (
+    Prices,
+    Progress,
+    fleet_constant,
+    flow_costs,
+    flow_list,
+    slack_price,
+)
 from formulation.fleet.problem import FleetProblem
 from formulation.milp.highs import quiet_highs
 
@@ -86,7 +93,7 @@ class Rounded:
     values: FloatArray
 
 
-class Layout:
+class _Layout:
     """The rows of every period's problem (module docstring) and what does not change
     between periods."""
 
@@ -98,7 +105,6 @@ class Layout:
         flow_caps: FloatArray | None,
     ) -> None:
         self.fp, self.datas, self.own_value, self.flow_caps = fp, datas, own_value, flow_caps
-        sec = 3600.0 * fp.period_hours
         K = [len(d.deployments) for d in datas]
         G = [len(d.pools) for d in datas]
         self.K, self.G, self.S = K, G, len(datas)
@@ -121,20 +127,11 @@ class Layout:
             dtype=np.int64,
         )
         self.flow_region = np.array([r for r, _q in self.flows], dtype=np.int64)
-        self.flow_cost = np.array(
-            [
-                sec
-                * (
-                    fp.regions[r].servers[q].penalty_usd_per_request
-                    - fp.regions[r].unserved_penalty_usd_per_request
-                )
-                for r, q in self.flows
-            ]
-        )
+        self.flow_cost = flow_costs(fp)
         self.demand = np.array([reg.demand_rps for reg in fp.regions], dtype=float).reshape(
             self.R, fp.n_periods
         )
-        self.big = 1e3 * (max(float(np.max(np.abs(d.cost_usd_per_w))) for d in datas) + 1.0)
+        self.big = slack_price(datas)
         self.slack_rows = np.concatenate(
             [self.cap0 + np.arange(S), *[self.inv0[i] + np.arange(G[i]) for i in range(S)]]
         ).astype(np.int64)
@@ -155,10 +152,11 @@ class _Problem:
     integrality: NDArray[np.int32] | None = None
 
 
-def _problem(lay: Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = None) -> _Problem:
+def _problem(lay: _Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = None) -> _Problem:
     """Period ``t``'s LP, or (``keep``: each deployment's configurations to choose
     from) its MILP: a binary choice ``z`` per configuration and its share ``y <= z`` of
-    the configuration's most, whose LP relaxation is the LP's over those choices."""
+    the configuration's most, whose LP relaxation is the LP's over those choices (the
+    rows ``y - z <= 0`` follow the period's rows)."""
     inf = highspy.kHighsInf
     datas, K = lay.datas, lay.K
     costs: list[FloatArray] = []
@@ -168,62 +166,58 @@ def _problem(lay: Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = N
     counts: list[NDArray[np.int64]] = []
     blocks: list[list[tuple[int, NDArray[np.int64]]]] = []
     own_at: list[int] = []
-    links: list[tuple[int, int]] = []  # (z, y) column pairs of the MILP
-
-    def ncol() -> int:
-        return int(sum(c.size for c in counts))
-
+    choices: list[NDArray[np.int64]] = []  # the MILP's z columns
+    n_cols = 0
+    n_links = 0
     for i, data in enumerate(datas):
         site_blocks = []
         for k in range(K[i]):
             d = data.deployments[k]
             ok = np.flatnonzero(d.period_allowed()[t]) if keep is None else keep[i][k]
+            m = ok.size
             smax = d.smax_rps[t, ok]
             idle = data.idle_gpu_power_w * d.gpus[ok]
-            p0 = d.power_w(ok, np.zeros(ok.size)) - idle
+            p0 = d.power_w(ok, np.zeros(m)) - idle
             p1 = d.power_w(ok, smax) - idle
-            cw = float(data.cost_usd_per_w[t])
-            first = ncol()
-            if keep is None:  # x0 (no load), x1 (the most)
-                n = 2 * ok.size
-                pnet = np.concatenate([p0, p1])
-                served = np.concatenate([np.zeros(ok.size), smax])
-                gpus_of = np.concatenate([ok, ok])
-                conv = np.ones(n)
-            else:  # z (the choice), y (its share of the most)
-                n = 2 * ok.size
-                pnet = np.concatenate([p0, p1 - p0])
-                served = np.concatenate([np.zeros(ok.size), smax])
-                gpus_of = np.concatenate([ok, ok])
-                conv = np.concatenate([np.ones(ok.size), np.zeros(ok.size)])
-                links += [(first + j, first + ok.size + j) for j in range(ok.size)]
-            rows = [np.full(n, lay.conv0[i] + k), np.full(n, lay.cap0 + i)]
-            vals = [conv, pnet]
+            one, zero = np.ones(m), np.zeros(m)
+            served = np.concatenate([zero, smax])
+            # the LP: x0 (no load), x1 (the most); the MILP: z (the choice), y (its
+            # share of the most, drawing its power above no load)
+            milp = keep is not None
+            pnet = np.concatenate([p0, p1 - p0 if milp else p1])
+            rows = [np.full(2 * m, lay.conv0[i] + k), np.full(2 * m, lay.cap0 + i)]
+            vals = [np.concatenate([one, zero if milp else one]), pnet]
             for g, pool_gpus in data.pool_use(k):
-                rows.append(np.full(n, lay.inv0[i] + g))
-                gp = pool_gpus[gpus_of].astype(float)
-                if keep is not None:
-                    gp[ok.size :] = 0.0
-                vals.append(gp)
-            rows.append(np.full(n, lay.route0[i] + k))
+                rows.append(np.full(2 * m, lay.inv0[i] + g))
+                gp = pool_gpus[ok].astype(float)
+                vals.append(np.concatenate([gp, 0 * gp if milp else gp]))
+            rows.append(np.full(2 * m, lay.route0[i] + k))
             vals.append(-served)
-            costs.append(cw * pnet)
-            upper.append(np.full(n, inf if keep is None else 1.0))
+            if milp:  # y - z <= 0
+                link = lay.n_rows + n_links + np.arange(m)
+                rows.append(np.concatenate([link, link]))
+                vals.append(np.concatenate([-one, one]))
+                choices.append(n_cols + np.arange(m))
+                n_links += m
+            costs.append(float(data.cost_usd_per_w[t]) * pnet)
+            upper.append(np.full(2 * m, 1.0 if milp else inf))
             # column-major: each column's entries together
             index.append(np.stack(rows, axis=1).reshape(-1))
             value.append(np.stack(vals, axis=1).reshape(-1))
-            counts.append(np.full(n, len(rows), dtype=np.int64))
-            site_blocks.append((first, ok))
+            counts.append(np.full(2 * m, len(rows), dtype=np.int64))
+            site_blocks.append((n_cols, ok))
+            n_cols += 2 * m
         blocks.append(site_blocks)
         # the own loads, paying -u_own
-        own_at.append(ncol())
+        own_at.append(n_cols)
         costs.append(-lay.own_value[i][:, t])
         upper.append(lay.owns[i][:, t].astype(float))
         index.append(lay.route0[i] + np.arange(K[i], dtype=np.int64))
         value.append(np.ones(K[i]))
         counts.append(np.ones(K[i], dtype=np.int64))
+        n_cols += K[i]
     # the flows, into their server's routing row and their region's row
-    flow_at = ncol()
+    flow_at = n_cols
     F = len(lay.flows)
     top = lay.demand[lay.flow_region, t]
     if lay.flow_caps is not None:
@@ -243,25 +237,7 @@ def _problem(lay: Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = N
     cnt = np.concatenate(counts)
     idx = np.concatenate(index)
     val = np.concatenate(value)
-    n_rows = lay.n_rows + len(links)
-    if links:  # y - z <= 0, one row per link: appended to the two columns' entries
-        z = np.array([a for a, _b in links])
-        y = np.array([b for _a, b in links])
-        link_row = lay.n_rows + np.arange(len(links))
-        starts = np.concatenate([[0], np.cumsum(cnt)])
-        pieces_i, pieces_v = [], []
-        extra_i = {int(c): int(r) for c, r in zip(z, link_row, strict=True)}
-        extra_i |= {int(c): int(r) for c, r in zip(y, link_row, strict=True)}
-        sign = {int(c): -1.0 for c in z} | {int(c): 1.0 for c in y}
-        new_cnt = cnt.copy()
-        for c in range(cnt.size):
-            pieces_i.append(idx[starts[c] : starts[c + 1]])
-            pieces_v.append(val[starts[c] : starts[c + 1]])
-            if c in extra_i:
-                pieces_i.append(np.array([extra_i[c]]))
-                pieces_v.append(np.array([sign[c]]))
-                new_cnt[c] += 1
-        idx, val, cnt = np.concatenate(pieces_i), np.concatenate(pieces_v), new_cnt
+    n_rows = lay.n_rows + n_links
     row_lower = np.full(n_rows, -inf)
     row_upper = np.zeros(n_rows)
     row_lower[: lay.cap0] = 1.0
@@ -287,7 +263,7 @@ def _problem(lay: Layout, t: int, keep: list[list[NDArray[np.int64]]] | None = N
     integrality = None
     if keep is not None:
         integrality = np.zeros(cnt.size, dtype=np.int32)
-        integrality[[a for a, _b in links]] = 1
+        integrality[np.concatenate(choices)] = 1
     return _Problem(lp, blocks, own_at, flow_at, integrality)
 
 
@@ -307,7 +283,7 @@ def relax_by_period(
     ``bound_within`` too, the periods of largest rounding gap then solved as MILPs
     (:func:`_tighten`) until that one."""
     t0 = time.perf_counter()
-    lay = Layout(fp, datas, own_value, flow_caps)
+    lay = _Layout(fp, datas, own_value, flow_caps)
     T, S, K, G = fp.n_periods, lay.S, lay.K, lay.G
     F = len(lay.flows)
     pis = [np.zeros(T) for _ in range(S)]
@@ -397,7 +373,7 @@ def _kept(
 
 
 def _round(
-    lay: Layout, kept: list[list[list[NDArray[np.int64]]]], deadline: Deadline, say: Progress
+    lay: _Layout, kept: list[list[list[NDArray[np.int64]]]], deadline: Deadline, say: Progress
 ) -> Rounded | None:
     """Each period's MILP over its kept configurations (:func:`_problem`), each given
     an even share of the time left; None where one found no solution in time."""
@@ -438,7 +414,7 @@ def _milp(prob: _Problem, deadline: Deadline, cutoff: float | None = None) -> hi
     return h
 
 
-def _take(lay: Layout, prob: _Problem, h: highspy.Highs, t: int, out: Rounded) -> bool:
+def _take(lay: _Layout, prob: _Problem, h: highspy.Highs, t: int, out: Rounded) -> bool:
     """The MILP's solution as period ``t``'s rounded choices, own loads and flows in
     ``out`` (False: HiGHS has none)."""
     x = np.asarray(h.getSolution().col_value)
@@ -471,7 +447,7 @@ def _least_reduced(
 
 
 def _tighten(
-    lay: Layout,
+    lay: _Layout,
     lp_values: FloatArray,
     least_rc: list[list[list[tuple[NDArray[np.int64], FloatArray]]]],
     kept: list[list[list[NDArray[np.int64]]]],
